@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs the pinned Debian 12 packages mapp needs, only those missing.
+# Usage: scripts/setup.sh [--gpu-machine]   (no-op when everything is present)
+set -euo pipefail
+
+PKGS=(
+  "cmake=3.25.1-1"
+  "ninja-build=1.11.1-2~deb12u1"
+  "ccache=4.8+really4.7.5-1"
+  "g++=4:12.2.0-3"
+  "libmlir-19-dev=1:19.1.7-3~deb12u1"
+  "mlir-19-tools=1:19.1.7-3~deb12u1"
+  "llvm-19-dev=1:19.1.7-3~deb12u1"
+  "llvm-19-tools=1:19.1.7-3~deb12u1"
+  "libgtest-dev=1.12.1-0.2"
+  "libflatbuffers-dev=2.0.8+dfsg1-2"
+  "flatbuffers-compiler=2.0.8+dfsg1-2"
+  "libopenmpi-dev=4.1.4-3+b1"
+  "openmpi-bin=4.1.4-3+b1"
+  "libopenblas-dev=0.3.21+ds-4"
+  "libsqlite3-dev=3.40.1-2+deb12u2"
+  "nlohmann-json3-dev=3.11.2-2"
+  "python3-torch=1.13.1+dfsg-4"
+  "python3-numpy=1:1.24.2-1+deb12u1"
+  "python3-pytest=7.2.1-2"
+  "python3-yaml=6.0-3+b2"
+)
+
+missing=()
+for spec in "${PKGS[@]}"; do
+  name=${spec%%=*}
+  if ! dpkg-query -W -f='${Status}' "$name" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$spec")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${#missing[@]} missing package(s): ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
