@@ -29,7 +29,8 @@ tools = ["mapp-opt", "mapp-translate", "mapp-run", "mapp-scan", "mapp-sim",
 llvm_config.add_tool_substitutions(
     [t for t in tools if os.path.exists(os.path.join(config.mapp_tools_dir, t))],
     tool_dirs)
-llvm_config.with_environment("PATH", config.mapp_tools_dir, append_path=False)
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.mapp_tools_dir, append_path=True)
 
 for t in tools:
     if os.path.exists(os.path.join(config.mapp_tools_dir, t)):
