@@ -6,7 +6,7 @@
 //             "outputs": [{"dtype": "f32", "shape": [2, 3]}],
 //             "out": "out.safetensors", "step": 0, "grad_norm": null,
 //             "max_grad_norm": 0, "threads": 2}
-// Inputs are tensors in0..inN-1; the result file holds out0..outM-1 and, for
+// Inputs are tensors in0..inN-1 (initK: initial contents of output K); the result file holds out0..outM-1 and, for
 // in-place kernels, the updated inputs as in0..inN-1. JSON attrs map to plan
 // attrs by type: int -> Int, float -> Float, bool -> Int 0/1 (unit), string ->
 // Str, int list -> Ints, float list -> Floats.
@@ -86,8 +86,17 @@ static int run(const std::string &casePath) {
       fail("bad output dtype");
     tt.shape = o.at("shape").get<Shape>();
     outTypes.push_back(tt);
+    // Garbage (NaN bytes) so a kernel that skips an element is caught,
+    // unless the case gives initial contents (read-modify-write outputs).
+    std::string init = "init" + std::to_string(outTypes.size() - 1);
     storage.emplace_back(std::max<int64_t>(tt.numel() * dtypeSize(tt.dtype), 8),
-                         0xFF); // garbage: kernels must write every element
+                         0xFF);
+    if (in.tensors.count(init)) {
+      const StTensor &t = in.tensors.at(init);
+      if (t.data.size() != static_cast<size_t>(tt.numel() * dtypeSize(tt.dtype)))
+        fail(init, " does not match output ", outTypes.size() - 1);
+      std::memcpy(storage.back().data(), t.data.data(), t.data.size());
+    }
   }
   checkKernelCall(*spec, attrs, inTypes, outTypes);
   for (size_t i = 0; i < inTypes.size(); ++i)
