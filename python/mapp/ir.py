@@ -136,6 +136,15 @@ class Builder:
     def param(self, name, shape, elem):
         self.params.append((name, tuple(shape), elem))
 
+    @staticmethod
+    def init_attrs(name, shape):
+        """How the runtime initializes a parameter without a weights file:
+        the reference rule (normal(0, 0.02) for matrices and embeddings,
+        zeros for biases, ones for other vectors, i.e. norm weights)."""
+        if len(shape) >= 2:
+            return {"init": "normal", "std": F64(0.02)}
+        return {"init": "zeros" if name.endswith(".bias") else "ones"}
+
     def op(self, name, operands, shape, elem, attrs=None, module="", kind=None, named=True):
         result = Value(f"%{self._next}", shape, elem)
         self._next += 1
@@ -174,8 +183,10 @@ class Builder:
             attrs = " attributes {mapp.model = " + format_attr(self.model_attrs) + "}"
         lines.append(f"module{attrs} {{")
         for name, shape, elem in self.params:
-            lines.append(f'  "mapp.param"() {{sym_name = {_quote(name)}, '
-                         f"type = {tensor_type(shape, elem)}}} : () -> ()")
+            attrs = {"sym_name": name, **self.init_attrs(name, shape)}
+            entries = [_attr_entry(k, v) for k, v in attrs.items()]
+            entries.insert(1, f"type = {tensor_type(shape, elem)}")
+            lines.append(f'  "mapp.param"() {{{", ".join(entries)}}} : () -> ()')
         sig = ", ".join(f"{a.ssa}: {a.type}" for a in self.args)
         lines.append(f"  func.func @forward({sig}) -> {result.type} {{")
         for op in self.ops:

@@ -354,7 +354,9 @@ class Lowering:
                     and y.shape == (x.shape[-1],):
                 return self.emit(node, "mapp.rms_norm", [x.x, y], x.shape, {"eps": ir.F64(x.eps)})
             if isinstance(y, pat.KeepMask) and y.scaled:
-                return pat.dropout(self, node, x, 1.0 - y.keep)
+                # p comes back as 1 - (1 - p): round off the last-ulp error
+                # so p = 0.1 reads 0.1 as in the config.
+                return pat.dropout(self, node, x, float(f"{1.0 - y.keep:.15g}"))
             if isinstance(y, Const) and y.uniform() is None and isinstance(x, (Lazy, att.RotateHalf)):
                 return att.TimesTable(x, y, node)
         if isinstance(a, Const) and a.uniform() is not None and a.shape == ():
