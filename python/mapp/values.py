@@ -84,8 +84,8 @@ class Const(Abstract):
         if v is None or self.elem not in ("f32", "f16", "bf16", "f64"):
             fail(user, f"uses a constant tensor of shape {list(self.shape)} that mapp cannot "
                        "represent (only uniform float constants become mapp.fill)")
-        return ctx.b.op("mapp.fill", [], self.shape, self.elem, {"value": ir.F64(v)},
-                        module=user.meta.get("mapp_module", ""))
+        # Unnamed: a constant is no PyTorch value a probe would ask for.
+        return ctx.b.op("mapp.fill", [], self.shape, self.elem, {"value": ir.F64(v)}, named=False)
 
 
 class Pending(Abstract):
