@@ -34,7 +34,7 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
       FailureOr<StageMemory> mem = planStageMemory(module, *step, s);
       if (failed(mem))
         return signalPassFailure();
-      module.emitRemark() << "memory plan, stage " << s << ": peak "
+      emitRemark(module.getLoc()) << "memory plan, stage " << s << ": peak "
                           << mem->peakBytes() << " B (" << mib(mem->peakBytes())
                           << ") = persistent " << mem->persistentBytes
                           << " B + " << mem->slots << " slot(s) x arena "
