@@ -66,4 +66,32 @@ def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Runtime
+//===----------------------------------------------------------------------===//
+
+def MappPlanMemory : Pass<"mapp-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Liveness, buffer reuse and the peak-memory report per rank";
+  let description = [{
+    Plans every pipeline stage's memory: activations live in one arena per
+    in-flight microbatch (slots from the schedule table), placed greedily by
+    size so values whose live ranges do not overlap share bytes; parameters,
+    gradients and optimizer state live in a persistent pool. Emits a remark
+    per stage (peak = persistent + slots × arena, and the arena without
+    reuse) and records `mapp.memory` on the module. The plan writer uses the
+    same analysis, so the report is what the runtime allocates.
+  }];
+}
+
+def MappLowerToPlan : Pass<"mapp-lower-to-plan", "::mlir::ModuleOp"> {
+  let summary = "Check the module lowers to per-rank plan programs";
+  let description = [{
+    Builds the per-rank instruction streams (kernel, operand buffers,
+    attributes), parameters by name and schedule tables exactly as
+    `mapp-translate --mapp-to-plan` serializes them, reporting anything that
+    cannot be lowered as a located error, and records a `mapp.plan` summary
+    (world size, instructions per rank) on the module.
+  }];
+}
+
 #endif // MAPP_TRANSFORMS_PASSES_TD
