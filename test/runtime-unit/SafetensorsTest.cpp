@@ -67,11 +67,10 @@ TEST(Safetensors, HalfConversions) {
 
 static std::vector<uint8_t> withHeader(const std::string &json,
                                        size_t dataBytes) {
-  std::vector<uint8_t> b(8);
   uint64_t n = json.size();
+  std::vector<uint8_t> b(8 + n + dataBytes, 0);
   std::memcpy(b.data(), &n, 8);
-  b.insert(b.end(), json.begin(), json.end());
-  b.resize(b.size() + dataBytes, 0);
+  std::memcpy(b.data() + 8, json.data(), n);
   return b;
 }
 
