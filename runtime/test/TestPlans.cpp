@@ -40,6 +40,10 @@ std::vector<uint8_t> PlanSpec::build() const {
     uint64_t &space = inArena(v.kind) ? arena : pool;
     uint64_t off = space;
     space += (bytes + 63) / 64 * 64;
+    if (v.offset >= 0)
+      off = v.offset;
+    if (v.bytes >= 0)
+      bytes = v.bytes;
     vals.push_back(fb::CreateValue(
         b, b.CreateString(v.name), static_cast<fb::ValueKind>(v.kind),
         static_cast<fb::DType>(v.dtype), b.CreateVector(v.shape), off, bytes,

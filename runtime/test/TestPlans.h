@@ -21,6 +21,8 @@ struct TValue {
   DType dtype;
   Shape shape;
   int param = -1;
+  // Overrides for loader tests; by default build() computes them.
+  int64_t offset = -1, bytes = -1;
 };
 struct TInstr {
   std::string kernel;
