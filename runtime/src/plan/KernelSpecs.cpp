@@ -339,7 +339,7 @@ void checkOptimizer(const Attrs &a, const TTs &in, size_t states) {
   if (sched != "constant" && sched != "cosine")
     fail("schedule must be constant or cosine, got \"", sched, "\"");
   if (sched == "cosine" && a.getInt("total_steps", 0) <= a.getInt("warmup", 0))
-    fail("cosine schedule needs total > warmup");
+    fail("cosine schedule needs total_steps > warmup");
   for (const TT &t : in)
     wantF32(t, "optimizer operand");
   for (size_t i = 1; i < 2 + states; ++i)
