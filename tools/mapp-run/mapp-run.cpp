@@ -35,7 +35,8 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --comm=local               communicator (default local: one rank)
   --data FILE                corpus: .jsonl ("text" field), .txt, or a Megatron
                              indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx)
-  --data-format F            auto|jsonl|text|megatron (default auto: by extension)
+  --data-format F            auto|jsonl|text|megatron (default auto: by extension,
+                             or PREFIX with PREFIX.idx = megatron)
   --tokenizer T              bytes | gpt2:VOCAB.json,MERGES.txt (jsonl/text data)
   --steps N                  training steps (default 1)
   --seed S                   parameter init and data shuffle seed (default 0)
