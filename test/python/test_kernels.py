@@ -404,7 +404,7 @@ def _lr(attrs, k):
     lr = attrs["lr"]
     if attrs.get("schedule", "constant") != "cosine":
         return lr
-    w, total, mn = attrs["warmup"], attrs["total"], attrs.get("min_lr", 0.0)
+    w, total, mn = attrs["warmup"], attrs["total_steps"], attrs.get("min_lr", 0.0)
     if k < w:
         return lr * (k + 1) / w
     if k >= total:
@@ -449,7 +449,7 @@ def _optimizer_case(kernel, attrs, steps, max_norm, make_opt, state_names,
 def test_adamw(schedule, max_norm, norm_operand):
     attrs = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
              "weight_decay": 0.1, "schedule": schedule, "warmup": 2,
-             "total": 5, "min_lr": 1e-3}
+             "total_steps": 5, "min_lr": 1e-3}
     _optimizer_case("adamw", attrs, 6, max_norm,
                     lambda ps: torch.optim.AdamW(ps, lr=1e-2, betas=(0.9, 0.95),
                                                  eps=1e-8, weight_decay=0.1),
@@ -477,7 +477,7 @@ def _sgd_plain(attrs):
 
 def test_cosine_schedule_values():
     # lr is observable through a plain SGD step with unit gradient.
-    attrs = {"lr": 0.5, "schedule": "cosine", "warmup": 3, "total": 10,
+    attrs = {"lr": 0.5, "schedule": "cosine", "warmup": 3, "total_steps": 10,
              "min_lr": 0.05}
     for k in [0, 1, 2, 3, 6, 9, 10, 15]:
         p, g = torch.zeros(1), torch.ones(1)

@@ -20,7 +20,7 @@ from test_kernels import find_tool, read_st, splitmix64, write_st
 
 MAPP_RUN = find_tool("MAPP_RUN", "mapp-run")
 MAKE_PLAN = find_tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
-CORPUS = pathlib.Path("/work/shared/data/gpt/news-1k.jsonl")
+CORPUS = pathlib.Path(__file__).resolve().parents[2] / "data" / "gpt" / "news-1k.jsonl"
 pytestmark = pytest.mark.skipif(
     MAPP_RUN is None or MAKE_PLAN is None,
     reason="mapp-run / mapp-make-test-plan not built (cmake -S runtime -B build-rt)")
@@ -264,7 +264,7 @@ def test_weights_missing_or_misshaped_tensor(tmp_path):
 def test_gpt2_vocab_too_big_for_plan(tmp_path):
     plan = tmp_path / "p.mplan"
     subprocess.run([MAKE_PLAN, plan, "vocab=256"], check=True)
-    d = "/work/shared/data/gpt/"
+    d = f"{CORPUS.parent}/"
     r = run([plan, "--data", CORPUS, "--tokenizer",
              f"gpt2:{d}gpt2-vocab.json,{d}gpt2-merges.txt"])
     assert r.returncode != 0 and "vocab_size 256" in r.stderr, r.stderr

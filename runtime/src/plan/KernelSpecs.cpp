@@ -337,8 +337,8 @@ void checkOptimizer(const Attrs &a, const TTs &in, size_t states) {
   std::string sched = a.getStr("schedule", "constant");
   if (sched != "constant" && sched != "cosine")
     fail("schedule must be constant or cosine, got \"", sched, "\"");
-  if (sched == "cosine" && a.getInt("total", 0) <= a.getInt("warmup", 0))
-    fail("cosine schedule needs total > warmup");
+  if (sched == "cosine" && a.getInt("total_steps", 0) <= a.getInt("warmup", 0))
+    fail("cosine schedule needs total_steps > warmup");
   for (const TT &t : in)
     wantF32(t, "optimizer operand");
   for (size_t i = 1; i < 2 + states; ++i)
@@ -438,7 +438,7 @@ double mapp::rt::scheduledLr(const Attrs &a, int64_t k) {
   double lr = a.getFloat("lr", 0);
   if (a.getStr("schedule", "constant") != "cosine")
     return lr;
-  int64_t warmup = a.getInt("warmup", 0), total = a.getInt("total", 0);
+  int64_t warmup = a.getInt("warmup", 0), total = a.getInt("total_steps", 0);
   double minLr = a.getFloat("min_lr", 0);
   if (k < warmup)
     return lr * static_cast<double>(k + 1) / static_cast<double>(warmup);

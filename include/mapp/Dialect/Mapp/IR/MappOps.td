@@ -1,0 +1,531 @@
+#ifndef MAPP_OPS_TD
+#define MAPP_OPS_TD
+
+include "mapp/Dialect/Mapp/IR/MappDialect.td"
+include "mapp/Dialect/Mapp/IR/MappAttrs.td"
+include "mapp/Dialect/Mapp/IR/MappOpInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def Mapp_FloatTensor : RankedTensorOf<[F32, BF16, F16, F8E4M3FN, F8E5M2]>;
+def Mapp_IndexTensor : RankedTensorOf<[I32, I64]>;
+def Mapp_Scalar : 0DTensorOf<[F32]>;
+
+//===----------------------------------------------------------------------===//
+// Op classes
+//===----------------------------------------------------------------------===//
+
+// A compute op: pure, costed, lowered to one plan instruction.
+class Mapp_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Mapp_Op<mnemonic, !listconcat(traits, [Pure,
+        DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>])>;
+
+// A compute op that autodiff can differentiate.
+class Mapp_DiffOp<string mnemonic, list<Trait> traits = []>
+    : Mapp_ComputeOp<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<Mapp_GradientOpInterface>])>;
+
+class Mapp_UnaryOp<string mnemonic, list<Trait> traits = []>
+    : Mapp_DiffOp<mnemonic, !listconcat(traits, [SameOperandsAndResultType])> {
+  let arguments = (ins Mapp_FloatTensor:$x);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters and gradients
+//===----------------------------------------------------------------------===//
+
+def Mapp_ParamOp : Mapp_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a trainable parameter, named as in a PyTorch state_dict";
+  let description = [{
+    Declares a parameter tensor such as `layers.3.attn.qkv.weight`. The name
+    is kept through every pass and is the key in safetensors checkpoints.
+    `init` says how the runtime initializes it without a weights file
+    ("normal", "ones", "zeros"); `std` is the normal's standard deviation.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Mapp_FloatTensor>:$type,
+                       DefaultValuedStrAttr<StrAttr, "normal">:$init,
+                       OptionalAttr<F64Attr>:$std);
+  let assemblyFormat = "$sym_name `:` $type attr-dict";
+  let hasVerifier = 1;
+}
+
+def Mapp_ParamRefOp : Mapp_Op<"param_ref",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the current value of a parameter";
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+def Mapp_GradAccumulateOp : Mapp_Op<"grad_accumulate",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+     MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "add a gradient contribution into a parameter's gradient buffer";
+  let description = [{
+    The buffer is zeroed before the first microbatch of a step, so after the
+    backward of every microbatch it holds the summed gradient.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Mapp_FloatTensor:$grad);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($grad)";
+}
+
+def Mapp_GradRefOp : Mapp_Op<"grad_ref",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+     MemoryEffects<[MemRead]>]> {
+  let summary = "the accumulated gradient of a parameter";
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+def Mapp_GlobalNormOp : Mapp_ComputeOp<"global_norm"> {
+  let summary = "sqrt of the summed squares of all operands";
+  let arguments = (ins Variadic<Mapp_FloatTensor>:$grads);
+  let results = (outs Mapp_Scalar:$result);
+  let assemblyFormat = "$grads attr-dict `:` type($grads) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+class Mapp_UpdateOp<string mnemonic> : Mapp_Op<mnemonic,
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+     MemoryEffects<[MemRead, MemWrite]>,
+     DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>]> {
+  let assemblyFormat = [{
+    $param `,` $grad (`clip` `(` $norm^ `:` type($norm) `)`)? attr-dict `:` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mapp_AdamWOp : Mapp_UpdateOp<"adamw"> {
+  let summary = "AdamW update with decoupled weight decay (torch.optim.AdamW)";
+  let description = [{
+    Updates the parameter and its two moment buffers in place. With a `clip`
+    operand (the global gradient norm) the gradient is scaled by
+    min(1, max_norm / (norm + 1e-6)) first. The learning rate follows
+    `schedule` ("constant" or "cosine": linear warmup over `warmup` steps,
+    cosine decay to `min_lr` at `total_steps`).
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Mapp_FloatTensor:$grad,
+      Optional<Mapp_Scalar>:$norm,
+      F64Attr:$lr, DefaultValuedAttr<F64Attr, "0.9">:$beta1,
+      DefaultValuedAttr<F64Attr, "0.999">:$beta2,
+      DefaultValuedAttr<F64Attr, "1.0e-8">:$eps,
+      DefaultValuedAttr<F64Attr, "0.01">:$weight_decay,
+      DefaultValuedAttr<F64Attr, "0.0">:$max_norm,
+      DefaultValuedStrAttr<StrAttr, "constant">:$schedule,
+      DefaultValuedAttr<I64Attr, "0">:$warmup,
+      DefaultValuedAttr<I64Attr, "0">:$total_steps,
+      DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+}
+
+def Mapp_SGDOp : Mapp_UpdateOp<"sgd"> {
+  let summary = "SGD with momentum (torch.optim.SGD)";
+  let arguments = (ins FlatSymbolRefAttr:$param, Mapp_FloatTensor:$grad,
+      Optional<Mapp_Scalar>:$norm,
+      F64Attr:$lr, DefaultValuedAttr<F64Attr, "0.0">:$momentum,
+      DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
+      DefaultValuedAttr<F64Attr, "0.0">:$max_norm,
+      DefaultValuedStrAttr<StrAttr, "constant">:$schedule,
+      DefaultValuedAttr<I64Attr, "0">:$warmup,
+      DefaultValuedAttr<I64Attr, "0">:$total_steps,
+      DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+}
+
+//===----------------------------------------------------------------------===//
+// Compute
+//===----------------------------------------------------------------------===//
+
+def Mapp_EmbeddingOp : Mapp_DiffOp<"embedding"> {
+  let summary = "row lookup: y[i] = table[ids[i]]";
+  let arguments = (ins Mapp_FloatTensor:$table, Mapp_IndexTensor:$ids);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$table `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_EmbeddingGradOp : Mapp_ComputeOp<"embedding_grad"> {
+  let summary = "scatter-add of row gradients into a [vocab, hidden] table";
+  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_IndexTensor:$ids, I64Attr:$vocab);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$dy `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_LinearOp : Mapp_DiffOp<"linear"> {
+  let summary = "y = x·wᵀ (+ b), weight in nn.Linear's [out, in] layout";
+  let arguments = (ins Mapp_FloatTensor:$x, Mapp_FloatTensor:$w,
+                       Optional<Mapp_FloatTensor>:$bias);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $w (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mapp_MatmulOp : Mapp_DiffOp<"matmul"> {
+  let summary = "(batched) matrix product with transpose flags";
+  let description = [{
+    `a` is [..., M, K] ([..., K, M] with `transpose_a`); `b` is [K, N] or
+    batched with the same leading dims as `a` ([N, K] / [..., N, K] with
+    `transpose_b`). The result is [..., M, N].
+  }];
+  let arguments = (ins Mapp_FloatTensor:$a, Mapp_FloatTensor:$b,
+                       UnitAttr:$transpose_a, UnitAttr:$transpose_b);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$a `,` $b attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_ReduceSumOp : Mapp_ComputeOp<"reduce_sum"> {
+  let summary = "sum over the listed dims, which are removed";
+  let arguments = (ins Mapp_FloatTensor:$x, DenseI64ArrayAttr:$dims);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+class Mapp_BinaryOp<string mnemonic> : Mapp_DiffOp<mnemonic> {
+  let description = [{
+    `rhs`'s shape must be a suffix of `lhs`'s (trailing broadcast); the
+    result has `lhs`'s type.
+  }];
+  let arguments = (ins Mapp_FloatTensor:$lhs, Mapp_FloatTensor:$rhs);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_AddOp : Mapp_BinaryOp<"add"> { let summary = "elementwise sum"; }
+def Mapp_MulOp : Mapp_BinaryOp<"mul"> { let summary = "elementwise product"; }
+
+def Mapp_ScaleOp : Mapp_UnaryOp<"scale"> {
+  let summary = "y = factor·x";
+  let arguments = (ins Mapp_FloatTensor:$x, F64Attr:$factor);
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Mapp_GeluOp : Mapp_UnaryOp<"gelu"> {
+  let summary = "GELU, exact (erf) or tanh-approximated as in F.gelu";
+  let arguments = (ins Mapp_FloatTensor:$x,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let hasVerifier = 1;
+}
+
+def Mapp_SiluOp : Mapp_UnaryOp<"silu"> { let summary = "x·sigmoid(x)"; }
+
+class Mapp_ActGradOp<string mnemonic> : Mapp_ComputeOp<mnemonic,
+    [SameOperandsAndResultType]> {
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$dy `,` $x attr-dict `:` type($x)";
+}
+
+def Mapp_GeluGradOp : Mapp_ActGradOp<"gelu_grad"> {
+  let summary = "dx = dy·gelu'(x)";
+  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_FloatTensor:$x,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+}
+
+def Mapp_SiluGradOp : Mapp_ActGradOp<"silu_grad"> {
+  let summary = "dx = dy·silu'(x)";
+  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_FloatTensor:$x);
+}
+
+def Mapp_LayerNormOp : Mapp_DiffOp<"layer_norm"> {
+  let summary = "layer normalization over the last dim";
+  let arguments = (ins Mapp_FloatTensor:$x, Mapp_FloatTensor:$gamma,
+                       Mapp_FloatTensor:$beta,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $gamma `,` $beta attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_LayerNormGradOp : Mapp_ComputeOp<"layer_norm_grad"> {
+  let summary = "gradients of layer_norm (recomputes its statistics)";
+  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_FloatTensor:$x,
+                       Mapp_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps);
+  let results = (outs Mapp_FloatTensor:$dx, Mapp_FloatTensor:$dgamma,
+                      Mapp_FloatTensor:$dbeta);
+  let assemblyFormat = "$dy `,` $x `,` $gamma attr-dict `:` functional-type(operands, results)";
+}
+
+def Mapp_RMSNormOp : Mapp_DiffOp<"rms_norm"> {
+  let summary = "RMS normalization over the last dim";
+  let arguments = (ins Mapp_FloatTensor:$x, Mapp_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $gamma attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_RMSNormGradOp : Mapp_ComputeOp<"rms_norm_grad"> {
+  let summary = "gradients of rms_norm";
+  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_FloatTensor:$x,
+                       Mapp_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps);
+  let results = (outs Mapp_FloatTensor:$dx, Mapp_FloatTensor:$dgamma);
+  let assemblyFormat = "$dy `,` $x `,` $gamma attr-dict `:` functional-type(operands, results)";
+}
+
+def Mapp_SoftmaxOp : Mapp_UnaryOp<"softmax"> {
+  let summary = "softmax over the last dim";
+}
+
+def Mapp_SoftmaxGradOp : Mapp_ComputeOp<"softmax_grad", [SameOperandsAndResultType]> {
+  let summary = "dx = y·(dy − Σ dy·y) from the softmax output y";
+  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_FloatTensor:$y);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$dy `,` $y attr-dict `:` type($y)";
+}
+
+def Mapp_AttentionOp : Mapp_DiffOp<"attention"> {
+  let summary = "fused multi-head (causal) attention";
+  let description = [{
+    q, k, v are [B, T, H]; `heads` splits H into heads of D = H/heads.
+    Per head: softmax(scale·q·kᵀ + causal mask)·v. With `rotary`, q and k are
+    rotated first (rotate-half form, base `rotary_base`).
+  }];
+  let arguments = (ins Mapp_FloatTensor:$q, Mapp_FloatTensor:$k,
+                       Mapp_FloatTensor:$v, I64Attr:$heads, F64Attr:$scale,
+                       UnitAttr:$causal, UnitAttr:$rotary,
+                       DefaultValuedAttr<F64Attr, "10000.0">:$rotary_base);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_AttentionGradOp : Mapp_ComputeOp<"attention_grad"> {
+  let summary = "gradients of attention (recomputes the probabilities)";
+  let arguments = (ins Mapp_FloatTensor:$dout, Mapp_FloatTensor:$q,
+                       Mapp_FloatTensor:$k, Mapp_FloatTensor:$v,
+                       I64Attr:$heads, F64Attr:$scale, UnitAttr:$causal,
+                       UnitAttr:$rotary,
+                       DefaultValuedAttr<F64Attr, "10000.0">:$rotary_base);
+  let results = (outs Mapp_FloatTensor:$dq, Mapp_FloatTensor:$dk,
+                      Mapp_FloatTensor:$dv);
+  let assemblyFormat = "$dout `,` $q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+}
+
+def Mapp_DropoutOp : Mapp_UnaryOp<"dropout"> {
+  let summary = "seeded dropout (counter-based mask, see docs/semantics.md)";
+  let arguments = (ins Mapp_FloatTensor:$x, F64Attr:$p, I64Attr:$seed);
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Mapp_DropoutGradOp : Mapp_ComputeOp<"dropout_grad", [SameOperandsAndResultType]> {
+  let summary = "applies the forward dropout's mask to the gradient";
+  let arguments = (ins Mapp_FloatTensor:$dy, F64Attr:$p, I64Attr:$seed);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$dy attr-dict `:` type($dy)";
+}
+
+def Mapp_CrossEntropyOp : Mapp_DiffOp<"cross_entropy"> {
+  let summary = "mean next-token cross-entropy over non-ignored rows";
+  let arguments = (ins Mapp_FloatTensor:$logits, Mapp_IndexTensor:$targets,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs Mapp_Scalar:$result);
+  let assemblyFormat = "$logits `,` $targets attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_CrossEntropyGradOp : Mapp_ComputeOp<"cross_entropy_grad"> {
+  let summary = "dlogits = dloss·(softmax − onehot)/count";
+  let arguments = (ins Mapp_Scalar:$dloss, Mapp_FloatTensor:$logits,
+                       Mapp_IndexTensor:$targets,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$dloss `,` $logits `,` $targets attr-dict `:` functional-type(operands, results)";
+}
+
+def Mapp_ReshapeOp : Mapp_DiffOp<"reshape"> {
+  let summary = "same elements, new shape (row-major)";
+  let arguments = (ins Mapp_FloatTensor:$x);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Mapp_TransposeOp : Mapp_DiffOp<"transpose"> {
+  let summary = "permute dims (x.permute(perm))";
+  let arguments = (ins Mapp_FloatTensor:$x, DenseI64ArrayAttr:$perm);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Mapp_SliceOp : Mapp_DiffOp<"slice"> {
+  let summary = "x.narrow(dim, start, end − start)";
+  let arguments = (ins Mapp_FloatTensor:$x, I64Attr:$dim, I64Attr:$start,
+                       I64Attr:$end);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Mapp_SliceGradOp : Mapp_ComputeOp<"slice_grad"> {
+  let summary = "zeros of the result type with dy written at [start, start+len) of dim";
+  let arguments = (ins Mapp_FloatTensor:$dy, I64Attr:$dim, I64Attr:$start);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$dy attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_ConcatOp : Mapp_DiffOp<"concat"> {
+  let summary = "torch.cat along dim";
+  let arguments = (ins Variadic<Mapp_FloatTensor>:$inputs, I64Attr:$dim);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_FillOp : Mapp_ComputeOp<"fill"> {
+  let summary = "a tensor with every element equal to value";
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Communication
+//===----------------------------------------------------------------------===//
+
+class Mapp_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : Mapp_Op<mnemonic, !listconcat(traits, [
+        MemoryEffects<[MemRead, MemWrite]>,
+        DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>])> {
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The parallel group ("tp", "dp", "pp", "ep") or "" when explicit ranks.
+    ::llvm::StringRef getGroupName() {
+      return getGroup() ? *getGroup() : ::llvm::StringRef();
+    }
+  }];
+}
+
+def Mapp_AllReduceOp : Mapp_CollectiveOp<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "reduce over a group, every member gets the result";
+  let description = [{
+    `group` names a parallel group of the rank's coordinates ("tp", "dp",
+    "pp", "ep"); alternatively `ranks` lists the members explicitly.
+  }];
+  let arguments = (ins Mapp_FloatTensor:$x, OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks,
+                       DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+  let results = (outs Mapp_FloatTensor:$result);
+}
+
+def Mapp_AllGatherOp : Mapp_CollectiveOp<"all_gather"> {
+  let summary = "concatenate every member's tensor along dim";
+  let arguments = (ins Mapp_FloatTensor:$x, OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks, I64Attr:$dim);
+  let results = (outs Mapp_FloatTensor:$result);
+}
+
+def Mapp_ReduceScatterOp : Mapp_CollectiveOp<"reduce_scatter"> {
+  let summary = "sum over the group, each member keeps its slice along dim";
+  let arguments = (ins Mapp_FloatTensor:$x, OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks, I64Attr:$dim);
+  let results = (outs Mapp_FloatTensor:$result);
+}
+
+def Mapp_AllToAllOp : Mapp_CollectiveOp<"all_to_all"> {
+  let summary = "split along split_dim, exchange, concatenate along concat_dim";
+  let arguments = (ins Mapp_FloatTensor:$x, OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks,
+                       I64Attr:$split_dim, I64Attr:$concat_dim);
+  let results = (outs Mapp_FloatTensor:$result);
+}
+
+def Mapp_SendOp : Mapp_Op<"send", [MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>]> {
+  let summary = "send a tensor to a peer rank";
+  let arguments = (ins Mapp_FloatTensor:$x, I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat = "$x `to` $peer `tag` $tag attr-dict `:` type($x)";
+  let hasVerifier = 1;
+}
+
+def Mapp_RecvOp : Mapp_Op<"recv", [MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>]> {
+  let summary = "receive a tensor from a peer rank";
+  let arguments = (ins I64Attr:$peer, I64Attr:$tag);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "`from` $peer `tag` $tag attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+def Mapp_YieldOp : Mapp_Op<"yield", [Pure, Terminator, ReturnLike,
+    ParentOneOf<["StageOp"]>]> {
+  let summary = "values a stage region hands to its parent";
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
+  let builders = [OpBuilder<(ins), [{ build($_builder, $_state, {}); }]>];
+}
+
+def Mapp_StageOp : Mapp_Op<"stage", [SingleBlockImplicitTerminator<"YieldOp">,
+    RecursiveMemoryEffects]> {
+  let summary = "the ops of one pipeline stage and virtual chunk";
+  let description = [{
+    A region holding the ops that run on pipeline stage `stage` as virtual
+    chunk `chunk`. Values leave the region through `mapp.yield`; values that
+    cross stages travel by explicit send/recv once the pipeline is lowered.
+  }];
+  let arguments = (ins I64Attr:$stage, DefaultValuedAttr<I64Attr, "0">:$chunk);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$stage `chunk` $chunk attr-dict-with-keyword (`:` type($results)^)? $body";
+  let hasVerifier = 1;
+}
+
+def Mapp_SubgraphOp : Mapp_Op<"subgraph", [Symbol, IsolatedFromAbove,
+    NoTerminator, SingleBlock, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a placed forward or backward subgraph (MegaFBD)";
+  let description = [{
+    The forward or backward of one stage as a separately placed program:
+    `phase` is "forward" or "backward"; `placement` gives its virtual rank,
+    device and its own parallel degrees. All traffic in and out is explicit
+    send/recv, so the region is isolated from above.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$phase,
+                       I64Attr:$stage, Mapp_PlacementAttr:$placement);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name $phase `stage` $stage `at` $placement attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+def Mapp_ScheduleOp : Mapp_Op<"schedule", [HasParent<"::mlir::ModuleOp">]> {
+  let summary = "per-rank pipeline task tables";
+  let description = [{
+    `tables[r]` is the ordered list of tasks pipeline rank r runs in one
+    step. Each (kind, chunk, microbatch) appears exactly once per rank for
+    forward and once for backward (or once each for backward-input and
+    backward-weight when the backward is split).
+  }];
+  let arguments = (ins StrAttr:$kind, I64Attr:$microbatches, I64Attr:$chunks,
+                       TypedArrayAttrBase<ArrayAttr, "per-rank task lists">:$tables);
+  let assemblyFormat = "$kind attr-dict";
+  let hasVerifier = 1;
+}
+
+#endif // MAPP_OPS_TD

@@ -1,0 +1,14 @@
+#ifndef MAPP_TRANSFORMS_PASSES_H
+#define MAPP_TRANSFORMS_PASSES_H
+
+#include "mlir/Pass/Pass.h"
+
+namespace mapp {
+#define GEN_PASS_DECL
+#include "mapp/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "mapp/Transforms/Passes.h.inc"
+} // namespace mapp
+
+#endif

@@ -1,0 +1,97 @@
+#ifndef MAPP_TRANSFORMS_PASSES_TD
+#define MAPP_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+//===----------------------------------------------------------------------===//
+// Train
+//===----------------------------------------------------------------------===//
+
+def MappAutodiff : Pass<"mapp-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Reverse-mode differentiation of the forward graph";
+  let description = [{
+    Differentiates `func.func @forward(tokens, targets) -> loss` through the
+    gradient interface and splits the result into two functions:
+
+    * `@train_forward(tokens, targets) -> (loss, saved...)` — the forward,
+      returning every activation the backward needs (the saved activations
+      are explicit in the signature);
+    * `@train_backward(saved...)` — the backward, seeded with
+      d(loss) = `loss-scale`, ending in one `mapp.grad_accumulate` per
+      parameter (fan-out and tied weights are summed first).
+
+    Parameter reads and constants are re-materialized in the backward rather
+    than saved. Ops producing weight gradients carry `mapp.wgrad` so the
+    backward can later be split into input- and weight-gradient parts.
+    An op on the differentiated path without a gradient rule is an error
+    naming that op.
+  }];
+  let options = [
+    Option<"lossScale", "loss-scale", "double", "1.0",
+           "Gradient seed d(loss); 1/num_microbatches averages microbatches">,
+    Option<"entry", "entry", "std::string", "\"forward\"",
+           "Name of the forward function to differentiate">,
+  ];
+}
+
+def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
+  let summary = "Optimizer step over every parameter's accumulated gradient";
+  let description = [{
+    Adds `func.func @optimizer_step()` that reads each parameter's gradient
+    (`mapp.grad_ref`), optionally computes the global gradient norm for
+    clipping (`max-grad-norm` > 0), and applies AdamW (decoupled weight
+    decay) or SGD with momentum, with a constant or warmup+cosine learning
+    rate schedule. Runs once per step, after every microbatch's backward.
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
+           "adamw | sgd">,
+    Option<"lr", "lr", "double", "3.0e-4", "Peak learning rate">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", "1.0e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.01",
+           "Decoupled (AdamW) or L2 (SGD) weight decay">,
+    Option<"skipDecay1d", "skip-decay-1d", "bool", "false",
+           "No weight decay on 1-d parameters (biases, norm gains), as Megatron">,
+    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"maxGradNorm", "max-grad-norm", "double", "0.0",
+           "Global-norm gradient clipping threshold (0 = off)">,
+    Option<"schedule", "lr-schedule", "std::string", "\"constant\"",
+           "constant | cosine (linear warmup, cosine decay to min-lr)">,
+    Option<"warmup", "warmup", "int64_t", "0", "Warmup steps">,
+    Option<"totalSteps", "total-steps", "int64_t", "0",
+           "Steps of the cosine schedule">,
+    Option<"minLr", "min-lr", "double", "0.0", "Final learning rate (cosine)">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Runtime
+//===----------------------------------------------------------------------===//
+
+def MappPlanMemory : Pass<"mapp-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Liveness, buffer reuse and the peak-memory report per rank";
+  let description = [{
+    Plans every pipeline stage's memory: activations live in one arena per
+    in-flight microbatch (slots from the schedule table), placed greedily by
+    size so values whose live ranges do not overlap share bytes; parameters,
+    gradients and optimizer state live in a persistent pool. Emits a remark
+    per stage (peak = persistent + slots × arena, and the arena without
+    reuse) and records `mapp.memory` on the module. The plan writer uses the
+    same analysis, so the report is what the runtime allocates.
+  }];
+}
+
+def MappLowerToPlan : Pass<"mapp-lower-to-plan", "::mlir::ModuleOp"> {
+  let summary = "Check the module lowers to per-rank plan programs";
+  let description = [{
+    Builds the per-rank instruction streams (kernel, operand buffers,
+    attributes), parameters by name and schedule tables exactly as
+    `mapp-translate --mapp-to-plan` serializes them, reporting anything that
+    cannot be lowered as a located error, and records a `mapp.plan` summary
+    (world size, instructions per rank) on the module.
+  }];
+}
+
+#endif // MAPP_TRANSFORMS_PASSES_TD

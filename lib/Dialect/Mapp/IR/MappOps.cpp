@@ -1,0 +1,642 @@
+// Verifiers, symbol checks and folders of the mapp ops.
+#include "mapp/Dialect/Mapp/IR/MappOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace mapp;
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+static Type elementOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+static std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  llvm::interleave(
+      shape, [&](int64_t d) { s += std::to_string(d); }, [&] { s += ","; });
+  return s + "]";
+}
+
+/// Operands and results named in `values` must share one element type.
+static LogicalResult sameElementType(Operation *op, ValueRange values) {
+  Type first;
+  for (Value v : values) {
+    Type t = elementOf(v);
+    if (first && t != first)
+      return op->emitOpError("expects one element type for its float tensors, "
+                             "got ")
+             << first << " and " << t;
+    first = t;
+  }
+  return success();
+}
+
+static LogicalResult verifyNormParam(Operation *op, Value x, Value param,
+                                     StringRef what) {
+  ArrayRef<int64_t> xs = shapeOf(x), ps = shapeOf(param);
+  if (xs.empty() || ps.size() != 1 || ps[0] != xs.back())
+    return op->emitOpError() << what << " must be [" << (xs.empty() ? 0 : xs.back())
+                             << "] to match the last dim of x, got "
+                             << shapeStr(ps);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  if (getSymName().empty())
+    return emitOpError("parameter name must not be empty");
+  StringRef init = getInit();
+  if (init != "normal" && init != "ones" && init != "zeros")
+    return emitOpError("init must be \"normal\", \"ones\" or \"zeros\", got \"")
+           << init << "\"";
+  if (auto std = getStdAttr(); std && std.getValueAsDouble() < 0)
+    return emitOpError("std must be >= 0");
+  if (!cast<RankedTensorType>(getType()).hasStaticShape())
+    return emitOpError("parameter shape must be static");
+  return success();
+}
+
+/// Resolves `ref` to a mapp.param and checks its type against `expected`.
+static LogicalResult verifyParamUse(Operation *op, FlatSymbolRefAttr ref,
+                                    Type expected,
+                                    SymbolTableCollection &tables) {
+  auto param = tables.lookupNearestSymbolFrom<ParamOp>(op, ref.getAttr());
+  if (!param)
+    return op->emitOpError("refers to unknown parameter ") << ref;
+  if (param.getType() != expected)
+    return op->emitOpError("type ")
+           << expected << " does not match parameter " << ref << " of type "
+           << param.getType();
+  return success();
+}
+
+LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyParamUse(*this, getParamAttr(), getType(), tables);
+}
+LogicalResult GradAccumulateOp::verifySymbolUses(SymbolTableCollection &t) {
+  return verifyParamUse(*this, getParamAttr(), getGrad().getType(), t);
+}
+LogicalResult GradRefOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyParamUse(*this, getParamAttr(), getType(), tables);
+}
+LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyParamUse(*this, getParamAttr(), getGrad().getType(), tables);
+}
+LogicalResult SGDOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyParamUse(*this, getParamAttr(), getGrad().getType(), tables);
+}
+
+LogicalResult GlobalNormOp::verify() {
+  if (getGrads().empty())
+    return emitOpError("needs at least one gradient");
+  return success();
+}
+
+static LogicalResult verifySchedule(Operation *op, double lr, StringRef kind,
+                                    int64_t warmup, int64_t total,
+                                    double maxNorm, bool hasNorm) {
+  if (!(lr >= 0))
+    return op->emitOpError("lr must be >= 0");
+  if (kind != "constant" && kind != "cosine")
+    return op->emitOpError("schedule must be \"constant\" or \"cosine\", got \"")
+           << kind << "\"";
+  if (warmup < 0 || total < 0)
+    return op->emitOpError("warmup and total_steps must be >= 0");
+  if (kind == "cosine" && total <= warmup)
+    return op->emitOpError("cosine schedule needs total_steps (")
+           << total << ") > warmup (" << warmup << ")";
+  if (maxNorm < 0)
+    return op->emitOpError("max_norm must be >= 0");
+  if (hasNorm != (maxNorm > 0))
+    return op->emitOpError("a clip operand and max_norm > 0 go together");
+  return success();
+}
+
+LogicalResult AdamWOp::verify() {
+  double b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble();
+  if (b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
+    return emitOpError("betas must be in [0, 1)");
+  if (getEps().convertToDouble() <= 0)
+    return emitOpError("eps must be > 0");
+  if (getWeightDecay().convertToDouble() < 0)
+    return emitOpError("weight_decay must be >= 0");
+  return verifySchedule(*this, getLr().convertToDouble(), getSchedule(),
+                        getWarmupAttr().getInt(), getTotalStepsAttr().getInt(),
+                        getMaxNorm().convertToDouble(), !!getNorm());
+}
+
+LogicalResult SGDOp::verify() {
+  if (getMomentum().convertToDouble() < 0)
+    return emitOpError("momentum must be >= 0");
+  if (getWeightDecay().convertToDouble() < 0)
+    return emitOpError("weight_decay must be >= 0");
+  return verifySchedule(*this, getLr().convertToDouble(), getSchedule(),
+                        getWarmupAttr().getInt(), getTotalStepsAttr().getInt(),
+                        getMaxNorm().convertToDouble(), !!getNorm());
+}
+
+//===----------------------------------------------------------------------===//
+// Compute
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  ArrayRef<int64_t> t = shapeOf(getTable()), ids = shapeOf(getIds()),
+                    r = shapeOf(getResult());
+  if (t.size() != 2)
+    return emitOpError("table must be [vocab, hidden], got ") << shapeStr(t);
+  SmallVector<int64_t> expected(ids.begin(), ids.end());
+  expected.push_back(t[1]);
+  if (r != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ")
+           << shapeStr(expected) << " (ids shape + hidden), got " << shapeStr(r);
+  return sameElementType(*this, {getTable(), getResult()});
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  ArrayRef<int64_t> dy = shapeOf(getDy()), ids = shapeOf(getIds()),
+                    r = shapeOf(getResult());
+  if (dy.size() != ids.size() + 1 || dy.drop_back() != ids)
+    return emitOpError("dy must be ids shape + [hidden], got ")
+           << shapeStr(dy) << " for ids " << shapeStr(ids);
+  if (getVocabAttr().getInt() <= 0)
+    return emitOpError("vocab must be > 0");
+  if (r.size() != 2 || r[0] != getVocabAttr().getInt() || r[1] != dy.back())
+    return emitOpError("result must be [vocab, hidden] = [")
+           << getVocabAttr().getInt() << "," << dy.back() << "], got "
+           << shapeStr(r);
+  return sameElementType(*this, {getDy(), getResult()});
+}
+
+LogicalResult LinearOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX()), w = shapeOf(getW()),
+                    r = shapeOf(getResult());
+  if (w.size() != 2)
+    return emitOpError("weight must be [out, in], got ") << shapeStr(w);
+  if (x.empty() || x.back() != w[1])
+    return emitOpError("x's last dim must equal weight's in-features ")
+           << w[1] << ", got x " << shapeStr(x);
+  SmallVector<int64_t> expected(x.begin(), x.end());
+  expected.back() = w[0];
+  if (r != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected) << ", got "
+                                          << shapeStr(r);
+  if (getBias()) {
+    ArrayRef<int64_t> b = shapeOf(getBias());
+    if (b.size() != 1 || b[0] != w[0])
+      return emitOpError("bias must be [") << w[0] << "], got " << shapeStr(b);
+  }
+  return sameElementType(*this, getOperation()->getOperands());
+}
+
+LogicalResult MatmulOp::verify() {
+  ArrayRef<int64_t> a = shapeOf(getA()), b = shapeOf(getB()),
+                    r = shapeOf(getResult());
+  if (a.size() < 2 || b.size() < 2)
+    return emitOpError("operands must have rank >= 2");
+  if (b.size() != 2 && b.size() != a.size())
+    return emitOpError("b must be 2-d or batched like a (rank ")
+           << a.size() << "), got rank " << b.size();
+  if (b.size() == a.size() && a.drop_back(2) != b.drop_back(2))
+    return emitOpError("batch dims differ: ")
+           << shapeStr(a.drop_back(2)) << " vs " << shapeStr(b.drop_back(2));
+  int64_t m = getTransposeA() ? a.back() : a[a.size() - 2];
+  int64_t ka = getTransposeA() ? a[a.size() - 2] : a.back();
+  int64_t kb = getTransposeB() ? b.back() : b[b.size() - 2];
+  int64_t n = getTransposeB() ? b[b.size() - 2] : b.back();
+  if (ka != kb)
+    return emitOpError("contraction dims differ: ") << ka << " vs " << kb;
+  SmallVector<int64_t> expected(a.drop_back(2));
+  expected.append({m, n});
+  if (r != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected) << ", got "
+                                          << shapeStr(r);
+  return sameElementType(*this, getOperation()->getOperands());
+}
+
+LogicalResult ReduceSumOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX());
+  ArrayRef<int64_t> dims = getDims();
+  SmallVector<int64_t> expected;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0 || dims[i] >= (int64_t)x.size())
+      return emitOpError("dim ") << dims[i] << " out of range for rank "
+                                 << x.size();
+    if (i && dims[i] <= dims[i - 1])
+      return emitOpError("dims must be sorted and unique");
+  }
+  for (int64_t i = 0; i < (int64_t)x.size(); ++i)
+    if (!llvm::is_contained(dims, i))
+      expected.push_back(x[i]);
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected) << ", got "
+                                          << shapeStr(shapeOf(getResult()));
+  return success();
+}
+
+OpFoldResult ReduceSumOp::fold(FoldAdaptor) {
+  if (getDims().empty() && getX().getType() == getType())
+    return getX();
+  return {};
+}
+
+static LogicalResult verifyBroadcast(Operation *op, Value lhs, Value rhs,
+                                     Value result) {
+  ArrayRef<int64_t> l = shapeOf(lhs), r = shapeOf(rhs);
+  if (r.size() > l.size() || l.take_back(r.size()) != r)
+    return op->emitOpError("rhs shape ")
+           << shapeStr(r) << " must be a suffix of lhs shape " << shapeStr(l);
+  if (result.getType() != lhs.getType())
+    return op->emitOpError("result type must equal lhs type ")
+           << lhs.getType();
+  return sameElementType(op, {lhs, rhs});
+}
+
+LogicalResult AddOp::verify() {
+  return verifyBroadcast(*this, getLhs(), getRhs(), getResult());
+}
+LogicalResult MulOp::verify() {
+  return verifyBroadcast(*this, getLhs(), getRhs(), getResult());
+}
+
+OpFoldResult ScaleOp::fold(FoldAdaptor) {
+  if (getFactor().convertToDouble() == 1.0)
+    return getX();
+  return {};
+}
+
+namespace {
+/// scale(scale(x, a), b) -> scale(x, a*b).
+struct FoldScaleChain : OpRewritePattern<ScaleOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ScaleOp op,
+                                PatternRewriter &rewriter) const override {
+    auto inner = op.getX().getDefiningOp<ScaleOp>();
+    if (!inner)
+      return failure();
+    double factor =
+        op.getFactor().convertToDouble() * inner.getFactor().convertToDouble();
+    rewriter.replaceOpWithNewOp<ScaleOp>(op, op.getType(), inner.getX(),
+                                         rewriter.getF64FloatAttr(factor));
+    return success();
+  }
+};
+} // namespace
+
+void ScaleOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                          MLIRContext *context) {
+  results.add<FoldScaleChain>(context);
+}
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError("approximate must be \"none\" or \"tanh\", got \"")
+           << getApproximate() << "\"";
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  if (getEps().convertToDouble() <= 0)
+    return emitOpError("eps must be > 0");
+  if (getResult().getType() != getX().getType())
+    return emitOpError("result type must equal x's type");
+  if (failed(verifyNormParam(*this, getX(), getGamma(), "gamma")) ||
+      failed(verifyNormParam(*this, getX(), getBeta(), "beta")))
+    return failure();
+  return sameElementType(*this, getOperation()->getOperands());
+}
+
+LogicalResult RMSNormOp::verify() {
+  if (getEps().convertToDouble() <= 0)
+    return emitOpError("eps must be > 0");
+  if (getResult().getType() != getX().getType())
+    return emitOpError("result type must equal x's type");
+  if (failed(verifyNormParam(*this, getX(), getGamma(), "gamma")))
+    return failure();
+  return sameElementType(*this, getOperation()->getOperands());
+}
+
+LogicalResult AttentionOp::verify() {
+  ArrayRef<int64_t> q = shapeOf(getQ());
+  if (q.size() != 3)
+    return emitOpError("q must be [batch, seq, hidden], got ") << shapeStr(q);
+  if (shapeOf(getK()) != q || shapeOf(getV()) != q ||
+      getResult().getType() != getQ().getType())
+    return emitOpError("q, k, v and the result must have one type");
+  int64_t heads = getHeadsAttr().getInt();
+  if (heads <= 0 || q[2] % heads != 0)
+    return emitOpError("heads (")
+           << heads << ") must be > 0 and divide hidden (" << q[2] << ")";
+  if (getRotary() && (q[2] / heads) % 2 != 0)
+    return emitOpError("rotary needs an even head dim, got ") << q[2] / heads;
+  if (getScale().convertToDouble() <= 0)
+    return emitOpError("scale must be > 0");
+  return success();
+}
+
+LogicalResult DropoutOp::verify() {
+  double p = getP().convertToDouble();
+  if (!(p >= 0 && p < 1))
+    return emitOpError("p must be in [0, 1), got ") << p;
+  return success();
+}
+
+OpFoldResult DropoutOp::fold(FoldAdaptor) {
+  if (getP().convertToDouble() == 0.0)
+    return getX();
+  return {};
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  ArrayRef<int64_t> l = shapeOf(getLogits()), t = shapeOf(getTargets());
+  if (l.size() != t.size() + 1 || l.drop_back() != t)
+    return emitOpError("logits must be targets shape + [vocab], got ")
+           << shapeStr(l) << " for targets " << shapeStr(t);
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  auto in = cast<RankedTensorType>(getX().getType());
+  auto out = cast<RankedTensorType>(getType());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("cannot change the element type");
+  if (in.hasStaticShape() && out.hasStaticShape() &&
+      in.getNumElements() != out.getNumElements())
+    return emitOpError("element count changes from ")
+           << in.getNumElements() << " to " << out.getNumElements();
+  return success();
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor) {
+  if (getX().getType() == getType())
+    return getX();
+  // reshape(reshape(x)) -> reshape(x): only the final shape matters.
+  if (auto inner = getX().getDefiningOp<ReshapeOp>()) {
+    getXMutable().assign(inner.getX());
+    return getResult();
+  }
+  return {};
+}
+
+LogicalResult TransposeOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX()), perm = getPerm();
+  if (perm.size() != x.size())
+    return emitOpError("perm has ") << perm.size() << " entries for rank "
+                                    << x.size();
+  SmallVector<int64_t> expected;
+  llvm::SmallDenseSet<int64_t> seen;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= (int64_t)x.size() || !seen.insert(p).second)
+      return emitOpError("perm must be a permutation of 0..") << x.size() - 1;
+    expected.push_back(x[p]);
+  }
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected) << ", got "
+                                          << shapeStr(shapeOf(getResult()));
+  return success();
+}
+
+OpFoldResult TransposeOp::fold(FoldAdaptor) {
+  ArrayRef<int64_t> perm = getPerm();
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i)
+    identity &= perm[i] == (int64_t)i;
+  if (identity)
+    return getX();
+  // transpose(transpose(x, p1), p2) -> transpose(x, p1∘p2).
+  if (auto inner = getX().getDefiningOp<TransposeOp>()) {
+    ArrayRef<int64_t> p1 = inner.getPerm();
+    SmallVector<int64_t> composed;
+    for (int64_t p : perm)
+      composed.push_back(p1[p]);
+    getXMutable().assign(inner.getX());
+    setPerm(composed);
+    return getResult();
+  }
+  return {};
+}
+
+static LogicalResult verifySliceLike(Operation *op, ArrayRef<int64_t> full,
+                                     ArrayRef<int64_t> part, int64_t dim,
+                                     int64_t start, int64_t end) {
+  if (dim < 0 || dim >= (int64_t)full.size())
+    return op->emitOpError("dim ") << dim << " out of range for rank "
+                                   << full.size();
+  if (start < 0 || end > full[dim] || start >= end)
+    return op->emitOpError("range [")
+           << start << ", " << end << ") is empty or outside [0, " << full[dim]
+           << ")";
+  SmallVector<int64_t> expected(full.begin(), full.end());
+  expected[dim] = end - start;
+  if (part != ArrayRef<int64_t>(expected))
+    return op->emitOpError("slice shape must be ")
+           << shapeStr(expected) << ", got " << shapeStr(part);
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  return verifySliceLike(*this, shapeOf(getX()), shapeOf(getResult()),
+                         getDimAttr().getInt(), getStartAttr().getInt(),
+                         getEndAttr().getInt());
+}
+
+OpFoldResult SliceOp::fold(FoldAdaptor) {
+  if (getX().getType() == getType())
+    return getX();
+  return {};
+}
+
+LogicalResult SliceGradOp::verify() {
+  ArrayRef<int64_t> dy = shapeOf(getDy());
+  int64_t dim = getDimAttr().getInt();
+  if (dim < 0 || dim >= (int64_t)dy.size())
+    return emitOpError("dim ") << dim << " out of range for rank " << dy.size();
+  return verifySliceLike(*this, shapeOf(getResult()), dy, dim,
+                         getStartAttr().getInt(),
+                         getStartAttr().getInt() + dy[dim]);
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one input");
+  ArrayRef<int64_t> first = shapeOf(getInputs()[0]);
+  int64_t dim = getDimAttr().getInt();
+  if (dim < 0 || dim >= (int64_t)first.size())
+    return emitOpError("dim ") << dim << " out of range for rank "
+                               << first.size();
+  SmallVector<int64_t> expected(first.begin(), first.end());
+  expected[dim] = 0;
+  for (Value in : getInputs()) {
+    ArrayRef<int64_t> s = shapeOf(in);
+    if (s.size() != first.size())
+      return emitOpError("inputs must share one rank");
+    for (size_t i = 0; i < s.size(); ++i)
+      if ((int64_t)i != dim && s[i] != first[i])
+        return emitOpError("inputs differ outside dim ") << dim;
+    expected[dim] += s[dim];
+  }
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected) << ", got "
+                                          << shapeStr(shapeOf(getResult()));
+  return sameElementType(*this, getOperation()->getOperands());
+}
+
+//===----------------------------------------------------------------------===//
+// Communication
+//===----------------------------------------------------------------------===//
+
+template <typename OpT>
+static LogicalResult verifyGroup(OpT op) {
+  bool hasGroup = !!op.getGroup(), hasRanks = !!op.getRanks();
+  if (hasGroup == hasRanks)
+    return op.emitOpError("needs exactly one of `group` or `ranks`");
+  if (hasGroup) {
+    StringRef g = *op.getGroup();
+    if (g != "tp" && g != "dp" && g != "pp" && g != "ep")
+      return op.emitOpError("group must be tp, dp, pp or ep, got \"")
+             << g << "\"";
+    return success();
+  }
+  ArrayRef<int64_t> ranks = *op.getRanks();
+  llvm::SmallDenseSet<int64_t> seen;
+  if (ranks.empty())
+    return op.emitOpError("ranks must not be empty");
+  for (int64_t r : ranks)
+    if (r < 0 || !seen.insert(r).second)
+      return op.emitOpError("ranks must be distinct and >= 0");
+  return success();
+}
+
+/// all_gather grows `dim` by the group size; reduce_scatter shrinks it.
+static LogicalResult verifyGatherShape(Operation *op, Value small, Value big,
+                                       int64_t dim,
+                                       std::optional<ArrayRef<int64_t>> ranks) {
+  ArrayRef<int64_t> s = shapeOf(small), b = shapeOf(big);
+  if (dim < 0 || dim >= (int64_t)s.size() || s.size() != b.size())
+    return op->emitOpError("dim ") << dim << " out of range or ranks differ";
+  for (size_t i = 0; i < s.size(); ++i)
+    if ((int64_t)i != dim && s[i] != b[i])
+      return op->emitOpError("shapes may differ only along dim ") << dim;
+  if (s[dim] <= 0 || b[dim] % s[dim] != 0)
+    return op->emitOpError("gathered dim ")
+           << b[dim] << " must be a multiple of the shard dim " << s[dim];
+  if (ranks && b[dim] / s[dim] != (int64_t)ranks->size())
+    return op->emitOpError("gathered dim must be shard dim × number of ranks");
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() {
+  StringRef r = getReduction();
+  if (r != "sum" && r != "max" && r != "avg")
+    return emitOpError("reduction must be sum, max or avg, got \"") << r << "\"";
+  return verifyGroup(*this);
+}
+LogicalResult AllGatherOp::verify() {
+  if (failed(verifyGroup(*this)))
+    return failure();
+  return verifyGatherShape(*this, getX(), getResult(), getDimAttr().getInt(),
+                           getRanks());
+}
+LogicalResult ReduceScatterOp::verify() {
+  if (failed(verifyGroup(*this)))
+    return failure();
+  return verifyGatherShape(*this, getResult(), getX(), getDimAttr().getInt(),
+                           getRanks());
+}
+LogicalResult AllToAllOp::verify() {
+  if (failed(verifyGroup(*this)))
+    return failure();
+  int64_t rank = shapeOf(getX()).size();
+  int64_t sd = getSplitDimAttr().getInt(), cd = getConcatDimAttr().getInt();
+  if (sd < 0 || sd >= rank || cd < 0 || cd >= rank)
+    return emitOpError("split_dim and concat_dim must be in [0, ") << rank << ")";
+  if (tensorBytes(getX().getType()) != tensorBytes(getType()))
+    return emitOpError("all_to_all must keep the element count");
+  return success();
+}
+
+LogicalResult SendOp::verify() {
+  if (getPeerAttr().getInt() < 0 || getTagAttr().getInt() < 0)
+    return emitOpError("peer and tag must be >= 0");
+  return success();
+}
+LogicalResult RecvOp::verify() {
+  if (getPeerAttr().getInt() < 0 || getTagAttr().getInt() < 0)
+    return emitOpError("peer and tag must be >= 0");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+LogicalResult StageOp::verify() {
+  if (getStageAttr().getInt() < 0 || getChunkAttr().getInt() < 0)
+    return emitOpError("stage and chunk must be >= 0");
+  auto yield = cast<YieldOp>(getBody().front().getTerminator());
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yielded types must match the stage's result types");
+  return success();
+}
+
+LogicalResult SubgraphOp::verify() {
+  if (getPhase() != "forward" && getPhase() != "backward")
+    return emitOpError("phase must be \"forward\" or \"backward\", got \"")
+           << getPhase() << "\"";
+  if (getStageAttr().getInt() < 0)
+    return emitOpError("stage must be >= 0");
+  return success();
+}
+
+LogicalResult ScheduleOp::verify() {
+  int64_t mbs = getMicrobatchesAttr().getInt(), chunks = getChunksAttr().getInt();
+  if (mbs <= 0 || chunks <= 0)
+    return emitOpError("microbatches and chunks must be > 0");
+  for (auto [rank, tableAttr] : llvm::enumerate(getTables())) {
+    auto table = dyn_cast<ArrayAttr>(tableAttr);
+    if (!table)
+      return emitOpError("table of rank ") << rank << " is not an array";
+    llvm::DenseSet<std::tuple<int, int64_t, int64_t>> seen;
+    bool split = false, fused = false;
+    for (Attribute a : table) {
+      auto task = dyn_cast<TaskAttr>(a);
+      if (!task)
+        return emitOpError("rank ") << rank << ": entry " << a
+                                    << " is not a #mapp.task";
+      if (task.getChunk() < 0 || task.getChunk() >= chunks ||
+          task.getMicrobatch() < 0 || task.getMicrobatch() >= mbs)
+        return emitOpError("rank ") << rank << ": task " << a
+                                    << " is outside " << chunks
+                                    << " chunk(s) × " << mbs << " microbatch(es)";
+      split |= task.getKind() == TaskKind::BackwardInput ||
+               task.getKind() == TaskKind::BackwardWeight;
+      fused |= task.getKind() == TaskKind::Backward;
+      if (!seen.insert({(int)task.getKind(), task.getChunk(),
+                        task.getMicrobatch()})
+               .second)
+        return emitOpError("rank ") << rank << ": task " << a
+                                    << " appears more than once";
+    }
+    if (split && fused)
+      return emitOpError("rank ")
+             << rank << " mixes fused and split backward tasks";
+    size_t perTask = split ? 3 : 2;
+    if (table.size() != perTask * mbs * chunks)
+      return emitOpError("rank ") << rank << " has " << table.size()
+                                  << " tasks, expected " << perTask * mbs * chunks
+                                  << " (every chunk × microbatch, forward and "
+                                     "backward, exactly once)";
+  }
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "mapp/Dialect/Mapp/IR/MappOps.cpp.inc"
