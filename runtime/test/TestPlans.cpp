@@ -174,7 +174,7 @@ PlanSpec mapp::rt::test::mlpPlan(const MlpOptions &o) {
     at.setStr("schedule", o.schedule);
     if (o.schedule == "cosine") {
       at.setInt("warmup", 2);
-      at.setInt("total", 8);
+      at.setInt("total_steps", 8);
       at.setFloat("min_lr", o.lr * 0.1);
     }
     if (o.optimizer == "adamw") {
