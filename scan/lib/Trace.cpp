@@ -187,13 +187,13 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
     } catch (const json::parse_error &ex) {
       if (lastUnterminated && opts.allowTruncated && haveHeader)
         break; // a crash cut the last record: keep what came before
+      // "[json.exception...] parse error at line 1, column C: why"
       std::string what = ex.what();
-      size_t p = what.find("] ");
-      if (p != std::string::npos)
-        what = what.substr(p + 2);
+      size_t p = what.find("column ");
+      what = p != std::string::npos ? what.substr(p) : what;
       return fail(std::string(lastUnterminated
-                                  ? "truncated record at end of file: "
-                                  : "invalid JSON: ") +
+                                  ? "truncated record at end of file, "
+                                  : "invalid JSON at ") +
                   what);
     }
     if (!j.is_object())
@@ -293,6 +293,36 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
   if (files.empty()) {
     *error = dir + ": no rank-*.trace.jsonl files";
     return false;
+  }
+  // Headers first, so a rank from another job is reported as such rather
+  // than as whatever it contains that this world cannot hold.
+  Header first;
+  std::string firstPath;
+  for (auto &[r, path] : files) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    json j = json::parse(line, nullptr, false);
+    Header h;
+    try {
+      if (j.is_discarded() || !j.is_object() || j.value("type", "") != "header")
+        continue; // the full parse below reports it
+      parseHeader(j, h);
+    } catch (const std::exception &) {
+      continue;
+    }
+    if (firstPath.empty()) {
+      first = h;
+      firstPath = path;
+    } else if (h.world != first.world || h.tpSize != first.tpSize ||
+               h.ppSize != first.ppSize || h.dpSize != first.dpSize) {
+      *error = path + ":1: world size " + std::to_string(h.world) + " (tp " +
+               std::to_string(h.tpSize) + ", pp " + std::to_string(h.ppSize) +
+               ", dp " + std::to_string(h.dpSize) +
+               ") is inconsistent with " + firstPath + " (world " +
+               std::to_string(first.world) + ")";
+      return false;
+    }
   }
   std::vector<RankTrace> ranks;
   for (auto &[r, path] : files) {

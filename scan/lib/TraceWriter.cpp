@@ -111,7 +111,10 @@ static std::string headerLine(const TraceHeader &h, uint64_t mono,
 std::unique_ptr<MappTraceWriter>
 MappTraceWriter::open(const std::string &dir, const TraceHeader &header,
                       std::string *error, size_t capacity) {
-  ::mkdir(dir.c_str(), 0777); // may exist; fopen reports real failures
+  // mkdir -p; failures surface when fopen fails below.
+  for (size_t i = 1; i <= dir.size(); ++i)
+    if (i == dir.size() || dir[i] == '/')
+      ::mkdir(dir.substr(0, i).c_str(), 0777);
   std::string path = dir + "/rank-" + std::to_string(header.rank) +
                      ".trace.jsonl";
   std::FILE *f = std::fopen(path.c_str(), "w");
