@@ -30,6 +30,14 @@ double mapp::scan::median(std::vector<double> v) {
   return (lo + hi) / 2;
 }
 
+static double percentile(std::vector<double> v, double q) {
+  if (v.empty())
+    return 0;
+  size_t n = std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + n, v.end());
+  return v[n];
+}
+
 static std::string fmt(const char *f, double a, double b = 0) {
   char buf[128];
   std::snprintf(buf, sizeof(buf), f, a, b);
@@ -180,11 +188,13 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
 
   // Links: effective bandwidth of each p2p transfer, over the window where
   // both ends were engaged.
-  // A receive posted after the send began sees only the tail of an eager
-  // transfer, which overstates bandwidth; such pairs count only on links
-  // where the receiver was never already waiting.
-  std::map<std::pair<int, int>, std::vector<double>> bw, bwLate;
-  std::map<std::pair<int, int>, std::vector<size_t>> late;
+  // Per transfer, bytes over (min(send end, recv end) - send begin): the
+  // bytes cannot have left before the send began nor arrived after either
+  // end finished, so this never overstates bandwidth, whether sends are
+  // eager or wait for the receiver. Waiting inflates single samples, so a
+  // link is rated by a high percentile of its transfers: a slow link has
+  // no fast transfers at all.
+  std::map<std::pair<int, int>, std::vector<double>> bw;
   std::map<std::pair<int, int>, LinkStats> links;
   for (size_t k = 0; k < m.p2p.size(); ++k) {
     const P2PPair &p = m.p2p[k];
@@ -196,30 +206,19 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     ls.intraHost = t.ranks[p.src].hdr.host == t.ranks[p.dst].hdr.host;
     ++ls.messages;
     ls.bytes += s.bytes;
-    double win = std::min(s.ge, rv.ge) - std::max(s.gb, rv.gb);
+    double win = std::min(s.ge, rv.ge) - s.gb;
     if (win <= 0 || !s.bytes)
       continue;
-    if (rv.gb <= s.gb) {
-      bw[{p.src, p.dst}].push_back(s.bytes * 8.0 / win);
-      ls.pairs.push_back(k);
-    } else {
-      bwLate[{p.src, p.dst}].push_back(s.bytes * 8.0 / win);
-      late[{p.src, p.dst}].push_back(k);
-    }
+    bw[{p.src, p.dst}].push_back(s.bytes * 8.0 / win);
+    ls.pairs.push_back(k);
   }
   for (auto &[key, ls] : links)
-    if (bw[key].size() < 3) {
-      auto &v = bw[key];
-      v.insert(v.end(), bwLate[key].begin(), bwLate[key].end());
-      ls.pairs.insert(ls.pairs.end(), late[key].begin(), late[key].end());
-    }
-  for (auto &[key, ls] : links)
-    ls.medianGbps = median(bw[key]);
+    ls.gbps = percentile(bw[key], 0.8);
   for (bool intra : {false, true}) {
     std::vector<double> meds;
     for (auto &[key, ls] : links)
       if (ls.intraHost == intra && !ls.pairs.empty())
-        meds.push_back(ls.medianGbps);
+        meds.push_back(ls.gbps);
     if (meds.empty())
       continue;
     double refBw = meds.size() >= 3 ? median(meds)
@@ -228,7 +227,7 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     for (auto &[key, ls] : links) {
       if (ls.intraHost != intra || ls.pairs.empty())
         continue;
-      ls.ratio = ls.medianGbps / refBw;
+      ls.ratio = ls.gbps / refBw;
       if (ls.ratio > 1 - opts.linkThreshold || meds.size() < 2)
         continue;
       std::vector<std::pair<double, size_t>> slow;
@@ -249,7 +248,7 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
           std::clamp((1 - ls.ratio) / (2 * opts.linkThreshold), 0.0, 1.0);
       f.magnitude = fmt("effective bandwidth %.1f Gb/s, %.2fx peer links' "
                         "median",
-                        ls.medianGbps, ls.ratio);
+                        ls.gbps, ls.ratio);
       for (size_t k = 0; k < slow.size() && k < opts.evidence / 2; ++k) {
         const P2PPair &p = m.p2p[slow[k].second];
         f.evidence.push_back(t.eventRef(p.src, t.ranks[p.src].events[p.send]));

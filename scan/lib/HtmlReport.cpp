@@ -83,7 +83,7 @@ std::string heatmapSvg(const ScanResult &s) {
     return "<p>World too large for a grid; see the links table.</p>";
   double maxbw = 1e-9;
   for (const LinkStats &l : s.diag.links)
-    maxbw = std::max(maxbw, l.medianGbps);
+    maxbw = std::max(maxbw, l.gbps);
   int c = std::max(10, std::min(36, 560 / R)), off = 40;
   int size = off + c * R + 10;
   std::string o = "<svg width=\"" + std::to_string(size) + "\" height=\"" +
@@ -95,7 +95,7 @@ std::string heatmapSvg(const ScanResult &s) {
          "\" font-size=\"10\">" + std::to_string(r) + "</text>";
   }
   for (const LinkStats &l : s.diag.links) {
-    double q = l.medianGbps / maxbw; // 1 = fastest: light; slow: dark red
+    double q = l.gbps / maxbw; // 1 = fastest: light; slow: dark red
     int red = 255, gb = int(60 + 195 * q);
     o += "<rect x=\"" + std::to_string(off + l.dst * c) + "\" y=\"" +
          std::to_string(off + l.src * c) + "\" width=\"" +
@@ -103,7 +103,7 @@ std::string heatmapSvg(const ScanResult &s) {
          "\" fill=\"rgb(" + std::to_string(red) + "," + std::to_string(gb) +
          "," + std::to_string(gb) + ")\" stroke=\"#888\"><title>" +
          std::to_string(l.src) + "&#8594;" + std::to_string(l.dst) +
-         f(": %.1f Gb/s (%.2fx peers)", l.medianGbps, l.ratio) +
+         f(": %.1f Gb/s (%.2fx peers)", l.gbps, l.ratio) +
          "</title></rect>";
   }
   return o + "</svg><p>Rows: sender, columns: receiver. Darker = slower "

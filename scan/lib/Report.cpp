@@ -69,7 +69,7 @@ json mapp::scan::reportJson(const ScanResult &s) {
                      {"intra_host", l.intraHost},
                      {"messages", l.messages},
                      {"bytes", l.bytes},
-                     {"median_gbps", l.medianGbps},
+                     {"effective_gbps", l.gbps},
                      {"ratio", l.ratio}});
   j["links"] = links;
 

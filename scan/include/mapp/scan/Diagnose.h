@@ -28,7 +28,7 @@ struct LinkStats {
   bool intraHost = false;
   size_t messages = 0;
   uint64_t bytes = 0;
-  double medianGbps = 0; // median over pairs of bytes / transfer window
+  double gbps = 0; // 80th percentile of per-transfer effective Gb/s
   double ratio = 1;      // median / reference of its class
   std::vector<size_t> pairs; // indices into Matches::p2p
 };
