@@ -108,10 +108,10 @@ AlignResult mapp::scan::alignClocks(Trace &t, const Matches &m,
   std::vector<double> prior(R, 0.0);
   for (int r = 0; r < R && haveWall; ++r) {
     const Header &h = t.ranks[r].hdr, &h0 = t.ranks[0].hdr;
-    prior[r] = (fit.origin[r] - fit.origin[0] +
-                double(h.wallStartNs - h.monoStartNs) -
-                double(h0.wallStartNs - h0.monoStartNs)) *
-               1e-3;
+    prior[r] =
+        (fit.origin[r] - fit.origin[0] + double(h.wallStartNs - h.monoStartNs) -
+         double(h0.wallStartNs - h0.monoStartNs)) *
+        1e-3;
   }
   std::vector<Eq> eqs;
   for (int r = 0; r < R; ++r) {
@@ -211,8 +211,8 @@ AlignResult mapp::scan::alignClocks(Trace &t, const Matches &m,
     if (!violations(&bad))
       break;
     for (const P2PPair *p : bad)
-      eqs.push_back(fit.diff(p->dst, t.ranks[p->dst].events[p->recv].e,
-                             p->src, t.ranks[p->src].events[p->send].b, 1.0));
+      eqs.push_back(fit.diff(p->dst, t.ranks[p->dst].events[p->recv].e, p->src,
+                             t.ranks[p->src].events[p->send].b, 1.0));
     fit.x = solve(eqs, 2 * R);
     ++res.repairRounds;
   }

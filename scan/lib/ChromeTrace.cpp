@@ -152,8 +152,11 @@ bool mapp::scan::writeChromeTrace(const ScanResult &s, const ChromeOptions &o,
     std::string &b = body[first.step];
     long long id = ++w.flowId;
     for (size_t k = 0; k < ev.size(); ++k)
-      w.flow(b, k == 0 ? "s" : k + 1 == ev.size() ? "f" : "t", id,
-             ev[k].first, t.ranks[ev[k].first].events[ev[k].second],
+      w.flow(b,
+             k == 0               ? "s"
+             : k + 1 == ev.size() ? "f"
+                                  : "t",
+             id, ev[k].first, t.ranks[ev[k].first].events[ev[k].second],
              ci.kind.c_str());
   }
 
@@ -204,8 +207,7 @@ bool mapp::scan::writeChromeTrace(const ScanResult &s, const ChromeOptions &o,
   out << tail;
   if (dropped && note)
     *note = "size cap " + std::to_string(o.maxMb) + " MiB: kept " +
-            std::to_string(kept) + " steps, dropped " +
-            std::to_string(dropped);
+            std::to_string(kept) + " steps, dropped " + std::to_string(dropped);
   if (!out) {
     *error = path + ": write failed";
     return false;

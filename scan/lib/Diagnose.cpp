@@ -158,16 +158,15 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     if (!rs.compared)
       continue;
     double excess = rs.computeRatio - std::max(1.0, center);
-    if (rs.computeRatio < 1 + opts.rankThreshold ||
-        excess < 5 * d.rankNoise)
+    if (rs.computeRatio < 1 + opts.rankThreshold || excess < 5 * d.rankNoise)
       continue;
     Finding f;
     f.kind = "slow-rank";
     f.rank = rs.rank;
     f.ratio = rs.computeRatio;
-    f.confidence = std::clamp(rs.consistency, 0.0, 1.0) *
-                   std::clamp((rs.computeRatio - 1) / (2 * opts.rankThreshold),
-                              0.0, 1.0);
+    f.confidence =
+        std::clamp(rs.consistency, 0.0, 1.0) *
+        std::clamp((rs.computeRatio - 1) / (2 * opts.rankThreshold), 0.0, 1.0);
     f.magnitude = fmt("compute %.2fx peers' median (%.0f%% of its ops slower)",
                       rs.computeRatio, 100 * rs.consistency);
     auto rr = ratios[rs.rank];
@@ -221,9 +220,9 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
         meds.push_back(ls.gbps);
     if (meds.empty())
       continue;
-    double refBw = meds.size() >= 3 ? median(meds)
-                                    : *std::max_element(meds.begin(),
-                                                        meds.end());
+    double refBw = meds.size() >= 3
+                       ? median(meds)
+                       : *std::max_element(meds.begin(), meds.end());
     for (auto &[key, ls] : links) {
       if (ls.intraHost != intra || ls.pairs.empty())
         continue;

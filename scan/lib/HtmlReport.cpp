@@ -13,11 +13,20 @@ std::string h(const std::string &s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-    case '<': o += "&lt;"; break;
-    case '>': o += "&gt;"; break;
-    case '&': o += "&amp;"; break;
-    case '"': o += "&quot;"; break;
-    default: o += c;
+    case '<':
+      o += "&lt;";
+      break;
+    case '>':
+      o += "&gt;";
+      break;
+    case '&':
+      o += "&amp;";
+      break;
+    case '"':
+      o += "&quot;";
+      break;
+    default:
+      o += c;
     }
   }
   return o;
@@ -103,8 +112,7 @@ std::string heatmapSvg(const ScanResult &s) {
          "\" fill=\"rgb(" + std::to_string(red) + "," + std::to_string(gb) +
          "," + std::to_string(gb) + ")\" stroke=\"#888\"><title>" +
          std::to_string(l.src) + "&#8594;" + std::to_string(l.dst) +
-         f(": %.1f Gb/s (%.2fx peers)", l.gbps, l.ratio) +
-         "</title></rect>";
+         f(": %.1f Gb/s (%.2fx peers)", l.gbps, l.ratio) + "</title></rect>";
   }
   return o + "</svg><p>Rows: sender, columns: receiver. Darker = slower "
              "(hover for Gb/s).</p>";

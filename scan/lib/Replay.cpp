@@ -25,7 +25,8 @@ SimJob mapp::scan::traceToJob(const Trace &t, const Matches &m,
       linkScale[{f.src, f.dst}] = std::min(1.0, f.ratio);
   }
   // Per event: its role in a match.
-  std::vector<std::vector<int>> kind(t.world); // 0 plain, 1 send, 2 recv, 3 coll
+  std::vector<std::vector<int>> kind(
+      t.world); // 0 plain, 1 send, 2 recv, 3 coll
   std::vector<std::vector<double>> xfer(t.world);
   std::vector<std::vector<int>> grp(t.world);
   for (int r = 0; r < t.world; ++r) {
@@ -135,8 +136,8 @@ bool mapp::scan::whatIf(const Trace &t, const Matches &m, const Diagnosis &d,
   out.replayStepMs = mean(stepTimesNs(j0, base)) * 1e-6;
   out.repairedStepMs = mean(stepTimesNs(j1, fixed)) * 1e-6;
   out.savedMs = out.replayStepMs - out.repairedStepMs;
-  out.savedPct = out.replayStepMs > 0 ? 100 * out.savedMs / out.replayStepMs
-                                      : 0;
+  out.savedPct =
+      out.replayStepMs > 0 ? 100 * out.savedMs / out.replayStepMs : 0;
   for (const Finding &f : d.findings)
     out.repaired.push_back(
         f.kind == "slow-rank"

@@ -22,11 +22,11 @@ json mapp::scan::reportJson(const ScanResult &s) {
   json st = json::array();
   for (double v : s.diag.stepNs)
     st.push_back(v * 1e-6);
-  double mean = s.diag.stepNs.empty()
-                    ? 0
-                    : std::accumulate(s.diag.stepNs.begin(),
-                                      s.diag.stepNs.end(), 0.0) /
-                          s.diag.stepNs.size();
+  double mean =
+      s.diag.stepNs.empty()
+          ? 0
+          : std::accumulate(s.diag.stepNs.begin(), s.diag.stepNs.end(), 0.0) /
+                s.diag.stepNs.size();
   j["step_time_ms"] = {{"mean", mean * 1e-6}, {"per_step", st}};
 
   json findings = json::array();
@@ -85,20 +85,20 @@ json mapp::scan::reportJson(const ScanResult &s) {
                       {"residual_rms_ns", c.collRmsNs},
                       {"residual_max_ns", c.collMaxNs}});
   }
-  j["alignment"] = {
-      {"method", a.method},
-      {"mapping", "global_ns = (local_ns - origin_ns) * (1 + drift_ppm*1e-6)"
-                  " + offset_ns; global time is rank 0's clock"},
-      {"collective_anchors", a.collAnchors},
-      {"p2p_pairs", a.p2pPairs},
-      {"ntp_equations", a.ntpEquations},
-      {"components", a.components},
-      {"residual_rms_ns", a.collRmsNs},
-      {"residual_max_ns", a.collMaxNs},
-      {"p2p_violations_before_repair", a.violationsBefore},
-      {"p2p_violations_after_repair", a.violationsAfter},
-      {"repair_rounds", a.repairRounds},
-      {"ranks", clocks}};
+  j["alignment"] = {{"method", a.method},
+                    {"mapping",
+                     "global_ns = (local_ns - origin_ns) * (1 + drift_ppm*1e-6)"
+                     " + offset_ns; global time is rank 0's clock"},
+                    {"collective_anchors", a.collAnchors},
+                    {"p2p_pairs", a.p2pPairs},
+                    {"ntp_equations", a.ntpEquations},
+                    {"components", a.components},
+                    {"residual_rms_ns", a.collRmsNs},
+                    {"residual_max_ns", a.collMaxNs},
+                    {"p2p_violations_before_repair", a.violationsBefore},
+                    {"p2p_violations_after_repair", a.violationsAfter},
+                    {"repair_rounds", a.repairRounds},
+                    {"ranks", clocks}};
   j["matching"] = {{"p2p_pairs", s.matches.p2p.size()},
                    {"collectives", s.matches.colls.size()},
                    {"unmatched_sends", s.matches.unmatchedSends},
@@ -121,11 +121,11 @@ std::string mapp::scan::textSummary(const ScanResult &s) {
   const Trace &t = s.trace;
   std::string out;
   char buf[512];
-  double mean = s.diag.stepNs.empty()
-                    ? 0
-                    : std::accumulate(s.diag.stepNs.begin(),
-                                      s.diag.stepNs.end(), 0.0) /
-                          s.diag.stepNs.size();
+  double mean =
+      s.diag.stepNs.empty()
+          ? 0
+          : std::accumulate(s.diag.stepNs.begin(), s.diag.stepNs.end(), 0.0) /
+                s.diag.stepNs.size();
   std::snprintf(buf, sizeof(buf),
                 "mapp-scan: %d ranks (tp %d, pp %d, dp %d), %d steps, mean "
                 "step %.3f ms\n",
@@ -159,8 +159,8 @@ std::string mapp::scan::textSummary(const ScanResult &s) {
     std::snprintf(buf, sizeof(buf),
                   "what-if: step %.3f ms (replay %.3f ms) -> %.3f ms with the "
                   "findings repaired: saves %.3f ms (%.1f%%)\n",
-                  w.measuredStepMs, w.replayStepMs, w.repairedStepMs,
-                  w.savedMs, w.savedPct);
+                  w.measuredStepMs, w.replayStepMs, w.repairedStepMs, w.savedMs,
+                  w.savedPct);
     out += buf;
   }
   return out;

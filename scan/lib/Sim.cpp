@@ -30,8 +30,8 @@ double mapp::scan::hashNormal(uint64_t seed, uint64_t a, uint64_t b) {
   return std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net,
-                        SimTimes &out, std::string *error) {
+bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
+                        std::string *error) {
   int R = job.world;
   out.ops.assign(R, {});
   for (int r = 0; r < R; ++r)
@@ -66,8 +66,8 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net,
           end = start + op.durNs;
         } else if (op.kind == SimOp::Send) {
           double &free = linkFree[{r, op.peer}];
-          double xfer = op.xferNs >= 0 ? op.xferNs
-                                       : net.p2p(r, op.peer, op.bytes);
+          double xfer =
+              op.xferNs >= 0 ? op.xferNs : net.p2p(r, op.peer, op.bytes);
           end = std::max(start, free) + xfer;
           free = end;
           inflight[{r, op.peer, op.tag}].push_back({end});
@@ -83,14 +83,14 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net,
           if (cs.arrivals.empty())
             cs.arrivals.assign(g.members.size(), -1);
           if (!arrived[r]) {
-            size_t idx = std::lower_bound(g.members.begin(), g.members.end(),
-                                          r) -
-                         g.members.begin();
+            size_t idx =
+                std::lower_bound(g.members.begin(), g.members.end(), r) -
+                g.members.begin();
             cs.arrivals[idx] = start;
             arrived[r] = 1;
             if (++cs.count == g.members.size()) {
-              double last = *std::max_element(cs.arrivals.begin(),
-                                              cs.arrivals.end());
+              double last =
+                  *std::max_element(cs.arrivals.begin(), cs.arrivals.end());
               cs.end = last + (op.xferNs >= 0 ? op.xferNs
                                               : net.coll(g, op.op, op.bytes));
             }
@@ -114,14 +114,14 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net,
       for (int r = 0; r < R && shown < 8; ++r)
         if (pc[r] < job.programs[r].size()) {
           const SimOp &op = job.programs[r][pc[r]];
-          msg += "\n  rank " + std::to_string(r) + " at op " +
-                 std::to_string(pc[r]) + " '" + op.name + "' (" +
-                 (op.kind == SimOp::Recv
-                      ? "recv from " + std::to_string(op.peer) + " tag " +
-                            std::to_string(op.tag)
-                      : std::string(opName(op.op)) + " seq " +
-                            std::to_string(op.seq)) +
-                 ")";
+          msg +=
+              "\n  rank " + std::to_string(r) + " at op " +
+              std::to_string(pc[r]) + " '" + op.name + "' (" +
+              (op.kind == SimOp::Recv ? "recv from " + std::to_string(op.peer) +
+                                            " tag " + std::to_string(op.tag)
+                                      : std::string(opName(op.op)) + " seq " +
+                                            std::to_string(op.seq)) +
+              ")";
           ++shown;
         }
       *error = msg;
@@ -193,8 +193,8 @@ bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
     h.device = "sim:" + std::to_string(r % gpn);
     h.monoStartNs = local(0);
     h.wallStartNs = (uint64_t)(wall0 + k.wallErrorNs);
-    auto w = mapp::MappTraceWriter::open(dir, h, error,
-                                         job.programs[r].size() + 64);
+    auto w =
+        mapp::MappTraceWriter::open(dir, h, error, job.programs[r].size() + 64);
     if (!w)
       return false;
     w->setBlockWhenFull(true);

@@ -101,13 +101,33 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
     *error = "config must be a JSON object";
     return false;
   }
-  static const std::set<std::string> known = {
-      "tp", "pp", "dp", "microbatches", "steps", "chunks", "layers",
-      "schedule", "layer_forward_us", "layer_forward_flops", "device_tflops",
-      "backward_factor", "embedding_us", "loss_us", "optimizer_us", "data_us",
-      "activation_bytes", "tp_allreduce_bytes", "dp_allreduce_bytes",
-      "grad_norm_allreduce", "network", "clock", "jitter", "exit_skew_us",
-      "seed", "faults", "comment"};
+  static const std::set<std::string> known = {"tp",
+                                              "pp",
+                                              "dp",
+                                              "microbatches",
+                                              "steps",
+                                              "chunks",
+                                              "layers",
+                                              "schedule",
+                                              "layer_forward_us",
+                                              "layer_forward_flops",
+                                              "device_tflops",
+                                              "backward_factor",
+                                              "embedding_us",
+                                              "loss_us",
+                                              "optimizer_us",
+                                              "data_us",
+                                              "activation_bytes",
+                                              "tp_allreduce_bytes",
+                                              "dp_allreduce_bytes",
+                                              "grad_norm_allreduce",
+                                              "network",
+                                              "clock",
+                                              "jitter",
+                                              "exit_skew_us",
+                                              "seed",
+                                              "faults",
+                                              "comment"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key())) {
       *error = "unknown config key '" + it.key() + "'";
@@ -171,7 +191,8 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
     return bad("interleaved needs microbatches divisible by pp");
   if (c.layers % (c.pp * c.chunks))
     return bad("layers must be divisible by pp*chunks");
-  if (c.layerForwardUs <= 0 && (c.layerForwardFlops <= 0 || c.deviceTflops <= 0))
+  if (c.layerForwardUs <= 0 &&
+      (c.layerForwardFlops <= 0 || c.deviceTflops <= 0))
     return bad("give layer_forward_us, or layer_forward_flops and "
                "device_tflops");
   if (c.interGbps <= 0 || c.intraGbps <= 0)
@@ -324,14 +345,15 @@ struct Builder {
             (2 * vs) * M + mb);
       }
       for (int l = vs * lv; l < (vs + 1) * lv; ++l) {
-        compute(r, base("fwd.attn", Cat::Compute, step, mb, l, chunk), 0.4 * lf);
+        compute(r, base("fwd.attn", Cat::Compute, step, mb, l, chunk),
+                0.4 * lf);
         if (tpg >= 0)
           coll(r, base("fwd.attn.allreduce", Cat::Comm, step, mb, l, chunk),
                tpg, c.tpAllreduceBytes);
         compute(r, base("fwd.mlp", Cat::Compute, step, mb, l, chunk), 0.6 * lf);
         if (tpg >= 0)
-          coll(r, base("fwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk),
-               tpg, c.tpAllreduceBytes);
+          coll(r, base("fwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
+               c.tpAllreduceBytes);
       }
       if (vs == V - 1) {
         if (c.lossUs > 0)

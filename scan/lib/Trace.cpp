@@ -15,9 +15,9 @@ using namespace mapp::scan;
 using json = nlohmann::json;
 
 static const char *kCats[] = {"compute", "comm", "memcpy", "data", "optimizer"};
-static const char *kOps[] = {"",           "send",      "recv",
+static const char *kOps[] = {"",           "send",       "recv",
                              "all_reduce", "all_gather", "reduce_scatter",
-                             "all_to_all", "broadcast", "barrier"};
+                             "all_to_all", "broadcast",  "barrier"};
 
 const char *mapp::scan::catName(Cat c) { return kCats[(int)c]; }
 const char *mapp::scan::opName(Op o) { return kOps[(int)o]; }
@@ -171,8 +171,8 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
     bool lastUnterminated = nl == std::string::npos;
-    std::string line = text.substr(pos, lastUnterminated ? std::string::npos
-                                                         : nl - pos);
+    std::string line =
+        text.substr(pos, lastUnterminated ? std::string::npos : nl - pos);
     pos = lastUnterminated ? text.size() : nl + 1;
     ++lineNo;
     if (line.find_first_not_of(" \t\r") == std::string::npos)
@@ -318,9 +318,8 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
                h.ppSize != first.ppSize || h.dpSize != first.dpSize) {
       *error = path + ":1: world size " + std::to_string(h.world) + " (tp " +
                std::to_string(h.tpSize) + ", pp " + std::to_string(h.ppSize) +
-               ", dp " + std::to_string(h.dpSize) +
-               ") is inconsistent with " + firstPath + " (world " +
-               std::to_string(first.world) + ")";
+               ", dp " + std::to_string(h.dpSize) + ") is inconsistent with " +
+               firstPath + " (world " + std::to_string(first.world) + ")";
       return false;
     }
   }
@@ -339,13 +338,12 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
   const Header &h0 = ranks.front().hdr;
   for (const RankTrace &rt : ranks) {
     const Header &h = rt.hdr;
-    if (h.world != h0.world || h.tpSize != h0.tpSize ||
-        h.ppSize != h0.ppSize || h.dpSize != h0.dpSize) {
-      *error = rt.path + ":1: world size " + std::to_string(h.world) +
-               " (tp " + std::to_string(h.tpSize) + ", pp " +
-               std::to_string(h.ppSize) + ", dp " + std::to_string(h.dpSize) +
-               ") is inconsistent with " + ranks.front().path + " (world " +
-               std::to_string(h0.world) + ")";
+    if (h.world != h0.world || h.tpSize != h0.tpSize || h.ppSize != h0.ppSize ||
+        h.dpSize != h0.dpSize) {
+      *error = rt.path + ":1: world size " + std::to_string(h.world) + " (tp " +
+               std::to_string(h.tpSize) + ", pp " + std::to_string(h.ppSize) +
+               ", dp " + std::to_string(h.dpSize) + ") is inconsistent with " +
+               ranks.front().path + " (world " + std::to_string(h0.world) + ")";
       return false;
     }
   }
@@ -365,12 +363,10 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
     const Header &h = rt.hdr;
     int expect = h.tp + h.tpSize * (h.dp + h.dpSize * h.pp);
     if (expect != h.rank)
-      out.warnings.push_back(rt.path + ": coordinates (dp " +
-                             std::to_string(h.dp) + ", pp " +
-                             std::to_string(h.pp) + ", tp " +
-                             std::to_string(h.tp) +
-                             ") are not in Megatron order for rank " +
-                             std::to_string(h.rank));
+      out.warnings.push_back(
+          rt.path + ": coordinates (dp " + std::to_string(h.dp) + ", pp " +
+          std::to_string(h.pp) + ", tp " + std::to_string(h.tp) +
+          ") are not in Megatron order for rank " + std::to_string(h.rank));
     if (rt.dropped)
       out.warnings.push_back(rt.path + ": recorder dropped " +
                              std::to_string(rt.dropped) + " events");

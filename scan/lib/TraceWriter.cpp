@@ -11,26 +11,40 @@ using namespace mapp;
 
 const char *mapp::traceCategoryName(TraceCategory c) {
   switch (c) {
-  case TraceCategory::Compute: return "compute";
-  case TraceCategory::Comm: return "comm";
-  case TraceCategory::Memcpy: return "memcpy";
-  case TraceCategory::Data: return "data";
-  case TraceCategory::Optimizer: return "optimizer";
+  case TraceCategory::Compute:
+    return "compute";
+  case TraceCategory::Comm:
+    return "comm";
+  case TraceCategory::Memcpy:
+    return "memcpy";
+  case TraceCategory::Data:
+    return "data";
+  case TraceCategory::Optimizer:
+    return "optimizer";
   }
   return "compute";
 }
 
 const char *mapp::traceOpName(TraceOp o) {
   switch (o) {
-  case TraceOp::None: return "";
-  case TraceOp::Send: return "send";
-  case TraceOp::Recv: return "recv";
-  case TraceOp::AllReduce: return "all_reduce";
-  case TraceOp::AllGather: return "all_gather";
-  case TraceOp::ReduceScatter: return "reduce_scatter";
-  case TraceOp::AllToAll: return "all_to_all";
-  case TraceOp::Broadcast: return "broadcast";
-  case TraceOp::Barrier: return "barrier";
+  case TraceOp::None:
+    return "";
+  case TraceOp::Send:
+    return "send";
+  case TraceOp::Recv:
+    return "recv";
+  case TraceOp::AllReduce:
+    return "all_reduce";
+  case TraceOp::AllGather:
+    return "all_gather";
+  case TraceOp::ReduceScatter:
+    return "reduce_scatter";
+  case TraceOp::AllToAll:
+    return "all_to_all";
+  case TraceOp::Broadcast:
+    return "broadcast";
+  case TraceOp::Barrier:
+    return "barrier";
   }
   return "";
 }
@@ -44,7 +58,9 @@ static void copyTruncated(char *dst, size_t cap, const char *src) {
   dst[n] = 0;
 }
 
-void TraceRecord::setName(const char *n) { copyTruncated(name, sizeof(name), n); }
+void TraceRecord::setName(const char *n) {
+  copyTruncated(name, sizeof(name), n);
+}
 void TraceRecord::setStream(const char *s) {
   copyTruncated(stream, sizeof(stream), s);
 }
@@ -87,7 +103,8 @@ static std::string headerLine(const TraceHeader &h, uint64_t mono,
     if (gethostname(buf, sizeof(buf) - 1) == 0)
       host = buf;
   }
-  std::string s = "{\"type\":\"header\",\"format\":\"mapp-trace\",\"version\":1";
+  std::string s =
+      "{\"type\":\"header\",\"format\":\"mapp-trace\",\"version\":1";
   appendInt(s, "rank", h.rank);
   appendInt(s, "world", h.world);
   appendInt(s, "dp", h.dp);
@@ -115,8 +132,8 @@ MappTraceWriter::open(const std::string &dir, const TraceHeader &header,
   for (size_t i = 1; i <= dir.size(); ++i)
     if (i == dir.size() || dir[i] == '/')
       ::mkdir(dir.substr(0, i).c_str(), 0777);
-  std::string path = dir + "/rank-" + std::to_string(header.rank) +
-                     ".trace.jsonl";
+  std::string path =
+      dir + "/rank-" + std::to_string(header.rank) + ".trace.jsonl";
   std::FILE *f = std::fopen(path.c_str(), "w");
   if (!f) {
     if (error)
@@ -124,9 +141,11 @@ MappTraceWriter::open(const std::string &dir, const TraceHeader &header,
     return nullptr;
   }
   uint64_t mono = header.monoStartNs ? header.monoStartNs : nowNs();
-  uint64_t wall = header.wallStartNs ? header.wallStartNs : std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
+  uint64_t wall = header.wallStartNs
+                      ? header.wallStartNs
+                      : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
   std::string h = headerLine(header, mono, wall);
   std::fwrite(h.data(), 1, h.size(), f);
   size_t cap = 64;
@@ -232,15 +251,24 @@ size_t MappTraceWriter::drain(std::string &buf) {
     }
     appendInt(buf, "b", (long long)r.beginNs);
     appendInt(buf, "e", (long long)r.endNs);
-    if (r.step >= 0) appendInt(buf, "step", r.step);
-    if (r.microbatch >= 0) appendInt(buf, "mb", r.microbatch);
-    if (r.layer >= 0) appendInt(buf, "layer", r.layer);
-    if (r.chunk >= 0) appendInt(buf, "chunk", r.chunk);
-    if (r.bytes) appendInt(buf, "bytes", (long long)r.bytes);
-    if (r.peer >= 0) appendInt(buf, "peer", r.peer);
-    if (r.tag >= 0) appendInt(buf, "tag", r.tag);
-    if (r.group >= 0) appendInt(buf, "group", r.group);
-    if (r.seq >= 0) appendInt(buf, "seq", r.seq);
+    if (r.step >= 0)
+      appendInt(buf, "step", r.step);
+    if (r.microbatch >= 0)
+      appendInt(buf, "mb", r.microbatch);
+    if (r.layer >= 0)
+      appendInt(buf, "layer", r.layer);
+    if (r.chunk >= 0)
+      appendInt(buf, "chunk", r.chunk);
+    if (r.bytes)
+      appendInt(buf, "bytes", (long long)r.bytes);
+    if (r.peer >= 0)
+      appendInt(buf, "peer", r.peer);
+    if (r.tag >= 0)
+      appendInt(buf, "tag", r.tag);
+    if (r.group >= 0)
+      appendInt(buf, "group", r.group);
+    if (r.seq >= 0)
+      appendInt(buf, "seq", r.seq);
     if (r.stream[0]) {
       buf += ",\"stream\":";
       appendEscaped(buf, r.stream);

@@ -1,7 +1,7 @@
 //===- TraceWriterTest.cpp - MappTraceWriter round trip and concurrency ---===//
 
-#include "mapp/scan/Trace.h"
 #include "mapp/scan/TraceWriter.h"
+#include "mapp/scan/Trace.h"
 
 #include <gtest/gtest.h>
 

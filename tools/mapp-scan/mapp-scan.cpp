@@ -113,8 +113,8 @@ int main(int argc, char **argv) {
       if (!parseNumber(next(), dopt.rankThreshold) || dopt.rankThreshold <= 0)
         return fail("--rank-threshold expects a positive number");
     } else if (a == "--link-threshold") {
-      if (!parseNumber(next(), dopt.linkThreshold) ||
-          dopt.linkThreshold <= 0 || dopt.linkThreshold >= 1)
+      if (!parseNumber(next(), dopt.linkThreshold) || dopt.linkThreshold <= 0 ||
+          dopt.linkThreshold >= 1)
         return fail("--link-threshold expects a number in (0, 1)");
     } else if (a == "--what-if")
       doWhatIf = true;

@@ -50,8 +50,8 @@ int main(int argc, char **argv) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "mapp-sim: error: %s needs a value\n%s",
-                     a.c_str(), kUsage);
+        std::fprintf(stderr, "mapp-sim: error: %s needs a value\n%s", a.c_str(),
+                     kUsage);
         std::exit(2);
       }
       return argv[++i];

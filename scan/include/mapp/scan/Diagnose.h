@@ -28,8 +28,8 @@ struct LinkStats {
   bool intraHost = false;
   size_t messages = 0;
   uint64_t bytes = 0;
-  double gbps = 0; // 80th percentile of per-transfer effective Gb/s
-  double ratio = 1;      // median / reference of its class
+  double gbps = 0;           // 80th percentile of per-transfer effective Gb/s
+  double ratio = 1;          // median / reference of its class
   std::vector<size_t> pairs; // indices into Matches::p2p
 };
 

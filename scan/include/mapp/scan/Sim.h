@@ -28,9 +28,9 @@ struct SimOp {
   Cat cat = Cat::Compute;
   Op op = Op::None;
   int step = -1, mb = -1, layer = -1, chunk = -1;
-  double durNs = 0;   // Compute: duration
-  double xferNs = -1; // Send/Coll: fixed transfer time (replay); <0: model
-  double gapNs = 0;   // idle time before the op (replay of host gaps)
+  double durNs = 0;      // Compute: duration
+  double xferNs = -1;    // Send/Coll: fixed transfer time (replay); <0: model
+  double gapNs = 0;      // idle time before the op (replay of host gaps)
   double exitSkewNs = 0; // Coll: this member leaves this much late
   uint64_t bytes = 0;
   int peer = -1;
@@ -96,7 +96,7 @@ struct SimConfig {
   double embeddingUs = 0, lossUs = 0, optimizerUs = 0, dataUs = 0;
   uint64_t activationBytes = 0, tpAllreduceBytes = 0, dpAllreduceBytes = 0;
   bool gradNormAllreduce = true; // model-parallel all-reduce before the update
-  int gpusPerNode = 0; // ranks r/gpusPerNode share a node; 0 = tp
+  int gpusPerNode = 0;           // ranks r/gpusPerNode share a node; 0 = tp
   double interGbps = 100, interLatencyUs = 5;
   double intraGbps = 1800, intraLatencyUs = 2;
   double clockOffsetMs = 0, clockDriftPpm = 0, wallErrorMs = 0;

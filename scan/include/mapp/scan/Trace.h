@@ -41,7 +41,7 @@ struct Event {
   int peer = -1, group = -1;
   int64_t tag = -1, seq = -1;
   uint64_t bytes = 0;
-  int64_t b = 0, e = 0; // the rank's own clock, ns
+  int64_t b = 0, e = 0;  // the rank's own clock, ns
   double gb = 0, ge = 0; // aligned global time, ns (set by align())
   int line = 0;          // source line, for messages
 };
@@ -73,7 +73,7 @@ struct Trace {
   std::vector<RankTrace> ranks; // index = global rank
   std::vector<std::string> warnings;
 
-  std::string rankLabel(int r) const; // "DP0-PP1-TP1"
+  std::string rankLabel(int r) const;                // "DP0-PP1-TP1"
   std::string eventRef(int r, const Event &e) const; // "5:123"
 };
 

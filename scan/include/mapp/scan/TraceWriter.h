@@ -75,9 +75,10 @@ class MappTraceWriter {
 public:
   /// Opens DIR/rank-{rank}.trace.jsonl (creating DIR) and writes the header.
   /// Returns null and sets *error when the file cannot be created.
-  static std::unique_ptr<MappTraceWriter>
-  open(const std::string &dir, const TraceHeader &header, std::string *error,
-       size_t capacity = 1 << 16);
+  static std::unique_ptr<MappTraceWriter> open(const std::string &dir,
+                                               const TraceHeader &header,
+                                               std::string *error,
+                                               size_t capacity = 1 << 16);
   ~MappTraceWriter();
 
   /// The clock every begin/end must come from (steady, nanoseconds).
