@@ -321,9 +321,116 @@ void mutateLine(Rng &r, std::string &l, const std::vector<std::string> &pool) {
   }
 }
 
+/// Replaces the value of "key": in a line (numbers only); false if absent.
+bool setKey(std::string &l, const std::string &key, const std::string &v) {
+  size_t k = l.find("\"" + key + "\":");
+  if (k == std::string::npos)
+    return false;
+  size_t s = k + key.size() + 3, e = s;
+  while (e < l.size() && l[e] != ',' && l[e] != '}')
+    ++e;
+  l = l.substr(0, s) + v + l.substr(e);
+  return true;
+}
+long long getKey(const std::string &l, const std::string &key, bool *ok) {
+  size_t k = l.find("\"" + key + "\":");
+  *ok = k != std::string::npos;
+  return *ok ? std::strtoll(l.c_str() + k + key.size() + 3, nullptr, 10) : 0;
+}
+
+/// Edits that keep every record well-formed and mostly plausible, so the
+/// set gets past the reader and exercises matching, alignment, diagnosis
+/// and replay: shifted or stretched times, other seq/tag/peer/step values,
+/// events dropped, duplicated, reordered or copied from another rank.
+void gentleMutate(Rng &r, Set &s) {
+  File &f = s[r.below(s.size())];
+  std::vector<std::string> lines = splitLines(f.data);
+  if (lines.size() < 2)
+    return;
+  int n = 1 + static_cast<int>(r.below(r.chance(60) ? 2 : 12));
+  for (int k = 0; k < n && lines.size() >= 2; ++k) {
+    size_t i = 1 + r.below(lines.size() - 1);
+    std::string &l = lines[i];
+    bool isEvent = l.find("\"type\"") == std::string::npos;
+    switch (r.below(9)) {
+    case 0:
+    case 1: { // move or stretch an event in time
+      if (!isEvent)
+        break;
+      bool okb, oke;
+      long long b = getKey(l, "b", &okb), e = getKey(l, "e", &oke);
+      if (!okb || !oke)
+        break;
+      long long d = static_cast<long long>(r.below(2000001)) - 1000000;
+      if (r.chance(50)) {
+        b += d;
+        e += d;
+      } else
+        e = std::max(b, e + d);
+      setKey(l, "b", std::to_string(b));
+      setKey(l, "e", std::to_string(e));
+      break;
+    }
+    case 2: { // comm fields
+      static const char *keys[] = {"seq", "tag", "peer", "bytes", "group"};
+      const char *key = keys[r.below(5)];
+      bool ok;
+      long long v = getKey(l, key, &ok);
+      if (ok)
+        setKey(l, key, std::to_string(std::max(0LL, v + (long long)r.below(5) - 2)));
+      break;
+    }
+    case 3: { // step / microbatch / layer / chunk
+      static const char *keys[] = {"step", "mb", "layer", "chunk"};
+      const char *key = keys[r.below(4)];
+      bool ok;
+      long long v = getKey(l, key, &ok);
+      if (ok)
+        setKey(l, key, std::to_string(std::max(-1LL, v + (long long)r.below(3) - 1)));
+      break;
+    }
+    case 4:
+      if (isEvent)
+        lines.erase(lines.begin() + i);
+      break;
+    case 5:
+      lines.insert(lines.begin() + 1 + r.below(lines.size() - 1), l);
+      break;
+    case 6:
+      std::swap(l, lines[1 + r.below(lines.size() - 1)]);
+      break;
+    case 7: { // an event from another rank
+      const File &o = s[r.below(s.size())];
+      std::vector<std::string> ol = splitLines(o.data);
+      if (ol.size() >= 2)
+        lines.insert(lines.begin() + 1 + r.below(lines.size() - 1),
+                     ol[1 + r.below(ol.size() - 1)]);
+      break;
+    }
+    case 8: { // scale all times of the file (a clock running at another rate)
+      double f = 1 + (static_cast<double>(r.below(2001)) - 1000) * 1e-6;
+      for (size_t j = 1; j < lines.size(); ++j) {
+        bool okb, oke;
+        long long b = getKey(lines[j], "b", &okb), e = getKey(lines[j], "e", &oke);
+        if (okb && oke) {
+          setKey(lines[j], "b", std::to_string((long long)(b * f)));
+          setKey(lines[j], "e", std::to_string((long long)(e * f)));
+        }
+      }
+      break;
+    }
+    }
+  }
+  f.data = joinLines(lines);
+}
+
 void mutateSet(Rng &r, Set &s, const std::vector<Set> &seeds) {
   if (s.empty())
     return;
+  if (r.chance(50)) {
+    gentleMutate(r, s);
+    return;
+  }
   int n = 1 + static_cast<int>(r.below(r.chance(70) ? 2 : 6));
   for (int k = 0; k < n && !s.empty(); ++k) {
     File &f = s[r.below(s.size())];
@@ -481,8 +588,22 @@ Result analyze(Rng &r, const std::string &work, const Set &s) {
   }
   if (r.chance(20) && !writeHtmlReport(sr, work + "/report.html", &err))
     res.msg = "html: " + err;
-  if (res.msg.empty())
-    res.msg = "ok: " + std::to_string(res.findings) + " findings";
+  if (res.msg.empty()) {
+    // Shape of a successful analysis, so the corpus keeps varied valid sets.
+    std::string kinds;
+    for (const Finding &f : sr.diag.findings)
+      if (kinds.find(f.kind) == std::string::npos)
+        kinds += f.kind + " ";
+    res.msg = "ok: findings " + kinds + "| align " + sr.align.method +
+              (sr.align.components > 1 ? " split" : "") +
+              (sr.align.violationsAfter ? " violations" : "") +
+              (sr.matches.unmatchedSends + sr.matches.unmatchedRecvs
+                   ? " unmatched-p2p"
+                   : "") +
+              (sr.matches.incompleteColls ? " incomplete-colls" : "") +
+              (sr.trace.warnings.empty() ? "" : " warnings") +
+              (sr.haveWhatIf ? " what-if" : "");
+  }
   return res;
 }
 

@@ -198,7 +198,8 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error &ex) {
+    } catch (const json::exception &ex) { // parse_error, or out_of_range
+                                         // for a number that overflows
       if (lastUnterminated && opts.allowTruncated && haveHeader)
         break; // a crash cut the last record: keep what came before
       // "[json.exception...] parse error at line 1, column C: why"
@@ -207,7 +208,8 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
       what = p != std::string::npos ? what.substr(p) : what;
       return fail(std::string(lastUnterminated
                                   ? "truncated record at end of file, "
-                                  : "invalid JSON at ") +
+                              : p != std::string::npos ? "invalid JSON at "
+                                                       : "invalid JSON: ") +
                   what);
     }
     if (!j.is_object())
@@ -337,7 +339,7 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
       if (j.is_discarded() || !j.is_object() || j.value("type", "") != "header")
         continue; // the full parse below reports it
       parseHeader(j, h);
-    } catch (const std::exception &) {
+    } catch (...) { // LineError or json::exception: reported below
       continue;
     }
     if (firstPath.empty()) {

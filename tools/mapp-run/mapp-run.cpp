@@ -19,10 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace mapp::rt;
@@ -60,21 +62,27 @@ struct Options {
   bool shuffle = true, quiet = false;
 };
 
+constexpr int64_t kMaxThreads = 1024;
+
 [[noreturn]] void usageError(const std::string &msg) {
   std::cerr << "mapp-run: " << msg << "\n(run mapp-run --help for the flags)\n";
   std::exit(2);
 }
 
-int64_t parseInt(const std::string &flag, const std::string &v, int64_t lo) {
+int64_t parseInt(const std::string &flag, const std::string &v, int64_t lo,
+                 int64_t hi = INT64_MAX) {
   try {
     size_t pos;
     long long x = std::stoll(v, &pos);
-    if (pos != v.size() || x < lo)
+    if (pos != v.size() || x < lo || x > hi)
       throw std::invalid_argument(v);
     return x;
   } catch (const std::exception &) {
-    usageError(flag + " needs an integer >= " + std::to_string(lo) + ", got '" +
-               v + "'");
+    usageError(flag + " needs an integer " +
+               (hi == INT64_MAX ? ">= " + std::to_string(lo)
+                                : "in [" + std::to_string(lo) + ", " +
+                                      std::to_string(hi) + "]") +
+               ", got '" + v + "'");
   }
 }
 
@@ -127,11 +135,11 @@ Options parseArgs(int argc, char **argv) {
     if (strings.count(flag))
       *strings[flag] = value;
     else if (flag == "--steps")
-      o.steps = parseInt(flag, value, 0);
+      o.steps = parseInt(flag, value, 1);
     else if (flag == "--seed")
       o.seed = static_cast<uint64_t>(parseInt(flag, value, 0));
-    else
-      o.threads = static_cast<int>(parseInt(flag, value, 0));
+    else // 0 = all cores; the cap keeps a typo from spawning 10^5 threads
+      o.threads = static_cast<int>(parseInt(flag, value, 0, kMaxThreads));
   }
   if (o.plan.empty())
     usageError("no plan given");
@@ -166,7 +174,26 @@ private:
   std::ofstream out_;
 };
 
+/// std::ifstream opens a directory without complaint on Linux and reading it
+/// then fails (a stray exception) or yields nothing (an empty merges list
+/// was silently accepted), so reject directories by name up front.
+void rejectDirectory(const std::string &path, const char *what) {
+  struct stat st;
+  if (!path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    fail(what, ": '", path, "' is a directory, not a file");
+}
+
 int run(const Options &o) {
+  rejectDirectory(o.plan, "plan");
+  rejectDirectory(o.data, "data");
+  rejectDirectory(o.weights, "weights");
+  if (o.tokenizer.rfind("gpt2:", 0) == 0) {
+    std::string files = o.tokenizer.substr(5);
+    size_t comma = files.find(',');
+    rejectDirectory(files.substr(0, comma), "tokenizer vocab");
+    if (comma != std::string::npos)
+      rejectDirectory(files.substr(comma + 1), "tokenizer merges");
+  }
   Plan plan = loadPlan(o.plan);
   std::unique_ptr<Communicator> comm = createComm(o.comm);
   std::unique_ptr<Backend> backend = createBackend(o.backend, o.threads);
