@@ -230,6 +230,20 @@ inline std::string signature(const std::string &msg) {
 
 // ---- crash capture ---------------------------------------------------------
 
+inline bool sanitized() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+/// One artifact per process, whichever path gets there first.
+inline volatile sig_atomic_t &artifactWritten() {
+  static volatile sig_atomic_t w = 0;
+  return w;
+}
+
 struct CrashState {
   const uint8_t *data = nullptr;
   size_t size = 0;
@@ -243,6 +257,9 @@ inline CrashState &crashState() {
 }
 
 inline void writeArtifact(const char *path) {
+  if (artifactWritten())
+    return;
+  artifactWritten() = 1;
   CrashState &s = crashState();
   int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
@@ -266,9 +283,7 @@ inline void writeArtifact(const char *path) {
 }
 
 inline void onFatal(int sig) {
-  static volatile sig_atomic_t once = 0;
-  if (!once) {
-    once = 1;
+  if (!artifactWritten()) {
     const char *m = "\nmapp-fuzz: CRASH (fatal signal)";
     (void)!::write(2, m, std::strlen(m));
     writeArtifact(crashState().crashPath);
@@ -285,6 +300,18 @@ inline void onAlarm(int) {
 }
 
 #if defined(__SANITIZE_ADDRESS__)
+// UBSan's fatal path does not run the death callback; with abort_on_error
+// both sanitizers end in abort(), which onFatal turns into an artifact.
+// (Defined here, not inline: each driver includes this header once.)
+extern "C" __attribute__((used)) const char *__asan_default_options() {
+  // A huge allocation returns null (the runtime reports "out of host
+  // memory") instead of ending the run.
+  return "abort_on_error=1:allocator_may_return_null=1";
+}
+extern "C" __attribute__((used)) const char *__ubsan_default_options() {
+  return "abort_on_error=1:print_stacktrace=1";
+}
+
 inline void onSanitizerDeath() {
   const char *m = "\nmapp-fuzz: CRASH (sanitizer report above)";
   (void)!::write(2, m, std::strlen(m));
@@ -298,8 +325,13 @@ inline void installCrashHandlers(const std::string &prefix) {
                 static_cast<int>(::getpid()));
   std::snprintf(s.timeoutPath, sizeof s.timeoutPath, "%stimeout-%d",
                 prefix.c_str(), static_cast<int>(::getpid()));
-  for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
-    std::signal(sig, onFatal);
+  // Under ASan its own SEGV/BUS/FPE handlers report (then the death callback
+  // writes the input); taking them over would lose the report.
+  if (sanitized())
+    std::signal(SIGABRT, onFatal);
+  else
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
+      std::signal(sig, onFatal);
   std::signal(SIGALRM, onAlarm);
 #if defined(__SANITIZE_ADDRESS__)
   __sanitizer_set_death_callback(onSanitizerDeath);
@@ -323,14 +355,6 @@ struct Options {
   bool strict = false; // a non-Error exception also fails the run
   std::vector<std::string> inputs;
 };
-
-inline bool sanitized() {
-#if defined(__SANITIZE_ADDRESS__)
-  return true;
-#else
-  return false;
-#endif
-}
 
 /// Parses the options every driver shares; unknown ones are returned.
 inline Options parseCommon(int argc, char **argv, const char *usage) {

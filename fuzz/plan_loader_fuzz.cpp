@@ -710,9 +710,16 @@ struct Runner {
 
   /// Rough work estimate, to keep one execution well under the watchdog.
   static bool withinBudget(const Plan &plan) {
-    if (plan.programs.size() != 1 || plan.worldSize != 1)
+    if (plan.worldSize != 1)
       return true; // the Executor refuses it before allocating
-    const Program &p = plan.programs[0];
+    // The Executor runs the last program of rank 0.
+    const Program *pp = nullptr;
+    for (const Program &q : plan.programs)
+      if (q.rank == 0)
+        pp = &q;
+    if (!pp)
+      return true;
+    const Program &p = *pp;
     uint64_t mem = p.persistentBytes + p.arenaBytes * uint64_t(p.slots);
     if (mem > (uint64_t(64) << 20))
       return false;
