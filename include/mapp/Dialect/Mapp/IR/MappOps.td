@@ -528,4 +528,6 @@ def Mapp_ScheduleOp : Mapp_Op<"schedule", [HasParent<"::mlir::ModuleOp">]> {
   let hasVerifier = 1;
 }
 
+include "mapp/Dialect/Mapp/IR/MappScopeOps.td"
+
 #endif // MAPP_OPS_TD
