@@ -13,7 +13,6 @@
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/Support/GlobPattern.h"
 
 #include <deque>
 #include <map>
@@ -30,6 +29,33 @@ using namespace mapp::scope;
 namespace {
 
 enum class TargetKind { Value, Param, AttnProbs };
+
+/// Dotted-name globs: `*` matches within one path component (`layers.*` is
+/// every layer's output), `**` across components, `?` one character.
+bool globMatch(StringRef pat, StringRef s) {
+  if (pat.empty())
+    return s.empty();
+  if (pat.starts_with("**")) {
+    for (size_t i = 0; i <= s.size(); ++i)
+      if (globMatch(pat.drop_front(2), s.drop_front(i)))
+        return true;
+    return false;
+  }
+  if (pat.front() == '*') {
+    for (size_t i = 0; i <= s.size(); ++i) {
+      if (globMatch(pat.drop_front(), s.drop_front(i)))
+        return true;
+      if (i < s.size() && s[i] == '.')
+        break;
+    }
+    return false;
+  }
+  if (s.empty())
+    return false;
+  if (pat.front() != '?' && pat.front() != s.front())
+    return false;
+  return globMatch(pat.drop_front(), s.drop_front());
+}
 
 /// One resolvable name: the values it stands for (a parameter read in
 /// several places stands for several values).
@@ -84,16 +110,13 @@ public:
   Target *lookup(StringRef name) {
     return targets.find(name);
   }
-  /// Names matched by `pattern` in table order.
-  SmallVector<StringRef> match(StringRef pattern) {
+  /// Names matched by `pattern` in table order. Parameters match only when
+  /// `params` is set (storage perturbations), so `layers.*.**` means values.
+  SmallVector<StringRef> match(StringRef pattern, bool params) {
     SmallVector<StringRef> out;
-    auto glob = llvm::GlobPattern::create(pattern);
-    if (!glob) {
-      llvm::consumeError(glob.takeError());
-      return out;
-    }
     for (auto &kv : targets)
-      if (glob->match(kv.first))
+      if ((kv.second.kind == TargetKind::Param) == params &&
+          globMatch(pattern, kv.first))
         out.push_back(kv.first);
     return out;
   }
@@ -190,7 +213,7 @@ private:
   std::vector<std::string> forwardOrder;
 };
 
-bool isGlob(StringRef s) { return s.find_first_of("*?[{") != StringRef::npos; }
+bool isGlob(StringRef s) { return s.find_first_of("*?") != StringRef::npos; }
 
 struct InsertProbesPass
     : mapp::impl::MappInsertProbesBase<InsertProbesPass> {
@@ -199,12 +222,13 @@ struct InsertProbesPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (spec.empty()) {
-      module.emitError("mapp-insert-probes: give spec=FILE (JSON)");
+      mlir::emitError(module.getLoc(),
+                      "mapp-insert-probes: give spec=FILE (JSON)");
       return signalPassFailure();
     }
     llvm::Expected<ProbeSpec> parsed = loadProbeSpec(spec);
     if (!parsed) {
-      module.emitError("mapp-insert-probes: ")
+      mlir::emitError(module.getLoc(), "mapp-insert-probes: ")
           << llvm::toString(parsed.takeError());
       return signalPassFailure();
     }
@@ -221,7 +245,8 @@ struct InsertProbesPass
         nextSwitch = std::max(nextSwitch, *p.switchId + 1);
     for (const PerturbEntry &p : s.perturbations) {
       SmallVector<Target *> ts;
-      if (failed(resolve(module, table, p.name, p.pos, ts)))
+      if (failed(resolve(module, table, p.name, p.pos, ts,
+                         p.target == "storage")))
         return failure();
       int64_t sw = p.switchId ? *p.switchId : nextSwitch++;
       for (Target *t : ts)
@@ -245,14 +270,15 @@ struct InsertProbesPass
 
   LogicalResult resolveNames(ModuleOp module, NameTable &t, StringRef name,
                              const SpecPos &pos,
-                             SmallVectorImpl<StringRef> &out) {
+                             SmallVectorImpl<StringRef> &out,
+                             bool params = false) {
     if (isGlob(name))
-      out = t.match(name);
+      out = t.match(name, params);
     else if (t.lookup(name))
       out.push_back(name);
     if (!out.empty())
       return success();
-    InFlightDiagnostic d = module.emitError()
+    InFlightDiagnostic d = mlir::emitError(module.getLoc())
                            << pos.str() << ": no value is named '" << name
                            << "'";
     SmallVector<StringRef> near = t.nearest(name);
@@ -266,9 +292,10 @@ struct InsertProbesPass
   }
 
   LogicalResult resolve(ModuleOp module, NameTable &t, StringRef name,
-                        const SpecPos &pos, SmallVectorImpl<Target *> &out) {
+                        const SpecPos &pos, SmallVectorImpl<Target *> &out,
+                        bool params) {
     SmallVector<StringRef> names;
-    if (failed(resolveNames(module, t, name, pos, names)))
+    if (failed(resolveNames(module, t, name, pos, names, params)))
       return failure();
     for (StringRef n : names)
       out.push_back(t.lookup(n));
@@ -282,7 +309,7 @@ struct InsertProbesPass
     if (!p.tokens)
       return success();
     if (ty.getRank() < 2)
-      return module.emitError()
+      return mlir::emitError(module.getLoc())
              << p.pos.str() << ": '" << name
              << "' has no token dimension (type " << ty << ")";
     int64_t T = ty.getShape()[1];
@@ -290,7 +317,7 @@ struct InsertProbesPass
       int64_t b = r.begin < 0 ? r.begin + T : r.begin;
       int64_t e = r.single ? b + 1 : (r.end <= 0 ? r.end + T : r.end);
       if (b < 0 || e > T || b >= e)
-        return module.emitError()
+        return mlir::emitError(module.getLoc())
                << p.pos.str() << ": token selection "
                << (r.single ? std::to_string(r.begin)
                             : std::to_string(r.begin) + ":" +
@@ -309,7 +336,7 @@ struct InsertProbesPass
     MLIRContext *ctx = &getContext();
     bool wantsAttn = llvm::is_contained(p.reduce, "attn");
     if (t.kind == TargetKind::AttnProbs && (!wantsAttn || p.reduce.size() != 1))
-      return module.emitError() << p.pos.str() << ": '" << name
+      return mlir::emitError(module.getLoc()) << p.pos.str() << ": '" << name
                                 << "' (attention probabilities) records "
                                    "reduce [\"attn\"] only";
     if (t.kind == TargetKind::AttnProbs) {
@@ -330,14 +357,14 @@ struct InsertProbesPass
       return success();
     }
     if (wantsAttn)
-      return module.emitError() << p.pos.str() << ": 'attn' needs a "
+      return mlir::emitError(module.getLoc()) << p.pos.str() << ": 'attn' needs a "
                                    "layers.N.attn.probs target, not '"
                                 << name << "'";
     std::string reduce = llvm::join(p.reduce, ",");
     for (Value v : t.values) {
       auto ty = cast<RankedTensorType>(v.getType());
       if (!ty.getElementType().isF32())
-        return module.emitError()
+        return mlir::emitError(module.getLoc())
                << p.pos.str() << ": '" << name << "' is not an f32 tensor";
       SmallVector<int64_t> toks;
       if (failed(tokenPositions(module, p, ty, name, toks)))
@@ -382,21 +409,21 @@ struct InsertProbesPass
                               int64_t sw) {
     MLIRContext *ctx = &getContext();
     if (p.target == "storage" && t.kind != TargetKind::Param)
-      return module.emitError()
+      return mlir::emitError(module.getLoc())
              << p.pos.str() << ": a storage perturbation needs a parameter "
              << "name (e.g. layers.0.mlp.fc1.weight), '" << p.name
              << "' is a computed value";
     if (p.target != "storage" && t.kind == TargetKind::Param)
-      return module.emitError()
+      return mlir::emitError(module.getLoc())
              << p.pos.str() << ": '" << p.name
              << "' is a parameter; use \"target\": \"storage\"";
     if (p.target == "system" && !t.layerOutput)
-      return module.emitError()
+      return mlir::emitError(module.getLoc())
              << p.pos.str() << ": a system perturbation sits between layers; "
              << "name a layer output (layers.N or layers.N.resid), not '"
              << p.name << "'";
     if (t.kind == TargetKind::AttnProbs)
-      return module.emitError() << p.pos.str()
+      return mlir::emitError(module.getLoc()) << p.pos.str()
                                 << ": attention probabilities are not "
                                    "materialized and cannot be perturbed";
     for (Value v : t.values) {
@@ -408,13 +435,13 @@ struct InsertProbesPass
                            : IntegerAttr();
         int64_t h = ty.getRank() ? ty.getShape().back() : 0;
         if (!heads || heads.getInt() <= 0 || h % heads.getInt())
-          return module.emitError()
+          return mlir::emitError(module.getLoc())
                  << p.pos.str() << ": head masks need mapp.model's "
                  << "num_attention_heads dividing the last dim of " << ty;
         int64_t d = h / heads.getInt();
         for (int64_t hd : p.heads) {
           if (hd >= heads.getInt())
-            return module.emitError() << p.pos.str() << ": head " << hd
+            return mlir::emitError(module.getLoc()) << p.pos.str() << ": head " << hd
                                       << " >= num_attention_heads "
                                       << heads.getInt();
           for (int64_t c = hd * d; c < hd * d + d; ++c)

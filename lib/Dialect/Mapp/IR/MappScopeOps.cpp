@@ -89,9 +89,10 @@ LogicalResult PerturbOp::verify() {
     return emitOpError("p must be in [0, 1], got ") << p;
   if (k == "mask") {
     auto ty = cast<RankedTensorType>(getX().getType());
-    if (!getChannels() || getChannels()->empty())
+    std::optional<ArrayRef<int64_t>> channels = getChannels();
+    if (!channels || channels->empty())
       return emitOpError("'mask' needs channels");
-    for (int64_t c : *getChannels())
+    for (int64_t c : *channels)
       if (ty.getRank() == 0 || c < 0 || c >= ty.getShape().back())
         return emitOpError("mask channel ")
                << c << " outside the last dim of " << ty;
