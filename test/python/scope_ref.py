@@ -47,7 +47,8 @@ def tool(name):
 
 
 def run(cmd, **kw):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                       errors="replace", **kw)
     assert r.returncode == 0, f"{cmd[0]} failed:\n{r.stderr}"
     return r
 
