@@ -56,11 +56,10 @@ std::vector<uint8_t> PlanSpec::build() const {
       std::vector<flatbuffers::Offset<fb::Attr>> attrs;
       for (const auto &[k, v] : in.attrs.all())
         attrs.push_back(buildAttr(b, k, v));
-      ins.push_back(fb::CreateInstr(b, b.CreateString(in.kernel),
-                                    b.CreateVector(in.in),
-                                    b.CreateVector(in.out),
-                                    b.CreateVector(attrs),
-                                    b.CreateString(in.kernel)));
+      ins.push_back(
+          fb::CreateInstr(b, b.CreateString(in.kernel), b.CreateVector(in.in),
+                          b.CreateVector(in.out), b.CreateVector(attrs),
+                          b.CreateString(in.kernel)));
     }
     blks.push_back(fb::CreateBlock(b, static_cast<fb::BlockKind>(blk.kind), 0,
                                    b.CreateVector(ins)));
@@ -68,15 +67,15 @@ std::vector<uint8_t> PlanSpec::build() const {
   std::vector<fb::Task> ts;
   for (auto [blk, mb] : tasks)
     ts.emplace_back(blk, mb);
-  auto prog = fb::CreateProgram(
-      b, 0, 0, 0, 0, b.CreateVector(vals), b.CreateVector(blks),
-      b.CreateVectorOfStructs(ts), arena, pool, slots, tokens, targets, loss,
-      arena * slots + pool);
+  auto prog = fb::CreateProgram(b, 0, 0, 0, 0, b.CreateVector(vals),
+                                b.CreateVector(blks),
+                                b.CreateVectorOfStructs(ts), arena, pool, slots,
+                                tokens, targets, loss, arena * slots + pool);
   std::vector<flatbuffers::Offset<fb::Program>> progs = {prog};
-  auto plan = fb::CreatePlan(
-      b, version, 1, 1, 1, 1, 1, microBatchSize, numMicrobatches, seqLength,
-      vocabSize, b.CreateString("gpipe"), b.CreateString(optimizer),
-      maxGradNorm, b.CreateVector(progs));
+  auto plan = fb::CreatePlan(b, version, 1, 1, 1, 1, 1, microBatchSize,
+                             numMicrobatches, seqLength, vocabSize,
+                             b.CreateString("gpipe"), b.CreateString(optimizer),
+                             maxGradNorm, b.CreateVector(progs));
   fb::FinishPlanBuffer(b, plan);
   return std::vector<uint8_t>(b.GetBufferPointer(),
                               b.GetBufferPointer() + b.GetSize());
@@ -109,8 +108,8 @@ PlanSpec mapp::rt::test::mlpPlan(const MlpOptions &o) {
                            {"head.bias", {V}, 0, 0}};
   for (P &p : params) {
     p.value = s.add({p.name, ValueKind::Param, f, p.shape});
-    p.grad = s.add({std::string(p.name) + ".grad", ValueKind::Grad, f, p.shape,
-                    p.value});
+    p.grad = s.add(
+        {std::string(p.name) + ".grad", ValueKind::Grad, f, p.shape, p.value});
   }
   int x = temp("x", {B, T, H}), h = temp("h", {B, T, F}),
       a = temp("a", {B, T, F}), logits = temp("logits", {B, T, V});
@@ -127,7 +126,9 @@ PlanSpec mapp::rt::test::mlpPlan(const MlpOptions &o) {
   s.loss = loss;
 
   auto ins = [](std::string k, std::vector<int> in, std::vector<int> out,
-                Attrs at = {}) { return TInstr{std::move(k), in, out, at}; };
+                Attrs at = {}) {
+    return TInstr{std::move(k), in, out, at};
+  };
   Attrs none;
   Attrs tanh;
   tanh.setStr("approximate", "tanh");
@@ -173,7 +174,7 @@ PlanSpec mapp::rt::test::mlpPlan(const MlpOptions &o) {
     at.setStr("schedule", o.schedule);
     if (o.schedule == "cosine") {
       at.setInt("warmup", 2);
-      at.setInt("total", 8);
+      at.setInt("total_steps", 8);
       at.setFloat("min_lr", o.lr * 0.1);
     }
     if (o.optimizer == "adamw") {

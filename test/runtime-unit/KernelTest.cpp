@@ -69,7 +69,7 @@ TEST(Schedule, CosineAndConstant) {
   EXPECT_EQ(scheduledLr(a, 100), 1.0);
   a.setStr("schedule", "cosine");
   a.setInt("warmup", 4);
-  a.setInt("total", 12);
+  a.setInt("total_steps", 12);
   a.setFloat("min_lr", 0.1);
   EXPECT_DOUBLE_EQ(scheduledLr(a, 0), 0.25);
   EXPECT_DOUBLE_EQ(scheduledLr(a, 3), 1.0);

@@ -1,4 +1,5 @@
-//===- mapp-run.cpp - execute a training plan ------------------------------===//
+//===- mapp-run.cpp - execute a training plan
+//------------------------------===//
 //
 // Thin main over the runtime library: parse flags, load the plan, wire the
 // data loader, weights and metrics into the executor, run N steps. Flags are
@@ -36,7 +37,8 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --comm=local               communicator (default local: one rank)
   --data FILE                corpus: .jsonl ("text" field), .txt, or a Megatron
                              indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx)
-  --data-format F            auto|jsonl|text|megatron (default auto: by extension)
+  --data-format F            auto|jsonl|text|megatron (default auto: by extension,
+                             or PREFIX with PREFIX.idx = megatron)
   --tokenizer T              bytes | gpt2:VOCAB.json,MERGES.txt (jsonl/text data)
   --steps N                  training steps (default 1)
   --seed S                   parameter init and data shuffle seed (default 0)
@@ -89,8 +91,8 @@ int64_t parseInt(const std::string &flag, const std::string &v, int64_t lo) {
       throw std::invalid_argument(v);
     return x;
   } catch (const std::exception &) {
-    usageError(flag + " needs an integer >= " + std::to_string(lo) +
-               ", got '" + v + "'");
+    usageError(flag + " needs an integer >= " + std::to_string(lo) + ", got '" +
+               v + "'");
   }
 }
 
@@ -199,8 +201,10 @@ public:
         r.push_back(std::vector<int32_t>(p + b * t, p + (b + 1) * t));
       return r;
     };
-    nlohmann::json j = {{"step", step},       {"microbatch", mb},
-                        {"dp_rank", dpRank},  {"tokens", rows(tok)},
+    nlohmann::json j = {{"step", step},
+                        {"microbatch", mb},
+                        {"dp_rank", dpRank},
+                        {"tokens", rows(tok)},
                         {"targets", rows(tgt)}};
     out_ << j.dump() << "\n";
   }
@@ -280,8 +284,9 @@ int run(const Options &o) {
     loader = std::make_unique<BatchLoader>(std::move(tokens), plan.seqLength,
                                            o.seed, o.shuffle);
     if (loader->maxToken() >= plan.vocabSize)
-      fail("data: token id ", loader->maxToken(), " is outside the plan's vocab_size ",
-           plan.vocabSize, " (wrong --tokenizer?)");
+      fail("data: token id ", loader->maxToken(),
+           " is outside the plan's vocab_size ", plan.vocabSize,
+           " (wrong --tokenizer?)");
   }
 
   if (!o.weights.empty())

@@ -67,6 +67,38 @@ def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// MegaScan
+//===----------------------------------------------------------------------===//
+
+def MappInsertTrace : Pass<"mapp-insert-trace", "::mlir::ModuleOp"> {
+  let summary = "Trace events around compute, communication and optimizer work";
+  let description = [{
+    Brackets work in every plan block with `mapp.trace_begin` /
+    `mapp.trace_end`:
+
+    * `granularity=op`: every instruction;
+    * `granularity=layer`: each run of ops of one transformer layer (from
+      `mapp.name` = "layers.N...." or `mapp.layer`), and everything else by
+      its module name;
+    * `granularity=stage`: one region per block.
+
+    Communication ops (collectives, send, recv) always get a region of their
+    own, with bytes, peer and group, because MegaScan aligns clocks and finds
+    slow links from them; optimizer updates are category "optimizer".
+    `every=K window=W` records W consecutive steps out of every K (K = 0:
+    every step); the runtime reads it from the plan.
+  }];
+  let options = [
+    Option<"granularity", "granularity", "std::string", "\"layer\"",
+           "op | layer | stage">,
+    Option<"every", "every", "int64_t", "0",
+           "Sampling period in steps (0 = trace every step)">,
+    Option<"window", "window", "int64_t", "1",
+           "Consecutive steps traced per period">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
 // Scope (MegaScope)
 //===----------------------------------------------------------------------===//
 

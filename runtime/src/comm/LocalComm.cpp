@@ -1,4 +1,5 @@
-//===- LocalComm.cpp - single-process communicator -------------------------===//
+//===- LocalComm.cpp - single-process communicator
+//-------------------------===//
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
 

@@ -216,16 +216,19 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       if ((p.tokens >= 0 || p.targets >= 0) && batches) {
         // A rank may hold only tokens (first stage) or only targets (last).
         std::vector<int32_t> tmpTok, tmpTgt;
-        int32_t *tok = p.tokens >= 0
-                           ? reinterpret_cast<int32_t *>(valueData(p.tokens, slot))
-                           : (tmpTok.resize(plan_.microBatchSize * plan_.seqLength),
-                              tmpTok.data());
-        int32_t *tgt = p.targets >= 0
-                           ? reinterpret_cast<int32_t *>(valueData(p.targets, slot))
-                           : (tmpTgt.resize(plan_.microBatchSize * plan_.seqLength),
-                              tmpTgt.data());
+        int32_t *tok =
+            p.tokens >= 0
+                ? reinterpret_cast<int32_t *>(valueData(p.tokens, slot))
+                : (tmpTok.resize(plan_.microBatchSize * plan_.seqLength),
+                   tmpTok.data());
+        int32_t *tgt =
+            p.targets >= 0
+                ? reinterpret_cast<int32_t *>(valueData(p.targets, slot))
+                : (tmpTgt.resize(plan_.microBatchSize * plan_.seqLength),
+                   tmpTgt.data());
         batches(step_, t.microbatch, tok, tgt);
-        r.tokens += static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
+        r.tokens +=
+            static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
       }
     }
     runBlock(t.block, t.microbatch, slot, ctx);

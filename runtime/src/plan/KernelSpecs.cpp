@@ -117,8 +117,8 @@ void checkLinear(const Attrs &, const TTs &in, const TTs &out) {
   wantF32(out[0], "y");
   wantRankAtLeast(in[0], 1, "x");
   if (in[1].rank() != 2 || in[1].dim(1) != in[0].dim(-1))
-    fail("w must be [N,K] with K = x's last dim; x is ", desc(in[0]),
-         ", w is ", desc(in[1]));
+    fail("w must be [N,K] with K = x's last dim; x is ", desc(in[0]), ", w is ",
+         desc(in[1]));
   int64_t n = in[1].dim(0);
   if (in.size() == 3)
     wantShape(in[2], {n}, "b");
@@ -138,13 +138,12 @@ void checkMatmul(const Attrs &a, const TTs &in, const TTs &out) {
   int64_t kb = tb ? in[1].dim(-1) : in[1].dim(-2);
   int64_t n = tb ? in[1].dim(-2) : in[1].dim(-1);
   if (k != kb)
-    fail("inner dimensions differ: a is ", desc(in[0]), ", b is ",
-         desc(in[1]), (ta ? " (transpose_a)" : ""),
-         (tb ? " (transpose_b)" : ""));
+    fail("inner dimensions differ: a is ", desc(in[0]), ", b is ", desc(in[1]),
+         (ta ? " (transpose_a)" : ""), (tb ? " (transpose_b)" : ""));
   Shape batch = leading(in[0].shape, 2);
   if (in[1].rank() > 2 && leading(in[1].shape, 2) != batch)
-    fail("batched b must have a's leading dims; a is ", desc(in[0]),
-         ", b is ", desc(in[1]));
+    fail("batched b must have a's leading dims; a is ", desc(in[0]), ", b is ",
+         desc(in[1]));
   Shape s = batch;
   s.push_back(m);
   s.push_back(n);
@@ -458,6 +457,7 @@ double mapp::rt::scheduledLr(const Attrs &a, int64_t k) {
     return lr * static_cast<double>(k + 1) / static_cast<double>(warmup);
   if (k >= total)
     return minLr;
-  double t = static_cast<double>(k - warmup) / static_cast<double>(total - warmup);
+  double t =
+      static_cast<double>(k - warmup) / static_cast<double>(total - warmup);
   return minLr + 0.5 * (lr - minLr) * (1 + std::cos(M_PI * t));
 }

@@ -105,10 +105,10 @@ Program decodeProgram(const fb::Program &p, int index) {
           instr.kernel = in->kernel()->str();
           instr.inputs = toVec<int>(in->inputs());
           instr.outputs = toVec<int>(in->outputs());
-          instr.attrs = decodeAttrs(
-              in->attrs(), "program " + std::to_string(index) + " instr " +
-                               std::to_string(i) + " in block " +
-                               std::to_string(b));
+          instr.attrs =
+              decodeAttrs(in->attrs(), "program " + std::to_string(index) +
+                                           " instr " + std::to_string(i) +
+                                           " in block " + std::to_string(b));
           instr.name = str(in->name());
           instr.layer = in->layer();
           block.instrs.push_back(std::move(instr));

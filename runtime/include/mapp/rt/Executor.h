@@ -22,10 +22,10 @@
 namespace mapp::rt {
 
 struct StepResult {
-  int64_t step = 0;  // 0-based index of the step just run
-  double loss = 0;   // mean of the microbatch losses (nan if none)
+  int64_t step = 0; // 0-based index of the step just run
+  double loss = 0;  // mean of the microbatch losses (nan if none)
   double gradNorm = 0;
-  double lr = 0;     // scheduled lr of the step (first optimizer instr)
+  double lr = 0;      // scheduled lr of the step (first optimizer instr)
   int64_t tokens = 0; // tokens consumed by this rank
 };
 
@@ -33,8 +33,8 @@ class Executor {
 public:
   /// Fills tokens/targets ([micro_batch_size, seq_length] each) of
   /// microbatch `mb` of step `step`.
-  using BatchFn =
-      std::function<void(int64_t step, int mb, int32_t *tokens, int32_t *targets)>;
+  using BatchFn = std::function<void(int64_t step, int mb, int32_t *tokens,
+                                     int32_t *targets)>;
   /// Called with the executor once a step's gradients are complete, before
   /// the optimizer block runs.
   using GradHook = std::function<void(const Executor &)>;

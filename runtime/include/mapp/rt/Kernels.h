@@ -75,7 +75,8 @@ void checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
                      const std::vector<TensorType> &out);
 
 /// Learning rate at 0-based step k from an optimizer instr's attrs:
-/// lr, schedule = constant|cosine, warmup, total, min_lr (docs/semantics.md).
+/// lr, schedule = constant|cosine, warmup, total_steps, min_lr
+/// (docs/semantics.md).
 double scheduledLr(const Attrs &attrs, int64_t step);
 
 /// splitmix64 as a pure function: the finalizer applied to x + golden ratio.

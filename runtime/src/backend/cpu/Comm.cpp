@@ -5,8 +5,8 @@
 // copy, which is what the local communicator provides.
 //
 //===----------------------------------------------------------------------===//
-#include "CpuKernels.h"
 #include "mapp/rt/Comm.h"
+#include "CpuKernels.h"
 #include "mapp/rt/Error.h"
 
 #include <cstring>
