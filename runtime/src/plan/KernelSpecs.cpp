@@ -362,6 +362,11 @@ void checkCollective(const Attrs &a, const TTs &in, const TTs &out) {
 void checkSendRecv(const Attrs &a, const TTs &, const TTs &) {
   a.requireInt("peer");
 }
+void checkTrace(const Attrs &a, const TTs &, const TTs &) {
+  a.requireInt("id");
+  a.getStr("name", "");
+  a.getStr("category", "compute");
+}
 
 const std::vector<KernelSpec> kSpecs = {
     // name, minIn, maxIn, minOut, maxOut, check, inPlace
@@ -405,6 +410,9 @@ const std::vector<KernelSpec> kSpecs = {
     {"all_to_all", 1, 1, 1, 1, checkCollective, false},
     {"send", 1, 1, 0, 0, checkSendRecv, false},
     {"recv", 0, 0, 1, 1, checkSendRecv, false},
+    // MegaScan region marks, run by the executor itself (no backend kernel).
+    {"trace_begin", 0, 0, 0, 0, checkTrace, false},
+    {"trace_end", 0, 0, 0, 0, checkTrace, false},
 };
 
 } // namespace
@@ -417,6 +425,10 @@ const KernelSpec *mapp::rt::findKernelSpec(const std::string &name) {
 }
 
 const std::vector<KernelSpec> &mapp::rt::allKernelSpecs() { return kSpecs; }
+
+bool mapp::rt::isExecutorKernel(const std::string &name) {
+  return name == "trace_begin" || name == "trace_end";
+}
 
 void mapp::rt::checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
                                const std::vector<TensorType> &in,
