@@ -334,9 +334,8 @@ private:
       for (TInstr &in : b.instrs) {
         Attrs ba, ea;
         ba.setInt("id", nextTraceId);
-        ba.setStr("name", in.kernel + "." + std::to_string(in.out.empty()
-                                                             ? -1
-                                                             : in.out[0]));
+        int operand = in.out.empty() ? in.in[0] : in.out[0];
+        ba.setStr("name", in.kernel + "." + s.values[operand].name);
         bool comm = in.kernel == "send" || in.kernel == "recv" ||
                     in.kernel == "all_reduce";
         ba.setStr("category", comm ? "comm"

@@ -107,7 +107,8 @@ Options parseArgs(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
+      std::cout << kUsage << "\nbuilt with communicators: local"
+                << (haveMpiComm() ? ", mpi" : "") << "\n";
       std::exit(0);
     }
     if (a == "--no-shuffle") {
@@ -366,17 +367,28 @@ int run(const Options &o) {
   if (o.comm == "mpi") {
     std::unique_ptr<Communicator> comm = createMpiComm();
     int rank = comm->rank();
+    if (comm->worldSize() != plan.worldSize) {
+      // Every rank sees this alike: rank 0 says it, all leave cleanly.
+      if (rank == 0)
+        std::cerr << "mapp-run: plan is for world_size " +
+                         std::to_string(plan.worldSize) + " but mpirun started " +
+                         std::to_string(comm->worldSize()) +
+                         " process(es) (use mpirun -np " +
+                         std::to_string(plan.worldSize) + ")\n";
+      comm.reset();
+      mpiFinalize();
+      return 1;
+    }
     try {
-      if (comm->worldSize() != plan.worldSize)
-        fail("plan is for world_size ", plan.worldSize, " but mpirun started ",
-             comm->worldSize(), " process(es) (use mpirun -np ",
-             plan.worldSize, ")");
       if (!o.quiet)
         printCoords(plan, rank), std::fflush(stdout);
       runRank(sh, std::move(comm));
     } catch (const std::exception &e) {
-      std::cerr << "mapp-run: rank " << rank << ": " << e.what() << "\n";
-      std::cerr.flush();
+      // One write, so ranks' messages do not interleave mid-line.
+      std::string msg = "mapp-run: rank " + std::to_string(rank) + ": " +
+                        e.what() + "\n";
+      std::fwrite(msg.data(), 1, msg.size(), stderr);
+      std::fflush(stderr);
       mpiAbort(1);
       return 1;
     }

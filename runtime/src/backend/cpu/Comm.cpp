@@ -1,8 +1,9 @@
 //===- Comm.cpp - communication kernels over the Communicator -------------===//
 //
 // Kernels stay backend-side so a device backend can stage buffers; the
-// Communicator moves bytes. A group of one rank makes every collective a
-// copy, which is what the local communicator provides.
+// Communicator moves flat blocks. The kernels add the tensor layouts:
+// gathering / scattering along any dim (packing into member-major blocks),
+// all_to_all's split and concat dims, and the wire tag of send/recv.
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Comm.h"
