@@ -363,6 +363,11 @@ void checkCollective(const Attrs &a, const TTs &in, const TTs &out) {
 void checkSendRecv(const Attrs &a, const TTs &, const TTs &) {
   a.requireInt("peer");
 }
+void checkTrace(const Attrs &a, const TTs &, const TTs &) {
+  a.requireInt("id");
+  a.getStr("name", "");
+  a.getStr("category", "compute");
+}
 
 // MegaScope (src/probe): the checks live beside the kernels.
 void checkProbe(const Attrs &a, const TTs &in, const TTs &) {
@@ -418,6 +423,9 @@ const std::vector<KernelSpec> kSpecs = {
     {"recv", 0, 0, 1, 1, checkSendRecv, false},
     {"probe", 1, 2, 0, 0, checkProbe, false},
     {"perturb", 1, 1, 1, 1, checkPerturb, false},
+    // MegaScan region marks, run by the executor itself (no backend kernel).
+    {"trace_begin", 0, 0, 0, 0, checkTrace, false},
+    {"trace_end", 0, 0, 0, 0, checkTrace, false},
 };
 
 } // namespace
@@ -430,6 +438,10 @@ const KernelSpec *mapp::rt::findKernelSpec(const std::string &name) {
 }
 
 const std::vector<KernelSpec> &mapp::rt::allKernelSpecs() { return kSpecs; }
+
+bool mapp::rt::isExecutorKernel(const std::string &name) {
+  return name == "trace_begin" || name == "trace_end";
+}
 
 void mapp::rt::checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
                                const std::vector<TensorType> &in,

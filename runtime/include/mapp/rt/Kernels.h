@@ -28,6 +28,8 @@ class ProbeRuntime;
 struct KernelContext {
   int64_t step = 0; // 0-based training step
   int microbatch = 0;
+  /// Plan num_microbatches: send/recv use tag * numMicrobatches + microbatch.
+  int numMicrobatches = 1;
   /// Global gradient norm of this step, computed by the executor before the
   /// optimizer block; used for clipping when the instr has no norm operand.
   double gradNorm = std::numeric_limits<double>::quiet_NaN();
@@ -66,6 +68,8 @@ struct KernelSpec {
 };
 
 const KernelSpec *findKernelSpec(const std::string &name);
+/// Kernels the executor runs itself, not a backend (trace_begin/trace_end).
+bool isExecutorKernel(const std::string &name);
 const std::vector<KernelSpec> &allKernelSpecs();
 
 /// Checks operand counts and calls the spec's check; messages are prefixed by
