@@ -66,4 +66,47 @@ def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Parallel (Megatron)
+//===----------------------------------------------------------------------===//
+
+def MappTensorParallel : Pass<"mapp-tensor-parallel", "::mlir::ModuleOp"> {
+  let summary = "Megatron tensor parallelism (and sequence parallelism) on @forward";
+  let description = [{
+    Runs on the forward graph before autodiff. Recognizes attention (fused
+    qkv or separate q/k/v linears, `mapp.attention`, output projection),
+    MLPs (fc1 → gelu → fc2, silu(gate)·up → down), the LM head feeding
+    `mapp.cross_entropy` and `mapp.embedding` tables, and shards them over
+    the tp group as Megatron does:
+
+    * column-parallel (qkv, fc1, gate, up, LM head): weight [N/tp, K],
+      `shard_dim = 0`, bias sharded alike, input through
+      `mapp.copy_to_group` (f: all-reduce of its gradient);
+    * the fused qkv weight is sharded per block (`shard_blocks = 3`): rank
+      r holds heads [r·h/tp, (r+1)·h/tp) of each of q, k and v;
+    * attention runs heads/tp heads;
+    * row-parallel (attention proj, fc2, down): weight [N, K/tp],
+      `shard_dim = 1`, output all-reduced over tp (g: identity gradient),
+      bias added after the reduction;
+    * vocab-parallel embedding (`group = "tp"` on `mapp.embedding`: zero
+      rows outside the rank's vocabulary slice, then all-reduce) and
+      vocab-parallel cross-entropy (`reduce_max` + all_reduce max,
+      `vocab_ce_partials` + all_reduce sum, `ce_from_partials`).
+
+    With `sequence-parallel`, the all-reduces become reduce-scatters along
+    the sequence, norms/residual adds/dropout run on [B, T/tp, H], and each
+    column-parallel input is all-gathered along the sequence.
+
+    Sharded parameters get the shard type and `shard_dim`, `shard_group =
+    "tp"` (and `shard_blocks`) so the runtime slices checkpoints. tp not
+    dividing heads, hidden, ffn, vocab (or seq with sequence parallel) is
+    an error naming both numbers.
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", "1", "Tensor-parallel degree">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "Shard the sequence between the tensor-parallel blocks">,
+  ];
+}
+
 #endif // MAPP_TRANSFORMS_PASSES_TD
