@@ -102,10 +102,69 @@ def MappTensorParallel : Pass<"mapp-tensor-parallel", "::mlir::ModuleOp"> {
     dividing heads, hidden, ffn, vocab (or seq with sequence parallel) is
     an error naming both numbers.
   }];
+  let dependentDialects = ["::mapp::MappDialect"];
   let options = [
     Option<"tp", "tp", "int64_t", "1", "Tensor-parallel degree">,
     Option<"sequenceParallel", "sequence-parallel", "bool", "false",
            "Shard the sequence between the tensor-parallel blocks">,
+  ];
+}
+
+def MappPipelineSchedule : Pass<"mapp-pipeline-schedule", "::mlir::ModuleOp"> {
+  let summary = "Pipeline task tables (gpipe, 1f1b, interleaved) as mapp.schedule";
+  let description = [{
+    Emits one `mapp.schedule` op with a task table per pipeline rank
+    (replacing any existing one):
+
+    * `gpipe`: every forward, then every backward;
+    * `1f1b`: rank r runs min(p − r − 1, m) warm-up forwards, then one
+      forward / one backward, then the remaining backwards;
+    * `interleaved`: Megatron's interleaved 1F1B over `chunks` virtual
+      chunks per rank (chunk c on rank r is virtual stage c·p + r), needs
+      m % p == 0.
+
+    `pp` and `chunks` default to the module's `mapp.pp` / `mapp.chunks`
+    (set by --mapp-pipeline-partition), else 1. The generated tables go
+    through the schedule verifier.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"schedule", "schedule", "std::string", "\"1f1b\"",
+           "gpipe | 1f1b | interleaved">,
+    Option<"microbatches", "microbatches", "int64_t", "1",
+           "Microbatches per step">,
+    Option<"pp", "pp", "int64_t", "0",
+           "Pipeline stages (0: the module's mapp.pp, else 1)">,
+    Option<"chunks", "chunks", "int64_t", "0",
+           "Virtual chunks per stage (0: the module's mapp.chunks, else 1)">,
+  ];
+}
+
+def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
+  let summary = "Check and simulate every mapp.schedule";
+  let description = [{
+    Every rank must run each (chunk, microbatch) forward and backward (or
+    backward-input and backward-weight) exactly once, a backward after its
+    forward on the same rank, and the tables are simulated with
+    non-blocking sends and blocking receives (virtual stage s = chunk·p +
+    rank receives F's input from s − 1 and B's output gradient from s + 1):
+    a deadlock is an error naming every stuck rank, its task and the peer
+    it waits for. With `report`, a remark gives the simulated makespan,
+    the bubble fraction (idle / total rank time) and per rank the number of
+    warm-up forwards and the peak of microbatches in flight.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"report", "report", "bool", "false",
+           "Emit a remark with the simulated statistics">,
+    Option<"forwardCost", "forward-cost", "double", "1.0",
+           "Duration of a forward task (one chunk)">,
+    Option<"backwardCost", "backward-cost", "double", "2.0",
+           "Duration of a fused backward task">,
+    Option<"backwardInputCost", "backward-input-cost", "double", "1.0",
+           "Duration of a backward-input (Bi) task">,
+    Option<"backwardWeightCost", "backward-weight-cost", "double", "1.0",
+           "Duration of a backward-weight (W) task">,
   ];
 }
 
