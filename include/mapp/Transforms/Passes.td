@@ -110,6 +110,36 @@ def MappTensorParallel : Pass<"mapp-tensor-parallel", "::mlir::ModuleOp"> {
   ];
 }
 
+def MappPipelinePartition : Pass<"mapp-pipeline-partition", "::mlir::ModuleOp"> {
+  let summary = "Cut @forward into per-(stage, chunk) functions with send/recv";
+  let description = [{
+    Runs on the forward graph (after tensor parallelism, before autodiff).
+    Layers are the ops reading `layers.N.*` parameters; ops before layer 0
+    join the first layer, ops after the last layer join the last. Layers are
+    grouped into pp·chunks contiguous virtual stages minimizing the most
+    expensive one by the cost interface (FLOPs); a remark reports each
+    virtual stage's layers and cost and the per-stage imbalance (max/mean).
+    Virtual stage k runs on pipeline stage k mod pp as chunk k / pp.
+
+    Output (docs/plan-lowering.md): `@forward_s<stage>_c<chunk>` with
+    `mapp.phase = "forward"`, `mapp.stage`, `mapp.chunk`; arguments it
+    reads from @forward keep `mapp.input` ("tokens", "targets"); values
+    crossing a cut are received with `mapp.recv` at the start and sent with
+    `mapp.send` at the end (peer = pipeline stage, even tags 2i; the
+    gradient travels back with tag 2i + 1); the last virtual stage returns
+    the loss and has `mapp.loss`. Parameters read on several stages (tied
+    embeddings) get `mapp.pp_stages`. The module gets `mapp.pp` and
+    `mapp.chunks`. With pp·chunks = 1 only those attributes are set.
+    More virtual stages than layers is an error.
+  }];
+  let dependentDialects = ["::mapp::MappDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"pp", "pp", "int64_t", "1", "Pipeline stages">,
+    Option<"chunks", "chunks", "int64_t", "1",
+           "Virtual chunks per stage (interleaved schedules)">,
+  ];
+}
+
 def MappPipelineSchedule : Pass<"mapp-pipeline-schedule", "::mlir::ModuleOp"> {
   let summary = "Pipeline task tables (gpipe, 1f1b, interleaved) as mapp.schedule";
   let description = [{
