@@ -22,7 +22,8 @@
 // CHECK-NOT: @layers.2.
 // CHECK: mapp.embedding
 // The residual stream is the only value crossing the cut.
-// CHECK: %[[X:.*]] = mapp.add
+// CHECK: mapp.linear {{.*}}"layers.1.mlp.out"
+// CHECK-NEXT: %[[X:.*]] = mapp.add
 // CHECK-NEXT: mapp.send %[[X]] to 1 tag 0 : tensor<2x8x16xf32>
 // CHECK-NEXT: return
 // CHECK-LABEL: func.func @forward_s1_c0(%arg0: tensor<2x8xi32> {mapp.input = "targets"}) -> tensor<f32>
