@@ -140,6 +140,36 @@ def MappPipelinePartition : Pass<"mapp-pipeline-partition", "::mlir::ModuleOp"> 
   ];
 }
 
+def MappDataParallel : Pass<"mapp-data-parallel", "::mlir::ModuleOp"> {
+  let summary = "Bucketed data-parallel gradient sync overlapped with backward; ZeRO-1";
+  let description = [{
+    Runs after autodiff (after the optimizer when `zero1` is set). In every
+    backward function (`mapp.phase = "backward"`) each `grad_accumulate`
+    moves right after its gradient's definition, and once `bucket-mb` MiB
+    of gradients are final a `mapp.grad_sync` (group "dp", reduction "avg")
+    closes the bucket, so its all-reduce overlaps the rest of the backward.
+    The runtime runs a grad_sync only on the step's last microbatch
+    (docs/plan-lowering.md). Parameters accumulated by several chunks of a
+    stage are synchronized at the end of chunk 0's backward; parameters
+    tied across pipeline stages (`mapp.pp_stages`) get a grad_sync summing
+    over those stages there too.
+
+    With `zero1`, buckets reduce-scatter instead (each dp rank keeps the
+    average of its 1/dp slice of the flattened bucket), the updates in
+    @optimizer_step (and the global norm) carry `mapp.zero_shard = "dp"`,
+    and one `mapp.param_gather` per bucket all-gathers the updated
+    parameters. The module gets `mapp.dp`.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"dp", "dp", "int64_t", "1", "Data-parallel degree">,
+    Option<"bucketMb", "bucket-mb", "double", "25.0",
+           "Bucket size in MiB of fp32 gradients (a bucket closes once it holds at least this much)">,
+    Option<"zero1", "zero1", "bool", "false",
+           "Shard optimizer state over dp (ZeRO stage 1)">,
+  ];
+}
+
 def MappPipelineSchedule : Pass<"mapp-pipeline-schedule", "::mlir::ModuleOp"> {
   let summary = "Pipeline task tables (gpipe, 1f1b, interleaved) as mapp.schedule";
   let description = [{
