@@ -15,7 +15,7 @@ config.test_exec_root = os.path.join(config.mapp_obj_root, "test")
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%mapp_src", config.mapp_src_root))
-config.substitutions.append(("%shared", os.path.join(config.mapp_src_root, "..", "shared")))
+config.substitutions.append(("%data", os.path.join(config.mapp_src_root, "data")))
 # Debian's python3-torch is only visible to /usr/bin/python3.
 config.substitutions.append(("%torch_python", "/usr/bin/python3"))
 config.environment["PYTHONPATH"] = os.path.join(config.mapp_src_root, "python")

@@ -228,4 +228,64 @@ def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// MegaScan
+//===----------------------------------------------------------------------===//
+
+def MappInsertTrace : Pass<"mapp-insert-trace", "::mlir::ModuleOp"> {
+  let summary = "Trace events around compute, communication and optimizer work";
+  let description = [{
+    Brackets work in every plan block with `mapp.trace_begin` /
+    `mapp.trace_end`:
+
+    * `granularity=op`: every instruction;
+    * `granularity=layer`: each run of ops of one transformer layer (from
+      `mapp.name` = "layers.N...." or `mapp.layer`), and everything else by
+      its module name;
+    * `granularity=stage`: one region per block.
+
+    Communication ops (collectives, send, recv) always get a region of their
+    own, with bytes, peer and group, because MegaScan aligns clocks and finds
+    slow links from them; optimizer updates are category "optimizer".
+    `every=K window=W` records W consecutive steps out of every K (K = 0:
+    every step); the runtime reads it from the plan.
+  }];
+  let options = [
+    Option<"granularity", "granularity", "std::string", "\"layer\"",
+           "op | layer | stage">,
+    Option<"every", "every", "int64_t", "0",
+           "Sampling period in steps (0 = trace every step)">,
+    Option<"window", "window", "int64_t", "1",
+           "Consecutive steps traced per period">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Runtime
+//===----------------------------------------------------------------------===//
+
+def MappPlanMemory : Pass<"mapp-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Liveness, buffer reuse and the peak-memory report per rank";
+  let description = [{
+    Plans every pipeline stage's memory: activations live in one arena per
+    in-flight microbatch (slots from the schedule table), placed greedily by
+    size so values whose live ranges do not overlap share bytes; parameters,
+    gradients and optimizer state live in a persistent pool. Emits a remark
+    per stage (peak = persistent + slots × arena, and the arena without
+    reuse) and records `mapp.memory` on the module. The plan writer uses the
+    same analysis, so the report is what the runtime allocates.
+  }];
+}
+
+def MappLowerToPlan : Pass<"mapp-lower-to-plan", "::mlir::ModuleOp"> {
+  let summary = "Check the module lowers to per-rank plan programs";
+  let description = [{
+    Builds the per-rank instruction streams (kernel, operand buffers,
+    attributes), parameters by name and schedule tables exactly as
+    `mapp-translate --mapp-to-plan` serializes them, reporting anything that
+    cannot be lowered as a located error, and records a `mapp.plan` summary
+    (world size, instructions per rank) on the module.
+  }];
+}
+
 #endif // MAPP_TRANSFORMS_PASSES_TD

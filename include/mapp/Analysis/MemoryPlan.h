@@ -1,0 +1,56 @@
+//===- MemoryPlan.h - liveness and buffer assignment ------------*- C++ -*-===//
+//
+// Places every activation of one pipeline stage in a per-microbatch arena,
+// reusing bytes between values whose live ranges do not overlap, and lays out
+// the persistent pool (parameters, gradients, optimizer state).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_ANALYSIS_MEMORYPLAN_H
+#define MAPP_ANALYSIS_MEMORYPLAN_H
+
+#include "mapp/Analysis/StepStructure.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace mapp {
+
+/// Offsets are multiples of this (GPU-friendly).
+constexpr uint64_t kPlanAlignment = 256;
+
+struct ParamStorage {
+  mlir::StringAttr name;
+  mlir::RankedTensorType type;
+  unsigned numStates = 0; // AdamW 2, SGD 1, none 0
+  uint64_t paramOffset = 0, gradOffset = 0;
+  llvm::SmallVector<uint64_t, 2> stateOffsets;
+};
+
+struct StageMemory {
+  int64_t stage = 0;
+  /// Arena offset of every activation (canonical values: a backward's
+  /// arguments are their forward's results).
+  llvm::DenseMap<mlir::Value, uint64_t> offsets;
+  /// Parameters this stage owns, in declaration order.
+  llvm::MapVector<mlir::StringAttr, ParamStorage> params;
+  uint64_t arenaBytes = 0;      // one microbatch slot
+  uint64_t naiveArenaBytes = 0; // without reuse, for the report
+  uint64_t persistentBytes = 0;
+  int64_t slots = 1;
+  uint64_t peakBytes() const { return persistentBytes + slots * arenaBytes; }
+};
+
+/// Plans one stage; fails with a located error on IR it cannot place
+/// (dynamic shapes, unknown parameters).
+mlir::FailureOr<StageMemory> planStageMemory(mlir::ModuleOp module,
+                                             const StepStructure &step,
+                                             int64_t stage);
+
+/// Microbatches whose activations are alive at once on `stage`, from the
+/// module's mapp.schedule table (1 without one).
+int64_t inFlightMicrobatches(mlir::ModuleOp module, int64_t stage);
+
+/// Whether the value lives in the persistent pool rather than the arena.
+bool isPersistentAlias(mlir::Value v);
+
+} // namespace mapp
+
+#endif

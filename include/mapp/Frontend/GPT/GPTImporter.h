@@ -1,0 +1,73 @@
+//===- GPTImporter.h - GPT config JSON -> mapp forward graph ----*- C++ -*-===//
+//
+// Builds the forward graph of the reference GPT (python/mapp/reference.py)
+// straight from its config, op for op what the PyTorch exporter emits for the
+// same config. docs/models.md specifies both: config keys and defaults,
+// parameter names and order, the op sequence and its mapp.name values.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MAPP_FRONTEND_GPT_GPTIMPORTER_H
+#define MAPP_FRONTEND_GPT_GPTIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace mapp {
+
+/// A normalized GPT config: every key present, defaults filled in, vocab
+/// padded. Same rules as python/mapp/config.py.
+struct GPTConfig {
+  std::string variant = "gpt"; // "gpt" | "llama"
+  int64_t numLayers = 0;
+  int64_t hiddenSize = 0;
+  int64_t numHeads = 0;
+  int64_t ffnHiddenSize = 0;
+  int64_t seqLength = 0;
+  int64_t vocabSize = 0; // padded
+  int64_t microBatchSize = 1;
+  bool tieEmbeddings = true;
+  std::string dtype = "float32";
+  double layernormEpsilon = 1e-5;
+  std::string geluApproximate = "tanh";
+  double rotaryBase = 10000.0;
+  double hiddenDropout = 0.0;
+  double attentionDropout = 0.0;
+  int64_t vocabDivisor = 1; // make_vocab_size_divisible_by
+  int64_t seed = 0;
+
+  bool isLlama() const { return variant == "llama"; }
+};
+
+/// An error in a config, naming the offending key (empty for JSON syntax).
+struct GPTConfigError {
+  std::string key;
+  std::string message; // "config key 'k': ..."
+};
+
+/// Parses and validates a config. On failure returns false and fills `err`.
+bool parseGPTConfig(llvm::StringRef json, GPTConfig &config, GPTConfigError &err);
+
+/// Builds the forward-graph module for `config`.
+mlir::OwningOpRef<mlir::ModuleOp> buildGPTModule(const GPTConfig &config,
+                                                 mlir::MLIRContext *ctx);
+
+/// Parses `json` and builds the module; on a bad config emits an error
+/// diagnostic at `loc` (located at the key in `bufferName` when it can be
+/// found) and returns null.
+mlir::OwningOpRef<mlir::ModuleOp> importGPTConfig(llvm::StringRef json,
+                                                  mlir::MLIRContext *ctx,
+                                                  llvm::StringRef bufferName = "<config>");
+
+/// Registers `--import-gpt-config` with mlir-translate's registry.
+void registerGPTImportTranslation();
+
+} // namespace mapp
+
+#endif // MAPP_FRONTEND_GPT_GPTIMPORTER_H

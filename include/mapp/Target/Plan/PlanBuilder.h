@@ -1,0 +1,34 @@
+//===- PlanBuilder.h - training IR to per-rank plan programs ----*- C++ -*-===//
+//
+// Builds the plan (runtime/schema/plan.fbs, object API) from a module that
+// follows docs/plan-lowering.md, and serializes it. The runtime never sees
+// MLIR: this is the only place the two meet.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_TARGET_PLAN_PLANBUILDER_H
+#define MAPP_TARGET_PLAN_PLANBUILDER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+
+namespace mapp {
+namespace plan {
+struct PlanT;
+} // namespace plan
+
+/// Schema version written into every plan; the runtime refuses others.
+constexpr uint32_t kPlanSchemaVersion = 1;
+
+/// One Program per global rank; fails with located diagnostics.
+mlir::FailureOr<std::unique_ptr<plan::PlanT>> buildPlan(mlir::ModuleOp module);
+
+/// Serializes with the "MPLN" file identifier.
+mlir::LogicalResult writePlan(mlir::ModuleOp module, llvm::raw_ostream &os);
+
+void registerToPlanTranslation();
+
+} // namespace mapp
+
+#endif

@@ -1,0 +1,144 @@
+#include "mapp/Analysis/MemoryPlan.h"
+#include "mapp/Dialect/Mapp/IR/MappOps.h"
+
+using namespace mlir;
+using namespace mapp;
+
+static uint64_t alignUp(uint64_t x) {
+  return (x + kPlanAlignment - 1) / kPlanAlignment * kPlanAlignment;
+}
+
+bool mapp::isPersistentAlias(Value v) {
+  return isa_and_nonnull<ParamRefOp, GradRefOp>(v.getDefiningOp());
+}
+
+int64_t mapp::inFlightMicrobatches(ModuleOp module, int64_t stage) {
+  int64_t best = 1;
+  for (auto sched : module.getOps<ScheduleOp>()) {
+    if (stage >= (int64_t)sched.getTables().size())
+      continue;
+    // Per chunk: forwards started minus backwards finished.
+    llvm::DenseMap<int64_t, int64_t> live;
+    for (Attribute a : cast<ArrayAttr>(sched.getTables()[stage])) {
+      auto task = cast<TaskAttr>(a);
+      int64_t &n = live[task.getChunk()];
+      if (task.getKind() == TaskKind::Forward)
+        best = std::max(best, ++n);
+      else if (task.getKind() != TaskKind::BackwardInput)
+        --n;
+    }
+  }
+  return best;
+}
+
+namespace {
+struct Interval {
+  Value value;
+  uint64_t bytes;
+  int64_t begin, end; // inclusive op indices
+};
+} // namespace
+
+FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
+                                             const StepStructure &step,
+                                             int64_t stage) {
+  StageMemory mem;
+  mem.stage = stage;
+  SmallVector<const StepBlock *> blocks = step.blocksOfStage(stage);
+
+  // Parameters the stage's forward/backward touch, plus their optimizer state.
+  llvm::DenseSet<StringAttr> owned;
+  for (const StepBlock *b : blocks)
+    if (b->phase != Phase::Optimizer)
+      b->func.walk([&](Operation *op) {
+        if (auto ref = op->getAttrOfType<FlatSymbolRefAttr>("param"))
+          owned.insert(ref.getAttr());
+      });
+  llvm::DenseMap<StringAttr, unsigned> states;
+  for (const StepBlock *b : blocks)
+    if (b->phase == Phase::Optimizer) {
+      b->func.walk([&](AdamWOp op) { states[op.getParamAttr().getAttr()] = 2; });
+      b->func.walk([&](SGDOp op) { states[op.getParamAttr().getAttr()] = 1; });
+    }
+  for (auto p : module.getOps<ParamOp>()) {
+    if (!owned.contains(p.getSymNameAttr()))
+      continue;
+    ParamStorage s;
+    s.name = p.getSymNameAttr();
+    s.type = cast<RankedTensorType>(p.getType());
+    s.numStates = states.lookup(s.name);
+    mem.params.insert({s.name, s});
+  }
+  for (auto &[name, s] : mem.params) {
+    uint64_t bytes = alignUp(tensorBytes(s.type));
+    s.paramOffset = mem.persistentBytes;
+    s.gradOffset = s.paramOffset + bytes;
+    mem.persistentBytes += 2 * bytes;
+    for (unsigned i = 0; i < s.numStates; ++i) {
+      s.stateOffsets.push_back(mem.persistentBytes);
+      mem.persistentBytes += bytes;
+    }
+  }
+
+  // Live intervals over the stage's blocks in plan order.
+  llvm::MapVector<Value, Interval> live;
+  int64_t index = 0;
+  auto define = [&](Value v, int64_t at) -> LogicalResult {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (!t || !t.hasStaticShape())
+      return emitError(v.getLoc(), "memory plan needs static tensor shapes, "
+                                   "got ")
+             << v.getType();
+    live.insert({v, Interval{v, alignUp(tensorBytes(t)), at, at}});
+    return success();
+  };
+  auto use = [&](Value v, int64_t at) {
+    v = step.canonical(v);
+    auto it = live.find(v);
+    if (it != live.end())
+      it->second.end = std::max(it->second.end, at);
+  };
+  for (const StepBlock *b : blocks) {
+    Block &body = b->func.getBody().front();
+    for (BlockArgument arg : body.getArguments())
+      if (step.canonical(arg) == Value(arg) && failed(define(arg, index)))
+        return failure();
+    for (Operation &op : body) {
+      ++index;
+      for (Value operand : op.getOperands())
+        use(operand, index);
+      for (Value r : op.getResults())
+        if (!isPersistentAlias(r) && failed(define(r, index)))
+          return failure();
+    }
+  }
+
+  // Greedy best placement, biggest first: each value takes the lowest offset
+  // that overlaps no placed value with an intersecting live range.
+  SmallVector<Interval *> order;
+  for (auto &[v, iv] : live)
+    order.push_back(&iv);
+  llvm::stable_sort(order, [](const Interval *a, const Interval *b) {
+    return a->bytes > b->bytes;
+  });
+  SmallVector<std::pair<Interval *, uint64_t>> placed;
+  for (Interval *iv : order) {
+    SmallVector<std::pair<uint64_t, uint64_t>> busy;
+    for (auto &[other, off] : placed)
+      if (other->begin <= iv->end && iv->begin <= other->end)
+        busy.push_back({off, off + other->bytes});
+    llvm::sort(busy);
+    uint64_t offset = 0;
+    for (auto [lo, hi] : busy) {
+      if (offset + iv->bytes <= lo)
+        break;
+      offset = std::max(offset, hi);
+    }
+    placed.push_back({iv, offset});
+    mem.offsets[iv->value] = offset;
+    mem.arenaBytes = std::max(mem.arenaBytes, offset + iv->bytes);
+    mem.naiveArenaBytes += iv->bytes;
+  }
+  mem.slots = inFlightMicrobatches(module, stage);
+  return mem;
+}

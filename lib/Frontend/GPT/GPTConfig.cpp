@@ -1,0 +1,247 @@
+//===- GPTConfig.cpp - GPT config parsing and validation ------------------===//
+//
+// The same rules as python/mapp/config.py (docs/models.md): HF aliases, keys
+// starting with '_' are comments, unknown keys and wrong types are errors,
+// defaults depend on the variant, vocab is padded. Messages name the key in
+// the same words as the Python side.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mapp/Frontend/GPT/GPTImporter.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <cmath>
+#include <map>
+#include <optional>
+
+using namespace mapp;
+namespace json = llvm::json;
+
+namespace {
+
+enum class Kind { Int, Float, Bool, String };
+
+struct KeyInfo {
+  const char *name;
+  Kind kind;
+  bool required;
+};
+
+// Every canonical key, in python/mapp/config.py's KEY_ORDER.
+const KeyInfo kKeys[] = {
+    {"variant", Kind::String, false},
+    {"num_layers", Kind::Int, true},
+    {"hidden_size", Kind::Int, true},
+    {"num_attention_heads", Kind::Int, true},
+    {"ffn_hidden_size", Kind::Int, false},
+    {"seq_length", Kind::Int, true},
+    {"vocab_size", Kind::Int, true},
+    {"micro_batch_size", Kind::Int, false},
+    {"tie_embeddings", Kind::Bool, false},
+    {"dtype", Kind::String, false},
+    {"layernorm_epsilon", Kind::Float, false},
+    {"gelu_approximate", Kind::String, false},
+    {"rotary_base", Kind::Float, false},
+    {"hidden_dropout", Kind::Float, false},
+    {"attention_dropout", Kind::Float, false},
+    {"make_vocab_size_divisible_by", Kind::Int, false},
+    {"seed", Kind::Int, false},
+};
+
+const std::pair<const char *, const char *> kAliases[] = {
+    {"n_layer", "num_layers"},
+    {"num_hidden_layers", "num_layers"},
+    {"n_embd", "hidden_size"},
+    {"n_head", "num_attention_heads"},
+    {"n_inner", "ffn_hidden_size"},
+    {"intermediate_size", "ffn_hidden_size"},
+    {"n_positions", "seq_length"},
+    {"max_position_embeddings", "seq_length"},
+    {"tie_word_embeddings", "tie_embeddings"},
+    {"layer_norm_epsilon", "layernorm_epsilon"},
+    {"rms_norm_eps", "layernorm_epsilon"},
+    {"rope_theta", "rotary_base"},
+};
+
+const char *kindName(Kind k) {
+  switch (k) {
+  case Kind::Int: return "int";
+  case Kind::Float: return "float";
+  case Kind::Bool: return "bool";
+  case Kind::String: return "str";
+  }
+  return "?";
+}
+
+struct Parser {
+  GPTConfigError &err;
+  // canonical key -> (key as written, value)
+  std::map<std::string, std::pair<std::string, const json::Value *>> given;
+
+  bool fail(llvm::StringRef key, const llvm::Twine &what) {
+    err.key = key.str();
+    err.message = ("config key '" + key + "': " + what).str();
+    return false;
+  }
+
+  const KeyInfo *info(llvm::StringRef canon) {
+    for (const KeyInfo &k : kKeys)
+      if (canon == k.name)
+        return &k;
+    return nullptr;
+  }
+
+  static std::string show(const json::Value &v) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    os << v;
+    return os.str();
+  }
+
+  bool getInt(llvm::StringRef canon, int64_t &out) {
+    auto it = given.find(canon.str());
+    if (it == given.end())
+      return true;
+    const json::Value &v = *it->second.second;
+    if (v.kind() == json::Value::Boolean || !v.getAsInteger())
+      return fail(it->second.first, "expected int, got " + show(v));
+    out = *v.getAsInteger();
+    return true;
+  }
+  bool getFloat(llvm::StringRef canon, double &out) {
+    auto it = given.find(canon.str());
+    if (it == given.end())
+      return true;
+    const json::Value &v = *it->second.second;
+    if (v.kind() == json::Value::Boolean || !v.getAsNumber())
+      return fail(it->second.first, "expected float, got " + show(v));
+    out = *v.getAsNumber();
+    return true;
+  }
+  bool getBool(llvm::StringRef canon, bool &out) {
+    auto it = given.find(canon.str());
+    if (it == given.end())
+      return true;
+    const json::Value &v = *it->second.second;
+    if (!v.getAsBoolean())
+      return fail(it->second.first, "expected bool, got " + show(v));
+    out = *v.getAsBoolean();
+    return true;
+  }
+  bool getString(llvm::StringRef canon, std::string &out) {
+    auto it = given.find(canon.str());
+    if (it == given.end())
+      return true;
+    const json::Value &v = *it->second.second;
+    if (!v.getAsString())
+      return fail(it->second.first, "expected str, got " + show(v));
+    out = v.getAsString()->str();
+    return true;
+  }
+  bool has(llvm::StringRef canon) { return given.count(canon.str()); }
+};
+
+} // namespace
+
+bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
+                          GPTConfigError &err) {
+  llvm::Expected<json::Value> parsed = json::parse(text);
+  if (!parsed) {
+    err.key.clear();
+    err.message = "not valid JSON: " + llvm::toString(parsed.takeError());
+    return false;
+  }
+  const json::Object *obj = parsed->getAsObject();
+  if (!obj) {
+    err.key.clear();
+    err.message = "config must be a JSON object";
+    return false;
+  }
+  Parser p{err, {}};
+  // json::Object is unordered: sort keys so the first error is stable.
+  std::vector<std::string> keys;
+  for (const auto &kv : *obj)
+    keys.push_back(kv.first.str());
+  std::sort(keys.begin(), keys.end());
+  for (const std::string &key : keys) {
+    if (llvm::StringRef(key).starts_with("_"))
+      continue;
+    std::string canon = key;
+    for (auto [alias, target] : kAliases)
+      if (key == alias)
+        canon = target;
+    if (!p.info(canon))
+      return p.fail(key, "unknown key");
+    if (p.has(canon))
+      return p.fail(key, "given twice (as '" + canon + "')");
+    p.given[canon] = {key, obj->get(key)};
+  }
+  for (const KeyInfo &k : kKeys)
+    if (k.required && !p.has(k.name))
+      return p.fail(k.name, "missing");
+
+  if (!p.getString("variant", c.variant) ||
+      !p.getInt("num_layers", c.numLayers) ||
+      !p.getInt("hidden_size", c.hiddenSize) ||
+      !p.getInt("num_attention_heads", c.numHeads) ||
+      !p.getInt("seq_length", c.seqLength) ||
+      !p.getInt("vocab_size", c.vocabSize) ||
+      !p.getInt("micro_batch_size", c.microBatchSize) ||
+      !p.getString("dtype", c.dtype) ||
+      !p.getString("gelu_approximate", c.geluApproximate) ||
+      !p.getFloat("rotary_base", c.rotaryBase) ||
+      !p.getFloat("hidden_dropout", c.hiddenDropout) ||
+      !p.getFloat("attention_dropout", c.attentionDropout) ||
+      !p.getInt("make_vocab_size_divisible_by", c.vocabDivisor) ||
+      !p.getInt("seed", c.seed))
+    return false;
+  c.ffnHiddenSize = 4 * c.hiddenSize;
+  c.tieEmbeddings = c.variant == "gpt";
+  c.layernormEpsilon = 1e-5;
+  if (!p.getInt("ffn_hidden_size", c.ffnHiddenSize) ||
+      !p.getBool("tie_embeddings", c.tieEmbeddings) ||
+      !p.getFloat("layernorm_epsilon", c.layernormEpsilon))
+    return false;
+
+  if (c.variant != "gpt" && c.variant != "llama")
+    return p.fail("variant",
+                  "must be \"gpt\" or \"llama\", got \"" + c.variant + "\"");
+  std::pair<const char *, int64_t> positive[] = {
+      {"num_layers", c.numLayers},
+      {"hidden_size", c.hiddenSize},
+      {"num_attention_heads", c.numHeads},
+      {"ffn_hidden_size", c.ffnHiddenSize},
+      {"seq_length", c.seqLength},
+      {"vocab_size", c.vocabSize},
+      {"micro_batch_size", c.microBatchSize},
+      {"make_vocab_size_divisible_by", c.vocabDivisor}};
+  for (auto [key, value] : positive)
+    if (value <= 0)
+      return p.fail(key, "must be positive, got " + llvm::Twine(value));
+  if (c.hiddenSize % c.numHeads)
+    return p.fail("num_attention_heads",
+                  llvm::Twine(c.numHeads) + " does not divide hidden_size " +
+                      llvm::Twine(c.hiddenSize));
+  if (c.isLlama() && (c.hiddenSize / c.numHeads) % 2)
+    return p.fail("num_attention_heads",
+                  "rotary embeddings need an even head dim, got " +
+                      llvm::Twine(c.hiddenSize / c.numHeads));
+  if (c.dtype != "float32")
+    return p.fail("dtype",
+                  "only \"float32\" is supported, got \"" + c.dtype + "\"");
+  if (c.geluApproximate != "none" && c.geluApproximate != "tanh")
+    return p.fail("gelu_approximate", "must be \"none\" or \"tanh\"");
+  if (!(c.layernormEpsilon > 0))
+    return p.fail("layernorm_epsilon", "must be positive");
+  if (!(c.rotaryBase > 0))
+    return p.fail("rotary_base", "must be positive");
+  if (!(c.hiddenDropout >= 0 && c.hiddenDropout < 1))
+    return p.fail("hidden_dropout", "must be in [0, 1)");
+  if (!(c.attentionDropout >= 0 && c.attentionDropout < 1))
+    return p.fail("attention_dropout", "must be in [0, 1)");
+  c.vocabSize = (c.vocabSize + c.vocabDivisor - 1) / c.vocabDivisor * c.vocabDivisor;
+  return true;
+}

@@ -1,0 +1,314 @@
+//===- GPTImporter.cpp - GPT config -> mapp forward graph -----------------===//
+//
+// Emits exactly what python/mapp/export.py emits for python/mapp/reference.py
+// with the same config (docs/models.md, "The forward graph"): same params in
+// state_dict order, same ops in the same order, one param_ref per use placed
+// right before its user, same attributes and mapp.name values.
+// test/python/test_reference_importer.py compares the two after mapp-opt.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mapp/Frontend/GPT/GPTImporter.h"
+
+#include "mapp/Dialect/Mapp/IR/MappOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mapp;
+
+namespace {
+
+class GraphBuilder {
+public:
+  GraphBuilder(const GPTConfig &c, MLIRContext *ctx)
+      : c(c), b(ctx), loc(UnknownLoc::get(ctx)), f32(b.getF32Type()) {}
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  using Shape = SmallVector<int64_t, 4>;
+
+  RankedTensorType tensor(ArrayRef<int64_t> shape, Type elem = {}) {
+    return RankedTensorType::get(shape, elem ? elem : f32);
+  }
+
+  void declare(StringRef name, ArrayRef<int64_t> shape);
+  Value ref(StringRef name);
+
+  template <typename OpT>
+  Value op(StringRef name, ValueRange operands, ArrayRef<int64_t> shape,
+           SmallVector<NamedAttribute> attrs = {}) {
+    if (!name.empty())
+      attrs.push_back(b.getNamedAttr("mapp.name", b.getStringAttr(name)));
+    return b.create<OpT>(loc, TypeRange{tensor(shape)}, operands, attrs)
+        .getResult();
+  }
+
+  NamedAttribute i64(StringRef k, int64_t v) {
+    return b.getNamedAttr(k, b.getI64IntegerAttr(v));
+  }
+  NamedAttribute f64(StringRef k, double v) {
+    return b.getNamedAttr(k, b.getF64FloatAttr(v));
+  }
+
+  Value norm(Value x, const std::string &prefix);
+  Value linear(Value x, const std::string &prefix, int64_t out, bool bias);
+  Value maybeDropout(Value x, const std::string &name);
+  Value layer(Value x, int64_t l);
+  DictionaryAttr modelAttrs();
+
+  const GPTConfig &c;
+  OpBuilder b;
+  Location loc;
+  Type f32;
+  llvm::StringMap<Shape> shapes;
+  int64_t dropoutSeed = 0;
+};
+
+void GraphBuilder::declare(StringRef name, ArrayRef<int64_t> shape) {
+  shapes[name] = Shape(shape.begin(), shape.end());
+  // The reference init rule (docs/models.md): normal(0.02) for matrices,
+  // zeros for biases, ones for norm weights.
+  SmallVector<NamedAttribute> attrs{
+      b.getNamedAttr("sym_name", b.getStringAttr(name)),
+      b.getNamedAttr("type", TypeAttr::get(tensor(shape)))};
+  if (shape.size() >= 2) {
+    attrs.push_back(b.getNamedAttr("init", b.getStringAttr("normal")));
+    attrs.push_back(f64("std", 0.02));
+  } else {
+    attrs.push_back(b.getNamedAttr(
+        "init", b.getStringAttr(name.ends_with(".bias") ? "zeros" : "ones")));
+  }
+  b.create<ParamOp>(loc, TypeRange{}, ValueRange{}, attrs);
+}
+
+Value GraphBuilder::ref(StringRef name) {
+  auto attr = b.getNamedAttr("param", FlatSymbolRefAttr::get(b.getContext(), name));
+  return b.create<ParamRefOp>(loc, TypeRange{tensor(shapes[name])}, ValueRange{},
+                              ArrayRef<NamedAttribute>{attr})
+      .getResult();
+}
+
+Value GraphBuilder::norm(Value x, const std::string &prefix) {
+  auto shape = cast<RankedTensorType>(x.getType()).getShape();
+  Value gamma = ref(prefix + ".weight");
+  if (c.isLlama())
+    return op<RMSNormOp>(prefix, {x, gamma}, shape,
+                         {f64("eps", c.layernormEpsilon)});
+  Value beta = ref(prefix + ".bias");
+  return op<LayerNormOp>(prefix, {x, gamma, beta}, shape,
+                         {f64("eps", c.layernormEpsilon)});
+}
+
+Value GraphBuilder::linear(Value x, const std::string &prefix, int64_t out,
+                           bool bias) {
+  Shape shape(cast<RankedTensorType>(x.getType()).getShape());
+  shape.back() = out;
+  SmallVector<Value> operands{x, ref(prefix + ".weight")};
+  if (bias)
+    operands.push_back(ref(prefix + ".bias"));
+  return op<LinearOp>(prefix, operands, shape);
+}
+
+Value GraphBuilder::maybeDropout(Value x, const std::string &name) {
+  if (c.hiddenDropout == 0)
+    return x;
+  auto shape = cast<RankedTensorType>(x.getType()).getShape();
+  return op<DropoutOp>(name, {x}, shape,
+                       {f64("p", c.hiddenDropout), i64("seed", dropoutSeed++)});
+}
+
+Value GraphBuilder::layer(Value x, int64_t l) {
+  const std::string p = "layers." + std::to_string(l);
+  const int64_t B = c.microBatchSize, T = c.seqLength, H = c.hiddenSize;
+  const bool bias = !c.isLlama();
+
+  // Attention: fused qkv, three slices, one mapp.attention, projection.
+  Value qkv = linear(norm(x, p + ".ln1"), p + ".attn.qkv", 3 * H, bias);
+  Value qkvs[3];
+  const char *sliceNames[3] = {".attn.slice", ".attn.slice_1", ".attn.slice_2"};
+  for (int i = 0; i < 3; ++i)
+    qkvs[i] = op<SliceOp>(p + sliceNames[i], {qkv}, {B, T, H},
+                          {i64("dim", 2), i64("start", i * H),
+                           i64("end", (i + 1) * H)});
+  int64_t headDim = H / c.numHeads;
+  SmallVector<NamedAttribute> attrs{i64("heads", c.numHeads),
+                                    f64("scale", 1.0 / std::sqrt(double(headDim))),
+                                    b.getNamedAttr("causal", b.getUnitAttr())};
+  if (c.isLlama()) {
+    attrs.push_back(b.getNamedAttr("rotary", b.getUnitAttr()));
+    attrs.push_back(f64("rotary_base", c.rotaryBase));
+  }
+  Value attn = op<AttentionOp>(p + ".attn.attention", {qkvs[0], qkvs[1], qkvs[2]},
+                               {B, T, H}, attrs);
+  Value proj = maybeDropout(linear(attn, p + ".attn.proj", H, bias), p + ".dropout");
+  x = op<AddOp>(p + ".add", {x, proj}, {B, T, H});
+
+  // MLP.
+  Value m = norm(x, p + ".ln2");
+  Value y;
+  const int64_t F = c.ffnHiddenSize;
+  if (c.isLlama()) {
+    Value gate = linear(m, p + ".mlp.gate", F, false);
+    Value act = op<SiluOp>(p + ".mlp.silu", {gate}, {B, T, F});
+    Value up = linear(m, p + ".mlp.up", F, false);
+    Value prod = op<MulOp>(p + ".mlp.mul", {act, up}, {B, T, F});
+    y = linear(prod, p + ".mlp.down", H, false);
+  } else {
+    Value h = linear(m, p + ".mlp.fc1", F, true);
+    Value act = op<GeluOp>(p + ".mlp.gelu", {h}, {B, T, F},
+                           {b.getNamedAttr("approximate",
+                                           b.getStringAttr(c.geluApproximate))});
+    y = linear(act, p + ".mlp.fc2", H, true);
+  }
+  y = maybeDropout(y, p + ".dropout_1");
+  return op<AddOp>(p + ".add_1", {x, y}, {B, T, H});
+}
+
+DictionaryAttr GraphBuilder::modelAttrs() {
+  SmallVector<NamedAttribute> a{
+      b.getNamedAttr("kind", b.getStringAttr(c.variant)),
+      i64("num_layers", c.numLayers),
+      i64("hidden_size", c.hiddenSize),
+      i64("num_attention_heads", c.numHeads),
+      i64("ffn_hidden_size", c.ffnHiddenSize),
+      i64("seq_length", c.seqLength),
+      i64("vocab_size", c.vocabSize),
+      i64("micro_batch_size", c.microBatchSize),
+      b.getNamedAttr("tie_embeddings", b.getBoolAttr(c.tieEmbeddings)),
+      b.getNamedAttr("dtype", b.getStringAttr(c.dtype)),
+      f64("layernorm_epsilon", c.layernormEpsilon),
+      b.getNamedAttr("gelu_approximate", b.getStringAttr(c.geluApproximate)),
+      f64("rotary_base", c.rotaryBase),
+      f64("hidden_dropout", c.hiddenDropout),
+      f64("attention_dropout", c.attentionDropout),
+      i64("make_vocab_size_divisible_by", c.vocabDivisor),
+      i64("seed", c.seed)};
+  return b.getDictionaryAttr(a);
+}
+
+OwningOpRef<ModuleOp> GraphBuilder::build() {
+  const int64_t B = c.microBatchSize, T = c.seqLength, H = c.hiddenSize,
+                V = c.vocabSize, F = c.ffnHiddenSize;
+  const bool gpt = !c.isLlama();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  (*module)->setAttr("mapp.model", modelAttrs());
+  b.setInsertionPointToEnd(module->getBody());
+
+  // Parameters in state_dict order (docs/models.md).
+  declare("wte.weight", {V, H});
+  if (gpt)
+    declare("wpe.weight", {T, H});
+  for (int64_t l = 0; l < c.numLayers; ++l) {
+    std::string p = "layers." + std::to_string(l);
+    auto decl = [&](const std::string &n, ArrayRef<int64_t> s, bool hasBias) {
+      declare(p + n + ".weight", s);
+      if (hasBias)
+        declare(p + n + ".bias", {s.front()});
+    };
+    decl(".ln1", {H}, gpt);
+    decl(".attn.qkv", {3 * H, H}, gpt);
+    decl(".attn.proj", {H, H}, gpt);
+    decl(".ln2", {H}, gpt);
+    if (gpt) {
+      decl(".mlp.fc1", {F, H}, true);
+      decl(".mlp.fc2", {H, F}, true);
+    } else {
+      decl(".mlp.gate", {F, H}, false);
+      decl(".mlp.up", {F, H}, false);
+      decl(".mlp.down", {H, F}, false);
+    }
+  }
+  declare("ln_f.weight", {H});
+  if (gpt)
+    declare("ln_f.bias", {H});
+  if (!c.tieEmbeddings)
+    declare("lm_head.weight", {V, H});
+
+  Type i32 = b.getI32Type();
+  auto fnType = b.getFunctionType({tensor({B, T}, i32), tensor({B, T}, i32)},
+                                  {tensor({})});
+  auto fn = b.create<func::FuncOp>(loc, "forward", fnType);
+  Block *body = fn.addEntryBlock();
+  b.setInsertionPointToEnd(body);
+  Value tokens = body->getArgument(0), targets = body->getArgument(1);
+
+  Value x = op<EmbeddingOp>("wte", {ref("wte.weight"), tokens}, {B, T, H});
+  if (gpt)
+    x = op<AddOp>("add", {x, ref("wpe.weight")}, {B, T, H});
+  x = maybeDropout(x, "dropout");
+  for (int64_t l = 0; l < c.numLayers; ++l)
+    x = layer(x, l);
+  x = norm(x, "ln_f");
+  Value head = ref(c.tieEmbeddings ? "wte.weight" : "lm_head.weight");
+  Value logits = op<LinearOp>("lm_head", {x, head}, {B, T, V});
+  Value loss = op<CrossEntropyOp>("cross_entropy", {logits, targets}, {},
+                                  {i64("ignore_index", -100)});
+  b.create<func::ReturnOp>(loc, loss);
+  return module;
+}
+
+/// Where `"key"` first appears in the text, for the diagnostic.
+Location keyLocation(MLIRContext *ctx, StringRef text, StringRef bufferName,
+                     StringRef key) {
+  size_t pos = key.empty() ? StringRef::npos : text.find(("\"" + key + "\"").str());
+  if (pos == StringRef::npos)
+    return FileLineColLoc::get(ctx, bufferName, 1, 1);
+  StringRef before = text.take_front(pos);
+  unsigned line = 1 + before.count('\n');
+  unsigned col = 1 + pos - (before.rfind('\n') == StringRef::npos
+                                ? 0
+                                : before.rfind('\n') + 1);
+  return FileLineColLoc::get(ctx, bufferName, line, col);
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> mapp::buildGPTModule(const GPTConfig &config,
+                                           MLIRContext *ctx) {
+  ctx->loadDialect<MappDialect, func::FuncDialect>();
+  return GraphBuilder(config, ctx).build();
+}
+
+OwningOpRef<ModuleOp> mapp::importGPTConfig(StringRef json, MLIRContext *ctx,
+                                            StringRef bufferName) {
+  GPTConfig config;
+  GPTConfigError err;
+  if (!parseGPTConfig(json, config, err)) {
+    emitError(keyLocation(ctx, json, bufferName, err.key)) << err.message;
+    return nullptr;
+  }
+  if (config.attentionDropout != 0) {
+    emitError(keyLocation(ctx, json, bufferName, "attention_dropout"))
+        << "config key 'attention_dropout': must be 0 to import "
+           "(mapp.attention has no dropout)";
+    return nullptr;
+  }
+  OwningOpRef<ModuleOp> module = buildGPTModule(config, ctx);
+  if (failed(verify(*module)))
+    return nullptr;
+  return module;
+}
+
+void mapp::registerGPTImportTranslation() {
+  static TranslateToMLIRRegistration reg(
+      "import-gpt-config",
+      "build the forward graph of the reference GPT from a config JSON",
+      [](llvm::SourceMgr &sourceMgr, MLIRContext *ctx) -> OwningOpRef<Operation *> {
+        const llvm::MemoryBuffer *buf =
+            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+        return importGPTConfig(buf->getBuffer(), ctx, buf->getBufferIdentifier());
+      },
+      [](DialectRegistry &registry) {
+        registry.insert<MappDialect, func::FuncDialect>();
+      });
+}

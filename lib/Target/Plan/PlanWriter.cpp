@@ -1,0 +1,34 @@
+// Serializes plans with FlatBuffers and registers `--mapp-to-plan`.
+#include "mapp/Dialect/Mapp/IR/MappOps.h"
+#include "mapp/Target/Plan/PlanBuilder.h"
+#include "mapp/Target/Plan/plan_generated.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+
+using namespace mlir;
+
+LogicalResult mapp::writePlan(ModuleOp module, llvm::raw_ostream &os) {
+  FailureOr<std::unique_ptr<plan::PlanT>> p = buildPlan(module);
+  if (failed(p))
+    return failure();
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(plan::Plan::Pack(fbb, p->get()), plan::PlanIdentifier());
+  os.write(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
+           fbb.GetSize());
+  return success();
+}
+
+void mapp::registerToPlanTranslation() {
+  TranslateFromMLIRRegistration reg(
+      "mapp-to-plan", "serialize a training module as a runtime plan (.mplan)",
+      [](Operation *op, llvm::raw_ostream &os) -> LogicalResult {
+        auto module = dyn_cast<ModuleOp>(op);
+        if (!module)
+          return op->emitError("mapp-to-plan expects a builtin.module");
+        return writePlan(module, os);
+      },
+      [](DialectRegistry &registry) {
+        registry.insert<MappDialect, func::FuncDialect>();
+      });
+}

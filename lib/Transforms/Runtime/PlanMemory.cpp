@@ -1,0 +1,55 @@
+// --mapp-plan-memory: report (and record) each stage's memory plan.
+#include "mapp/Analysis/MemoryPlan.h"
+#include "mapp/Transforms/Passes.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/Support/Format.h"
+
+namespace mapp {
+#define GEN_PASS_DEF_MAPPPLANMEMORY
+#include "mapp/Transforms/Passes.h.inc"
+} // namespace mapp
+
+using namespace mlir;
+using namespace mapp;
+
+namespace {
+std::string mib(uint64_t bytes) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format("%.2f MiB", bytes / 1048576.0);
+  return s;
+}
+
+struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    FailureOr<StepStructure> step = StepStructure::analyze(module);
+    if (failed(step))
+      return signalPassFailure();
+    Builder b(&getContext());
+    SmallVector<Attribute> stages;
+    for (int64_t s = 0; s < step->layout.pp; ++s) {
+      FailureOr<StageMemory> mem = planStageMemory(module, *step, s);
+      if (failed(mem))
+        return signalPassFailure();
+      emitRemark(module.getLoc()) << "memory plan, stage " << s << ": peak "
+                          << mem->peakBytes() << " B (" << mib(mem->peakBytes())
+                          << ") = persistent " << mem->persistentBytes
+                          << " B + " << mem->slots << " slot(s) x arena "
+                          << mem->arenaBytes << " B (" << mem->naiveArenaBytes
+                          << " B without reuse)";
+      stages.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("stage", b.getI64IntegerAttr(s)),
+          b.getNamedAttr("arena_bytes", b.getI64IntegerAttr(mem->arenaBytes)),
+          b.getNamedAttr("persistent_bytes",
+                         b.getI64IntegerAttr(mem->persistentBytes)),
+          b.getNamedAttr("slots", b.getI64IntegerAttr(mem->slots)),
+          b.getNamedAttr("peak_bytes", b.getI64IntegerAttr(mem->peakBytes())),
+      }));
+    }
+    module->setAttr("mapp.memory", b.getArrayAttr(stages));
+  }
+};
+} // namespace

@@ -1,0 +1,276 @@
+"""The written-out causal attention pattern -> one mapp.attention.
+
+    q, k, v: [B,T,H] (slices of a fused qkv, or anything else)
+    qh = q.view(B,T,nh,D).transpose(1,2)          (same for k, v)
+    [rotary: qh = qh*cos + rotate_half(qh)*sin     (same for k)]
+    s  = (qh @ kh.transpose(-2,-1)) * scale        (or / sqrt(D))
+    s  = s.masked_fill(triu(ones(T,T),1), -inf)    (or s + mask)
+    p  = softmax(s, -1)
+    o  = (p @ vh).transpose(1,2).reshape(B,T,H)
+
+The head views are recognized by where their elements come from (Lazy.idx),
+not by the exact sequence of aten view ops, so any view/expand/clone noise the
+trace adds is fine.  The result of `p @ vh` is returned as a head view of the
+mapp.attention output, so the closing transpose+reshape cancels out.
+"""
+
+import math
+
+import torch
+
+from . import ir
+from .values import Lazy, Pending, Step, Tensor, Virtual, fail
+
+
+class Scores(Pending):
+    what = "attention scores q @ k^T"
+
+    def __init__(self, q, k, shape, node):
+        self.q, self.k, self.shape, self.node = q, k, tuple(shape), node
+        self.scale = 1.0
+        self.causal = False
+        self.elem = "f32"
+
+    def copy(self, **kw):
+        s = Scores(self.q, self.k, self.shape, self.node)
+        s.scale, s.causal = self.scale, self.causal
+        for key, val in kw.items():
+            setattr(s, key, val)
+        return s
+
+    def layout(self, step, node):
+        # Splitting/merging the batch*heads dims only.
+        if step.kind in ("reshape", "expand") and step.shape[-2:] == self.shape[-2:] and \
+                math.prod(step.shape) == math.prod(self.shape):
+            return self.copy(shape=step.shape)
+        return None
+
+    def materialize(self, ctx, user):
+        if self.causal:
+            fail(user, "uses masked attention scores outside softmax(...) @ v; "
+                       "mapp only has the fused mapp.attention for a causal mask")
+        a = self.q.materialize(ctx, user)
+        b = self.k.materialize(ctx, user)
+        mod = ctx.module(self.node)
+        v = ctx.b.op("mapp.matmul", [a, b], a.shape[:-1] + b.shape[-1:], a.elem, module=mod)
+        if self.scale != 1.0:
+            v = ctx.b.op("mapp.scale", [v], v.shape, v.elem, {"factor": ir.F64(self.scale)}, module=mod)
+        return ctx.b.op("mapp.reshape", [v], self.shape, v.elem, module=mod) if v.shape != self.shape else v
+
+
+class Probs(Pending):
+    what = "attention probabilities softmax(q @ k^T)"
+
+    def __init__(self, scores, shape):
+        self.scores, self.shape, self.elem = scores, tuple(shape), "f32"
+
+    def layout(self, step, node):
+        if step.kind in ("reshape", "expand") and step.shape[-2:] == self.shape[-2:] and \
+                math.prod(step.shape) == math.prod(self.shape):
+            return Probs(self.scores, step.shape)
+        return None
+
+    def materialize(self, ctx, user):
+        if self.scores.causal:
+            fail(user, "uses causal attention probabilities other than as `probs @ v` "
+                       "(mapp.attention has no dropout: set attention dropout to 0)")
+        v = self.scores.materialize(ctx, user)
+        return ctx.b.op("mapp.softmax", [v], v.shape, v.elem, module=ctx.module(user))
+
+
+# ---- rotary pieces -------------------------------------------------------
+
+class Negated(Pending):
+    what = "a negated tensor"
+
+    def __init__(self, x, node):
+        self.x, self.shape, self.elem, self.node = x, x.shape, x.elem, node
+
+    def materialize(self, ctx, user):
+        v = self.x.materialize(ctx, user)
+        return ctx.b.op("mapp.scale", [v], v.shape, v.elem, {"factor": ir.F64(-1.0)},
+                        module=ctx.module(self.node))
+
+
+class RotateHalf(Pending):
+    """cat(-x[..., D/2:], x[..., :D/2]) of x = Lazy(base, idx)."""
+
+    what = "rotate_half(x)"
+
+    def __init__(self, base, idx, parts, node):
+        self.base, self.idx, self.parts, self.node = base, idx, parts, node
+        self.shape, self.elem = tuple(idx.shape), base.elem
+
+    def materialize(self, ctx, user):
+        vs = [p.materialize(ctx, user) for p in self.parts]
+        return ctx.b.op("mapp.concat", vs, self.shape, vs[0].elem,
+                        {"dim": ir.I64(len(self.shape) - 1)}, module=ctx.module(self.node))
+
+
+def rotate_half(node, parts, dim):
+    """cat([Negated(Lazy hi), Lazy lo], -1) -> RotateHalf, else None."""
+    if len(parts) != 2 or dim not in (-1, len(parts[1].shape) - 1):
+        return None
+    neg, lo = parts
+    if not (isinstance(neg, Negated) and isinstance(neg.x, Lazy) and isinstance(lo, Lazy)):
+        return None
+    hi = neg.x
+    if hi.base is not lo.base or hi.shape != lo.shape:
+        return None
+    idx = torch.cat([lo.idx(), hi.idx()], dim=-1)  # x = cat(lo, hi)
+    return RotateHalf(hi.base, idx, parts, node)
+
+
+class TimesTable(Pending):
+    """x * C for a non-uniform constant C (cos or sin table of rotary)."""
+
+    what = "a product with a constant table"
+
+    def __init__(self, x, table, node):
+        self.x, self.table, self.node = x, table, node
+        self.shape, self.elem = x.shape, x.elem
+
+
+class Rotated(Pending):
+    """rotary(src) seen through `view` (a Lazy over a Virtual base)."""
+
+    what = "rotary-embedded q or k"
+
+    def __init__(self, src, base_freq, view):
+        self.src, self.base_freq, self.view = src, base_freq, view
+        self.shape, self.elem = view.shape, "f32"
+
+    def layout(self, step, node):
+        return Rotated(self.src, self.base_freq, self.view.then(step))
+
+
+def _rotary_base(cos, sin, d):
+    """Recovers rotary_base from the traced tables (cos/sin of t*base^(-2i/D)),
+    rounds it to an integer when that is within 1e-4, and checks the tables
+    against it; None when they are not rotary tables."""
+    t = cos.shape[-2]
+    if t < 2 or d < 4:
+        return None
+    theta1 = math.atan2(float(sin[1, 1]), float(cos[1, 1]))  # base^(-2/D)
+    if not 0.0 < theta1 < 1.0:
+        return None
+    base = theta1 ** (-d / 2.0)
+    if abs(base - round(base)) <= 1e-4 * base:
+        base = float(round(base))
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    ang = torch.outer(torch.arange(t, dtype=torch.float64), inv)
+    ang = torch.cat((ang, ang), dim=-1)
+    ok = torch.allclose(cos.double(), ang.cos(), atol=1e-5) and \
+        torch.allclose(sin.double(), ang.sin(), atol=1e-5)
+    return base if ok else None
+
+
+def rotary(node, a, b):
+    """add(x*cos, rotate_half(x)*sin) -> Rotated, else None."""
+    if not (isinstance(a, TimesTable) and isinstance(b, TimesTable)):
+        return None
+    if isinstance(a.x, RotateHalf):
+        a, b = b, a
+    x, rh = a.x, b.x
+    if not (isinstance(x, Lazy) and isinstance(rh, RotateHalf)) or len(x.shape) != 4:
+        return None
+    if x.base is not rh.base or not torch.equal(x.idx(), rh.idx):
+        return None
+    t, d = x.shape[-2:]
+    cos, sin = a.table.val, b.table.val
+    if cos.dim() < 2 or cos.shape[-2:] != (t, d) or sin.shape != cos.shape:
+        return None
+    cos = cos.reshape(-1, t, d)
+    sin = sin.reshape(-1, t, d)
+    if not (cos == cos[0]).all() or not (sin == sin[0]).all():
+        return None
+    base = _rotary_base(cos[0], sin[0], d)
+    if base is None:
+        return None
+    return Rotated(x, base, Lazy(Virtual(x.shape), []))
+
+
+# ---- matching ------------------------------------------------------------
+
+def _heads(idx3, nh, role):
+    """The [B,nh,T,D] head view of a [B,T,H] index tensor (k: transposed)."""
+    b, t, h = idx3.shape
+    out = idx3.reshape(b, t, nh, h // nh).transpose(1, 2)
+    return out.transpose(-2, -1) if role == "kT" else out
+
+
+def _same(idx, expected, shape):
+    return idx.numel() == expected.numel() and tuple(shape[-2:]) == tuple(expected.shape[-2:]) \
+        and torch.equal(idx.reshape(-1), expected.reshape(-1))
+
+
+def heads_operand(x, role):
+    """(value [B,T,H] as Lazy/Tensor, heads, rotary_base or None) when x is
+    the head view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T])."""
+    if isinstance(x, Rotated):
+        if role == "v":
+            return None
+        idx = x.view.idx()
+        plain = torch.arange(idx.numel()).reshape(x.src.shape)
+        want = plain.transpose(-2, -1) if role == "kT" else plain
+        if not _same(idx, want, x.shape):
+            return None
+        m = heads_operand(x.src, "q")
+        return (m[0], m[1], x.base_freq) if m and m[2] is None else None
+    if not isinstance(x, Lazy) or isinstance(x.base, Virtual) or len(x.shape) < 3:
+        return None
+    d = x.shape[-2] if role == "kT" else x.shape[-1]
+    idx = x.idx()
+    for k in range(len(x.steps) + 1):  # shortest first: the most original [B,T,H]
+        pidx = x.idx(upto=k)
+        if pidx.dim() != 3 or pidx.shape[-1] % d:
+            continue
+        nh = pidx.shape[-1] // d
+        if _same(idx, _heads(pidx, nh, role), x.shape):
+            return x.prefix(k), nh, None
+    return None
+
+
+def is_causal_mask(mask, t, fill):
+    """mask (bool, masked_fill) or additive (float) causal mask over [.., T, T]."""
+    m = mask.val
+    if m.dim() < 2 or tuple(m.shape[-2:]) != (t, t):
+        return False
+    upper = torch.ones(t, t, dtype=torch.bool).triu(1)
+    m = m.reshape(-1, t, t)
+    if fill is not None:  # masked_fill(mask, fill)
+        return math.isinf(fill) and fill < 0 and m.dtype == torch.bool and bool((m == upper).all())
+    want = torch.zeros(t, t, dtype=m.dtype).masked_fill(upper, float("-inf"))
+    return m.is_floating_point() and bool((m == want).all())
+
+
+def attention(ctx, node, probs, v):
+    """probs @ v -> mapp.attention, or None when the operands don't fit."""
+    s = probs.scores
+    mq = heads_operand(s.q, "q")
+    mk = heads_operand(s.k, "kT")
+    mv = heads_operand(v, "v")
+    if not (mq and mk and mv):
+        return None
+    (q, nh, rq), (k, nhk, rk), (vv, nhv, rv) = mq, mk, mv
+    if not (nh == nhk == nhv and rq == rk and rv is None and q.shape == k.shape == vv.shape):
+        return None
+    attrs = {"heads": ir.I64(nh), "scale": ir.F64(s.scale)}
+    if s.causal:
+        attrs["causal"] = ir.Unit()
+    if rq is not None:
+        attrs["rotary"] = ir.Unit()
+        attrs["rotary_base"] = ir.F64(rq)
+    qv = q.materialize(ctx, node)
+    kv = k.materialize(ctx, node)
+    vv = vv.materialize(ctx, node)
+    out = Tensor(ctx.b.op("mapp.attention", [qv, kv, vv], qv.shape, qv.elem, attrs,
+                          module=ctx.module(node)))
+    # probs @ v is the [.., T, D] head view of the output.
+    b, t, h = qv.shape
+    lazy = Lazy(out, [])
+    for step in (Step("reshape", (b, t, nh, h // nh), node),
+                 Step("transpose", (b, nh, t, h // nh), node, perm=(0, 2, 1, 3)),
+                 Step("reshape", probs.shape[:-1] + (h // nh,), node)):
+        lazy = lazy.then(step)
+    return lazy

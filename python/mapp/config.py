@@ -1,0 +1,133 @@
+"""GPT config: parsing, defaults and validation.
+
+The C++ importer (lib/Frontend/GPT/GPTImporter.cpp) implements the same rules;
+docs/models.md is the shared specification.  A change here needs the same
+change there (test_reference_importer.py compares the two graphs).
+"""
+
+import json
+
+# HF / GPT-2 spellings accepted for the canonical (Megatron-style) keys.
+ALIASES = {
+    "n_layer": "num_layers",
+    "num_hidden_layers": "num_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_inner": "ffn_hidden_size",
+    "intermediate_size": "ffn_hidden_size",
+    "n_positions": "seq_length",
+    "max_position_embeddings": "seq_length",
+    "tie_word_embeddings": "tie_embeddings",
+    "layer_norm_epsilon": "layernorm_epsilon",
+    "rms_norm_eps": "layernorm_epsilon",
+    "rope_theta": "rotary_base",
+}
+
+REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
+
+# key -> (type, default or None when derived from other keys)
+OPTIONAL = {
+    "variant": (str, "gpt"),
+    "ffn_hidden_size": (int, None),  # 4 * hidden_size
+    "micro_batch_size": (int, 1),
+    "tie_embeddings": (bool, None),  # gpt: true, llama: false
+    "dtype": (str, "float32"),
+    "layernorm_epsilon": (float, None),  # gpt: 1e-5, llama: 1e-5
+    "gelu_approximate": (str, "tanh"),
+    "rotary_base": (float, 10000.0),
+    "hidden_dropout": (float, 0.0),
+    "attention_dropout": (float, 0.0),
+    "make_vocab_size_divisible_by": (int, 1),
+    "seed": (int, 0),
+}
+
+# Order of keys in a normalized config (and in the `mapp.model` attribute).
+KEY_ORDER = (
+    "variant", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+    "seq_length", "vocab_size", "micro_batch_size", "tie_embeddings", "dtype",
+    "layernorm_epsilon", "gelu_approximate", "rotary_base", "hidden_dropout",
+    "attention_dropout", "make_vocab_size_divisible_by", "seed",
+)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _check_type(key, value, ty):
+    if ty is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if ty is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if (ty in (int, float) and isinstance(value, bool)) or not isinstance(value, ty):
+        raise ConfigError(f"config key '{key}': expected {ty.__name__}, got {json.dumps(value)}")
+    return value
+
+
+def normalize_config(raw):
+    """Returns a dict with every key of KEY_ORDER, defaults filled in and
+    vocab_size padded; raises ConfigError naming the offending key."""
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    if not isinstance(raw, dict):
+        raise ConfigError("config must be a JSON object")
+    cfg = {}
+    for key, value in raw.items():
+        if key.startswith("_"):  # "_comment" and friends
+            continue
+        canon = ALIASES.get(key, key)
+        if canon not in REQUIRED and canon not in OPTIONAL:
+            raise ConfigError(f"config key '{key}': unknown key")
+        if canon in cfg:
+            raise ConfigError(f"config key '{key}': given twice (as '{canon}')")
+        cfg[canon] = value
+    for key in REQUIRED:
+        if key not in cfg:
+            raise ConfigError(f"config key '{key}': missing")
+        cfg[key] = _check_type(key, cfg[key], int)
+    for key, (ty, default) in OPTIONAL.items():
+        if key in cfg:
+            cfg[key] = _check_type(key, cfg[key], ty)
+        elif default is not None:
+            cfg[key] = default
+
+    variant = cfg["variant"]
+    if variant not in ("gpt", "llama"):
+        raise ConfigError(f"config key 'variant': must be \"gpt\" or \"llama\", got \"{variant}\"")
+    h = cfg["hidden_size"]
+    cfg.setdefault("ffn_hidden_size", 4 * h)
+    cfg.setdefault("tie_embeddings", variant == "gpt")
+    cfg.setdefault("layernorm_epsilon", 1e-5)
+    for key in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                "seq_length", "vocab_size", "micro_batch_size", "make_vocab_size_divisible_by"):
+        if cfg[key] <= 0:
+            raise ConfigError(f"config key '{key}': must be positive, got {cfg[key]}")
+    if h % cfg["num_attention_heads"]:
+        raise ConfigError(f"config key 'num_attention_heads': {cfg['num_attention_heads']} "
+                          f"does not divide hidden_size {h}")
+    if variant == "llama" and (h // cfg["num_attention_heads"]) % 2:
+        raise ConfigError("config key 'num_attention_heads': rotary embeddings need an even "
+                          f"head dim, got {h // cfg['num_attention_heads']}")
+    if cfg["dtype"] != "float32":
+        raise ConfigError(f"config key 'dtype': only \"float32\" is supported, got \"{cfg['dtype']}\"")
+    if cfg["gelu_approximate"] not in ("none", "tanh"):
+        raise ConfigError("config key 'gelu_approximate': must be \"none\" or \"tanh\"")
+    if cfg["layernorm_epsilon"] <= 0:
+        raise ConfigError("config key 'layernorm_epsilon': must be positive")
+    if cfg["rotary_base"] <= 0:
+        raise ConfigError("config key 'rotary_base': must be positive")
+    for key in ("hidden_dropout", "attention_dropout"):
+        if not 0.0 <= cfg[key] < 1.0:
+            raise ConfigError(f"config key '{key}': must be in [0, 1)")
+    div = cfg["make_vocab_size_divisible_by"]
+    cfg["vocab_size"] = -(-cfg["vocab_size"] // div) * div
+    return {key: cfg[key] for key in KEY_ORDER}
+
+
+def load_config(path):
+    with open(path) as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON: {e}") from None
+    return normalize_config(raw)

@@ -1,0 +1,103 @@
+"""Small multi-op aten patterns: rms norm, dropout, cross entropy.
+
+Each stage of a pattern is a `Pending` value; the last aten op of the pattern
+emits the mapp op.  Used any other way, a stage either emits the plain ops it
+stands for (where mapp has them) or is an error naming the op that broke the
+pattern.
+"""
+
+from . import ir
+from .values import Pending, Tensor, fail
+
+
+# rms norm: x * rsqrt(mean(x.pow(2), -1, keepdim) + eps) * weight
+
+class Square(Pending):
+    what = "x.pow(2)"
+
+    def __init__(self, x):
+        self.x, self.shape, self.elem = x, x.shape, x.elem
+
+    def materialize(self, ctx, user):
+        v = self.x.materialize(ctx, user)
+        return ctx.b.op("mapp.mul", [v, v], v.shape, v.elem, module=user.meta.get("mapp_module", ""))
+
+
+class MeanSquare(Pending):
+    what = "the mean of squares of an rms norm"
+
+    def __init__(self, x, shape):
+        self.x, self.shape = x, shape
+
+
+class MeanSquareEps(Pending):
+    what = "mean(x^2) + eps of an rms norm"
+
+    def __init__(self, x, eps, shape):
+        self.x, self.eps, self.shape = x, eps, shape
+
+
+class InvRms(Pending):
+    what = "rsqrt(mean(x^2) + eps) of an rms norm"
+
+    def __init__(self, x, eps, shape):
+        self.x, self.eps, self.shape = x, eps, shape
+
+
+class Normalized(Pending):
+    what = "x * rsqrt(mean(x^2) + eps) (an rms norm without its weight)"
+
+    def __init__(self, x, eps):
+        self.x, self.eps, self.shape = x, eps, x.shape
+
+
+# dropout on CPU: mask = empty_like(x).bernoulli_(1-p).div_(1-p); y = x * mask
+
+class MaskBuffer(Pending):
+    what = "an uninitialized tensor (empty_like)"
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+class KeepMask(Pending):
+    what = "a random dropout keep mask"
+
+    def __init__(self, keep, shape, scaled=False):
+        self.keep, self.shape, self.scaled = keep, shape, scaled
+
+
+def dropout(ctx, node, x, p):
+    """mapp.dropout with the next seed: seeds number the dropout ops of a
+    graph 0, 1, 2, ... in order (the config importer does the same)."""
+    v = x.materialize(ctx, node)
+    seed = ctx.next_dropout_seed()
+    return Tensor(ctx.b.op("mapp.dropout", [v], v.shape, v.elem,
+                           {"p": ir.F64(p), "seed": ir.I64(seed)}, module=ctx.module(node)))
+
+
+# cross entropy: nll_loss(log_softmax(logits, -1), targets)
+
+class LogSoftmax(Pending):
+    what = "log_softmax (mapp only has it inside cross_entropy)"
+
+    def __init__(self, x):
+        self.x, self.shape = x, x.shape
+
+
+def cross_entropy(ctx, node, logsm, targets, reduction, ignore_index):
+    from .values import Lazy
+    if reduction != 1:
+        fail(node, "only reduction='mean' cross entropy is supported")
+    logits = logsm.x
+    # [N, V] / [N] views of [..., V] / [...] tensors: use the originals.
+    lb = logits.leading_reshape(True) if isinstance(logits, Lazy) else None
+    tb = targets.leading_reshape(False) if isinstance(targets, Lazy) else None
+    if lb is not None and tb is not None and tuple(lb.shape[:-1]) == tuple(tb.shape):
+        logits, targets = lb, tb
+    lv = logits.materialize(ctx, node)
+    tv = targets.materialize(ctx, node)
+    if tuple(lv.shape[:-1]) != tuple(tv.shape):
+        fail(node, f"cross entropy of logits {list(lv.shape)} and targets {list(tv.shape)}")
+    return Tensor(ctx.b.op("mapp.cross_entropy", [lv, tv], (), lv.elem,
+                           {"ignore_index": ir.I64(ignore_index)}, module=ctx.module(node)))

@@ -1,0 +1,94 @@
+//===- Kernels.h - kernel signatures and calling convention -----*- C++ -*-===//
+//
+// The backend-independent part of docs/semantics.md: which kernels exist, how
+// many operands each takes, and the shape/dtype rules the loader enforces
+// before anything runs. Backends implement KernelFn for each name.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_RT_KERNELS_H
+#define MAPP_RT_KERNELS_H
+
+#include "mapp/rt/Attrs.h"
+#include "mapp/rt/Tensor.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace mapp::rt {
+
+class ThreadPool;
+class Communicator;
+
+/// Per-call state that is not an operand: the optimizer step (dropout masks,
+/// bias correction, lr schedule), the clipping inputs and the workers.
+struct KernelContext {
+  int64_t step = 0; // 0-based training step
+  int microbatch = 0;
+  /// Global gradient norm of this step, computed by the executor before the
+  /// optimizer block; used for clipping when the instr has no norm operand.
+  double gradNorm = std::numeric_limits<double>::quiet_NaN();
+  /// Plan-level max_grad_norm; an instr's `max_norm` attr overrides it.
+  double maxGradNorm = 0;
+  ThreadPool *pool = nullptr;
+  Communicator *comm = nullptr;
+};
+
+struct KernelArgs {
+  const Attrs &attrs;
+  Tensor *in;
+  int numIn;
+  Tensor *out;
+  int numOut;
+  KernelContext &ctx;
+};
+
+using KernelFn = void (*)(const KernelArgs &);
+using KernelCheckFn = void (*)(const Attrs &, const std::vector<TensorType> &in,
+                               const std::vector<TensorType> &out);
+
+/// What a kernel name means independent of the backend.
+struct KernelSpec {
+  const char *name;
+  int minIn, maxIn; // maxIn = -1: unbounded (concat, global_norm)
+  int minOut, maxOut;
+  /// Throws Error (without a location prefix) when shapes/dtypes/attrs do
+  /// not fit docs/semantics.md.
+  KernelCheckFn check;
+  /// Operands the kernel updates in place (optimizers, grad_accumulate's
+  /// output): the executor and kernel-check treat them as read-write.
+  bool inPlace;
+};
+
+const KernelSpec *findKernelSpec(const std::string &name);
+const std::vector<KernelSpec> &allKernelSpecs();
+
+/// Checks operand counts and calls the spec's check; messages are prefixed by
+/// the caller with the instruction's location.
+void checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
+                     const std::vector<TensorType> &in,
+                     const std::vector<TensorType> &out);
+
+/// Learning rate at 0-based step k from an optimizer instr's attrs:
+/// lr, schedule = constant|cosine, warmup, total_steps, min_lr
+/// (docs/semantics.md).
+double scheduledLr(const Attrs &attrs, int64_t step);
+
+/// splitmix64 as a pure function: the finalizer applied to x + golden ratio.
+inline uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+/// Dropout's uniform u(s, k, n) in [0, 1) from docs/semantics.md.
+inline float dropoutUniform(uint64_t seed, uint64_t step, uint64_t n) {
+  uint64_t r = splitmix64(seed ^ splitmix64(step ^ splitmix64(n)));
+  return static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+}
+
+} // namespace mapp::rt
+
+#endif

@@ -1,0 +1,44 @@
+//===- Metrics.h - per-step metrics and console progress --------*- C++ -*-===//
+#ifndef MAPP_RT_METRICS_H
+#define MAPP_RT_METRICS_H
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace mapp::rt {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0, lr = 0, gradNorm = 0;
+  double tokensPerS = 0, stepMs = 0;
+  int64_t tokens = 0;
+};
+
+/// One JSON object per line: step, loss, lr, grad_norm, tokens_per_s,
+/// step_ms, tokens (nan losses are written as null).
+class MetricsWriter {
+public:
+  explicit MetricsWriter(const std::string &path);
+  void write(const StepMetrics &m);
+
+private:
+  std::ofstream out_;
+  std::string path_;
+};
+
+/// A redrawn bar when stdout is a terminal, one plain line per step otherwise.
+class Progress {
+public:
+  Progress(int64_t totalSteps, bool tty, bool quiet);
+  void update(const StepMetrics &m);
+  void finish();
+
+private:
+  int64_t total_;
+  bool tty_, quiet_;
+};
+
+} // namespace mapp::rt
+
+#endif

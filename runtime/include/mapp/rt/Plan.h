@@ -1,0 +1,111 @@
+//===- Plan.h - the loaded, verified plan -----------------------*- C++ -*-===//
+//
+// The loader turns the FlatBuffers artifact (schema/plan.fbs) into these plain
+// structs after verifying every index, offset and kernel signature, so the
+// executor never has to re-check anything on the hot path.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_RT_PLAN_H
+#define MAPP_RT_PLAN_H
+
+#include "mapp/rt/Attrs.h"
+#include "mapp/rt/Tensor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mapp::rt {
+
+/// Must equal Plan.version in the artifact; bump with schema/plan.fbs.
+constexpr uint32_t kPlanSchemaVersion = 1;
+
+enum class ValueKind : uint8_t {
+  Temp = 0,
+  Param = 1,
+  Grad = 2,
+  OptState = 3,
+  Input = 4,
+  Loss = 5
+};
+const char *valueKindName(ValueKind k);
+/// Temp, Input and Loss live in the per-slot arena; the rest in the pool.
+inline bool inArena(ValueKind k) {
+  return k == ValueKind::Temp || k == ValueKind::Input || k == ValueKind::Loss;
+}
+
+enum class BlockKind : uint8_t {
+  Forward = 0,
+  Backward = 1,
+  BackwardInput = 2,
+  BackwardWeight = 3,
+  Optimizer = 4
+};
+const char *blockKindName(BlockKind k);
+
+struct Value {
+  std::string name;
+  ValueKind kind = ValueKind::Temp;
+  TensorType type;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  int param = -1;
+};
+
+struct Instr {
+  std::string kernel;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  Attrs attrs;
+  std::string name;
+  int layer = -1;
+};
+
+struct Block {
+  BlockKind kind = BlockKind::Forward;
+  int chunk = 0;
+  std::vector<Instr> instrs;
+};
+
+struct Task {
+  int block = 0;
+  int microbatch = 0;
+};
+
+struct Program {
+  int rank = 0;
+  int dp = 0, pp = 0, tp = 0;
+  std::vector<Value> values;
+  std::vector<Block> blocks;
+  std::vector<Task> tasks;
+  uint64_t arenaBytes = 0;
+  uint64_t persistentBytes = 0;
+  int slots = 1;
+  int tokens = -1, targets = -1, loss = -1;
+  uint64_t peakBytes = 0;
+};
+
+struct Plan {
+  uint32_t version = 0;
+  int worldSize = 1;
+  int tp = 1, pp = 1, dp = 1, chunks = 1;
+  int microBatchSize = 0;
+  int numMicrobatches = 1;
+  int seqLength = 0;
+  int vocabSize = 0;
+  std::string schedule;
+  std::string optimizer;
+  double maxGradNorm = 0;
+  std::vector<Program> programs;
+};
+
+/// Parses and verifies a plan held in memory. Throws Error("plan: ...").
+Plan parsePlan(const uint8_t *data, size_t size);
+/// Reads `path` and parses it. Throws Error naming the file on I/O failure.
+Plan loadPlan(const std::string &path);
+/// Semantic checks of an already decoded plan (run by parsePlan too).
+void verifyPlan(const Plan &plan);
+
+} // namespace mapp::rt
+
+#endif

@@ -1,0 +1,206 @@
+//===- Attention.cpp - fused multi-head attention and its gradient --------===//
+//
+// One (batch, head) pair per work item: S = scale·Q·Kᵀ (+ causal mask),
+// P = softmax(S), O = P·V, all through cblas_sgemm on strided views of the
+// [B,T,H] operands (head h = columns h·D..h·D+D−1, leading dimension H).
+// The gradient recomputes P rather than storing it.
+//
+//===----------------------------------------------------------------------===//
+#include "CpuKernels.h"
+
+#include <cblas.h>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cpu;
+
+namespace {
+
+struct Dims {
+  int64_t b, t, h, heads, d;
+  float scale;
+  bool causal, rotary;
+  double base;
+};
+
+Dims dimsOf(const KernelArgs &a, const Tensor &q) {
+  Dims d;
+  d.b = q.dim(0);
+  d.t = q.dim(1);
+  d.h = q.dim(2);
+  d.heads = a.attrs.getInt("heads", 1);
+  d.d = d.h / d.heads;
+  d.scale = static_cast<float>(a.attrs.getFloat("scale", 1.0));
+  d.causal = a.attrs.flag("causal");
+  d.rotary = a.attrs.flag("rotary");
+  d.base = a.attrs.getFloat("rotary_base", 10000.0);
+  return d;
+}
+
+/// cos/sin tables [T, D/2] of the rotary angles t·base^(−2i/D).
+struct Rotary {
+  std::vector<double> cos, sin;
+  Rotary(const Dims &d) {
+    if (!d.rotary)
+      return;
+    int64_t half = d.d / 2;
+    cos.resize(d.t * half);
+    sin.resize(d.t * half);
+    for (int64_t t = 0; t < d.t; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        double theta = std::pow(d.base, -2.0 * i / d.d);
+        cos[t * half + i] = std::cos(t * theta);
+        sin[t * half + i] = std::sin(t * theta);
+      }
+  }
+  /// dst[T,D] = rotate(src rows with leading dim ld); inverse = transpose.
+  void apply(const float *src, int64_t ld, float *dst, int64_t T, int64_t D,
+             bool inverse) const {
+    int64_t half = D / 2;
+    double sgn = inverse ? -1.0 : 1.0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        double c = cos[t * half + i], s = sgn * sin[t * half + i];
+        double x0 = src[t * ld + i], x1 = src[t * ld + i + half];
+        dst[t * D + i] = static_cast<float>(x0 * c - x1 * s);
+        dst[t * D + i + half] = static_cast<float>(x1 * c + x0 * s);
+      }
+  }
+};
+
+/// Rows of S become softmax probabilities (masked entries exactly 0).
+void softmaxRows(float *s, int64_t T, bool causal) {
+  for (int64_t i = 0; i < T; ++i) {
+    float *row = s + i * T;
+    int64_t n = causal ? i + 1 : T;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < n; ++j)
+      mx = std::max(mx, static_cast<double>(row[j]));
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j)
+      sum += std::exp(row[j] - mx);
+    for (int64_t j = 0; j < n; ++j)
+      row[j] = static_cast<float>(std::exp(row[j] - mx) / sum);
+    for (int64_t j = n; j < T; ++j)
+      row[j] = 0.0f;
+  }
+}
+
+/// Runs fn(bh, scratch) for every (batch, head) on the pool. OpenBLAS is held
+/// to one thread meanwhile so the head-parallel GEMMs do not oversubscribe.
+template <typename Fn>
+void forEachHead(const KernelArgs &a, const Dims &d, size_t scratchFloats,
+                 Fn fn) {
+  int threads = a.ctx.pool ? a.ctx.pool->size() : 1;
+  bool parallel = threads > 1 && d.b * d.heads > 1;
+  if (parallel)
+    openblas_set_num_threads(1);
+  try {
+    parFor(a, d.b * d.heads, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> scratch(scratchFloats);
+      for (int64_t bh = b; bh < e; ++bh)
+        fn(bh, scratch.data());
+    });
+  } catch (...) {
+    if (parallel)
+      openblas_set_num_threads(threads);
+    throw;
+  }
+  if (parallel)
+    openblas_set_num_threads(threads);
+}
+
+/// Q/K operand of one head: either the strided original or a rotated copy.
+struct HeadView {
+  const float *p;
+  int64_t ld;
+};
+
+HeadView headQK(const Dims &d, const Rotary &rot, const float *base,
+                float *rotBuf) {
+  if (!d.rotary)
+    return {base, d.h};
+  rot.apply(base, d.h, rotBuf, d.t, d.d, /*inverse=*/false);
+  return {rotBuf, d.d};
+}
+
+/// P = softmax(scale·Q·Kᵀ + mask) into s[T,T].
+void probs(const Dims &d, HeadView q, HeadView k, float *s) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, d.t, d.d, d.scale,
+              q.p, q.ld, k.p, k.ld, 0.0f, s, d.t);
+  softmaxRows(s, d.t, d.causal);
+}
+
+} // namespace
+
+void cpu::attention(const KernelArgs &a) {
+  Dims d = dimsOf(a, a.in[0]);
+  Rotary rot(d);
+  const float *q = a.in[0].f32(), *k = a.in[1].f32(), *v = a.in[2].f32();
+  float *o = a.out[0].f32();
+  if (d.t == 0 || d.d == 0)
+    return;
+  size_t tt = d.t * d.t, td = d.t * d.d;
+  forEachHead(a, d, tt + 2 * td, [&](int64_t bh, float *scratch) {
+    int64_t off = (bh / d.heads) * d.t * d.h + (bh % d.heads) * d.d;
+    float *s = scratch, *qr = scratch + tt, *kr = qr + td;
+    HeadView qv = headQK(d, rot, q + off, qr), kv = headQK(d, rot, k + off, kr);
+    probs(d, qv, kv, s);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f,
+                s, d.t, v + off, d.h, 0.0f, o + off, d.h);
+  });
+}
+
+void cpu::attention_grad(const KernelArgs &a) {
+  Dims d = dimsOf(a, a.in[1]);
+  Rotary rot(d);
+  const float *dout = a.in[0].f32(), *q = a.in[1].f32(), *k = a.in[2].f32(),
+              *v = a.in[3].f32();
+  float *dq = a.out[0].f32(), *dk = a.out[1].f32(), *dv = a.out[2].f32();
+  if (d.t == 0 || d.d == 0)
+    return;
+  size_t tt = d.t * d.t, td = d.t * d.d;
+  forEachHead(a, d, 2 * tt + 4 * td, [&](int64_t bh, float *scratch) {
+    int64_t off = (bh / d.heads) * d.t * d.h + (bh % d.heads) * d.d;
+    float *p = scratch, *dp = p + tt, *qr = dp + tt, *kr = qr + td,
+          *dqr = kr + td, *dkr = dqr + td;
+    HeadView qv = headQK(d, rot, q + off, qr), kv = headQK(d, rot, k + off, kr);
+    probs(d, qv, kv, p);
+    // dV = Pᵀ·dO ; dP = dO·Vᵀ
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f, p,
+                d.t, dout + off, d.h, 0.0f, dv + off, d.h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, d.t, d.d, 1.0f,
+                dout + off, d.h, v + off, d.h, 0.0f, dp, d.t);
+    // dS = P ∘ (dP − rowsum(dP ∘ P)); masked entries have P = 0.
+    for (int64_t i = 0; i < d.t; ++i) {
+      float *pr = p + i * d.t, *dpr = dp + i * d.t;
+      double dot = 0;
+      for (int64_t j = 0; j < d.t; ++j)
+        dot += static_cast<double>(dpr[j]) * pr[j];
+      for (int64_t j = 0; j < d.t; ++j)
+        dpr[j] = static_cast<float>(pr[j] * (dpr[j] - dot));
+    }
+    // dQ = scale·dS·K ; dK = scale·dSᵀ·Q (w.r.t. the rotated operands).
+    float *dqDst = d.rotary ? dqr : dq + off,
+          *dkDst = d.rotary ? dkr : dk + off;
+    int64_t ldDst = d.rotary ? d.d : d.h;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, d.t,
+                d.scale, dp, d.t, kv.p, kv.ld, 0.0f, dqDst, ldDst);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, d.scale,
+                dp, d.t, qv.p, qv.ld, 0.0f, dkDst, ldDst);
+    if (d.rotary) {
+      // The rotation is orthogonal: its gradient is the inverse rotation.
+      std::vector<float> tmp(td);
+      rot.apply(dqr, d.d, tmp.data(), d.t, d.d, /*inverse=*/true);
+      for (int64_t t = 0; t < d.t; ++t)
+        std::copy(tmp.data() + t * d.d, tmp.data() + (t + 1) * d.d,
+                  dq + off + t * d.h);
+      rot.apply(dkr, d.d, tmp.data(), d.t, d.d, /*inverse=*/true);
+      for (int64_t t = 0; t < d.t; ++t)
+        std::copy(tmp.data() + t * d.d, tmp.data() + (t + 1) * d.d,
+                  dk + off + t * d.h);
+    }
+  });
+}

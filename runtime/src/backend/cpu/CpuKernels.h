@@ -1,0 +1,48 @@
+//===- CpuKernels.h - fp32 reference kernels (internal) ---------*- C++ -*-===//
+//
+// One function per kernel of docs/semantics.md. Shapes were checked at load
+// time (KernelSpecs.cpp); kernels only check data-dependent conditions
+// (ids and targets in range).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_RT_CPU_KERNELS_H
+#define MAPP_RT_CPU_KERNELS_H
+
+#include "mapp/rt/Kernels.h"
+#include "mapp/rt/ThreadPool.h"
+
+namespace mapp::rt::cpu {
+
+// clang-format off
+#define MAPP_CPU_KERNELS(X)                                                    \
+  X(embedding) X(embedding_grad) X(linear) X(matmul) X(reduce_sum) X(add)      \
+  X(mul) X(scale) X(gelu) X(gelu_grad) X(silu) X(silu_grad) X(layer_norm)      \
+  X(layer_norm_grad) X(rms_norm) X(rms_norm_grad) X(softmax) X(softmax_grad)   \
+  X(attention) X(attention_grad) X(dropout) X(dropout_grad) X(cross_entropy)   \
+  X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)         \
+  X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)          \
+  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv)
+// clang-format on
+
+#define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
+MAPP_CPU_KERNELS(MAPP_DECLARE_KERNEL)
+#undef MAPP_DECLARE_KERNEL
+
+/// Runs fn(begin, end) over [0, n) on the context's pool (serially without).
+template <typename Fn>
+void parFor(const KernelArgs &a, int64_t n, int64_t grain, Fn &&fn) {
+  if (a.ctx.pool && a.ctx.pool->size() > 1 && n > grain)
+    a.ctx.pool->parallelFor(n, grain, fn);
+  else if (n > 0)
+    fn(0, n);
+}
+
+/// Rows of a [..., last] tensor.
+inline int64_t rowsOf(const Tensor &t) {
+  int64_t last = t.rank() ? t.dim(-1) : 1;
+  return last ? t.numel() / last : 0;
+}
+
+} // namespace mapp::rt::cpu
+
+#endif

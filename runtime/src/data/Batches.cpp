@@ -1,0 +1,69 @@
+//===- Batches.cpp - sample packing and the shuffled stream ---------------===//
+#include "mapp/rt/Dataset.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Kernels.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace mapp::rt;
+
+uint64_t SplitMix64::next() {
+  uint64_t r = splitmix64(state_);
+  state_ += 0x9E3779B97F4A7C15ULL;
+  return r;
+}
+
+std::vector<int64_t> mapp::rt::epochOrder(int64_t numSamples, uint64_t seed,
+                                          int64_t epoch, bool shuffle) {
+  std::vector<int64_t> order(numSamples);
+  std::iota(order.begin(), order.end(), 0);
+  if (!shuffle)
+    return order;
+  SplitMix64 rng(seed + static_cast<uint64_t>(epoch));
+  for (int64_t i = numSamples - 1; i >= 1; --i) {
+    int64_t j = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+BatchLoader::BatchLoader(std::vector<int32_t> tokens, int seqLength,
+                         uint64_t seed, bool shuffle)
+    : tokens_(std::move(tokens)), seqLength_(seqLength), seed_(seed),
+      shuffle_(shuffle) {
+  if (seqLength_ < 1)
+    fail("data: seq_length must be >= 1");
+  int64_t n = static_cast<int64_t>(tokens_.size());
+  numSamples_ = n > 0 ? (n - 1) / seqLength_ : 0;
+  if (numSamples_ == 0)
+    fail("data: the corpus has ", n, " tokens; one sample needs ",
+         seqLength_ + 1);
+}
+
+void BatchLoader::sample(int64_t g, int32_t *inputs, int32_t *targets) {
+  int64_t epoch = g / numSamples_;
+  if (epoch != epoch_) {
+    order_ = epochOrder(numSamples_, seed_, epoch, shuffle_);
+    epoch_ = epoch;
+  }
+  const int32_t *s = tokens_.data() + order_[g % numSamples_] * seqLength_;
+  std::copy(s, s + seqLength_, inputs);
+  std::copy(s + 1, s + 1 + seqLength_, targets);
+}
+
+void BatchLoader::microbatch(int64_t step, int dpRank, int dp, int numMb,
+                             int mb, int mbs, int32_t *inputs,
+                             int32_t *targets) {
+  int64_t perStep = static_cast<int64_t>(dp) * numMb * mbs;
+  int64_t first =
+      step * perStep + (static_cast<int64_t>(dpRank) * numMb + mb) * mbs;
+  for (int b = 0; b < mbs; ++b)
+    sample(first + b, inputs + static_cast<int64_t>(b) * seqLength_,
+           targets + static_cast<int64_t>(b) * seqLength_);
+}
+
+int32_t BatchLoader::maxToken() const {
+  return tokens_.empty() ? -1
+                         : *std::max_element(tokens_.begin(), tokens_.end());
+}

@@ -1,0 +1,209 @@
+//===- Bpe.cpp - GPT-2 byte-level BPE -------------------------------------===//
+//
+// Same algorithm as OpenAI's encoder.py: pre-tokenize with the GPT-2 pattern,
+// map each byte to its printable stand-in (bytes_to_unicode), then merge the
+// lowest-ranked adjacent pair until none is in merges.txt.
+//
+//===----------------------------------------------------------------------===//
+#include "data/Unicode.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <climits>
+#include <fstream>
+#include <mutex>
+#include <unordered_map>
+
+using namespace mapp::rt;
+
+namespace {
+
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+class Gpt2Tokenizer final : public Tokenizer {
+public:
+  Gpt2Tokenizer(const std::string &vocabPath, const std::string &mergesPath) {
+    buildByteMap();
+    loadVocab(vocabPath);
+    loadMerges(mergesPath);
+  }
+
+  std::vector<int32_t> encode(const std::string &text) const override {
+    std::vector<int32_t> ids;
+    for (const std::string &piece : unicode::gpt2PreTokenize(text)) {
+      std::lock_guard<std::mutex> lock(cacheMu_);
+      auto it = cache_.find(piece);
+      if (it == cache_.end())
+        it = cache_.emplace(piece, bpe(piece)).first;
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+    }
+    return ids;
+  }
+
+  std::string decode(const std::vector<int32_t> &ids) const override {
+    std::string mapped;
+    for (int32_t id : ids)
+      if (id >= 0 && static_cast<size_t>(id) < idToToken_.size())
+        mapped += idToToken_[id];
+    // Undo bytes_to_unicode.
+    std::vector<uint32_t> cps;
+    std::vector<size_t> off;
+    unicode::decodeUtf8(mapped, cps, off);
+    std::string out;
+    for (uint32_t cp : cps) {
+      auto it = unicodeToByte_.find(cp);
+      if (it != unicodeToByte_.end())
+        out += static_cast<char>(it->second);
+    }
+    return out;
+  }
+
+  int32_t eot() const override { return eot_; }
+  int32_t vocabSize() const override {
+    return static_cast<int32_t>(idToToken_.size());
+  }
+
+private:
+  void buildByteMap() {
+    std::vector<int> bs;
+    for (int b = '!'; b <= '~'; ++b)
+      bs.push_back(b);
+    for (int b = 0xA1; b <= 0xAC; ++b)
+      bs.push_back(b);
+    for (int b = 0xAE; b <= 0xFF; ++b)
+      bs.push_back(b);
+    std::vector<uint32_t> cs(bs.begin(), bs.end());
+    uint32_t n = 0;
+    for (int b = 0; b < 256; ++b)
+      if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
+        bs.push_back(b);
+        cs.push_back(256 + n++);
+      }
+    for (size_t i = 0; i < bs.size(); ++i) {
+      byteToUnicode_[bs[i]] = utf8(cs[i]);
+      unicodeToByte_[cs[i]] = static_cast<uint8_t>(bs[i]);
+    }
+  }
+
+  void loadVocab(const std::string &path) {
+    std::ifstream f(path);
+    if (!f)
+      fail("tokenizer: cannot open vocab '", path, "'");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(f);
+    } catch (const std::exception &e) {
+      fail("tokenizer: vocab '", path, "' is not valid JSON (", e.what(), ")");
+    }
+    if (!j.is_object())
+      fail("tokenizer: vocab '", path, "' must map tokens to ids");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+          it.value().get<int64_t>() > INT32_MAX / 2)
+        fail("tokenizer: vocab entry '", it.key(), "' has a bad id");
+      int32_t id = it.value().get<int32_t>();
+      vocab_[it.key()] = id;
+      if (static_cast<size_t>(id) >= idToToken_.size())
+        idToToken_.resize(id + 1);
+      idToToken_[id] = it.key();
+    }
+    auto eot = vocab_.find("<|endoftext|>");
+    if (eot == vocab_.end())
+      fail("tokenizer: vocab '", path, "' has no <|endoftext|> token");
+    eot_ = eot->second;
+    for (int b = 0; b < 256; ++b)
+      if (!vocab_.count(byteToUnicode_[b]))
+        fail("tokenizer: vocab '", path, "' lacks the token for byte ", b);
+  }
+
+  void loadMerges(const std::string &path) {
+    std::ifstream f(path);
+    if (!f)
+      fail("tokenizer: cannot open merges '", path, "'");
+    std::string line;
+    int rank = 0, lineNo = 0;
+    while (std::getline(f, line)) {
+      ++lineNo;
+      if (!line.empty() && line.back() == '\r')
+        line.pop_back();
+      if (line.empty() || line.rfind("#version", 0) == 0)
+        continue;
+      size_t sp = line.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == line.size())
+        fail("tokenizer: merges '", path, "' line ", lineNo,
+             ": expected two symbols separated by a space");
+      ranks_.emplace(line, rank++);
+    }
+  }
+
+  std::vector<int32_t> bpe(const std::string &piece) const {
+    std::vector<std::string> word;
+    for (unsigned char c : piece)
+      word.push_back(byteToUnicode_[c]);
+    while (word.size() > 1) {
+      int best = INT_MAX;
+      size_t at = 0;
+      for (size_t i = 0; i + 1 < word.size(); ++i) {
+        auto it = ranks_.find(word[i] + " " + word[i + 1]);
+        if (it != ranks_.end() && it->second < best) {
+          best = it->second;
+          at = i;
+        }
+      }
+      if (best == INT_MAX)
+        break;
+      // Merge every occurrence of the best pair, left to right.
+      std::string a = word[at], b = word[at + 1];
+      std::vector<std::string> next;
+      for (size_t i = 0; i < word.size();) {
+        if (i + 1 < word.size() && word[i] == a && word[i + 1] == b) {
+          next.push_back(a + b);
+          i += 2;
+        } else {
+          next.push_back(word[i++]);
+        }
+      }
+      word.swap(next);
+    }
+    std::vector<int32_t> ids;
+    for (const std::string &sym : word) {
+      auto it = vocab_.find(sym);
+      if (it == vocab_.end())
+        fail("tokenizer: BPE produced '", sym, "' which is not in the vocab");
+      ids.push_back(it->second);
+    }
+    return ids;
+  }
+
+  std::string byteToUnicode_[256];
+  std::unordered_map<uint32_t, uint8_t> unicodeToByte_;
+  std::unordered_map<std::string, int32_t> vocab_;
+  std::vector<std::string> idToToken_;
+  std::unordered_map<std::string, int> ranks_;
+  int32_t eot_ = 0;
+  mutable std::mutex cacheMu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+};
+
+} // namespace
+
+std::unique_ptr<Tokenizer>
+mapp::rt::createGpt2Tokenizer(const std::string &vocabPath,
+                              const std::string &mergesPath) {
+  return std::make_unique<Gpt2Tokenizer>(vocabPath, mergesPath);
+}

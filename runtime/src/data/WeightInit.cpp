@@ -1,0 +1,55 @@
+//===- WeightInit.cpp - deterministic initialization ----------------------===//
+#include "mapp/rt/Dataset.h"
+#include "mapp/rt/Weights.h"
+
+#include <cmath>
+
+using namespace mapp::rt;
+
+uint64_t mapp::rt::fnv1a64(const std::string &s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+static bool endsWith(const std::string &s, const char *suffix) {
+  std::string x(suffix);
+  return s.size() >= x.size() &&
+         s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+InitKind mapp::rt::initKindFor(const std::string &name, const Shape &shape) {
+  if (endsWith(name, "bias") || endsWith(name, "beta"))
+    return InitKind::Zeros;
+  if (shape.size() <= 1)
+    return InitKind::Ones;
+  return InitKind::Normal;
+}
+
+void mapp::rt::initParam(const std::string &name, const Shape &shape,
+                         uint64_t seed, float *out) {
+  int64_t n = numel(shape);
+  switch (initKindFor(name, shape)) {
+  case InitKind::Zeros:
+    std::fill(out, out + n, 0.0f);
+    return;
+  case InitKind::Ones:
+    std::fill(out, out + n, 1.0f);
+    return;
+  case InitKind::Normal:
+    break;
+  }
+  SplitMix64 rng(seed ^ fnv1a64(name));
+  const double std = 0.02;
+  for (int64_t i = 0; i < n; i += 2) {
+    double u1 = (rng.next() >> 11) * 0x1.0p-53;
+    double u2 = (rng.next() >> 11) * 0x1.0p-53;
+    double r = std::sqrt(-2.0 * std::log(1.0 - u1));
+    out[i] = static_cast<float>(std * r * std::cos(2 * M_PI * u2));
+    if (i + 1 < n)
+      out[i + 1] = static_cast<float>(std * r * std::sin(2 * M_PI * u2));
+  }
+}

@@ -1,0 +1,450 @@
+//===- KernelSpecs.cpp - operand rules of docs/semantics.md ---------------===//
+//
+// Each check proves that the kernel cannot read or write outside its operands
+// for the given shapes, so a plan that passes the loader cannot make a
+// kernel crash. Messages name the operand and both shapes.
+//
+//===----------------------------------------------------------------------===//
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace mapp::rt;
+using TT = TensorType;
+using TTs = std::vector<TensorType>;
+
+namespace {
+
+std::string desc(const TT &t) {
+  return std::string(dtypeName(t.dtype)) + shapeStr(t.shape);
+}
+
+void wantDType(const TT &t, DType d, const char *what) {
+  if (t.dtype != d)
+    fail(what, " must be ", dtypeName(d), ", got ", desc(t));
+}
+void wantF32(const TT &t, const char *what) { wantDType(t, DType::F32, what); }
+void wantRankAtLeast(const TT &t, int r, const char *what) {
+  if (t.rank() < r)
+    fail(what, " must have rank >= ", r, ", got ", desc(t));
+}
+void wantSameNumel(const TT &a, const char *wa, const TT &b, const char *wb) {
+  if (a.numel() != b.numel())
+    fail(wa, " ", desc(a), " and ", wb, " ", desc(b),
+         " must have the same element count");
+}
+void wantShape(const TT &t, const Shape &s, const char *what) {
+  if (t.shape != s)
+    fail(what, " must have shape ", shapeStr(s), ", got ", desc(t));
+}
+void wantScalar(const TT &t, const char *what) {
+  if (t.numel() != 1)
+    fail(what, " must hold one element, got ", desc(t));
+}
+int64_t normDim(int64_t d, int rank, const char *what) {
+  if (d < 0)
+    d += rank;
+  if (d < 0 || d >= rank)
+    fail(what, " ", d, " out of range for rank ", rank);
+  return d;
+}
+Shape leading(const Shape &s, size_t drop) {
+  return Shape(s.begin(), s.end() - std::min(drop, s.size()));
+}
+
+// Elementwise one-in-one-out kernels: same element count, f32.
+void checkUnary(const Attrs &, const TTs &in, const TTs &out) {
+  wantF32(in[0], "x");
+  wantF32(out[0], "y");
+  wantSameNumel(in[0], "x", out[0], "y");
+}
+void checkUnaryGrad(const Attrs &, const TTs &in, const TTs &out) {
+  wantF32(in[0], "dy");
+  wantF32(in[1], "second operand");
+  wantF32(out[0], "dx");
+  wantSameNumel(in[0], "dy", in[1], "second operand");
+  wantSameNumel(in[0], "dy", out[0], "dx");
+}
+void checkGelu(const Attrs &a, const TTs &in, const TTs &out) {
+  std::string ap = a.getStr("approximate", "none");
+  if (ap != "none" && ap != "tanh")
+    fail("approximate must be \"none\" or \"tanh\", got \"", ap, "\"");
+  if (in.size() == 1)
+    checkUnary(a, in, out);
+  else
+    checkUnaryGrad(a, in, out);
+}
+void checkDropout(const Attrs &a, const TTs &in, const TTs &out) {
+  double p = a.getFloat("p", 0);
+  if (!(p >= 0 && p < 1))
+    fail("dropout p must be in [0, 1), got ", p);
+  a.getInt("seed", 0);
+  checkUnary(a, in, out);
+}
+void checkScale(const Attrs &a, const TTs &in, const TTs &out) {
+  a.requireFloat("factor");
+  checkUnary(a, in, out);
+}
+
+void checkEmbedding(const Attrs &, const TTs &in, const TTs &out) {
+  wantF32(in[0], "table");
+  wantDType(in[1], DType::I32, "ids");
+  if (in[0].rank() != 2)
+    fail("table must be [V,H], got ", desc(in[0]));
+  Shape s = in[1].shape;
+  s.push_back(in[0].dim(1));
+  wantF32(out[0], "y");
+  wantShape(out[0], s, "y");
+}
+void checkEmbeddingGrad(const Attrs &a, const TTs &in, const TTs &out) {
+  wantF32(in[0], "dy");
+  wantDType(in[1], DType::I32, "ids");
+  wantF32(out[0], "dtable");
+  if (out[0].rank() != 2)
+    fail("dtable must be [V,H], got ", desc(out[0]));
+  Shape s = in[1].shape;
+  s.push_back(out[0].dim(1));
+  wantShape(in[0], s, "dy");
+  if (a.has("vocab") && a.getInt("vocab", 0) != out[0].dim(0))
+    fail("vocab=", a.getInt("vocab", 0), " but dtable is ", desc(out[0]));
+}
+void checkLinear(const Attrs &, const TTs &in, const TTs &out) {
+  for (const TT &t : in)
+    wantF32(t, "linear operand");
+  wantF32(out[0], "y");
+  wantRankAtLeast(in[0], 1, "x");
+  if (in[1].rank() != 2 || in[1].dim(1) != in[0].dim(-1))
+    fail("w must be [N,K] with K = x's last dim; x is ", desc(in[0]), ", w is ",
+         desc(in[1]));
+  int64_t n = in[1].dim(0);
+  if (in.size() == 3)
+    wantShape(in[2], {n}, "b");
+  Shape s = leading(in[0].shape, 1);
+  s.push_back(n);
+  wantShape(out[0], s, "y");
+}
+void checkMatmul(const Attrs &a, const TTs &in, const TTs &out) {
+  for (const TT &t : in)
+    wantF32(t, "matmul operand");
+  wantF32(out[0], "c");
+  wantRankAtLeast(in[0], 2, "a");
+  wantRankAtLeast(in[1], 2, "b");
+  bool ta = a.flag("transpose_a"), tb = a.flag("transpose_b");
+  int64_t m = ta ? in[0].dim(-1) : in[0].dim(-2);
+  int64_t k = ta ? in[0].dim(-2) : in[0].dim(-1);
+  int64_t kb = tb ? in[1].dim(-1) : in[1].dim(-2);
+  int64_t n = tb ? in[1].dim(-2) : in[1].dim(-1);
+  if (k != kb)
+    fail("inner dimensions differ: a is ", desc(in[0]), ", b is ", desc(in[1]),
+         (ta ? " (transpose_a)" : ""), (tb ? " (transpose_b)" : ""));
+  Shape batch = leading(in[0].shape, 2);
+  if (in[1].rank() > 2 && leading(in[1].shape, 2) != batch)
+    fail("batched b must have a's leading dims; a is ", desc(in[0]), ", b is ",
+         desc(in[1]));
+  Shape s = batch;
+  s.push_back(m);
+  s.push_back(n);
+  wantShape(out[0], s, "c");
+}
+void checkReduceSum(const Attrs &a, const TTs &in, const TTs &out) {
+  wantF32(in[0], "x");
+  wantF32(out[0], "y");
+  std::vector<int64_t> dims = a.getInts("dims");
+  Shape s;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0 || dims[i] >= in[0].rank() || (i && dims[i] <= dims[i - 1]))
+      fail("dims must be sorted, unique and within rank ", in[0].rank());
+  }
+  for (int d = 0; d < in[0].rank(); ++d)
+    if (!std::count(dims.begin(), dims.end(), d))
+      s.push_back(in[0].dim(d));
+  wantShape(out[0], s, "y");
+}
+void checkBroadcast(const Attrs &, const TTs &in, const TTs &out) {
+  wantF32(in[0], "a");
+  wantF32(in[1], "b");
+  wantF32(out[0], "y");
+  const Shape &sa = in[0].shape, &sb = in[1].shape;
+  if (sb.size() > sa.size() ||
+      !std::equal(sb.begin(), sb.end(), sa.end() - sb.size()))
+    fail("b's shape must be a suffix of a's; a is ", desc(in[0]), ", b is ",
+         desc(in[1]));
+  wantSameNumel(in[0], "a", out[0], "y");
+}
+void checkNorm(const Attrs &a, const TTs &in, const TTs &out) {
+  double eps = a.getFloat("eps", 1e-5);
+  if (!(eps >= 0))
+    fail("eps must be >= 0, got ", eps);
+  wantRankAtLeast(in[0], 1, "x");
+  for (const TT &t : in)
+    wantF32(t, "norm operand");
+  int64_t h = in[0].dim(-1);
+  for (size_t i = 1; i < in.size(); ++i)
+    wantShape(in[i], {h}, i == 1 ? "gamma" : "beta");
+  wantF32(out[0], "y");
+  wantSameNumel(in[0], "x", out[0], "y");
+}
+void checkNormGrad(const Attrs &a, const TTs &in, const TTs &out) {
+  a.getFloat("eps", 1e-5);
+  for (const TT &t : in)
+    wantF32(t, "norm grad operand");
+  wantRankAtLeast(in[1], 1, "x");
+  int64_t h = in[1].dim(-1);
+  wantSameNumel(in[0], "dy", in[1], "x");
+  wantShape(in[2], {h}, "gamma");
+  wantSameNumel(out[0], "dx", in[1], "x");
+  for (size_t i = 1; i < out.size(); ++i)
+    wantShape(out[i], {h}, i == 1 ? "dgamma" : "dbeta");
+  for (const TT &t : out)
+    wantF32(t, "norm grad result");
+}
+void checkSoftmax(const Attrs &a, const TTs &in, const TTs &out) {
+  wantRankAtLeast(in[0], 1, "x");
+  if (in.size() == 1)
+    checkUnary(a, in, out);
+  else
+    checkUnaryGrad(a, in, out);
+}
+void checkAttention(const Attrs &a, const TTs &in, const TTs &out) {
+  int64_t heads = a.requireInt("heads");
+  a.getFloat("scale", 1);
+  a.getFloat("rotary_base", 10000);
+  for (const TT &t : in) {
+    wantF32(t, "attention operand");
+    if (t.rank() != 3)
+      fail("attention operands must be [B,T,H], got ", desc(t));
+    wantShape(t, in.back().shape, "attention operand");
+  }
+  int64_t h = in[0].dim(2);
+  if (heads <= 0 || h % heads != 0)
+    fail("heads=", heads, " must divide H=", h);
+  if (a.flag("rotary") && (h / heads) % 2 != 0)
+    fail("rotary needs an even head dim, got ", h / heads);
+  for (const TT &t : out) {
+    wantF32(t, "attention result");
+    wantShape(t, in[0].shape, "attention result");
+  }
+}
+void checkCrossEntropy(const Attrs &a, const TTs &in, const TTs &out) {
+  a.getInt("ignore_index", -100);
+  size_t li = in.size() == 3 ? 1 : 0; // logits index (grad has dloss first)
+  if (li == 1) {
+    wantF32(in[0], "dloss");
+    wantScalar(in[0], "dloss");
+  }
+  const TT &logits = in[li], &targets = in[li + 1];
+  wantF32(logits, "logits");
+  wantDType(targets, DType::I32, "targets");
+  wantRankAtLeast(logits, 1, "logits");
+  if (leading(logits.shape, 1) != targets.shape)
+    fail("targets must have logits' leading dims; logits is ", desc(logits),
+         ", targets is ", desc(targets));
+  wantF32(out[0], li ? "dlogits" : "loss");
+  if (li)
+    wantShape(out[0], logits.shape, "dlogits");
+  else
+    wantScalar(out[0], "loss");
+}
+void checkReshape(const Attrs &, const TTs &in, const TTs &out) {
+  if (in[0].dtype != out[0].dtype)
+    fail("reshape keeps the dtype: x is ", desc(in[0]), ", y is ",
+         desc(out[0]));
+  wantSameNumel(in[0], "x", out[0], "y");
+}
+void checkTranspose(const Attrs &a, const TTs &in, const TTs &out) {
+  std::vector<int64_t> perm = a.getInts("perm");
+  int r = in[0].rank();
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  bool ok = static_cast<int>(sorted.size()) == r;
+  for (int i = 0; ok && i < r; ++i)
+    ok = sorted[i] == i;
+  if (!ok)
+    fail("perm must be a permutation of 0..", r - 1, " (x is ", desc(in[0]),
+         ")");
+  if (in[0].dtype != out[0].dtype)
+    fail("transpose keeps the dtype");
+  Shape s;
+  for (int64_t p : perm)
+    s.push_back(in[0].dim(static_cast<int>(p)));
+  wantShape(out[0], s, "y");
+}
+void checkSlice(const Attrs &a, const TTs &in, const TTs &out) {
+  wantF32(in[0], "x");
+  wantF32(out[0], "y");
+  int64_t d = normDim(a.requireInt("dim"), in[0].rank(), "dim");
+  int64_t start = a.requireInt("start"), end = a.requireInt("end");
+  if (start < 0 || end < start || end > in[0].dim(static_cast<int>(d)))
+    fail("slice [", start, ", ", end, ") out of range for dim ", d, " of ",
+         desc(in[0]));
+  Shape s = in[0].shape;
+  s[d] = end - start;
+  wantShape(out[0], s, "y");
+}
+void checkSliceGrad(const Attrs &a, const TTs &in, const TTs &out) {
+  wantF32(in[0], "dy");
+  wantF32(out[0], "dx");
+  if (in[0].rank() != out[0].rank())
+    fail("dy ", desc(in[0]), " and dx ", desc(out[0]), " differ in rank");
+  int64_t d = normDim(a.requireInt("dim"), in[0].rank(), "dim");
+  int64_t start = a.requireInt("start");
+  Shape s = out[0].shape;
+  if (start < 0 || start + in[0].dim(static_cast<int>(d)) > s[d])
+    fail("slice at ", start, " of dy ", desc(in[0]), " does not fit in dx ",
+         desc(out[0]));
+  s[d] = in[0].dim(static_cast<int>(d));
+  wantShape(in[0], s, "dy");
+}
+void checkConcat(const Attrs &a, const TTs &in, const TTs &out) {
+  wantF32(out[0], "y");
+  int64_t d = normDim(a.requireInt("dim"), out[0].rank(), "dim");
+  Shape s = in[0].shape;
+  if (s.size() != out[0].shape.size())
+    fail("inputs and result of concat differ in rank");
+  s[d] = 0;
+  for (const TT &t : in) {
+    wantF32(t, "concat input");
+    Shape u = t.shape;
+    if (u.size() != s.size())
+      fail("concat inputs differ in rank");
+    s[d] += u[d];
+    u[d] = s[d];
+    if (u != s)
+      fail("concat inputs differ outside dim ", d, ": ", desc(t));
+  }
+  wantShape(out[0], s, "y");
+}
+void checkFill(const Attrs &a, const TTs &, const TTs &out) {
+  a.requireFloat("value");
+  if (out[0].dtype != DType::F32 && out[0].dtype != DType::I32)
+    fail("fill result must be f32 or i32, got ", desc(out[0]));
+}
+void checkGradAccumulate(const Attrs &, const TTs &in, const TTs &out) {
+  wantF32(in[0], "g");
+  wantF32(out[0], "grad buffer");
+  wantSameNumel(in[0], "g", out[0], "grad buffer");
+}
+void checkGlobalNorm(const Attrs &, const TTs &in, const TTs &out) {
+  for (const TT &t : in)
+    wantF32(t, "global_norm input");
+  wantF32(out[0], "n");
+  wantScalar(out[0], "n");
+}
+void checkOptimizer(const Attrs &a, const TTs &in, size_t states) {
+  a.requireFloat("lr");
+  std::string sched = a.getStr("schedule", "constant");
+  if (sched != "constant" && sched != "cosine")
+    fail("schedule must be constant or cosine, got \"", sched, "\"");
+  if (sched == "cosine" && a.getInt("total_steps", 0) <= a.getInt("warmup", 0))
+    fail("cosine schedule needs total_steps > warmup");
+  for (const TT &t : in)
+    wantF32(t, "optimizer operand");
+  for (size_t i = 1; i < 2 + states; ++i)
+    wantSameNumel(in[0], "param", in[i], i == 1 ? "grad" : "state");
+  if (in.size() > 2 + states)
+    wantScalar(in.back(), "norm");
+}
+void checkAdamw(const Attrs &a, const TTs &in, const TTs &) {
+  checkOptimizer(a, in, 2);
+}
+void checkSgd(const Attrs &a, const TTs &in, const TTs &) {
+  if (a.flag("nesterov"))
+    fail("sgd: nesterov is not supported (docs/semantics.md: nesterov=false)");
+  checkOptimizer(a, in, 1);
+}
+void checkCollective(const Attrs &a, const TTs &in, const TTs &out) {
+  wantF32(in[0], "x");
+  wantF32(out[0], "y");
+  a.getStr("group", "dp");
+}
+void checkSendRecv(const Attrs &a, const TTs &, const TTs &) {
+  a.requireInt("peer");
+}
+
+const std::vector<KernelSpec> kSpecs = {
+    // name, minIn, maxIn, minOut, maxOut, check, inPlace
+    {"embedding", 2, 2, 1, 1, checkEmbedding, false},
+    {"embedding_grad", 2, 2, 1, 1, checkEmbeddingGrad, false},
+    {"linear", 2, 3, 1, 1, checkLinear, false},
+    {"matmul", 2, 2, 1, 1, checkMatmul, false},
+    {"reduce_sum", 1, 1, 1, 1, checkReduceSum, false},
+    {"add", 2, 2, 1, 1, checkBroadcast, false},
+    {"mul", 2, 2, 1, 1, checkBroadcast, false},
+    {"scale", 1, 1, 1, 1, checkScale, false},
+    {"gelu", 1, 1, 1, 1, checkGelu, false},
+    {"gelu_grad", 2, 2, 1, 1, checkGelu, false},
+    {"silu", 1, 1, 1, 1, checkUnary, false},
+    {"silu_grad", 2, 2, 1, 1, checkUnaryGrad, false},
+    {"layer_norm", 3, 3, 1, 1, checkNorm, false},
+    {"layer_norm_grad", 3, 3, 3, 3, checkNormGrad, false},
+    {"rms_norm", 2, 2, 1, 1, checkNorm, false},
+    {"rms_norm_grad", 3, 3, 2, 2, checkNormGrad, false},
+    {"softmax", 1, 1, 1, 1, checkSoftmax, false},
+    {"softmax_grad", 2, 2, 1, 1, checkSoftmax, false},
+    {"attention", 3, 3, 1, 1, checkAttention, false},
+    {"attention_grad", 4, 4, 3, 3, checkAttention, false},
+    {"dropout", 1, 1, 1, 1, checkDropout, false},
+    {"dropout_grad", 1, 1, 1, 1, checkDropout, false},
+    {"cross_entropy", 2, 2, 1, 1, checkCrossEntropy, false},
+    {"cross_entropy_grad", 3, 3, 1, 1, checkCrossEntropy, false},
+    {"reshape", 1, 1, 1, 1, checkReshape, false},
+    {"transpose", 1, 1, 1, 1, checkTranspose, false},
+    {"slice", 1, 1, 1, 1, checkSlice, false},
+    {"slice_grad", 1, 1, 1, 1, checkSliceGrad, false},
+    {"concat", 1, -1, 1, 1, checkConcat, false},
+    {"fill", 0, 0, 1, 1, checkFill, false},
+    {"grad_accumulate", 1, 1, 1, 1, checkGradAccumulate, true},
+    {"global_norm", 1, -1, 1, 1, checkGlobalNorm, false},
+    {"adamw", 4, 5, 0, 0, checkAdamw, true},
+    {"sgd", 3, 4, 0, 0, checkSgd, true},
+    {"all_reduce", 1, 1, 1, 1, checkCollective, false},
+    {"all_gather", 1, 1, 1, 1, checkCollective, false},
+    {"reduce_scatter", 1, 1, 1, 1, checkCollective, false},
+    {"all_to_all", 1, 1, 1, 1, checkCollective, false},
+    {"send", 1, 1, 0, 0, checkSendRecv, false},
+    {"recv", 0, 0, 1, 1, checkSendRecv, false},
+};
+
+} // namespace
+
+const KernelSpec *mapp::rt::findKernelSpec(const std::string &name) {
+  for (const KernelSpec &s : kSpecs)
+    if (name == s.name)
+      return &s;
+  return nullptr;
+}
+
+const std::vector<KernelSpec> &mapp::rt::allKernelSpecs() { return kSpecs; }
+
+void mapp::rt::checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
+                               const std::vector<TensorType> &in,
+                               const std::vector<TensorType> &out) {
+  int ni = static_cast<int>(in.size()), no = static_cast<int>(out.size());
+  if (ni < spec.minIn || (spec.maxIn >= 0 && ni > spec.maxIn)) {
+    if (spec.maxIn < 0)
+      fail("takes at least ", spec.minIn, " inputs, got ", ni);
+    if (spec.minIn == spec.maxIn)
+      fail("takes ", spec.minIn, " inputs, got ", ni);
+    fail("takes ", spec.minIn, " to ", spec.maxIn, " inputs, got ", ni);
+  }
+  if (no < spec.minOut || no > spec.maxOut)
+    fail("produces ", spec.minOut, " outputs, got ", no);
+  spec.check(attrs, in, out);
+}
+
+double mapp::rt::scheduledLr(const Attrs &a, int64_t k) {
+  double lr = a.getFloat("lr", 0);
+  if (a.getStr("schedule", "constant") != "cosine")
+    return lr;
+  int64_t warmup = a.getInt("warmup", 0), total = a.getInt("total_steps", 0);
+  double minLr = a.getFloat("min_lr", 0);
+  if (k < warmup)
+    return lr * static_cast<double>(k + 1) / static_cast<double>(warmup);
+  if (k >= total)
+    return minLr;
+  double t =
+      static_cast<double>(k - warmup) / static_cast<double>(total - warmup);
+  return minLr + 0.5 * (lr - minLr) * (1 + std::cos(M_PI * t));
+}

@@ -1,0 +1,179 @@
+//===- PlanLoader.cpp - FlatBuffers artifact -> Plan ----------------------===//
+//
+// Order matters: the identifier is checked on raw bytes, then the FlatBuffers
+// Verifier proves every offset is inside the buffer, and only then are fields
+// read. Semantic checks follow in PlanVerify.cpp.
+//
+//===----------------------------------------------------------------------===//
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Plan.h"
+#include "mapp/rt/plan_generated.h"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+using namespace mapp::rt;
+namespace fb = mapp::plan;
+
+namespace {
+
+template <typename T, typename V>
+std::vector<T> toVec(const flatbuffers::Vector<V> *v) {
+  std::vector<T> out;
+  if (v)
+    out.assign(v->begin(), v->end());
+  return out;
+}
+
+std::string str(const flatbuffers::String *s) {
+  return s ? s->str() : std::string();
+}
+
+Attrs decodeAttrs(const flatbuffers::Vector<flatbuffers::Offset<fb::Attr>> *v,
+                  const std::string &where) {
+  Attrs attrs;
+  if (!v)
+    return attrs;
+  for (const fb::Attr *a : *v) {
+    AttrValue val;
+    switch (a->kind()) {
+    case fb::AttrKind::Int:
+      val.kind = AttrValue::Int;
+      val.i = a->i();
+      break;
+    case fb::AttrKind::Float:
+      val.kind = AttrValue::Float;
+      val.f = a->f();
+      break;
+    case fb::AttrKind::Str:
+      val.kind = AttrValue::Str;
+      val.s = str(a->s());
+      break;
+    case fb::AttrKind::Ints:
+      val.kind = AttrValue::Ints;
+      val.ints = toVec<int64_t>(a->ints());
+      break;
+    case fb::AttrKind::Floats:
+      val.kind = AttrValue::Floats;
+      val.floats = toVec<double>(a->floats());
+      break;
+    default:
+      fail("plan: ", where, ": attribute '", a->key()->str(),
+           "' has unknown kind ", static_cast<int>(a->kind()));
+    }
+    attrs.set(a->key()->str(), std::move(val));
+  }
+  return attrs;
+}
+
+Program decodeProgram(const fb::Program &p, int index) {
+  Program prog;
+  prog.rank = p.rank();
+  prog.dp = p.dp();
+  prog.pp = p.pp();
+  prog.tp = p.tp();
+  prog.arenaBytes = p.arena_bytes();
+  prog.persistentBytes = p.persistent_bytes();
+  prog.slots = p.slots();
+  prog.tokens = p.tokens();
+  prog.targets = p.targets();
+  prog.loss = p.loss();
+  prog.peakBytes = p.peak_bytes();
+  if (p.values())
+    for (const fb::Value *v : *p.values()) {
+      Value val;
+      val.name = str(v->name());
+      val.kind = static_cast<ValueKind>(v->kind());
+      val.type.dtype = static_cast<DType>(v->dtype());
+      val.type.shape = toVec<int64_t>(v->shape());
+      val.offset = v->offset();
+      val.bytes = v->bytes();
+      val.param = v->param();
+      prog.values.push_back(std::move(val));
+    }
+  if (p.blocks())
+    for (unsigned b = 0; b < p.blocks()->size(); ++b) {
+      const fb::Block *blk = p.blocks()->Get(b);
+      Block block;
+      block.kind = static_cast<BlockKind>(blk->kind());
+      block.chunk = blk->chunk();
+      if (blk->instrs())
+        for (unsigned i = 0; i < blk->instrs()->size(); ++i) {
+          const fb::Instr *in = blk->instrs()->Get(i);
+          Instr instr;
+          instr.kernel = in->kernel()->str();
+          instr.inputs = toVec<int>(in->inputs());
+          instr.outputs = toVec<int>(in->outputs());
+          instr.attrs =
+              decodeAttrs(in->attrs(), "program " + std::to_string(index) +
+                                           " instr " + std::to_string(i) +
+                                           " in block " + std::to_string(b));
+          instr.name = str(in->name());
+          instr.layer = in->layer();
+          block.instrs.push_back(std::move(instr));
+        }
+      prog.blocks.push_back(std::move(block));
+    }
+  if (p.tasks())
+    for (const fb::Task *t : *p.tasks())
+      prog.tasks.push_back({t->block(), t->microbatch()});
+  return prog;
+}
+
+} // namespace
+
+Plan mapp::rt::parsePlan(const uint8_t *data, size_t size) {
+  if (size < 8)
+    fail("plan: file too small (", size, " bytes) to be a mapp plan");
+  if (!flatbuffers::BufferHasIdentifier(data, fb::PlanIdentifier()))
+    fail("plan: not a mapp plan (file identifier is not \"MPLN\")");
+  // Generous table limit: a large model has many instrs, each a few tables.
+  flatbuffers::Verifier verifier(data, size, /*max_depth=*/64,
+                                 /*max_tables=*/100000000);
+  if (!fb::VerifyPlanBuffer(verifier))
+    fail("plan: corrupt or truncated plan (FlatBuffers verification failed)");
+  const fb::Plan *p = fb::GetPlan(data);
+  if (p->version() != kPlanSchemaVersion)
+    fail("plan: schema version ", p->version(), " but this runtime reads ",
+         kPlanSchemaVersion, "; rebuild the plan with a matching compiler");
+
+  Plan plan;
+  plan.version = p->version();
+  plan.worldSize = p->world_size();
+  plan.tp = p->tp();
+  plan.pp = p->pp();
+  plan.dp = p->dp();
+  plan.chunks = p->chunks();
+  plan.microBatchSize = p->micro_batch_size();
+  plan.numMicrobatches = p->num_microbatches();
+  plan.seqLength = p->seq_length();
+  plan.vocabSize = p->vocab_size();
+  plan.schedule = str(p->schedule());
+  plan.optimizer = str(p->optimizer());
+  plan.maxGradNorm = p->max_grad_norm();
+  if (p->programs())
+    for (unsigned i = 0; i < p->programs()->size(); ++i)
+      plan.programs.push_back(decodeProgram(*p->programs()->Get(i), i));
+  verifyPlan(plan);
+  return plan;
+}
+
+Plan mapp::rt::loadPlan(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    fail("plan: cannot open '", path, "'");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)),
+                          std::istreambuf_iterator<char>());
+  if (f.bad())
+    fail("plan: cannot read '", path, "'");
+  try {
+    // Copy into an aligned buffer: FlatBuffers reads scalars in place.
+    std::vector<uint64_t> aligned((bytes.size() + 7) / 8);
+    std::memcpy(aligned.data(), bytes.data(), bytes.size());
+    return parsePlan(reinterpret_cast<const uint8_t *>(aligned.data()),
+                     bytes.size());
+  } catch (const Error &e) {
+    fail(path, ": ", e.what());
+  }
+}

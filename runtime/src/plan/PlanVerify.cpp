@@ -1,0 +1,217 @@
+//===- PlanVerify.cpp - semantic checks of a decoded plan -----------------===//
+//
+// Everything the executor relies on without re-checking: indices in range,
+// storage inside the arena/pool, byte sizes matching dtype x shape, kernel
+// names known, operand counts and shapes as docs/semantics.md states.
+//
+//===----------------------------------------------------------------------===//
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Kernels.h"
+#include "mapp/rt/Plan.h"
+
+using namespace mapp::rt;
+
+const char *mapp::rt::valueKindName(ValueKind k) {
+  switch (k) {
+  case ValueKind::Temp:
+    return "Temp";
+  case ValueKind::Param:
+    return "Param";
+  case ValueKind::Grad:
+    return "Grad";
+  case ValueKind::OptState:
+    return "OptState";
+  case ValueKind::Input:
+    return "Input";
+  case ValueKind::Loss:
+    return "Loss";
+  }
+  return "?";
+}
+
+const char *mapp::rt::blockKindName(BlockKind k) {
+  switch (k) {
+  case BlockKind::Forward:
+    return "Forward";
+  case BlockKind::Backward:
+    return "Backward";
+  case BlockKind::BackwardInput:
+    return "BackwardInput";
+  case BlockKind::BackwardWeight:
+    return "BackwardWeight";
+  case BlockKind::Optimizer:
+    return "Optimizer";
+  }
+  return "?";
+}
+
+namespace {
+
+// Largest tensor we accept: keeps every byte computation far from overflow.
+constexpr uint64_t kMaxBytes = uint64_t(1) << 48;
+
+void verifyValue(const Program &p, size_t vi, const std::string &where) {
+  const Value &v = p.values[vi];
+  std::string at =
+      where + ": value " + std::to_string(vi) + " ('" + v.name + "')";
+  if (static_cast<uint8_t>(v.kind) > static_cast<uint8_t>(ValueKind::Loss))
+    fail(at, ": unknown kind ", static_cast<int>(v.kind));
+  if (static_cast<uint8_t>(v.type.dtype) > static_cast<uint8_t>(DType::I64))
+    fail(at, ": unknown dtype ", static_cast<int>(v.type.dtype));
+  uint64_t n = 1;
+  for (int64_t d : v.type.shape) {
+    if (d < 0)
+      fail(at, ": negative dimension in shape ", shapeStr(v.type.shape));
+    if (d > 0 && n > kMaxBytes / static_cast<uint64_t>(d))
+      fail(at, ": shape ", shapeStr(v.type.shape), " is too large");
+    n *= static_cast<uint64_t>(d);
+  }
+  uint64_t want = n * dtypeSize(v.type.dtype);
+  if (want > kMaxBytes)
+    fail(at, ": shape ", shapeStr(v.type.shape), " is too large");
+  if (v.bytes != want)
+    fail(at, ": bytes = ", v.bytes, " but ", dtypeName(v.type.dtype),
+         shapeStr(v.type.shape), " needs ", want);
+  uint64_t limit = inArena(v.kind) ? p.arenaBytes : p.persistentBytes;
+  const char *space = inArena(v.kind) ? "arena_bytes" : "persistent_bytes";
+  if (v.offset > limit || v.bytes > limit - v.offset)
+    fail(at, ": offset ", v.offset, " + bytes ", v.bytes, " exceeds ", space,
+         " = ", limit);
+  if (v.kind == ValueKind::Grad || v.kind == ValueKind::OptState) {
+    if (v.param < 0 || static_cast<size_t>(v.param) >= p.values.size())
+      fail(at, ": param ", v.param, " out of range (program has ",
+           p.values.size(), " values)");
+    const Value &owner = p.values[v.param];
+    if (owner.kind != ValueKind::Param)
+      fail(at, ": param ", v.param, " ('", owner.name, "') is not a Param");
+    if (owner.type.shape != v.type.shape)
+      fail(at, ": shape ", shapeStr(v.type.shape), " differs from param '",
+           owner.name, "' ", shapeStr(owner.type.shape));
+  }
+}
+
+// Kind rules for operands that are read-modify-write.
+void wantKind(const Program &p, int vi, ValueKind k, const std::string &at,
+              const char *what) {
+  if (p.values[vi].kind != k)
+    fail(at, ": ", what, " ", vi, " ('", p.values[vi].name, "') must be ",
+         valueKindName(k), ", is ", valueKindName(p.values[vi].kind));
+}
+
+void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
+  const KernelSpec *spec = findKernelSpec(in.kernel);
+  if (!spec)
+    fail(at, ": unknown kernel '", in.kernel, "'");
+  std::vector<TensorType> ti, to;
+  for (size_t i = 0; i < in.inputs.size(); ++i) {
+    int v = in.inputs[i];
+    if (v < 0 || static_cast<size_t>(v) >= p.values.size())
+      fail(at, ": input ", v, " out of range (program has ", p.values.size(),
+           " values)");
+    ti.push_back(p.values[v].type);
+  }
+  for (int v : in.outputs) {
+    if (v < 0 || static_cast<size_t>(v) >= p.values.size())
+      fail(at, ": output ", v, " out of range (program has ", p.values.size(),
+           " values)");
+    ValueKind k = p.values[v].kind;
+    if (k == ValueKind::Param || k == ValueKind::OptState)
+      fail(at, ": output ", v, " ('", p.values[v].name, "') is a ",
+           valueKindName(k), "; only optimizers update those, in place");
+    to.push_back(p.values[v].type);
+  }
+  try {
+    checkKernelCall(*spec, in.attrs, ti, to);
+  } catch (const Error &e) {
+    fail(at, ": ", e.what());
+  }
+  if (in.kernel == "grad_accumulate")
+    wantKind(p, in.outputs[0], ValueKind::Grad, at, "output");
+  if (in.kernel == "adamw" || in.kernel == "sgd") {
+    wantKind(p, in.inputs[0], ValueKind::Param, at, "input");
+    wantKind(p, in.inputs[1], ValueKind::Grad, at, "input");
+    size_t states = in.kernel == "adamw" ? 2 : 1;
+    for (size_t i = 2; i < 2 + states; ++i)
+      wantKind(p, in.inputs[i], ValueKind::OptState, at, "input");
+  }
+}
+
+void verifyProgram(const Plan &plan, const Program &p, size_t pi) {
+  std::string where = "plan: program " + std::to_string(pi);
+  if (p.rank < 0 || p.rank >= plan.worldSize)
+    fail(where, ": rank ", p.rank, " out of range (world_size ", plan.worldSize,
+         ")");
+  if (p.slots < 1 || p.slots > 4096)
+    fail(where, ": slots = ", p.slots, " (must be 1..4096)");
+  if (p.arenaBytes > kMaxBytes || p.persistentBytes > kMaxBytes)
+    fail(where, ": arena_bytes/persistent_bytes too large");
+  for (size_t v = 0; v < p.values.size(); ++v)
+    verifyValue(p, v, where);
+  for (size_t b = 0; b < p.blocks.size(); ++b) {
+    const Block &blk = p.blocks[b];
+    if (static_cast<uint8_t>(blk.kind) >
+        static_cast<uint8_t>(BlockKind::Optimizer))
+      fail(where, ": block ", b, " has unknown kind ",
+           static_cast<int>(blk.kind));
+    for (size_t i = 0; i < blk.instrs.size(); ++i) {
+      const Instr &in = blk.instrs[i];
+      verifyInstr(p, in,
+                  "plan: instr " + std::to_string(i) + " (" + in.kernel +
+                      ") in block " + std::to_string(b) +
+                      (plan.programs.size() > 1
+                           ? " of program " + std::to_string(pi)
+                           : std::string()));
+    }
+  }
+  for (size_t t = 0; t < p.tasks.size(); ++t) {
+    const Task &task = p.tasks[t];
+    if (task.block < 0 || static_cast<size_t>(task.block) >= p.blocks.size())
+      fail(where, ": task ", t, ": block ", task.block,
+           " out of range (program has ", p.blocks.size(), " blocks)");
+    if (task.microbatch < 0 || task.microbatch >= plan.numMicrobatches)
+      fail(where, ": task ", t, ": microbatch ", task.microbatch,
+           " out of range (num_microbatches ", plan.numMicrobatches, ")");
+  }
+  auto checkSpecial = [&](int v, const char *what, ValueKind kind,
+                          const Shape &shape, DType dt) {
+    if (v == -1)
+      return;
+    if (v < 0 || static_cast<size_t>(v) >= p.values.size())
+      fail(where, ": ", what, " ", v, " out of range (program has ",
+           p.values.size(), " values)");
+    const Value &val = p.values[v];
+    if (val.kind != kind || val.type.dtype != dt || val.type.shape != shape)
+      fail(where, ": ", what, " value ", v, " ('", val.name, "') must be ",
+           valueKindName(kind), " ", dtypeName(dt), shapeStr(shape), ", is ",
+           valueKindName(val.kind), " ", dtypeName(val.type.dtype),
+           shapeStr(val.type.shape));
+  };
+  Shape bt = {plan.microBatchSize, plan.seqLength};
+  checkSpecial(p.tokens, "tokens", ValueKind::Input, bt, DType::I32);
+  checkSpecial(p.targets, "targets", ValueKind::Input, bt, DType::I32);
+  checkSpecial(p.loss, "loss", ValueKind::Loss, {}, DType::F32);
+}
+
+} // namespace
+
+void mapp::rt::verifyPlan(const Plan &plan) {
+  if (plan.version != kPlanSchemaVersion)
+    fail("plan: schema version ", plan.version, " but this runtime reads ",
+         kPlanSchemaVersion);
+  if (plan.worldSize < 1)
+    fail("plan: world_size = ", plan.worldSize, " (must be >= 1)");
+  if (plan.tp < 1 || plan.pp < 1 || plan.dp < 1 || plan.chunks < 1)
+    fail("plan: tp/pp/dp/chunks must be >= 1 (got ", plan.tp, "/", plan.pp, "/",
+         plan.dp, "/", plan.chunks, ")");
+  if (plan.microBatchSize < 1 || plan.seqLength < 1 || plan.vocabSize < 1)
+    fail("plan: micro_batch_size, seq_length and vocab_size must be >= 1 (got ",
+         plan.microBatchSize, ", ", plan.seqLength, ", ", plan.vocabSize, ")");
+  if (plan.numMicrobatches < 1)
+    fail("plan: num_microbatches = ", plan.numMicrobatches, " (must be >= 1)");
+  if (!(plan.maxGradNorm >= 0))
+    fail("plan: max_grad_norm = ", plan.maxGradNorm, " (must be >= 0)");
+  if (plan.programs.empty())
+    fail("plan: no programs");
+  for (size_t i = 0; i < plan.programs.size(); ++i)
+    verifyProgram(plan, plan.programs[i], i);
+}

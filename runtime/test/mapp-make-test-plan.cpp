@@ -1,0 +1,60 @@
+//===- mapp-make-test-plan.cpp - write the hand-built MLP plan ------------===//
+//
+// Test-only: mapp-make-test-plan OUT.mplan [key=value ...] with keys vocab,
+// hidden, ffn, batch, seq, microbatches, optimizer (sgd|adamw), lr,
+// max_grad_norm, schedule (constant|cosine). Used by
+// test/python/test_kernels_e2e.py to compare mapp-run with PyTorch.
+//
+//===----------------------------------------------------------------------===//
+#include "TestPlans.h"
+
+#include <fstream>
+#include <iostream>
+#include <string>
+
+using namespace mapp::rt::test;
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::cerr << "usage: mapp-make-test-plan OUT.mplan [key=value ...]\n";
+    return 2;
+  }
+  MlpOptions o;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    size_t eq = a.find('=');
+    if (eq == std::string::npos) {
+      std::cerr << "bad argument '" << a << "'\n";
+      return 2;
+    }
+    std::string k = a.substr(0, eq), v = a.substr(eq + 1);
+    if (k == "vocab")
+      o.vocab = std::stoi(v);
+    else if (k == "hidden")
+      o.hidden = std::stoi(v);
+    else if (k == "ffn")
+      o.ffn = std::stoi(v);
+    else if (k == "batch")
+      o.batch = std::stoi(v);
+    else if (k == "seq")
+      o.seq = std::stoi(v);
+    else if (k == "microbatches")
+      o.microbatches = std::stoi(v);
+    else if (k == "optimizer")
+      o.optimizer = v;
+    else if (k == "lr")
+      o.lr = std::stod(v);
+    else if (k == "max_grad_norm")
+      o.maxGradNorm = std::stod(v);
+    else if (k == "schedule")
+      o.schedule = v;
+    else {
+      std::cerr << "unknown key '" << k << "'\n";
+      return 2;
+    }
+  }
+  std::vector<uint8_t> bytes = mlpPlan(o).build();
+  std::ofstream f(argv[1], std::ios::binary);
+  f.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+  return f ? 0 : 1;
+}
