@@ -7,6 +7,7 @@
 // only during the step's last microbatch: `mapp.grad_sync` is the explicit
 // marker the runtime executes on that microbatch only (docs/plan-lowering.md).
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
+#include "mapp/Transforms/ParallelAttrs.h"
 #include "mapp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -36,7 +37,6 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    MLIRContext *ctx = &getContext();
     if (dp < 1 || bucketMb <= 0) {
       module.emitError("mapp-data-parallel: dp must be >= 1 and bucket-mb > 0");
       return signalPassFailure();
@@ -57,7 +57,7 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
                        "state: run --mapp-optimizer first");
       return signalPassFailure();
     }
-    module->setAttr("mapp.dp", IntegerAttr::get(IntegerType::get(ctx, 64), dp));
+    setParallelInt(module, "dp", dp);
 
     // Where each parameter's gradient is accumulated, per pipeline stage
     // (each stage's dp group synchronizes its own replica).

@@ -11,6 +11,7 @@
 // the cost interface); virtual stage k runs on stage k mod pp as chunk
 // k / pp (Megatron's interleaved assignment).
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
+#include "mapp/Transforms/ParallelAttrs.h"
 #include "mapp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -55,10 +56,6 @@ struct PipelinePartitionPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    MLIRContext *ctx = &getContext();
-    auto i64 = [&](int64_t v) {
-      return IntegerAttr::get(IntegerType::get(ctx, 64), v);
-    };
     if (pp < 1 || chunks < 1) {
       module.emitError("mapp-pipeline-partition: pp and chunks must be >= 1");
       return signalPassFailure();
@@ -69,8 +66,8 @@ struct PipelinePartitionPass
                        "the pass on the forward graph, before autodiff)");
       return signalPassFailure();
     }
-    module->setAttr("mapp.pp", i64(pp));
-    module->setAttr("mapp.chunks", i64(chunks));
+    setParallelInt(module, "pp", pp);
+    setParallelInt(module, "chunks", chunks);
     if (pp * chunks == 1)
       return; // one stage: autodiff's @train_forward/@train_backward
     if (failed(partition(module, fn)))

@@ -1,4 +1,5 @@
 // --mapp-pipeline-schedule: the step's task tables as a `mapp.schedule` op.
+#include "mapp/Transforms/ParallelAttrs.h"
 #include "mapp/Transforms/Passes.h"
 #include "mapp/Transforms/Schedules.h"
 
@@ -12,32 +13,24 @@ using namespace mapp;
 
 namespace {
 
-/// A module attribute set by an earlier pass (mapp.pp, mapp.chunks), or
-/// `fallback`.
-int64_t moduleDegree(ModuleOp m, StringRef name, int64_t fallback) {
-  if (auto a = m->getAttrOfType<IntegerAttr>(name))
-    return a.getInt();
-  return fallback;
-}
-
 struct PipelineSchedulePass
     : mapp::impl::MappPipelineScheduleBase<PipelineSchedulePass> {
   using Base::Base;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    // Options win over what the partitioner recorded; both default to 1.
-    int64_t p = pp > 0 ? (int64_t)pp : moduleDegree(module, "mapp.pp", 1);
+    // The partition's degrees (mapp.parallel) are the default; options that
+    // contradict them are an error.
+    int64_t p = pp > 0 ? (int64_t)pp : getParallelInt(module, "pp", 1);
     int64_t v = chunks > 0 ? (int64_t)chunks
-                           : moduleDegree(module, "mapp.chunks", 1);
-    if ((pp > 0 && module->hasAttr("mapp.pp") &&
-         moduleDegree(module, "mapp.pp", p) != p) ||
-        (chunks > 0 && module->hasAttr("mapp.chunks") &&
-         moduleDegree(module, "mapp.chunks", v) != v)) {
+                           : getParallelInt(module, "chunks", 1);
+    if ((hasParallelKey(module, "pp") && getParallelInt(module, "pp", 1) != p) ||
+        (hasParallelKey(module, "chunks") &&
+         getParallelInt(module, "chunks", 1) != v)) {
       module.emitError("mapp-pipeline-schedule: pp=")
-          << p << " chunks=" << v << " disagree with the partition (mapp.pp="
-          << moduleDegree(module, "mapp.pp", 1)
-          << ", mapp.chunks=" << moduleDegree(module, "mapp.chunks", 1) << ")";
+          << p << " chunks=" << v << " disagree with the partition (pp="
+          << getParallelInt(module, "pp", 1)
+          << ", chunks=" << getParallelInt(module, "chunks", 1) << ")";
       return signalPassFailure();
     }
     std::string kind = schedule;
@@ -62,6 +55,8 @@ struct PipelineSchedulePass
       old.erase();
     OpBuilder b(module.getBody(), module.getBody()->end());
     sched::toOp(b, module.getLoc(), s);
+    setParallelInt(module, "microbatches", microbatches);
+    setParallelAttr(module, "schedule", b.getStringAttr(kind));
   }
 };
 

@@ -18,6 +18,7 @@
 // region, all_reduce (g, identity gradient) after a row-parallel one.
 // Everything the pass does not recognize stays replicated.
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
+#include "mapp/Transforms/ParallelAttrs.h"
 #include "mapp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -444,6 +445,7 @@ struct TensorParallelPass
       module.emitError("mapp-tensor-parallel: tp must be >= 1");
       return signalPassFailure();
     }
+    setParallelInt(module, "tp", tp);
     if (tp == 1)
       return; // nothing to shard
     auto fn = module.lookupSymbol<func::FuncOp>("forward");
@@ -455,8 +457,6 @@ struct TensorParallelPass
     if (failed(shard(fn)) || (sequenceParallel && failed(applySequenceParallel(fn))) ||
         failed(finalize()))
       return signalPassFailure();
-    module->setAttr("mapp.tp", IntegerAttr::get(IntegerType::get(&getContext(), 64),
-                                            tp));
   }
 
   LogicalResult shard(func::FuncOp fn) {

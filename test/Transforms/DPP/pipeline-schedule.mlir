@@ -4,7 +4,7 @@
 // RUN: mapp-opt %s -mapp-pipeline-schedule="schedule=interleaved microbatches=4 pp=2 chunks=2" | FileCheck %s --check-prefix=INTER
 // RUN: mapp-opt %s -mapp-pipeline-schedule="schedule=interleaved microbatches=2 pp=1" | FileCheck %s --check-prefix=ONE
 // The module's partition (mapp.pp, mapp.chunks) supplies the degrees.
-// RUN: echo 'module attributes {mapp.pp = 2 : i64, mapp.chunks = 1 : i64} {}' | mapp-opt -mapp-pipeline-schedule="schedule=1f1b microbatches=2" | FileCheck %s --check-prefix=ATTR
+// RUN: echo 'module attributes {mapp.parallel = {pp = 2 : i64, chunks = 1 : i64}} {}' | mapp-opt -mapp-pipeline-schedule="schedule=1f1b microbatches=2" | FileCheck %s --check-prefix=ATTR
 
 module {
   // An existing schedule is replaced.
@@ -35,4 +35,5 @@ module {
 // One chunk per stage: interleaved is 1F1B.
 // ONE: mapp.schedule "1f1b" {chunks = 1 : i64, microbatches = 2 : i64, tables = {{\[}}[#mapp.task<F, 0, 0>, #mapp.task<B, 0, 0>, #mapp.task<F, 0, 1>, #mapp.task<B, 0, 1>]]}
 
+// ATTR: module attributes {mapp.parallel = {chunks = 1 : i64, microbatches = 2 : i64, pp = 2 : i64, schedule = "1f1b"}}
 // ATTR: mapp.schedule "1f1b" {chunks = 1 : i64, microbatches = 2 : i64, tables = {{\[}}[{{[^]]*}}], [{{[^]]*}}]]}

@@ -26,7 +26,7 @@ func.func @forward(%tokens: tensor<2x4xi32>, %targets: tensor<2x4xi32>) -> tenso
 
 // Each grad_accumulate moves right after its gradient; a bucket's sync
 // follows its last gradient, overlapping the rest of the backward.
-// CHECK: module attributes {mapp.dp = 2 : i64}
+// CHECK: module attributes {mapp.parallel = {dp = 2 : i64}}
 // CHECK-LABEL: func.func @train_backward
 // CHECK: %[[G2:.*]] = mapp.matmul {{.*}}mapp.wgrad{{.*}} -> tensor<8x32xf32>
 // CHECK-NEXT: mapp.grad_accumulate @fc2, %[[G2]]
@@ -54,7 +54,7 @@ func.func @forward(%tokens: tensor<2x4xi32>, %targets: tensor<2x4xi32>) -> tenso
 // ZERO-NEXT: mapp.param_gather [@emb] {bucket = 1 : i64, group = "dp", mapp.stage = 0 : i64}
 // ZERO-NEXT: return
 
-// DP1: module attributes {mapp.dp = 1 : i64}
+// DP1: module attributes {mapp.parallel = {dp = 1 : i64}}
 // DP1-NOT: mapp.grad_sync
 
 // The tied embedding is summed over the two stages at the end of each

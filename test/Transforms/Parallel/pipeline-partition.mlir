@@ -11,7 +11,7 @@
 // final norm, the LM head and the loss, so the balanced cut is 2 | 2 and
 // the cost remark shows the imbalance.
 // REMARK: remark: pipeline partition into 2 stage(s) x 1 chunk(s): [stage 0 chunk 0: layers 0-1, 236544 FLOPs] [stage 1 chunk 0: layers 2-3, 276224 FLOPs]; per-stage FLOPs 236544 276224; imbalance (max/mean) 1.077
-// CHECK: module attributes {mapp.chunks = 1 : i64, {{.*}}mapp.pp = 2 : i64}
+// CHECK: module attributes {{{.*}}mapp.parallel = {chunks = 1 : i64, pp = 2 : i64}}
 // The tied embedding is read on both stages.
 // CHECK: mapp.param @wte.weight : tensor<64x16xf32> {mapp.pp_stages = array<i64: 0, 1>}
 // CHECK-NOT: @forward(
@@ -90,5 +90,5 @@
 // TPPP: func.func @backward_s0_c0
 // TPPP: mapp.recv from 1 tag 1 : tensor<2x4x16xf32>
 
-// ONE: module attributes {mapp.chunks = 1 : i64, {{.*}}mapp.pp = 1 : i64}
+// ONE: module attributes {{{.*}}mapp.parallel = {chunks = 1 : i64, pp = 1 : i64}}
 // ONE: func.func @forward(

@@ -8,7 +8,7 @@
 
 // Column-parallel weights shard rows; the fused qkv shards each of its three
 // blocks; row-parallel weights shard columns and keep their bias whole.
-// CHECK: module attributes {{{.*}}mapp.tp = 2 : i64}
+// CHECK: module attributes {{{.*}}mapp.parallel = {tp = 2 : i64}}
 // CHECK: mapp.param @wte.weight : tensor<32x16xf32> {shard_dim = 0 : i64, shard_group = "tp"}
 // CHECK: mapp.param @wpe.weight : tensor<8x16xf32>{{$}}
 // CHECK: mapp.param @layers.0.attn.qkv.weight : tensor<24x16xf32> {shard_blocks = 3 : i64, shard_dim = 0 : i64, shard_group = "tp"}
@@ -79,6 +79,7 @@
 // SPGRAD-DAG: mapp.all_gather {{.*}} {dim = 1 : i64, group = "tp"}
 // SPGRAD-DAG: mapp.all_reduce {{.*}} {group = "tp"} : (tensor<16xf32>)
 
+// TP1: mapp.parallel = {tp = 1 : i64}
 // TP1-NOT: shard_dim
 // TP1-NOT: copy_to_group
 

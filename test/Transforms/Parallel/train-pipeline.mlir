@@ -5,7 +5,7 @@
 // RUN: not mapp-opt %S/Inputs/gpt-4l.mlir --mapp-train-pipeline="pp=4 chunks=2" 2>&1 | FileCheck %s --check-prefix=PP8
 
 // Every stage of the pipeline shows in the result.
-// CHECK: module attributes {mapp.chunks = 2 : i64, mapp.dp = 2 : i64, {{.*}}mapp.pp = 2 : i64, mapp.tp = 2 : i64}
+// CHECK: module attributes {{{.*}}mapp.parallel = {chunks = 2 : i64, dp = 2 : i64, microbatches = 4 : i64, pp = 2 : i64, schedule = "interleaved", tp = 2 : i64}}
 // CHECK: mapp.param @layers.0.attn.qkv.weight : tensor<24x16xf32> {shard_blocks = 3 : i64, shard_dim = 0 : i64, shard_group = "tp"}
 // CHECK: func.func @forward_s0_c0(
 // CHECK: mapp.reduce_scatter {{.*}}{dim = 1 : i64, group = "tp"}
@@ -24,8 +24,7 @@
 // CHECK: mapp.schedule "interleaved" {chunks = 2 : i64, microbatches = 4 : i64, tables = {{\[}}[#mapp.task<F, 0, 0>, #mapp.task<F, 0, 1>, #mapp.task<F, 1, 0>, #mapp.task<F, 1, 1>, #mapp.task<F, 0, 2>, #mapp.task<B, 1, 0>,
 
 // One rank: plain autodiff functions and a sequential schedule.
-// SINGLE: module attributes {mapp.chunks = 1 : i64, mapp.dp = 1 : i64, {{.*}}mapp.pp = 1 : i64}
-// SINGLE-NOT: mapp.tp
+// SINGLE: module attributes {{{.*}}mapp.parallel = {chunks = 1 : i64, dp = 1 : i64, microbatches = 2 : i64, pp = 1 : i64, schedule = "1f1b", tp = 1 : i64}}
 // SINGLE: func.func @train_forward(
 // SINGLE-SAME: mapp.loss
 // SINGLE: func.func @train_backward(
