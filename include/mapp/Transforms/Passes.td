@@ -201,7 +201,7 @@ def MappPipelineSchedule : Pass<"mapp-pipeline-schedule", "::mlir::ModuleOp"> {
 }
 
 def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
-  let summary = "Check and simulate every mapp.schedule";
+  let summary = "Check and simulate every mapp.schedule; pair sends with recvs";
   let description = [{
     Every rank must run each (chunk, microbatch) forward and backward (or
     backward-input and backward-weight) exactly once, a backward after its
@@ -209,7 +209,10 @@ def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
     non-blocking sends and blocking receives (virtual stage s = chunk·p +
     rank receives F's input from s − 1 and B's output gradient from s + 1):
     a deadlock is an error naming every stuck rank, its task and the peer
-    it waits for. With `report`, a remark gives the simulated makespan,
+    it waits for. In the pipeline stage functions (`mapp.stage`), every
+    `mapp.send` must have exactly one `mapp.recv` on its peer stage with
+    the same tag and type, and vice versa. With `report`, a remark gives
+    the simulated makespan,
     the bubble fraction (idle / total rank time) and per rank the number of
     warm-up forwards and the peak of microbatches in flight.
   }];

@@ -146,6 +146,11 @@ struct TensorParallelPass
     Value out = sum;
     if (Value bias = lin.getBias())
       out = b.create<AddOp>(loc, lin.getType(), out, bias);
+    // The name (what probes and traces address) moves to the full output.
+    if (auto name = lin->getAttr("mapp.name")) {
+      partial->removeAttr("mapp.name");
+      out.getDefiningOp()->setAttr("mapp.name", name);
+    }
     lin.replaceAllUsesWith(out);
     lin.erase();
     return success();

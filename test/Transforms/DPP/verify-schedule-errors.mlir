@@ -36,3 +36,28 @@ mapp.schedule "custom" {microbatches = 1 : i64, chunks = 1 : i64, tables = [
 mapp.schedule "zb" {microbatches = 2 : i64, chunks = 1 : i64, tables = [
   [#mapp.task<F, 0, 0>, #mapp.task<F, 0, 1>, #mapp.task<Bi, 0, 0>, #mapp.task<Bi, 0, 1>, #mapp.task<W, 0, 0>, #mapp.task<W, 0, 1>],
   [#mapp.task<F, 0, 0>, #mapp.task<Bi, 0, 0>, #mapp.task<F, 0, 1>, #mapp.task<Bi, 0, 1>, #mapp.task<W, 0, 0>, #mapp.task<W, 0, 1>]]}
+
+// -----
+
+// Transfers between stage functions must pair up by (stages, tag, type).
+func.func @forward_s0_c0(%x: tensor<4xf32>) attributes {mapp.phase = "forward", mapp.stage = 0 : i64, mapp.chunk = 0 : i64} {
+  // expected-error @+1 {{mapp-verify-schedule: send from stage 0 to stage 1 with tag 2 has no matching recv on stage 1}}
+  mapp.send %x to 1 tag 2 : tensor<4xf32>
+  return
+}
+func.func @forward_s1_c0() attributes {mapp.phase = "forward", mapp.stage = 1 : i64, mapp.chunk = 0 : i64} {
+  %y = mapp.recv from 0 tag 0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @forward_s0_c0(%x: tensor<4xf32>) attributes {mapp.phase = "forward", mapp.stage = 0 : i64, mapp.chunk = 0 : i64} {
+  mapp.send %x to 1 tag 0 : tensor<4xf32>
+  return
+}
+func.func @forward_s1_c0() attributes {mapp.phase = "forward", mapp.stage = 1 : i64, mapp.chunk = 0 : i64} {
+  // expected-error @+1 {{mapp-verify-schedule: recv from stage 0 to stage 1 with tag 0 expects 'tensor<8xf32>' but the send carries 'tensor<4xf32>'}}
+  %y = mapp.recv from 0 tag 0 : tensor<8xf32>
+  return
+}

@@ -33,9 +33,10 @@
 // CHECK: %[[A:.*]] = mapp.attention %[[Q]], %[[K]], %[[V]] {causal, heads = 2 : i64
 // Row-parallel projection: no bias in the partial product, g, then the bias.
 // CHECK: %[[PB:.*]] = mapp.param_ref @layers.0.attn.proj.bias
-// CHECK: %[[P:.*]] = mapp.linear %[[A]], %{{[0-9]+}} {mapp.name = "layers.0.attn.out"} : (tensor<2x8x8xf32>, tensor<16x8xf32>) -> tensor<2x8x16xf32>
+// CHECK: %[[P:.*]] = mapp.linear %[[A]], %{{[0-9]+}} : (tensor<2x8x8xf32>, tensor<16x8xf32>) -> tensor<2x8x16xf32>
 // CHECK: %[[R:.*]] = mapp.all_reduce %[[P]] {group = "tp"}
-// CHECK: mapp.add %[[R]], %[[PB]]
+// The value's name moves to the full (reduced, biased) output.
+// CHECK: mapp.add %[[R]], %[[PB]] {mapp.name = "layers.0.attn.out"}
 // MLP: fc1 column-parallel, gelu on the shard, fc2 row-parallel.
 // CHECK: mapp.copy_to_group
 // CHECK: mapp.linear {{.*}} -> tensor<2x8x32xf32>
