@@ -280,6 +280,18 @@ def MappPlanMemory : Pass<"mapp-plan-memory", "::mlir::ModuleOp"> {
   }];
 }
 
+def MappCostReport : Pass<"mapp-cost-report", "::mlir::ModuleOp"> {
+  let summary = "FLOPs and bytes of every plan block, in total and per layer";
+  let description = [{
+    Sums the cost interface over each plan block (forward, backward,
+    optimizer) and over each transformer layer (from `mapp.name`, which
+    autodiff carries onto gradient ops as "<name>.grad"), and reports them as
+    remarks with the backward/forward FLOP ratio — about 2 for matmul-bound
+    layers (two products per forward product), a little more with attention
+    recomputing its probabilities in the backward.
+  }];
+}
+
 def MappLowerToPlan : Pass<"mapp-lower-to-plan", "::mlir::ModuleOp"> {
   let summary = "Check the module lowers to per-rank plan programs";
   let description = [{

@@ -38,6 +38,21 @@ SmallVector<func::FuncOp> stageForwards(ModuleOp module) {
   return fns;
 }
 
+/// Names gradient ops after the forward op they differentiate
+/// ("layers.0.mlp.fc1" -> "layers.0.mlp.fc1.grad"), so traces, probes and
+/// cost reports can place backward work in its layer.
+struct GradientNamer : OpBuilder::Listener {
+  explicit GradientNamer(Operation *forward)
+      : name(forward->getAttrOfType<StringAttr>("mapp.name")) {}
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint) override {
+    if (name && !op->hasAttr("mapp.name"))
+      op->setAttr("mapp.name",
+                  StringAttr::get(op->getContext(), name.str() + ".grad"));
+  }
+  StringAttr name;
+};
+
 struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
   using Base::Base;
 
@@ -181,7 +196,11 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
                                "it through a parameter");
       SmallVector<Value> operandGrads;
       b.setInsertionPoint(ret);
-      if (failed(rule.buildGradient(b, dys, operandGrads)))
+      GradientNamer namer(op);
+      b.setListener(&namer);
+      LogicalResult built = rule.buildGradient(b, dys, operandGrads);
+      b.setListener(nullptr);
+      if (failed(built))
         return failure();
       for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
         if (g && active.contains(operand))

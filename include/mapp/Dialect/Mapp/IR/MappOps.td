@@ -110,7 +110,8 @@ def Mapp_GlobalNormOp : Mapp_ComputeOp<"global_norm"> {
 class Mapp_UpdateOp<string mnemonic> : Mapp_Op<mnemonic,
     [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
      MemoryEffects<[MemRead, MemWrite]>,
-     DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>]> {
+     DeclareOpInterfaceMethods<Mapp_CostOpInterface,
+                               ["getFlops", "getBytesWritten"]>]> {
   let assemblyFormat = [{
     $param `,` $grad (`clip` `(` $norm^ `:` type($norm) `)`)? attr-dict `:` type($grad)
   }];
