@@ -45,7 +45,8 @@ static void oneFOneB(Schedule &s) {
 /// microbatch_group_size_per_vp_stage = p): the k-th forward of a rank runs
 /// chunk (k mod p·v) / p on microbatch (k / p·v)·p + k mod p; the k-th
 /// backward runs the chunks in reverse order. Warm-up: (p − r − 1)·2 +
-/// (v − 1)·p forwards (all of them when m = p), capped at m·v.
+/// (v − 1)·p forwards, capped at m·v (Megatron-Core; older Megatron-LM
+/// also ran every forward first when m = p).
 static void interleaved(Schedule &s) {
   int64_t p = s.stages, v = s.chunks, m = s.microbatches, total = m * v;
   auto chunkOf = [&](int64_t k, bool forward) {
@@ -55,8 +56,7 @@ static void interleaved(Schedule &s) {
   auto mbOf = [&](int64_t k) { return (k / (p * v)) * p + k % p; };
   for (int64_t r = 0; r < p; ++r) {
     auto &table = s.ranks[r];
-    int64_t warmup = m == p ? total : (p - r - 1) * 2 + (v - 1) * p;
-    warmup = std::min(warmup, total);
+    int64_t warmup = std::min((p - r - 1) * 2 + (v - 1) * p, total);
     for (int64_t k = 0; k < warmup; ++k)
       table.push_back(fwd(chunkOf(k, true), mbOf(k)));
     for (int64_t i = 0; i < total - warmup; ++i) {

@@ -39,9 +39,10 @@
 // RUN: mapp-opt %s -mapp-pipeline-schedule="schedule=interleaved microbatches=8 pp=4 chunks=4" -mapp-verify-schedule=report=true -o /dev/null 2>&1 | FileCheck %s --check-prefix=V4
 // V4: makespan 105, bubble 0.0857
 
-// m = p: Megatron runs every forward as warm-up; 3·(8 + 3) = 33, bubble 3/11.
+// m = p: the warm-up of the first ranks covers every forward; 3·(8 + 3) = 33,
+// bubble 3/11.
 // RUN: mapp-opt %s -mapp-pipeline-schedule="schedule=interleaved microbatches=4 pp=4 chunks=2" -mapp-verify-schedule=report=true -o /dev/null 2>&1 | FileCheck %s --check-prefix=MEQP
-// MEQP: makespan 33, bubble 0.2727; rank 0: F before first B 8
+// MEQP: makespan 33, bubble 0.2727; rank 0: F before first B 8, peak in flight 8; rank 1: F before first B 8, peak in flight 8; rank 2: F before first B 7, peak in flight 7; rank 3: F before first B 5
 
 // Other costs: F = 1, B = 1, p = 2, m = 2: (2 + 1)·2 = 6, bubble 1/3.
 // RUN: mapp-opt %s -mapp-pipeline-schedule="schedule=1f1b microbatches=2 pp=2" -mapp-verify-schedule="report=true backward-cost=1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNIT
