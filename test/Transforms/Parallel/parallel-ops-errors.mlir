@@ -37,3 +37,21 @@ func.func @f(%l: tensor<2x4x8xf32>, %t: tensor<2x4xi32>, %m: tensor<2x4xf32>) {
   %p = mapp.vocab_ce_partials %l, %t, %m {group = "tp"} : (tensor<2x4x8xf32>, tensor<2x4xi32>, tensor<2x4xf32>) -> tensor<2x4x3xf32>
   return
 }
+
+// -----
+
+mapp.param @a : tensor<4xf32>
+func.func @f() {
+  // expected-error @+1 {{refers to unknown parameter @b}}
+  mapp.grad_sync [@a, @b] {group = "dp", bucket = 0 : i64}
+  return
+}
+
+// -----
+
+mapp.param @a : tensor<4xf32>
+func.func @f() {
+  // expected-error @+1 {{lists parameter @a twice}}
+  mapp.param_gather [@a, @a] {group = "dp", bucket = 0 : i64}
+  return
+}

@@ -464,6 +464,27 @@ LogicalResult GradSyncOp::verify() {
   return success();
 }
 
+/// Every entry of a bucket's parameter list names a mapp.param, once.
+static LogicalResult verifyParamList(Operation *op, ArrayAttr params,
+                                     SymbolTableCollection &tables) {
+  llvm::SmallDenseSet<Attribute> seen;
+  for (Attribute a : params) {
+    auto ref = cast<FlatSymbolRefAttr>(a);
+    if (!tables.lookupNearestSymbolFrom<ParamOp>(op, ref.getAttr()))
+      return op->emitOpError("refers to unknown parameter ") << ref;
+    if (!seen.insert(a).second)
+      return op->emitOpError("lists parameter ") << ref << " twice";
+  }
+  return success();
+}
+
+LogicalResult GradSyncOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyParamList(*this, getParams(), tables);
+}
+LogicalResult ParamGatherOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyParamList(*this, getParams(), tables);
+}
+
 LogicalResult ReshapeOp::verify() {
   auto in = cast<RankedTensorType>(getX().getType());
   auto out = cast<RankedTensorType>(getType());

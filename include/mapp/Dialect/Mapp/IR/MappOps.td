@@ -577,7 +577,8 @@ def Mapp_ScatterToGroupOp : Mapp_DiffOp<"scatter_to_group"> {
   let hasVerifier = 1;
 }
 
-def Mapp_GradSyncOp : Mapp_Op<"grad_sync", [MemoryEffects<[MemRead, MemWrite]>]> {
+def Mapp_GradSyncOp : Mapp_Op<"grad_sync", [MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "bucketed collective over accumulated gradient buffers";
   let description = [{
     Marks a gradient bucket: once the `grad_accumulate` of every listed
@@ -600,7 +601,8 @@ def Mapp_GradSyncOp : Mapp_Op<"grad_sync", [MemoryEffects<[MemRead, MemWrite]>]>
   let hasVerifier = 1;
 }
 
-def Mapp_ParamGatherOp : Mapp_Op<"param_gather", [MemoryEffects<[MemRead, MemWrite]>]> {
+def Mapp_ParamGatherOp : Mapp_Op<"param_gather", [MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "all-gather the updated shards of a ZeRO-1 bucket's parameters";
   let description = [{
     After the optimizer updated this rank's slice [r·n/g, (r+1)·n/g) of the
