@@ -11,8 +11,10 @@
 #include "mapp/rt/Dataset.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
+#include "mapp/rt/Generate.h"
 #include "mapp/rt/Metrics.h"
 #include "mapp/rt/Plan.h"
+#include "mapp/rt/ProbeSession.h"
 #include "mapp/rt/Safetensors.h"
 #include "mapp/rt/Tokenizer.h"
 
@@ -47,13 +49,29 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --metrics FILE             one JSON object per step (jsonl)
   --dump-batches FILE        write every microbatch's tokens/targets (jsonl)
   --threads K                CPU worker threads (default: all cores)
+  --probe-db FILE            MegaScope: record the plan's probes, step metrics
+                             and generated tokens in a SQLite store
+  --probe-control FILE|PORT  MegaScope: take perturbation switch changes from a
+                             JSON file or a loopback TCP port (0 = any free)
+  --probe-run NAME           MegaScope: run name (ranks of one job share it)
+  --generate                 generate text instead of training
+  --prompt TEXT              generation prompt (default: the EOT token)
+  --max-new-tokens N         tokens to generate (default 32)
+  --temperature T            sampling temperature (default 1)
+  --top-k K                  sample among the K most likely tokens (0 = all)
+  --greedy                   always take the most likely token
+  --generate-out FILE        one JSON object per generated token (jsonl)
   --quiet                    no progress output
   --help                     this text
 )";
 
 struct Options {
   std::string plan, backend = "cpu", comm = "local", data, dataFormat = "auto",
-                    tokenizer, weights, save, saveGrads, metrics, dumpBatches;
+                    tokenizer, weights, save, saveGrads, metrics, dumpBatches,
+                    probeDb, probeControl, probeRun, prompt, generateOut;
+  bool generate = false, greedy = false, promptGiven = false;
+  int64_t maxNewTokens = 32, topK = 0;
+  double temperature = 1.0;
   int64_t steps = 1;
   uint64_t seed = 0;
   int threads = 0;
@@ -81,11 +99,13 @@ int64_t parseInt(const std::string &flag, const std::string &v, int64_t lo) {
 Options parseArgs(int argc, char **argv) {
   Options o;
   std::map<std::string, std::string *> strings = {
-      {"--backend", &o.backend},     {"--comm", &o.comm},
-      {"--data", &o.data},           {"--data-format", &o.dataFormat},
-      {"--tokenizer", &o.tokenizer}, {"--weights", &o.weights},
-      {"--save", &o.save},           {"--save-grads", &o.saveGrads},
-      {"--metrics", &o.metrics},     {"--dump-batches", &o.dumpBatches}};
+      {"--backend", &o.backend},       {"--comm", &o.comm},
+      {"--data", &o.data},             {"--data-format", &o.dataFormat},
+      {"--tokenizer", &o.tokenizer},   {"--weights", &o.weights},
+      {"--save", &o.save},             {"--save-grads", &o.saveGrads},
+      {"--metrics", &o.metrics},       {"--dump-batches", &o.dumpBatches},
+      {"--probe-db", &o.probeDb},      {"--probe-control", &o.probeControl},
+      {"--probe-run", &o.probeRun},    {"--generate-out", &o.generateOut}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -98,6 +118,10 @@ Options parseArgs(int argc, char **argv) {
     }
     if (a == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (a == "--generate" || a == "--greedy") {
+      (a == "--generate" ? o.generate : o.greedy) = true;
       continue;
     }
     if (a.rfind("--", 0) != 0) {
@@ -113,14 +137,21 @@ Options parseArgs(int argc, char **argv) {
       flag = a.substr(0, eq);
       value = a.substr(eq + 1);
     }
-    bool known = strings.count(flag) || flag == "--steps" || flag == "--seed" ||
-                 flag == "--threads";
+    bool known = strings.count(flag) || flag == "--steps" ||
+                 flag == "--seed" || flag == "--threads" ||
+                 flag == "--prompt" || flag == "--max-new-tokens" ||
+                 flag == "--temperature" || flag == "--top-k";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
       if (i + 1 >= argc)
         usageError(flag + " needs a value");
       value = argv[++i];
+    }
+    if (flag == "--prompt") {
+      o.prompt = value; // may be empty: generation starts from EOT
+      o.promptGiven = true;
+      continue;
     }
     if (value.empty())
       usageError(flag + " needs a non-empty value");
@@ -130,11 +161,27 @@ Options parseArgs(int argc, char **argv) {
       o.steps = parseInt(flag, value, 0);
     else if (flag == "--seed")
       o.seed = static_cast<uint64_t>(parseInt(flag, value, 0));
+    else if (flag == "--max-new-tokens")
+      o.maxNewTokens = parseInt(flag, value, 0);
+    else if (flag == "--top-k")
+      o.topK = parseInt(flag, value, 0);
+    else if (flag == "--temperature") {
+      try {
+        size_t pos;
+        o.temperature = std::stod(value, &pos);
+        if (pos != value.size() || !(o.temperature >= 0))
+          throw std::invalid_argument(value);
+      } catch (const std::exception &) {
+        usageError("--temperature needs a number >= 0, got '" + value + "'");
+      }
+    }
     else
       o.threads = static_cast<int>(parseInt(flag, value, 0));
   }
   if (o.plan.empty())
     usageError("no plan given");
+  if (!o.generate && (o.promptGiven || !o.generateOut.empty()))
+    usageError("--prompt and --generate-out need --generate");
   return o;
 }
 
@@ -166,12 +213,63 @@ private:
   std::ofstream out_;
 };
 
+/// --generate: weights, tokenizer, then the sampling loop (Generate.h).
+int runGenerate(const Options &o, Executor &exec, ProbeSession *scope) {
+  if (o.weights.empty())
+    fail("--generate needs --weights FILE (trained parameters)");
+  exec.loadParams(readSafetensors(o.weights), o.weights);
+  std::unique_ptr<Tokenizer> tok =
+      createTokenizer(o.tokenizer.empty() ? "bytes" : o.tokenizer);
+  GenerateOptions g;
+  g.prompt = o.prompt;
+  g.maxNewTokens = o.maxNewTokens;
+  g.temperature = o.temperature;
+  g.topK = o.topK;
+  g.greedy = o.greedy;
+  g.seed = o.seed;
+  std::unique_ptr<std::ofstream> out;
+  if (!o.generateOut.empty()) {
+    out = std::make_unique<std::ofstream>(o.generateOut);
+    if (!*out)
+      fail("cannot write '", o.generateOut, "'");
+  }
+  std::vector<GeneratedToken> toks = generate(exec, *tok, g, scope, out.get());
+  std::vector<int32_t> ids;
+  for (const GeneratedToken &t : toks)
+    ids.push_back(t.token);
+  if (!o.quiet)
+    std::cout << o.prompt << tok->decode(ids) << "\n";
+  if (scope)
+    scope->flush();
+  return 0;
+}
+
 int run(const Options &o) {
   Plan plan = loadPlan(o.plan);
   std::unique_ptr<Communicator> comm = createComm(o.comm);
   std::unique_ptr<Backend> backend = createBackend(o.backend, o.threads);
   Executor exec(plan, *backend, *comm);
   const Program &prog = exec.program();
+
+  // MegaScope: probe store and live switches, when asked for.
+  std::unique_ptr<ProbeSession> scope;
+  if (!o.probeDb.empty() || !o.probeControl.empty()) {
+    ProbeSessionOptions so;
+    so.db = o.probeDb;
+    so.control = o.probeControl;
+    so.runName = o.probeRun;
+    so.plan = o.plan;
+    so.mode = o.generate ? "generate" : "train";
+    nlohmann::json extra = {{"steps", o.steps}, {"prompt", o.prompt}};
+    so.extraMeta = extra.dump(-1, ' ', false,
+                              nlohmann::json::error_handler_t::replace);
+    scope = std::make_unique<ProbeSession>(exec, so);
+    if (!scope->controlEndpoint().empty() && !o.quiet)
+      std::cerr << "mapp-run: probe control at " << scope->controlEndpoint()
+                << "\n";
+  }
+  if (o.generate)
+    return runGenerate(o, exec, scope.get());
 
   // Data: needed when this rank's program consumes tokens or targets.
   std::unique_ptr<BatchLoader> loader;
@@ -219,6 +317,8 @@ int run(const Options &o) {
 
   Progress progress(o.steps, isatty(STDOUT_FILENO) != 0, o.quiet);
   for (int64_t s = 0; s < o.steps; ++s) {
+    if (scope)
+      scope->beginStep(s);
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = exec.step(loader ? batches : Executor::BatchFn(), gradHook);
     double ms = std::chrono::duration<double, std::milli>(
@@ -234,9 +334,13 @@ int run(const Options &o) {
     m.tokensPerS = ms > 0 ? r.tokens / (ms / 1000.0) : 0;
     if (metrics)
       metrics->write(m);
+    if (scope)
+      scope->endStep(m);
     progress.update(m);
   }
   progress.finish();
+  if (scope)
+    scope->flush();
   if (!o.save.empty())
     writeSafetensors(o.save, exec.saveParams());
   return 0;

@@ -264,6 +264,31 @@ def MappInsertTrace : Pass<"mapp-insert-trace", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Scope (MegaScope)
+//===----------------------------------------------------------------------===//
+
+def MappInsertProbes : Pass<"mapp-insert-probes", "::mlir::ModuleOp"> {
+  let summary = "Observation probes and switchable perturbations from a spec";
+  let description = [{
+    Reads a JSON spec (docs/megascope.md) naming values by their `mapp.name`
+    (globs, module paths such as `layers.0.attn` for a module's output,
+    `logits`, `layers.N.resid` for the residual stream after layer N,
+    `layers.N.attn.probs` for attention probabilities, `grad:<name>` for the
+    gradient of a value or a parameter) and inserts `mapp.probe` ops with
+    their reductions, token selection and sampling period, and
+    `mapp.perturb` ops on op outputs (compute), layer outputs (system) or
+    parameter reads (storage), each behind a run-time switch. A name that
+    matches nothing is an error listing the nearest names. Run after
+    autodiff so gradients can be observed and the step's math is unchanged
+    by probes.
+  }];
+  let options = [
+    Option<"spec", "spec", "std::string", "\"\"",
+           "Path of the probes/perturbations spec (JSON)">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
 // Runtime
 //===----------------------------------------------------------------------===//
 

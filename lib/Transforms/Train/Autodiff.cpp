@@ -53,6 +53,24 @@ struct GradientNamer : OpBuilder::Listener {
   StringAttr name;
 };
 
+/// Records on the op defining each final result gradient which named forward
+/// value it is the gradient of (`mapp.grad_of`, one string per result, ""
+/// for none), so probes can address gradients as `grad:<mapp.name>`.
+void tagGradOf(Operation *op, ArrayRef<Value> dys) {
+  auto name = op->getAttrOfType<StringAttr>("mapp.name");
+  if (!name || op->getNumResults() != 1 || !dys[0] || !dys[0].getDefiningOp())
+    return;
+  Operation *def = dys[0].getDefiningOp();
+  auto res = cast<OpResult>(dys[0]);
+  MLIRContext *ctx = op->getContext();
+  SmallVector<Attribute> names(def->getNumResults(), StringAttr::get(ctx, ""));
+  if (auto old = def->getAttrOfType<ArrayAttr>("mapp.grad_of"))
+    names.assign(old.begin(), old.end());
+  if (cast<StringAttr>(names[res.getResultNumber()]).empty())
+    names[res.getResultNumber()] = name;
+  def->setAttr("mapp.grad_of", ArrayAttr::get(ctx, names));
+}
+
 struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
   using Base::Base;
 
@@ -190,6 +208,7 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
       }
       if (!any || isa<ParamRefOp>(op))
         continue;
+      tagGradOf(op, dys);
       auto rule = dyn_cast<GradientOpInterface>(op);
       if (!rule)
         return op->emitOpError("has no gradient rule, but the loss depends on "

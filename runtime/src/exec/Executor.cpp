@@ -168,6 +168,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.maxGradNorm = plan_.maxGradNorm;
   ctx.pool = &backend_.pool();
   ctx.comm = &comm_;
+  ctx.probe = probe_;
 
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.values[v].kind == ValueKind::Grad)
@@ -254,4 +255,23 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
         r.lr = scheduledLr(in.attrs, step_);
   ++step_;
   return r;
+}
+
+void Executor::runForward(const int32_t *tokens, const int32_t *targets,
+                          int64_t step) {
+  const Program &p = *prog_;
+  size_t n = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
+  if (p.tokens >= 0)
+    std::memcpy(valueData(p.tokens, 0), tokens, n * sizeof(int32_t));
+  if (p.targets >= 0)
+    std::memcpy(valueData(p.targets, 0), targets, n * sizeof(int32_t));
+  KernelContext ctx;
+  ctx.step = step;
+  ctx.maxGradNorm = plan_.maxGradNorm;
+  ctx.pool = &backend_.pool();
+  ctx.comm = &comm_;
+  ctx.probe = probe_;
+  for (size_t b = 0; b < p.blocks.size(); ++b)
+    if (p.blocks[b].kind == BlockKind::Forward)
+      runBlock(static_cast<int>(b), 0, 0, ctx);
 }

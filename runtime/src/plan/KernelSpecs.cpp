@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Kernels.h"
+#include "mapp/rt/ProbeReduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -363,6 +364,16 @@ void checkSendRecv(const Attrs &a, const TTs &, const TTs &) {
   a.requireInt("peer");
 }
 
+// MegaScope (src/probe): the checks live beside the kernels.
+void checkProbe(const Attrs &a, const TTs &in, const TTs &) {
+  checkProbeAttrs(a, in);
+}
+void checkPerturb(const Attrs &a, const TTs &in, const TTs &out) {
+  checkPerturbAttrs(a, in);
+  wantF32(out[0], "y");
+  wantSameNumel(in[0], "x", out[0], "y");
+}
+
 const std::vector<KernelSpec> kSpecs = {
     // name, minIn, maxIn, minOut, maxOut, check, inPlace
     {"embedding", 2, 2, 1, 1, checkEmbedding, false},
@@ -405,6 +416,8 @@ const std::vector<KernelSpec> kSpecs = {
     {"all_to_all", 1, 1, 1, 1, checkCollective, false},
     {"send", 1, 1, 0, 0, checkSendRecv, false},
     {"recv", 0, 0, 1, 1, checkSendRecv, false},
+    {"probe", 1, 2, 0, 0, checkProbe, false},
+    {"perturb", 1, 1, 1, 1, checkPerturb, false},
 };
 
 } // namespace

@@ -58,6 +58,15 @@ public:
   StepResult step(const BatchFn &batches, const GradHook &afterGrads = {});
   int64_t stepsDone() const { return step_; }
 
+  /// MegaScope: probe sink and perturbation switches for later kernels
+  /// (null = off). Not owned.
+  void setProbeRuntime(ProbeRuntime *p) { probe_ = p; }
+  /// Runs every Forward block once as microbatch 0 in slot 0 on the given
+  /// tokens/targets ([micro_batch_size, seq_length]) with the kernel step
+  /// `step`, leaving gradients, optimizer state and the step counter alone:
+  /// generation and evaluation read activations afterwards.
+  void runForward(const int32_t *tokens, const int32_t *targets, int64_t step);
+
   /// Float view of value `v` in `slot` (pool values ignore the slot).
   float *valueData(int v, int slot = 0) const;
 
@@ -75,6 +84,7 @@ private:
   std::vector<std::vector<Prepared>> blocks_;
   std::vector<bool> blockWritesLoss_;
   int64_t step_ = 0;
+  ProbeRuntime *probe_ = nullptr;
 };
 
 } // namespace mapp::rt

@@ -21,6 +21,7 @@ namespace mapp::rt {
 
 class ThreadPool;
 class Communicator;
+class ProbeRuntime;
 
 /// Per-call state that is not an operand: the optimizer step (dropout masks,
 /// bias correction, lr schedule), the clipping inputs and the workers.
@@ -34,6 +35,8 @@ struct KernelContext {
   double maxGradNorm = 0;
   ThreadPool *pool = nullptr;
   Communicator *comm = nullptr;
+  /// MegaScope sink and switches (mapp/rt/Probe.h); null = probes off.
+  ProbeRuntime *probe = nullptr;
 };
 
 struct KernelArgs {

@@ -699,4 +699,6 @@ def Mapp_TraceEndOp : Mapp_Op<"trace_end", [MemoryEffects<[MemWrite]>]> {
   let assemblyFormat = "$id attr-dict";
 }
 
+include "mapp/Dialect/Mapp/IR/MappScopeOps.td"
+
 #endif // MAPP_OPS_TD
