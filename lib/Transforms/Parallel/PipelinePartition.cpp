@@ -215,7 +215,7 @@ struct PipelinePartitionPass
       os << " " << llvm::format("%.0f", c);
     os << "; imbalance (max/mean) "
        << llvm::format("%.3f", mean > 0 ? max / mean : 1.0);
-    fn.emitRemark(text);
+    emitRemark(fn.getLoc(), text);
   }
 
   LogicalResult buildStages(ModuleOp module, func::FuncOp fn,

@@ -105,7 +105,7 @@ struct VerifySchedulePass
       for (int64_t r = 0; r < s.stages; ++r)
         os << "; rank " << r << ": F before first B " << stats.warmupForwards[r]
            << ", peak in flight " << stats.peakInFlight[r];
-      op.emitRemark(text);
+      emitRemark(op.getLoc(), text);
     });
     if (failed)
       signalPassFailure();
