@@ -32,6 +32,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
   pool_ = static_cast<uint8_t *>(backend.allocate(p.persistentBytes));
   arena_ = static_cast<uint8_t *>(
       backend.allocate(p.arenaBytes * static_cast<uint64_t>(p.slots)));
+  backend.bindProgram(p, pool_, arena_);
 
   for (size_t b = 0; b < p.blocks.size(); ++b) {
     std::vector<Prepared> prepared;
@@ -45,9 +46,11 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
       for (int s = 0; s < p.slots; ++s) {
         std::vector<Tensor> ti, to;
         for (int v : in.inputs)
-          ti.push_back({valueData(v, s), p.values[v].type});
+          ti.push_back(backend.operandView(
+              p, in, v, false, {valueData(v, s), p.values[v].type}));
         for (int v : in.outputs) {
-          to.push_back({valueData(v, s), p.values[v].type});
+          to.push_back(backend.operandView(
+              p, in, v, true, {valueData(v, s), p.values[v].type}));
           writesLoss |= v == p.loss;
         }
         pr.ins.push_back(std::move(ti));
@@ -76,8 +79,13 @@ float *Executor::valueData(int v, int slot) const {
 void Executor::initParams(uint64_t seed) {
   for (size_t v = 0; v < prog_->values.size(); ++v) {
     const Value &val = prog_->values[v];
-    if (val.kind == ValueKind::Param)
-      initParam(val.name, val.type.shape, seed, valueData(static_cast<int>(v)));
+    if (val.kind != ValueKind::Param)
+      continue;
+    // Staged through host memory: storage may live on a device.
+    std::vector<float> host(static_cast<size_t>(val.type.numel()));
+    initParam(val.name, val.type.shape, seed, host.data());
+    backend_.copyToStorage(valueData(static_cast<int>(v)), host.data(),
+                           host.size() * sizeof(float));
   }
 }
 
@@ -97,7 +105,8 @@ void Executor::loadParams(const Safetensors &st, const std::string &where) {
     if (it->second.dtype == DType::I32 || it->second.dtype == DType::I64)
       fail(where, ": tensor '", val.name, "' is an integer tensor");
     std::vector<float> f = it->second.toF32(val.name);
-    std::memcpy(valueData(static_cast<int>(v)), f.data(), f.size() * 4);
+    backend_.copyToStorage(valueData(static_cast<int>(v)), f.data(),
+                           f.size() * 4);
   }
 }
 
@@ -107,7 +116,7 @@ Safetensors Executor::saveParams() const {
     const Value &val = prog_->values[v];
     if (val.kind == ValueKind::Param)
       st.tensors[val.name] =
-          StTensor::fromF32(val.type.shape, valueData(static_cast<int>(v)));
+          StTensor::fromF32(val.type.shape, hostCopy(static_cast<int>(v)).data());
   }
   st.metadata["format"] = "pt";
   st.metadata["step"] = std::to_string(step_);
@@ -120,22 +129,27 @@ Safetensors Executor::saveGrads() const {
     const Value &val = prog_->values[v];
     if (val.kind == ValueKind::Grad)
       st.tensors[prog_->values[val.param].name] =
-          StTensor::fromF32(val.type.shape, valueData(static_cast<int>(v)));
+          StTensor::fromF32(val.type.shape, hostCopy(static_cast<int>(v)).data());
   }
   st.metadata["step"] = std::to_string(step_);
   return st;
 }
 
+std::vector<float> Executor::hostCopy(int v) const {
+  const Value &val = prog_->values[v];
+  std::vector<float> host(static_cast<size_t>(val.type.numel()));
+  backend_.copyFromStorage(host.data(), valueData(v), host.size() * sizeof(float));
+  return host;
+}
+
 double Executor::gradNorm() const {
-  double s = 0;
+  std::vector<Tensor> grads;
   for (size_t v = 0; v < prog_->values.size(); ++v) {
     const Value &val = prog_->values[v];
-    if (val.kind != ValueKind::Grad)
-      continue;
-    const float *g = valueData(static_cast<int>(v));
-    for (int64_t i = 0, n = val.type.numel(); i < n; ++i)
-      s += static_cast<double>(g[i]) * g[i];
+    if (val.kind == ValueKind::Grad)
+      grads.push_back({valueData(static_cast<int>(v)), val.type});
   }
+  double s = backend_.sumSquares(grads);
   // Each rank holds a disjoint share of the gradients (TP/PP shards); DP
   // replicas would be averaged by the plan's all_reduce before this point.
   return std::sqrt(s);
@@ -168,10 +182,12 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.maxGradNorm = plan_.maxGradNorm;
   ctx.pool = &backend_.pool();
   ctx.comm = &comm_;
+  ctx.backend = &backend_;
+  backend_.beginStep(step_);
 
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.values[v].kind == ValueKind::Grad)
-      std::memset(valueData(static_cast<int>(v)), 0, p.values[v].bytes);
+      backend_.zeroStorage(valueData(static_cast<int>(v)), p.values[v].bytes);
 
   // Default schedule when the table is empty: every non-optimizer block in
   // order for each microbatch.
@@ -185,8 +201,9 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   StepResult r;
   r.step = step_;
   std::vector<int> slotMb(p.slots, -1);
-  std::vector<double> losses(plan_.numMicrobatches,
-                             std::numeric_limits<double>::quiet_NaN());
+  // Filled by readScalarAsync; valid after the synchronize() below.
+  std::vector<float> losses(plan_.numMicrobatches,
+                            std::numeric_limits<float>::quiet_NaN());
   std::vector<int> optimizerBlocks;
   bool optimizerInTable = false;
   for (size_t b = 0; b < p.blocks.size(); ++b)
@@ -214,31 +231,33 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       slotMb[slot] = t.microbatch;
       if ((p.tokens >= 0 || p.targets >= 0) && batches) {
         // A rank may hold only tokens (first stage) or only targets (last).
-        std::vector<int32_t> tmpTok, tmpTgt;
-        int32_t *tok = p.tokens >= 0
-                           ? reinterpret_cast<int32_t *>(valueData(p.tokens, slot))
-                           : (tmpTok.resize(plan_.microBatchSize * plan_.seqLength),
-                              tmpTok.data());
-        int32_t *tgt = p.targets >= 0
-                           ? reinterpret_cast<int32_t *>(valueData(p.targets, slot))
-                           : (tmpTgt.resize(plan_.microBatchSize * plan_.seqLength),
-                              tmpTgt.data());
-        batches(step_, t.microbatch, tok, tgt);
+        // Filled in host memory, then copied into storage (maybe a device).
+        size_t n = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
+        std::vector<int32_t> tok(n), tgt(n);
+        batches(step_, t.microbatch, tok.data(), tgt.data());
+        if (p.tokens >= 0)
+          backend_.copyToStorage(valueData(p.tokens, slot), tok.data(),
+                                 n * sizeof(int32_t));
+        if (p.targets >= 0)
+          backend_.copyToStorage(valueData(p.targets, slot), tgt.data(),
+                                 n * sizeof(int32_t));
         r.tokens += static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
       }
     }
     runBlock(t.block, t.microbatch, slot, ctx);
     if (blockWritesLoss_[t.block])
-      losses[t.microbatch] = *valueData(p.loss, slot);
+      backend_.readScalarAsync(&losses[t.microbatch], valueData(p.loss, slot));
   }
   finishGrads();
   if (!optimizerInTable)
     for (int b : optimizerBlocks)
       runBlock(b, 0, 0, ctx);
+  backend_.endStep();
+  backend_.synchronize();
 
   double sum = 0;
   int n = 0;
-  for (double l : losses)
+  for (float l : losses)
     if (!std::isnan(l)) {
       sum += l;
       ++n;

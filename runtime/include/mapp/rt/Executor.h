@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 namespace mapp::rt {
 
@@ -65,6 +66,8 @@ private:
   struct Prepared;
   void runBlock(int block, int mb, int slot, KernelContext &ctx);
   double gradNorm() const;
+  /// Host copy of a pool value (storage may be device memory).
+  std::vector<float> hostCopy(int v) const;
 
   const Plan &plan_;
   const Program *prog_ = nullptr;

@@ -21,6 +21,7 @@ namespace mapp::rt {
 
 class ThreadPool;
 class Communicator;
+class Backend;
 
 /// Per-call state that is not an operand: the optimizer step (dropout masks,
 /// bias correction, lr schedule), the clipping inputs and the workers.
@@ -34,6 +35,9 @@ struct KernelContext {
   double maxGradNorm = 0;
   ThreadPool *pool = nullptr;
   Communicator *comm = nullptr;
+  /// The backend running the kernel (device backends keep handles, streams
+  /// and scratch there); null in contexts built by hand for CPU kernels.
+  Backend *backend = nullptr;
 };
 
 struct KernelArgs {
