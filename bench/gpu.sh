@@ -76,7 +76,7 @@ if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
       --tokenizer bytes --steps "$steps" --metrics "$LOG/$c.bench.jsonl" --quiet \
       > "$LOG/$c.run.log" 2>&1 || { tail -3 "$LOG/$c.run.log"; say "bench $c: mapp-run failed"; }
     for m in ${TORCH_MODES-eager compile}; do
-      timeout 400 python3 "$D/torch_gpt.py" "$D/configs/$c.json" --mode $m \
+      timeout 240 python3 "$D/torch_gpt.py" "$D/configs/$c.json" --mode $m \
         --steps "$steps" --warmup 3 > "$LOG/$c.torch-$m.json" 2> "$LOG/$c.torch-$m.err" \
         || tail -3 "$LOG/$c.torch-$m.err"
     done

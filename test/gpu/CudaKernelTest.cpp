@@ -258,6 +258,8 @@ bool runCase(const Case &c, bool bf16Mode, Backend &cpu, Backend &gpu) {
       }
       bo = {scratchOut.t};
       gpu.lookup(c.before)({c.beforeAttrs, bi.data(), (int)bi.size(), bo.data(), 1, gctx});
+      gpu.synchronize();
+      cudaFree(scratchOut.t.data);
     }
     gpu.lookup(c.kernel)({c.attrs, gi.data(), (int)gi.size(), go.data(), (int)go.size(), gctx});
     gpu.synchronize();

@@ -33,6 +33,44 @@ template <> __device__ __forceinline__ void stf<bf16>(void *p, int64_t i, float 
 
 constexpr int kThreads = 256;
 
+// 8 consecutive elements (16 bytes of bf16, 32 of fp32) per access: the
+// memory-bound kernels' fast path when sizes and pointers allow it.
+template <typename T> __device__ __forceinline__ void load8(const void *p, int64_t i, float (&v)[8]);
+template <> __device__ __forceinline__ void load8<bf16>(const void *p, int64_t i, float (&v)[8]) {
+  uint4 u = *reinterpret_cast<const uint4 *>(static_cast<const bf16 *>(p) + i);
+  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float2 f = __bfloat1622float2(h[j]);
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
+}
+template <> __device__ __forceinline__ void load8<float>(const void *p, int64_t i, float (&v)[8]) {
+  const float4 *f = reinterpret_cast<const float4 *>(static_cast<const float *>(p) + i);
+  float4 x = f[0], y = f[1];
+  v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+  v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
+}
+template <typename T> __device__ __forceinline__ void store8(void *p, int64_t i, const float (&v)[8]);
+template <> __device__ __forceinline__ void store8<bf16>(void *p, int64_t i, const float (&v)[8]) {
+  uint4 u;
+  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+  *reinterpret_cast<uint4 *>(static_cast<bf16 *>(p) + i) = u;
+}
+template <> __device__ __forceinline__ void store8<float>(void *p, int64_t i, const float (&v)[8]) {
+  float4 *f = reinterpret_cast<float4 *>(static_cast<float *>(p) + i);
+  f[0] = make_float4(v[0], v[1], v[2], v[3]);
+  f[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+inline bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
 /// o[i] = op(a[i], b[i % nb]) (b may be null for unary ops).
 template <typename Ta, typename Tb, typename To, typename Op>
 __global__ void binaryKernel(const void *a, const void *b, int64_t nb, void *o,
@@ -45,18 +83,40 @@ __global__ void binaryKernel(const void *a, const void *b, int64_t nb, void *o,
   }
 }
 
+/// The same over groups of 8 (n and nb multiples of 8, 16-byte aligned).
+template <typename Ta, typename Tb, typename To, typename Op>
+__global__ void binaryVecKernel(const void *a, const void *b, int64_t nb,
+                                void *o, int64_t n, Op op) {
+  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * 8; i < n;
+       i += int64_t(gridDim.x) * blockDim.x * 8) {
+    float x[8], y[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    load8<Ta>(a, i, x);
+    if (b)
+      load8<Tb>(b, nb == n ? i : i % nb, y);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      x[j] = op(x[j], y[j]);
+    store8<To>(o, i, x);
+  }
+}
+
 template <typename Op>
 void binary(const Tensor &a, const Tensor *b, const Tensor &o, Op op,
             cudaStream_t s) {
   int64_t n = o.numel();
   if (!n)
     return;
-  int64_t nb = b ? b->numel() : 1;
+  int64_t nb = b ? b->numel() : 8;
   const void *bp = b ? b->data : nullptr;
-  int g = gridFor(n, kThreads);
+  bool vec = n % 8 == 0 && nb % 8 == 0 && aligned16(a.data) && aligned16(o.data) &&
+             (!bp || aligned16(bp));
+  int g = gridFor(vec ? n / 8 : n, kThreads);
   bool ba = isBf16(a), bb = b && isBf16(*b), bo = isBf16(o);
 #define MAPP_BIN(TA, TB, TO)                                                   \
-  binaryKernel<TA, TB, TO><<<g, kThreads, 0, s>>>(a.data, bp, nb, o.data, n, op)
+  (vec ? binaryVecKernel<TA, TB, TO><<<g, kThreads, 0, s>>>(a.data, bp, nb,    \
+                                                            o.data, n, op)     \
+       : binaryKernel<TA, TB, TO><<<g, kThreads, 0, s>>>(a.data, bp, nb,       \
+                                                         o.data, n, op))
   if (ba && bb && bo) MAPP_BIN(bf16, bf16, bf16);
   else if (ba && bb) MAPP_BIN(bf16, bf16, float);
   else if (ba && bo) MAPP_BIN(bf16, float, bf16);
@@ -313,6 +373,55 @@ __global__ void concatWindowKernel(DView x, DView y, int64_t n, int64_t len,
   }
 }
 
+/// Row-wise window copy over `rows` rows: slice (grad = 0) reads a window
+/// [off, off+L) of source rows of F elements into rows of L; slice_grad
+/// (grad = 1) writes rows of F with the window from rows of L and zeros
+/// elsewhere. 8 elements per thread; L, F, off multiples of 8.
+template <typename Ts, typename Td>
+__global__ void windowVecKernel(const void *src, void *dst, int64_t rows,
+                                int F, int L, int off, int grad) {
+  int W = (grad ? F : L) / 8;
+  int64_t total = rows * W;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = idx / W;
+    int c = static_cast<int>(idx - r * W) * 8;
+    float v[8];
+    if (!grad) {
+      load8<Ts>(src, r * F + off + c, v);
+      store8<Td>(dst, r * L + c, v);
+    } else {
+      if (c >= off && c < off + L)
+        load8<Ts>(src, r * L + c - off, v);
+      else
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          v[j] = 0.0f;
+      store8<Td>(dst, r * F + c, v);
+    }
+  }
+}
+
+bool windowVec(DView src, DView dst, int64_t rows, int64_t F, int64_t L,
+               int64_t off, int grad, cudaStream_t s) {
+  if (F % 8 || L % 8 || off % 8 || F > INT32_MAX || !aligned16(src.p) ||
+      !aligned16(dst.p))
+    return false;
+  int64_t n = rows * ((grad ? F : L) / 8);
+  int g = gridFor(n, kThreads);
+  int f = static_cast<int>(F), l = static_cast<int>(L), o = static_cast<int>(off);
+  if (src.bf16 && dst.bf16)
+    windowVecKernel<bf16, bf16><<<g, kThreads, 0, s>>>(src.p, dst.p, rows, f, l, o, grad);
+  else if (src.bf16)
+    windowVecKernel<bf16, float><<<g, kThreads, 0, s>>>(src.p, dst.p, rows, f, l, o, grad);
+  else if (dst.bf16)
+    windowVecKernel<float, bf16><<<g, kThreads, 0, s>>>(src.p, dst.p, rows, f, l, o, grad);
+  else
+    windowVecKernel<float, float><<<g, kThreads, 0, s>>>(src.p, dst.p, rows, f, l, o, grad);
+  MAPP_CUDA_LAUNCHED();
+  return true;
+}
+
 bool tanhApprox(const KernelArgs &a) {
   return a.attrs.getStr("approximate", "none") == "tanh";
 }
@@ -491,6 +600,9 @@ void cuda::slice(const KernelArgs &a) {
   int64_t inner = span(s, d + 1, s.size()), n = a.out[0].numel();
   if (!n)
     return;
+  if (windowVec(view(a.in[0]), view(a.out[0]), span(s, 0, d), s[d] * inner,
+                len * inner, start * inner, 0, backendOf(a).stream()))
+    return;
   sliceKernel<<<gridFor(n, kThreads), kThreads, 0, backendOf(a).stream()>>>(
       view(a.in[0]), view(a.out[0]), n, s[d], len, inner, start, 0);
   MAPP_CUDA_LAUNCHED();
@@ -502,6 +614,9 @@ void cuda::slice_grad(const KernelArgs &a) {
   int64_t start = a.attrs.getInt("start", 0), len = a.in[0].shape()[d];
   int64_t inner = span(s, d + 1, s.size()), n = a.out[0].numel();
   if (!n)
+    return;
+  if (windowVec(view(a.in[0]), view(a.out[0]), span(s, 0, d), s[d] * inner,
+                len * inner, start * inner, 1, backendOf(a).stream()))
     return;
   sliceKernel<<<gridFor(n, kThreads), kThreads, 0, backendOf(a).stream()>>>(
       view(a.in[0]), view(a.out[0]), n, s[d], len, inner, start, 1);

@@ -14,7 +14,10 @@
 
 #include <map>
 #include <mutex>
+#include <cstdlib>
+#include <string>
 #include <tuple>
+#include <vector>
 
 using namespace mapp::rt;
 using namespace mapp::rt::cuda;
@@ -48,6 +51,10 @@ struct GemmPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo;
   bool ok = false;
+  // The heuristic's candidates; on first use each is timed on the real
+  // operands and the fastest kept (the first choice is often not it).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  bool tuned = false;
 };
 
 std::mutex gMutex;
@@ -107,16 +114,29 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key) {
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     MAPP_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align,
                                                        sizeof(key.align)));
-  cublasLtMatmulHeuristicResult_t res;
+  cublasLtMatmulHeuristicResult_t res[8];
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      be.lt(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &res, &found);
+      be.lt(), p.desc, p.a, p.b, p.d, p.d, pref, 8, res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-    p.algo = res.algo;
+    p.algo = res[0].algo;
     p.ok = true;
+    for (int i = 0; i < found; ++i)
+      if (res[i].state == CUBLAS_STATUS_SUCCESS)
+        p.candidates.push_back(res[i].algo);
   }
   return gPlans.emplace(key, p).first->second;
+}
+
+/// MAPP_CUDA_GEMM_TUNE=0 keeps the heuristic's first algorithm.
+bool autotune() {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = std::getenv("MAPP_CUDA_GEMM_TUNE");
+    v = !(e && std::string(e) == "0");
+  }
+  return v == 1;
 }
 
 /// bf16 view of a GEMM operand: the tensor itself, or a converted copy.
@@ -186,6 +206,35 @@ void rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
     MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   float alpha = 1.0f, beta = 0.0f;
+  if (!p->tuned && autotune() && p->candidates.size() > 1 &&
+      M * N * K >= (int64_t(1) << 30)) {
+    // Time each candidate twice on these operands (the output is rewritten
+    // by the real call below), keep the fastest.
+    cudaEvent_t e0, e1;
+    MAPP_CUDA_CHECK(cudaEventCreate(&e0));
+    MAPP_CUDA_CHECK(cudaEventCreate(&e1));
+    float best = 1e30f;
+    for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
+      float ms = 0;
+      bool ok = true;
+      for (int rep = 0; rep < 2 && ok; ++rep) {
+        MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
+        ok = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
+                            C.data, p->d, C.data, p->d, &algo, be.ltWorkspace(),
+                            be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
+        MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
+        MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
+        MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      }
+      if (ok && ms < best) {
+        best = ms;
+        p->algo = algo;
+      }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    p->tuned = true;
+  }
   MAPP_LT_CHECK(cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
                                C.data, p->d, C.data, p->d, &p->algo,
                                be.ltWorkspace(), be.ltWorkspaceBytes(), s));

@@ -1,9 +1,9 @@
 //===- Norm.cu - layer_norm, rms_norm and their gradients -----------------===//
 //
 // One warp per row. Forward: statistics in fp32 with a two-pass variance (the
-// second pass re-reads the row from L1), one write. Backward: dx per row;
-// dgamma/dbeta accumulate per block in shared memory, then per-block partials
-// are summed column-wise in a fixed order (deterministic, fp64 final sum).
+// second pass re-reads the row from L1), one write. Backward: dx per row (the
+// row statistics saved to scratch), then dgamma/dbeta as column sums over row
+// chunks and a fixed-order fp64 sum of the chunks (deterministic, no atomics).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
@@ -52,31 +52,23 @@ __global__ void normForward(DView x, const float *g, const float *b, DView y,
   }
 }
 
-/// dx per row; per-block partial sums of dy·xhat (and dy) into
-/// partial[block][0..h) (and [h..2h)).
-__global__ void normBackward(DView dy, DView x, const float *g, DView dx,
-                             int64_t rows, int64_t h, float eps, bool rms,
-                             int64_t rowsPer, float *partial) {
-  extern __shared__ float acc[]; // [2h] (layer) or [h] (rms)
-  int nacc = rms ? 1 : 2;
-  for (int64_t c = threadIdx.x; c < nacc * h; c += blockDim.x)
-    acc[c] = 0;
-  __syncthreads();
-  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  int64_t r0 = blockIdx.x * rowsPer, r1 = min(rows, r0 + rowsPer);
-  for (int64_t r = r0 + w; r < r1; r += kWarps) {
+/// dx per row (one warp a row); the row statistics go to stats[2r..2r+1]
+/// for the column pass.
+__global__ void normBackwardRows(DView dy, DView x, const float *g, DView dx,
+                                 int64_t rows, int64_t h, float eps, bool rms,
+                                 float *stats) {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+       r < rows; r += warps) {
     int64_t base = r * h;
     Stats st = rowStats(x, base, h, eps, rms, lane);
     float sg = 0, sgx = 0;
     for (int64_t c = lane; c < h; c += 32) {
-      float xv = x.ld(base + c), d = dy.ld(base + c);
-      float xh = (xv - st.mean) * st.rstd;
-      float gdy = d * g[c];
+      float xh = (x.ld(base + c) - st.mean) * st.rstd;
+      float gdy = dy.ld(base + c) * g[c];
       sg += gdy;
       sgx += gdy * xh;
-      atomicAdd(&acc[c], d * xh);
-      if (!rms)
-        atomicAdd(&acc[h + c], d);
     }
     sg = warpSum(sg) / h;
     sgx = warpSum(sgx) / h;
@@ -87,10 +79,43 @@ __global__ void normBackward(DView dy, DView x, const float *g, DView dx,
       // rms:   rstd·(gdy − xhat·mean(gdy·xhat)).
       dx.st(base + c, st.rstd * (gdy - (rms ? 0.0f : sg) - xh * sgx));
     }
+    if (lane == 0) {
+      stats[2 * r] = st.mean;
+      stats[2 * r + 1] = st.rstd;
+    }
   }
+}
+
+/// Column partial sums of dy·xhat (and dy) over row chunks:
+/// partial[chunk][0..h) (and [h..2h)). 32 columns × 8 warps per block.
+__global__ void normBackwardCols(DView dy, DView x, const float *stats,
+                                 int64_t rows, int64_t h, bool rms,
+                                 int64_t rowsPer, float *partial) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  int64_t c = blockIdx.x * 32 + lane;
+  int64_t r0 = blockIdx.y * rowsPer, r1 = min(rows, r0 + rowsPer);
+  float s0 = 0, s1 = 0;
+  if (c < h)
+    for (int64_t r = r0 + w; r < r1; r += kWarps) {
+      float d = dy.ld(r * h + c);
+      s0 += d * (x.ld(r * h + c) - stats[2 * r]) * stats[2 * r + 1];
+      s1 += d;
+    }
+  __shared__ float sh0[kWarps][33], sh1[kWarps][33];
+  sh0[w][lane] = s0;
+  sh1[w][lane] = s1;
   __syncthreads();
-  for (int64_t c = threadIdx.x; c < nacc * h; c += blockDim.x)
-    partial[blockIdx.x * nacc * h + c] = acc[c];
+  if (w == 0 && c < h) {
+    float t0 = 0, t1 = 0;
+    for (int i = 0; i < kWarps; ++i) {
+      t0 += sh0[i][lane];
+      t1 += sh1[i][lane];
+    }
+    int nacc = rms ? 1 : 2;
+    partial[blockIdx.y * nacc * h + c] = t0;
+    if (!rms)
+      partial[blockIdx.y * nacc * h + h + c] = t1;
+  }
 }
 
 __global__ void sumPartials(const float *partial, int64_t blocks, int64_t width,
@@ -146,22 +171,17 @@ void backward(const KernelArgs &a, bool rms) {
       MAPP_CUDA_CHECK(cudaMemsetAsync(out1, 0, h * 4, be.stream()));
     return;
   }
-  size_t smem = static_cast<size_t>(nacc) * h * sizeof(float);
-  if (smem > 200 * 1024)
-    fail(k, ": hidden size ", h, " exceeds the CUDA kernel's shared memory");
-  static bool raised = false;
-  if (!raised) {
-    MAPP_CUDA_CHECK(cudaFuncSetAttribute(
-        normBackward, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-    raised = true;
-  }
-  int64_t blocks = std::min<int64_t>(rows, 2 * be.smCount());
-  int64_t rowsPer = (rows + blocks - 1) / blocks;
-  blocks = (rows + rowsPer - 1) / rowsPer;
+  float *stats = static_cast<float *>(be.scratch(rows * 2 * sizeof(float), 5));
+  normBackwardRows<<<gridFor(rows * 32, 32 * kWarps), 32 * kWarps, 0, be.stream()>>>(
+      view(a.in[0]), view(a.in[1]), f32Param(a.in[2], k), view(a.out[0]), rows, h,
+      epsOf(a), rms, stats);
+  MAPP_CUDA_LAUNCHED();
+  int64_t rowsPer = std::max<int64_t>(64, (rows + 127) / 128);
+  int64_t blocks = (rows + rowsPer - 1) / rowsPer;
   float *partial = static_cast<float *>(be.scratch(blocks * nacc * h * 4, 0));
-  normBackward<<<static_cast<unsigned>(blocks), 32 * kWarps, smem, be.stream()>>>(
-      view(a.in[0]), view(a.in[1]), f32Param(a.in[2], k), view(a.out[0]), rows,
-      h, epsOf(a), rms, rowsPer, partial);
+  dim3 grid(static_cast<unsigned>((h + 31) / 32), static_cast<unsigned>(blocks));
+  normBackwardCols<<<grid, 32 * kWarps, 0, be.stream()>>>(
+      view(a.in[0]), view(a.in[1]), stats, rows, h, rms, rowsPer, partial);
   MAPP_CUDA_LAUNCHED();
   sumPartials<<<gridFor(nacc * h, 256), 256, 0, be.stream()>>>(
       partial, blocks, nacc * h, out0, out1, h);
