@@ -57,6 +57,7 @@ TensorType f32(Shape s) { return {DType::F32, std::move(s)}; }
 TensorType i32(Shape s) { return {DType::I32, std::move(s)}; }
 
 std::mt19937_64 rng(std::random_device{}());
+std::vector<void *> gKeep; // device buffers of finished cases
 
 struct HostT {
   TensorType t;
@@ -259,7 +260,7 @@ bool runCase(const Case &c, bool bf16Mode, Backend &cpu, Backend &gpu) {
       bo = {scratchOut.t};
       gpu.lookup(c.before)({c.beforeAttrs, bi.data(), (int)bi.size(), bo.data(), 1, gctx});
       gpu.synchronize();
-      cudaFree(scratchOut.t.data);
+      gKeep.push_back(scratchOut.t.data);
     }
     gpu.lookup(c.kernel)({c.attrs, gi.data(), (int)gi.size(), go.data(), (int)go.size(), gctx});
     gpu.synchronize();
@@ -287,10 +288,12 @@ bool runCase(const Case &c, bool bf16Mode, Backend &cpu, Backend &gpu) {
   std::printf("%-5s %-34s %s  rel %.2e (tol %.0e)%s%s\n", bf16Mode ? "bf16" : "f32",
               c.name.c_str(), ok ? "ok  " : "FAIL", worst, tol,
               anyNan ? " NaN/unwritten" : "", err.empty() ? "" : (" " + err).c_str());
+  // Kept until exit: freed storage would be handed out again at the same
+  // addresses, and the backend keys saved forward statistics by address.
   for (auto &d : din)
-    cudaFree(d.t.data);
+    gKeep.push_back(d.t.data);
   for (auto &d : dout)
-    cudaFree(d.t.data);
+    gKeep.push_back(d.t.data);
   return ok;
 }
 
@@ -485,6 +488,8 @@ int main(int argc, char **argv) {
   }
   ++total;
   failed += !errorCase(*gpu);
+  for (void *p : gKeep)
+    cudaFree(p);
   std::printf("cuda kernel check: %d/%d passed\n", total - failed, total);
   return failed ? 1 : 0;
 }

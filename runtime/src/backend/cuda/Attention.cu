@@ -290,6 +290,9 @@ void cuda::attention_grad(const KernelArgs &a) {
   if (sv && sv->rows >= rows && sv->numel >= n) {
     lse = sv->lse;
     o = {sv->o, sv->oBf16};
+    // Consumed: a later gradient on the same storage without a new forward
+    // (storage reused for other data) must recompute, not read stale values.
+    sv->q = nullptr;
   } else {
     // No saved forward: recompute it into scratch.
     float *l = static_cast<float *>(be.scratch(rows * 4 + n * 4, 2));

@@ -255,6 +255,7 @@ void cuda::cross_entropy_grad(const KernelArgs &a) {
   if (sv && sv->rows >= rows) {
     lse = sv->lse;
     count = sv->countDev;
+    sv->logits = nullptr; // consumed (see attention_grad)
   } else {
     int *c = static_cast<int *>(be.scratch(sizeof(int), 1));
     ceCount<<<1, 1024, 0, be.stream()>>>(a.in[2].i32(), rows, ignore, c);
