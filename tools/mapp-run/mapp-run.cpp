@@ -30,7 +30,7 @@ namespace {
 
 const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
 
-  --backend=cpu              kernel backend (default cpu)
+  --backend=cpu|cuda         kernel backend (default cpu; cuda when built with it)
   --comm=local               communicator (default local: one rank)
   --data FILE                corpus: .jsonl ("text" field), .txt, or a Megatron
                              indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx)
