@@ -3,7 +3,8 @@
 # carries (default /work/main/gpu/cuda; OUT_DIR overrides): the CUDA-enabled
 # runtime binaries, compiled plans (+ initial weights for the e2e checks), the
 # python reference package and the scripts. Run on the development machine:
-#   bench/gpu/prepare.sh [BUILD_DIR]      (BUILD_DIR has mapp-run & co.)
+#   bench/gpu/prepare.sh [BUILD_DIR]      (BUILD_DIR has mapp-run & co., built
+#   with -DMAPP_ENABLE_CUDA=ON -DMAPP_ENABLE_MPI=OFF so nothing needs libmpi)
 # mapp-opt / mapp-translate come from $MAPP_BIN (default build/bin).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

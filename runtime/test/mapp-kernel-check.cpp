@@ -6,10 +6,11 @@
 //             "outputs": [{"dtype": "f32", "shape": [2, 3]}],
 //             "out": "out.safetensors", "step": 0, "grad_norm": null,
 //             "max_grad_norm": 0, "threads": 2}
-// Inputs are tensors in0..inN-1 (initK: initial contents of output K); the result file holds out0..outM-1 and, for
-// in-place kernels, the updated inputs as in0..inN-1. JSON attrs map to plan
-// attrs by type: int -> Int, float -> Float, bool -> Int 0/1 (unit), string ->
-// Str, int list -> Ints, float list -> Floats.
+// Inputs are tensors in0..inN-1 (initK: initial contents of output K); the
+// result file holds out0..outM-1 and, for in-place kernels, the updated inputs
+// as in0..inN-1. JSON attrs map to plan attrs by type: int -> Int, float ->
+// Float, bool -> Int 0/1 (unit), string -> Str, int list -> Ints, float list ->
+// Floats.
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Backend.h"
@@ -93,7 +94,8 @@ static int run(const std::string &casePath) {
                          0xFF);
     if (in.tensors.count(init)) {
       const StTensor &t = in.tensors.at(init);
-      if (t.data.size() != static_cast<size_t>(tt.numel() * dtypeSize(tt.dtype)))
+      if (t.data.size() !=
+          static_cast<size_t>(tt.numel() * dtypeSize(tt.dtype)))
         fail(init, " does not match output ", outTypes.size() - 1);
       std::memcpy(storage.back().data(), t.data.data(), t.data.size());
     }
@@ -116,8 +118,12 @@ static int run(const std::string &casePath) {
   ctx.maxGradNorm = c.value("max_grad_norm", 0.0);
   ctx.pool = &backend->pool();
   ctx.comm = comm.get();
-  KernelArgs args{attrs, ins.data(), static_cast<int>(ins.size()),
-                  outs.data(), static_cast<int>(outs.size()), ctx};
+  KernelArgs args{attrs,
+                  ins.data(),
+                  static_cast<int>(ins.size()),
+                  outs.data(),
+                  static_cast<int>(outs.size()),
+                  ctx};
   fn(args);
 
   Safetensors result;

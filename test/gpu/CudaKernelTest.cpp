@@ -156,28 +156,12 @@ double relErr(const std::vector<float> &out, const std::vector<float> &ref,
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-class NullComm final : public Communicator {
-public:
-  std::string name() const override { return "test"; }
-  int rank() const override { return 0; }
-  int worldSize() const override { return 1; }
-  int groupSize(Group) const override { return 1; }
-  void allReduce(float *, int64_t, ReduceOp, Group) override {}
-  void allGather(const float *in, float *out, int64_t n, Group) override {
-    std::memcpy(out, in, n * 4);
-  }
-  void send(const void *, size_t, int, int) override {}
-  void recv(void *, size_t, int, int) override {}
-  void barrier() override {}
-};
-
 bool fp32OnlyKernel(const std::string &k) {
   return k == "adamw" || k == "sgd" || k == "grad_accumulate";
 }
 
 /// Runs one case in one storage mode; returns true on pass.
 bool runCase(const Case &c, bool bf16Mode, Backend &cpu, Backend &gpu) {
-  NullComm comm;
   bool fp32Only = fp32OnlyKernel(c.kernel);
   std::vector<HostT> hin;
   for (const In &in : c.ins)
@@ -212,7 +196,6 @@ bool runCase(const Case &c, bool bf16Mode, Backend &cpu, Backend &gpu) {
   cctx.step = c.step;
   cctx.gradNorm = c.gradNorm;
   cctx.pool = &cpu.pool();
-  cctx.comm = &comm;
   cpu.lookup(c.kernel)({c.attrs, ti.data(), (int)ti.size(), to.data(), (int)to.size(), cctx});
 
   std::vector<DevT> din, dout;
@@ -238,7 +221,6 @@ bool runCase(const Case &c, bool bf16Mode, Backend &cpu, Backend &gpu) {
   gctx.step = c.step;
   gctx.gradNorm = c.gradNorm;
   gctx.pool = &gpu.pool();
-  gctx.comm = &comm;
   gctx.backend = &gpu;
   bool ok = true;
   std::string err;
@@ -434,7 +416,6 @@ std::vector<Case> cases() {
 
 /// A bad id must come back as an Error at the next synchronize.
 bool errorCase(Backend &gpu) {
-  NullComm comm;
   std::vector<float> table(10 * 8, 1.0f);
   std::vector<int32_t> ids = {1, 2, 42, 3};
   HostT ht{f32({10, 8}), table, {}}, hi{i32({4}), {}, ids};
@@ -444,7 +425,6 @@ bool errorCase(Backend &gpu) {
   Tensor in[2] = {t.t, i.t}, out[1] = {o.t};
   KernelContext ctx;
   ctx.backend = &gpu;
-  ctx.comm = &comm;
   Attrs at;
   std::string msg;
   try {

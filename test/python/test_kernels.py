@@ -32,8 +32,8 @@ def find_tool(env, name):
     path = os.environ.get(env)
     if path:
         return path
-    for build in ("build-rt", "build", "build/runtime"):
-        for sub in ("", "runtime"):
+    for build in ("build-rt", "build"):
+        for sub in ("", "bin", "runtime"):
             cand = REPO / build / sub / name
             if cand.exists():
                 return str(cand)

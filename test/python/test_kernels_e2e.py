@@ -216,6 +216,13 @@ def test_megatron_dataset(tmp_path, dtype, code):
              "--seed", 5, "--dump-batches", tmp_path / "b.jsonl", "--quiet"])
     assert r.returncode == 0, r.stderr
     _check_dump(tmp_path / "b.jsonl", _expected_batches(stream, 4, 2, 1, 3, 5, True))
+    # A bare prefix is recognized too, with or without --data-format.
+    for extra in ([], ["--data-format", "megatron"]):
+        r = run([plan, "--data", tmp_path / "corpus_text_document", *extra,
+                 "--steps", 3, "--seed", 5, "--dump-batches", tmp_path / "c.jsonl",
+                 "--quiet"])
+        assert r.returncode == 0, r.stderr
+        _check_dump(tmp_path / "c.jsonl", _expected_batches(stream, 4, 2, 1, 3, 5, True))
 
 
 @pytest.mark.parametrize("args,msg", [

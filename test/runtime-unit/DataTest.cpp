@@ -74,13 +74,19 @@ TEST(Jsonl, ReadsTextAndReportsBadLines) {
   std::string p = tempPath("a.jsonl");
   {
     std::ofstream f(p);
-    f << R"({"text": "one", "src": "x"})" << "\n\n"
-      << R"({"text": "two \u00e9"})" << "\n";
+    f << R"({"text": "one", "src": "x"})"
+      << "\n\n"
+      << R"({"text": "two \u00e9"})"
+      << "\n";
   }
-  EXPECT_EQ(readJsonlTexts(p), (std::vector<std::string>{"one", "two \xc3\xa9"}));
+  EXPECT_EQ(readJsonlTexts(p),
+            (std::vector<std::string>{"one", "two \xc3\xa9"}));
   {
     std::ofstream f(p);
-    f << R"({"text": "one"})" << "\n" << R"({"body": "two"})" << "\n";
+    f << R"({"text": "one"})"
+      << "\n"
+      << R"({"body": "two"})"
+      << "\n";
   }
   try {
     readJsonlTexts(p);

@@ -19,7 +19,8 @@ using namespace mapp::rt;
 TEST(CpuBackend, ImplementsEveryKernel) {
   auto be = createCpuBackend(1);
   for (const KernelSpec &s : allKernelSpecs())
-    EXPECT_NE(be->lookup(s.name), nullptr) << s.name;
+    if (!isExecutorKernel(s.name))
+      EXPECT_NE(be->lookup(s.name), nullptr) << s.name;
   EXPECT_EQ(be->lookup("no_such_kernel"), nullptr);
   EXPECT_THROW(createBackend("tpu", 1), Error);
 }
@@ -69,7 +70,7 @@ TEST(Schedule, CosineAndConstant) {
   EXPECT_EQ(scheduledLr(a, 100), 1.0);
   a.setStr("schedule", "cosine");
   a.setInt("warmup", 4);
-  a.setInt("total", 12);
+  a.setInt("total_steps", 12);
   a.setFloat("min_lr", 0.1);
   EXPECT_DOUBLE_EQ(scheduledLr(a, 0), 0.25);
   EXPECT_DOUBLE_EQ(scheduledLr(a, 3), 1.0);

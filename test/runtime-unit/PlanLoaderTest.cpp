@@ -75,21 +75,26 @@ TEST(PlanLoader, SemanticErrorsNameTheProblem) {
       {"(gelu) in block 0: takes 1 inputs, got 2",
        [](PlanSpec &s) { s.blocks[0].instrs[2].in.push_back(0); }},
       {"w must be [N,K]",
-       [](PlanSpec &s) { std::swap(s.blocks[0].instrs[1].in[1], s.blocks[0].instrs[3].in[1]); }},
+       [](PlanSpec &s) {
+         std::swap(s.blocks[0].instrs[1].in[1], s.blocks[0].instrs[3].in[1]);
+       }},
       {"bytes = 3 but f32[2,3] needs 24",
-       [](PlanSpec &s) { s.values[0].bytes = 3; s.values[0].dtype = DType::F32; }},
+       [](PlanSpec &s) {
+         s.values[0].bytes = 3;
+         s.values[0].dtype = DType::F32;
+       }},
       {"exceeds arena_bytes",
        [](PlanSpec &s) { s.values[0].offset = 1 << 30; }},
       {"task 0: block 7 out of range",
        [](PlanSpec &s) { s.tasks[0].first = 7; }},
-      {"microbatch 3 out of range",
-       [](PlanSpec &s) { s.tasks[0].second = 3; }},
+      {"microbatch 3 out of range", [](PlanSpec &s) { s.tasks[0].second = 3; }},
       {"tokens value 12 ('x') must be Input i32[2,3], is Temp f32[2,3,4]",
        [](PlanSpec &s) { s.tokens = 12; }},
-      {"schema version 99",
-       [](PlanSpec &s) { s.version = 99; }},
+      {"schema version 99", [](PlanSpec &s) { s.version = 99; }},
       {"must be Grad",
-       [](PlanSpec &s) { s.blocks[1].instrs[14].out[0] = s.blocks[1].instrs[14].in[0]; }},
+       [](PlanSpec &s) {
+         s.blocks[1].instrs[14].out[0] = s.blocks[1].instrs[14].in[0];
+       }},
       {"missing float attribute 'lr'",
        [](PlanSpec &s) { s.blocks[2].instrs[0].attrs = Attrs(); }},
       {"attribute 'dims' must be an int list",

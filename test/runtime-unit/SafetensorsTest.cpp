@@ -1,6 +1,6 @@
 //===- SafetensorsTest.cpp ------------------------------------------------===//
-#include "mapp/rt/Error.h"
 #include "mapp/rt/Safetensors.h"
+#include "mapp/rt/Error.h"
 
 #include <gtest/gtest.h>
 
@@ -48,7 +48,8 @@ TEST(Safetensors, RoundTripAllDTypes) {
   EXPECT_EQ(back.tensors.at("a.weight").toF32("a"), f);
   EXPECT_EQ(back.tensors.at("a.weight").shape, (Shape{2, 3}));
   EXPECT_EQ(back.tensors.at("ids").toI32("ids"), i);
-  EXPECT_EQ(back.tensors.at("bf").toF32("bf"), (std::vector<float>{1.5f, -0.375f}));
+  EXPECT_EQ(back.tensors.at("bf").toF32("bf"),
+            (std::vector<float>{1.5f, -0.375f}));
   std::vector<float> hf = back.tensors.at("h").toF32("h");
   EXPECT_NEAR(hf[0], 0.1f, 1e-4);
   EXPECT_EQ(hf[1], -65504.0f);
@@ -86,12 +87,18 @@ TEST(Safetensors, CorruptFilesAreErrors) {
   };
   expectError({1, 2, 3}, "not a safetensors");
   expectError(withHeader("{", 0), "not valid JSON");
-  expectError(withHeader(R"({"t":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8),
-              "unsupported dtype F64");
-  expectError(withHeader(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
-              "4 bytes for F32[2]");
-  expectError(withHeader(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 2),
-              "outside the data region");
+  expectError(
+      withHeader(R"({"t":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})",
+                 8),
+      "unsupported dtype F64");
+  expectError(
+      withHeader(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})",
+                 4),
+      "4 bytes for F32[2]");
+  expectError(
+      withHeader(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                 2),
+      "outside the data region");
   expectError(withHeader(R"({"t":{"shape":[1],"data_offsets":[0,4]}})", 4),
               "tensor 't': malformed");
   std::vector<uint8_t> big = withHeader("{}", 0);

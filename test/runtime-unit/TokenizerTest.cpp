@@ -5,10 +5,10 @@
 // the GPT-2 pattern restricted to ASCII classes, on ASCII inputs.
 //
 //===----------------------------------------------------------------------===//
+#include "mapp/rt/Tokenizer.h"
 #include "data/Unicode.h"
 #include "mapp/rt/Dataset.h"
 #include "mapp/rt/Error.h"
-#include "mapp/rt/Tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -21,8 +21,8 @@ namespace {
 const std::string kDir = MAPP_SHARED_DATA_DIR;
 
 std::unique_ptr<Tokenizer> &gpt2() {
-  static std::unique_ptr<Tokenizer> tok = createGpt2Tokenizer(
-      kDir + "/gpt2-vocab.json", kDir + "/gpt2-merges.txt");
+  static std::unique_ptr<Tokenizer> tok =
+      createGpt2Tokenizer(kDir + "/gpt2-vocab.json", kDir + "/gpt2-merges.txt");
   return tok;
 }
 
@@ -72,7 +72,7 @@ TEST(Gpt2PreTokenize, UnicodeClasses) {
   // U+3000 ideographic space is \s; U+00A0 too.
   EXPECT_TRUE(unicode::isSpace(0x3000));
   EXPECT_TRUE(unicode::isSpace(0xA0));
-  EXPECT_FALSE(unicode::isSpace(0x1C)); // the regex module excludes it
+  EXPECT_FALSE(unicode::isSpace(0x1C));   // the regex module excludes it
   EXPECT_TRUE(unicode::isLetter(0x4E2D)); // CJK
   EXPECT_TRUE(unicode::isNumber(0x0663)); // Arabic-Indic three
 }

@@ -99,7 +99,8 @@ TEST(Train, GradientsMatchFiniteDifferences) {
         return f.exec->step(batches).loss;
       };
       double fd = (lossAt(eps) - lossAt(-eps)) / (2 * eps);
-      EXPECT_NEAR(g[i], fd, 2e-3 + 0.02 * std::fabs(fd)) << name << "[" << i << "]";
+      EXPECT_NEAR(g[i], fd, 2e-3 + 0.02 * std::fabs(fd))
+          << name << "[" << i << "]";
       ++checked;
     }
   }
@@ -122,10 +123,12 @@ TEST(Train, MicrobatchGradientsAverage) {
     one.exec->step(fixedBatches(o.batch, o.seq, o.vocab, mb),
                    [&](const Executor &e) { parts[mb] = e.saveGrads(); });
   for (auto &[name, t] : g2.tensors) {
-    std::vector<float> a = t.toF32(name), p0 = parts[0].tensors[name].toF32(name),
+    std::vector<float> a = t.toF32(name),
+                       p0 = parts[0].tensors[name].toF32(name),
                        p1 = parts[1].tensors[name].toF32(name);
     for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_NEAR(a[i], 0.5f * (p0[i] + p1[i]), 1e-6) << name << "[" << i << "]";
+      ASSERT_NEAR(a[i], 0.5f * (p0[i] + p1[i]), 1e-6)
+          << name << "[" << i << "]";
   }
 }
 

@@ -67,6 +67,63 @@ def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// MegaScan
+//===----------------------------------------------------------------------===//
+
+def MappInsertTrace : Pass<"mapp-insert-trace", "::mlir::ModuleOp"> {
+  let summary = "Trace events around compute, communication and optimizer work";
+  let description = [{
+    Brackets work in every plan block with `mapp.trace_begin` /
+    `mapp.trace_end`:
+
+    * `granularity=op`: every instruction;
+    * `granularity=layer`: each run of ops of one transformer layer (from
+      `mapp.name` = "layers.N...." or `mapp.layer`), and everything else by
+      its module name;
+    * `granularity=stage`: one region per block.
+
+    Communication ops (collectives, send, recv) always get a region of their
+    own, with bytes, peer and group, because MegaScan aligns clocks and finds
+    slow links from them; optimizer updates are category "optimizer".
+    `every=K window=W` records W consecutive steps out of every K (K = 0:
+    every step); the runtime reads it from the plan.
+  }];
+  let options = [
+    Option<"granularity", "granularity", "std::string", "\"layer\"",
+           "op | layer | stage">,
+    Option<"every", "every", "int64_t", "0",
+           "Sampling period in steps (0 = trace every step)">,
+    Option<"window", "window", "int64_t", "1",
+           "Consecutive steps traced per period">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Scope (MegaScope)
+//===----------------------------------------------------------------------===//
+
+def MappInsertProbes : Pass<"mapp-insert-probes", "::mlir::ModuleOp"> {
+  let summary = "Observation probes and switchable perturbations from a spec";
+  let description = [{
+    Reads a JSON spec (docs/megascope.md) naming values by their `mapp.name`
+    (globs, module paths such as `layers.0.attn` for a module's output,
+    `logits`, `layers.N.resid` for the residual stream after layer N,
+    `layers.N.attn.probs` for attention probabilities, `grad:<name>` for the
+    gradient of a value or a parameter) and inserts `mapp.probe` ops with
+    their reductions, token selection and sampling period, and
+    `mapp.perturb` ops on op outputs (compute), layer outputs (system) or
+    parameter reads (storage), each behind a run-time switch. A name that
+    matches nothing is an error listing the nearest names. Run after
+    autodiff so gradients can be observed and the step's math is unchanged
+    by probes.
+  }];
+  let options = [
+    Option<"spec", "spec", "std::string", "\"\"",
+           "Path of the probes/perturbations spec (JSON)">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
 // Runtime
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +137,18 @@ def MappPlanMemory : Pass<"mapp-plan-memory", "::mlir::ModuleOp"> {
     per stage (peak = persistent + slots × arena, and the arena without
     reuse) and records `mapp.memory` on the module. The plan writer uses the
     same analysis, so the report is what the runtime allocates.
+  }];
+}
+
+def MappCostReport : Pass<"mapp-cost-report", "::mlir::ModuleOp"> {
+  let summary = "FLOPs and bytes of every plan block, in total and per layer";
+  let description = [{
+    Sums the cost interface over each plan block (forward, backward,
+    optimizer) and over each transformer layer (from `mapp.name`, which
+    autodiff carries onto gradient ops as "<name>.grad"), and reports them as
+    remarks with the backward/forward FLOP ratio — about 2 for matmul-bound
+    layers (two products per forward product), a little more with attention
+    recomputing its probabilities in the backward.
   }];
 }
 

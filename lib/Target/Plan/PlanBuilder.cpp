@@ -412,6 +412,12 @@ void fillModelFields(ModuleOp module, const StepStructure &step,
       plan.vocab_size = cast<RankedTensorType>(op.getTable().getType())
                             .getShape()[0];
     });
+  if (auto trace = module->getAttrOfType<DictionaryAttr>("mapp.trace")) {
+    if (auto every = trace.getAs<IntegerAttr>("every"))
+      plan.trace_every = every.getInt();
+    if (auto window = trace.getAs<IntegerAttr>("window"))
+      plan.trace_window = window.getInt();
+  }
   module.walk([&](Operation *op) {
     if (isa<AdamWOp>(op))
       plan.optimizer = "adamw";

@@ -23,6 +23,39 @@ bool isRematerializable(Operation *op) {
   return op && (isa<ParamRefOp, FillOp>(op));
 }
 
+/// Names gradient ops after the forward op they differentiate
+/// ("layers.0.mlp.fc1" -> "layers.0.mlp.fc1.grad"), so traces, probes and
+/// cost reports can place backward work in its layer.
+struct GradientNamer : OpBuilder::Listener {
+  explicit GradientNamer(Operation *forward)
+      : name(forward->getAttrOfType<StringAttr>("mapp.name")) {}
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint) override {
+    if (name && !op->hasAttr("mapp.name"))
+      op->setAttr("mapp.name",
+                  StringAttr::get(op->getContext(), name.str() + ".grad"));
+  }
+  StringAttr name;
+};
+
+/// Records on the op defining each final result gradient which named forward
+/// value it is the gradient of (`mapp.grad_of`, one string per result, ""
+/// for none), so probes can address gradients as `grad:<mapp.name>`.
+void tagGradOf(Operation *op, ArrayRef<Value> dys) {
+  auto name = op->getAttrOfType<StringAttr>("mapp.name");
+  if (!name || op->getNumResults() != 1 || !dys[0] || !dys[0].getDefiningOp())
+    return;
+  Operation *def = dys[0].getDefiningOp();
+  auto res = cast<OpResult>(dys[0]);
+  MLIRContext *ctx = op->getContext();
+  SmallVector<Attribute> names(def->getNumResults(), StringAttr::get(ctx, ""));
+  if (auto old = def->getAttrOfType<ArrayAttr>("mapp.grad_of"))
+    names.assign(old.begin(), old.end());
+  if (cast<StringAttr>(names[res.getResultNumber()]).empty())
+    names[res.getResultNumber()] = name;
+  def->setAttr("mapp.grad_of", ArrayAttr::get(ctx, names));
+}
+
 struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
   using Base::Base;
 
@@ -98,13 +131,18 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
       }
       if (!any || isa<ParamRefOp>(op))
         continue;
+      tagGradOf(op, dys);
       auto rule = dyn_cast<GradientOpInterface>(op);
       if (!rule)
         return op->emitOpError("has no gradient rule, but the loss depends on "
                                "it through a parameter");
       SmallVector<Value> operandGrads;
       b.setInsertionPoint(ret);
-      if (failed(rule.buildGradient(b, dys, operandGrads)))
+      GradientNamer namer(op);
+      b.setListener(&namer);
+      LogicalResult built = rule.buildGradient(b, dys, operandGrads);
+      b.setListener(nullptr);
+      if (failed(built))
         return failure();
       for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
         if (g && active.contains(operand))

@@ -56,12 +56,14 @@ void BatchLoader::microbatch(int64_t step, int dpRank, int dp, int numMb,
                              int mb, int mbs, int32_t *inputs,
                              int32_t *targets) {
   int64_t perStep = static_cast<int64_t>(dp) * numMb * mbs;
-  int64_t first = step * perStep + (static_cast<int64_t>(dpRank) * numMb + mb) * mbs;
+  int64_t first =
+      step * perStep + (static_cast<int64_t>(dpRank) * numMb + mb) * mbs;
   for (int b = 0; b < mbs; ++b)
     sample(first + b, inputs + static_cast<int64_t>(b) * seqLength_,
            targets + static_cast<int64_t>(b) * seqLength_);
 }
 
 int32_t BatchLoader::maxToken() const {
-  return tokens_.empty() ? -1 : *std::max_element(tokens_.begin(), tokens_.end());
+  return tokens_.empty() ? -1
+                         : *std::max_element(tokens_.begin(), tokens_.end());
 }

@@ -57,7 +57,9 @@ std::vector<int32_t> mapp::rt::loadTokens(const std::string &path,
                                           const Tokenizer *tok) {
   std::string fmt = format;
   if (fmt.empty() || fmt == "auto") {
-    if (endsWith(path, ".bin") || endsWith(path, ".idx"))
+    // A bare Megatron PREFIX names no file itself; PREFIX.idx does.
+    if (endsWith(path, ".bin") || endsWith(path, ".idx") ||
+        (!std::ifstream(path) && std::ifstream(path + ".idx")))
       fmt = "megatron";
     else if (endsWith(path, ".txt"))
       fmt = "text";

@@ -62,8 +62,8 @@ std::vector<int32_t> mapp::rt::readMegatronTokens(const std::string &prefix) {
     if (size < 0 || ptr < 0 ||
         static_cast<uint64_t>(ptr) + static_cast<uint64_t>(size) * esize >
             bin.size())
-      fail("data: sequence ", s, " of '", prefix, "' points outside '",
-           binPath, "'");
+      fail("data: sequence ", s, " of '", prefix, "' points outside '", binPath,
+           "'");
     for (int32_t i = 0; i < size; ++i) {
       size_t o = ptr + static_cast<size_t>(i) * esize;
       int64_t v;

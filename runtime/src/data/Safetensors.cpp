@@ -110,8 +110,7 @@ Safetensors mapp::rt::parseSafetensors(const std::vector<uint8_t> &bytes,
     fail(where, ": not a safetensors file (", bytes.size(), " bytes)");
   uint64_t n = load<uint64_t>(bytes.data());
   if (n > bytes.size() - 8)
-    fail(where, ": header length ", n, " exceeds the file size ",
-         bytes.size());
+    fail(where, ": header length ", n, " exceeds the file size ", bytes.size());
   json header;
   try {
     header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + n);
@@ -202,7 +201,8 @@ std::vector<uint8_t> mapp::rt::serializeSafetensors(const Safetensors &st) {
   return out;
 }
 
-void mapp::rt::writeSafetensors(const std::string &path, const Safetensors &st) {
+void mapp::rt::writeSafetensors(const std::string &path,
+                                const Safetensors &st) {
   std::vector<uint8_t> bytes = serializeSafetensors(st);
   std::ofstream f(path, std::ios::binary);
   if (!f)

@@ -1,6 +1,6 @@
 //===- Tokenizer.cpp - byte tokenizer and the --tokenizer spec ------------===//
-#include "mapp/rt/Error.h"
 #include "mapp/rt/Tokenizer.h"
+#include "mapp/rt/Error.h"
 
 using namespace mapp::rt;
 

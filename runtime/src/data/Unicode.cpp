@@ -26,10 +26,9 @@ bool unicode::isNumber(uint32_t cp) {
 }
 
 bool unicode::isSpace(uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 ||
-         cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-         cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 void unicode::decodeUtf8(const std::string &s, std::vector<uint32_t> &cps,
@@ -44,7 +43,10 @@ void unicode::decodeUtf8(const std::string &s, std::vector<uint32_t> &cps,
     if (c < 0x80) {
       cp = c;
     } else {
-      size_t need = c >= 0xF0 && c < 0xF8 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+      size_t need = c >= 0xF0 && c < 0xF8 ? 4
+                    : c >= 0xE0           ? 3
+                    : c >= 0xC2           ? 2
+                                          : 0;
       if (need && i + need <= n) {
         uint32_t v = c & (0x7F >> need);
         bool ok = true;

@@ -17,7 +17,8 @@ uint64_t mapp::rt::fnv1a64(const std::string &s) {
 
 static bool endsWith(const std::string &s, const char *suffix) {
   std::string x(suffix);
-  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+  return s.size() >= x.size() &&
+         s.compare(s.size() - x.size(), x.size(), x) == 0;
 }
 
 InitKind mapp::rt::initKindFor(const std::string &name, const Shape &shape) {

@@ -20,9 +20,12 @@ static nlohmann::json num(double v) {
 }
 
 void MetricsWriter::write(const StepMetrics &m) {
-  nlohmann::json j = {{"step", m.step},          {"loss", num(m.loss)},
-                      {"lr", m.lr},              {"grad_norm", num(m.gradNorm)},
-                      {"tokens_per_s", m.tokensPerS}, {"step_ms", m.stepMs},
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", num(m.loss)},
+                      {"lr", m.lr},
+                      {"grad_norm", num(m.gradNorm)},
+                      {"tokens_per_s", m.tokensPerS},
+                      {"step_ms", m.stepMs},
                       {"tokens", m.tokens}};
   out_ << j.dump() << "\n";
   out_.flush();
@@ -38,7 +41,8 @@ void Progress::update(const StepMetrics &m) {
     return;
   if (tty_) {
     const int width = 30;
-    int filled = static_cast<int>(width * (m.step + 1) / std::max<int64_t>(total_, 1));
+    int filled =
+        static_cast<int>(width * (m.step + 1) / std::max<int64_t>(total_, 1));
     std::string bar(filled, '#');
     bar.resize(width, '.');
     std::printf("\r[%s] step %lld/%lld  loss %.4f  %.0f tok/s  ", bar.c_str(),

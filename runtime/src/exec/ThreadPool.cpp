@@ -7,7 +7,8 @@ using namespace mapp::rt;
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0)
-    threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads =
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   size_ = threads;
   for (int i = 1; i < size_; ++i)
     workers_.emplace_back([this, i] { workerLoop(i); });
@@ -70,7 +71,8 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
   if (n <= 0)
     return;
   grain = std::max<int64_t>(grain, 1);
-  int parts = static_cast<int>(std::min<int64_t>(size_, (n + grain - 1) / grain));
+  int parts =
+      static_cast<int>(std::min<int64_t>(size_, (n + grain - 1) / grain));
   bool nested;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -97,8 +97,7 @@ std::vector<int64_t> Attrs::getInts(const std::string &key) const {
   if (!a)
     return {};
   if (a->kind != AttrValue::Ints)
-    fail("attribute '", key, "' must be an int list, got ",
-         kindName(a->kind));
+    fail("attribute '", key, "' must be an int list, got ", kindName(a->kind));
   return a->ints;
 }
 

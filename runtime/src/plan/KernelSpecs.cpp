@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Kernels.h"
+#include "mapp/rt/ProbeReduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -116,8 +117,8 @@ void checkLinear(const Attrs &, const TTs &in, const TTs &out) {
   wantF32(out[0], "y");
   wantRankAtLeast(in[0], 1, "x");
   if (in[1].rank() != 2 || in[1].dim(1) != in[0].dim(-1))
-    fail("w must be [N,K] with K = x's last dim; x is ", desc(in[0]),
-         ", w is ", desc(in[1]));
+    fail("w must be [N,K] with K = x's last dim; x is ", desc(in[0]), ", w is ",
+         desc(in[1]));
   int64_t n = in[1].dim(0);
   if (in.size() == 3)
     wantShape(in[2], {n}, "b");
@@ -137,13 +138,12 @@ void checkMatmul(const Attrs &a, const TTs &in, const TTs &out) {
   int64_t kb = tb ? in[1].dim(-1) : in[1].dim(-2);
   int64_t n = tb ? in[1].dim(-2) : in[1].dim(-1);
   if (k != kb)
-    fail("inner dimensions differ: a is ", desc(in[0]), ", b is ",
-         desc(in[1]), (ta ? " (transpose_a)" : ""),
-         (tb ? " (transpose_b)" : ""));
+    fail("inner dimensions differ: a is ", desc(in[0]), ", b is ", desc(in[1]),
+         (ta ? " (transpose_a)" : ""), (tb ? " (transpose_b)" : ""));
   Shape batch = leading(in[0].shape, 2);
   if (in[1].rank() > 2 && leading(in[1].shape, 2) != batch)
-    fail("batched b must have a's leading dims; a is ", desc(in[0]),
-         ", b is ", desc(in[1]));
+    fail("batched b must have a's leading dims; a is ", desc(in[0]), ", b is ",
+         desc(in[1]));
   Shape s = batch;
   s.push_back(m);
   s.push_back(n);
@@ -363,6 +363,21 @@ void checkCollective(const Attrs &a, const TTs &in, const TTs &out) {
 void checkSendRecv(const Attrs &a, const TTs &, const TTs &) {
   a.requireInt("peer");
 }
+void checkTrace(const Attrs &a, const TTs &, const TTs &) {
+  a.requireInt("id");
+  a.getStr("name", "");
+  a.getStr("category", "compute");
+}
+
+// MegaScope (src/probe): the checks live beside the kernels.
+void checkProbe(const Attrs &a, const TTs &in, const TTs &) {
+  checkProbeAttrs(a, in);
+}
+void checkPerturb(const Attrs &a, const TTs &in, const TTs &out) {
+  checkPerturbAttrs(a, in);
+  wantF32(out[0], "y");
+  wantSameNumel(in[0], "x", out[0], "y");
+}
 
 const std::vector<KernelSpec> kSpecs = {
     // name, minIn, maxIn, minOut, maxOut, check, inPlace
@@ -406,6 +421,11 @@ const std::vector<KernelSpec> kSpecs = {
     {"all_to_all", 1, 1, 1, 1, checkCollective, false},
     {"send", 1, 1, 0, 0, checkSendRecv, false},
     {"recv", 0, 0, 1, 1, checkSendRecv, false},
+    {"probe", 1, 2, 0, 0, checkProbe, false},
+    {"perturb", 1, 1, 1, 1, checkPerturb, false},
+    // MegaScan region marks, run by the executor itself (no backend kernel).
+    {"trace_begin", 0, 0, 0, 0, checkTrace, false},
+    {"trace_end", 0, 0, 0, 0, checkTrace, false},
 };
 
 } // namespace
@@ -418,6 +438,10 @@ const KernelSpec *mapp::rt::findKernelSpec(const std::string &name) {
 }
 
 const std::vector<KernelSpec> &mapp::rt::allKernelSpecs() { return kSpecs; }
+
+bool mapp::rt::isExecutorKernel(const std::string &name) {
+  return name == "trace_begin" || name == "trace_end";
+}
 
 void mapp::rt::checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
                                const std::vector<TensorType> &in,
@@ -445,6 +469,7 @@ double mapp::rt::scheduledLr(const Attrs &a, int64_t k) {
     return lr * static_cast<double>(k + 1) / static_cast<double>(warmup);
   if (k >= total)
     return minLr;
-  double t = static_cast<double>(k - warmup) / static_cast<double>(total - warmup);
+  double t =
+      static_cast<double>(k - warmup) / static_cast<double>(total - warmup);
   return minLr + 0.5 * (lr - minLr) * (1 + std::cos(M_PI * t));
 }

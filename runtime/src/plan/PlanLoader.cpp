@@ -90,6 +90,9 @@ Program decodeProgram(const fb::Program &p, int index) {
       val.offset = v->offset();
       val.bytes = v->bytes();
       val.param = v->param();
+      val.shardDim = v->shard_dim();
+      val.shardGroup = str(v->shard_group());
+      val.shardBlocks = v->shard_blocks();
       prog.values.push_back(std::move(val));
     }
   if (p.blocks())
@@ -105,10 +108,10 @@ Program decodeProgram(const fb::Program &p, int index) {
           instr.kernel = in->kernel()->str();
           instr.inputs = toVec<int>(in->inputs());
           instr.outputs = toVec<int>(in->outputs());
-          instr.attrs = decodeAttrs(
-              in->attrs(), "program " + std::to_string(index) + " instr " +
-                               std::to_string(i) + " in block " +
-                               std::to_string(b));
+          instr.attrs =
+              decodeAttrs(in->attrs(), "program " + std::to_string(index) +
+                                           " instr " + std::to_string(i) +
+                                           " in block " + std::to_string(b));
           instr.name = str(in->name());
           instr.layer = in->layer();
           block.instrs.push_back(std::move(instr));
@@ -152,6 +155,8 @@ Plan mapp::rt::parsePlan(const uint8_t *data, size_t size) {
   plan.schedule = str(p->schedule());
   plan.optimizer = str(p->optimizer());
   plan.maxGradNorm = p->max_grad_norm();
+  plan.traceEvery = p->trace_every();
+  plan.traceWindow = p->trace_window();
   if (p->programs())
     for (unsigned i = 0; i < p->programs()->size(); ++i)
       plan.programs.push_back(decodeProgram(*p->programs()->Get(i), i));

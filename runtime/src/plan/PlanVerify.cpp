@@ -52,7 +52,8 @@ constexpr uint64_t kMaxBytes = uint64_t(1) << 48;
 
 void verifyValue(const Program &p, size_t vi, const std::string &where) {
   const Value &v = p.values[vi];
-  std::string at = where + ": value " + std::to_string(vi) + " ('" + v.name + "')";
+  std::string at =
+      where + ": value " + std::to_string(vi) + " ('" + v.name + "')";
   if (static_cast<uint8_t>(v.kind) > static_cast<uint8_t>(ValueKind::Loss))
     fail(at, ": unknown kind ", static_cast<int>(v.kind));
   if (static_cast<uint8_t>(v.type.dtype) > static_cast<uint8_t>(DType::I64))
@@ -76,6 +77,19 @@ void verifyValue(const Program &p, size_t vi, const std::string &where) {
   if (v.offset > limit || v.bytes > limit - v.offset)
     fail(at, ": offset ", v.offset, " + bytes ", v.bytes, " exceeds ", space,
          " = ", limit);
+  if (v.shardDim != -1) {
+    if (v.kind != ValueKind::Param)
+      fail(at, ": only a Param may be sharded (shard_dim ", v.shardDim, ")");
+    if (v.shardDim < 0 || v.shardDim >= static_cast<int>(v.type.shape.size()))
+      fail(at, ": shard_dim ", v.shardDim, " out of range for shape ",
+           shapeStr(v.type.shape));
+    if (v.shardGroup != "tp" && v.shardGroup != "dp")
+      fail(at, ": shard_group must be \"tp\" or \"dp\", got '",
+           v.shardGroup, "'");
+    if (v.shardBlocks < 1 || v.type.shape[v.shardDim] % v.shardBlocks)
+      fail(at, ": shard_blocks ", v.shardBlocks, " does not divide dim ",
+           v.shardDim, " of ", shapeStr(v.type.shape));
+  }
   if (v.kind == ValueKind::Grad || v.kind == ValueKind::OptState) {
     if (v.param < 0 || static_cast<size_t>(v.param) >= p.values.size())
       fail(at, ": param ", v.param, " out of range (program has ",
@@ -148,8 +162,10 @@ void verifyProgram(const Plan &plan, const Program &p, size_t pi) {
     verifyValue(p, v, where);
   for (size_t b = 0; b < p.blocks.size(); ++b) {
     const Block &blk = p.blocks[b];
-    if (static_cast<uint8_t>(blk.kind) > static_cast<uint8_t>(BlockKind::Optimizer))
-      fail(where, ": block ", b, " has unknown kind ", static_cast<int>(blk.kind));
+    if (static_cast<uint8_t>(blk.kind) >
+        static_cast<uint8_t>(BlockKind::Optimizer))
+      fail(where, ": block ", b, " has unknown kind ",
+           static_cast<int>(blk.kind));
     for (size_t i = 0; i < blk.instrs.size(); ++i) {
       const Instr &in = blk.instrs[i];
       verifyInstr(p, in,
@@ -198,14 +214,13 @@ void mapp::rt::verifyPlan(const Plan &plan) {
   if (plan.worldSize < 1)
     fail("plan: world_size = ", plan.worldSize, " (must be >= 1)");
   if (plan.tp < 1 || plan.pp < 1 || plan.dp < 1 || plan.chunks < 1)
-    fail("plan: tp/pp/dp/chunks must be >= 1 (got ", plan.tp, "/", plan.pp,
-         "/", plan.dp, "/", plan.chunks, ")");
+    fail("plan: tp/pp/dp/chunks must be >= 1 (got ", plan.tp, "/", plan.pp, "/",
+         plan.dp, "/", plan.chunks, ")");
   if (plan.microBatchSize < 1 || plan.seqLength < 1 || plan.vocabSize < 1)
     fail("plan: micro_batch_size, seq_length and vocab_size must be >= 1 (got ",
          plan.microBatchSize, ", ", plan.seqLength, ", ", plan.vocabSize, ")");
   if (plan.numMicrobatches < 1)
-    fail("plan: num_microbatches = ", plan.numMicrobatches,
-         " (must be >= 1)");
+    fail("plan: num_microbatches = ", plan.numMicrobatches, " (must be >= 1)");
   if (!(plan.maxGradNorm >= 0))
     fail("plan: max_grad_norm = ", plan.maxGradNorm, " (must be >= 0)");
   if (plan.programs.empty())

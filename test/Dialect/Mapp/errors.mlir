@@ -267,3 +267,12 @@ func.func @stage_yield(%a: tensor<2xf32>) {
   }
   return
 }
+
+// -----
+
+func.func @trace_category() {
+  // expected-error @+1 {{category must be compute, comm, memcpy, data or optimizer, got "gpu"}}
+  mapp.trace_begin 0 "x" "gpu"
+  mapp.trace_end 0
+  return
+}

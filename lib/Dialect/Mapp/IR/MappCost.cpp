@@ -73,6 +73,9 @@ uint64_t CrossEntropyGradOp::getFlops() { return 5 * numel(getLogits()); }
 uint64_t GlobalNormOp::getFlops() { return 2 * sumTensorBytes(getGrads()) / 4; }
 uint64_t AdamWOp::getFlops() { return 12 * numel(getGrad()); }
 uint64_t SGDOp::getFlops() { return 4 * numel(getGrad()); }
+// Updates write in place: the parameter and its state buffers.
+uint64_t AdamWOp::getBytesWritten() { return 3 * tensorBytes(getGrad().getType()); }
+uint64_t SGDOp::getBytesWritten() { return 2 * tensorBytes(getGrad().getType()); }
 uint64_t AllReduceOp::getFlops() { return numel(getX()); }
 uint64_t ReduceScatterOp::getFlops() { return numel(getX()); }
 

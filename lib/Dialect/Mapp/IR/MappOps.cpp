@@ -638,5 +638,21 @@ LogicalResult ScheduleOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// MegaScan
+//===----------------------------------------------------------------------===//
+
+LogicalResult TraceBeginOp::verify() {
+  StringRef c = getCategory();
+  if (c != "compute" && c != "comm" && c != "memcpy" && c != "data" &&
+      c != "optimizer")
+    return emitOpError("category must be compute, comm, memcpy, data or "
+                       "optimizer, got \"")
+           << c << "\"";
+  if (getIdAttr().getInt() < 0 || getBytesAttr().getInt() < 0)
+    return emitOpError("id and bytes must be >= 0");
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "mapp/Dialect/Mapp/IR/MappOps.cpp.inc"

@@ -63,8 +63,8 @@ public:
   /// Rows of microbatch `mb` of `step` for data-parallel rank `dpRank`:
   /// row b is stream sample step*G + (dpRank*numMb + mb)*mbs + b, with
   /// G = dp*numMb*mbs samples per step. inputs/targets are [mbs, T].
-  void microbatch(int64_t step, int dpRank, int dp, int numMb, int mb,
-                  int mbs, int32_t *inputs, int32_t *targets);
+  void microbatch(int64_t step, int dpRank, int dp, int numMb, int mb, int mbs,
+                  int32_t *inputs, int32_t *targets);
   /// Largest id in the stream (to check against the plan's vocab).
   int32_t maxToken() const;
 

@@ -3,8 +3,8 @@
 #define MAPP_RT_THREADPOOL_H
 
 #include <condition_variable>
-#include <exception>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>

@@ -169,8 +169,8 @@ void cpu::attention_grad(const KernelArgs &a) {
     HeadView qv = headQK(d, rot, q + off, qr), kv = headQK(d, rot, k + off, kr);
     probs(d, qv, kv, p);
     // dV = Pᵀ·dO ; dP = dO·Vᵀ
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f,
-                p, d.t, dout + off, d.h, 0.0f, dv + off, d.h);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f, p,
+                d.t, dout + off, d.h, 0.0f, dv + off, d.h);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, d.t, d.d, 1.0f,
                 dout + off, d.h, v + off, d.h, 0.0f, dp, d.t);
     // dS = P ∘ (dP − rowsum(dP ∘ P)); masked entries have P = 0.
@@ -183,12 +183,13 @@ void cpu::attention_grad(const KernelArgs &a) {
         dpr[j] = static_cast<float>(pr[j] * (dpr[j] - dot));
     }
     // dQ = scale·dS·K ; dK = scale·dSᵀ·Q (w.r.t. the rotated operands).
-    float *dqDst = d.rotary ? dqr : dq + off, *dkDst = d.rotary ? dkr : dk + off;
+    float *dqDst = d.rotary ? dqr : dq + off,
+          *dkDst = d.rotary ? dkr : dk + off;
     int64_t ldDst = d.rotary ? d.d : d.h;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, d.t,
                 d.scale, dp, d.t, kv.p, kv.ld, 0.0f, dqDst, ldDst);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t,
-                d.scale, dp, d.t, qv.p, qv.ld, 0.0f, dkDst, ldDst);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, d.scale,
+                dp, d.t, qv.p, qv.ld, 0.0f, dkDst, ldDst);
     if (d.rotary) {
       // The rotation is orthogonal: its gradient is the inverse rotation.
       std::vector<float> tmp(td);

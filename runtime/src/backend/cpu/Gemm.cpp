@@ -59,8 +59,8 @@ void cpu::linear(const KernelArgs &a) {
   if (k == 0)
     std::memset(y, 0, m * n * sizeof(float));
   else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k,
-                w, k, 0.0f, y, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w,
+                k, 0.0f, y, n);
   if (a.numIn == 3) {
     const float *bias = a.in[2].f32();
     parFor(a, m, 64, [&](int64_t b, int64_t e) {

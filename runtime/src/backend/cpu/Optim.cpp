@@ -20,8 +20,8 @@ float clipCoef(const KernelArgs &a, int normOperand) {
   double maxNorm = a.attrs.getFloat("max_norm", a.ctx.maxGradNorm);
   if (!(maxNorm > 0))
     return 1.0f;
-  double norm = a.numIn > normOperand ? a.in[normOperand].f32()[0]
-                                      : a.ctx.gradNorm;
+  double norm =
+      a.numIn > normOperand ? a.in[normOperand].f32()[0] : a.ctx.gradNorm;
   if (std::isnan(norm))
     return 1.0f;
   // clip_grad_norm_ computes the coefficient on float tensors.
@@ -54,7 +54,8 @@ void cpu::adamw(const KernelArgs &a) {
   double bc1 = 1 - std::pow(beta1, t), bc2 = 1 - std::pow(beta2, t);
   float decay = static_cast<float>(1 - lr * wd);
   float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
-  float omb1 = static_cast<float>(1 - beta1), omb2 = static_cast<float>(1 - beta2);
+  float omb1 = static_cast<float>(1 - beta1),
+        omb2 = static_cast<float>(1 - beta2);
   float stepSize = static_cast<float>(lr / bc1);
   float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
   float epsF = static_cast<float>(eps);

@@ -20,7 +20,8 @@ int64_t span(const Shape &s, int64_t from, int64_t to) {
 int64_t normDim(int64_t d, int rank) { return d < 0 ? d + rank : d; }
 
 template <typename T>
-void permute(const T *x, T *y, const Shape &in, const std::vector<int64_t> &perm) {
+void permute(const T *x, T *y, const Shape &in,
+             const std::vector<int64_t> &perm) {
   int r = static_cast<int>(in.size());
   std::vector<int64_t> inStride(r, 1), outShape(r), stride(r);
   for (int i = r - 2; i >= 0; --i)

@@ -24,8 +24,8 @@ double logSumExp(const float *x, int64_t n) {
   return mx + std::log(s);
 }
 
-void checkTargets(const char *kernel, const int32_t *t, int64_t rows,
-                  int64_t v, int64_t ignore) {
+void checkTargets(const char *kernel, const int32_t *t, int64_t rows, int64_t v,
+                  int64_t ignore) {
   for (int64_t r = 0; r < rows; ++r)
     if (t[r] != ignore && (t[r] < 0 || t[r] >= v))
       fail(kernel, ": target ", t[r], " at row ", r, " is outside [0, ", v,
@@ -109,8 +109,8 @@ void cpu::cross_entropy_grad(const KernelArgs &a) {
       const float *xr = x + r * v;
       double lse = logSumExp(xr, v);
       for (int64_t c = 0; c < v; ++c)
-        dr[c] = static_cast<float>(coef * (std::exp(xr[c] - lse) -
-                                           (c == t[r] ? 1.0 : 0.0)));
+        dr[c] = static_cast<float>(
+            coef * (std::exp(xr[c] - lse) - (c == t[r] ? 1.0 : 0.0)));
     }
   });
 }

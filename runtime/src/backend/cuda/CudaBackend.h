@@ -32,7 +32,8 @@ namespace mapp::rt::cuda {
   X(attention) X(attention_grad) X(dropout) X(dropout_grad) X(cross_entropy)  \
   X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)        \
   X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)         \
-  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv)
+  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv) \
+  X(probe) X(perturb)
 
 #define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
 MAPP_CUDA_KERNELS(MAPP_DECLARE_KERNEL)

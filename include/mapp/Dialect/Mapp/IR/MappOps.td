@@ -99,7 +99,8 @@ def Mapp_GlobalNormOp : Mapp_ComputeOp<"global_norm"> {
 class Mapp_UpdateOp<string mnemonic> : Mapp_Op<mnemonic,
     [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
      MemoryEffects<[MemRead, MemWrite]>,
-     DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>]> {
+     DeclareOpInterfaceMethods<Mapp_CostOpInterface,
+                               ["getFlops", "getBytesWritten"]>]> {
   let assemblyFormat = [{
     $param `,` $grad (`clip` `(` $norm^ `:` type($norm) `)`)? attr-dict `:` type($grad)
   }];
@@ -527,5 +528,35 @@ def Mapp_ScheduleOp : Mapp_Op<"schedule", [HasParent<"::mlir::ModuleOp">]> {
   let assemblyFormat = "$kind attr-dict";
   let hasVerifier = 1;
 }
+
+//===----------------------------------------------------------------------===//
+// MegaScan
+//===----------------------------------------------------------------------===//
+
+def Mapp_TraceBeginOp : Mapp_Op<"trace_begin", [MemoryEffects<[MemWrite]>]> {
+  let summary = "start of a traced region (MegaScan)";
+  let description = [{
+    Records the start time of region `id` on the rank's trace clock (a
+    monotonic clock on CPU, a pooled CUDA event on GPU). `category` is
+    compute, comm, memcpy, data or optimizer; `layer` and `chunk` place the
+    region in the model; `bytes`, `peer` and `group` describe communication.
+    Step and microbatch are filled in at run time.
+  }];
+  let arguments = (ins I64Attr:$id, StrAttr:$name, StrAttr:$category,
+                       DefaultValuedAttr<I64Attr, "-1">:$layer,
+                       DefaultValuedAttr<I64Attr, "0">:$bytes,
+                       DefaultValuedAttr<I64Attr, "-1">:$peer,
+                       DefaultValuedStrAttr<StrAttr, "">:$group);
+  let assemblyFormat = "$id $name $category attr-dict";
+  let hasVerifier = 1;
+}
+
+def Mapp_TraceEndOp : Mapp_Op<"trace_end", [MemoryEffects<[MemWrite]>]> {
+  let summary = "end of the traced region with the same id";
+  let arguments = (ins I64Attr:$id);
+  let assemblyFormat = "$id attr-dict";
+}
+
+include "mapp/Dialect/Mapp/IR/MappScopeOps.td"
 
 #endif // MAPP_OPS_TD

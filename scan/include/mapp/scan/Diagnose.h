@@ -1,0 +1,68 @@
+//===- Diagnose.h - Slow-rank and slow-link diagnosis -----------*- C++ -*-===//
+//
+// Works on an aligned trace (Event::gb/ge set). See docs/mapp-scan.md for
+// the method and what the confidence means.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_SCAN_DIAGNOSE_H
+#define MAPP_SCAN_DIAGNOSE_H
+
+#include "mapp/scan/Trace.h"
+
+namespace mapp::scan {
+
+struct RankStats {
+  int rank = 0;
+  double computeNs = 0; // compute, data, memcpy, optimizer
+  double commNs = 0;    // time moving bytes (transfer part of comm events)
+  double waitNs = 0;    // inside comm events, waiting for a peer to arrive
+  double idleNs = 0;    // between events
+  double spanNs = 0;
+  double computeRatio = 1; // median of own op durations / peers' median
+  double consistency = 0;  // fraction of own ops slower than peers
+  size_t compared = 0;
+};
+
+struct LinkStats {
+  int src = 0, dst = 0;
+  bool intraHost = false;
+  size_t messages = 0;
+  uint64_t bytes = 0;
+  double gbps = 0;           // 80th percentile of per-transfer effective Gb/s
+  double ratio = 1;          // median / reference of its class
+  std::vector<size_t> pairs; // indices into Matches::p2p
+};
+
+struct Finding {
+  std::string kind; // slow-rank | slow-link
+  int rank = -1, src = -1, dst = -1;
+  double confidence = 0;
+  double ratio = 1; // slow-rank: compute vs peers; slow-link: bw vs peers
+  std::string magnitude;
+  std::vector<std::string> evidence; // "rank:id"
+  std::vector<int> victims;
+};
+
+struct DiagnoseOptions {
+  double rankThreshold = 0.10; // flag compute >= (1 + t) x peers' median
+  double linkThreshold = 0.30; // flag bandwidth <= (1 - t) x peer links
+  size_t evidence = 6;
+};
+
+struct Diagnosis {
+  std::vector<RankStats> ranks;
+  std::vector<LinkStats> links;
+  std::vector<Finding> findings;
+  std::vector<double> stepNs; // measured (aligned) step times
+  double rankNoise = 0;       // robust spread of compute ratios
+  int steps = 0;
+};
+
+Diagnosis diagnose(const Trace &t, const Matches &m,
+                   const DiagnoseOptions &opts);
+
+double median(std::vector<double> v);
+
+} // namespace mapp::scan
+
+#endif // MAPP_SCAN_DIAGNOSE_H

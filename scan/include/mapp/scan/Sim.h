@@ -1,0 +1,136 @@
+//===- Sim.h - Discrete-event replay of a training job ----------*- C++ -*-===//
+//
+// mapp-sim's engine. Every rank runs a sequential program of ops: compute
+// (a duration), send (eager: the sender is busy until its bytes have crossed
+// the link; transfers on one directed link are serialized), recv (blocks
+// until the matching send's bytes arrive: it ends at max(post, send start +
+// queueing + latency + bytes/bandwidth)) and collectives (synchronizing: all
+// members leave together at the last arrival plus the transfer time).
+// The same engine replays measured traces for mapp-scan --what-if, with the
+// measured durations and transfer times in place of the model's.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_SCAN_SIM_H
+#define MAPP_SCAN_SIM_H
+
+#include "mapp/scan/Trace.h"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mapp::scan {
+
+struct SimOp {
+  enum Kind { Compute, Send, Recv, Coll } kind = Compute;
+  std::string name;
+  Cat cat = Cat::Compute;
+  Op op = Op::None;
+  int step = -1, mb = -1, layer = -1, chunk = -1;
+  double durNs = 0;      // Compute: duration
+  double xferNs = -1;    // Send/Coll: fixed transfer time (replay); <0: model
+  double gapNs = 0;      // idle time before the op (replay of host gaps)
+  double exitSkewNs = 0; // Coll: this member leaves this much late
+  uint64_t bytes = 0;
+  int peer = -1;
+  int64_t tag = -1;
+  int group = -1; // index into SimJob::groups
+  int64_t seq = -1;
+  int64_t srcId = -1; // replay: the trace event id this op came from
+};
+
+struct SimGroup {
+  std::string kind;
+  std::vector<int> members; // sorted
+};
+
+/// Transfer-time model (ns) for the engine's modeled ops.
+struct SimNetwork {
+  std::function<double(int src, int dst, uint64_t bytes)> p2p;
+  std::function<double(const SimGroup &, Op, uint64_t bytes)> coll;
+};
+
+struct SimJob {
+  int world = 0, tp = 1, pp = 1, dp = 1;
+  std::vector<std::vector<SimOp>> programs; // per rank
+  std::vector<SimGroup> groups;
+};
+
+struct SimTimes {
+  std::vector<std::vector<std::pair<double, double>>> ops; // begin/end ns
+};
+
+/// Runs the job. Returns false with a message naming the blocked ops when
+/// the programs deadlock (unmatched recv, a collective a member never joins).
+bool runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
+            std::string *error);
+
+/// Step time: the mean over steps of (latest end of step s) - (latest end of
+/// step s-1), the first step measured from the earliest begin.
+std::vector<double> stepTimesNs(const SimJob &job, const SimTimes &times);
+
+//===----------------------------------------------------------------------===//
+// The modeled cluster and training job (mapp-sim's JSON config).
+//===----------------------------------------------------------------------===//
+
+struct Fault {
+  enum Kind { SlowCompute, LinkDelay, LinkBandwidth } kind;
+  int rank = -1, src = -1, dst = -1;
+  double value = 0; // factor, extra us, or Gb/s
+  std::string text;
+};
+
+/// Parses `slow-compute:rank=R,factor=F`, `link-delay:src=A,dst=B,us=U`,
+/// `link-bandwidth:src=A,dst=B,gbps=G`.
+bool parseFault(const std::string &s, int world, Fault &f, std::string *error);
+
+struct SimConfig {
+  int tp = 1, pp = 1, dp = 1, microbatches = 1, steps = 1, chunks = 1;
+  int layers = 0; // total transformer layers
+  std::string schedule = "1f1b";
+  // Per-rank compute (already divided by tp): either microseconds or FLOPs
+  // over the device's sustained TFLOP/s.
+  double layerForwardUs = 0, layerForwardFlops = 0, deviceTflops = 0;
+  double backwardFactor = 2.0;
+  double embeddingUs = 0, lossUs = 0, optimizerUs = 0, dataUs = 0;
+  uint64_t activationBytes = 0, tpAllreduceBytes = 0, dpAllreduceBytes = 0;
+  bool gradNormAllreduce = true; // model-parallel all-reduce before the update
+  int gpusPerNode = 0;           // ranks r/gpusPerNode share a node; 0 = tp
+  double interGbps = 100, interLatencyUs = 5;
+  double intraGbps = 1800, intraLatencyUs = 2;
+  double clockOffsetMs = 0, clockDriftPpm = 0, wallErrorMs = 0;
+  double jitter = 0, exitSkewUs = 0;
+  uint64_t seed = 1;
+  std::vector<Fault> faults;
+
+  double layerForwardNs() const;
+};
+
+bool parseSimConfig(const std::string &jsonText, SimConfig &c,
+                    std::string *error);
+
+/// Builds every rank's program (with jitter and slow-compute faults applied).
+bool buildSimJob(const SimConfig &c, SimJob &job, std::string *error);
+/// The cluster model with link faults applied.
+SimNetwork makeNetwork(const SimConfig &c);
+
+struct SimClock {
+  double offsetNs, driftPpm; // local = offset + (1 + drift) * true
+  double wallErrorNs;
+};
+std::vector<SimClock> makeClocks(const SimConfig &c);
+
+/// Writes DIR/rank-*.trace.jsonl (through MappTraceWriter) and
+/// DIR/sim-truth.json (clocks, faults, step times).
+bool writeSimTraces(const std::string &dir, const SimConfig &c,
+                    const SimJob &job, const SimTimes &times,
+                    std::string *error);
+
+/// Deterministic uniform/normal draws keyed by (seed, a, b).
+double hashUniform(uint64_t seed, uint64_t a, uint64_t b);
+double hashNormal(uint64_t seed, uint64_t a, uint64_t b);
+
+} // namespace mapp::scan
+
+#endif // MAPP_SCAN_SIM_H

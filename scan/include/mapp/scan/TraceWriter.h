@@ -1,0 +1,148 @@
+//===- TraceWriter.h - Per-rank trace recorder output -----------*- C++ -*-===//
+//
+// MappTraceWriter writes one rank's trace in the format of
+// docs/trace-format.md. It depends only on the standard library so the
+// runtime can link it without the analysis code.
+//
+// Hot path: append() copies a fixed-size record into a preallocated ring
+// (a bounded lock-free queue); a background thread formats JSON lines and
+// writes them. When the ring is full the event is dropped and counted rather
+// than stalling the training step; the footer reports the count.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_SCAN_TRACEWRITER_H
+#define MAPP_SCAN_TRACEWRITER_H
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mapp {
+
+enum class TraceCategory : uint8_t { Compute, Comm, Memcpy, Data, Optimizer };
+enum class TraceOp : uint8_t {
+  None,
+  Send,
+  Recv,
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Broadcast,
+  Barrier
+};
+
+const char *traceCategoryName(TraceCategory c);
+const char *traceOpName(TraceOp o);
+
+/// One event as the recorder hands it over. Fixed size so the ring needs no
+/// allocation; names longer than the buffer are truncated.
+struct TraceRecord {
+  char name[56] = {0};
+  char stream[16] = {0}; // empty: the reader derives the track from `cat`
+  TraceCategory cat = TraceCategory::Compute;
+  TraceOp op = TraceOp::None;
+  int32_t step = -1, microbatch = -1, layer = -1, chunk = -1;
+  int32_t peer = -1;  // p2p: the other global rank
+  int32_t group = -1; // collectives: id from registerGroup()
+  int64_t tag = -1;   // p2p tag (plan-lowering: tag * num_mb + mb)
+  int64_t seq = -1;   // collectives: per-group issue number; -1 = assign
+  uint64_t bytes = 0;
+  uint64_t beginNs = 0, endNs = 0; // MappTraceWriter::nowNs() clock
+
+  void setName(const char *n);
+  void setStream(const char *s);
+};
+
+struct TraceHeader {
+  int rank = 0, world = 1;
+  int dp = 0, pp = 0, tp = 0;
+  int dpSize = 1, ppSize = 1, tpSize = 1;
+  std::string host;   // empty: gethostname()
+  std::string device; // e.g. "cpu" or "cuda:0"
+  // Clock readings at open; 0 = read the real clocks (simulators set them).
+  uint64_t monoStartNs = 0, wallStartNs = 0;
+};
+
+class MappTraceWriter {
+public:
+  /// Opens DIR/rank-{rank}.trace.jsonl (creating DIR) and writes the header.
+  /// Returns null and sets *error when the file cannot be created.
+  static std::unique_ptr<MappTraceWriter> open(const std::string &dir,
+                                               const TraceHeader &header,
+                                               std::string *error,
+                                               size_t capacity = 1 << 16);
+  ~MappTraceWriter();
+
+  /// The clock every begin/end must come from (steady, nanoseconds).
+  static uint64_t nowNs();
+
+  /// Declares a communicator; returns the id events put in `group`.
+  /// `kind` is "tp", "dp", "pp", "mp", "world", ... Thread-safe.
+  int registerGroup(const std::string &kind, const std::vector<int> &members);
+  /// The next collective sequence number of `group`; call at issue time
+  /// so every member numbers the same collective alike.
+  int64_t nextSeq(int group);
+
+  /// Queues an event. Returns its id (unique per rank, increasing in append
+  /// order), or -1 when the ring was full and the event was dropped.
+  int64_t append(const TraceRecord &r);
+
+  /// Blocks until every event appended before the call is on disk.
+  void flush();
+  /// Flushes, writes the footer and closes the file. Idempotent.
+  void close();
+
+  /// Makes append() wait for room instead of dropping (offline writers such
+  /// as mapp-sim, which must not lose events).
+  void setBlockWhenFull(bool b) { blockWhenFull = b; }
+
+  uint64_t dropped() const { return droppedCount.load(); }
+  const std::string &path() const { return filePath; }
+
+private:
+  MappTraceWriter(std::FILE *f, std::string path, size_t capacity);
+  void run();
+  size_t drain(std::string &buf);
+  void writeGroups(std::string &buf);
+
+  struct Slot {
+    std::atomic<uint64_t> seq;
+    TraceRecord rec;
+  };
+  struct Group {
+    std::string kind;
+    std::vector<int> members;
+    std::atomic<int64_t> nextSeq{0};
+  };
+
+  std::FILE *file;
+  std::string filePath;
+  std::unique_ptr<Slot[]> slots;
+  uint64_t mask;
+  alignas(64) std::atomic<uint64_t> head{0};
+  alignas(64) uint64_t tail = 0; // consumer only
+  std::atomic<uint64_t> written{0};
+  std::atomic<uint64_t> droppedCount{0};
+  bool blockWhenFull = false;
+
+  std::mutex groupMutex;
+  std::deque<Group> groups;
+  size_t groupsWritten = 0;
+
+  std::mutex mu;
+  std::condition_variable wake, done;
+  bool stopping = false, closed = false;
+  std::thread worker;
+};
+
+} // namespace mapp
+
+#endif // MAPP_SCAN_TRACEWRITER_H

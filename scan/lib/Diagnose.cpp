@@ -1,0 +1,287 @@
+//===- Diagnose.cpp - Slow-rank and slow-link diagnosis -------------------===//
+//
+// Root cause vs victims: a slow rank's own operations take longer than the
+// same operations on its peers, while its victims' operations take the
+// normal time and the victims instead wait longer at sync points. So ranks
+// are judged by compute durations against peers, never by step time or
+// wait time. Links are judged by effective bandwidth of the transfers they
+// carry, against links of the same class (intra- or inter-host).
+//
+//===----------------------------------------------------------------------===//
+
+#include "mapp/scan/Diagnose.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+using namespace mapp::scan;
+
+double mapp::scan::median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  size_t n = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + n, v.end());
+  double hi = v[n];
+  if (v.size() % 2)
+    return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + n);
+  return (lo + hi) / 2;
+}
+
+static double percentile(std::vector<double> v, double q) {
+  if (v.empty())
+    return 0;
+  size_t n = std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + n, v.end());
+  return v[n];
+}
+
+static std::string fmt(const char *f, double a, double b = 0) {
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), f, a, b);
+  return buf;
+}
+
+static bool isComputeLike(const Event &e) { return e.cat != Cat::Comm; }
+
+// Time spent waiting for peers vs moving bytes, per comm event.
+static void splitComm(const Trace &t, const Matches &m,
+                      std::vector<std::vector<double>> &wait) {
+  wait.assign(t.world, {});
+  for (int r = 0; r < t.world; ++r)
+    wait[r].assign(t.ranks[r].events.size(), 0.0);
+  for (const CollInstance &ci : m.colls) {
+    double last = -1e300;
+    for (auto [r, i] : ci.events)
+      last = std::max(last, t.ranks[r].events[i].gb);
+    for (auto [r, i] : ci.events) {
+      const Event &e = t.ranks[r].events[i];
+      wait[r][i] = std::clamp(last - e.gb, 0.0, e.ge - e.gb);
+    }
+  }
+  for (const P2PPair &p : m.p2p) {
+    const Event &s = t.ranks[p.src].events[p.send];
+    const Event &rv = t.ranks[p.dst].events[p.recv];
+    wait[p.dst][p.recv] = std::clamp(s.gb - rv.gb, 0.0, rv.ge - rv.gb);
+  }
+}
+
+Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
+                               const DiagnoseOptions &opts) {
+  Diagnosis d;
+  int R = t.world;
+  d.ranks.resize(R);
+  std::vector<std::vector<double>> wait;
+  splitComm(t, m, wait);
+
+  // Per rank time breakdown.
+  for (int r = 0; r < R; ++r) {
+    RankStats &rs = d.ranks[r];
+    rs.rank = r;
+    const auto &ev = t.ranks[r].events;
+    if (ev.empty())
+      continue;
+    double first = 1e300, last = -1e300, busy = 0, cursor = -1e300;
+    for (size_t i = 0; i < ev.size(); ++i) {
+      const Event &e = ev[i];
+      double dur = e.ge - e.gb;
+      first = std::min(first, e.gb);
+      last = std::max(last, e.ge);
+      if (isComputeLike(e)) {
+        rs.computeNs += dur;
+      } else {
+        rs.waitNs += wait[r][i];
+        rs.commNs += dur - wait[r][i];
+      }
+      // Union of busy intervals (events of several streams may overlap).
+      double b = std::max(e.gb, cursor);
+      if (e.ge > b)
+        busy += e.ge - b;
+      cursor = std::max(cursor, e.ge);
+    }
+    rs.spanNs = last - first;
+    rs.idleNs = std::max(0.0, rs.spanNs - busy);
+  }
+
+  // Reference duration of each compute op name: the median over the ranks
+  // that run it of their own median (the minimum when only two do).
+  std::map<std::string, std::map<int, std::vector<double>>> byName;
+  for (int r = 0; r < R; ++r)
+    for (const Event &e : t.ranks[r].events)
+      if (isComputeLike(e))
+        byName[e.name][r].push_back(e.ge - e.gb);
+  std::map<std::string, double> ref;
+  for (auto &[name, perRank] : byName) {
+    if (perRank.size() < 2)
+      continue;
+    std::vector<double> meds;
+    for (auto &[r, v] : perRank)
+      meds.push_back(median(v));
+    ref[name] = perRank.size() >= 3
+                    ? median(meds)
+                    : *std::min_element(meds.begin(), meds.end());
+  }
+  std::vector<std::vector<std::pair<double, size_t>>> ratios(R);
+  for (int r = 0; r < R; ++r) {
+    const auto &ev = t.ranks[r].events;
+    std::vector<double> rv;
+    for (size_t i = 0; i < ev.size(); ++i) {
+      auto it = ref.find(ev[i].name);
+      if (!isComputeLike(ev[i]) || it == ref.end() || it->second <= 0)
+        continue;
+      double q = (ev[i].ge - ev[i].gb) / it->second;
+      ratios[r].push_back({q, i});
+      rv.push_back(q);
+    }
+    RankStats &rs = d.ranks[r];
+    rs.compared = rv.size();
+    if (rv.empty())
+      continue;
+    rs.computeRatio = median(rv);
+    size_t slower = 0;
+    for (double q : rv)
+      slower += q > 1 + opts.rankThreshold / 2;
+    rs.consistency = double(slower) / rv.size();
+  }
+  std::vector<double> all;
+  for (const RankStats &rs : d.ranks)
+    if (rs.compared)
+      all.push_back(rs.computeRatio);
+  double center = median(all);
+  std::vector<double> dev;
+  for (double q : all)
+    dev.push_back(std::fabs(q - center));
+  d.rankNoise = std::max(0.005, 1.4826 * median(dev));
+  for (const RankStats &rs : d.ranks) {
+    if (!rs.compared)
+      continue;
+    double excess = rs.computeRatio - std::max(1.0, center);
+    if (rs.computeRatio < 1 + opts.rankThreshold || excess < 5 * d.rankNoise)
+      continue;
+    Finding f;
+    f.kind = "slow-rank";
+    f.rank = rs.rank;
+    f.ratio = rs.computeRatio;
+    f.confidence =
+        std::clamp(rs.consistency, 0.0, 1.0) *
+        std::clamp((rs.computeRatio - 1) / (2 * opts.rankThreshold), 0.0, 1.0);
+    f.magnitude = fmt("compute %.2fx peers' median (%.0f%% of its ops slower)",
+                      rs.computeRatio, 100 * rs.consistency);
+    auto rr = ratios[rs.rank];
+    std::sort(rr.begin(), rr.end(), std::greater<>());
+    for (size_t k = 0; k < rr.size() && k < opts.evidence; ++k)
+      f.evidence.push_back(
+          t.eventRef(rs.rank, t.ranks[rs.rank].events[rr[k].second]));
+    // Victims: ranks that waited clearly longer than the culprit did.
+    std::vector<std::pair<double, int>> w;
+    for (const RankStats &o : d.ranks)
+      if (o.rank != rs.rank && o.waitNs > 1.25 * rs.waitNs + 1e3)
+        w.push_back({o.waitNs, o.rank});
+    std::sort(w.rbegin(), w.rend());
+    for (size_t k = 0; k < w.size() && k < 8; ++k)
+      f.victims.push_back(w[k].second);
+    d.findings.push_back(f);
+  }
+
+  // Links: effective bandwidth of each p2p transfer, over the window where
+  // both ends were engaged.
+  // Per transfer, bytes over (min(send end, recv end) - send begin): the
+  // bytes cannot have left before the send began nor arrived after either
+  // end finished, so this never overstates bandwidth, whether sends are
+  // eager or wait for the receiver. Waiting inflates single samples, so a
+  // link is rated by a high percentile of its transfers: a slow link has
+  // no fast transfers at all.
+  std::map<std::pair<int, int>, std::vector<double>> bw;
+  std::map<std::pair<int, int>, LinkStats> links;
+  for (size_t k = 0; k < m.p2p.size(); ++k) {
+    const P2PPair &p = m.p2p[k];
+    const Event &s = t.ranks[p.src].events[p.send];
+    const Event &rv = t.ranks[p.dst].events[p.recv];
+    LinkStats &ls = links[{p.src, p.dst}];
+    ls.src = p.src;
+    ls.dst = p.dst;
+    ls.intraHost = t.ranks[p.src].hdr.host == t.ranks[p.dst].hdr.host;
+    ++ls.messages;
+    ls.bytes += s.bytes;
+    double win = std::min(s.ge, rv.ge) - s.gb;
+    if (win <= 0 || !s.bytes)
+      continue;
+    bw[{p.src, p.dst}].push_back(s.bytes * 8.0 / win);
+    ls.pairs.push_back(k);
+  }
+  for (auto &[key, ls] : links)
+    ls.gbps = percentile(bw[key], 0.8);
+  for (bool intra : {false, true}) {
+    std::vector<double> meds;
+    for (auto &[key, ls] : links)
+      if (ls.intraHost == intra && !ls.pairs.empty())
+        meds.push_back(ls.gbps);
+    if (meds.empty())
+      continue;
+    double refBw = meds.size() >= 3
+                       ? median(meds)
+                       : *std::max_element(meds.begin(), meds.end());
+    for (auto &[key, ls] : links) {
+      if (ls.intraHost != intra || ls.pairs.empty())
+        continue;
+      ls.ratio = ls.gbps / refBw;
+      if (ls.ratio > 1 - opts.linkThreshold || meds.size() < 2)
+        continue;
+      std::vector<std::pair<double, size_t>> slow;
+      size_t nslow = 0;
+      const auto &v = bw[key];
+      for (size_t i = 0; i < v.size(); ++i) {
+        nslow += v[i] < refBw * (1 - opts.linkThreshold / 2);
+        slow.push_back({v[i], ls.pairs[i]});
+      }
+      std::sort(slow.begin(), slow.end());
+      Finding f;
+      f.kind = "slow-link";
+      f.src = ls.src;
+      f.dst = ls.dst;
+      f.ratio = ls.ratio;
+      f.confidence =
+          double(nslow) / v.size() *
+          std::clamp((1 - ls.ratio) / (2 * opts.linkThreshold), 0.0, 1.0);
+      f.magnitude = fmt("effective bandwidth %.1f Gb/s, %.2fx peer links' "
+                        "median",
+                        ls.gbps, ls.ratio);
+      for (size_t k = 0; k < slow.size() && k < opts.evidence / 2; ++k) {
+        const P2PPair &p = m.p2p[slow[k].second];
+        f.evidence.push_back(t.eventRef(p.src, t.ranks[p.src].events[p.send]));
+        f.evidence.push_back(t.eventRef(p.dst, t.ranks[p.dst].events[p.recv]));
+      }
+      d.findings.push_back(f);
+    }
+  }
+  for (auto &[key, ls] : links)
+    d.links.push_back(ls);
+  std::stable_sort(d.findings.begin(), d.findings.end(),
+                   [](const Finding &a, const Finding &b) {
+                     return a.confidence > b.confidence;
+                   });
+
+  // Measured step times on the aligned timeline.
+  std::map<int, double> stepEnd;
+  double first = 1e300;
+  for (int r = 0; r < R; ++r)
+    for (const Event &e : t.ranks[r].events) {
+      first = std::min(first, e.gb);
+      if (e.step >= 0) {
+        auto it = stepEnd.find(e.step);
+        if (it == stepEnd.end())
+          stepEnd[e.step] = e.ge;
+        else
+          it->second = std::max(it->second, e.ge);
+      }
+    }
+  double prev = first;
+  for (auto &[s, e] : stepEnd) {
+    d.stepNs.push_back(e - prev);
+    prev = e;
+  }
+  d.steps = stepEnd.size();
+  return d;
+}

@@ -1,0 +1,481 @@
+//===- SimConfig.cpp - mapp-sim's job model: config, faults, programs -----===//
+
+#include "mapp/scan/Sim.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+using namespace mapp::scan;
+using json = nlohmann::json;
+
+bool mapp::scan::parseFault(const std::string &s, int world, Fault &f,
+                            std::string *error) {
+  auto fail = [&](const std::string &m) {
+    *error = "bad fault '" + s + "': " + m;
+    return false;
+  };
+  size_t colon = s.find(':');
+  if (colon == std::string::npos)
+    return fail("expected KIND:key=value,...");
+  std::string kind = s.substr(0, colon);
+  std::map<std::string, double> kv;
+  std::stringstream ss(s.substr(colon + 1));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      return fail("'" + item + "' is not key=value");
+    try {
+      size_t used = 0;
+      std::string v = item.substr(eq + 1);
+      kv[item.substr(0, eq)] = std::stod(v, &used);
+      if (used != v.size())
+        throw std::invalid_argument(v);
+    } catch (const std::exception &) {
+      return fail("'" + item + "' needs a numeric value");
+    }
+  }
+  auto need = [&](const char *k, double &out) {
+    auto it = kv.find(k);
+    if (it == kv.end())
+      return false;
+    out = it->second;
+    kv.erase(it);
+    return true;
+  };
+  auto rankOk = [&](double v) { return v >= 0 && v < world && v == (int)v; };
+  double a, b, v;
+  f.text = s;
+  if (kind == "slow-compute") {
+    if (!need("rank", a) || !need("factor", v))
+      return fail("slow-compute needs rank=R,factor=F");
+    if (!rankOk(a))
+      return fail("rank outside world size " + std::to_string(world));
+    if (v <= 0)
+      return fail("factor must be positive");
+    f.kind = Fault::SlowCompute;
+    f.rank = a;
+  } else if (kind == "link-delay" || kind == "link-bandwidth") {
+    bool delay = kind == "link-delay";
+    if (!need("src", a) || !need("dst", b) || !need(delay ? "us" : "gbps", v))
+      return fail(kind + (delay ? " needs src=A,dst=B,us=U"
+                                : " needs src=A,dst=B,gbps=G"));
+    if (!rankOk(a) || !rankOk(b) || a == b)
+      return fail("src and dst must be distinct ranks below " +
+                  std::to_string(world));
+    if (delay ? v < 0 : v <= 0)
+      return fail(delay ? "us must be >= 0" : "gbps must be positive");
+    f.kind = delay ? Fault::LinkDelay : Fault::LinkBandwidth;
+    f.src = a;
+    f.dst = b;
+  } else {
+    return fail("unknown kind '" + kind +
+                "' (slow-compute, link-delay, link-bandwidth)");
+  }
+  f.value = v;
+  if (!kv.empty())
+    return fail("unknown key '" + kv.begin()->first + "'");
+  return true;
+}
+
+double SimConfig::layerForwardNs() const {
+  if (layerForwardUs > 0)
+    return layerForwardUs * 1e3;
+  return layerForwardFlops / (deviceTflops * 1e12) * 1e9;
+}
+
+bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
+                                std::string *error) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error &e) {
+    *error = std::string("invalid JSON: ") + e.what();
+    return false;
+  }
+  if (!j.is_object()) {
+    *error = "config must be a JSON object";
+    return false;
+  }
+  static const std::set<std::string> known = {"tp",
+                                              "pp",
+                                              "dp",
+                                              "microbatches",
+                                              "steps",
+                                              "chunks",
+                                              "layers",
+                                              "schedule",
+                                              "layer_forward_us",
+                                              "layer_forward_flops",
+                                              "device_tflops",
+                                              "backward_factor",
+                                              "embedding_us",
+                                              "loss_us",
+                                              "optimizer_us",
+                                              "data_us",
+                                              "activation_bytes",
+                                              "tp_allreduce_bytes",
+                                              "dp_allreduce_bytes",
+                                              "grad_norm_allreduce",
+                                              "network",
+                                              "clock",
+                                              "jitter",
+                                              "exit_skew_us",
+                                              "seed",
+                                              "faults",
+                                              "comment"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!known.count(it.key())) {
+      *error = "unknown config key '" + it.key() + "'";
+      return false;
+    }
+  try {
+    c.tp = j.value("tp", 1);
+    c.pp = j.value("pp", 1);
+    c.dp = j.value("dp", 1);
+    c.microbatches = j.value("microbatches", 1);
+    c.steps = j.value("steps", 1);
+    c.chunks = j.value("chunks", 1);
+    c.layers = j.value("layers", c.pp * c.chunks);
+    c.schedule = j.value("schedule", std::string("1f1b"));
+    c.layerForwardUs = j.value("layer_forward_us", 0.0);
+    c.layerForwardFlops = j.value("layer_forward_flops", 0.0);
+    c.deviceTflops = j.value("device_tflops", 0.0);
+    c.backwardFactor = j.value("backward_factor", 2.0);
+    c.embeddingUs = j.value("embedding_us", 0.0);
+    c.lossUs = j.value("loss_us", 0.0);
+    c.optimizerUs = j.value("optimizer_us", 0.0);
+    c.dataUs = j.value("data_us", 0.0);
+    c.activationBytes = j.value("activation_bytes", (uint64_t)0);
+    c.tpAllreduceBytes = j.value("tp_allreduce_bytes", (uint64_t)0);
+    c.dpAllreduceBytes = j.value("dp_allreduce_bytes", (uint64_t)0);
+    c.gradNormAllreduce = j.value("grad_norm_allreduce", true);
+    if (j.contains("network")) {
+      const json &n = j["network"];
+      c.gpusPerNode = n.value("gpus_per_node", 0);
+      c.interGbps = n.value("gbps", c.interGbps);
+      c.interLatencyUs = n.value("latency_us", c.interLatencyUs);
+      c.intraGbps = n.value("intra_gbps", c.intraGbps);
+      c.intraLatencyUs = n.value("intra_latency_us", c.intraLatencyUs);
+    }
+    if (j.contains("clock")) {
+      const json &k = j["clock"];
+      c.clockOffsetMs = k.value("offset_ms", 0.0);
+      c.clockDriftPpm = k.value("drift_ppm", 0.0);
+      c.wallErrorMs = k.value("wall_error_ms", 0.0);
+    }
+    c.jitter = j.value("jitter", 0.0);
+    c.exitSkewUs = j.value("exit_skew_us", 0.0);
+    c.seed = j.value("seed", (uint64_t)1);
+  } catch (const json::exception &e) {
+    *error = std::string("bad config value: ") + e.what();
+    return false;
+  }
+  auto bad = [&](const std::string &m) {
+    *error = m;
+    return false;
+  };
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.microbatches < 1 || c.steps < 1 ||
+      c.chunks < 1)
+    return bad("tp, pp, dp, microbatches, steps and chunks must be >= 1");
+  if (c.schedule != "gpipe" && c.schedule != "1f1b" &&
+      c.schedule != "interleaved")
+    return bad("schedule must be gpipe, 1f1b or interleaved");
+  if (c.schedule == "1f1b" && c.chunks != 1)
+    return bad("1f1b runs one chunk per stage; use interleaved for chunks > 1");
+  if (c.schedule == "interleaved" && c.microbatches % c.pp)
+    return bad("interleaved needs microbatches divisible by pp");
+  if (c.layers % (c.pp * c.chunks))
+    return bad("layers must be divisible by pp*chunks");
+  if (c.layerForwardUs <= 0 &&
+      (c.layerForwardFlops <= 0 || c.deviceTflops <= 0))
+    return bad("give layer_forward_us, or layer_forward_flops and "
+               "device_tflops");
+  if (c.interGbps <= 0 || c.intraGbps <= 0)
+    return bad("link bandwidths must be positive");
+  if (j.contains("faults")) {
+    if (!j["faults"].is_array())
+      return bad("'faults' must be an array of strings");
+    for (const json &f : j["faults"]) {
+      Fault fault;
+      if (!f.is_string())
+        return bad("'faults' must be an array of strings");
+      if (!parseFault(f.get<std::string>(), c.tp * c.pp * c.dp, fault, error))
+        return false;
+      c.faults.push_back(fault);
+    }
+  }
+  return true;
+}
+
+SimNetwork mapp::scan::makeNetwork(const SimConfig &c) {
+  int gpn = c.gpusPerNode > 0 ? c.gpusPerNode : c.tp;
+  std::map<std::pair<int, int>, double> extraUs, gbps;
+  for (const Fault &f : c.faults) {
+    if (f.kind == Fault::LinkDelay)
+      extraUs[{f.src, f.dst}] += f.value;
+    else if (f.kind == Fault::LinkBandwidth)
+      gbps[{f.src, f.dst}] = f.value;
+  }
+  auto link = [=](int a, int b, double &lat, double &bw) {
+    bool intra = a / gpn == b / gpn;
+    lat = (intra ? c.intraLatencyUs : c.interLatencyUs) * 1e3;
+    bw = intra ? c.intraGbps : c.interGbps;
+    auto e = extraUs.find({a, b});
+    if (e != extraUs.end())
+      lat += e->second * 1e3;
+    auto g = gbps.find({a, b});
+    if (g != gbps.end())
+      bw = g->second;
+  };
+  SimNetwork net;
+  net.p2p = [=](int a, int b, uint64_t bytes) {
+    double lat, bw;
+    link(a, b, lat, bw);
+    return lat + bytes * 8.0 / bw; // Gb/s == bits per ns
+  };
+  net.coll = [=](const SimGroup &g, Op op, uint64_t bytes) {
+    size_t n = g.members.size();
+    if (n < 2)
+      return 0.0;
+    // Ring algorithm: the slowest ring hop paces every step.
+    double step = 0;
+    for (size_t i = 0; i < n; ++i) {
+      double lat, bw;
+      link(g.members[i], g.members[(i + 1) % n], lat, bw);
+      step = std::max(step, lat + (bytes / (double)n) * 8.0 / bw);
+    }
+    double steps = op == Op::AllReduce ? 2.0 * (n - 1) : double(n - 1);
+    return steps * step;
+  };
+  return net;
+}
+
+namespace {
+struct Builder {
+  const SimConfig &c;
+  SimJob &job;
+  int R;
+  std::map<std::string, int> groupIds;
+  std::vector<std::map<int, int64_t>> seqs; // per rank: group -> next seq
+
+  int rankOf(int t, int d, int p) const { return t + c.tp * (d + c.dp * p); }
+
+  int group(const std::string &kind, std::vector<int> members) {
+    std::sort(members.begin(), members.end());
+    std::string key = kind;
+    for (int m : members)
+      key += "," + std::to_string(m);
+    auto it = groupIds.find(key);
+    if (it != groupIds.end())
+      return it->second;
+    job.groups.push_back({kind, members});
+    return groupIds[key] = job.groups.size() - 1;
+  }
+
+  SimOp base(const char *name, Cat cat, int step, int mb, int layer,
+             int chunk) {
+    SimOp op;
+    op.name = name;
+    op.cat = cat;
+    op.step = step;
+    op.mb = mb;
+    op.layer = layer;
+    op.chunk = chunk;
+    return op;
+  }
+
+  void compute(int r, SimOp op, double ns) {
+    op.kind = SimOp::Compute;
+    size_t idx = job.programs[r].size();
+    double j = 1 + c.jitter * hashNormal(c.seed, r, idx);
+    op.durNs = ns * std::max(0.2, j);
+    for (const Fault &f : c.faults)
+      if (f.kind == Fault::SlowCompute && f.rank == r)
+        op.durNs *= f.value;
+    job.programs[r].push_back(op);
+  }
+
+  void coll(int r, SimOp op, int g, uint64_t bytes) {
+    op.kind = SimOp::Coll;
+    op.cat = Cat::Comm;
+    op.op = Op::AllReduce;
+    op.group = g;
+    op.bytes = bytes;
+    op.seq = seqs[r][g]++;
+    op.exitSkewNs = c.exitSkewUs * 1e3 *
+                    hashUniform(c.seed ^ 0x5eed, r, job.programs[r].size());
+    job.programs[r].push_back(op);
+  }
+
+  void p2p(int r, SimOp op, bool send, int peer, int64_t tag) {
+    op.kind = send ? SimOp::Send : SimOp::Recv;
+    op.cat = Cat::Comm;
+    op.op = send ? Op::Send : Op::Recv;
+    op.peer = peer;
+    op.tag = tag;
+    op.bytes = c.activationBytes;
+    job.programs[r].push_back(op);
+  }
+
+  // One forward or backward task of (chunk, mb) on rank r.
+  void task(int r, int step, int chunk, int mb, bool fwd) {
+    int t = r % c.tp, d = (r / c.tp) % c.dp, s = r / (c.tp * c.dp);
+    int V = c.pp * c.chunks, vs = chunk * c.pp + s;
+    int lv = c.layers / V;
+    int prev = rankOf(t, d, (s + c.pp - 1) % c.pp);
+    int next = rankOf(t, d, (s + 1) % c.pp);
+    int64_t M = c.microbatches;
+    int tpg = c.tp > 1 ? group("tp", tpMembers(d, s)) : -1;
+    double lf = c.layerForwardNs();
+    if (fwd) {
+      if (vs == 0) {
+        if (c.dataUs > 0)
+          compute(r, base("data.load", Cat::Data, step, mb, -1, chunk),
+                  c.dataUs * 1e3);
+        if (c.embeddingUs > 0)
+          compute(r, base("fwd.embedding", Cat::Compute, step, mb, -1, chunk),
+                  c.embeddingUs * 1e3);
+      } else {
+        p2p(r, base("recv.fwd", Cat::Comm, step, mb, -1, chunk), false, prev,
+            (2 * vs) * M + mb);
+      }
+      for (int l = vs * lv; l < (vs + 1) * lv; ++l) {
+        compute(r, base("fwd.attn", Cat::Compute, step, mb, l, chunk),
+                0.4 * lf);
+        if (tpg >= 0)
+          coll(r, base("fwd.attn.allreduce", Cat::Comm, step, mb, l, chunk),
+               tpg, c.tpAllreduceBytes);
+        compute(r, base("fwd.mlp", Cat::Compute, step, mb, l, chunk), 0.6 * lf);
+        if (tpg >= 0)
+          coll(r, base("fwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
+               c.tpAllreduceBytes);
+      }
+      if (vs == V - 1) {
+        if (c.lossUs > 0)
+          compute(r, base("fwd.loss", Cat::Compute, step, mb, -1, chunk),
+                  c.lossUs * 1e3);
+      } else {
+        p2p(r, base("send.fwd", Cat::Comm, step, mb, -1, chunk), true, next,
+            (2 * (vs + 1)) * M + mb);
+      }
+      return;
+    }
+    if (vs != V - 1)
+      p2p(r, base("recv.bwd", Cat::Comm, step, mb, -1, chunk), false, next,
+          (2 * vs + 1) * M + mb);
+    double bf = c.backwardFactor * lf;
+    for (int l = (vs + 1) * lv - 1; l >= vs * lv; --l) {
+      compute(r, base("bwd.mlp", Cat::Compute, step, mb, l, chunk), 0.6 * bf);
+      if (tpg >= 0)
+        coll(r, base("bwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
+             c.tpAllreduceBytes);
+      compute(r, base("bwd.attn", Cat::Compute, step, mb, l, chunk), 0.4 * bf);
+      if (tpg >= 0)
+        coll(r, base("bwd.attn.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
+             c.tpAllreduceBytes);
+    }
+    if (vs != 0)
+      p2p(r, base("send.bwd", Cat::Comm, step, mb, -1, chunk), true, prev,
+          (2 * (vs - 1) + 1) * M + mb);
+    else if (c.embeddingUs > 0)
+      compute(r, base("bwd.embedding", Cat::Compute, step, mb, -1, chunk),
+              c.embeddingUs * 1e3);
+  }
+
+  std::vector<int> tpMembers(int d, int s) const {
+    std::vector<int> m;
+    for (int t = 0; t < c.tp; ++t)
+      m.push_back(rankOf(t, d, s));
+    return m;
+  }
+
+  // The (forward?, chunk, mb) task order of pipeline stage s.
+  std::vector<std::tuple<bool, int, int>> order(int s) const {
+    std::vector<std::tuple<bool, int, int>> o;
+    int M = c.microbatches, v = c.chunks, p = c.pp;
+    if (c.schedule == "gpipe") {
+      for (int ch = 0; ch < v; ++ch)
+        for (int m = 0; m < M; ++m)
+          o.push_back({true, ch, m});
+      for (int ch = v - 1; ch >= 0; --ch)
+        for (int m = 0; m < M; ++m)
+          o.push_back({false, ch, m});
+      return o;
+    }
+    if (c.schedule == "1f1b") {
+      int warm = std::min(p - s - 1, M);
+      for (int m = 0; m < warm; ++m)
+        o.push_back({true, 0, m});
+      for (int m = 0; m < M - warm; ++m) {
+        o.push_back({true, 0, m + warm});
+        o.push_back({false, 0, m});
+      }
+      for (int m = M - warm; m < M; ++m)
+        o.push_back({false, 0, m});
+      return o;
+    }
+    // Megatron's interleaved 1F1B.
+    int total = M * v;
+    int warm = std::min((p - s - 1) * 2 + (v - 1) * p, total);
+    auto chunkOf = [&](int k, bool fwd) {
+      int ch = (k % (p * v)) / p;
+      return fwd ? ch : v - 1 - ch;
+    };
+    auto mbOf = [&](int k) { return (k / (p * v)) * p + k % p; };
+    for (int k = 0; k < warm; ++k)
+      o.push_back({true, chunkOf(k, true), mbOf(k)});
+    for (int k = 0; k < total - warm; ++k) {
+      o.push_back({true, chunkOf(k + warm, true), mbOf(k + warm)});
+      o.push_back({false, chunkOf(k, false), mbOf(k)});
+    }
+    for (int k = total - warm; k < total; ++k)
+      o.push_back({false, chunkOf(k, false), mbOf(k)});
+    return o;
+  }
+};
+} // namespace
+
+bool mapp::scan::buildSimJob(const SimConfig &c, SimJob &job,
+                             std::string *error) {
+  int R = c.tp * c.pp * c.dp;
+  job = SimJob();
+  job.world = R;
+  job.tp = c.tp;
+  job.pp = c.pp;
+  job.dp = c.dp;
+  job.programs.assign(R, {});
+  Builder b{c, job, R, {}, std::vector<std::map<int, int64_t>>(R)};
+  for (int step = 0; step < c.steps; ++step)
+    for (int r = 0; r < R; ++r) {
+      int t = r % c.tp, d = (r / c.tp) % c.dp, s = r / (c.tp * c.dp);
+      for (auto [fwd, ch, mb] : b.order(s))
+        b.task(r, step, ch, mb, fwd);
+      if (c.dp > 1) {
+        std::vector<int> m;
+        for (int dd = 0; dd < c.dp; ++dd)
+          m.push_back(b.rankOf(t, dd, s));
+        int g = b.group("dp", m);
+        for (int ch = 0; ch < c.chunks; ++ch)
+          b.coll(r, b.base("grad.allreduce", Cat::Comm, step, -1, -1, ch), g,
+                 c.dpAllreduceBytes / c.chunks);
+      }
+      if (c.gradNormAllreduce && c.tp * c.pp > 1) {
+        std::vector<int> m;
+        for (int ss = 0; ss < c.pp; ++ss)
+          for (int tt = 0; tt < c.tp; ++tt)
+            m.push_back(b.rankOf(tt, d, ss));
+        b.coll(r, b.base("grad-norm.allreduce", Cat::Comm, step, -1, -1, -1),
+               b.group("mp", m), 8);
+      }
+      if (c.optimizerUs > 0)
+        b.compute(r, b.base("optimizer.step", Cat::Optimizer, step, -1, -1, -1),
+                  c.optimizerUs * 1e3);
+    }
+  (void)error;
+  return true;
+}

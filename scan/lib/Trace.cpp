@@ -1,0 +1,429 @@
+//===- Trace.cpp - Trace reader and event matching ------------------------===//
+
+#include "mapp/scan/Trace.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <dirent.h>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <sys/stat.h>
+
+using namespace mapp::scan;
+using json = nlohmann::json;
+
+static const char *kCats[] = {"compute", "comm", "memcpy", "data", "optimizer"};
+static const char *kOps[] = {"",           "send",       "recv",
+                             "all_reduce", "all_gather", "reduce_scatter",
+                             "all_to_all", "broadcast",  "barrier"};
+
+const char *mapp::scan::catName(Cat c) { return kCats[(int)c]; }
+const char *mapp::scan::opName(Op o) { return kOps[(int)o]; }
+
+bool mapp::scan::parseCat(const std::string &s, Cat &c) {
+  for (int i = 0; i < 5; ++i)
+    if (s == kCats[i]) {
+      c = (Cat)i;
+      return true;
+    }
+  return false;
+}
+
+bool mapp::scan::parseOp(const std::string &s, Op &o) {
+  for (int i = 0; i < 9; ++i)
+    if (s == kOps[i]) {
+      o = (Op)i;
+      return true;
+    }
+  return false;
+}
+
+std::string Trace::rankLabel(int r) const {
+  const Header &h = ranks[r].hdr;
+  return "DP" + std::to_string(h.dp) + "-PP" + std::to_string(h.pp) + "-TP" +
+         std::to_string(h.tp);
+}
+
+std::string Trace::eventRef(int r, const Event &e) const {
+  return std::to_string(r) + ":" + std::to_string(e.id);
+}
+
+namespace {
+struct LineError {
+  std::string msg;
+};
+
+int64_t getInt(const json &j, const char *key, int64_t dflt, bool required) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    if (required)
+      throw LineError{std::string("missing field '") + key + "'"};
+    return dflt;
+  }
+  if (!it->is_number_integer())
+    throw LineError{std::string("field '") + key + "' must be an integer"};
+  return it->get<int64_t>();
+}
+
+std::string getStr(const json &j, const char *key, bool required) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    if (required)
+      throw LineError{std::string("missing field '") + key + "'"};
+    return "";
+  }
+  if (!it->is_string())
+    throw LineError{std::string("field '") + key + "' must be a string"};
+  return it->get<std::string>();
+}
+
+std::vector<int> getMembers(const json &j) {
+  auto it = j.find("members");
+  if (it == j.end() || !it->is_array() || it->empty())
+    throw LineError{"'members' must be a non-empty array of ranks"};
+  std::vector<int> m;
+  for (const json &v : *it) {
+    if (!v.is_number_integer())
+      throw LineError{"'members' must be a non-empty array of ranks"};
+    m.push_back(v.get<int>());
+  }
+  return m;
+}
+
+void parseHeader(const json &j, Header &h) {
+  if (getStr(j, "format", true) != "mapp-trace")
+    throw LineError{"header 'format' is not \"mapp-trace\""};
+  int64_t v = getInt(j, "version", 0, true);
+  if (v != 1)
+    throw LineError{"unsupported trace version " + std::to_string(v) +
+                    " (this mapp-scan reads version 1)"};
+  h.rank = getInt(j, "rank", 0, true);
+  h.world = getInt(j, "world", 0, true);
+  h.dp = getInt(j, "dp", 0, false);
+  h.pp = getInt(j, "pp", 0, false);
+  h.tp = getInt(j, "tp", 0, false);
+  h.dpSize = getInt(j, "dp_size", 1, false);
+  h.ppSize = getInt(j, "pp_size", 1, false);
+  h.tpSize = getInt(j, "tp_size", 1, false);
+  h.host = getStr(j, "host", false);
+  h.device = getStr(j, "device", false);
+  h.clock = getStr(j, "clock", false);
+  h.monoStartNs = getInt(j, "mono_start_ns", 0, false);
+  h.wallStartNs = getInt(j, "wall_start_ns", 0, false);
+  if (h.world <= 0)
+    throw LineError{"header 'world' must be positive"};
+  if (h.rank < 0 || h.rank >= h.world)
+    throw LineError{"header rank " + std::to_string(h.rank) +
+                    " is outside world size " + std::to_string(h.world)};
+  if (h.dpSize * h.ppSize * h.tpSize != h.world)
+    throw LineError{"dp_size*pp_size*tp_size = " +
+                    std::to_string(h.dpSize * h.ppSize * h.tpSize) +
+                    " differs from world " + std::to_string(h.world)};
+}
+
+void parseEvent(const json &j, Event &e) {
+  e.id = getInt(j, "id", 0, true);
+  e.name = getStr(j, "name", true);
+  std::string cat = getStr(j, "cat", true);
+  if (!parseCat(cat, e.cat))
+    throw LineError{"unknown category '" + cat + "'"};
+  std::string op = getStr(j, "op", false);
+  if (!parseOp(op, e.op))
+    throw LineError{"unknown op '" + op + "'"};
+  e.b = getInt(j, "b", 0, true);
+  e.e = getInt(j, "e", 0, true);
+  if (e.e < e.b)
+    throw LineError{"event ends before it begins (e < b)"};
+  e.step = getInt(j, "step", -1, false);
+  e.mb = getInt(j, "mb", -1, false);
+  e.layer = getInt(j, "layer", -1, false);
+  e.chunk = getInt(j, "chunk", -1, false);
+  e.bytes = getInt(j, "bytes", 0, false);
+  e.peer = getInt(j, "peer", -1, false);
+  e.tag = getInt(j, "tag", -1, false);
+  e.group = getInt(j, "group", -1, false);
+  e.seq = getInt(j, "seq", -1, false);
+  e.stream = getStr(j, "stream", false);
+  if ((e.op == Op::Send || e.op == Op::Recv) && e.peer < 0)
+    throw LineError{std::string(opName(e.op)) + " event without 'peer'"};
+  if (isCollective(e.op) && e.seq < 0)
+    throw LineError{std::string(opName(e.op)) + " event without 'seq'"};
+}
+} // namespace
+
+bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
+                              RankTrace &out, std::string *error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = path + ": cannot open file";
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  out.path = path;
+  bool haveHeader = false;
+  std::map<std::string, int> inlineGroups;
+  size_t pos = 0;
+  int lineNo = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    bool lastUnterminated = nl == std::string::npos;
+    std::string line =
+        text.substr(pos, lastUnterminated ? std::string::npos : nl - pos);
+    pos = lastUnterminated ? text.size() : nl + 1;
+    ++lineNo;
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    auto fail = [&](const std::string &msg) {
+      *error = path + ":" + std::to_string(lineNo) + ": " + msg;
+      return false;
+    };
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error &ex) {
+      if (lastUnterminated && opts.allowTruncated && haveHeader)
+        break; // a crash cut the last record: keep what came before
+      // "[json.exception...] parse error at line 1, column C: why"
+      std::string what = ex.what();
+      size_t p = what.find("column ");
+      what = p != std::string::npos ? what.substr(p) : what;
+      return fail(std::string(lastUnterminated
+                                  ? "truncated record at end of file, "
+                                  : "invalid JSON at ") +
+                  what);
+    }
+    if (!j.is_object())
+      return fail("record is not a JSON object");
+    try {
+      std::string type = getStr(j, "type", false);
+      if (!haveHeader) {
+        if (type != "header")
+          throw LineError{"first record must be the header "
+                          "({\"type\":\"header\",...})"};
+        parseHeader(j, out.hdr);
+        haveHeader = true;
+      } else if (type == "header") {
+        throw LineError{"second header record"};
+      } else if (type == "group") {
+        int id = getInt(j, "id", 0, true);
+        Group g{getStr(j, "kind", true), getMembers(j)};
+        for (int m : g.members)
+          if (m < 0 || m >= out.hdr.world)
+            throw LineError{"group member " + std::to_string(m) +
+                            " outside world size " +
+                            std::to_string(out.hdr.world)};
+        out.groups[id] = g;
+      } else if (type == "footer") {
+        out.dropped = getInt(j, "dropped", 0, false);
+        out.hasFooter = true;
+      } else if (type.empty()) {
+        Event e;
+        parseEvent(j, e);
+        e.line = lineNo;
+        if (e.peer >= out.hdr.world)
+          throw LineError{"peer " + std::to_string(e.peer) +
+                          " outside world size " +
+                          std::to_string(out.hdr.world)};
+        if (isCollective(e.op) && e.group < 0) {
+          // Inline form: "group_kind" + "members" instead of a group id.
+          Group g{getStr(j, "group_kind", true), getMembers(j)};
+          std::string key = g.kind;
+          for (int m : g.members)
+            key += "," + std::to_string(m);
+          auto it = inlineGroups.find(key);
+          if (it == inlineGroups.end()) {
+            int id = -2 - (int)inlineGroups.size();
+            it = inlineGroups.emplace(key, id).first;
+            out.groups[id] = g;
+          }
+          e.group = it->second;
+        }
+        out.events.push_back(std::move(e));
+      } else {
+        throw LineError{"unknown record type '" + type + "'"};
+      }
+    } catch (const LineError &le) {
+      return fail(le.msg);
+    } catch (const json::exception &ex) {
+      return fail(ex.what());
+    }
+  }
+  if (!haveHeader) {
+    *error = path + ":1: empty trace file (no header record)";
+    return false;
+  }
+  for (const Event &e : out.events)
+    if (e.group != -1 && !out.groups.count(e.group)) {
+      *error = path + ":" + std::to_string(e.line) + ": group " +
+               std::to_string(e.group) + " is not declared by a group record";
+      return false;
+    }
+  std::stable_sort(out.events.begin(), out.events.end(),
+                   [](const Event &a, const Event &b) {
+                     return a.b != b.b ? a.b < b.b : a.id < b.id;
+                   });
+  return true;
+}
+
+bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
+                              Trace &out, std::string *error) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *error = dir + ": trace directory does not exist";
+    return false;
+  }
+  DIR *d = opendir(dir.c_str());
+  if (!d) {
+    *error = dir + ": cannot read directory";
+    return false;
+  }
+  std::regex re("rank-([0-9]+)\\.trace\\.jsonl");
+  std::map<int, std::string> files;
+  while (dirent *ent = readdir(d)) {
+    std::smatch m;
+    std::string name = ent->d_name;
+    if (std::regex_match(name, m, re))
+      files[std::stoi(m[1])] = dir + "/" + name;
+  }
+  closedir(d);
+  if (files.empty()) {
+    *error = dir + ": no rank-*.trace.jsonl files";
+    return false;
+  }
+  // Headers first, so a rank from another job is reported as such rather
+  // than as whatever it contains that this world cannot hold.
+  Header first;
+  std::string firstPath;
+  for (auto &[r, path] : files) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    json j = json::parse(line, nullptr, false);
+    Header h;
+    try {
+      if (j.is_discarded() || !j.is_object() || j.value("type", "") != "header")
+        continue; // the full parse below reports it
+      parseHeader(j, h);
+    } catch (const std::exception &) {
+      continue;
+    }
+    if (firstPath.empty()) {
+      first = h;
+      firstPath = path;
+    } else if (h.world != first.world || h.tpSize != first.tpSize ||
+               h.ppSize != first.ppSize || h.dpSize != first.dpSize) {
+      *error = path + ":1: world size " + std::to_string(h.world) + " (tp " +
+               std::to_string(h.tpSize) + ", pp " + std::to_string(h.ppSize) +
+               ", dp " + std::to_string(h.dpSize) + ") is inconsistent with " +
+               firstPath + " (world " + std::to_string(first.world) + ")";
+      return false;
+    }
+  }
+  std::vector<RankTrace> ranks;
+  for (auto &[r, path] : files) {
+    RankTrace rt;
+    if (!readRankFile(path, opts, rt, error))
+      return false;
+    if (rt.hdr.rank != r) {
+      *error = path + ":1: header says rank " + std::to_string(rt.hdr.rank) +
+               " but the file name says rank " + std::to_string(r);
+      return false;
+    }
+    ranks.push_back(std::move(rt));
+  }
+  const Header &h0 = ranks.front().hdr;
+  for (const RankTrace &rt : ranks) {
+    const Header &h = rt.hdr;
+    if (h.world != h0.world || h.tpSize != h0.tpSize || h.ppSize != h0.ppSize ||
+        h.dpSize != h0.dpSize) {
+      *error = rt.path + ":1: world size " + std::to_string(h.world) + " (tp " +
+               std::to_string(h.tpSize) + ", pp " + std::to_string(h.ppSize) +
+               ", dp " + std::to_string(h.dpSize) + ") is inconsistent with " +
+               ranks.front().path + " (world " + std::to_string(h0.world) + ")";
+      return false;
+    }
+  }
+  out.world = h0.world;
+  out.tp = h0.tpSize;
+  out.pp = h0.ppSize;
+  out.dp = h0.dpSize;
+  for (int r = 0; r < out.world; ++r)
+    if (!files.count(r)) {
+      *error = dir + "/rank-" + std::to_string(r) +
+               ".trace.jsonl: missing (world size is " +
+               std::to_string(out.world) + ")";
+      return false;
+    }
+  out.ranks = std::move(ranks);
+  for (RankTrace &rt : out.ranks) {
+    const Header &h = rt.hdr;
+    int expect = h.tp + h.tpSize * (h.dp + h.dpSize * h.pp);
+    if (expect != h.rank)
+      out.warnings.push_back(
+          rt.path + ": coordinates (dp " + std::to_string(h.dp) + ", pp " +
+          std::to_string(h.pp) + ", tp " + std::to_string(h.tp) +
+          ") are not in Megatron order for rank " + std::to_string(h.rank));
+    if (rt.dropped)
+      out.warnings.push_back(rt.path + ": recorder dropped " +
+                             std::to_string(rt.dropped) + " events");
+  }
+  return true;
+}
+
+Matches mapp::scan::matchEvents(const Trace &t) {
+  Matches m;
+  using Key = std::tuple<int, int, int64_t>;
+  std::map<Key, std::vector<size_t>> sends, recvs;
+  std::map<std::string, CollInstance> colls;
+  for (int r = 0; r < t.world; ++r) {
+    const RankTrace &rt = t.ranks[r];
+    for (size_t i = 0; i < rt.events.size(); ++i) {
+      const Event &e = rt.events[i];
+      if (e.op == Op::Send)
+        sends[{r, e.peer, e.tag}].push_back(i);
+      else if (e.op == Op::Recv)
+        recvs[{e.peer, r, e.tag}].push_back(i);
+      else if (isCollective(e.op)) {
+        const Group &g = rt.groups.at(e.group);
+        std::vector<int> mem = g.members;
+        std::sort(mem.begin(), mem.end());
+        std::string key = g.kind + "|" + std::to_string(e.seq);
+        for (int x : mem)
+          key += "," + std::to_string(x);
+        CollInstance &ci = colls[key];
+        ci.kind = g.kind;
+        ci.members = mem;
+        ci.seq = e.seq;
+        ci.events.push_back({r, i});
+      }
+    }
+  }
+  for (auto &[k, sv] : sends) {
+    auto it = recvs.find(k);
+    size_t n = it == recvs.end() ? 0 : it->second.size();
+    size_t both = std::min(sv.size(), n);
+    for (size_t i = 0; i < both; ++i)
+      m.p2p.push_back({std::get<0>(k), std::get<1>(k), sv[i], it->second[i]});
+    m.unmatchedSends += sv.size() - both;
+    if (it != recvs.end())
+      m.unmatchedRecvs += n - both;
+  }
+  for (auto &[k, rv] : recvs)
+    if (!sends.count(k))
+      m.unmatchedRecvs += rv.size();
+  for (auto &[k, ci] : colls) {
+    std::vector<int> got;
+    for (auto &p : ci.events)
+      got.push_back(p.first);
+    std::sort(got.begin(), got.end());
+    if (got == ci.members)
+      m.colls.push_back(std::move(ci));
+    else
+      ++m.incompleteColls;
+  }
+  return m;
+}

@@ -1,0 +1,340 @@
+//===- TraceWriter.cpp - Per-rank trace recorder output -------------------===//
+
+#include "mapp/scan/TraceWriter.h"
+
+#include <chrono>
+#include <cstring>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace mapp;
+
+const char *mapp::traceCategoryName(TraceCategory c) {
+  switch (c) {
+  case TraceCategory::Compute:
+    return "compute";
+  case TraceCategory::Comm:
+    return "comm";
+  case TraceCategory::Memcpy:
+    return "memcpy";
+  case TraceCategory::Data:
+    return "data";
+  case TraceCategory::Optimizer:
+    return "optimizer";
+  }
+  return "compute";
+}
+
+const char *mapp::traceOpName(TraceOp o) {
+  switch (o) {
+  case TraceOp::None:
+    return "";
+  case TraceOp::Send:
+    return "send";
+  case TraceOp::Recv:
+    return "recv";
+  case TraceOp::AllReduce:
+    return "all_reduce";
+  case TraceOp::AllGather:
+    return "all_gather";
+  case TraceOp::ReduceScatter:
+    return "reduce_scatter";
+  case TraceOp::AllToAll:
+    return "all_to_all";
+  case TraceOp::Broadcast:
+    return "broadcast";
+  case TraceOp::Barrier:
+    return "barrier";
+  }
+  return "";
+}
+
+static void copyTruncated(char *dst, size_t cap, const char *src) {
+  size_t n = src ? std::strlen(src) : 0;
+  if (n >= cap)
+    n = cap - 1;
+  if (n)
+    std::memcpy(dst, src, n);
+  dst[n] = 0;
+}
+
+void TraceRecord::setName(const char *n) {
+  copyTruncated(name, sizeof(name), n);
+}
+void TraceRecord::setStream(const char *s) {
+  copyTruncated(stream, sizeof(stream), s);
+}
+
+uint64_t MappTraceWriter::nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+static void appendEscaped(std::string &out, const char *s) {
+  out += '"';
+  for (; *s; ++s) {
+    unsigned char c = *s;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+static void appendInt(std::string &out, const char *key, long long v) {
+  char buf[64];
+  int n = std::snprintf(buf, sizeof(buf), ",\"%s\":%lld", key, v);
+  out.append(buf, n);
+}
+
+static std::string headerLine(const TraceHeader &h, uint64_t mono,
+                              uint64_t wall) {
+  std::string host = h.host;
+  if (host.empty()) {
+    char buf[256] = {0};
+    if (gethostname(buf, sizeof(buf) - 1) == 0)
+      host = buf;
+  }
+  std::string s =
+      "{\"type\":\"header\",\"format\":\"mapp-trace\",\"version\":1";
+  appendInt(s, "rank", h.rank);
+  appendInt(s, "world", h.world);
+  appendInt(s, "dp", h.dp);
+  appendInt(s, "pp", h.pp);
+  appendInt(s, "tp", h.tp);
+  appendInt(s, "dp_size", h.dpSize);
+  appendInt(s, "pp_size", h.ppSize);
+  appendInt(s, "tp_size", h.tpSize);
+  s += ",\"host\":";
+  appendEscaped(s, host.c_str());
+  s += ",\"device\":";
+  appendEscaped(s, h.device.c_str());
+  appendInt(s, "pid", (long long)getpid());
+  s += ",\"clock\":\"steady\"";
+  appendInt(s, "mono_start_ns", (long long)mono);
+  appendInt(s, "wall_start_ns", (long long)wall);
+  s += "}\n";
+  return s;
+}
+
+std::unique_ptr<MappTraceWriter>
+MappTraceWriter::open(const std::string &dir, const TraceHeader &header,
+                      std::string *error, size_t capacity) {
+  // mkdir -p; failures surface when fopen fails below.
+  for (size_t i = 1; i <= dir.size(); ++i)
+    if (i == dir.size() || dir[i] == '/')
+      ::mkdir(dir.substr(0, i).c_str(), 0777);
+  std::string path =
+      dir + "/rank-" + std::to_string(header.rank) + ".trace.jsonl";
+  std::FILE *f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    if (error)
+      *error = "cannot create '" + path + "': " + std::strerror(errno);
+    return nullptr;
+  }
+  uint64_t mono = header.monoStartNs ? header.monoStartNs : nowNs();
+  uint64_t wall = header.wallStartNs
+                      ? header.wallStartNs
+                      : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  std::string h = headerLine(header, mono, wall);
+  std::fwrite(h.data(), 1, h.size(), f);
+  size_t cap = 64;
+  while (cap < capacity)
+    cap <<= 1;
+  return std::unique_ptr<MappTraceWriter>(
+      new MappTraceWriter(f, std::move(path), cap));
+}
+
+MappTraceWriter::MappTraceWriter(std::FILE *f, std::string path,
+                                 size_t capacity)
+    : file(f), filePath(std::move(path)), slots(new Slot[capacity]),
+      mask(capacity - 1) {
+  for (size_t i = 0; i < capacity; ++i)
+    slots[i].seq.store(i, std::memory_order_relaxed);
+  worker = std::thread([this] { run(); });
+}
+
+MappTraceWriter::~MappTraceWriter() { close(); }
+
+int MappTraceWriter::registerGroup(const std::string &kind,
+                                   const std::vector<int> &members) {
+  std::lock_guard<std::mutex> lock(groupMutex);
+  groups.emplace_back();
+  groups.back().kind = kind;
+  groups.back().members = members;
+  return (int)groups.size() - 1;
+}
+
+int64_t MappTraceWriter::nextSeq(int group) {
+  std::lock_guard<std::mutex> lock(groupMutex);
+  if (group < 0 || (size_t)group >= groups.size())
+    return -1;
+  return groups[group].nextSeq.fetch_add(1);
+}
+
+int64_t MappTraceWriter::append(const TraceRecord &r) {
+  // Vyukov's bounded queue: a slot whose seq equals the ticket is free.
+  uint64_t pos = head.load(std::memory_order_relaxed);
+  Slot *slot;
+  for (;;) {
+    slot = &slots[pos & mask];
+    uint64_t seq = slot->seq.load(std::memory_order_acquire);
+    int64_t dif = (int64_t)seq - (int64_t)pos;
+    if (dif == 0) {
+      if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed))
+        break;
+    } else if (dif < 0) {
+      if (blockWhenFull) {
+        std::this_thread::yield();
+        pos = head.load(std::memory_order_relaxed);
+        continue;
+      }
+      droppedCount.fetch_add(1, std::memory_order_relaxed);
+      return -1;
+    } else {
+      pos = head.load(std::memory_order_relaxed);
+    }
+  }
+  slot->rec = r;
+  if (r.seq < 0 && r.group >= 0)
+    slot->rec.seq = nextSeq(r.group);
+  slot->seq.store(pos + 1, std::memory_order_release);
+  return (int64_t)pos;
+}
+
+void MappTraceWriter::writeGroups(std::string &buf) {
+  std::lock_guard<std::mutex> lock(groupMutex);
+  for (; groupsWritten < groups.size(); ++groupsWritten) {
+    const Group &g = groups[groupsWritten];
+    buf += "{\"type\":\"group\"";
+    appendInt(buf, "id", (long long)groupsWritten);
+    buf += ",\"kind\":";
+    appendEscaped(buf, g.kind.c_str());
+    buf += ",\"members\":[";
+    for (size_t i = 0; i < g.members.size(); ++i) {
+      if (i)
+        buf += ',';
+      buf += std::to_string(g.members[i]);
+    }
+    buf += "]}\n";
+  }
+}
+
+size_t MappTraceWriter::drain(std::string &buf) {
+  size_t n = 0;
+  for (;;) {
+    Slot &slot = slots[tail & mask];
+    if (slot.seq.load(std::memory_order_acquire) != tail + 1)
+      break;
+    const TraceRecord &r = slot.rec;
+    buf += "{\"id\":";
+    buf += std::to_string(tail);
+    buf += ",\"name\":";
+    appendEscaped(buf, r.name);
+    buf += ",\"cat\":\"";
+    buf += traceCategoryName(r.cat);
+    buf += '"';
+    if (r.op != TraceOp::None) {
+      buf += ",\"op\":\"";
+      buf += traceOpName(r.op);
+      buf += '"';
+    }
+    appendInt(buf, "b", (long long)r.beginNs);
+    appendInt(buf, "e", (long long)r.endNs);
+    if (r.step >= 0)
+      appendInt(buf, "step", r.step);
+    if (r.microbatch >= 0)
+      appendInt(buf, "mb", r.microbatch);
+    if (r.layer >= 0)
+      appendInt(buf, "layer", r.layer);
+    if (r.chunk >= 0)
+      appendInt(buf, "chunk", r.chunk);
+    if (r.bytes)
+      appendInt(buf, "bytes", (long long)r.bytes);
+    if (r.peer >= 0)
+      appendInt(buf, "peer", r.peer);
+    if (r.tag >= 0)
+      appendInt(buf, "tag", r.tag);
+    if (r.group >= 0)
+      appendInt(buf, "group", r.group);
+    if (r.seq >= 0)
+      appendInt(buf, "seq", r.seq);
+    if (r.stream[0]) {
+      buf += ",\"stream\":";
+      appendEscaped(buf, r.stream);
+    }
+    buf += "}\n";
+    slot.seq.store(tail + mask + 1, std::memory_order_release);
+    ++tail;
+    ++n;
+  }
+  return n;
+}
+
+void MappTraceWriter::run() {
+  std::string buf;
+  buf.reserve(1 << 20);
+  for (;;) {
+    bool stop;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      // Polling keeps append() free of notifications (no syscalls).
+      wake.wait_for(lock, std::chrono::milliseconds(5));
+      stop = stopping;
+    }
+    buf.clear();
+    writeGroups(buf);
+    drain(buf);
+    if (!buf.empty())
+      std::fwrite(buf.data(), 1, buf.size(), file);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      written.store(tail);
+    }
+    done.notify_all();
+    if (stop && head.load() == tail)
+      return;
+  }
+}
+
+void MappTraceWriter::flush() {
+  uint64_t target = head.load();
+  std::unique_lock<std::mutex> lock(mu);
+  if (closed)
+    return;
+  wake.notify_one();
+  // Appends still being copied may hold tickets below target for a moment;
+  // the worker keeps polling until they land.
+  done.wait(lock, [&] { return written.load() >= target; });
+  std::fflush(file);
+}
+
+void MappTraceWriter::close() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (closed)
+      return;
+    stopping = true;
+  }
+  wake.notify_one();
+  worker.join();
+  std::string s = "{\"type\":\"footer\"";
+  appendInt(s, "events", (long long)tail);
+  appendInt(s, "dropped", (long long)droppedCount.load());
+  appendInt(s, "mono_end_ns", (long long)nowNs());
+  s += "}\n";
+  std::fwrite(s.data(), 1, s.size(), file);
+  std::fclose(file);
+  std::lock_guard<std::mutex> lock(mu);
+  closed = true;
+}
