@@ -36,7 +36,7 @@ namespace {
 
 const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
 
-  --backend=cpu              kernel backend (default cpu)
+  --backend=cpu|cuda         kernel backend (default cpu; cuda when built with it)
   --comm=local|mpi            local: every rank of the plan as a thread of this
                              process (default); mpi: this process is one rank
                              (mpirun -np WORLD mapp-run PLAN --comm=mpi ...)
@@ -325,6 +325,8 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
                 << "\n";
   }
   if (o.generate) {
+    if (o.backend != "cpu") // reads logits from host memory
+      fail("--generate needs --backend=cpu");
     if (plan.worldSize != 1)
       fail("--generate runs single-rank plans (this plan has world_size ",
            plan.worldSize, ")");

@@ -122,6 +122,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
   pool_ = static_cast<uint8_t *>(backend.allocate(p.persistentBytes));
   arena_ = static_cast<uint8_t *>(
       backend.allocate(p.arenaBytes * static_cast<uint64_t>(p.slots)));
+  backend.bindProgram(p, pool_, arena_);
 
   for (size_t b = 0; b < p.blocks.size(); ++b) {
     std::vector<Prepared> prepared;
@@ -166,9 +167,11 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
       for (int s = 0; s < p.slots; ++s) {
         std::vector<Tensor> ti, to;
         for (int v : in.inputs)
-          ti.push_back({valueData(v, s), p.values[v].type});
+          ti.push_back(backend.operandView(
+              p, in, v, false, {valueData(v, s), p.values[v].type}));
         for (int v : in.outputs) {
-          to.push_back({valueData(v, s), p.values[v].type});
+          to.push_back(backend.operandView(
+              p, in, v, true, {valueData(v, s), p.values[v].type}));
           writesLoss |= v == p.loss;
         }
         pr.ins.push_back(std::move(ti));
@@ -245,17 +248,20 @@ void Executor::initParams(uint64_t seed) {
     const Value &val = prog_->values[v];
     if (val.kind != ValueKind::Param)
       continue;
-    float *dst = valueData(static_cast<int>(v));
+    // Staged through host memory: storage may live on a device.
+    std::vector<float> host(static_cast<size_t>(val.type.numel()));
     int n = shardCount(val);
     if (val.shardDim < 0 || n == 1) {
-      initParam(val.name, val.type.shape, seed, dst);
-      continue;
+      initParam(val.name, val.type.shape, seed, host.data());
+    } else {
+      Shape full = fullShapeOf(val, n);
+      std::vector<float> buf(numel(full));
+      initParam(val.name, full, seed, buf.data());
+      copyPiece(buf.data(), host.data(), val.type.shape, val.shardDim,
+                val.shardBlocks, n, shardIndex(val), true);
     }
-    Shape full = fullShapeOf(val, n);
-    std::vector<float> buf(numel(full));
-    initParam(val.name, full, seed, buf.data());
-    copyPiece(buf.data(), dst, val.type.shape, val.shardDim, val.shardBlocks,
-              n, shardIndex(val), true);
+    backend_.copyToStorage(valueData(static_cast<int>(v)), host.data(),
+                           host.size() * sizeof(float));
   }
 }
 
@@ -277,11 +283,16 @@ void Executor::loadParams(const Safetensors &st, const std::string &where) {
     if (it->second.dtype == DType::I32 || it->second.dtype == DType::I64)
       fail(where, ": tensor '", val.name, "' is an integer tensor");
     std::vector<float> f = it->second.toF32(val.name);
-    if (n == 1)
-      std::memcpy(valueData(static_cast<int>(v)), f.data(), f.size() * 4);
-    else
-      copyPiece(f.data(), valueData(static_cast<int>(v)), val.type.shape,
-                val.shardDim, val.shardBlocks, n, shardIndex(val), true);
+    if (n == 1) {
+      backend_.copyToStorage(valueData(static_cast<int>(v)), f.data(),
+                             f.size() * 4);
+    } else {
+      std::vector<float> piece(static_cast<size_t>(val.type.numel()));
+      copyPiece(f.data(), piece.data(), val.type.shape, val.shardDim,
+                val.shardBlocks, n, shardIndex(val), true);
+      backend_.copyToStorage(valueData(static_cast<int>(v)), piece.data(),
+                             piece.size() * 4);
+    }
   }
 }
 
@@ -291,7 +302,7 @@ Safetensors Executor::saveParams() const {
     const Value &val = prog_->values[v];
     if (val.kind == ValueKind::Param)
       st.tensors[val.name] =
-          StTensor::fromF32(val.type.shape, valueData(static_cast<int>(v)));
+          StTensor::fromF32(val.type.shape, hostCopy(static_cast<int>(v)).data());
   }
   st.metadata["format"] = "pt";
   st.metadata["step"] = std::to_string(step_);
@@ -304,7 +315,7 @@ Safetensors Executor::saveGrads() const {
     const Value &val = prog_->values[v];
     if (val.kind == ValueKind::Grad)
       st.tensors[prog_->values[val.param].name] =
-          StTensor::fromF32(val.type.shape, valueData(static_cast<int>(v)));
+          StTensor::fromF32(val.type.shape, hostCopy(static_cast<int>(v)).data());
   }
   st.metadata["step"] = std::to_string(step_);
   return st;
@@ -351,7 +362,7 @@ Safetensors Executor::gatherParams(bool grads) {
     if (me == 0) {
       std::vector<float> piece(numel(val.type.shape));
       if (s.prog->rank == 0)
-        std::memcpy(piece.data(), valueData(s.value), bytes);
+        backend_.copyFromStorage(piece.data(), valueData(s.value), bytes);
       else
         comm_.recv(piece.data(), bytes, s.prog->rank, tag);
       int n = shardCount(par);
@@ -369,7 +380,7 @@ Safetensors Executor::gatherParams(bool grads) {
         copyPiece(f, piece.data(), val.type.shape, par.shardDim,
                   par.shardBlocks, n, key.second, false);
     } else if (s.prog->rank == me) {
-      comm_.send(valueData(s.value), bytes, 0, tag);
+      comm_.send(hostCopy(s.value).data(), bytes, 0, tag);
     }
   }
   if (me == 0) {
@@ -380,17 +391,21 @@ Safetensors Executor::gatherParams(bool grads) {
   return st;
 }
 
+std::vector<float> Executor::hostCopy(int v) const {
+  const Value &val = prog_->values[v];
+  std::vector<float> host(static_cast<size_t>(val.type.numel()));
+  backend_.copyFromStorage(host.data(), valueData(v), host.size() * sizeof(float));
+  return host;
+}
+
 double Executor::gradNormSquared() const {
-  double s = 0;
+  std::vector<Tensor> grads;
   for (size_t v = 0; v < prog_->values.size(); ++v) {
     const Value &val = prog_->values[v];
-    if (val.kind != ValueKind::Grad || !countInNorm_[v])
-      continue;
-    const float *g = valueData(static_cast<int>(v));
-    for (int64_t i = 0, n = val.type.numel(); i < n; ++i)
-      s += static_cast<double>(g[i]) * g[i];
+    if (val.kind == ValueKind::Grad && countInNorm_[v])
+      grads.push_back({valueData(static_cast<int>(v)), val.type});
   }
-  return s;
+  return backend_.sumSquares(grads);
 }
 
 void Executor::setTraceWriter(mapp::MappTraceWriter *w) { trace_ = w; }
@@ -551,12 +566,14 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.pool = &backend_.pool();
   ctx.comm = &comm_;
   ctx.probe = probe_;
+  ctx.backend = &backend_;
   const bool tr = tracing();
   open_.clear();
+  backend_.beginStep(step_);
 
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.values[v].kind == ValueKind::Grad)
-      std::memset(valueData(static_cast<int>(v)), 0, p.values[v].bytes);
+      backend_.zeroStorage(valueData(static_cast<int>(v)), p.values[v].bytes);
 
   // Default schedule when the table is empty: every non-optimizer block in
   // order for each microbatch.
@@ -570,8 +587,9 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   StepResult r;
   r.step = step_;
   std::vector<int> slotMb(p.slots, -1);
-  std::vector<double> losses(plan_.numMicrobatches,
-                             std::numeric_limits<double>::quiet_NaN());
+  // Filled by readScalarAsync; valid after backend_.synchronize().
+  std::vector<float> losses(plan_.numMicrobatches,
+                            std::numeric_limits<float>::quiet_NaN());
   std::vector<int> optimizerBlocks;
   bool optimizerInTable = false;
   for (size_t b = 0; b < p.blocks.size(); ++b)
@@ -580,7 +598,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   auto localLoss = [&](double &sum, int &n) {
     sum = 0;
     n = 0;
-    for (double l : losses)
+    for (float l : losses)
       if (!std::isnan(l)) {
         sum += l;
         ++n;
@@ -594,6 +612,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     if (afterGrads)
       afterGrads(*this);
     double sq = gradNormSquared();
+    backend_.synchronize(); // the losses read so far
     double lsum;
     int ln;
     localLoss(lsum, ln);
@@ -653,18 +672,16 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       if ((p.tokens >= 0 || p.targets >= 0) && batches) {
         uint64_t t0 = tr ? mapp::MappTraceWriter::nowNs() : 0;
         // A rank may hold only tokens (first stage) or only targets (last).
-        std::vector<int32_t> tmpTok, tmpTgt;
-        int32_t *tok =
-            p.tokens >= 0
-                ? reinterpret_cast<int32_t *>(valueData(p.tokens, slot))
-                : (tmpTok.resize(plan_.microBatchSize * plan_.seqLength),
-                   tmpTok.data());
-        int32_t *tgt =
-            p.targets >= 0
-                ? reinterpret_cast<int32_t *>(valueData(p.targets, slot))
-                : (tmpTgt.resize(plan_.microBatchSize * plan_.seqLength),
-                   tmpTgt.data());
-        batches(step_, t.microbatch, tok, tgt);
+        // Filled in host memory, then copied into storage (maybe a device).
+        size_t nt = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
+        std::vector<int32_t> tok(nt), tgt(nt);
+        batches(step_, t.microbatch, tok.data(), tgt.data());
+        if (p.tokens >= 0)
+          backend_.copyToStorage(valueData(p.tokens, slot), tok.data(),
+                                 nt * sizeof(int32_t));
+        if (p.targets >= 0)
+          backend_.copyToStorage(valueData(p.targets, slot), tgt.data(),
+                                 nt * sizeof(int32_t));
         r.tokens +=
             static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
         if (tr)
@@ -674,12 +691,14 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     }
     runBlock(t.block, t.microbatch, slot, ctx);
     if (blockWritesLoss_[t.block])
-      losses[t.microbatch] = *valueData(p.loss, slot);
+      backend_.readScalarAsync(&losses[t.microbatch], valueData(p.loss, slot));
   }
   finishGrads();
   if (!optimizerInTable)
     for (int b : optimizerBlocks)
       runOptimizer(b);
+  backend_.endStep();
+  backend_.synchronize();
 
   double sum;
   int n;
@@ -699,16 +718,18 @@ void Executor::runForward(const int32_t *tokens, const int32_t *targets,
   const Program &p = *prog_;
   size_t n = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
   if (p.tokens >= 0)
-    std::memcpy(valueData(p.tokens, 0), tokens, n * sizeof(int32_t));
+    backend_.copyToStorage(valueData(p.tokens, 0), tokens, n * sizeof(int32_t));
   if (p.targets >= 0)
-    std::memcpy(valueData(p.targets, 0), targets, n * sizeof(int32_t));
+    backend_.copyToStorage(valueData(p.targets, 0), targets, n * sizeof(int32_t));
   KernelContext ctx;
   ctx.step = step;
   ctx.maxGradNorm = plan_.maxGradNorm;
   ctx.pool = &backend_.pool();
   ctx.comm = &comm_;
   ctx.probe = probe_;
+  ctx.backend = &backend_;
   for (size_t b = 0; b < p.blocks.size(); ++b)
     if (p.blocks[b].kind == BlockKind::Forward)
       runBlock(static_cast<int>(b), 0, 0, ctx);
+  backend_.synchronize();
 }

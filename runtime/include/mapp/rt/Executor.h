@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 namespace mapp {
 class MappTraceWriter;
@@ -104,6 +105,8 @@ private:
   struct Prepared;
   struct OpenRegion;
   void runBlock(int block, int mb, int slot, KernelContext &ctx);
+  /// Host copy of a pool value (storage may be device memory).
+  std::vector<float> hostCopy(int v) const;
   double gradNormSquared() const;
   int shardIndex(const Value &v) const;
   int shardCount(const Value &v) const;

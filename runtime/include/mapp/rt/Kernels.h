@@ -21,6 +21,7 @@ namespace mapp::rt {
 
 class ThreadPool;
 class Communicator;
+class Backend;
 class ProbeRuntime;
 
 /// Per-call state that is not an operand: the optimizer step (dropout masks,
@@ -37,6 +38,9 @@ struct KernelContext {
   double maxGradNorm = 0;
   ThreadPool *pool = nullptr;
   Communicator *comm = nullptr;
+  /// The backend running the kernel (device backends keep handles, streams
+  /// and scratch there); null in contexts built by hand for CPU kernels.
+  Backend *backend = nullptr;
   /// MegaScope sink and switches (mapp/rt/Probe.h); null = probes off.
   ProbeRuntime *probe = nullptr;
 };
