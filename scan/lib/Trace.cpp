@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <dirent.h>
 #include <fstream>
 #include <regex>
@@ -67,6 +68,16 @@ int64_t getInt(const json &j, const char *key, int64_t dflt, bool required) {
   return it->get<int64_t>();
 }
 
+/// An integer field stored in an int: out-of-range values are errors rather
+/// than silently truncated (a truncated rank or peer would index out of
+/// bounds later).
+int getI32(const json &j, const char *key, int dflt, bool required) {
+  int64_t v = getInt(j, key, dflt, required);
+  if (v < INT32_MIN || v > INT32_MAX)
+    throw LineError{std::string("field '") + key + "' is out of range"};
+  return static_cast<int>(v);
+}
+
 std::string getStr(const json &j, const char *key, bool required) {
   auto it = j.find(key);
   if (it == j.end()) {
@@ -85,7 +96,8 @@ std::vector<int> getMembers(const json &j) {
     throw LineError{"'members' must be a non-empty array of ranks"};
   std::vector<int> m;
   for (const json &v : *it) {
-    if (!v.is_number_integer())
+    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN ||
+        v.get<int64_t>() > INT32_MAX)
       throw LineError{"'members' must be a non-empty array of ranks"};
     m.push_back(v.get<int>());
   }
@@ -99,14 +111,14 @@ void parseHeader(const json &j, Header &h) {
   if (v != 1)
     throw LineError{"unsupported trace version " + std::to_string(v) +
                     " (this mapp-scan reads version 1)"};
-  h.rank = getInt(j, "rank", 0, true);
-  h.world = getInt(j, "world", 0, true);
-  h.dp = getInt(j, "dp", 0, false);
-  h.pp = getInt(j, "pp", 0, false);
-  h.tp = getInt(j, "tp", 0, false);
-  h.dpSize = getInt(j, "dp_size", 1, false);
-  h.ppSize = getInt(j, "pp_size", 1, false);
-  h.tpSize = getInt(j, "tp_size", 1, false);
+  h.rank = getI32(j, "rank", 0, true);
+  h.world = getI32(j, "world", 0, true);
+  h.dp = getI32(j, "dp", 0, false);
+  h.pp = getI32(j, "pp", 0, false);
+  h.tp = getI32(j, "tp", 0, false);
+  h.dpSize = getI32(j, "dp_size", 1, false);
+  h.ppSize = getI32(j, "pp_size", 1, false);
+  h.tpSize = getI32(j, "tp_size", 1, false);
   h.host = getStr(j, "host", false);
   h.device = getStr(j, "device", false);
   h.clock = getStr(j, "clock", false);
@@ -117,9 +129,11 @@ void parseHeader(const json &j, Header &h) {
   if (h.rank < 0 || h.rank >= h.world)
     throw LineError{"header rank " + std::to_string(h.rank) +
                     " is outside world size " + std::to_string(h.world)};
-  if (h.dpSize * h.ppSize * h.tpSize != h.world)
-    throw LineError{"dp_size*pp_size*tp_size = " +
-                    std::to_string(h.dpSize * h.ppSize * h.tpSize) +
+  if (h.dpSize < 1 || h.ppSize < 1 || h.tpSize < 1)
+    throw LineError{"header dp_size, pp_size and tp_size must be >= 1"};
+  int64_t prod = int64_t(h.dpSize) * h.ppSize * h.tpSize; // each < 2^31
+  if (prod != h.world)
+    throw LineError{"dp_size*pp_size*tp_size = " + std::to_string(prod) +
                     " differs from world " + std::to_string(h.world)};
 }
 
@@ -136,14 +150,14 @@ void parseEvent(const json &j, Event &e) {
   e.e = getInt(j, "e", 0, true);
   if (e.e < e.b)
     throw LineError{"event ends before it begins (e < b)"};
-  e.step = getInt(j, "step", -1, false);
-  e.mb = getInt(j, "mb", -1, false);
-  e.layer = getInt(j, "layer", -1, false);
-  e.chunk = getInt(j, "chunk", -1, false);
+  e.step = getI32(j, "step", -1, false);
+  e.mb = getI32(j, "mb", -1, false);
+  e.layer = getI32(j, "layer", -1, false);
+  e.chunk = getI32(j, "chunk", -1, false);
   e.bytes = getInt(j, "bytes", 0, false);
-  e.peer = getInt(j, "peer", -1, false);
+  e.peer = getI32(j, "peer", -1, false);
   e.tag = getInt(j, "tag", -1, false);
-  e.group = getInt(j, "group", -1, false);
+  e.group = getI32(j, "group", -1, false);
   e.seq = getInt(j, "seq", -1, false);
   e.stream = getStr(j, "stream", false);
   if ((e.op == Op::Send || e.op == Op::Recv) && e.peer < 0)
@@ -184,7 +198,8 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error &ex) {
+    } catch (const json::exception &ex) { // parse_error, or out_of_range
+                                         // for a number that overflows
       if (lastUnterminated && opts.allowTruncated && haveHeader)
         break; // a crash cut the last record: keep what came before
       // "[json.exception...] parse error at line 1, column C: why"
@@ -193,7 +208,8 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
       what = p != std::string::npos ? what.substr(p) : what;
       return fail(std::string(lastUnterminated
                                   ? "truncated record at end of file, "
-                                  : "invalid JSON at ") +
+                              : p != std::string::npos ? "invalid JSON at "
+                                                       : "invalid JSON: ") +
                   what);
     }
     if (!j.is_object())
@@ -209,7 +225,7 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
       } else if (type == "header") {
         throw LineError{"second header record"};
       } else if (type == "group") {
-        int id = getInt(j, "id", 0, true);
+        int id = getI32(j, "id", 0, true);
         Group g{getStr(j, "kind", true), getMembers(j)};
         for (int m : g.members)
           if (m < 0 || m >= out.hdr.world)
@@ -286,8 +302,23 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
   while (dirent *ent = readdir(d)) {
     std::smatch m;
     std::string name = ent->d_name;
-    if (std::regex_match(name, m, re))
-      files[std::stoi(m[1])] = dir + "/" + name;
+    if (!std::regex_match(name, m, re))
+      continue;
+    // No world holds a rank that does not fit an int (std::stoi would throw).
+    std::string num = m[1];
+    if (num.size() > 9) {
+      *error = dir + "/" + name + ": rank number out of range";
+      closedir(d);
+      return false;
+    }
+    int r = std::stoi(num);
+    auto [it, fresh] = files.emplace(r, dir + "/" + name);
+    if (!fresh) {
+      *error = dir + "/" + name + " and " + it->second + " both name rank " +
+               std::to_string(r);
+      closedir(d);
+      return false;
+    }
   }
   closedir(d);
   if (files.empty()) {
@@ -308,7 +339,7 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
       if (j.is_discarded() || !j.is_object() || j.value("type", "") != "header")
         continue; // the full parse below reports it
       parseHeader(j, h);
-    } catch (const std::exception &) {
+    } catch (...) { // LineError or json::exception: reported below
       continue;
     }
     if (firstPath.empty()) {
@@ -361,7 +392,12 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
   out.ranks = std::move(ranks);
   for (RankTrace &rt : out.ranks) {
     const Header &h = rt.hdr;
-    int expect = h.tp + h.tpSize * (h.dp + h.dpSize * h.pp);
+    // Coordinates inside the sizes keep the product below world (no overflow).
+    bool inside = h.tp >= 0 && h.tp < h.tpSize && h.dp >= 0 &&
+                  h.dp < h.dpSize && h.pp >= 0 && h.pp < h.ppSize;
+    int64_t expect =
+        inside ? h.tp + int64_t(h.tpSize) * (h.dp + int64_t(h.dpSize) * h.pp)
+               : -1;
     if (expect != h.rank)
       out.warnings.push_back(
           rt.path + ": coordinates (dp " + std::to_string(h.dp) + ", pp " +

@@ -22,12 +22,14 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace mapp::rt;
@@ -94,21 +96,27 @@ struct Options {
   bool shuffle = true, quiet = false;
 };
 
+constexpr int64_t kMaxThreads = 1024;
+
 [[noreturn]] void usageError(const std::string &msg) {
   std::cerr << "mapp-run: " << msg << "\n(run mapp-run --help for the flags)\n";
   std::exit(2);
 }
 
-int64_t parseInt(const std::string &flag, const std::string &v, int64_t lo) {
+int64_t parseInt(const std::string &flag, const std::string &v, int64_t lo,
+                 int64_t hi = INT64_MAX) {
   try {
     size_t pos;
     long long x = std::stoll(v, &pos);
-    if (pos != v.size() || x < lo)
+    if (pos != v.size() || x < lo || x > hi)
       throw std::invalid_argument(v);
     return x;
   } catch (const std::exception &) {
-    usageError(flag + " needs an integer >= " + std::to_string(lo) + ", got '" +
-               v + "'");
+    usageError(flag + " needs an integer " +
+               (hi == INT64_MAX ? ">= " + std::to_string(lo)
+                                : "in [" + std::to_string(lo) + ", " +
+                                      std::to_string(hi) + "]") +
+               ", got '" + v + "'");
   }
 }
 
@@ -177,7 +185,7 @@ Options parseArgs(int argc, char **argv) {
     if (strings.count(flag))
       *strings[flag] = value;
     else if (flag == "--steps")
-      o.steps = parseInt(flag, value, 0);
+      o.steps = parseInt(flag, value, 1);
     else if (flag == "--seed")
       o.seed = static_cast<uint64_t>(parseInt(flag, value, 0));
     else if (flag == "--comm-timeout")
@@ -203,8 +211,8 @@ Options parseArgs(int argc, char **argv) {
         usageError("--temperature needs a number >= 0, got '" + value + "'");
       }
     }
-    else
-      o.threads = static_cast<int>(parseInt(flag, value, 0));
+    else // 0 = all cores; the cap keeps a typo from spawning 10^5 threads
+      o.threads = static_cast<int>(parseInt(flag, value, 0, kMaxThreads));
   }
   if (o.plan.empty())
     usageError("no plan given");
@@ -242,6 +250,15 @@ public:
 private:
   std::ofstream out_;
 };
+
+/// std::ifstream opens a directory without complaint on Linux and reading it
+/// then fails (a stray exception) or yields nothing (an empty merges list
+/// was silently accepted), so reject directories by name up front.
+void rejectDirectory(const std::string &path, const char *what) {
+  struct stat st;
+  if (!path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    fail(what, ": '", path, "' is a directory, not a file");
+}
 
 /// --generate: weights, tokenizer, then the sampling loop (Generate.h).
 int runGenerate(const Options &o, Executor &exec, ProbeSession *scope) {
@@ -466,6 +483,16 @@ int hardwareThreads() {
 }
 
 int run(const Options &o) {
+  rejectDirectory(o.plan, "plan");
+  rejectDirectory(o.data, "data");
+  rejectDirectory(o.weights, "weights");
+  if (o.tokenizer.rfind("gpt2:", 0) == 0) {
+    std::string files = o.tokenizer.substr(5);
+    size_t comma = files.find(',');
+    rejectDirectory(files.substr(0, comma), "tokenizer vocab");
+    if (comma != std::string::npos)
+      rejectDirectory(files.substr(comma + 1), "tokenizer merges");
+  }
   Plan plan = loadPlan(o.plan);
   for (const Injection &i : o.inject) {
     int r = i.kind == Injection::SlowCompute ? i.rank : std::max(i.src, i.dst);

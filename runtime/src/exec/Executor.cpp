@@ -120,8 +120,12 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
          p.pp, ", tp ", p.tp, "), Megatron order gives (dp ", layout.dpOf(r),
          ", pp ", layout.ppOf(r), ", tp ", layout.tpOf(r), ")");
   pool_ = static_cast<uint8_t *>(backend.allocate(p.persistentBytes));
+  // Slots start 64-byte aligned whatever arena_bytes is: with an odd
+  // arena_bytes every value of slot 1 was misaligned (found by
+  // mapp-fuzz-plan under UBSan).
+  arenaStride_ = (p.arenaBytes + 63) / 64 * 64;
   arena_ = static_cast<uint8_t *>(
-      backend.allocate(p.arenaBytes * static_cast<uint64_t>(p.slots)));
+      backend.allocate(arenaStride_ * static_cast<uint64_t>(p.slots)));
   backend.bindProgram(p, pool_, arena_);
 
   for (size_t b = 0; b < p.blocks.size(); ++b) {
@@ -217,7 +221,7 @@ Executor::~Executor() {
 float *Executor::valueData(int v, int slot) const {
   const Value &val = prog_->values[v];
   uint8_t *base = inArena(val.kind)
-                      ? arena_ + static_cast<uint64_t>(slot) * prog_->arenaBytes
+                      ? arena_ + static_cast<uint64_t>(slot) * arenaStride_
                       : pool_;
   return reinterpret_cast<float *>(base + val.offset);
 }

@@ -338,6 +338,10 @@ void checkOptimizer(const Attrs &a, const TTs &in, size_t states) {
   std::string sched = a.getStr("schedule", "constant");
   if (sched != "constant" && sched != "cosine")
     fail("schedule must be constant or cosine, got \"", sched, "\"");
+  // Negative values made scheduledLr's total_steps - warmup overflow (found
+  // by mapp-fuzz-plan under UBSan); the dialect verifier has the same rule.
+  if (a.getInt("warmup", 0) < 0 || a.getInt("total_steps", 0) < 0)
+    fail("warmup and total_steps must be >= 0");
   if (sched == "cosine" && a.getInt("total_steps", 0) <= a.getInt("warmup", 0))
     fail("cosine schedule needs total_steps > warmup");
   for (const TT &t : in)

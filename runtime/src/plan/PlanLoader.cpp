@@ -18,11 +18,19 @@ namespace fb = mapp::plan;
 
 namespace {
 
+// FlatBuffers 2.0's Verifier checks a vector's alignment only to 4 bytes, so
+// in a corrupt file the elements of a [long]/[double] vector may sit at an
+// address that is not a multiple of 8 (reading them through typed pointers is
+// undefined behaviour; found by mapp-fuzz-plan under UBSan). Copy the bytes.
+static_assert(FLATBUFFERS_LITTLEENDIAN, "plans are little-endian");
 template <typename T, typename V>
 std::vector<T> toVec(const flatbuffers::Vector<V> *v) {
   std::vector<T> out;
-  if (v)
-    out.assign(v->begin(), v->end());
+  if (!v || v->size() == 0)
+    return out;
+  std::vector<V> raw(v->size());
+  std::memcpy(raw.data(), v->Data(), raw.size() * sizeof(V));
+  out.assign(raw.begin(), raw.end());
   return out;
 }
 

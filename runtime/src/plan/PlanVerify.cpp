@@ -9,6 +9,8 @@
 #include "mapp/rt/Kernels.h"
 #include "mapp/rt/Plan.h"
 
+#include <cstdint>
+
 using namespace mapp::rt;
 
 const char *mapp::rt::valueKindName(ValueKind k) {
@@ -49,6 +51,7 @@ namespace {
 
 // Largest tensor we accept: keeps every byte computation far from overflow.
 constexpr uint64_t kMaxBytes = uint64_t(1) << 48;
+constexpr int kMaxMicrobatches = 1 << 20;
 
 void verifyValue(const Program &p, size_t vi, const std::string &where) {
   const Value &v = p.values[vi];
@@ -72,6 +75,12 @@ void verifyValue(const Program &p, size_t vi, const std::string &where) {
   if (v.bytes != want)
     fail(at, ": bytes = ", v.bytes, " but ", dtypeName(v.type.dtype),
          shapeStr(v.type.shape), " needs ", want);
+  // Kernels access elements through typed pointers: an offset that is not a
+  // multiple of the element size is undefined behaviour (found by
+  // mapp-fuzz-plan under UBSan).
+  if (v.offset % dtypeSize(v.type.dtype) != 0)
+    fail(at, ": offset ", v.offset, " is not a multiple of the ",
+         dtypeName(v.type.dtype), " element size ", dtypeSize(v.type.dtype));
   uint64_t limit = inArena(v.kind) ? p.arenaBytes : p.persistentBytes;
   const char *space = inArena(v.kind) ? "arena_bytes" : "persistent_bytes";
   if (v.offset > limit || v.bytes > limit - v.offset)
@@ -90,6 +99,13 @@ void verifyValue(const Program &p, size_t vi, const std::string &where) {
       fail(at, ": shard_blocks ", v.shardBlocks, " does not divide dim ",
            v.shardDim, " of ", shapeStr(v.type.shape));
   }
+  // The executor initializes, loads, saves and norms these as float arrays
+  // (numel * 4 bytes): a bf16 Param would be written past its storage.
+  if ((v.kind == ValueKind::Param || v.kind == ValueKind::Grad ||
+       v.kind == ValueKind::OptState) &&
+      v.type.dtype != DType::F32)
+    fail(at, ": a ", valueKindName(v.kind), " must be f32, got ",
+         dtypeName(v.type.dtype));
   if (v.kind == ValueKind::Grad || v.kind == ValueKind::OptState) {
     if (v.param < 0 || static_cast<size_t>(v.param) >= p.values.size())
       fail(at, ": param ", v.param, " out of range (program has ",
@@ -137,6 +153,27 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
     checkKernelCall(*spec, in.attrs, ti, to);
   } catch (const Error &e) {
     fail(at, ": ", e.what());
+  }
+  // An output sharing bytes with an operand of the same instruction lets a
+  // kernel read what it already overwrote (embedding_grad then indexed the
+  // table with a clobbered id and wrote out of bounds; found by
+  // mapp-fuzz-plan). The compiler's memory plan never does this: an op's
+  // results and operands are live at the same point.
+  auto overlap = [&](int a, int b) {
+    const Value &x = p.values[a], &y = p.values[b];
+    return inArena(x.kind) == inArena(y.kind) && x.bytes && y.bytes &&
+           x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+  };
+  for (size_t o = 0; o < in.outputs.size(); ++o) {
+    int ov = in.outputs[o];
+    for (int iv : in.inputs)
+      if (overlap(ov, iv))
+        fail(at, ": output ", ov, " ('", p.values[ov].name,
+             "') shares storage with input ", iv, " ('", p.values[iv].name,
+             "')");
+    for (size_t o2 = o + 1; o2 < in.outputs.size(); ++o2)
+      if (overlap(ov, in.outputs[o2]))
+        fail(at, ": outputs ", ov, " and ", in.outputs[o2], " share storage");
   }
   if (in.kernel == "grad_accumulate")
     wantKind(p, in.outputs[0], ValueKind::Grad, at, "output");
@@ -219,12 +256,25 @@ void mapp::rt::verifyPlan(const Plan &plan) {
   if (plan.microBatchSize < 1 || plan.seqLength < 1 || plan.vocabSize < 1)
     fail("plan: micro_batch_size, seq_length and vocab_size must be >= 1 (got ",
          plan.microBatchSize, ", ", plan.seqLength, ", ", plan.vocabSize, ")");
-  if (plan.numMicrobatches < 1)
-    fail("plan: num_microbatches = ", plan.numMicrobatches, " (must be >= 1)");
+  // Bounds the executor's per-microbatch bookkeeping (found by
+  // mapp-fuzz-plan: 2^31 microbatches made every step allocate 16 GiB) and
+  // keeps micro_batch_size * seq_length, used as an int, from overflowing.
+  if (plan.numMicrobatches < 1 || plan.numMicrobatches > kMaxMicrobatches)
+    fail("plan: num_microbatches = ", plan.numMicrobatches, " (must be 1..",
+         kMaxMicrobatches, ")");
+  if (int64_t(plan.microBatchSize) * plan.seqLength > INT32_MAX)
+    fail("plan: micro_batch_size x seq_length = ",
+         int64_t(plan.microBatchSize) * plan.seqLength, " is too large");
   if (!(plan.maxGradNorm >= 0))
     fail("plan: max_grad_norm = ", plan.maxGradNorm, " (must be >= 0)");
   if (plan.programs.empty())
     fail("plan: no programs");
   for (size_t i = 0; i < plan.programs.size(); ++i)
     verifyProgram(plan, plan.programs[i], i);
+  // One program per rank: the executor would silently pick one of several.
+  for (size_t i = 0; i < plan.programs.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (plan.programs[i].rank == plan.programs[j].rank)
+        fail("plan: programs ", j, " and ", i, " are both for rank ",
+             plan.programs[i].rank);
 }

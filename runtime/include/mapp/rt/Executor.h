@@ -120,6 +120,7 @@ private:
   Communicator &comm_;
   uint8_t *pool_ = nullptr;
   uint8_t *arena_ = nullptr;
+  uint64_t arenaStride_ = 0; // bytes per slot: arena_bytes rounded up to 64
   std::vector<std::vector<Prepared>> blocks_;
   std::vector<bool> blockWritesLoss_;
   int64_t step_ = 0;

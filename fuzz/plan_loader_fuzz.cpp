@@ -1,0 +1,1025 @@
+//===- plan_loader_fuzz.cpp - fuzz the plan loader, verifier and executor -===//
+//
+//   mapp-fuzz-plan [--time S] [--iters N] [--seed X] [--no-exec] [--strict]
+//                  [--artifact-prefix P] [--watchdog S] [-q] SEED...
+//   mapp-fuzz-plan --repro FILE...
+//
+// SEED: .mplan files or directories of them (compiler output, runtime test
+// plans); the built-in MLP test plans are always added. Each iteration
+// mutates one input in one of three ways and runs mapp::rt::parsePlan
+// (FlatBuffers Verifier + PlanVerify + KernelSpecs) on it:
+//   * bytes: flips, inserts, deletes, splices, truncation (mostly stopped by
+//     the identifier check and the FlatBuffers Verifier);
+//   * fields: interesting integers/floats written at the offsets of real
+//     FlatBuffers fields, vector lengths, vtable entries and uoffsets of a
+//     valid plan (found by walking the tables), so the buffer stays
+//     well-formed and the semantic checks are reached;
+//   * structure: the decoded plan is edited (kernel names, operand indices,
+//     shapes, dtypes, kinds, attrs, tasks, sizes...) and re-serialized.
+// A plan that verifies is then executed for one or two steps on the CPU
+// backend with random tokens (the loader promises that no verified plan can
+// make a kernel touch memory outside its operands), within a size budget.
+//
+// Failures: crashes, sanitizer reports, watchdog timeouts (the input is
+// written to P crash-<pid> / timeout-<pid>), and with --strict any exception
+// that is not mapp::rt::Error. Everything else -- a clean Error -- is the
+// expected result and only counted.
+//
+//===----------------------------------------------------------------------===//
+#include "FuzzCommon.h"
+
+#include "mapp/rt/Backend.h"
+#include "mapp/rt/Comm.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Executor.h"
+#include "mapp/rt/Kernels.h"
+#include "mapp/rt/Plan.h"
+#include "mapp/rt/plan_generated.h"
+
+#ifdef MAPP_FUZZ_HAVE_TEST_PLANS
+#include "TestPlans.h"
+#endif
+
+#include <cmath>
+#include <dirent.h>
+#include <sys/stat.h>
+
+using namespace mappfuzz;
+using namespace mapp::rt;
+namespace fb = mapp::plan;
+
+namespace {
+
+const char *kUsage =
+    "usage: mapp-fuzz-plan [--time S] [--iters N] [--seed X] [--no-exec]\n"
+    "                      [--strict] [--artifact-prefix P] [--watchdog S]\n"
+    "                      [-q] SEED.mplan|DIR...\n"
+    "       mapp-fuzz-plan --repro FILE...\n";
+
+constexpr size_t kMaxLen = 1 << 20;
+
+// ---- Plan -> FlatBuffers (the inverse of PlanLoader.cpp) -------------------
+
+Bytes serialize(const Plan &p) {
+  flatbuffers::FlatBufferBuilder b(1024);
+  std::vector<flatbuffers::Offset<fb::Program>> progs;
+  for (const Program &pr : p.programs) {
+    std::vector<flatbuffers::Offset<fb::Value>> vals;
+    for (const Value &v : pr.values) {
+      auto name = b.CreateString(v.name);
+      auto shape = b.CreateVector(v.type.shape);
+      fb::ValueBuilder vb(b);
+      vb.add_name(name);
+      vb.add_kind(static_cast<fb::ValueKind>(v.kind));
+      vb.add_dtype(static_cast<fb::DType>(v.type.dtype));
+      vb.add_shape(shape);
+      vb.add_offset(v.offset);
+      vb.add_bytes(v.bytes);
+      vb.add_param(v.param);
+      vals.push_back(vb.Finish());
+    }
+    std::vector<flatbuffers::Offset<fb::Block>> blks;
+    for (const Block &blk : pr.blocks) {
+      std::vector<flatbuffers::Offset<fb::Instr>> ins;
+      for (const Instr &in : blk.instrs) {
+        std::vector<flatbuffers::Offset<fb::Attr>> attrs;
+        for (const auto &[key, a] : in.attrs.all()) {
+          auto k = b.CreateString(key);
+          flatbuffers::Offset<flatbuffers::String> s;
+          flatbuffers::Offset<flatbuffers::Vector<int64_t>> ints;
+          flatbuffers::Offset<flatbuffers::Vector<double>> floats;
+          if (a.kind == AttrValue::Str)
+            s = b.CreateString(a.s);
+          if (a.kind == AttrValue::Ints)
+            ints = b.CreateVector(a.ints);
+          if (a.kind == AttrValue::Floats)
+            floats = b.CreateVector(a.floats);
+          fb::AttrBuilder ab(b);
+          ab.add_key(k);
+          ab.add_kind(static_cast<fb::AttrKind>(a.kind));
+          ab.add_i(a.i);
+          ab.add_f(a.f);
+          if (!s.IsNull())
+            ab.add_s(s);
+          if (!ints.IsNull())
+            ab.add_ints(ints);
+          if (!floats.IsNull())
+            ab.add_floats(floats);
+          attrs.push_back(ab.Finish());
+        }
+        auto kernel = b.CreateString(in.kernel);
+        auto inputs = b.CreateVector(in.inputs);
+        auto outputs = b.CreateVector(in.outputs);
+        auto av = b.CreateVector(attrs);
+        auto name = b.CreateString(in.name);
+        fb::InstrBuilder ib(b);
+        ib.add_kernel(kernel);
+        ib.add_inputs(inputs);
+        ib.add_outputs(outputs);
+        ib.add_attrs(av);
+        ib.add_name(name);
+        ib.add_layer(in.layer);
+        ins.push_back(ib.Finish());
+      }
+      auto iv = b.CreateVector(ins);
+      fb::BlockBuilder bb(b);
+      bb.add_kind(static_cast<fb::BlockKind>(blk.kind));
+      bb.add_chunk(blk.chunk);
+      bb.add_instrs(iv);
+      blks.push_back(bb.Finish());
+    }
+    std::vector<fb::Task> tasks;
+    for (const Task &t : pr.tasks)
+      tasks.emplace_back(t.block, t.microbatch);
+    auto vv = b.CreateVector(vals);
+    auto bv = b.CreateVector(blks);
+    auto tv = b.CreateVectorOfStructs(tasks);
+    fb::ProgramBuilder pb(b);
+    pb.add_rank(pr.rank);
+    pb.add_dp(pr.dp);
+    pb.add_pp(pr.pp);
+    pb.add_tp(pr.tp);
+    pb.add_values(vv);
+    pb.add_blocks(bv);
+    pb.add_tasks(tv);
+    pb.add_arena_bytes(pr.arenaBytes);
+    pb.add_persistent_bytes(pr.persistentBytes);
+    pb.add_slots(pr.slots);
+    pb.add_tokens(pr.tokens);
+    pb.add_targets(pr.targets);
+    pb.add_loss(pr.loss);
+    pb.add_peak_bytes(pr.peakBytes);
+    progs.push_back(pb.Finish());
+  }
+  auto sched = b.CreateString(p.schedule);
+  auto opt = b.CreateString(p.optimizer);
+  auto pv = b.CreateVector(progs);
+  fb::PlanBuilder plb(b);
+  plb.add_version(p.version);
+  plb.add_world_size(p.worldSize);
+  plb.add_tp(p.tp);
+  plb.add_pp(p.pp);
+  plb.add_dp(p.dp);
+  plb.add_chunks(p.chunks);
+  plb.add_micro_batch_size(p.microBatchSize);
+  plb.add_num_microbatches(p.numMicrobatches);
+  plb.add_seq_length(p.seqLength);
+  plb.add_vocab_size(p.vocabSize);
+  plb.add_schedule(sched);
+  plb.add_optimizer(opt);
+  plb.add_max_grad_norm(p.maxGradNorm);
+  plb.add_programs(pv);
+  b.Finish(plb.Finish(), fb::PlanIdentifier());
+  return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+// ---- field sites of a valid buffer -----------------------------------------
+
+struct Site {
+  uint32_t at;
+  uint8_t width; // bytes available at `at`
+};
+
+struct Sites {
+  const uint8_t *base;
+  std::vector<Site> v;
+  void add(const void *p, size_t width) {
+    if (!p)
+      return;
+    v.push_back({static_cast<uint32_t>(static_cast<const uint8_t *>(p) - base),
+                 static_cast<uint8_t>(std::min<size_t>(width, 8))});
+  }
+  /// The table's soffset, its vtable entries and every present field; a
+  /// field's width is the gap to the next field (capped at 8).
+  // Generated tables inherit flatbuffers::Table privately; the object's
+  // address is the table's address.
+  void table(const void *obj) {
+    if (!obj)
+      return;
+    auto t = reinterpret_cast<const flatbuffers::Table *>(obj);
+    const uint8_t *tp = reinterpret_cast<const uint8_t *>(t);
+    add(tp, 4);
+    const uint8_t *vt = t->GetVTable();
+    uint16_t vsize = flatbuffers::ReadScalar<uint16_t>(vt);
+    uint16_t tsize = flatbuffers::ReadScalar<uint16_t>(vt + 2);
+    add(vt, 2);
+    add(vt + 2, 2);
+    std::vector<uint16_t> offs;
+    for (uint16_t i = 4; i + 1 < vsize; i += 2) {
+      add(vt + i, 2);
+      if (uint16_t fo = flatbuffers::ReadScalar<uint16_t>(vt + i))
+        offs.push_back(fo);
+    }
+    std::sort(offs.begin(), offs.end());
+    for (size_t i = 0; i < offs.size(); ++i) {
+      size_t end = i + 1 < offs.size() ? offs[i + 1] : tsize;
+      if (end > offs[i])
+        add(tp + offs[i], end - offs[i]);
+    }
+  }
+  template <typename T> void vec(const flatbuffers::Vector<T> *v, size_t elem) {
+    if (!v)
+      return;
+    add(v->Data() - 4, 4); // length
+    for (size_t i = 0; i < v->size() && i < 64; ++i)
+      add(v->Data() + i * elem, elem);
+  }
+  void str(const flatbuffers::String *s) {
+    if (!s)
+      return;
+    add(s->Data() - 4, 4);
+    for (size_t i = 0; i < s->size(); ++i)
+      add(s->Data() + i, 1);
+  }
+};
+
+std::vector<Site> findSites(const Bytes &buf) {
+  Sites s{buf.data(), {}};
+  s.add(buf.data(), 4); // root uoffset
+  const fb::Plan *p = fb::GetPlan(buf.data());
+  s.table(p);
+  s.str(p->schedule());
+  if (auto progs = p->programs()) {
+    s.vec(progs, 4);
+    for (const fb::Program *pr : *progs) {
+      s.table(pr);
+      if (auto vals = pr->values()) {
+        s.vec(vals, 4);
+        for (const fb::Value *v : *vals) {
+          s.table(v);
+          s.vec(v->shape(), 8);
+        }
+      }
+      if (auto blks = pr->blocks()) {
+        s.vec(blks, 4);
+        for (const fb::Block *bl : *blks) {
+          s.table(bl);
+          if (auto ins = bl->instrs()) {
+            s.vec(ins, 4);
+            for (const fb::Instr *in : *ins) {
+              s.table(in);
+              s.str(in->kernel());
+              s.vec(in->inputs(), 4);
+              s.vec(in->outputs(), 4);
+              if (auto attrs = in->attrs()) {
+                s.vec(attrs, 4);
+                for (const fb::Attr *a : *attrs) {
+                  s.table(a);
+                  s.str(a->key());
+                  s.vec(a->ints(), 8);
+                  s.vec(a->floats(), 8);
+                }
+              }
+            }
+          }
+        }
+      }
+      if (auto tasks = pr->tasks()) {
+        s.add(reinterpret_cast<const uint8_t *>(tasks->Data()) - 4, 4);
+        for (size_t i = 0; i < tasks->size() && i < 64; ++i) {
+          s.add(reinterpret_cast<const uint8_t *>(tasks->Get(i)), 4);
+          s.add(reinterpret_cast<const uint8_t *>(tasks->Get(i)) + 4, 4);
+        }
+      }
+    }
+  }
+  return s.v;
+}
+
+void tweakField(Rng &r, Bytes &b, const std::vector<Site> &sites) {
+  int n = 1 + static_cast<int>(r.below(3));
+  for (int k = 0; k < n && !sites.empty(); ++k) {
+    Site s = r.pick(sites);
+    if (s.at + s.width > b.size())
+      continue;
+    size_t w = s.width >= 8 ? (r.chance(60) ? 8 : 4) : s.width >= 4 ? 4
+               : s.width >= 2                                       ? 2
+                                                                    : 1;
+    uint8_t *p = &b[s.at];
+    switch (r.below(4)) {
+    case 0:
+    case 1: {
+      int64_t v = interestingInt(r);
+      std::memcpy(p, &v, w);
+      break;
+    }
+    case 2: { // small delta
+      int64_t v = 0;
+      std::memcpy(&v, p, w);
+      v += static_cast<int64_t>(r.below(9)) - 4;
+      std::memcpy(p, &v, w);
+      break;
+    }
+    case 3:
+      if (w == 8) {
+        double d = interestingFloat(r);
+        std::memcpy(p, &d, 8);
+      } else {
+        uint64_t v = r.next();
+        std::memcpy(p, &v, w);
+      }
+      break;
+    }
+  }
+}
+
+// ---- structured mutations of a decoded plan --------------------------------
+
+const std::vector<std::string> &kernelNames() {
+  static std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const KernelSpec &s : allKernelSpecs())
+      n.push_back(s.name);
+    n.push_back("no_such_kernel");
+    n.push_back("");
+    n.push_back("trace_begin");
+    return n;
+  }();
+  return names;
+}
+
+const std::vector<std::string> kAttrKeys = {
+    "heads",     "scale",       "causal",      "rotary",      "rotary_base",
+    "dim",       "start",       "end",         "perm",        "dims",
+    "factor",    "value",       "p",           "seed",        "eps",
+    "lr",        "beta1",       "beta2",       "weight_decay", "max_norm",
+    "schedule",  "warmup",      "total_steps", "min_lr",      "momentum",
+    "dampening", "nesterov",    "transpose_a", "transpose_b", "approximate",
+    "vocab",     "ignore_index", "group",      "reduction",   "peer",
+    "tag"};
+
+AttrValue randomAttr(Rng &r, const Program &p) {
+  AttrValue a;
+  switch (r.below(5)) {
+  case 0:
+    a.kind = AttrValue::Int;
+    a.i = r.chance(50) ? interestingInt(r) : static_cast<int64_t>(r.below(9)) - 2;
+    break;
+  case 1:
+    a.kind = AttrValue::Float;
+    a.f = interestingFloat(r);
+    break;
+  case 2: {
+    a.kind = AttrValue::Str;
+    static const char *s[] = {"none", "tanh", "constant", "cosine", "dp",
+                              "tp",   "sum",  "",         "\xff\xfe", "x"};
+    a.s = s[r.below(10)];
+    break;
+  }
+  case 3: {
+    a.kind = AttrValue::Ints;
+    size_t n = r.below(6);
+    for (size_t i = 0; i < n; ++i)
+      a.ints.push_back(r.chance(70) ? static_cast<int64_t>(r.below(5)) - 1
+                                    : interestingInt(r));
+    break;
+  }
+  case 4: {
+    a.kind = AttrValue::Floats;
+    size_t n = r.below(4);
+    for (size_t i = 0; i < n; ++i)
+      a.floats.push_back(interestingFloat(r));
+    break;
+  }
+  }
+  (void)p;
+  return a;
+}
+
+Instr *randomInstr(Rng &r, Program &p) {
+  std::vector<Instr *> all;
+  for (Block &b : p.blocks)
+    for (Instr &in : b.instrs)
+      all.push_back(&in);
+  return all.empty() ? nullptr : all[r.below(all.size())];
+}
+
+int randomValueIndex(Rng &r, const Program &p) {
+  if (r.chance(90) && !p.values.empty())
+    return static_cast<int>(r.below(p.values.size()));
+  static const int k[] = {-1, -2, 1 << 20, 0x7fffffff, (int)0x80000000};
+  return r.chance(30) ? static_cast<int>(p.values.size()) : k[r.below(5)];
+}
+
+/// Make a value's bytes agree with its type and fit its storage, so that
+/// shape/dtype edits get past the byte checks and reach the kernel rules.
+void fixBytes(Program &p, Value &v) {
+  uint64_t n = 1;
+  for (int64_t d : v.type.shape) {
+    if (d < 0 || d > (1 << 24))
+      return;
+    n *= static_cast<uint64_t>(d);
+    if (n > (uint64_t(1) << 26))
+      return;
+  }
+  if (static_cast<uint8_t>(v.type.dtype) > static_cast<uint8_t>(DType::I64))
+    return;
+  v.bytes = n * dtypeSize(v.type.dtype);
+  uint64_t &limit = inArena(v.kind) ? p.arenaBytes : p.persistentBytes;
+  if (v.offset + v.bytes > limit)
+    limit = (v.offset + v.bytes + 63) / 64 * 64;
+}
+
+void mutatePlan(Rng &r, Plan &plan) {
+  if (plan.programs.empty())
+    return;
+  Program &p = plan.programs[r.below(plan.programs.size())];
+  int n = 1 + static_cast<int>(r.below(r.chance(70) ? 2 : 6));
+  for (int k = 0; k < n; ++k) {
+    switch (r.below(24)) {
+    case 0: { // plan-level scalar
+      int *f[] = {&plan.worldSize, &plan.tp,        &plan.pp,
+                  &plan.dp,        &plan.chunks,    &plan.microBatchSize,
+                  &plan.numMicrobatches, &plan.seqLength, &plan.vocabSize};
+      *f[r.below(9)] = r.chance(50) ? static_cast<int>(interestingInt(r))
+                                    : static_cast<int>(r.below(5));
+      break;
+    }
+    case 1:
+      plan.maxGradNorm = interestingFloat(r);
+      break;
+    case 2: { // program scalars
+      int *f[] = {&p.rank, &p.slots, &p.tokens, &p.targets, &p.loss};
+      int i = static_cast<int>(r.below(5));
+      *f[i] = i >= 2 ? randomValueIndex(r, p)
+                     : (r.chance(50) ? static_cast<int>(interestingInt(r))
+                                     : static_cast<int>(r.below(4)));
+      break;
+    }
+    case 3: {
+      uint64_t &f = r.chance(50) ? p.arenaBytes : p.persistentBytes;
+      f = r.chance(50) ? static_cast<uint64_t>(interestingInt(r))
+                       : f + r.below(129) - 64;
+      break;
+    }
+    case 4: { // value kind
+      if (p.values.empty())
+        break;
+      Value &v = p.values[r.below(p.values.size())];
+      v.kind = static_cast<ValueKind>(r.below(r.chance(90) ? 6 : 256));
+      if (r.chance(70))
+        fixBytes(p, v);
+      break;
+    }
+    case 5: { // value dtype
+      if (p.values.empty())
+        break;
+      Value &v = p.values[r.below(p.values.size())];
+      v.type.dtype = static_cast<DType>(r.below(r.chance(90) ? 5 : 256));
+      if (r.chance(80))
+        fixBytes(p, v);
+      break;
+    }
+    case 6: { // value shape
+      if (p.values.empty())
+        break;
+      Value &v = p.values[r.below(p.values.size())];
+      Shape &s = v.type.shape;
+      switch (r.below(5)) {
+      case 0:
+        if (!s.empty())
+          s[r.below(s.size())] = r.chance(60)
+                                     ? static_cast<int64_t>(r.below(9))
+                                     : interestingInt(r);
+        break;
+      case 1:
+        s.insert(s.begin() + r.below(s.size() + 1),
+                 static_cast<int64_t>(1 + r.below(4)));
+        break;
+      case 2:
+        if (!s.empty())
+          s.erase(s.begin() + r.below(s.size()));
+        break;
+      case 3:
+        std::reverse(s.begin(), s.end());
+        break;
+      case 4:
+        s = p.values[r.below(p.values.size())].type.shape;
+        break;
+      }
+      if (r.chance(85))
+        fixBytes(p, v);
+      break;
+    }
+    case 7: { // value offset / bytes
+      if (p.values.empty())
+        break;
+      Value &v = p.values[r.below(p.values.size())];
+      if (r.chance(50))
+        v.offset = r.chance(50) ? v.offset + r.below(9) - 4
+                                : static_cast<uint64_t>(interestingInt(r));
+      else
+        v.bytes = r.chance(50) ? v.bytes + r.below(9) - 4
+                               : static_cast<uint64_t>(interestingInt(r));
+      break;
+    }
+    case 8: { // value param
+      if (p.values.empty())
+        break;
+      p.values[r.below(p.values.size())].param = randomValueIndex(r, p);
+      break;
+    }
+    case 9: { // copy the whole type (and storage) of another value
+      if (p.values.size() < 2)
+        break;
+      Value &a = p.values[r.below(p.values.size())];
+      const Value &b = p.values[r.below(p.values.size())];
+      a.type = b.type;
+      if (r.chance(50)) {
+        a.offset = b.offset;
+        a.bytes = b.bytes;
+      } else
+        fixBytes(p, a);
+      break;
+    }
+    case 10: { // kernel name
+      if (Instr *in = randomInstr(r, p))
+        in->kernel = r.pick(kernelNames());
+      break;
+    }
+    case 11:
+    case 12: { // operand index
+      Instr *in = randomInstr(r, p);
+      if (!in)
+        break;
+      std::vector<int> &ops = r.chance(60) ? in->inputs : in->outputs;
+      if (!ops.empty())
+        ops[r.below(ops.size())] = randomValueIndex(r, p);
+      break;
+    }
+    case 13: { // operand count
+      Instr *in = randomInstr(r, p);
+      if (!in)
+        break;
+      std::vector<int> &ops = r.chance(60) ? in->inputs : in->outputs;
+      if (!ops.empty() && r.chance(50))
+        ops.erase(ops.begin() + r.below(ops.size()));
+      else
+        ops.insert(ops.begin() + r.below(ops.size() + 1),
+                   randomValueIndex(r, p));
+      break;
+    }
+    case 14:
+    case 15: { // attribute: change, retype, add, drop
+      Instr *in = randomInstr(r, p);
+      if (!in)
+        break;
+      Attrs fresh;
+      bool changed = false;
+      std::vector<std::string> keys;
+      for (auto &[key, a] : in->attrs.all())
+        keys.push_back(key);
+      std::string target =
+          keys.empty() || r.chance(30) ? r.pick(kAttrKeys) : r.pick(keys);
+      bool drop = r.chance(20);
+      for (auto &[key, a] : in->attrs.all()) {
+        if (key == target) {
+          changed = true;
+          if (drop)
+            continue;
+          AttrValue v = a;
+          if (v.kind == AttrValue::Int && r.chance(60))
+            v.i = r.chance(50) ? interestingInt(r) : v.i + r.below(5) - 2;
+          else if (v.kind == AttrValue::Float && r.chance(60))
+            v.f = interestingFloat(r);
+          else if (v.kind == AttrValue::Ints && !v.ints.empty() && r.chance(60))
+            v.ints[r.below(v.ints.size())] =
+                r.chance(50) ? interestingInt(r) : r.below(5);
+          else
+            v = randomAttr(r, p);
+          fresh.set(key, v);
+        } else
+          fresh.set(key, a);
+      }
+      if (!changed && !drop)
+        fresh.set(target, randomAttr(r, p));
+      in->attrs = fresh;
+      break;
+    }
+    case 16: { // instr order / duplication / removal
+      if (p.blocks.empty())
+        break;
+      Block &b = p.blocks[r.below(p.blocks.size())];
+      if (b.instrs.empty())
+        break;
+      size_t i = r.below(b.instrs.size()), j = r.below(b.instrs.size());
+      switch (r.below(3)) {
+      case 0:
+        std::swap(b.instrs[i], b.instrs[j]);
+        break;
+      case 1:
+        b.instrs.insert(b.instrs.begin() + j, b.instrs[i]);
+        break;
+      case 2:
+        b.instrs.erase(b.instrs.begin() + i);
+        break;
+      }
+      break;
+    }
+    case 17: { // move an instr into another block
+      if (p.blocks.size() < 2)
+        break;
+      Block &a = p.blocks[r.below(p.blocks.size())];
+      Block &b = p.blocks[r.below(p.blocks.size())];
+      if (a.instrs.empty() || &a == &b)
+        break;
+      size_t i = r.below(a.instrs.size());
+      b.instrs.insert(b.instrs.begin() + r.below(b.instrs.size() + 1),
+                      a.instrs[i]);
+      a.instrs.erase(a.instrs.begin() + i);
+      break;
+    }
+    case 18: { // block kind / removal / duplication
+      if (p.blocks.empty())
+        break;
+      size_t i = r.below(p.blocks.size());
+      switch (r.below(3)) {
+      case 0:
+        p.blocks[i].kind = static_cast<BlockKind>(r.below(r.chance(90) ? 5 : 256));
+        break;
+      case 1:
+        p.blocks.erase(p.blocks.begin() + i);
+        break;
+      case 2:
+        p.blocks.push_back(p.blocks[i]);
+        break;
+      }
+      break;
+    }
+    case 19: { // tasks
+      switch (r.below(4)) {
+      case 0:
+        p.tasks.clear();
+        break;
+      case 1:
+        p.tasks.push_back(
+            {static_cast<int>(r.below(p.blocks.size() + 1)),
+             static_cast<int>(r.below(plan.numMicrobatches + 1))});
+        break;
+      case 2:
+        if (!p.tasks.empty()) {
+          Task &t = p.tasks[r.below(p.tasks.size())];
+          (r.chance(50) ? t.block : t.microbatch) =
+              r.chance(70) ? static_cast<int>(r.below(4))
+                           : static_cast<int>(interestingInt(r));
+        }
+        break;
+      case 3:
+        if (!p.tasks.empty())
+          std::swap(p.tasks[r.below(p.tasks.size())],
+                    p.tasks[r.below(p.tasks.size())]);
+        break;
+      }
+      break;
+    }
+    case 20: // more microbatches (exercises slots and the data path)
+      plan.numMicrobatches = 1 + static_cast<int>(r.below(4));
+      p.slots = 1 + static_cast<int>(r.below(plan.numMicrobatches));
+      break;
+    case 21: { // a second program / a different rank
+      if (r.chance(50) && plan.programs.size() < 3) {
+        plan.programs.push_back(p);
+        plan.programs.back().rank = static_cast<int>(r.below(3));
+        return; // p may dangle now
+      }
+      p.rank = static_cast<int>(r.below(2));
+      break;
+    }
+    case 22: // schema version
+      plan.version = r.chance(50) ? kPlanSchemaVersion + 1
+                                  : static_cast<uint32_t>(r.next());
+      break;
+    case 23: { // value name (parameters are looked up by name)
+      if (p.values.empty())
+        break;
+      Value &v = p.values[r.below(p.values.size())];
+      v.name = r.chance(50) ? p.values[r.below(p.values.size())].name
+                            : std::string(r.below(4), '\0');
+      break;
+    }
+    }
+  }
+}
+
+// ---- running an input ------------------------------------------------------
+
+struct Runner {
+  std::unique_ptr<Backend> backend = createCpuBackend(1);
+  std::unique_ptr<Communicator> comm = createComm("local");
+  uint64_t executed = 0, stepsRun = 0;
+
+  /// Rough work estimate, to keep one execution well under the watchdog.
+  static bool withinBudget(const Plan &plan) {
+    if (plan.worldSize != 1)
+      return true; // the Executor refuses it before allocating
+    // The Executor runs the last program of rank 0.
+    const Program *pp = nullptr;
+    for (const Program &q : plan.programs)
+      if (q.rank == 0)
+        pp = &q;
+    if (!pp)
+      return true;
+    const Program &p = *pp;
+    uint64_t mem = p.persistentBytes + p.arenaBytes * uint64_t(p.slots);
+    if (mem > (uint64_t(64) << 20))
+      return false;
+    double work = 0;
+    size_t instrs = 0;
+    for (const Block &b : p.blocks)
+      for (const Instr &in : b.instrs) {
+        ++instrs;
+        double w = 0;
+        for (int v : in.outputs)
+          w += static_cast<double>(p.values[v].type.numel());
+        double inner = 1;
+        if ((in.kernel == "linear" || in.kernel == "matmul") &&
+            !in.inputs.empty())
+          inner = static_cast<double>(
+              std::max<int64_t>(1, p.values[in.inputs[0]].type.shape.empty()
+                                       ? 1
+                                       : p.values[in.inputs[0]].type.dim(-1)));
+        if (in.kernel.rfind("attention", 0) == 0 && !in.inputs.empty() &&
+            p.values[in.inputs[0]].type.rank() >= 2)
+          inner = static_cast<double>(p.values[in.inputs[0]].type.dim(1));
+        for (int v : in.inputs)
+          w += static_cast<double>(p.values[v].type.numel());
+        work += w * inner;
+      }
+    size_t tasks = p.tasks.empty()
+                       ? p.blocks.size() * size_t(plan.numMicrobatches)
+                       : p.tasks.size();
+    return instrs < 20000 && tasks < 20000 &&
+           work * static_cast<double>(std::max<size_t>(1, tasks)) /
+                   std::max<size_t>(1, p.blocks.size()) <
+               4e8;
+  }
+
+  void execute(Rng &r, const Plan &plan) {
+    Executor ex(plan, *backend, *comm);
+    ++executed;
+    if (r.chance(10)) {
+      // Initial weights from a safetensors round trip of the plan's own.
+      Safetensors st = ex.saveParams();
+      ex.loadParams(st, "fuzz");
+    } else
+      ex.initParams(r.next());
+    int vocab = plan.vocabSize;
+    bool badIds = r.chance(5);
+    uint64_t dataSeed = r.next();
+    Executor::BatchFn batches = [&](int64_t step, int mb, int32_t *tok,
+                                    int32_t *tgt) {
+      Rng d(dataSeed + static_cast<uint64_t>(step) * 977 + mb);
+      size_t n = size_t(plan.microBatchSize) * size_t(plan.seqLength);
+      for (size_t i = 0; i < n; ++i) {
+        tok[i] = static_cast<int32_t>(d.below(static_cast<uint64_t>(vocab)));
+        tgt[i] = static_cast<int32_t>(d.below(static_cast<uint64_t>(vocab)));
+      }
+      if (badIds && n)
+        (d.chance(50) ? tok : tgt)[d.below(n)] =
+            d.chance(50) ? vocab : -1 - static_cast<int32_t>(d.below(5));
+    };
+    int steps = 1 + static_cast<int>(r.below(2));
+    for (int s = 0; s < steps; ++s) {
+      ex.step(batches, [&](const Executor &e) {
+        if (r.chance(10))
+          (void)e.saveGrads();
+      });
+      ++stepsRun;
+    }
+  }
+};
+
+struct Entry {
+  Bytes data;
+  bool valid = false; // decodes and verifies
+  std::vector<Site> sites;
+  Plan plan;
+};
+
+void addSeedFile(const std::string &path, std::vector<Bytes> &out) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    std::fprintf(stderr, "mapp-fuzz-plan: cannot read '%s'\n", path.c_str());
+    std::exit(2);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = ::opendir(path.c_str());
+    std::vector<std::string> names;
+    while (dirent *e = d ? ::readdir(d) : nullptr)
+      if (e->d_name[0] != '.')
+        names.push_back(path + "/" + e->d_name);
+    if (d)
+      ::closedir(d);
+    std::sort(names.begin(), names.end());
+    for (auto &n : names)
+      addSeedFile(n, out);
+    return;
+  }
+  Bytes b;
+  if (!readFile(path, b)) {
+    std::fprintf(stderr, "mapp-fuzz-plan: cannot read '%s'\n", path.c_str());
+    std::exit(2);
+  }
+  out.push_back(std::move(b));
+}
+
+/// Aligned copy: FlatBuffers reads scalars in place (as loadPlan does).
+Plan parseAligned(const Bytes &b) {
+  std::vector<uint64_t> aligned((b.size() + 7) / 8 + 1);
+  if (!b.empty())
+    std::memcpy(aligned.data(), b.data(), b.size());
+  return parsePlan(reinterpret_cast<const uint8_t *>(aligned.data()),
+                   b.size());
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o = parseCommon(argc, argv, kUsage);
+  installCrashHandlers(o.artifactPrefix);
+
+  std::vector<Bytes> seeds;
+  for (const std::string &in : o.inputs)
+    addSeedFile(in, seeds);
+
+  Runner runner;
+  Rng rng(o.seed);
+  Outcomes outcomes;
+  uint64_t contract = 0; // non-Error exceptions
+
+  // One input through loader (+ executor). Returns the outcome message.
+  auto runOne = [&](const Bytes &b, Plan *decoded, bool *ok) -> std::string {
+    setCurrentInput(b);
+    alarm(o.watchdog);
+    std::string msg;
+    *ok = false;
+    try {
+      Plan plan = parseAligned(b);
+      *ok = true;
+      msg = "ok";
+      if (o.exec && Runner::withinBudget(plan)) {
+        try {
+          runner.execute(rng, plan);
+          msg = "ok: executed";
+        } catch (const Error &e) {
+          msg = std::string("exec: ") + e.what();
+        }
+      } else if (o.exec)
+        msg = "ok: over the execution budget";
+      if (decoded)
+        *decoded = std::move(plan);
+    } catch (const Error &e) {
+      msg = e.what();
+    } catch (const std::exception &e) {
+      ++contract;
+      msg = std::string("NON-ERROR EXCEPTION: ") + e.what();
+      std::fprintf(stderr, "mapp-fuzz-plan: %s\n", msg.c_str());
+      if (o.strict) {
+        writeArtifact(crashState().crashPath);
+        std::exit(1);
+      }
+    }
+    alarm(0);
+    return msg;
+  };
+
+  if (o.repro) {
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      bool ok;
+      std::printf("%s: %s\n", o.inputs.size() == seeds.size()
+                                  ? o.inputs[i].c_str()
+                                  : "input",
+                  runOne(seeds[i], nullptr, &ok).c_str());
+    }
+    return 0;
+  }
+
+#ifdef MAPP_FUZZ_HAVE_TEST_PLANS
+  for (const char *opt : {"sgd", "adamw"})
+    for (int mbs : {1, 2}) {
+      test::MlpOptions m;
+      m.optimizer = opt;
+      m.microbatches = mbs;
+      m.maxGradNorm = mbs == 2 ? 1.0 : 0.0;
+      m.schedule = mbs == 2 ? "cosine" : "constant";
+      seeds.push_back(test::mlpPlan(m).build());
+    }
+#endif
+  if (seeds.empty()) {
+    std::fprintf(stderr, "mapp-fuzz-plan: no seeds\n%s", kUsage);
+    return 2;
+  }
+
+  std::vector<Entry> corpus;
+  std::vector<Bytes> allBytes;
+  size_t validSeeds = 0;
+  for (Bytes &s : seeds) {
+    Entry e;
+    e.data = s;
+    bool ok;
+    std::string msg = runOne(s, &e.plan, &ok);
+    outcomes.add(signature(msg), msg);
+    e.valid = ok;
+    if (ok) {
+      ++validSeeds;
+      e.sites = findSites(s);
+    } else if (!o.quiet)
+      std::fprintf(stderr, "mapp-fuzz-plan: note: seed %zu does not load: %s\n",
+                   corpus.size(), msg.c_str());
+    allBytes.push_back(s);
+    corpus.push_back(std::move(e));
+  }
+  if (!validSeeds) {
+    std::fprintf(stderr, "mapp-fuzz-plan: no seed loads; structured mutations "
+                         "need at least one valid plan\n");
+    return 2;
+  }
+  std::vector<size_t> validIdx;
+  for (size_t i = 0; i < corpus.size(); ++i)
+    if (corpus[i].valid)
+      validIdx.push_back(i);
+
+  std::printf("mapp-fuzz-plan: %zu seeds (%zu valid), seed %llu, %s build, "
+              "%s%.0f s\n",
+              corpus.size(), validSeeds,
+              static_cast<unsigned long long>(o.seed),
+              sanitized() ? "ASan+UBSan" : "unsanitized",
+              o.iters ? "iteration-bounded, " : "", o.seconds);
+  std::fflush(stdout);
+
+  Clock clock;
+  uint64_t iters = 0, accepted = 0, added = 0;
+  uint64_t byKind[3] = {0, 0, 0};
+  double lastReport = 0;
+  Bytes cur;
+  while (true) {
+    if (o.iters ? iters >= o.iters : clock.seconds() >= o.seconds)
+      break;
+    ++iters;
+    int kind = static_cast<int>(rng.below(10));
+    kind = kind < 3 ? 0 : kind < 6 ? 1 : 2;
+    ++byKind[kind];
+    if (kind == 0) { // bytes
+      cur = rng.pick(corpus).data;
+      mutateBytes(rng, cur, allBytes, kMaxLen);
+    } else if (kind == 1) { // fields of a valid plan
+      const Entry &e = corpus[rng.pick(validIdx)];
+      cur = e.data;
+      tweakField(rng, cur, e.sites);
+      if (rng.chance(10))
+        mutateBytes(rng, cur, allBytes, kMaxLen);
+    } else { // structure
+      Plan p = corpus[rng.pick(validIdx)].plan;
+      mutatePlan(rng, p);
+      cur = serialize(p);
+    }
+    bool ok;
+    Plan decoded;
+    std::string msg = runOne(cur, &decoded, &ok);
+    accepted += ok;
+    if (outcomes.add(signature(msg), msg) && corpus.size() < 4000) {
+      Entry e;
+      e.data = cur;
+      e.valid = ok;
+      if (ok) {
+        e.plan = std::move(decoded);
+        e.sites = findSites(cur);
+        validIdx.push_back(corpus.size());
+      }
+      allBytes.push_back(cur);
+      corpus.push_back(std::move(e));
+      ++added;
+    }
+    double t = clock.seconds();
+    if (!o.quiet && t - lastReport >= 30) {
+      lastReport = t;
+      std::printf("  %6.0f s  %10llu iters  %8.0f/s  accepted %llu  executed "
+                  "%llu  outcomes %zu  corpus %zu\n",
+                  t, static_cast<unsigned long long>(iters), iters / t,
+                  static_cast<unsigned long long>(accepted),
+                  static_cast<unsigned long long>(runner.executed),
+                  outcomes.seen.size(), corpus.size());
+      std::fflush(stdout);
+    }
+  }
+  double t = clock.seconds();
+  std::printf("mapp-fuzz-plan: done: %llu iterations in %.1f s (%.0f/s; bytes "
+              "%llu, fields %llu, structure %llu); %llu verified, %llu "
+              "executed (%llu steps); %zu distinct outcomes; corpus %zu (+%llu); "
+              "%llu non-Error exceptions; no crash\n",
+              static_cast<unsigned long long>(iters), t, iters / t,
+              static_cast<unsigned long long>(byKind[0]),
+              static_cast<unsigned long long>(byKind[1]),
+              static_cast<unsigned long long>(byKind[2]),
+              static_cast<unsigned long long>(accepted),
+              static_cast<unsigned long long>(runner.executed),
+              static_cast<unsigned long long>(runner.stepsRun),
+              outcomes.seen.size(), corpus.size(),
+              static_cast<unsigned long long>(added),
+              static_cast<unsigned long long>(contract));
+  if (!o.quiet) {
+    std::printf("most frequent outcomes:\n");
+    outcomes.print(stdout, 25);
+  }
+  return contract && o.strict ? 1 : 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Inputs that once crashed a tool (fuzz/regressions/*/README.md) must now be
+# clean errors (mapp-scan: exit status 1, never a signal) or clean runs.
+# Usage: fuzz/regressions.sh BINDIR
+set -uo pipefail
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+fail=0
+check() { # WHAT STATUS
+  if [ "$2" -ne 1 ]; then
+    echo "FAIL: $1: exit status $2 (want 1)"
+    fail=1
+  else
+    echo "ok: $1"
+  fi
+}
+if [ -x "$bin/mapp-scan" ]; then
+  for d in "$here"/regressions/trace/*/; do
+    "$bin/mapp-scan" "$d" -q > /dev/null 2>&1
+    rc=$?
+    check "mapp-scan $(basename "$d")" $rc
+  done
+fi
+# Plans go through the fuzz driver's --repro: loader, verifier and (when
+# they verify) two executor steps with in-range random tokens; exit 0 means
+# every outcome was a clean error or a clean run.
+if [ -x "$bin/mapp-fuzz-plan" ]; then
+  for p in "$here"/regressions/plan/*.mplan; do
+    [ -e "$p" ] || continue
+    out=$("$bin/mapp-fuzz-plan" --repro --watchdog 60 "$p" 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ]; then
+      echo "FAIL: mapp-fuzz-plan --repro $(basename "$p"): exit status $rc"
+      echo "$out" | tail -5
+      fail=1
+    else
+      echo "ok: ${out#"$here"/regressions/plan/}"
+    fi
+  done
+fi
+exit $fail
