@@ -547,7 +547,7 @@ void mapp::rt::checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
       fail("takes ", spec.minIn, " inputs, got ", ni);
     fail("takes ", spec.minIn, " to ", spec.maxIn, " inputs, got ", ni);
   }
-  if (no < spec.minOut || no > spec.maxOut)
+  if (no < spec.minOut || (spec.maxOut >= 0 && no > spec.maxOut))
     fail("produces ", spec.minOut, " outputs, got ", no);
   spec.check(attrs, in, out);
 }
