@@ -49,8 +49,8 @@ def run(cmd, **kw):
     return r
 
 
-def export(tmp, rows, weights=None):
-    cfg = dict(CFG, micro_batch_size=rows)
+def export(tmp, cfg, rows, weights=None):
+    cfg = dict(cfg, micro_batch_size=rows)
     (tmp / f"cfg{rows}.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
     args = ["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
@@ -83,16 +83,21 @@ def train(plan, out, world, comm, weights):
             [json.loads(l) for l in dump.read_text().splitlines()])
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    d = tmp_path_factory.mktemp("par")
+def prepare(d, cfg, opt):
+    """Exports the model (micro_batch_size MBS for the parallel plans, the
+    whole global batch for the reference) and trains the reference."""
     weights = d / "init.safetensors"
-    model = export(d, MBS, weights)
-    ref_model = export(d, GLOBAL_ROWS)
-    plan = to_plan(d, ref_model, ["-mapp-autodiff", f"-mapp-optimizer={OPT}"], "ref")
+    model = export(d, cfg, MBS, weights)
+    ref_model = export(d, cfg, GLOBAL_ROWS)
+    plan = to_plan(d, ref_model, ["-mapp-autodiff", f"-mapp-optimizer={opt}"], "ref")
     (d / "ref").mkdir()
     ref = train(plan, d / "ref", 1, "local", weights)
-    return d, model, weights, ref
+    return d, model, weights, ref, opt
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    return prepare(tmp_path_factory.mktemp("gpt"), CFG, OPT)
 
 
 def rel(a, b):
@@ -132,14 +137,14 @@ MPI_CONFIGS = [(2, 1, 1, 1, ""), (1, 2, 2, 1, ""), (2, 2, 2, 2, ""),
                (2, 2, 2, 1, "zero1=true")]
 
 
-def layout_plan(d, model, tp, pp, dp, chunks, extra):
+def layout_plan(d, model, tp, pp, dp, chunks, extra, opt=OPT):
     micro = GLOBAL_ROWS // (MBS * dp)
     sched = "interleaved" if chunks > 1 else "1f1b"
     if "schedule=" in extra:
         sched, extra = extra.split("=", 1)[1], ""
     name = f"tp{tp}pp{pp}dp{dp}c{chunks}"
     pipeline = (f"--mapp-train-pipeline=tp={tp} pp={pp} dp={dp} chunks={chunks} "
-                f"microbatches={micro} schedule={sched} {OPT} {extra}")
+                f"microbatches={micro} schedule={sched} {opt} {extra}")
     return to_plan(d, model, [pipeline], name), micro
 
 
@@ -150,11 +155,11 @@ def ids(cs):
 
 @pytest.mark.parametrize("tp,pp,dp,chunks,extra", CONFIGS, ids=ids(CONFIGS))
 def test_local_matches_single_rank(setup, tmp_path, tp, pp, dp, chunks, extra):
-    d, model, weights, ref = setup
+    d, model, weights, ref, opt = setup
     plan, micro = layout_plan(tmp_path, model, tp, pp, dp, chunks, extra)
     got = train(plan, tmp_path, tp * pp * dp, "local", weights)
     worst = check(ref, got, dp, micro)
-    print(f"tp{tp} pp{pp} dp{dp} chunks{chunks}: worst relative loss difference {worst:.2e}")
+    print(f"tp{tp} pp{pp} dp{dp} chunks{chunks} {extra}: worst relative loss difference {worst:.2e}")
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
@@ -163,8 +168,37 @@ def test_mpi_matches_single_rank(setup, tmp_path, tp, pp, dp, chunks, extra):
     r = run([tool("mapp-run"), "--help"])
     if "built with communicators: local, mpi" not in r.stdout:
         pytest.skip("mapp-run built without MPI")
-    d, model, weights, ref = setup
+    d, model, weights, ref, opt = setup
     plan, micro = layout_plan(tmp_path, model, tp, pp, dp, chunks, extra)
     got = train(plan, tmp_path, tp * pp * dp, "mpi", weights)
     worst = check(ref, got, dp, micro)
-    print(f"mpi tp{tp} pp{pp} dp{dp} chunks{chunks}: worst relative loss difference {worst:.2e}")
+    print(f"mpi tp{tp} pp{pp} dp{dp} chunks{chunks} {extra}: worst relative loss difference {worst:.2e}")
+
+
+# LLaMA-style (RMSNorm, SwiGLU, rotary, untied head) with AdamW, and the GPT
+# with SGD + momentum: the widest layouts.
+LLAMA = {"variant": "llama", "num_layers": 4, "hidden_size": 32,
+         "num_attention_heads": 4, "ffn_hidden_size": 64, "seq_length": 16,
+         "vocab_size": 256, "micro_batch_size": MBS, "tie_embeddings": False}
+SGD = "optimizer=sgd lr=0.05 momentum=0.9 weight-decay=0.01 max-grad-norm=0.5"
+VARIANT_CONFIGS = [(2, 2, 2, 1, ""), (2, 2, 2, 2, "sequence-parallel=true zero1=true")]
+
+
+@pytest.mark.parametrize("variant", ["llama-adamw", "gpt-sgd"])
+@pytest.mark.parametrize("tp,pp,dp,chunks,extra", VARIANT_CONFIGS,
+                         ids=ids(VARIANT_CONFIGS))
+def test_variants_match_single_rank(tmp_path_factory, tmp_path, variant, tp, pp,
+                                    dp, chunks, extra):
+    cache = _VARIANTS.setdefault(variant, None)
+    if cache is None:
+        cfg, opt = (LLAMA, OPT) if variant == "llama-adamw" else (CFG, SGD)
+        cache = _VARIANTS[variant] = prepare(tmp_path_factory.mktemp(variant), cfg, opt)
+    d, model, weights, ref, opt = cache
+    plan, micro = layout_plan(tmp_path, model, tp, pp, dp, chunks, extra, opt)
+    got = train(plan, tmp_path, tp * pp * dp, "local", weights)
+    worst = check(ref, got, dp, micro)
+    print(f"{variant} tp{tp} pp{pp} dp{dp} chunks{chunks} {extra}: worst relative "
+          f"loss difference {worst:.2e}")
+
+
+_VARIANTS = {}

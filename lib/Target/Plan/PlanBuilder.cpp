@@ -241,14 +241,21 @@ private:
     auto name = op->getAttrOfType<FlatSymbolRefAttr>("param").getAttr();
     auto fn = op->getParentOfType<func::FuncOp>();
     ParamGatherOp bucket;
+    int buckets = 0;
     fn.walk([&](ParamGatherOp g) {
       if (auto st = g->getAttrOfType<IntegerAttr>("mapp.stage"))
         if (st.getInt() != mem.stage)
           return;
       for (Attribute a : g.getParams())
-        if (cast<FlatSymbolRefAttr>(a).getAttr() == name)
+        if (cast<FlatSymbolRefAttr>(a).getAttr() == name) {
           bucket = g;
+          ++buckets;
+        }
     });
+    if (buckets > 1)
+      return op->emitError("plan: ZeRO-sharded parameter @")
+             << name.getValue() << " is in " << buckets
+             << " buckets on stage " << mem.stage;
     if (!bucket)
       return op->emitError("plan: ZeRO-sharded update of @")
              << name.getValue() << " has no param_gather on stage "
