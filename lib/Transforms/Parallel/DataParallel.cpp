@@ -126,9 +126,16 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
     // Bucket ids → (stage, params).
     llvm::MapVector<int64_t, std::pair<int64_t, SmallVector<StringAttr>>>
         buckets;
+    // A parameter synchronized late on a stage is in no other bucket of that
+    // stage (a tied parameter accumulated by another chunk than 0 would
+    // otherwise be in two buckets, and ZeRO-1 would own two slices of it).
+    llvm::DenseSet<std::pair<StringAttr, int64_t>> lateOnStage;
+    for (auto &[fn, names] : late)
+      for (StringAttr n : names)
+        lateOnStage.insert({n, intAttr(fn, "mapp.stage", 0)});
     for (func::FuncOp fn : backwards)
       if (dp > 1)
-        bucketize(fn, where, late.lookup(fn), buckets);
+        bucketize(fn, where, late.lookup(fn), lateOnStage, buckets);
 
     if (zero1 && dp > 1)
       shardOptimizer(optimizerStep, buckets);
@@ -140,6 +147,7 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
   template <typename Where>
   void bucketize(func::FuncOp fn, Where &where,
                  ArrayRef<StringAttr> lateParams,
+                 const llvm::DenseSet<std::pair<StringAttr, int64_t>> &lateOnStage,
                  llvm::MapVector<int64_t, std::pair<int64_t, SmallVector<StringAttr>>>
                      &buckets) {
     int64_t stage = intAttr(fn, "mapp.stage", 0);
@@ -180,7 +188,8 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
     };
     for (GradAccumulateOp acc : accs) {
       StringAttr name = acc.getParamAttr().getAttr();
-      if (where[{name, stage}].size() > 1 || lateSet.contains(name))
+      if (where[{name, stage}].size() > 1 || lateSet.contains(name) ||
+          lateOnStage.contains({name, stage}))
         continue; // synchronized at the end (several chunks, or tied)
       current.push_back(acc.getParamAttr());
       bytes += tensorBytes(acc.getGrad().getType());

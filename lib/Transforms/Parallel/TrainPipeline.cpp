@@ -104,8 +104,9 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   pm.addPass(mapp::createMappPipelineSchedule(schedOpts));
   pm.addPass(mapp::createMappVerifySchedule());
 
-  // Lowering to the runtime plan goes here (owned by the plan lowering):
-  // --mapp-plan-memory, then --mapp-lower-to-plan.
+  // The plan follows: --mapp-plan-memory and --mapp-lower-to-plan (or
+  // mapp-translate --mapp-to-plan); test/python/test_parallel_e2e.py runs
+  // the result against the single-rank step.
 }
 
 } // namespace
