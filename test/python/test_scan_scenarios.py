@@ -1,9 +1,9 @@
 """MegaScan on real runs, the fast subset of bench/scan/scenarios.py.
 
-Three 8-rank runs (tp2 x pp2 x dp2, --comm=local, 6 traced steps): fault-free
-(no finding), one rank 3x slower (exactly that slow-rank), one 5 ms delay on
-a pipeline link (exactly that slow-link). The full suite (24 runs, MPI,
-double faults) and its precision/recall table: docs/benchmarks.md.
+Two 8-rank runs (tp2 x pp2 x dp2, --comm=local, 6 traced steps): fault-free
+(no finding) and one rank 3x slower (exactly that slow-rank). The full suite
+(24 runs, slow links, MPI, double faults) and its precision/recall table:
+docs/benchmarks.md.
 """
 import importlib.util
 import pathlib
