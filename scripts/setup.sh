@@ -24,7 +24,21 @@ PKGS=(
   "python3-numpy=1:1.24.2-1+deb12u1"
   "python3-pytest=7.2.1-2"
   "python3-yaml=6.0-3+b2"
+  "chromium=156.0.8078.108-1~deb12u1"
 )
+
+# MegaScope's browser test drives Debian's chromium with playwright-core
+# (pinned in test/Tools/mapp-scope/browser/package-lock.json).
+install_browser_test() {
+  local dir
+  dir="$(dirname "$0")/../test/Tools/mapp-scope/browser"
+  if [ -d "$dir" ] && [ ! -d "$dir/node_modules/playwright-core" ] &&
+     command -v npm >/dev/null; then
+    (cd "$dir" && npm ci --no-audit --no-fund --silent) ||
+      echo "setup: npm ci in $dir failed; the browser test will skip" >&2
+  fi
+}
+trap install_browser_test EXIT
 
 missing=()
 for spec in "${PKGS[@]}"; do

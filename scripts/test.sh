@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 cd build
-ctest --output-on-failure --timeout 1500
+ctest --output-on-failure --timeout 1500 -j"$(nproc)"

@@ -25,7 +25,7 @@ llvm_config.use_default_substitutions()
 
 tool_dirs = [config.mapp_tools_dir, config.llvm_tools_dir]
 tools = ["mapp-opt", "mapp-translate", "mapp-run", "mapp-scan", "mapp-sim",
-         "mapp-kernel-check"]
+         "mapp-kernel-check", "mapp-scope", "mapp-probe-check"]
 llvm_config.add_tool_substitutions(
     [t for t in tools if os.path.exists(os.path.join(config.mapp_tools_dir, t))],
     tool_dirs)

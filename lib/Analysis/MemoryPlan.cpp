@@ -13,19 +13,31 @@ bool mapp::isPersistentAlias(Value v) {
 }
 
 int64_t mapp::inFlightMicrobatches(ModuleOp module, int64_t stage) {
+  // A microbatch holds its slot from its first task on the stage to its last
+  // (every chunk's activations of one microbatch share the slot); slot =
+  // microbatch mod slots, so the span of microbatches alive at once must
+  // fit.
   int64_t best = 1;
   for (auto sched : module.getOps<ScheduleOp>()) {
     if (stage >= (int64_t)sched.getTables().size())
       continue;
-    // Per chunk: forwards started minus backwards finished.
-    llvm::DenseMap<int64_t, int64_t> live;
-    for (Attribute a : cast<ArrayAttr>(sched.getTables()[stage])) {
-      auto task = cast<TaskAttr>(a);
-      int64_t &n = live[task.getChunk()];
-      if (task.getKind() == TaskKind::Forward)
-        best = std::max(best, ++n);
-      else if (task.getKind() != TaskKind::BackwardInput)
-        --n;
+    auto table = cast<ArrayAttr>(sched.getTables()[stage]);
+    llvm::DenseMap<int64_t, std::pair<int64_t, int64_t>> life;
+    for (auto [i, a] : llvm::enumerate(table)) {
+      int64_t mb = cast<TaskAttr>(a).getMicrobatch();
+      auto [it, fresh] = life.try_emplace(mb, (int64_t)i, (int64_t)i);
+      if (!fresh)
+        it->second.second = i;
+    }
+    for (int64_t t = 0; t < (int64_t)table.size(); ++t) {
+      int64_t lo = INT64_MAX, hi = INT64_MIN;
+      for (auto &[mb, span] : life)
+        if (span.first <= t && t <= span.second) {
+          lo = std::min(lo, mb);
+          hi = std::max(hi, mb);
+        }
+      if (hi >= lo)
+        best = std::max(best, hi - lo + 1);
     }
   }
   return best;

@@ -90,11 +90,16 @@ FailureOr<StepStructure> StepStructure::analyze(ModuleOp module) {
     return module.emitError("no function carries mapp.phase: run "
                             "--mapp-autodiff (and --mapp-optimizer) first");
 
+  // Plan order is the order one microbatch runs a stage's blocks (the memory
+  // plan's live ranges rely on it): forwards by ascending chunk, backwards
+  // by descending chunk (the gradient flows from the last virtual stage
+  // back), the optimizer last.
   auto order = [](const StepBlock &b) {
     int rank = b.phase == Phase::Forward     ? 0
                : b.phase == Phase::Optimizer ? 2
                                              : 1;
-    return std::make_tuple(rank, b.stage, b.chunk, (int)b.phase);
+    return std::make_tuple(rank, b.stage, rank == 1 ? -b.chunk : b.chunk,
+                           (int)b.phase);
   };
   llvm::stable_sort(s.blocks, [&](const StepBlock &a, const StepBlock &b) {
     return order(a) < order(b);

@@ -23,6 +23,9 @@ struct TValue {
   int param = -1;
   // Overrides for loader tests; by default build() computes them.
   int64_t offset = -1, bytes = -1;
+  int shardDim = -1; // Param sharding (plan.fbs)
+  std::string shardGroup;
+  int shardBlocks = 1;
 };
 struct TInstr {
   std::string kernel;
@@ -32,6 +35,7 @@ struct TInstr {
 struct TBlock {
   BlockKind kind;
   std::vector<TInstr> instrs;
+  int chunk = 0;
 };
 
 /// A single-program plan; offsets are assigned by build() (arena for
@@ -46,11 +50,21 @@ struct PlanSpec {
   std::vector<std::pair<int, int>> tasks; // (block, microbatch)
   int tokens = -1, targets = -1, loss = -1;
   uint32_t version = kPlanSchemaVersion;
+  int rank = 0, tp = 0, dp = 0, pp = 0; // this program's coordinates
 
   int add(TValue v) {
     values.push_back(std::move(v));
     return static_cast<int>(values.size()) - 1;
   }
+  std::vector<uint8_t> build() const;
+};
+
+/// The plan-wide fields of a multi-rank plan; programs[r] is rank r's.
+struct MultiPlanSpec {
+  int tp = 1, pp = 1, dp = 1, chunks = 1;
+  int traceEvery = 0, traceWindow = 1;
+  std::string schedule = "1f1b";
+  std::vector<PlanSpec> programs;
   std::vector<uint8_t> build() const;
 };
 
@@ -68,6 +82,26 @@ struct MlpOptions {
 /// Params: wte.weight [V,H], fc.weight [F,H], fc.bias [F], head.weight [V,F],
 /// head.bias [V]. Gradients are scaled by 1/microbatches via dloss.
 PlanSpec mlpPlan(const MlpOptions &o);
+
+/// The same MLP split over tp x pp x dp ranks (Megatron order) with `chunks`
+/// virtual stages per pipeline rank. Pieces: p0 embedding | p1 fc+gelu |
+/// p2 head | p3 cross-entropy, cut into pp*chunks virtual stages (1: all,
+/// 2: p0p1|p2p3, 4: one each); virtual stage v runs on pipeline rank v % pp
+/// as chunk v / pp, with send/recv (tag 2k forward, 2k+1 backward at cut k)
+/// between them. tp: fc column-parallel (fc.weight, fc.bias shard_dim 0),
+/// head row-parallel (head.weight shard_dim 1) with all_reduce(tp) of the
+/// partial logits and of the input gradient. dp: each rank runs
+/// o.microbatches microbatches, then an all_reduce(avg, dp) of every Grad
+/// (a Backward block run once after the last backward). Schedules: pp=1 fwd/bwd
+/// per microbatch; pp>1, chunks=1: 1F1B; chunks>1: all forwards by (chunk,
+/// mb), then all backwards by (reverse chunk, mb). traceInstrs wraps every
+/// instr in trace_begin/trace_end.
+struct ParallelOptions {
+  int tp = 1, pp = 1, dp = 1, chunks = 1;
+  bool traceInstrs = false;
+  int traceEvery = 0, traceWindow = 1;
+};
+MultiPlanSpec parallelMlpPlan(const MlpOptions &o, const ParallelOptions &p);
 
 } // namespace mapp::rt::test
 

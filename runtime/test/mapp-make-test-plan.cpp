@@ -2,7 +2,9 @@
 //
 // Test-only: mapp-make-test-plan OUT.mplan [key=value ...] with keys vocab,
 // hidden, ffn, batch, seq, microbatches, optimizer (sgd|adamw), lr,
-// max_grad_norm, schedule (constant|cosine). Used by
+// max_grad_norm, schedule (constant|cosine), and for the multi-rank variant
+// (parallelMlpPlan) tp, pp, dp, chunks, trace (0|1), trace_every,
+// trace_window. Used by
 // test/python/test_kernels_e2e.py to compare mapp-run with PyTorch.
 //
 //===----------------------------------------------------------------------===//
@@ -20,6 +22,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   MlpOptions o;
+  ParallelOptions po;
+  bool parallel = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     size_t eq = a.find('=');
@@ -48,12 +52,32 @@ int main(int argc, char **argv) {
       o.maxGradNorm = std::stod(v);
     else if (k == "schedule")
       o.schedule = v;
+    else if (k == "tp")
+      po.tp = std::stoi(v), parallel = true;
+    else if (k == "pp")
+      po.pp = std::stoi(v), parallel = true;
+    else if (k == "dp")
+      po.dp = std::stoi(v), parallel = true;
+    else if (k == "chunks")
+      po.chunks = std::stoi(v), parallel = true;
+    else if (k == "trace")
+      po.traceInstrs = std::stoi(v) != 0, parallel = true;
+    else if (k == "trace_every")
+      po.traceEvery = std::stoi(v), parallel = true;
+    else if (k == "trace_window")
+      po.traceWindow = std::stoi(v), parallel = true;
     else {
       std::cerr << "unknown key '" << k << "'\n";
       return 2;
     }
   }
-  std::vector<uint8_t> bytes = mlpPlan(o).build();
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = parallel ? parallelMlpPlan(o, po).build() : mlpPlan(o).build();
+  } catch (const std::exception &e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
   std::ofstream f(argv[1], std::ios::binary);
   f.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
   return f ? 0 : 1;

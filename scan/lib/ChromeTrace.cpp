@@ -136,7 +136,7 @@ bool mapp::scan::writeChromeTrace(const ScanResult &s, const ChromeOptions &o,
       std::snprintf(v, sizeof(v), "%.3f", se.bytes * 8.0 / win);
       b += "{\"name\":\"bw to " + std::to_string(p.dst) +
            " (Gb/s)\",\"ph\":\"C\",\"pid\":" + std::to_string(p.src) +
-           ",\"ts\":" + w.ts(se.gb) + ",\"args\":{\"Gbps\":" + v + "}},\n";
+           ",\"tid\":0,\"ts\":" + w.ts(se.gb) + ",\"args\":{\"Gbps\":" + v + "}},\n";
     }
   }
   for (const CollInstance &ci : s.matches.colls) {
@@ -199,7 +199,7 @@ bool mapp::scan::writeChromeTrace(const ScanResult &s, const ChromeOptions &o,
   }
   char tail[512];
   std::snprintf(tail, sizeof(tail),
-                "{\"name\":\"mapp-scan\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,"
+                "{\"name\":\"mapp-scan\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,"
                 "\"ts\":0,\"args\":{\"steps_kept\":%d,\"steps_dropped_by_"
                 "size_cap\":%d}}\n],\"otherData\":{\"generator\":\"mapp-scan\","
                 "\"alignment\":\"%s\",\"time_zero_ns\":%.0f}}\n",

@@ -223,11 +223,32 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     double refBw = meds.size() >= 3
                        ? median(meds)
                        : *std::max_element(meds.begin(), meds.end());
+    // Robust spread of the class's link rates in log space: on a shared,
+    // oversubscribed host a transfer's time is dominated by scheduling
+    // (a descheduled sender or receiver), and clean links differ by
+    // several x. A link is flagged only when it is also an outlier: more
+    // than 5 robust standard deviations (1.4826 * MAD of log rates) below
+    // the reference, as for slow ranks. Uniform links (mapp-sim, a quiet
+    // cluster) have a tiny MAD and fall back to the plain threshold.
+    double logNoise = 0;
+    if (meds.size() >= 3) {
+      std::vector<double> lg, dev;
+      for (double g : meds)
+        lg.push_back(std::log(std::max(g, 1e-12)));
+      double c = median(lg);
+      for (double x : lg)
+        dev.push_back(std::fabs(x - c));
+      logNoise = std::max(0.02, 1.4826 * median(dev));
+    }
+    d.linkNoise = std::max(d.linkNoise, logNoise);
     for (auto &[key, ls] : links) {
       if (ls.intraHost != intra || ls.pairs.empty())
         continue;
       ls.ratio = ls.gbps / refBw;
       if (ls.ratio > 1 - opts.linkThreshold || meds.size() < 2)
+        continue;
+      if (logNoise > 0 &&
+          std::log(refBw) - std::log(std::max(ls.gbps, 1e-12)) < 5 * logNoise)
         continue;
       std::vector<std::pair<double, size_t>> slow;
       size_t nslow = 0;

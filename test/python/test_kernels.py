@@ -357,6 +357,70 @@ def test_cross_entropy_bad_target_is_error():
                expect_error="target 99")
 
 
+@pytest.mark.parametrize("dims", [[1], [0, 2], [2], [0, 1, 2]])
+def test_reduce_max(dims):
+    x = f32(3, 4, 5)
+    ref = x
+    for d in sorted(dims, reverse=True):
+        ref = ref.max(dim=d).values
+    fwd("reduce_max", [x], ref, {"dims": dims})
+
+
+def _vocab_ce_parts(x, t, m, lo):
+    """docs/semantics.md vocab_ce_partials for the slice starting at id lo."""
+    V = x.shape[-1]
+    s = torch.exp(x.double() - m.double().unsqueeze(-1)).sum(-1)
+    local = t.long() - lo
+    inside = (local >= 0) & (local < V)
+    picked = torch.gather(x.double(), -1, local.clamp(0, V - 1).unsqueeze(-1)).squeeze(-1)
+    tl = torch.where(inside, picked - m.double(), torch.zeros_like(picked))
+    return torch.stack([s, tl], -1).float()
+
+
+def test_vocab_parallel_cross_entropy_pieces():
+    # One rank holding the whole vocabulary: partials then ce_from_partials
+    # is F.cross_entropy; the chained gradients are its gradient.
+    V = 23
+    x, t = f32(3, 6, V) * 3, torch.randint(0, V, (3, 6), dtype=torch.int32)
+    t[1, 3] = -100
+    m = x.max(dim=-1).values
+    fwd("reduce_max", [x], m, {"dims": [2]})
+    parts = _vocab_ce_parts(x, t, m, 0)
+    fwd("vocab_ce_partials", [x, t, m], parts, {"group": "tp"})
+    ref = F.cross_entropy(x.view(-1, V), t.view(-1).long(), ignore_index=-100)
+    fwd("ce_from_partials", [parts, t], ref, {"ignore_index": -100})
+    dP = torch.zeros(3, 6, 2)
+    keep = (t != -100)
+    count = keep.sum().item()
+    dP[..., 0] = torch.where(keep, 0.37 / count / parts[..., 0], torch.zeros(()))
+    dP[..., 1] = torch.where(keep, torch.full((), -0.37 / count), torch.zeros(()))
+    fwd("ce_from_partials_grad", [torch.tensor(0.37), parts, t], dP,
+        {"ignore_index": -100})
+    (g,) = grads(lambda y: 0.37 * F.cross_entropy(
+        y.view(-1, V), t.view(-1).long(), ignore_index=-100),
+        [x], torch.tensor(1.0), [0])
+    fwd("vocab_ce_partials_grad", [dP, x, t, m], g, {"group": "tp"})
+
+
+def test_vocab_ce_partials_outside_slice():
+    # Targets beyond this rank's slice contribute (sum exp, 0).
+    V = 8
+    x, t = f32(2, 5, V), torch.randint(V, 2 * V, (2, 5), dtype=torch.int32)
+    t[0, 0] = 3
+    m = f32(2, 5).abs() + 1
+    fwd("vocab_ce_partials", [x, t, m], _vocab_ce_parts(x, t, m, 0), {"group": "tp"})
+    dp = f32(2, 5, 2)
+    ref = dp[..., :1] * torch.exp(x - m.unsqueeze(-1))
+    ref[0, 0, 3] += dp[0, 0, 1]
+    fwd("vocab_ce_partials_grad", [dp, x, t, m], ref, {"group": "tp"})
+
+
+def test_copy_and_scatter_to_group_single_rank():
+    x = f32(4, 6)
+    fwd("copy_to_group", [x], x, {"group": "tp"})
+    fwd("scatter_to_group", [x], x, {"group": "tp", "dim": 0})
+
+
 def test_reshape_transpose():
     x = f32(2, 3, 4)
     fwd("reshape", [x], x.reshape(6, 4))

@@ -19,7 +19,8 @@ using namespace mapp::rt;
 TEST(CpuBackend, ImplementsEveryKernel) {
   auto be = createCpuBackend(1);
   for (const KernelSpec &s : allKernelSpecs())
-    EXPECT_NE(be->lookup(s.name), nullptr) << s.name;
+    if (!isExecutorKernel(s.name))
+      EXPECT_NE(be->lookup(s.name), nullptr) << s.name;
   EXPECT_EQ(be->lookup("no_such_kernel"), nullptr);
   EXPECT_THROW(createBackend("tpu", 1), Error);
 }

@@ -16,6 +16,7 @@ int main(int argc, char **argv) {
   mlir::registerSymbolDCEPass();
   mlir::registerStripDebugInfoPass();
   mapp::registerMappPasses();
+  mapp::registerMappPipelines();
 
   mlir::DialectRegistry registry;
   registry.insert<mapp::MappDialect, mlir::func::FuncDialect>();

@@ -11,10 +11,13 @@
 #include "mapp/rt/Dataset.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
+#include "mapp/rt/Faults.h"
+#include "mapp/rt/Generate.h"
 #include "mapp/rt/Metrics.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Safetensors.h"
 #include "mapp/rt/Tokenizer.h"
+#include "mapp/scan/TraceWriter.h"
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +27,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,8 +38,17 @@ namespace {
 
 const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
 
-  --backend=cpu              kernel backend (default cpu)
-  --comm=local               communicator (default local: one rank)
+  --backend=cpu|cuda         kernel backend (default cpu; cuda when built with it)
+  --comm=local|mpi            local: every rank of the plan as a thread of this
+                             process (default); mpi: this process is one rank
+                             (mpirun -np WORLD mapp-run PLAN --comm=mpi ...)
+  --comm-timeout S           fail a wait for another rank after S seconds
+                             (default 300; 0 = never)
+  --trace-dir DIR            MegaScan trace: DIR/rank-{r}.trace.jsonl per rank
+  --inject SPEC              fault injection, repeatable:
+                               slow-compute:rank=R,factor=F
+                               link-delay:src=A,dst=B,us=U
+                               link-bandwidth:src=A,dst=B,gbps=G
   --data FILE                corpus: .jsonl ("text" field), .txt, or a Megatron
                              indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx)
   --data-format F            auto|jsonl|text|megatron (default auto: by extension,
@@ -48,14 +62,34 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --save-grads FILE          write step 0's accumulated gradients (safetensors)
   --metrics FILE             one JSON object per step (jsonl)
   --dump-batches FILE        write every microbatch's tokens/targets (jsonl)
-  --threads K                CPU worker threads (default: all cores)
+  --threads K                CPU worker threads per rank (default: the cores
+                             divided by the ranks this process runs)
+  --probe-db FILE            MegaScope: record the plan's probes, step metrics
+                             and generated tokens in a SQLite store
+  --probe-control FILE|PORT  MegaScope: take perturbation switch changes from a
+                             JSON file or a loopback TCP port (0 = any free)
+  --probe-run NAME           MegaScope: run name (ranks of one job share it)
+  --generate                 generate text instead of training
+  --prompt TEXT              generation prompt (default: the EOT token)
+  --max-new-tokens N         tokens to generate (default 32)
+  --temperature T            sampling temperature (default 1)
+  --top-k K                  sample among the K most likely tokens (0 = all)
+  --greedy                   always take the most likely token
+  --generate-out FILE        one JSON object per generated token (jsonl)
   --quiet                    no progress output
   --help                     this text
 )";
 
 struct Options {
   std::string plan, backend = "cpu", comm = "local", data, dataFormat = "auto",
-                    tokenizer, weights, save, saveGrads, metrics, dumpBatches;
+                    tokenizer, weights, save, saveGrads, metrics, dumpBatches,
+                    traceDir, probeDb, probeControl, probeRun, prompt,
+                    generateOut;
+  bool generate = false, greedy = false, promptGiven = false;
+  int64_t maxNewTokens = 32, topK = 0;
+  double temperature = 1.0;
+  std::vector<Injection> inject;
+  double commTimeout = 300;
   int64_t steps = 1;
   uint64_t seed = 0;
   int threads = 0;
@@ -93,11 +127,15 @@ Options parseArgs(int argc, char **argv) {
       {"--data", &o.data},           {"--data-format", &o.dataFormat},
       {"--tokenizer", &o.tokenizer}, {"--weights", &o.weights},
       {"--save", &o.save},           {"--save-grads", &o.saveGrads},
-      {"--metrics", &o.metrics},     {"--dump-batches", &o.dumpBatches}};
+      {"--metrics", &o.metrics},     {"--dump-batches", &o.dumpBatches},
+      {"--trace-dir", &o.traceDir},   {"--probe-db", &o.probeDb},
+      {"--probe-control", &o.probeControl}, {"--probe-run", &o.probeRun},
+      {"--generate-out", &o.generateOut}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
+      std::cout << kUsage << "\nbuilt with communicators: local"
+                << (haveMpiComm() ? ", mpi" : "") << "\n";
       std::exit(0);
     }
     if (a == "--no-shuffle") {
@@ -106,6 +144,10 @@ Options parseArgs(int argc, char **argv) {
     }
     if (a == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (a == "--generate" || a == "--greedy") {
+      (a == "--generate" ? o.generate : o.greedy) = true;
       continue;
     }
     if (a.rfind("--", 0) != 0) {
@@ -122,13 +164,21 @@ Options parseArgs(int argc, char **argv) {
       value = a.substr(eq + 1);
     }
     bool known = strings.count(flag) || flag == "--steps" || flag == "--seed" ||
-                 flag == "--threads";
+                 flag == "--threads" || flag == "--inject" ||
+                 flag == "--comm-timeout" || flag == "--prompt" ||
+                 flag == "--max-new-tokens" || flag == "--temperature" ||
+                 flag == "--top-k";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
       if (i + 1 >= argc)
         usageError(flag + " needs a value");
       value = argv[++i];
+    }
+    if (flag == "--prompt") {
+      o.prompt = value; // may be empty: generation starts from EOT
+      o.promptGiven = true;
+      continue;
     }
     if (value.empty())
       usageError(flag + " needs a non-empty value");
@@ -138,11 +188,38 @@ Options parseArgs(int argc, char **argv) {
       o.steps = parseInt(flag, value, 1);
     else if (flag == "--seed")
       o.seed = static_cast<uint64_t>(parseInt(flag, value, 0));
+    else if (flag == "--comm-timeout")
+      o.commTimeout = static_cast<double>(parseInt(flag, value, 0));
+    else if (flag == "--inject") {
+      try {
+        o.inject.push_back(parseInjection(value));
+      } catch (const Error &e) {
+        usageError(e.what());
+      }
+    }
+    else if (flag == "--max-new-tokens")
+      o.maxNewTokens = parseInt(flag, value, 0);
+    else if (flag == "--top-k")
+      o.topK = parseInt(flag, value, 0);
+    else if (flag == "--temperature") {
+      try {
+        size_t pos;
+        o.temperature = std::stod(value, &pos);
+        if (pos != value.size() || !(o.temperature >= 0))
+          throw std::invalid_argument(value);
+      } catch (const std::exception &) {
+        usageError("--temperature needs a number >= 0, got '" + value + "'");
+      }
+    }
     else // 0 = all cores; the cap keeps a typo from spawning 10^5 threads
       o.threads = static_cast<int>(parseInt(flag, value, 0, kMaxThreads));
   }
   if (o.plan.empty())
     usageError("no plan given");
+  if (!o.generate && (o.promptGiven || !o.generateOut.empty()))
+    usageError("--prompt and --generate-out need --generate");
+  if (o.comm != "local" && o.comm != "mpi")
+    usageError("--comm must be local or mpi, got '" + o.comm + "'");
   return o;
 }
 
@@ -183,6 +260,228 @@ void rejectDirectory(const std::string &path, const char *what) {
     fail(what, ": '", path, "' is a directory, not a file");
 }
 
+/// --generate: weights, tokenizer, then the sampling loop (Generate.h).
+int runGenerate(const Options &o, Executor &exec, ProbeSession *scope) {
+  if (o.weights.empty())
+    fail("--generate needs --weights FILE (trained parameters)");
+  exec.loadParams(readSafetensors(o.weights), o.weights);
+  std::unique_ptr<Tokenizer> tok =
+      createTokenizer(o.tokenizer.empty() ? "bytes" : o.tokenizer);
+  GenerateOptions g;
+  g.prompt = o.prompt;
+  g.maxNewTokens = o.maxNewTokens;
+  g.temperature = o.temperature;
+  g.topK = o.topK;
+  g.greedy = o.greedy;
+  g.seed = o.seed;
+  std::unique_ptr<std::ofstream> out;
+  if (!o.generateOut.empty()) {
+    out = std::make_unique<std::ofstream>(o.generateOut);
+    if (!*out)
+      fail("cannot write '", o.generateOut, "'");
+  }
+  std::vector<GeneratedToken> toks = generate(exec, *tok, g, scope, out.get());
+  std::vector<int32_t> ids;
+  for (const GeneratedToken &t : toks)
+    ids.push_back(t.token);
+  if (!o.quiet)
+    std::cout << o.prompt << tok->decode(ids) << "\n";
+  if (scope)
+    scope->flush();
+  return 0;
+}
+
+/// What every rank of this process shares: the plan, the token stream
+/// (read once), rank 0's outputs.
+struct Shared {
+  const Options &o;
+  const Plan &plan;
+  std::vector<int32_t> tokens;
+  bool haveTokens = false;
+  int threadsPerRank = 0;
+};
+
+std::vector<int32_t> readTokens(const Options &o) {
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.tokenizer.empty())
+    tok = createTokenizer(o.tokenizer);
+  return loadTokens(o.data, o.dataFormat, tok.get());
+}
+
+/// One rank's whole run: executor, data, steps, outputs (rank 0 prints and
+/// writes metrics, batch dumps and checkpoints).
+void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
+  const Options &o = sh.o;
+  const Plan &plan = sh.plan;
+  commIn->setTimeout(o.commTimeout);
+  std::unique_ptr<Communicator> comm =
+      withLinkFaults(std::move(commIn), o.inject);
+  const int rank = comm->rank();
+  std::unique_ptr<Backend> backend =
+      createBackend(o.backend, sh.threadsPerRank);
+  Executor exec(plan, *backend, *comm);
+  exec.setSlowCompute(slowComputeFactor(o.inject, rank));
+  const Program &prog = exec.program();
+
+  // MegaScope: probe store and live switches, when asked for (every rank
+  // reports into the same store).
+  std::unique_ptr<ProbeSession> scope;
+  if (!o.probeDb.empty() || !o.probeControl.empty()) {
+    ProbeSessionOptions so;
+    so.db = o.probeDb;
+    so.control = o.probeControl;
+    so.runName = o.probeRun;
+    so.plan = o.plan;
+    so.mode = o.generate ? "generate" : "train";
+    nlohmann::json extra = {{"steps", o.steps}, {"prompt", o.prompt}};
+    so.extraMeta = extra.dump(-1, ' ', false,
+                              nlohmann::json::error_handler_t::replace);
+    scope = std::make_unique<ProbeSession>(exec, so);
+    if (!scope->controlEndpoint().empty() && !o.quiet)
+      std::cerr << "mapp-run: probe control at " << scope->controlEndpoint()
+                << "\n";
+  }
+  if (o.generate) {
+    if (o.backend != "cpu") // reads logits from host memory
+      fail("--generate needs --backend=cpu");
+    if (plan.worldSize != 1)
+      fail("--generate runs single-rank plans (this plan has world_size ",
+           plan.worldSize, ")");
+    runGenerate(o, exec, scope.get());
+    return;
+  }
+
+  // Data: needed when this rank's program consumes tokens or targets.
+  std::unique_ptr<BatchLoader> loader;
+  bool needsData = prog.tokens >= 0 || prog.targets >= 0;
+  if (needsData && o.steps > 0) {
+    if (o.data.empty())
+      fail("the plan reads tokens; give --data FILE");
+    loader = std::make_unique<BatchLoader>(
+        sh.haveTokens ? sh.tokens : readTokens(o), plan.seqLength, o.seed,
+        o.shuffle);
+    if (loader->maxToken() >= plan.vocabSize)
+      fail("data: token id ", loader->maxToken(),
+           " is outside the plan's vocab_size ", plan.vocabSize,
+           " (wrong --tokenizer?)");
+  }
+
+  if (!o.weights.empty())
+    exec.loadParams(readSafetensors(o.weights), o.weights);
+  else
+    exec.initParams(o.seed);
+
+  std::unique_ptr<mapp::MappTraceWriter> trace;
+  if (!o.traceDir.empty()) {
+    mapp::TraceHeader h;
+    h.rank = rank;
+    h.world = plan.worldSize;
+    h.dp = prog.dp;
+    h.pp = prog.pp;
+    h.tp = prog.tp;
+    h.dpSize = plan.dp;
+    h.ppSize = plan.pp;
+    h.tpSize = plan.tp;
+    h.device = o.backend;
+    std::string err;
+    trace = mapp::MappTraceWriter::open(o.traceDir, h, &err);
+    if (!trace)
+      fail("--trace-dir: ", err);
+    exec.setTraceWriter(trace.get());
+  }
+
+  const bool lead = rank == 0;
+  std::unique_ptr<MetricsWriter> metrics;
+  if (lead && !o.metrics.empty())
+    metrics = std::make_unique<MetricsWriter>(o.metrics);
+  std::unique_ptr<BatchDump> dump;
+  if (lead && !o.dumpBatches.empty())
+    dump = std::make_unique<BatchDump>(o.dumpBatches);
+
+  // Rank 0 (dp 0, pp 0, tp 0) dumps the microbatches of every dp rank: the
+  // split is a pure function of (step, dp rank, microbatch).
+  int dpRank = prog.dp;
+  std::vector<int32_t> otherTok, otherTgt;
+  Executor::BatchFn batches = [&](int64_t step, int mb, int32_t *tok,
+                                  int32_t *tgt) {
+    loader->microbatch(step, dpRank, plan.dp, plan.numMicrobatches, mb,
+                       plan.microBatchSize, tok, tgt);
+    if (!dump)
+      return;
+    dump->write(step, mb, dpRank, plan.microBatchSize, plan.seqLength, tok,
+                tgt);
+    size_t n = static_cast<size_t>(plan.microBatchSize) * plan.seqLength;
+    otherTok.resize(n);
+    otherTgt.resize(n);
+    for (int d = 0; d < plan.dp; ++d)
+      if (d != dpRank) {
+        loader->microbatch(step, d, plan.dp, plan.numMicrobatches, mb,
+                           plan.microBatchSize, otherTok.data(),
+                           otherTgt.data());
+        dump->write(step, mb, d, plan.microBatchSize, plan.seqLength,
+                    otherTok.data(), otherTgt.data());
+      }
+  };
+  Executor::GradHook gradHook = [&](Executor &e) {
+    if (o.saveGrads.empty() || e.stepsDone() != 0)
+      return;
+    Safetensors g = plan.worldSize > 1 ? e.gatherParams(true) : e.saveGrads();
+    if (lead)
+      writeSafetensors(o.saveGrads, g);
+  };
+
+  Progress progress(o.steps, lead && isatty(STDOUT_FILENO) != 0,
+                    o.quiet || !lead);
+  for (int64_t s = 0; s < o.steps; ++s) {
+    if (scope)
+      scope->beginStep(s);
+    auto t0 = std::chrono::steady_clock::now();
+    StepResult r = exec.step(loader ? batches : Executor::BatchFn(), gradHook);
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+    StepMetrics m;
+    m.step = r.step;
+    m.loss = r.globalLoss;
+    m.lr = r.lr;
+    m.gradNorm = r.gradNorm;
+    m.tokens = r.globalTokens;
+    m.stepMs = ms;
+    m.tokensPerS = ms > 0 ? r.globalTokens / (ms / 1000.0) : 0;
+    if (scope)
+      scope->endStep(m);
+    if (!lead)
+      continue;
+    if (metrics)
+      metrics->write(m);
+    progress.update(m);
+  }
+  progress.finish();
+  if (scope)
+    scope->flush();
+  if (!o.save.empty()) {
+    Safetensors st = plan.worldSize > 1 ? exec.gatherParams() : exec.saveParams();
+    if (lead)
+      writeSafetensors(o.save, st);
+  }
+  comm->flush();
+  if (trace)
+    trace->close();
+}
+
+void printCoords(const Plan &plan, int rank) {
+  Layout l{plan.tp, plan.dp, plan.pp};
+  std::printf("mapp-run: rank %d = (dp %d, pp %d, tp %d) of world %d "
+              "(tp %d, dp %d, pp %d)\n",
+              rank, l.dpOf(rank), l.ppOf(rank), l.tpOf(rank), plan.worldSize,
+              plan.tp, plan.dp, plan.pp);
+}
+
+int hardwareThreads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? static_cast<int>(n) : 1;
+}
+
 int run(const Options &o) {
   rejectDirectory(o.plan, "plan");
   rejectDirectory(o.data, "data");
@@ -195,78 +494,98 @@ int run(const Options &o) {
       rejectDirectory(files.substr(comma + 1), "tokenizer merges");
   }
   Plan plan = loadPlan(o.plan);
-  std::unique_ptr<Communicator> comm = createComm(o.comm);
-  std::unique_ptr<Backend> backend = createBackend(o.backend, o.threads);
-  Executor exec(plan, *backend, *comm);
-  const Program &prog = exec.program();
+  for (const Injection &i : o.inject) {
+    int r = i.kind == Injection::SlowCompute ? i.rank : std::max(i.src, i.dst);
+    if (r >= plan.worldSize)
+      fail("--inject: rank ", r, " is outside the plan's world of ",
+           plan.worldSize);
+  }
+  Shared sh{o, plan, {}, false, o.threads};
 
-  // Data: needed when this rank's program consumes tokens or targets.
-  std::unique_ptr<BatchLoader> loader;
-  bool needsData = prog.tokens >= 0 || prog.targets >= 0;
-  if (needsData && o.steps > 0) {
-    if (o.data.empty())
-      fail("the plan reads tokens; give --data FILE");
-    std::unique_ptr<Tokenizer> tok;
-    if (!o.tokenizer.empty())
-      tok = createTokenizer(o.tokenizer);
-    std::vector<int32_t> tokens = loadTokens(o.data, o.dataFormat, tok.get());
-    loader = std::make_unique<BatchLoader>(std::move(tokens), plan.seqLength,
-                                           o.seed, o.shuffle);
-    if (loader->maxToken() >= plan.vocabSize)
-      fail("data: token id ", loader->maxToken(),
-           " is outside the plan's vocab_size ", plan.vocabSize,
-           " (wrong --tokenizer?)");
+  if (o.comm == "mpi") {
+    std::unique_ptr<Communicator> comm = createMpiComm();
+    int rank = comm->rank();
+    if (comm->worldSize() != plan.worldSize) {
+      // Every rank sees this alike: rank 0 says it, all leave cleanly.
+      if (rank == 0)
+        std::cerr << "mapp-run: plan is for world_size " +
+                         std::to_string(plan.worldSize) + " but mpirun started " +
+                         std::to_string(comm->worldSize()) +
+                         " process(es) (use mpirun -np " +
+                         std::to_string(plan.worldSize) + ")\n";
+      comm.reset();
+      mpiFinalize();
+      return 1;
+    }
+    try {
+      if (!o.quiet)
+        printCoords(plan, rank), std::fflush(stdout);
+      runRank(sh, std::move(comm));
+    } catch (const std::exception &e) {
+      // One write, so ranks' messages do not interleave mid-line.
+      std::string msg = "mapp-run: rank " + std::to_string(rank) + ": " +
+                        e.what() + "\n";
+      std::fwrite(msg.data(), 1, msg.size(), stderr);
+      std::fflush(stderr);
+      mpiAbort(1);
+      return 1;
+    }
+    mpiFinalize();
+    return 0;
   }
 
-  if (!o.weights.empty())
-    exec.loadParams(readSafetensors(o.weights), o.weights);
-  else
-    exec.initParams(o.seed);
-
-  std::unique_ptr<MetricsWriter> metrics;
-  if (!o.metrics.empty())
-    metrics = std::make_unique<MetricsWriter>(o.metrics);
-  std::unique_ptr<BatchDump> dump;
-  if (!o.dumpBatches.empty())
-    dump = std::make_unique<BatchDump>(o.dumpBatches);
-
-  int dpRank = prog.dp;
-  Executor::BatchFn batches = [&](int64_t step, int mb, int32_t *tok,
-                                  int32_t *tgt) {
-    loader->microbatch(step, dpRank, plan.dp, plan.numMicrobatches, mb,
-                       plan.microBatchSize, tok, tgt);
-    if (dump)
-      dump->write(step, mb, dpRank, plan.microBatchSize, plan.seqLength, tok,
-                  tgt);
-  };
-  Executor::GradHook gradHook = [&](const Executor &e) {
-    if (!o.saveGrads.empty() && e.stepsDone() == 0)
-      writeSafetensors(o.saveGrads, e.saveGrads());
-  };
-
-  Progress progress(o.steps, isatty(STDOUT_FILENO) != 0, o.quiet);
-  for (int64_t s = 0; s < o.steps; ++s) {
-    auto t0 = std::chrono::steady_clock::now();
-    StepResult r = exec.step(loader ? batches : Executor::BatchFn(), gradHook);
-    double ms = std::chrono::duration<double, std::milli>(
-                    std::chrono::steady_clock::now() - t0)
-                    .count();
-    StepMetrics m;
-    m.step = r.step;
-    m.loss = r.loss;
-    m.lr = r.lr;
-    m.gradNorm = r.gradNorm;
-    m.tokens = r.tokens;
-    m.stepMs = ms;
-    m.tokensPerS = ms > 0 ? r.tokens / (ms / 1000.0) : 0;
-    if (metrics)
-      metrics->write(m);
-    progress.update(m);
+  if (plan.worldSize == 1) {
+    runRank(sh, createLocalComm());
+    return 0;
   }
-  progress.finish();
-  if (!o.save.empty())
-    writeSafetensors(o.save, exec.saveParams());
-  return 0;
+
+  // --comm=local with several ranks: one thread per rank.
+  int n = plan.worldSize;
+  if (!sh.threadsPerRank)
+    sh.threadsPerRank = std::max(1, hardwareThreads() / n);
+  if (!o.data.empty() && o.steps > 0) {
+    sh.tokens = readTokens(o);
+    sh.haveTokens = true;
+  }
+  if (!o.quiet)
+    for (int r = 0; r < n; ++r)
+      printCoords(plan, r);
+  std::unique_ptr<LocalWorld> world = createLocalWorld(n);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < n; ++r)
+    comms.push_back(world->connect(r));
+  std::mutex errMu;
+  std::vector<std::string> errors(n);
+  int firstFailed = -1;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        runRank(sh, std::move(comms[r]));
+      } catch (const std::exception &e) {
+        {
+          std::lock_guard<std::mutex> lk(errMu);
+          errors[r] = e.what();
+          if (firstFailed < 0)
+            firstFailed = r;
+        }
+        world->abort(r, e.what());
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(errMu);
+        errors[r] = "unknown error";
+        if (firstFailed < 0)
+          firstFailed = r;
+        world->abort(r, "unknown error");
+      }
+    });
+  for (std::thread &t : threads)
+    t.join();
+  if (firstFailed < 0)
+    return 0;
+  // The root cause first; the others' "rank R failed" follow-ups are noise.
+  std::cerr << "mapp-run: rank " << firstFailed << ": " << errors[firstFailed]
+            << "\n";
+  return 1;
 }
 
 } // namespace

@@ -9,6 +9,9 @@ namespace mapp {
 
 #define GEN_PASS_REGISTRATION
 #include "mapp/Transforms/Passes.h.inc"
+
+/// Registers the named pass pipelines (--mapp-train-pipeline).
+void registerMappPipelines();
 } // namespace mapp
 
 #endif

@@ -67,6 +67,171 @@ def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Parallel (Megatron)
+//===----------------------------------------------------------------------===//
+
+def MappTensorParallel : Pass<"mapp-tensor-parallel", "::mlir::ModuleOp"> {
+  let summary = "Megatron tensor parallelism (and sequence parallelism) on @forward";
+  let description = [{
+    Runs on the forward graph before autodiff. Recognizes attention (fused
+    qkv or separate q/k/v linears, `mapp.attention`, output projection),
+    MLPs (fc1 → gelu → fc2, silu(gate)·up → down), the LM head feeding
+    `mapp.cross_entropy` and `mapp.embedding` tables, and shards them over
+    the tp group as Megatron does:
+
+    * column-parallel (qkv, fc1, gate, up, LM head): weight [N/tp, K],
+      `shard_dim = 0`, bias sharded alike, input through
+      `mapp.copy_to_group` (f: all-reduce of its gradient);
+    * the fused qkv weight is sharded per block (`shard_blocks = 3`): rank
+      r holds heads [r·h/tp, (r+1)·h/tp) of each of q, k and v;
+    * attention runs heads/tp heads;
+    * row-parallel (attention proj, fc2, down): weight [N, K/tp],
+      `shard_dim = 1`, output all-reduced over tp (g: identity gradient),
+      bias added after the reduction;
+    * vocab-parallel embedding (`group = "tp"` on `mapp.embedding`: zero
+      rows outside the rank's vocabulary slice, then all-reduce) and
+      vocab-parallel cross-entropy (`reduce_max` + all_reduce max,
+      `vocab_ce_partials` + all_reduce sum, `ce_from_partials`).
+
+    With `sequence-parallel`, the all-reduces become reduce-scatters along
+    the sequence, norms/residual adds/dropout run on [B, T/tp, H], and each
+    column-parallel input is all-gathered along the sequence.
+
+    Sharded parameters get the shard type and `shard_dim`, `shard_group =
+    "tp"` (and `shard_blocks`) so the runtime slices checkpoints. tp not
+    dividing heads, hidden, ffn, vocab (or seq with sequence parallel) is
+    an error naming both numbers.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"tp", "tp", "int64_t", "1", "Tensor-parallel degree">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "Shard the sequence between the tensor-parallel blocks">,
+  ];
+}
+
+def MappPipelinePartition : Pass<"mapp-pipeline-partition", "::mlir::ModuleOp"> {
+  let summary = "Cut @forward into per-(stage, chunk) functions with send/recv";
+  let description = [{
+    Runs on the forward graph (after tensor parallelism, before autodiff).
+    Layers are the ops reading `layers.N.*` parameters; ops before layer 0
+    join the first layer, ops after the last layer join the last. Layers are
+    grouped into pp·chunks contiguous virtual stages minimizing the most
+    expensive one by the cost interface (FLOPs); a remark reports each
+    virtual stage's layers and cost and the per-stage imbalance (max/mean).
+    Virtual stage k runs on pipeline stage k mod pp as chunk k / pp.
+
+    Output (docs/plan-lowering.md): `@forward_s<stage>_c<chunk>` with
+    `mapp.phase = "forward"`, `mapp.stage`, `mapp.chunk`; arguments it
+    reads from @forward keep `mapp.input` ("tokens", "targets"); values
+    crossing a cut are received with `mapp.recv` at the start and sent with
+    `mapp.send` at the end (peer = pipeline stage, even tags 2i; the
+    gradient travels back with tag 2i + 1); the last virtual stage returns
+    the loss and has `mapp.loss`. Parameters read on several stages (tied
+    embeddings) get `mapp.pp_stages`. The module gets `mapp.pp` and
+    `mapp.chunks`. With pp·chunks = 1 only those attributes are set.
+    More virtual stages than layers is an error.
+  }];
+  let dependentDialects = ["::mapp::MappDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"pp", "pp", "int64_t", "1", "Pipeline stages">,
+    Option<"chunks", "chunks", "int64_t", "1",
+           "Virtual chunks per stage (interleaved schedules)">,
+  ];
+}
+
+def MappDataParallel : Pass<"mapp-data-parallel", "::mlir::ModuleOp"> {
+  let summary = "Bucketed data-parallel gradient sync overlapped with backward; ZeRO-1";
+  let description = [{
+    Runs after autodiff (after the optimizer when `zero1` is set). In every
+    backward function (`mapp.phase = "backward"`) each `grad_accumulate`
+    moves right after its gradient's definition, and once `bucket-mb` MiB
+    of gradients are final a `mapp.grad_sync` (group "dp", reduction "avg")
+    closes the bucket, so its all-reduce overlaps the rest of the backward.
+    The runtime runs a grad_sync only on the step's last microbatch
+    (docs/plan-lowering.md). Parameters accumulated by several chunks of a
+    stage are synchronized at the end of chunk 0's backward; parameters
+    tied across pipeline stages (`mapp.pp_stages`) get a grad_sync summing
+    over those stages there too.
+
+    With `zero1`, buckets reduce-scatter instead (each dp rank keeps the
+    average of its 1/dp slice of the flattened bucket), the updates in
+    @optimizer_step (and the global norm) carry `mapp.zero_shard = "dp"`,
+    and one `mapp.param_gather` per bucket all-gathers the updated
+    parameters. The module gets `mapp.dp`.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"dp", "dp", "int64_t", "1", "Data-parallel degree">,
+    Option<"bucketMb", "bucket-mb", "double", "25.0",
+           "Bucket size in MiB of fp32 gradients (a bucket closes once it holds at least this much)">,
+    Option<"zero1", "zero1", "bool", "false",
+           "Shard optimizer state over dp (ZeRO stage 1)">,
+  ];
+}
+
+def MappPipelineSchedule : Pass<"mapp-pipeline-schedule", "::mlir::ModuleOp"> {
+  let summary = "Pipeline task tables (gpipe, 1f1b, interleaved) as mapp.schedule";
+  let description = [{
+    Emits one `mapp.schedule` op with a task table per pipeline rank
+    (replacing any existing one):
+
+    * `gpipe`: every forward, then every backward;
+    * `1f1b`: rank r runs min(p − r − 1, m) warm-up forwards, then one
+      forward / one backward, then the remaining backwards;
+    * `interleaved`: Megatron's interleaved 1F1B over `chunks` virtual
+      chunks per rank (chunk c on rank r is virtual stage c·p + r), needs
+      m % p == 0.
+
+    `pp` and `chunks` default to the module's `mapp.pp` / `mapp.chunks`
+    (set by --mapp-pipeline-partition), else 1. The generated tables go
+    through the schedule verifier.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"schedule", "schedule", "std::string", "\"1f1b\"",
+           "gpipe | 1f1b | interleaved">,
+    Option<"microbatches", "microbatches", "int64_t", "1",
+           "Microbatches per step">,
+    Option<"pp", "pp", "int64_t", "0",
+           "Pipeline stages (0: the module's mapp.pp, else 1)">,
+    Option<"chunks", "chunks", "int64_t", "0",
+           "Virtual chunks per stage (0: the module's mapp.chunks, else 1)">,
+  ];
+}
+
+def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
+  let summary = "Check and simulate every mapp.schedule; pair sends with recvs";
+  let description = [{
+    Every rank must run each (chunk, microbatch) forward and backward (or
+    backward-input and backward-weight) exactly once, a backward after its
+    forward on the same rank, and the tables are simulated with
+    non-blocking sends and blocking receives (virtual stage s = chunk·p +
+    rank receives F's input from s − 1 and B's output gradient from s + 1):
+    a deadlock is an error naming every stuck rank, its task and the peer
+    it waits for. In the pipeline stage functions (`mapp.stage`), every
+    `mapp.send` must have exactly one `mapp.recv` on its peer stage with
+    the same tag and type, and vice versa. With `report`, a remark gives
+    the simulated makespan,
+    the bubble fraction (idle / total rank time) and per rank the number of
+    warm-up forwards and the peak of microbatches in flight.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"report", "report", "bool", "false",
+           "Emit a remark with the simulated statistics">,
+    Option<"forwardCost", "forward-cost", "double", "1.0",
+           "Duration of a forward task (one chunk)">,
+    Option<"backwardCost", "backward-cost", "double", "2.0",
+           "Duration of a fused backward task">,
+    Option<"backwardInputCost", "backward-input-cost", "double", "1.0",
+           "Duration of a backward-input (Bi) task">,
+    Option<"backwardWeightCost", "backward-weight-cost", "double", "1.0",
+           "Duration of a backward-weight (W) task">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
 // MegaScan
 //===----------------------------------------------------------------------===//
 
@@ -95,6 +260,31 @@ def MappInsertTrace : Pass<"mapp-insert-trace", "::mlir::ModuleOp"> {
            "Sampling period in steps (0 = trace every step)">,
     Option<"window", "window", "int64_t", "1",
            "Consecutive steps traced per period">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Scope (MegaScope)
+//===----------------------------------------------------------------------===//
+
+def MappInsertProbes : Pass<"mapp-insert-probes", "::mlir::ModuleOp"> {
+  let summary = "Observation probes and switchable perturbations from a spec";
+  let description = [{
+    Reads a JSON spec (docs/megascope.md) naming values by their `mapp.name`
+    (globs, module paths such as `layers.0.attn` for a module's output,
+    `logits`, `layers.N.resid` for the residual stream after layer N,
+    `layers.N.attn.probs` for attention probabilities, `grad:<name>` for the
+    gradient of a value or a parameter) and inserts `mapp.probe` ops with
+    their reductions, token selection and sampling period, and
+    `mapp.perturb` ops on op outputs (compute), layer outputs (system) or
+    parameter reads (storage), each behind a run-time switch. A name that
+    matches nothing is an error listing the nearest names. Run after
+    autodiff so gradients can be observed and the step's math is unchanged
+    by probes.
+  }];
+  let options = [
+    Option<"spec", "spec", "std::string", "\"\"",
+           "Path of the probes/perturbations spec (JSON)">,
   ];
 }
 

@@ -118,6 +118,17 @@ private:
         return failure();
       int32_t p = addValue(name.str(), fb::ValueKind::Param, s.type, *dt,
                            s.paramOffset);
+      // A sharded parameter holds its piece (docs/plan-lowering.md).
+      if (auto decl = module.lookupSymbol<ParamOp>(name)) {
+        fb::ValueT &v = *prog.values[p];
+        if (auto dim = decl.getShardDimAttr()) {
+          v.shard_dim = dim.getInt();
+          v.shard_group =
+              decl.getShardGroupAttr() ? decl.getShardGroupAttr().str() : "tp";
+          if (auto blocks = decl.getShardBlocksAttr())
+            v.shard_blocks = blocks.getInt();
+        }
+      }
       int32_t g = addValue(name.str() + ".grad", fb::ValueKind::Grad, s.type,
                            *dt, s.gradOffset, p);
       SmallVector<int32_t, 2> states;
@@ -183,6 +194,9 @@ private:
       StringRef key = na.getName().getValue();
       if (key.starts_with("mapp."))
         continue;
+      // grad_sync / param_gather: the parameter list is the operands.
+      if (key == "params" && isa<GradSyncOp, ParamGatherOp>(op))
+        continue;
       auto a = std::make_unique<fb::AttrT>();
       a->key = key.str();
       Attribute v = na.getValue();
@@ -214,6 +228,76 @@ private:
     return success();
   }
 
+  /// The gradient norm across tp/pp/dp ranks is the executor's (every
+  /// gradient element counted once in the world, runtime/README.md): a
+  /// per-rank global_norm would see only the rank's own gradients, so with
+  /// several ranks the plan drops it and the updates clip by the executor's.
+  bool dropNorm() const { return step.layout.worldSize() > 1; }
+
+  /// ZeRO-1: the elements [zero_begin, zero_end) of the parameter that fall
+  /// in this dp rank's slice [r·n/g, (r+1)·n/g) of its flat bucket (the
+  /// param_gather of this stage that lists it; n padded to a multiple of g).
+  LogicalResult addZeroRange(Operation *op, fb::InstrT &instr) {
+    auto name = op->getAttrOfType<FlatSymbolRefAttr>("param").getAttr();
+    auto fn = op->getParentOfType<func::FuncOp>();
+    ParamGatherOp bucket;
+    int buckets = 0;
+    fn.walk([&](ParamGatherOp g) {
+      if (auto st = g->getAttrOfType<IntegerAttr>("mapp.stage"))
+        if (st.getInt() != mem.stage)
+          return;
+      for (Attribute a : g.getParams())
+        if (cast<FlatSymbolRefAttr>(a).getAttr() == name) {
+          bucket = g;
+          ++buckets;
+        }
+    });
+    if (buckets > 1)
+      return op->emitError("plan: ZeRO-sharded parameter @")
+             << name.getValue() << " is in " << buckets
+             << " buckets on stage " << mem.stage;
+    if (!bucket)
+      return op->emitError("plan: ZeRO-sharded update of @")
+             << name.getValue() << " has no param_gather on stage "
+             << mem.stage;
+    int64_t off = 0, mine = -1, size = 0, n = 0;
+    for (Attribute a : bucket.getParams()) {
+      auto it = mem.params.find(cast<FlatSymbolRefAttr>(a).getAttr());
+      if (it == mem.params.end())
+        return bucket.emitError("plan: bucket parameter ")
+               << a << " is not on stage " << mem.stage;
+      int64_t e = it->second.type.getNumElements();
+      if (it->first == name) {
+        mine = off;
+        size = e;
+      }
+      off += e;
+    }
+    int64_t g = step.layout.dp;
+    n = (off + g - 1) / g * g;
+    int64_t lo = prog.dp * (n / g), hi = lo + n / g;
+    auto attr = [&](const char *key, int64_t v) {
+      auto a = std::make_unique<fb::AttrT>();
+      a->key = key;
+      a->kind = fb::AttrKind::Int;
+      a->i = v;
+      instr.attrs.push_back(std::move(a));
+    };
+    attr("zero_begin", std::clamp<int64_t>(lo - mine, 0, size));
+    attr("zero_end", std::clamp<int64_t>(hi - mine, 0, size));
+    return success();
+  }
+
+  /// grad_sync `ranks` are pipeline stages in the IR (a tied parameter's
+  /// replicas), global ranks with the executing rank's (dp, tp) in plans.
+  void resolveStageRanks(fb::InstrT &instr) {
+    for (auto &a : instr.attrs)
+      if (a->key == "ranks")
+        for (int64_t &r : a->ints)
+          r = r * step.layout.tp * step.layout.dp + prog.dp * step.layout.tp +
+              prog.tp;
+  }
+
   /// Send/recv peers are pipeline stages in the IR, global ranks in plans.
   void resolvePeer(fb::InstrT &instr) {
     for (auto &a : instr.attrs)
@@ -235,7 +319,20 @@ private:
       list.push_back(*id);
       return success();
     };
-    if (auto acc = dyn_cast<GradAccumulateOp>(op)) {
+    if (isa<GradSyncOp, ParamGatherOp>(op)) {
+      // The bucket's gradient (grad_sync, read and written in place) or
+      // parameter (param_gather, in place) buffers, in list order.
+      bool grads = isa<GradSyncOp>(op);
+      for (Attribute a : op->getAttrOfType<ArrayAttr>("params")) {
+        FailureOr<int32_t> id =
+            paramId(op, cast<FlatSymbolRefAttr>(a).getAttr(), grads ? 1 : 0);
+        if (failed(id))
+          return failure();
+        instr->inputs.push_back(*id);
+        if (grads)
+          instr->outputs.push_back(*id);
+      }
+    } else if (auto acc = dyn_cast<GradAccumulateOp>(op)) {
       FailureOr<int32_t> g = paramId(op, acc.getParamAttr().getAttr(), 1);
       if (failed(g) || failed(push(instr->inputs, acc.getGrad())))
         return failure();
@@ -257,9 +354,13 @@ private:
         return failure();
       instr->inputs.insert(instr->inputs.end(), pid.states.begin(),
                            pid.states.end());
-      for (Value extra : op->getOperands().drop_front())
+      for (Value extra : op->getOperands().drop_front()) {
+        // Several ranks: the executor's global norm replaces the plan's.
+        if (dropNorm() && extra.getDefiningOp<GlobalNormOp>())
+          continue;
         if (failed(push(instr->inputs, extra)))
           return failure();
+      }
     } else {
       for (Value v : op->getOperands())
         if (failed(push(instr->inputs, v)))
@@ -272,6 +373,11 @@ private:
       return failure();
     if (isa<SendOp, RecvOp>(op))
       resolvePeer(*instr);
+    if (isa<AdamWOp, SGDOp>(op) && op->hasAttr("mapp.zero_shard") &&
+        failed(addZeroRange(op, *instr)))
+      return failure();
+    if (isa<GradSyncOp>(op))
+      resolveStageRanks(*instr);
     block.instrs.push_back(std::move(instr));
     return success();
   }
@@ -280,6 +386,9 @@ private:
   bool skipForStage(Operation *op, const StepBlock &b) {
     if (!b.everyStage)
       return false;
+    if (isa<ParamGatherOp>(op))
+      if (auto st = op->getAttrOfType<IntegerAttr>("mapp.stage"))
+        return st.getInt() != mem.stage;
     if (auto ref = op->getAttrOfType<FlatSymbolRefAttr>("param"))
       return !paramIds.count(ref.getAttr());
     return false;
@@ -306,11 +415,8 @@ private:
         }
         continue;
       }
-      if (auto norm = dyn_cast<GlobalNormOp>(op); norm && b.everyStage &&
-                                                  step.layout.pp > 1)
-        return norm.emitError("plan: gradient clipping over several pipeline "
-                              "stages needs a per-stage optimizer that "
-                              "all-reduces the norm over pp");
+      if (isa<GlobalNormOp>(op) && dropNorm())
+        continue;
       if (op.getDialect() != op.getContext()->getLoadedDialect<MappDialect>())
         return op.emitError("plan: '")
                << op.getName() << "' has no plan kernel";

@@ -18,9 +18,24 @@ using namespace mapp;
 
 namespace {
 
-/// Values cheaper to recompute in the backward than to keep alive.
+/// Values cheaper to recompute in the backward than to keep alive
+/// (tensor-parallel markers on parameters included).
 bool isRematerializable(Operation *op) {
+  if (op && isa<CopyToGroupOp, ScatterToGroupOp>(op))
+    return isRematerializable(op->getOperand(0).getDefiningOp());
   return op && (isa<ParamRefOp, FillOp>(op));
+}
+
+/// Pipeline stage functions made by --mapp-pipeline-partition: forward
+/// functions with a `mapp.stage` and no backward yet.
+SmallVector<func::FuncOp> stageForwards(ModuleOp module) {
+  SmallVector<func::FuncOp> fns;
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    auto phase = fn->getAttrOfType<StringAttr>("mapp.phase");
+    if (phase && phase.getValue() == "forward" && fn->hasAttr("mapp.stage"))
+      fns.push_back(fn);
+  }
+  return fns;
 }
 
 /// Names gradient ops after the forward op they differentiate
@@ -38,12 +53,37 @@ struct GradientNamer : OpBuilder::Listener {
   StringAttr name;
 };
 
+/// Records on the op defining each final result gradient which named forward
+/// value it is the gradient of (`mapp.grad_of`, one string per result, ""
+/// for none), so probes can address gradients as `grad:<mapp.name>`.
+void tagGradOf(Operation *op, ArrayRef<Value> dys) {
+  auto name = op->getAttrOfType<StringAttr>("mapp.name");
+  if (!name || op->getNumResults() != 1 || !dys[0] || !dys[0].getDefiningOp())
+    return;
+  Operation *def = dys[0].getDefiningOp();
+  auto res = cast<OpResult>(dys[0]);
+  MLIRContext *ctx = op->getContext();
+  SmallVector<Attribute> names(def->getNumResults(), StringAttr::get(ctx, ""));
+  if (auto old = def->getAttrOfType<ArrayAttr>("mapp.grad_of"))
+    names.assign(old.begin(), old.end());
+  if (cast<StringAttr>(names[res.getResultNumber()]).empty())
+    names[res.getResultNumber()] = name;
+  def->setAttr("mapp.grad_of", ArrayAttr::get(ctx, names));
+}
+
 struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
   using Base::Base;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto fwd = module.lookupSymbol<func::FuncOp>(entry);
+    // A pipelined forward: differentiate every stage function.
+    if (!fwd && !stageForwards(module).empty()) {
+      for (func::FuncOp stageFwd : stageForwards(module))
+        if (failed(differentiateStage(module, stageFwd)))
+          return signalPassFailure();
+      return;
+    }
     if (!fwd) {
       module.emitError("mapp-autodiff: no function @") << entry
                                                        << " to differentiate";
@@ -62,19 +102,47 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
       module.emitError("mapp-autodiff: module is already differentiated");
       return signalPassFailure();
     }
-    if (failed(differentiate(module, fwd)))
+    fwd->setAttr("mapp.loss", UnitAttr::get(&getContext()));
+    if (failed(differentiate(module, fwd, "train_forward", "train_backward")))
       return signalPassFailure();
   }
 
-  LogicalResult differentiate(ModuleOp module, func::FuncOp fwd) {
+  /// A pipeline stage: `@forward_s<S>_c<C>` gets `@backward_s<S>_c<C>`.
+  LogicalResult differentiateStage(ModuleOp module, func::FuncOp fwd) {
+    StringRef name = fwd.getSymName();
+    if (!name.starts_with("forward"))
+      return fwd.emitError("mapp-autodiff: stage function @")
+             << name << " should be named forward_*";
+    std::string bwdName = ("backward" + name.drop_front(7)).str();
+    if (module.lookupSymbol(bwdName))
+      return fwd.emitError("mapp-autodiff: @") << bwdName << " exists already";
+    auto type = fwd.getFunctionType();
+    bool hasLoss = fwd->hasAttr("mapp.loss");
+    if (fwd.getBody().getBlocks().size() != 1 ||
+        type.getNumResults() != (hasLoss ? 1u : 0u))
+      return fwd.emitError("mapp-autodiff: stage function @")
+             << name << " must have one block and return the loss (only "
+             << "with mapp.loss)";
+    return differentiate(module, fwd, name, bwdName);
+  }
+
+  /// Differentiates `fwd`. Seeds: d(loss) = loss-scale when it returns the
+  /// loss, and for every `mapp.send` of an activation to a later pipeline
+  /// stage, its gradient received back from that stage (tag + 1). The
+  /// gradient of a `mapp.recv`'d activation is sent back to its producer
+  /// (tag + 1; zeros when nothing here depends on it, so the producer's
+  /// receive is always matched).
+  LogicalResult differentiate(ModuleOp module, func::FuncOp fwd,
+                              StringRef fwdName, StringRef bwdName) {
     Block &body = fwd.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
-    Value loss = ret.getOperand(0);
+    Value loss = ret.getNumOperands() ? ret.getOperand(0) : Value();
 
-    // Values on a path from a parameter to the loss need gradients.
+    // Values on a path from a parameter (or a received activation) to the
+    // loss (or a sent activation) need gradients.
     llvm::DenseSet<Value> active;
     for (Operation &op : body.without_terminator()) {
-      bool fromParam = isa<ParamRefOp>(op) ||
+      bool fromParam = isa<ParamRefOp, RecvOp>(op) ||
                        llvm::any_of(op.getOperands(), [&](Value v) {
                          return active.contains(v);
                        });
@@ -82,7 +150,10 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
         for (Value r : op.getResults())
           active.insert(r);
     }
-    if (!active.contains(loss))
+    bool anySend = false;
+    for (auto send : body.getOps<SendOp>())
+      anySend |= active.contains(send.getX());
+    if (loss ? !active.contains(loss) : !anySend)
       return fwd.emitError("mapp-autodiff: the loss does not depend on any "
                            "parameter");
 
@@ -95,15 +166,39 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
       if (!inserted)
         it->second = b.create<AddOp>(loc, v.getType(), it->second, g);
     };
-    auto seed = b.create<FillOp>(loc, loss.getType(),
-                                 b.getF64FloatAttr(lossScale));
-    grads[loss] = seed;
-
     SmallVector<Operation *> forwardOps;
     for (Operation &op : body.without_terminator())
-      if (&op != seed)
-        forwardOps.push_back(&op);
+      forwardOps.push_back(&op);
+    Operation *firstBackward = nullptr;
+    if (loss) {
+      auto seed = b.create<FillOp>(loc, loss.getType(),
+                                   b.getF64FloatAttr(lossScale));
+      grads[loss] = seed;
+      firstBackward = seed;
+    }
+
     for (Operation *op : llvm::reverse(forwardOps)) {
+      b.setInsertionPoint(ret);
+      if (auto send = dyn_cast<SendOp>(op)) {
+        if (!active.contains(send.getX()))
+          continue;
+        auto recv = b.create<RecvOp>(
+            send.getLoc(), send.getX().getType(), send.getPeerAttr(),
+            b.getI64IntegerAttr(send.getTagAttr().getInt() + 1));
+        if (!firstBackward)
+          firstBackward = recv;
+        accumulate(send.getX(), recv);
+        continue;
+      }
+      if (auto recv = dyn_cast<RecvOp>(op)) {
+        Value g = grads.lookup(recv.getResult());
+        if (!g)
+          g = b.create<FillOp>(recv.getLoc(), recv.getType(),
+                               b.getF64FloatAttr(0.0));
+        b.create<SendOp>(recv.getLoc(), g, recv.getPeerAttr(),
+                         b.getI64IntegerAttr(recv.getTagAttr().getInt() + 1));
+        continue;
+      }
       SmallVector<Value> dys;
       bool any = false;
       for (Value r : op->getResults()) {
@@ -113,6 +208,7 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
       }
       if (!any || isa<ParamRefOp>(op))
         continue;
+      tagGradOf(op, dys);
       auto rule = dyn_cast<GradientOpInterface>(op);
       if (!rule)
         return op->emitOpError("has no gradient rule, but the loss depends on "
@@ -144,13 +240,14 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
     for (auto &[name, g] : paramGrads)
       b.create<GradAccumulateOp>(loc, FlatSymbolRefAttr::get(name), g);
 
-    return split(module, fwd, seed, ret);
+    return split(module, fwd, firstBackward, ret, fwdName, bwdName);
   }
 
   /// Moves the ops from `firstBackward` to the return into @train_backward,
   /// passing forward values it uses as explicit saved activations.
   LogicalResult split(ModuleOp module, func::FuncOp fwd,
-                      Operation *firstBackward, func::ReturnOp ret) {
+                      Operation *firstBackward, func::ReturnOp ret,
+                      StringRef fwdName, StringRef bwdName) {
     Block &body = fwd.getBody().front();
     SmallVector<Operation *> backwardOps;
     for (Operation *op = firstBackward; op != ret; op = op->getNextNode())
@@ -160,13 +257,22 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
 
     llvm::SetVector<Value> saved;
     llvm::SetVector<Operation *> remat;
+    // Operands first, so clones come in dependency order.
+    std::function<void(Operation *)> addRemat = [&](Operation *def) {
+      if (remat.contains(def))
+        return;
+      for (Value o : def->getOperands())
+        if (Operation *d = o.getDefiningOp())
+          addRemat(d);
+      remat.insert(def);
+    };
     for (Operation *op : backwardOps)
       for (Value v : op->getOperands()) {
         Operation *def = v.getDefiningOp();
         if (def && inBackward.contains(def))
           continue;
         if (isRematerializable(def))
-          remat.insert(def);
+          addRemat(def);
         else
           saved.insert(v);
       }
@@ -176,9 +282,12 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
     SmallVector<Type> savedTypes;
     for (Value v : saved)
       savedTypes.push_back(v.getType());
-    auto bwd = b.create<func::FuncOp>(fwd.getLoc(), "train_backward",
+    auto bwd = b.create<func::FuncOp>(fwd.getLoc(), bwdName,
                                       FunctionType::get(ctx, savedTypes, {}));
     bwd->setAttr("mapp.phase", StringAttr::get(ctx, "backward"));
+    for (StringRef attr : {"mapp.stage", "mapp.chunk"})
+      if (Attribute a = fwd->getAttr(attr))
+        bwd->setAttr(attr, a);
     Block *bwdBody = bwd.addEntryBlock();
     IRMapping map;
     for (auto [v, arg] : llvm::zip(saved, bwdBody->getArguments()))
@@ -193,7 +302,7 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
     // The forward returns the loss and the saved activations.
     for (Operation *op : llvm::reverse(backwardOps))
       op->erase();
-    SmallVector<Value> results{ret.getOperand(0)};
+    SmallVector<Value> results(ret.getOperands());
     results.append(saved.begin(), saved.end());
     OpBuilder rb(ret);
     rb.create<func::ReturnOp>(ret.getLoc(), results);
@@ -202,7 +311,7 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
     for (Value v : results)
       resultTypes.push_back(v.getType());
     fwd.setType(FunctionType::get(ctx, body.getArgumentTypes(), resultTypes));
-    fwd.setSymName("train_forward");
+    fwd.setSymName(fwdName);
     fwd->setAttr("mapp.phase", StringAttr::get(ctx, "forward"));
     return success();
   }

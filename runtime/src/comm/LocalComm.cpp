@@ -1,9 +1,37 @@
-//===- LocalComm.cpp - single-process communicator
-//-------------------------===//
+//===- LocalComm.cpp - single-process communicators -----------------------===//
+//
+// `local` with one rank (collectives are identities) and the thread world:
+// every rank is a thread of this process; collectives exchange pointers to
+// the members' buffers at a group barrier and each member computes its share
+// directly from the others' memory:
+//
+//   publish(in, out, count) -> barrier A -> compute/copy -> barrier B
+//
+// Barrier B keeps every input alive (and unmodified) until all members have
+// read it, so an in-place all_reduce is safe; the next collective's barrier A
+// cannot complete before every member has left the previous one, so the
+// per-rank staging buffers may be reused at once. all_reduce is
+// reduce-scatter + all-gather through those staging buffers: member i sums
+// elements [count*i/n, count*(i+1)/n) over members in member order (double)
+// and every member copies all chunks back.
+//
+// Waits poll every 20 ms for an aborted world and fail after the timeout,
+// naming the ranks that never arrived.
+//
+//===----------------------------------------------------------------------===//
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
 
 using namespace mapp::rt;
 
@@ -23,6 +51,22 @@ bool mapp::rt::parseGroup(const std::string &s, Group &out) {
   return true;
 }
 
+const char *mapp::rt::groupName(Group g) {
+  switch (g) {
+  case Group::World:
+    return "world";
+  case Group::TP:
+    return "tp";
+  case Group::DP:
+    return "dp";
+  case Group::PP:
+    return "pp";
+  case Group::EP:
+    return "ep";
+  }
+  return "?";
+}
+
 bool mapp::rt::parseReduceOp(const std::string &s, ReduceOp &out) {
   if (s == "sum")
     out = ReduceOp::Sum;
@@ -35,40 +79,431 @@ bool mapp::rt::parseReduceOp(const std::string &s, ReduceOp &out) {
   return true;
 }
 
+std::vector<int> Layout::members(Group g, int r) const {
+  std::vector<int> m;
+  int t = tpOf(r), d = dpOf(r), p = ppOf(r);
+  switch (g) {
+  case Group::World:
+    for (int i = 0; i < world(); ++i)
+      m.push_back(i);
+    break;
+  case Group::TP:
+    for (int i = 0; i < tp; ++i)
+      m.push_back(rankOf(i, d, p));
+    break;
+  case Group::DP:
+  case Group::EP:
+    for (int i = 0; i < dp; ++i)
+      m.push_back(rankOf(t, i, p));
+    break;
+  case Group::PP:
+    for (int i = 0; i < pp; ++i)
+      m.push_back(rankOf(t, d, i));
+    break;
+  }
+  return m;
+}
+
+int CommGroup::indexOf(int rank) const {
+  auto it = std::find(members.begin(), members.end(), rank);
+  return it == members.end() ? -1 : static_cast<int>(it - members.begin());
+}
+
+std::string CommGroup::str() const {
+  std::ostringstream os;
+  os << kind << " [";
+  for (size_t i = 0; i < members.size(); ++i)
+    os << (i ? "," : "") << members[i];
+  os << "]";
+  return os.str();
+}
+
+CommGroup Communicator::group(Group g) const {
+  Layout l = layout_;
+  if (l.world() != worldSize())
+    l = Layout{worldSize(), 1, 1};
+  return {groupName(g), l.members(g, rank())};
+}
+
+CommGroup mapp::rt::resolveGroup(const Communicator &c,
+                                 const std::string &group,
+                                 const std::vector<int64_t> &ranks) {
+  if (!ranks.empty()) {
+    CommGroup g{"ranks", {}};
+    for (int64_t r : ranks)
+      g.members.push_back(static_cast<int>(r));
+    std::sort(g.members.begin(), g.members.end());
+    g.members.erase(std::unique(g.members.begin(), g.members.end()),
+                    g.members.end());
+    return g;
+  }
+  Group k;
+  if (!parseGroup(group, k))
+    fail("unknown group '", group, "' (tp, dp, pp, ep, world or ranks)");
+  return c.group(k);
+}
+
 namespace {
 
 /// World of one rank: every group is {0}, so reductions leave the buffer as
 /// it is (sum/max/avg of one contribution) and gathers copy.
-class LocalComm final : public Communicator {
+class SoloComm final : public Communicator {
 public:
   std::string name() const override { return "local"; }
   int rank() const override { return 0; }
   int worldSize() const override { return 1; }
-  int groupSize(Group) const override { return 1; }
-  void allReduce(float *, int64_t, ReduceOp, Group) override {}
-  void allGather(const float *in, float *out, int64_t count, Group) override {
+  void allReduce(float *, int64_t, ReduceOp, const CommGroup &) override {}
+  void allReduce(double *, int64_t, ReduceOp, const CommGroup &) override {}
+  void allGather(const float *in, float *out, int64_t count,
+                 const CommGroup &) override {
     if (in != out)
       std::memmove(out, in, static_cast<size_t>(count) * sizeof(float));
   }
-  void send(const void *, size_t, int peer, int) override {
+  void reduceScatter(const float *in, float *out, int64_t count, ReduceOp,
+                     const CommGroup &) override {
+    if (in != out)
+      std::memmove(out, in, static_cast<size_t>(count) * sizeof(float));
+  }
+  void allToAll(const void *in, void *out, size_t bytes,
+                const CommGroup &) override {
+    if (in != out)
+      std::memmove(out, in, bytes);
+  }
+  void send(const void *, size_t, int peer, int64_t) override {
     fail("send to rank ", peer, ": the local communicator has one rank");
   }
-  void recv(void *, size_t, int peer, int) override {
+  void recv(void *, size_t, int peer, int64_t) override {
     fail("recv from rank ", peer, ": the local communicator has one rank");
   }
   void barrier() override {}
 };
 
+using Clock = std::chrono::steady_clock;
+
+struct GroupState {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t round = 0;
+  int arrived = 0;
+  std::vector<uint64_t> seen; // per member: last round it arrived at
+  // Published per collective (valid between barrier A and barrier B).
+  std::vector<const void *> in;
+  std::vector<void *> stage;
+  std::vector<int64_t> count;
+};
+
+class ThreadWorld;
+
+class ThreadComm final : public Communicator {
+public:
+  ThreadComm(ThreadWorld &w, int rank) : world_(w), rank_(rank) {}
+  std::string name() const override { return "local"; }
+  int rank() const override { return rank_; }
+  int worldSize() const override;
+  void allReduce(float *buf, int64_t count, ReduceOp op,
+                 const CommGroup &g) override {
+    allReduceT(buf, count, op, g);
+  }
+  void allReduce(double *buf, int64_t count, ReduceOp op,
+                 const CommGroup &g) override {
+    allReduceT(buf, count, op, g);
+  }
+  void allGather(const float *in, float *out, int64_t count,
+                 const CommGroup &g) override;
+  void reduceScatter(const float *in, float *out, int64_t count, ReduceOp op,
+                     const CommGroup &g) override;
+  void allToAll(const void *in, void *out, size_t bytes,
+                const CommGroup &g) override;
+  void send(const void *buf, size_t bytes, int peer, int64_t tag) override;
+  void recv(void *buf, size_t bytes, int peer, int64_t tag) override;
+  void barrier() override;
+
+private:
+  template <typename T>
+  void allReduceT(T *buf, int64_t count, ReduceOp op, const CommGroup &g);
+  /// Publishes (in, stage, count), waits for all members (barrier A);
+  /// returns the state and this rank's index.
+  GroupState &enter(const CommGroup &g, const char *what, const void *in,
+                    void *stage, int64_t count, int &idx);
+  void wait(GroupState &s, const CommGroup &g, const char *what);
+
+  ThreadWorld &world_;
+  int rank_;
+  std::vector<uint8_t> staging_;
+};
+
+class ThreadWorld final : public LocalWorld {
+public:
+  explicit ThreadWorld(int n) : n_(n) {}
+  int size() const override { return n_; }
+  std::unique_ptr<Communicator> connect(int rank) override {
+    if (rank < 0 || rank >= n_)
+      fail("local world of ", n_, " ranks has no rank ", rank);
+    return std::make_unique<ThreadComm>(*this, rank);
+  }
+  void abort(int rank, const std::string &why) override {
+    {
+      std::lock_guard<std::mutex> lk(abortMu_);
+      if (aborted_.load())
+        return;
+      abortRank_ = rank;
+      abortWhy_ = why;
+      aborted_.store(true);
+    }
+    mailCv_.notify_all();
+    std::lock_guard<std::mutex> lk(groupsMu_);
+    for (auto &[k, s] : groups_)
+      s->cv.notify_all();
+  }
+
+  /// Throws when another rank failed.
+  void checkAbort(int self, const std::string &what) {
+    if (!aborted_.load())
+      return;
+    std::lock_guard<std::mutex> lk(abortMu_);
+    if (abortRank_ == self)
+      fail(what, ": this rank already failed");
+    fail(what, ": rank ", abortRank_, " failed (", abortWhy_, ")");
+  }
+
+  GroupState &state(const CommGroup &g) {
+    std::lock_guard<std::mutex> lk(groupsMu_);
+    auto &s = groups_[g.members];
+    if (!s) {
+      s = std::make_unique<GroupState>();
+      size_t n = g.members.size();
+      s->seen.assign(n, 0);
+      s->in.assign(n, nullptr);
+      s->stage.assign(n, nullptr);
+      s->count.assign(n, 0);
+    }
+    return *s;
+  }
+
+  std::mutex mailMu_;
+  std::condition_variable mailCv_;
+  std::map<std::tuple<int, int, int64_t>, std::deque<std::vector<uint8_t>>>
+      mail_;
+
+private:
+  int n_;
+  std::mutex groupsMu_;
+  std::map<std::vector<int>, std::unique_ptr<GroupState>> groups_;
+  std::mutex abortMu_;
+  std::atomic<bool> aborted_{false};
+  int abortRank_ = -1;
+  std::string abortWhy_;
+};
+
+int ThreadComm::worldSize() const { return world_.size(); }
+
+void ThreadComm::wait(GroupState &s, const CommGroup &g, const char *what) {
+  std::unique_lock<std::mutex> lk(s.mu);
+  int idx = g.indexOf(rank_);
+  uint64_t my = s.round;
+  s.seen[idx] = my + 1;
+  if (++s.arrived == g.size()) {
+    s.arrived = 0;
+    ++s.round;
+    s.cv.notify_all();
+    return;
+  }
+  auto start = Clock::now();
+  while (s.round == my) {
+    s.cv.wait_for(lk, std::chrono::milliseconds(20));
+    if (s.round != my)
+      break;
+    std::string w = std::string(what) + " over " + g.str();
+    lk.unlock();
+    world_.checkAbort(rank_, w);
+    lk.lock();
+    double waited =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    if (s.round == my && timeoutS_ > 0 && waited > timeoutS_) {
+      std::ostringstream missing;
+      for (size_t i = 0; i < g.members.size(); ++i)
+        if (s.seen[i] != my + 1)
+          missing << (missing.tellp() ? "," : "") << g.members[i];
+      fail(w, " (rank ", rank_, "): timed out after ", timeoutS_,
+           " s waiting for rank(s) ", missing.str(),
+           " (dead rank, or a plan whose ranks disagree on the collectives)");
+    }
+  }
+}
+
+GroupState &ThreadComm::enter(const CommGroup &g, const char *what,
+                              const void *in, void *stage, int64_t count,
+                              int &idx) {
+  idx = g.indexOf(rank_);
+  if (idx < 0)
+    fail(what, " over ", g.str(), ": rank ", rank_, " is not a member");
+  GroupState &s = world_.state(g);
+  s.in[idx] = in;
+  s.stage[idx] = stage;
+  s.count[idx] = count;
+  wait(s, g, what);
+  for (int i = 0; i < g.size(); ++i)
+    if (s.count[i] != count)
+      fail(what, " over ", g.str(), ": rank ", rank_, " has ", count,
+           " elements, rank ", g.members[i], " has ", s.count[i],
+           " (mismatched plan)");
+  return s;
+}
+
+template <typename T>
+void ThreadComm::allReduceT(T *buf, int64_t count, ReduceOp op,
+                            const CommGroup &g) {
+  int n = g.size();
+  if (n == 1)
+    return;
+  int idx = g.indexOf(rank_);
+  if (idx < 0)
+    fail("all_reduce over ", g.str(), ": rank ", rank_, " is not a member");
+  int64_t lo = count * idx / n, hi = count * (idx + 1) / n;
+  staging_.resize(std::max<size_t>(1, (hi - lo) * sizeof(T)));
+  GroupState &s = enter(g, "all_reduce", buf, staging_.data(), count, idx);
+  T *mine = reinterpret_cast<T *>(staging_.data());
+  for (int64_t e = lo; e < hi; ++e) {
+    double acc = static_cast<const T *>(s.in[0])[e];
+    for (int i = 1; i < n; ++i) {
+      double v = static_cast<const T *>(s.in[i])[e];
+      acc = op == ReduceOp::Max ? std::max(acc, v) : acc + v;
+    }
+    if (op == ReduceOp::Avg)
+      acc /= n;
+    mine[e - lo] = static_cast<T>(acc);
+  }
+  wait(s, g, "all_reduce"); // every chunk is reduced, every input read
+  for (int i = 0; i < n; ++i) {
+    int64_t l = count * i / n, h = count * (i + 1) / n;
+    std::memcpy(buf + l, s.stage[i], (h - l) * sizeof(T));
+  }
+  wait(s, g, "all_reduce"); // staging read by all
+}
+
+void ThreadComm::allGather(const float *in, float *out, int64_t count,
+                           const CommGroup &g) {
+  int idx;
+  GroupState &s = enter(g, "all_gather", in, nullptr, count, idx);
+  for (int i = 0; i < g.size(); ++i)
+    std::memcpy(out + i * count, s.in[i], count * sizeof(float));
+  wait(s, g, "all_gather");
+}
+
+void ThreadComm::reduceScatter(const float *in, float *out, int64_t count,
+                               ReduceOp op, const CommGroup &g) {
+  int idx;
+  GroupState &s = enter(g, "reduce_scatter", in, nullptr, count, idx);
+  int n = g.size();
+  for (int64_t e = 0; e < count; ++e) {
+    double acc = static_cast<const float *>(s.in[0])[idx * count + e];
+    for (int i = 1; i < n; ++i) {
+      double v = static_cast<const float *>(s.in[i])[idx * count + e];
+      acc = op == ReduceOp::Max ? std::max(acc, v) : acc + v;
+    }
+    if (op == ReduceOp::Avg)
+      acc /= n;
+    out[e] = static_cast<float>(acc);
+  }
+  wait(s, g, "reduce_scatter");
+}
+
+void ThreadComm::allToAll(const void *in, void *out, size_t bytes,
+                          const CommGroup &g) {
+  int idx;
+  GroupState &s = enter(g, "all_to_all", in, nullptr,
+                        static_cast<int64_t>(bytes), idx);
+  for (int i = 0; i < g.size(); ++i)
+    std::memcpy(static_cast<uint8_t *>(out) + i * bytes,
+                static_cast<const uint8_t *>(s.in[i]) + idx * bytes, bytes);
+  wait(s, g, "all_to_all");
+}
+
+void ThreadComm::barrier() {
+  CommGroup g = group(Group::World);
+  int idx;
+  GroupState &s = enter(g, "barrier", nullptr, nullptr, 0, idx);
+  wait(s, g, "barrier"); // nobody republishes before all checked counts
+}
+
+void ThreadComm::send(const void *buf, size_t bytes, int peer, int64_t tag) {
+  if (peer < 0 || peer >= world_.size() || peer == rank_)
+    fail("send from rank ", rank_, " to rank ", peer, " (tag ", tag,
+         "): no such peer in a world of ", world_.size());
+  world_.checkAbort(rank_, "send to rank " + std::to_string(peer));
+  std::vector<uint8_t> msg(static_cast<const uint8_t *>(buf),
+                           static_cast<const uint8_t *>(buf) + bytes);
+  {
+    std::lock_guard<std::mutex> lk(world_.mailMu_);
+    world_.mail_[{rank_, peer, tag}].push_back(std::move(msg));
+  }
+  world_.mailCv_.notify_all();
+}
+
+void ThreadComm::recv(void *buf, size_t bytes, int peer, int64_t tag) {
+  if (peer < 0 || peer >= world_.size() || peer == rank_)
+    fail("recv on rank ", rank_, " from rank ", peer, " (tag ", tag,
+         "): no such peer in a world of ", world_.size());
+  std::string what = "recv on rank " + std::to_string(rank_) + " from rank " +
+                     std::to_string(peer) + " (tag " + std::to_string(tag) +
+                     ")";
+  auto start = Clock::now();
+  std::unique_lock<std::mutex> lk(world_.mailMu_);
+  auto key = std::make_tuple(peer, rank_, tag);
+  for (;;) {
+    auto it = world_.mail_.find(key);
+    if (it != world_.mail_.end() && !it->second.empty()) {
+      std::vector<uint8_t> msg = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty())
+        world_.mail_.erase(it);
+      lk.unlock();
+      if (msg.size() != bytes)
+        fail(what, ": message has ", msg.size(), " bytes, expected ", bytes,
+             " (mismatched plan)");
+      std::memcpy(buf, msg.data(), bytes);
+      return;
+    }
+    world_.mailCv_.wait_for(lk, std::chrono::milliseconds(20));
+    lk.unlock();
+    world_.checkAbort(rank_, what);
+    double waited =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    if (timeoutS_ > 0 && waited > timeoutS_)
+      fail(what, ": timed out after ", timeoutS_,
+           " s (the sender is dead or the plan has no matching send)");
+    lk.lock();
+  }
+}
+
 } // namespace
 
 std::unique_ptr<Communicator> mapp::rt::createLocalComm() {
-  return std::make_unique<LocalComm>();
+  return std::make_unique<SoloComm>();
 }
+
+std::unique_ptr<LocalWorld> mapp::rt::createLocalWorld(int worldSize) {
+  if (worldSize < 1)
+    fail("local world needs at least one rank");
+  return std::make_unique<ThreadWorld>(worldSize);
+}
+
+#ifndef MAPP_HAVE_MPI
+bool mapp::rt::haveMpiComm() { return false; }
+std::unique_ptr<Communicator> mapp::rt::createMpiComm() {
+  fail("--comm=mpi: this runtime was built without MPI (configure with "
+       "-DMAPP_ENABLE_MPI=ON and libopenmpi-dev installed)");
+}
+void mapp::rt::mpiAbort(int) {}
+void mapp::rt::mpiFinalize() {}
+#endif
 
 std::unique_ptr<Communicator> mapp::rt::createComm(const std::string &name) {
   if (name == "local")
     return createLocalComm();
-  if (name == "mpi" || name == "nccl")
-    fail("--comm=", name, " is not built into this runtime (only 'local')");
-  fail("unknown communicator '", name, "' (choices: local)");
+  if (name == "mpi")
+    return createMpiComm();
+  if (name == "nccl")
+    fail("--comm=nccl is not built into this runtime (choices: local, mpi)");
+  fail("unknown communicator '", name, "' (choices: local, mpi)");
 }

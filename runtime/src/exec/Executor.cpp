@@ -2,10 +2,14 @@
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Weights.h"
+#include "mapp/scan/TraceWriter.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 using namespace mapp::rt;
 
@@ -15,20 +19,106 @@ struct Executor::Prepared {
   const Instr *instr;
   KernelFn fn;
   std::vector<std::vector<Tensor>> ins, outs; // [slot][operand]
+  enum Kind { Compute, Comm, TraceBegin, TraceEnd } kind = Compute;
+  mapp::TraceOp op = mapp::TraceOp::None;
+  CommGroup group; // collectives
+  uint64_t bytes = 0;
 };
+
+/// A trace_begin seen in this step whose trace_end has not come yet.
+struct Executor::OpenRegion {
+  int64_t id;
+  const Instr *begin;
+  uint64_t t0;
+  int mb, chunk;
+  mapp::TraceOp op = mapp::TraceOp::None;
+  int group = -1;
+  int64_t seq = -1;
+  int peer = -1;
+  int64_t tag = -1;
+  uint64_t bytes = 0;
+};
+
+namespace {
+
+mapp::TraceOp traceOpOf(const std::string &k) {
+  if (k == "send")
+    return mapp::TraceOp::Send;
+  if (k == "recv")
+    return mapp::TraceOp::Recv;
+  if (k == "all_reduce")
+    return mapp::TraceOp::AllReduce;
+  if (k == "all_gather")
+    return mapp::TraceOp::AllGather;
+  if (k == "reduce_scatter")
+    return mapp::TraceOp::ReduceScatter;
+  if (k == "all_to_all")
+    return mapp::TraceOp::AllToAll;
+  return mapp::TraceOp::None;
+}
+
+mapp::TraceCategory categoryOf(const std::string &c) {
+  if (c == "comm")
+    return mapp::TraceCategory::Comm;
+  if (c == "memcpy")
+    return mapp::TraceCategory::Memcpy;
+  if (c == "data")
+    return mapp::TraceCategory::Data;
+  if (c == "optimizer")
+    return mapp::TraceCategory::Optimizer;
+  return mapp::TraceCategory::Compute;
+}
+
+/// Copies piece `idx` of `n` between a full tensor and its shard: the full
+/// tensor is [outer, blocks, n, len, inner] around shard dim `dim`, the piece
+/// [outer, blocks, len, inner] (plan.fbs, shard_dim).
+void copyPiece(float *full, float *piece, const Shape &pieceShape, int dim,
+               int blocks, int n, int idx, bool toPiece) {
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < dim; ++i)
+    outer *= pieceShape[i];
+  for (size_t i = dim + 1; i < pieceShape.size(); ++i)
+    inner *= pieceShape[i];
+  int64_t len = pieceShape[dim] / blocks, run = len * inner;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float *f = full + ((o * blocks + b) * n + idx) * run;
+      float *p = piece + (o * blocks + b) * run;
+      if (toPiece)
+        std::memcpy(p, f, run * sizeof(float));
+      else
+        std::memcpy(f, p, run * sizeof(float));
+    }
+}
+
+} // namespace
 
 Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
     : plan_(plan), backend_(backend), comm_(comm) {
   if (plan.worldSize != comm.worldSize())
     fail("plan is for world_size ", plan.worldSize, " but communicator '",
-         comm.name(), "' has ", comm.worldSize(),
-         " rank(s); run one process per rank with a matching --comm");
+         comm.name(), "' has ", comm.worldSize(), " rank(s)",
+         comm.name() == "mpi" ? " (start it with mpirun -np " +
+                                    std::to_string(plan.worldSize) + ")"
+                              : std::string());
+  Layout layout{plan.tp, plan.dp, plan.pp};
+  if (layout.world() != plan.worldSize)
+    fail("plan: tp ", plan.tp, " x dp ", plan.dp, " x pp ", plan.pp,
+         " != world_size ", plan.worldSize);
+  comm.setLayout(layout);
   for (const Program &p : plan.programs)
     if (p.rank == comm.rank())
       prog_ = &p;
   if (!prog_)
     fail("plan has no program for rank ", comm.rank());
   const Program &p = *prog_;
+  int r = comm.rank();
+  if (plan.worldSize > 1 &&
+      (p.tp != layout.tpOf(r) || p.dp != layout.dpOf(r) ||
+       p.pp != layout.ppOf(r)))
+    fail("plan: program of rank ", r, " has coordinates (dp ", p.dp, ", pp ",
+         p.pp, ", tp ", p.tp, "), Megatron order gives (dp ", layout.dpOf(r),
+         ", pp ", layout.ppOf(r), ", tp ", layout.tpOf(r), ")");
   pool_ = static_cast<uint8_t *>(backend.allocate(p.persistentBytes));
   // Slots start 64-byte aligned whatever arena_bytes is: with an odd
   // arena_bytes every value of slot 1 was misaligned (found by
@@ -36,22 +126,56 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
   arenaStride_ = (p.arenaBytes + 63) / 64 * 64;
   arena_ = static_cast<uint8_t *>(
       backend.allocate(arenaStride_ * static_cast<uint64_t>(p.slots)));
+  backend.bindProgram(p, pool_, arena_);
 
   for (size_t b = 0; b < p.blocks.size(); ++b) {
     std::vector<Prepared> prepared;
     bool writesLoss = false;
     for (size_t i = 0; i < p.blocks[b].instrs.size(); ++i) {
       const Instr &in = p.blocks[b].instrs[i];
-      Prepared pr{&in, backend.lookup(in.kernel), {}, {}};
+      Prepared pr;
+      pr.instr = &in;
+      pr.fn = isExecutorKernel(in.kernel) ? nullptr : backend.lookup(in.kernel);
+      pr.op = traceOpOf(in.kernel);
+      if (in.kernel == "trace_begin" || in.kernel == "trace_end") {
+        pr.kind = in.kernel == "trace_begin" ? Prepared::TraceBegin
+                                             : Prepared::TraceEnd;
+        planHasTrace_ = true;
+        prepared.push_back(std::move(pr));
+        continue;
+      }
+      if (pr.op != mapp::TraceOp::None) {
+        pr.kind = Prepared::Comm;
+        const Value &v = p.values[in.inputs.empty() ? in.outputs[0]
+                                                    : in.inputs[0]];
+        pr.bytes = v.bytes;
+        if (pr.op != mapp::TraceOp::Send && pr.op != mapp::TraceOp::Recv) {
+          std::vector<int64_t> ranks;
+          if (in.attrs.has("ranks"))
+            ranks = in.attrs.getInts("ranks");
+          try {
+            pr.group = resolveGroup(comm, in.attrs.getStr("group", "dp"),
+                                    ranks);
+          } catch (const Error &e) {
+            fail("plan: instr ", i, " (", in.kernel, ") in block ", b, ": ",
+                 e.what());
+          }
+          if (pr.group.indexOf(r) < 0)
+            fail("plan: instr ", i, " (", in.kernel, ") in block ", b,
+                 ": rank ", r, " is not in its group ", pr.group.str());
+        }
+      }
       if (!pr.fn)
         fail("plan: instr ", i, " (", in.kernel, ") in block ", b,
              ": backend '", backend.name(), "' has no such kernel");
       for (int s = 0; s < p.slots; ++s) {
         std::vector<Tensor> ti, to;
         for (int v : in.inputs)
-          ti.push_back({valueData(v, s), p.values[v].type});
+          ti.push_back(backend.operandView(
+              p, in, v, false, {valueData(v, s), p.values[v].type}));
         for (int v : in.outputs) {
-          to.push_back({valueData(v, s), p.values[v].type});
+          to.push_back(backend.operandView(
+              p, in, v, true, {valueData(v, s), p.values[v].type}));
           writesLoss |= v == p.loss;
         }
         pr.ins.push_back(std::move(ti));
@@ -61,6 +185,31 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
     }
     blocks_.push_back(std::move(prepared));
     blockWritesLoss_.push_back(writesLoss);
+  }
+
+  // Which Grad values this rank counts in the global norm: every gradient
+  // once in the world. Replicas over tp (params not sharded over tp) count on
+  // tp index 0, replicas over dp on dp index 0 (the plan has synchronized
+  // them before the optimizer), and a parameter held by several pipeline
+  // stages (tied embeddings) on the lowest of them.
+  std::map<std::string, int> lowestStage;
+  for (const Program &q : plan.programs)
+    for (const Value &v : q.values)
+      if (v.kind == ValueKind::Param) {
+        auto it = lowestStage.find(v.name);
+        if (it == lowestStage.end() || q.pp < it->second)
+          lowestStage[v.name] = q.pp;
+      }
+  countInNorm_.assign(p.values.size(), false);
+  for (size_t v = 0; v < p.values.size(); ++v) {
+    const Value &val = p.values[v];
+    if (val.kind != ValueKind::Grad)
+      continue;
+    const Value &par = p.values[val.param];
+    std::string sg = par.shardDim >= 0 ? par.shardGroup : "";
+    bool count = (sg == "tp" || p.tp == 0) && (sg == "dp" || p.dp == 0) &&
+                 lowestStage[par.name] == p.pp;
+    countInNorm_[v] = count;
   }
 }
 
@@ -77,11 +226,46 @@ float *Executor::valueData(int v, int slot) const {
   return reinterpret_cast<float *>(base + val.offset);
 }
 
+int Executor::shardCount(const Value &v) const {
+  if (v.shardDim < 0)
+    return 1;
+  return v.shardGroup == "tp" ? plan_.tp : plan_.dp;
+}
+
+int Executor::shardIndex(const Value &v) const {
+  if (v.shardDim < 0)
+    return 0;
+  return v.shardGroup == "tp" ? prog_->tp : prog_->dp;
+}
+
+namespace {
+Shape fullShapeOf(const Value &v, int n) {
+  Shape s = v.type.shape;
+  if (v.shardDim >= 0)
+    s[v.shardDim] *= n;
+  return s;
+}
+} // namespace
+
 void Executor::initParams(uint64_t seed) {
   for (size_t v = 0; v < prog_->values.size(); ++v) {
     const Value &val = prog_->values[v];
-    if (val.kind == ValueKind::Param)
-      initParam(val.name, val.type.shape, seed, valueData(static_cast<int>(v)));
+    if (val.kind != ValueKind::Param)
+      continue;
+    // Staged through host memory: storage may live on a device.
+    std::vector<float> host(static_cast<size_t>(val.type.numel()));
+    int n = shardCount(val);
+    if (val.shardDim < 0 || n == 1) {
+      initParam(val.name, val.type.shape, seed, host.data());
+    } else {
+      Shape full = fullShapeOf(val, n);
+      std::vector<float> buf(numel(full));
+      initParam(val.name, full, seed, buf.data());
+      copyPiece(buf.data(), host.data(), val.type.shape, val.shardDim,
+                val.shardBlocks, n, shardIndex(val), true);
+    }
+    backend_.copyToStorage(valueData(static_cast<int>(v)), host.data(),
+                           host.size() * sizeof(float));
   }
 }
 
@@ -94,14 +278,25 @@ void Executor::loadParams(const Safetensors &st, const std::string &where) {
     if (it == st.tensors.end())
       fail(where, ": missing tensor '", val.name, "' (shape ",
            shapeStr(val.type.shape), ")");
-    if (it->second.shape != val.type.shape)
+    int n = shardCount(val);
+    Shape full = fullShapeOf(val, n);
+    if (it->second.shape != full)
       fail(where, ": tensor '", val.name, "' has shape ",
-           shapeStr(it->second.shape), ", the plan needs ",
-           shapeStr(val.type.shape));
+           shapeStr(it->second.shape), ", the plan needs ", shapeStr(full),
+           n > 1 ? " (the full tensor; this rank holds a piece)" : "");
     if (it->second.dtype == DType::I32 || it->second.dtype == DType::I64)
       fail(where, ": tensor '", val.name, "' is an integer tensor");
     std::vector<float> f = it->second.toF32(val.name);
-    std::memcpy(valueData(static_cast<int>(v)), f.data(), f.size() * 4);
+    if (n == 1) {
+      backend_.copyToStorage(valueData(static_cast<int>(v)), f.data(),
+                             f.size() * 4);
+    } else {
+      std::vector<float> piece(static_cast<size_t>(val.type.numel()));
+      copyPiece(f.data(), piece.data(), val.type.shape, val.shardDim,
+                val.shardBlocks, n, shardIndex(val), true);
+      backend_.copyToStorage(valueData(static_cast<int>(v)), piece.data(),
+                             piece.size() * 4);
+    }
   }
 }
 
@@ -111,7 +306,7 @@ Safetensors Executor::saveParams() const {
     const Value &val = prog_->values[v];
     if (val.kind == ValueKind::Param)
       st.tensors[val.name] =
-          StTensor::fromF32(val.type.shape, valueData(static_cast<int>(v)));
+          StTensor::fromF32(val.type.shape, hostCopy(static_cast<int>(v)).data());
   }
   st.metadata["format"] = "pt";
   st.metadata["step"] = std::to_string(step_);
@@ -124,30 +319,203 @@ Safetensors Executor::saveGrads() const {
     const Value &val = prog_->values[v];
     if (val.kind == ValueKind::Grad)
       st.tensors[prog_->values[val.param].name] =
-          StTensor::fromF32(val.type.shape, valueData(static_cast<int>(v)));
+          StTensor::fromF32(val.type.shape, hostCopy(static_cast<int>(v)).data());
   }
   st.metadata["step"] = std::to_string(step_);
   return st;
 }
 
-double Executor::gradNorm() const {
-  double s = 0;
+Safetensors Executor::gatherParams(bool grads) {
+  // The source of each (name, piece): the lowest rank holding it. Every rank
+  // walks the same plan-wide list, so the send/recv pairs line up.
+  struct Src {
+    const Program *prog;
+    int value; // Param (or its Grad) index in prog
+  };
+  std::map<std::pair<std::string, int>, Src> src;
+  std::vector<const Program *> progs;
+  for (const Program &q : plan_.programs)
+    progs.push_back(&q);
+  std::sort(progs.begin(), progs.end(),
+            [](const Program *a, const Program *b) { return a->rank < b->rank; });
+  for (const Program *q : progs)
+    for (size_t v = 0; v < q->values.size(); ++v) {
+      const Value &val = q->values[v];
+      int pv = -1;
+      if (!grads && val.kind == ValueKind::Param)
+        pv = static_cast<int>(v);
+      else if (grads && val.kind == ValueKind::Grad)
+        pv = val.param;
+      if (pv < 0)
+        continue;
+      const Value &par = q->values[pv];
+      int idx = par.shardDim < 0 ? 0
+                                 : (par.shardGroup == "tp" ? q->tp : q->dp);
+      src.emplace(std::make_pair(par.name, idx), Src{q, static_cast<int>(v)});
+    }
+  Safetensors st;
+  int me = comm_.rank();
+  const int64_t kTagBase = int64_t(1) << 29;
+  int64_t counter = 0;
+  for (auto &[key, s] : src) {
+    const Value &val = s.prog->values[s.value];
+    const Value &par =
+        grads ? s.prog->values[val.param] : s.prog->values[s.value];
+    int64_t tag = kTagBase + counter++;
+    size_t bytes = static_cast<size_t>(numel(val.type.shape)) * sizeof(float);
+    if (me == 0) {
+      std::vector<float> piece(numel(val.type.shape));
+      if (s.prog->rank == 0)
+        backend_.copyFromStorage(piece.data(), valueData(s.value), bytes);
+      else
+        comm_.recv(piece.data(), bytes, s.prog->rank, tag);
+      int n = shardCount(par);
+      Shape full = fullShapeOf(par, n);
+      auto it = st.tensors.find(par.name);
+      if (it == st.tensors.end()) {
+        std::vector<float> zeros(numel(full));
+        it = st.tensors.emplace(par.name, StTensor::fromF32(full, zeros.data()))
+                 .first;
+      }
+      float *f = reinterpret_cast<float *>(it->second.data.data());
+      if (n == 1)
+        std::memcpy(f, piece.data(), bytes);
+      else
+        copyPiece(f, piece.data(), val.type.shape, par.shardDim,
+                  par.shardBlocks, n, key.second, false);
+    } else if (s.prog->rank == me) {
+      comm_.send(hostCopy(s.value).data(), bytes, 0, tag);
+    }
+  }
+  if (me == 0) {
+    if (!grads)
+      st.metadata["format"] = "pt";
+    st.metadata["step"] = std::to_string(step_);
+  }
+  return st;
+}
+
+std::vector<float> Executor::hostCopy(int v) const {
+  const Value &val = prog_->values[v];
+  std::vector<float> host(static_cast<size_t>(val.type.numel()));
+  backend_.copyFromStorage(host.data(), valueData(v), host.size() * sizeof(float));
+  return host;
+}
+
+double Executor::gradNormSquared() const {
+  std::vector<Tensor> grads;
   for (size_t v = 0; v < prog_->values.size(); ++v) {
     const Value &val = prog_->values[v];
-    if (val.kind != ValueKind::Grad)
-      continue;
-    const float *g = valueData(static_cast<int>(v));
-    for (int64_t i = 0, n = val.type.numel(); i < n; ++i)
-      s += static_cast<double>(g[i]) * g[i];
+    if (val.kind == ValueKind::Grad && countInNorm_[v])
+      grads.push_back({valueData(static_cast<int>(v)), val.type});
   }
-  // Each rank holds a disjoint share of the gradients (TP/PP shards); DP
-  // replicas would be averaged by the plan's all_reduce before this point.
-  return std::sqrt(s);
+  return backend_.sumSquares(grads);
+}
+
+void Executor::setTraceWriter(mapp::MappTraceWriter *w) { trace_ = w; }
+
+bool Executor::tracing() const {
+  if (!trace_)
+    return false;
+  if (!planHasTrace_ || plan_.traceEvery <= 0)
+    return true;
+  return step_ % plan_.traceEvery < plan_.traceWindow;
+}
+
+int Executor::traceGroup(const CommGroup &g) {
+  auto it = traceGroups_.find(g.members);
+  if (it != traceGroups_.end())
+    return it->second;
+  int id = trace_->registerGroup(g.kind, g.members);
+  traceGroups_[g.members] = id;
+  return id;
+}
+
+void Executor::traceRegion(const char *name, int cat, int mb, uint64_t b,
+                           uint64_t e) {
+  mapp::TraceRecord rec;
+  rec.setName(name);
+  rec.cat = static_cast<mapp::TraceCategory>(cat);
+  rec.step = static_cast<int32_t>(step_);
+  rec.microbatch = mb;
+  rec.beginNs = b;
+  rec.endNs = e;
+  trace_->append(rec);
 }
 
 void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
   ctx.microbatch = mb;
+  const bool tr = tracing();
+  const bool autoTrace = tr && !planHasTrace_;
+  const bool slow = slowFactor_ > 1;
+  const Block &blk = prog_->blocks[block];
   for (Prepared &pr : blocks_[block]) {
+    const Instr &in = *pr.instr;
+    if (pr.kind == Prepared::TraceBegin) {
+      if (tr)
+        open_.push_back({in.attrs.getInt("id", -1), &in,
+                         mapp::MappTraceWriter::nowNs(), mb, blk.chunk});
+      continue;
+    }
+    if (pr.kind == Prepared::TraceEnd) {
+      if (!tr)
+        continue;
+      int64_t id = in.attrs.getInt("id", -1);
+      for (size_t k = open_.size(); k-- > 0;) {
+        if (open_[k].id != id)
+          continue;
+        OpenRegion o = open_[k];
+        open_.erase(open_.begin() + k);
+        const Attrs &ba = o.begin->attrs;
+        mapp::TraceRecord rec;
+        rec.setName(ba.getStr("name", o.begin->name).c_str());
+        rec.cat = categoryOf(ba.getStr("category", "compute"));
+        rec.op = o.op;
+        rec.step = static_cast<int32_t>(step_);
+        rec.microbatch = o.mb;
+        rec.chunk = o.chunk;
+        rec.layer = static_cast<int32_t>(ba.getInt("layer", o.begin->layer));
+        rec.bytes = o.bytes ? o.bytes
+                            : static_cast<uint64_t>(
+                                  std::max<int64_t>(0, ba.getInt("bytes", 0)));
+        rec.group = o.group;
+        rec.seq = o.seq;
+        rec.peer = o.peer;
+        rec.tag = o.tag;
+        if (rec.op != mapp::TraceOp::None)
+          rec.cat = mapp::TraceCategory::Comm;
+        rec.beginNs = o.t0;
+        rec.endNs = mapp::MappTraceWriter::nowNs();
+        trace_->append(rec);
+        break;
+      }
+      continue;
+    }
+    // Collective bookkeeping: per-group issue numbers, counted always so
+    // members agree whatever steps are traced.
+    int group = -1;
+    int64_t seq = -1, tag = -1;
+    int peer = -1;
+    if (pr.kind == Prepared::Comm) {
+      if (pr.op == mapp::TraceOp::Send || pr.op == mapp::TraceOp::Recv) {
+        peer = static_cast<int>(in.attrs.getInt("peer", 0));
+        tag = in.attrs.getInt("tag", 0) * plan_.numMicrobatches + mb;
+      } else {
+        seq = groupSeq_[pr.group.members]++;
+        if (tr)
+          group = traceGroup(pr.group);
+      }
+      if (tr)
+        for (OpenRegion &o : open_) {
+          o.op = pr.op;
+          o.group = group;
+          o.seq = seq;
+          o.peer = peer;
+          o.tag = tag;
+          o.bytes = pr.bytes;
+        }
+    }
+    uint64_t t0 = (autoTrace || slow) ? mapp::MappTraceWriter::nowNs() : 0;
     KernelArgs args{pr.instr->attrs,
                     pr.ins[slot].data(),
                     static_cast<int>(pr.ins[slot].size()),
@@ -162,6 +530,34 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            pr.instr->name.empty() ? std::string() : " '" + pr.instr->name + "'",
            ": ", e.what());
     }
+    if (slow && pr.kind == Prepared::Compute) {
+      uint64_t d = mapp::MappTraceWriter::nowNs() - t0;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(
+          static_cast<int64_t>(static_cast<double>(d) * (slowFactor_ - 1))));
+    }
+    if (autoTrace) {
+      mapp::TraceRecord rec;
+      rec.setName(in.name.empty() ? in.kernel.c_str() : in.name.c_str());
+      rec.cat = pr.kind == Prepared::Comm ? mapp::TraceCategory::Comm
+                : blk.kind == BlockKind::Optimizer
+                    ? mapp::TraceCategory::Optimizer
+                    : mapp::TraceCategory::Compute;
+      rec.op = pr.op;
+      rec.step = static_cast<int32_t>(step_);
+      rec.microbatch = blk.kind == BlockKind::Optimizer ? -1 : mb;
+      rec.chunk = blk.chunk;
+      rec.layer = in.layer;
+      if (pr.kind == Prepared::Comm) {
+        rec.bytes = pr.bytes;
+        rec.group = group;
+        rec.seq = seq;
+        rec.peer = peer;
+        rec.tag = tag;
+      }
+      rec.beginNs = t0;
+      rec.endNs = mapp::MappTraceWriter::nowNs();
+      trace_->append(rec);
+    }
   }
 }
 
@@ -169,13 +565,19 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   const Program &p = *prog_;
   KernelContext ctx;
   ctx.step = step_;
+  ctx.numMicrobatches = plan_.numMicrobatches;
   ctx.maxGradNorm = plan_.maxGradNorm;
   ctx.pool = &backend_.pool();
   ctx.comm = &comm_;
+  ctx.probe = probe_;
+  ctx.backend = &backend_;
+  const bool tr = tracing();
+  open_.clear();
+  backend_.beginStep(step_);
 
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.values[v].kind == ValueKind::Grad)
-      std::memset(valueData(static_cast<int>(v)), 0, p.values[v].bytes);
+      backend_.zeroStorage(valueData(static_cast<int>(v)), p.values[v].bytes);
 
   // Default schedule when the table is empty: every non-optimizer block in
   // order for each microbatch.
@@ -189,13 +591,23 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   StepResult r;
   r.step = step_;
   std::vector<int> slotMb(p.slots, -1);
-  std::vector<double> losses(plan_.numMicrobatches,
-                             std::numeric_limits<double>::quiet_NaN());
+  // Filled by readScalarAsync; valid after backend_.synchronize().
+  std::vector<float> losses(plan_.numMicrobatches,
+                            std::numeric_limits<float>::quiet_NaN());
   std::vector<int> optimizerBlocks;
   bool optimizerInTable = false;
   for (size_t b = 0; b < p.blocks.size(); ++b)
     if (p.blocks[b].kind == BlockKind::Optimizer)
       optimizerBlocks.push_back(static_cast<int>(b));
+  auto localLoss = [&](double &sum, int &n) {
+    sum = 0;
+    n = 0;
+    for (float l : losses)
+      if (!std::isnan(l)) {
+        sum += l;
+        ++n;
+      }
+  };
   bool gradsDone = false;
   auto finishGrads = [&] {
     if (gradsDone)
@@ -203,53 +615,98 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     gradsDone = true;
     if (afterGrads)
       afterGrads(*this);
-    ctx.gradNorm = r.gradNorm = gradNorm();
+    double sq = gradNormSquared();
+    backend_.synchronize(); // the losses read so far
+    double lsum;
+    int ln;
+    localLoss(lsum, ln);
+    r.globalTokens = r.tokens;
+    if (plan_.worldSize > 1) {
+      // One world all-reduce: squared norm, the loss sum and count of the
+      // last stage's tp-index-0 ranks, and the tokens of the first stage's
+      // tp-index-0 ranks (each dp rank's batch counted once).
+      bool lossHere = p.loss >= 0 && p.tp == 0;
+      bool tokHere = p.pp == 0 && p.tp == 0;
+      double buf[4] = {sq, lossHere ? lsum : 0, lossHere ? double(ln) : 0,
+                       tokHere ? double(r.tokens) : 0};
+      CommGroup world = comm_.group(Group::World);
+      uint64_t t0 = tr ? mapp::MappTraceWriter::nowNs() : 0;
+      int64_t seq = groupSeq_[world.members]++;
+      comm_.allReduce(buf, 4, ReduceOp::Sum, world);
+      if (tr) {
+        mapp::TraceRecord rec;
+        rec.setName("step.metrics");
+        rec.cat = mapp::TraceCategory::Comm;
+        rec.op = mapp::TraceOp::AllReduce;
+        rec.step = static_cast<int32_t>(step_);
+        rec.group = traceGroup(world);
+        rec.seq = seq;
+        rec.bytes = sizeof(buf);
+        rec.beginNs = t0;
+        rec.endNs = mapp::MappTraceWriter::nowNs();
+        trace_->append(rec);
+      }
+      sq = buf[0];
+      r.globalLoss =
+          buf[2] > 0 ? buf[1] / buf[2] : std::numeric_limits<double>::quiet_NaN();
+      r.globalTokens = static_cast<int64_t>(buf[3]);
+    } else {
+      r.globalLoss = ln ? lsum / ln : std::numeric_limits<double>::quiet_NaN();
+    }
+    ctx.gradNorm = r.gradNorm = std::sqrt(sq);
+  };
+  auto runOptimizer = [&](int b) {
+    uint64_t t0 = tr ? mapp::MappTraceWriter::nowNs() : 0;
+    runBlock(b, 0, 0, ctx);
+    if (tr)
+      traceRegion("optimizer", static_cast<int>(mapp::TraceCategory::Optimizer),
+                  -1, t0, mapp::MappTraceWriter::nowNs());
   };
 
   for (const Task &t : tasks) {
     if (p.blocks[t.block].kind == BlockKind::Optimizer) {
       optimizerInTable = true;
       finishGrads();
-      runBlock(t.block, t.microbatch, 0, ctx);
+      runOptimizer(t.block);
       continue;
     }
     int slot = t.microbatch % p.slots;
     if (slotMb[slot] != t.microbatch) {
       slotMb[slot] = t.microbatch;
       if ((p.tokens >= 0 || p.targets >= 0) && batches) {
+        uint64_t t0 = tr ? mapp::MappTraceWriter::nowNs() : 0;
         // A rank may hold only tokens (first stage) or only targets (last).
-        std::vector<int32_t> tmpTok, tmpTgt;
-        int32_t *tok =
-            p.tokens >= 0
-                ? reinterpret_cast<int32_t *>(valueData(p.tokens, slot))
-                : (tmpTok.resize(plan_.microBatchSize * plan_.seqLength),
-                   tmpTok.data());
-        int32_t *tgt =
-            p.targets >= 0
-                ? reinterpret_cast<int32_t *>(valueData(p.targets, slot))
-                : (tmpTgt.resize(plan_.microBatchSize * plan_.seqLength),
-                   tmpTgt.data());
-        batches(step_, t.microbatch, tok, tgt);
+        // Filled in host memory, then copied into storage (maybe a device).
+        size_t nt = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
+        std::vector<int32_t> tok(nt), tgt(nt);
+        batches(step_, t.microbatch, tok.data(), tgt.data());
+        if (p.tokens >= 0)
+          backend_.copyToStorage(valueData(p.tokens, slot), tok.data(),
+                                 nt * sizeof(int32_t));
+        if (p.targets >= 0)
+          backend_.copyToStorage(valueData(p.targets, slot), tgt.data(),
+                                 nt * sizeof(int32_t));
         r.tokens +=
             static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
+        if (tr)
+          traceRegion("data", static_cast<int>(mapp::TraceCategory::Data),
+                      t.microbatch, t0, mapp::MappTraceWriter::nowNs());
       }
     }
     runBlock(t.block, t.microbatch, slot, ctx);
     if (blockWritesLoss_[t.block])
-      losses[t.microbatch] = *valueData(p.loss, slot);
+      backend_.readScalarAsync(&losses[t.microbatch], valueData(p.loss, slot));
   }
   finishGrads();
   if (!optimizerInTable)
     for (int b : optimizerBlocks)
-      runBlock(b, 0, 0, ctx);
+      runOptimizer(b);
+  backend_.endStep();
+  backend_.synchronize();
 
-  double sum = 0;
-  int n = 0;
-  for (double l : losses)
-    if (!std::isnan(l)) {
-      sum += l;
-      ++n;
-    }
+  double sum;
+  int n;
+  localLoss(sum, n);
   r.loss = n ? sum / n : std::numeric_limits<double>::quiet_NaN();
   r.lr = 0;
   for (int b : optimizerBlocks)
@@ -258,4 +715,25 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
         r.lr = scheduledLr(in.attrs, step_);
   ++step_;
   return r;
+}
+
+void Executor::runForward(const int32_t *tokens, const int32_t *targets,
+                          int64_t step) {
+  const Program &p = *prog_;
+  size_t n = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
+  if (p.tokens >= 0)
+    backend_.copyToStorage(valueData(p.tokens, 0), tokens, n * sizeof(int32_t));
+  if (p.targets >= 0)
+    backend_.copyToStorage(valueData(p.targets, 0), targets, n * sizeof(int32_t));
+  KernelContext ctx;
+  ctx.step = step;
+  ctx.maxGradNorm = plan_.maxGradNorm;
+  ctx.pool = &backend_.pool();
+  ctx.comm = &comm_;
+  ctx.probe = probe_;
+  ctx.backend = &backend_;
+  for (size_t b = 0; b < p.blocks.size(); ++b)
+    if (p.blocks[b].kind == BlockKind::Forward)
+      runBlock(static_cast<int>(b), 0, 0, ctx);
+  backend_.synchronize();
 }

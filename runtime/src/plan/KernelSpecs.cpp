@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Kernels.h"
+#include "mapp/rt/ProbeReduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -358,6 +359,90 @@ void checkSgd(const Attrs &a, const TTs &in, const TTs &) {
     fail("sgd: nesterov is not supported (docs/semantics.md: nesterov=false)");
   checkOptimizer(a, in, 1);
 }
+// vocab_ce_partials: logits[...,V], targets[...] i32, rowmax[...] -> p[...,2];
+// the grad: dp[...,2], logits, targets, rowmax -> dlogits.
+void checkVocabCe(const Attrs &a, const TTs &in, const TTs &out) {
+  a.getStr("group", "tp");
+  size_t li = in.size() == 4 ? 1 : 0;
+  const TT &logits = in[li], &targets = in[li + 1], &rowmax = in[li + 2];
+  wantF32(logits, "logits");
+  wantRankAtLeast(logits, 1, "logits");
+  wantDType(targets, DType::I32, "targets");
+  wantF32(rowmax, "rowmax");
+  Shape lead = leading(logits.shape, 1);
+  wantShape(targets, lead, "targets");
+  wantShape(rowmax, lead, "rowmax");
+  Shape p = lead;
+  p.push_back(2);
+  if (li) {
+    wantF32(in[0], "dp");
+    wantShape(in[0], p, "dp");
+    wantF32(out[0], "dlogits");
+    wantShape(out[0], logits.shape, "dlogits");
+  } else {
+    wantF32(out[0], "p");
+    wantShape(out[0], p, "p");
+  }
+}
+// ce_from_partials: P[...,2], targets -> loss[]; grad: dloss[], P, targets -> dP.
+void checkCeFromPartials(const Attrs &a, const TTs &in, const TTs &out) {
+  a.getInt("ignore_index", -100);
+  size_t pi = in.size() == 3 ? 1 : 0;
+  if (pi) {
+    wantF32(in[0], "dloss");
+    wantScalar(in[0], "dloss");
+  }
+  const TT &p = in[pi], &targets = in[pi + 1];
+  wantF32(p, "P");
+  wantRankAtLeast(p, 1, "P");
+  if (p.dim(-1) != 2)
+    fail("P must be [...,2], got ", desc(p));
+  wantDType(targets, DType::I32, "targets");
+  wantShape(targets, leading(p.shape, 1), "targets");
+  wantF32(out[0], pi ? "dP" : "loss");
+  if (pi)
+    wantShape(out[0], p.shape, "dP");
+  else
+    wantScalar(out[0], "loss");
+}
+void checkReduceMax(const Attrs &a, const TTs &in, const TTs &out) {
+  checkReduceSum(a, in, out);
+}
+void checkCopyToGroup(const Attrs &a, const TTs &in, const TTs &out) {
+  a.getStr("group", "tp");
+  checkUnary(a, in, out);
+  wantShape(out[0], in[0].shape, "y");
+}
+void checkScatterToGroup(const Attrs &a, const TTs &in, const TTs &out) {
+  a.getStr("group", "tp");
+  wantF32(in[0], "x");
+  wantF32(out[0], "y");
+  if (in[0].rank() != out[0].rank() || in[0].rank() == 0)
+    fail("x ", desc(in[0]), " and y ", desc(out[0]), " must have one rank >= 1");
+  int64_t d = normDim(a.getInt("dim", 0), in[0].rank(), "dim");
+  Shape s = in[0].shape;
+  if (out[0].dim(static_cast<int>(d)) <= 0 ||
+      s[d] % out[0].dim(static_cast<int>(d)))
+    fail("y ", desc(out[0]), " is not a slice of x ", desc(in[0]),
+         " along dim ", d);
+  s[d] = out[0].dim(static_cast<int>(d));
+  wantShape(out[0], s, "y");
+}
+// grad_sync / param_gather: the bucket's buffers, updated in place (grad_sync
+// lists them as inputs and outputs, param_gather as inputs only).
+void checkBucket(const Attrs &a, const TTs &in, const TTs &out) {
+  for (const TT &t : in)
+    wantF32(t, "bucket buffer");
+  if (!out.empty() && out.size() != in.size())
+    fail("grad_sync outputs must be its inputs");
+  for (size_t i = 0; i < out.size(); ++i)
+    wantShape(out[i], in[i].shape, "grad_sync output");
+  std::string mode = a.getStr("mode", "all_reduce");
+  if (mode != "all_reduce" && mode != "reduce_scatter")
+    fail("mode must be all_reduce or reduce_scatter, got \"", mode, "\"");
+  if (!a.has("ranks"))
+    a.getStr("group", "dp");
+}
 void checkCollective(const Attrs &a, const TTs &in, const TTs &out) {
   wantF32(in[0], "x");
   wantF32(out[0], "y");
@@ -365,6 +450,21 @@ void checkCollective(const Attrs &a, const TTs &in, const TTs &out) {
 }
 void checkSendRecv(const Attrs &a, const TTs &, const TTs &) {
   a.requireInt("peer");
+}
+void checkTrace(const Attrs &a, const TTs &, const TTs &) {
+  a.requireInt("id");
+  a.getStr("name", "");
+  a.getStr("category", "compute");
+}
+
+// MegaScope (src/probe): the checks live beside the kernels.
+void checkProbe(const Attrs &a, const TTs &in, const TTs &) {
+  checkProbeAttrs(a, in);
+}
+void checkPerturb(const Attrs &a, const TTs &in, const TTs &out) {
+  checkPerturbAttrs(a, in);
+  wantF32(out[0], "y");
+  wantSameNumel(in[0], "x", out[0], "y");
 }
 
 const std::vector<KernelSpec> kSpecs = {
@@ -408,7 +508,21 @@ const std::vector<KernelSpec> kSpecs = {
     {"reduce_scatter", 1, 1, 1, 1, checkCollective, false},
     {"all_to_all", 1, 1, 1, 1, checkCollective, false},
     {"send", 1, 1, 0, 0, checkSendRecv, false},
+    {"reduce_max", 1, 1, 1, 1, checkReduceMax, false},
+    {"vocab_ce_partials", 3, 3, 1, 1, checkVocabCe, false},
+    {"vocab_ce_partials_grad", 4, 4, 1, 1, checkVocabCe, false},
+    {"ce_from_partials", 2, 2, 1, 1, checkCeFromPartials, false},
+    {"ce_from_partials_grad", 3, 3, 1, 1, checkCeFromPartials, false},
+    {"copy_to_group", 1, 1, 1, 1, checkCopyToGroup, false},
+    {"scatter_to_group", 1, 1, 1, 1, checkScatterToGroup, false},
+    {"grad_sync", 1, -1, 0, -1, checkBucket, true},
+    {"param_gather", 1, -1, 0, 0, checkBucket, true},
     {"recv", 0, 0, 1, 1, checkSendRecv, false},
+    {"probe", 1, 2, 0, 0, checkProbe, false},
+    {"perturb", 1, 1, 1, 1, checkPerturb, false},
+    // MegaScan region marks, run by the executor itself (no backend kernel).
+    {"trace_begin", 0, 0, 0, 0, checkTrace, false},
+    {"trace_end", 0, 0, 0, 0, checkTrace, false},
 };
 
 } // namespace
@@ -422,6 +536,10 @@ const KernelSpec *mapp::rt::findKernelSpec(const std::string &name) {
 
 const std::vector<KernelSpec> &mapp::rt::allKernelSpecs() { return kSpecs; }
 
+bool mapp::rt::isExecutorKernel(const std::string &name) {
+  return name == "trace_begin" || name == "trace_end";
+}
+
 void mapp::rt::checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
                                const std::vector<TensorType> &in,
                                const std::vector<TensorType> &out) {
@@ -433,7 +551,7 @@ void mapp::rt::checkKernelCall(const KernelSpec &spec, const Attrs &attrs,
       fail("takes ", spec.minIn, " inputs, got ", ni);
     fail("takes ", spec.minIn, " to ", spec.maxIn, " inputs, got ", ni);
   }
-  if (no < spec.minOut || no > spec.maxOut)
+  if (no < spec.minOut || (spec.maxOut >= 0 && no > spec.maxOut))
     fail("produces ", spec.minOut, " outputs, got ", no);
   spec.check(attrs, in, out);
 }

@@ -98,6 +98,9 @@ Program decodeProgram(const fb::Program &p, int index) {
       val.offset = v->offset();
       val.bytes = v->bytes();
       val.param = v->param();
+      val.shardDim = v->shard_dim();
+      val.shardGroup = str(v->shard_group());
+      val.shardBlocks = v->shard_blocks();
       prog.values.push_back(std::move(val));
     }
   if (p.blocks())
@@ -160,6 +163,8 @@ Plan mapp::rt::parsePlan(const uint8_t *data, size_t size) {
   plan.schedule = str(p->schedule());
   plan.optimizer = str(p->optimizer());
   plan.maxGradNorm = p->max_grad_norm();
+  plan.traceEvery = p->trace_every();
+  plan.traceWindow = p->trace_window();
   if (p->programs())
     for (unsigned i = 0; i < p->programs()->size(); ++i)
       plan.programs.push_back(decodeProgram(*p->programs()->Get(i), i));

@@ -86,6 +86,19 @@ void verifyValue(const Program &p, size_t vi, const std::string &where) {
   if (v.offset > limit || v.bytes > limit - v.offset)
     fail(at, ": offset ", v.offset, " + bytes ", v.bytes, " exceeds ", space,
          " = ", limit);
+  if (v.shardDim != -1) {
+    if (v.kind != ValueKind::Param)
+      fail(at, ": only a Param may be sharded (shard_dim ", v.shardDim, ")");
+    if (v.shardDim < 0 || v.shardDim >= static_cast<int>(v.type.shape.size()))
+      fail(at, ": shard_dim ", v.shardDim, " out of range for shape ",
+           shapeStr(v.type.shape));
+    if (v.shardGroup != "tp" && v.shardGroup != "dp")
+      fail(at, ": shard_group must be \"tp\" or \"dp\", got '",
+           v.shardGroup, "'");
+    if (v.shardBlocks < 1 || v.type.shape[v.shardDim] % v.shardBlocks)
+      fail(at, ": shard_blocks ", v.shardBlocks, " does not divide dim ",
+           v.shardDim, " of ", shapeStr(v.type.shape));
+  }
   // The executor initializes, loads, saves and norms these as float arrays
   // (numel * 4 bytes): a bf16 Param would be written past its storage.
   if ((v.kind == ValueKind::Param || v.kind == ValueKind::Grad ||

@@ -53,6 +53,13 @@ uint64_t MatmulOp::getFlops() {
   return 2 * numel(getResult()) * k;
 }
 uint64_t ReduceSumOp::getFlops() { return numel(getX()); }
+uint64_t ReduceMaxOp::getFlops() { return numel(getX()); }
+uint64_t VocabCEPartialsOp::getFlops() { return 4 * numel(getLogits()); }
+uint64_t VocabCEPartialsGradOp::getFlops() { return 4 * numel(getLogits()); }
+uint64_t CEFromPartialsOp::getFlops() { return 4 * numel(getPartials()); }
+uint64_t CEFromPartialsGradOp::getFlops() { return 4 * numel(getPartials()); }
+uint64_t CopyToGroupOp::getFlops() { return 0; }
+uint64_t ScatterToGroupOp::getFlops() { return 0; }
 uint64_t AddOp::getFlops() { return numel(getResult()); }
 uint64_t MulOp::getFlops() { return numel(getResult()); }
 uint64_t ScaleOp::getFlops() { return numel(getResult()); }

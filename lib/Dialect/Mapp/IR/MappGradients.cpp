@@ -51,7 +51,7 @@ LogicalResult EmbeddingOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
   int64_t vocab = tensorType(getTable()).getShape()[0];
   grads.push_back(tagWGrad(b.create<EmbeddingGradOp>(
       getLoc(), getTable().getType(), dys[0], getIds(),
-      b.getI64IntegerAttr(vocab))));
+      b.getI64IntegerAttr(vocab), getGroupAttr())));
   grads.push_back(Value());
   return success();
 }
@@ -227,5 +227,85 @@ LogicalResult ConcatOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
                                       b.getI64IntegerAttr(offset + len)));
     offset += len;
   }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor parallelism (Megatron's conjugate operators, docs/semantics.md).
+// Convention: a value computed identically on every member of a group
+// ("replicated") has the same gradient on every member; a tp-sharded region
+// produces partial input gradients that must be summed over the group.
+//===----------------------------------------------------------------------===//
+
+LogicalResult CopyToGroupOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                           SmallVectorImpl<Value> &grads) {
+  // f: the shards' partial gradients of a replicated input are summed.
+  grads.push_back(b.create<AllReduceOp>(getLoc(), getType(), dys[0],
+                                        getGroupAttr(), DenseI64ArrayAttr(),
+                                        b.getStringAttr("sum")));
+  return success();
+}
+
+LogicalResult AllReduceOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                         SmallVectorImpl<Value> &grads) {
+  // g: the sum is replicated, so every member's summand gets the (same)
+  // gradient of the sum. Only meaningful where the consumers are
+  // replicated over the group, which holds for tensor parallelism.
+  if (getReduction() != "sum" || getGroupName() != "tp")
+    return emitOpError("gradient is defined only for reduction = \"sum\" "
+                       "over group \"tp\"");
+  grads.push_back(dys[0]);
+  return success();
+}
+
+LogicalResult AllGatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                         SmallVectorImpl<Value> &grads) {
+  // Sequence parallel: the gathered value feeds tp-sharded consumers whose
+  // gradients are partial sums; each member keeps the sum of its slice.
+  if (getGroupName() != "tp")
+    return emitOpError("gradient is defined only over group \"tp\"");
+  grads.push_back(b.create<ReduceScatterOp>(getLoc(), getX().getType(), dys[0],
+                                            getGroupAttr(), getRanksAttr(),
+                                            getDimAttr()));
+  return success();
+}
+
+LogicalResult ReduceScatterOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                             SmallVectorImpl<Value> &grads) {
+  if (getGroupName() != "tp")
+    return emitOpError("gradient is defined only over group \"tp\"");
+  grads.push_back(b.create<AllGatherOp>(getLoc(), getX().getType(), dys[0],
+                                        getGroupAttr(), getRanksAttr(),
+                                        getDimAttr()));
+  return success();
+}
+
+LogicalResult ScatterToGroupOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                              SmallVectorImpl<Value> &grads) {
+  grads.push_back(b.create<AllGatherOp>(getLoc(), getX().getType(), dys[0],
+                                        getGroupAttr(), DenseI64ArrayAttr(),
+                                        getDimAttr()));
+  return success();
+}
+
+LogicalResult VocabCEPartialsOp::buildGradient(OpBuilder &b,
+                                               ArrayRef<Value> dys,
+                                               SmallVectorImpl<Value> &grads) {
+  grads.push_back(b.create<VocabCEPartialsGradOp>(
+      getLoc(), getLogits().getType(), dys[0], getLogits(), getTargets(),
+      getRowmax(), getGroupAttr()));
+  // No gradient for the targets, and none for rowmax: the loss is invariant
+  // to the shift, so its derivative through rowmax is exactly zero.
+  grads.push_back(Value());
+  grads.push_back(Value());
+  return success();
+}
+
+LogicalResult CEFromPartialsOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                              SmallVectorImpl<Value> &grads) {
+  grads.push_back(b.create<CEFromPartialsGradOp>(
+      getLoc(), getPartials().getType(), dys[0], getPartials(), getTargets(),
+      getIgnoreIndexAttr()));
+  grads.push_back(Value());
   return success();
 }

@@ -60,8 +60,28 @@ LogicalResult ParamOp::verify() {
            << init << "\"";
   if (auto std = getStdAttr(); std && std.getValueAsDouble() < 0)
     return emitOpError("std must be >= 0");
-  if (!cast<RankedTensorType>(getType()).hasStaticShape())
+  auto type = cast<RankedTensorType>(getType());
+  if (!type.hasStaticShape())
     return emitOpError("parameter shape must be static");
+  if (getShardGroupAttr() && !getShardDimAttr())
+    return emitOpError("shard_group needs shard_dim");
+  if (auto dim = getShardDimAttr()) {
+    if (dim.getInt() < 0 || dim.getInt() >= type.getRank())
+      return emitOpError("shard_dim ")
+             << dim.getInt() << " out of range for rank " << type.getRank();
+    StringRef g = getShardGroupAttr() ? getShardGroupAttr().getValue() : "";
+    if (g != "tp" && g != "dp")
+      return emitOpError("shard_group must be \"tp\" or \"dp\", got \"")
+             << g << "\"";
+  }
+  if (auto blocks = getShardBlocksAttr()) {
+    if (!getShardDimAttr())
+      return emitOpError("shard_blocks needs shard_dim");
+    if (blocks.getInt() <= 0 ||
+        type.getShape()[getShardDimAttr().getInt()] % blocks.getInt() != 0)
+      return emitOpError("shard_blocks (")
+             << blocks.getInt() << ") must be > 0 and divide the shard dim";
+  }
   return success();
 }
 
@@ -361,6 +381,108 @@ LogicalResult CrossEntropyOp::verify() {
     return emitOpError("logits must be targets shape + [vocab], got ")
            << shapeStr(l) << " for targets " << shapeStr(t);
   return success();
+}
+
+static LogicalResult verifyGroupName(Operation *op, StringRef g) {
+  if (g != "tp" && g != "dp" && g != "pp" && g != "ep")
+    return op->emitOpError("group must be tp, dp, pp or ep, got \"")
+           << g << "\"";
+  return success();
+}
+
+LogicalResult ReduceMaxOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX());
+  ArrayRef<int64_t> dims = getDims();
+  SmallVector<int64_t> expected;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0 || dims[i] >= (int64_t)x.size())
+      return emitOpError("dim ") << dims[i] << " out of range for rank "
+                                 << x.size();
+    if (i && dims[i] <= dims[i - 1])
+      return emitOpError("dims must be sorted and unique");
+  }
+  for (int64_t i = 0; i < (int64_t)x.size(); ++i)
+    if (!llvm::is_contained(dims, i))
+      expected.push_back(x[i]);
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected) << ", got "
+                                          << shapeStr(shapeOf(getResult()));
+  return success();
+}
+
+LogicalResult VocabCEPartialsOp::verify() {
+  ArrayRef<int64_t> l = shapeOf(getLogits()), t = shapeOf(getTargets());
+  if (l.size() != t.size() + 1 || l.drop_back() != t)
+    return emitOpError("logits must be targets shape + [vocab shard], got ")
+           << shapeStr(l) << " for targets " << shapeStr(t);
+  if (shapeOf(getRowmax()) != t)
+    return emitOpError("rowmax must have the targets' shape ") << shapeStr(t);
+  SmallVector<int64_t> expected(t.begin(), t.end());
+  expected.push_back(2);
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected);
+  return verifyGroupName(*this, getGroup());
+}
+
+LogicalResult CEFromPartialsOp::verify() {
+  ArrayRef<int64_t> p = shapeOf(getPartials()), t = shapeOf(getTargets());
+  if (p.size() != t.size() + 1 || p.drop_back() != t || p.back() != 2)
+    return emitOpError("partials must be targets shape + [2], got ")
+           << shapeStr(p) << " for targets " << shapeStr(t);
+  return success();
+}
+
+LogicalResult ScatterToGroupOp::verify() {
+  if (failed(verifyGroupName(*this, getGroup())))
+    return failure();
+  ArrayRef<int64_t> x = shapeOf(getX()), r = shapeOf(getResult());
+  int64_t dim = getDimAttr().getInt();
+  if (dim < 0 || dim >= (int64_t)x.size() || x.size() != r.size())
+    return emitOpError("dim ") << dim << " out of range or ranks differ";
+  for (size_t i = 0; i < x.size(); ++i)
+    if ((int64_t)i != dim && x[i] != r[i])
+      return emitOpError("shapes may differ only along dim ") << dim;
+  if (r[dim] <= 0 || x[dim] % r[dim] != 0)
+    return emitOpError("dim ") << x[dim] << " must be a multiple of the slice "
+                               << r[dim];
+  return success();
+}
+
+LogicalResult GradSyncOp::verify() {
+  if (!!getGroup() == !!getRanks())
+    return emitOpError("needs exactly one of `group` or `ranks`");
+  if (getGroup() && failed(verifyGroupName(*this, *getGroup())))
+    return failure();
+  if (getMode() != "all_reduce" && getMode() != "reduce_scatter")
+    return emitOpError("mode must be all_reduce or reduce_scatter, got \"")
+           << getMode() << "\"";
+  if (getReduction() != "sum" && getReduction() != "avg")
+    return emitOpError("reduction must be sum or avg, got \"")
+           << getReduction() << "\"";
+  if (getParams().empty())
+    return emitOpError("needs at least one parameter");
+  return success();
+}
+
+/// Every entry of a bucket's parameter list names a mapp.param, once.
+static LogicalResult verifyParamList(Operation *op, ArrayAttr params,
+                                     SymbolTableCollection &tables) {
+  llvm::SmallDenseSet<Attribute> seen;
+  for (Attribute a : params) {
+    auto ref = cast<FlatSymbolRefAttr>(a);
+    if (!tables.lookupNearestSymbolFrom<ParamOp>(op, ref.getAttr()))
+      return op->emitOpError("refers to unknown parameter ") << ref;
+    if (!seen.insert(a).second)
+      return op->emitOpError("lists parameter ") << ref << " twice";
+  }
+  return success();
+}
+
+LogicalResult GradSyncOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyParamList(*this, getParams(), tables);
+}
+LogicalResult ParamGatherOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyParamList(*this, getParams(), tables);
 }
 
 LogicalResult ReshapeOp::verify() {

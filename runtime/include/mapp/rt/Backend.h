@@ -12,8 +12,12 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace mapp::rt {
+
+struct Program;
+struct Instr;
 
 class Backend {
 public:
@@ -25,11 +29,47 @@ public:
   virtual void *allocate(size_t bytes) = 0;
   virtual void release(void *p) = 0;
   virtual ThreadPool &pool() = 0;
+
+  // --- Device storage. The defaults treat storage as host memory, so the CPU
+  // backend overrides none of these; a device backend (CUDA) overrides them
+  // and the executor never dereferences storage itself.
+
+  /// Host bytes into storage (asynchronous for device backends; `src` may be
+  /// reused as soon as the call returns).
+  virtual void copyToStorage(void *dst, const void *src, size_t bytes);
+  /// Storage bytes to the host, complete when the call returns.
+  virtual void copyFromStorage(void *dst, const void *src, size_t bytes);
+  /// A float scalar to the host; `*dst` is valid after synchronize().
+  virtual void readScalarAsync(float *dst, const void *src);
+  virtual void zeroStorage(void *dst, size_t bytes);
+  /// Σ x² over float tensors in storage, accumulated in double.
+  virtual double sumSquares(const std::vector<Tensor> &ts);
+  /// Waits for queued work; reports asynchronous kernel errors as Error.
+  virtual void synchronize() {}
+
+  /// Called once by the executor after allocating the pool and the arenas,
+  /// before instrs are bound: a device backend may decide how each value is
+  /// stored (e.g. bf16 activations) and keep per-program state.
+  virtual void bindProgram(const Program &, void * /*pool*/, void * /*arena*/) {}
+  /// The tensor an instr operand sees; the default is the value's own view.
+  /// A backend may rebind it (another dtype in the same slot, a shadow copy).
+  virtual Tensor operandView(const Program &, const Instr &, int /*value*/,
+                             bool /*isOutput*/, const Tensor &t) {
+    return t;
+  }
+  /// Step boundaries (before the first task; after the optimizer).
+  virtual void beginStep(int64_t /*step*/) {}
+  virtual void endStep() {}
 };
 
 /// fp32 reference kernels with `threads` workers (0 = hardware threads).
 std::unique_ptr<Backend> createCpuBackend(int threads);
-/// Backend by name ("cpu"); Error naming the choices otherwise.
+/// bf16-compute CUDA backend on device `device` (docs/cuda-backend.md);
+/// Error when the runtime was built without CUDA or no device is usable.
+std::unique_ptr<Backend> createCudaBackend(int device);
+/// True when this runtime was built with the CUDA backend.
+bool cudaBackendBuilt();
+/// Backend by name ("cpu", "cuda"); Error naming the choices otherwise.
 std::unique_ptr<Backend> createBackend(const std::string &name, int threads);
 
 } // namespace mapp::rt

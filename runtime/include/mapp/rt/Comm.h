@@ -1,8 +1,30 @@
 //===- Comm.h - communicators -----------------------------------*- C++ -*-===//
 //
 // Collectives and point-to-point transfers between ranks. `local` runs every
-// rank of the world in one process (world 1 today; ranks as threads later),
-// `mpi` and `nccl` plug in behind the same interface.
+// rank of the world as a thread of one process (shared-memory collectives),
+// `mpi` runs one rank per MPI process; `nccl` plugs in behind the same
+// interface.
+//
+// Groups. A collective runs over an explicit, ascending list of global ranks
+// (a CommGroup). Named groups (tp|dp|pp|world) are resolved from the rank's
+// coordinates in Megatron order (tp fastest, then dp, then pp; docs/plan-
+// lowering.md): the tp group of rank r is the tp ranks that share r's dp
+// and pp coordinates, and so on. Every member must call the same collectives
+// of a group in the same order.
+//
+// Determinism. Reductions add the members' contributions in member order in
+// double and round once, so every member gets bit-identical results, equal
+// between the local and the MPI communicator.
+//
+// Point-to-point. send is buffered (eager): the bytes are copied and send
+// returns without waiting for the receiver, so any order of sends and recvs
+// that a valid (1F1B, interleaved, ...) schedule produces cannot deadlock.
+// recv blocks until a message of (peer, tag) arrives. Messages of one
+// (src, dst, tag) are received in send order.
+//
+// Failure. A blocking call that waits longer than the communicator's
+// timeout, or whose peer has failed, throws Error naming the operation, the
+// group and the ranks that did not arrive — it never hangs.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_COMM_H
@@ -13,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace mapp::rt {
 
@@ -21,6 +44,31 @@ enum class ReduceOp { Sum, Max, Avg };
 enum class Group { World, TP, DP, PP, EP };
 bool parseGroup(const std::string &s, Group &out);
 bool parseReduceOp(const std::string &s, ReduceOp &out);
+const char *groupName(Group g);
+
+/// The world's parallel layout: rank = tp + tpSize*(dp + dpSize*pp).
+struct Layout {
+  int tp = 1, dp = 1, pp = 1;
+  int world() const { return tp * dp * pp; }
+  int tpOf(int r) const { return r % tp; }
+  int dpOf(int r) const { return (r / tp) % dp; }
+  int ppOf(int r) const { return r / (tp * dp); }
+  int rankOf(int t, int d, int p) const { return t + tp * (d + dp * p); }
+  /// Members of rank r's group `g`, ascending. EP is the dp group (experts
+  /// are spread over data-parallel ranks until the plan says otherwise).
+  std::vector<int> members(Group g, int r) const;
+};
+
+/// A resolved group: ascending global ranks; `kind` names it in messages
+/// and traces ("tp", "dp", "pp", "world", "ranks").
+struct CommGroup {
+  std::string kind;
+  std::vector<int> members;
+  int size() const { return static_cast<int>(members.size()); }
+  /// Index of `rank` in members, -1 if absent.
+  int indexOf(int rank) const;
+  std::string str() const;
+};
 
 class Communicator {
 public:
@@ -28,21 +76,88 @@ public:
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
   virtual int worldSize() const = 0;
+
+  /// The layout named groups resolve against (default: tp = world).
+  void setLayout(const Layout &l) { layout_ = l; }
+  const Layout &layout() const { return layout_; }
+  CommGroup group(Group g) const;
   /// Number of ranks in `g` that this rank belongs to.
-  virtual int groupSize(Group g) const = 0;
-  /// In-place reduction of `count` floats over the group.
-  virtual void allReduce(float *buf, int64_t count, ReduceOp op, Group g) = 0;
-  /// out = concatenation over group ranks of `count` elements each.
+  int groupSize(Group g) const { return group(g).size(); }
+
+  // --- collectives over an explicit group (this rank must be a member) ---
+  /// In-place reduction of `count` floats (doubles) over the group.
+  virtual void allReduce(float *buf, int64_t count, ReduceOp op,
+                         const CommGroup &g) = 0;
+  virtual void allReduce(double *buf, int64_t count, ReduceOp op,
+                         const CommGroup &g) = 0;
+  /// out = concatenation over members (in member order) of `count` floats.
   virtual void allGather(const float *in, float *out, int64_t count,
-                         Group g) = 0;
-  virtual void send(const void *buf, size_t bytes, int peer, int tag) = 0;
-  virtual void recv(void *buf, size_t bytes, int peer, int tag) = 0;
+                         const CommGroup &g) = 0;
+  /// `in` holds size() blocks of `count` floats; member i gets the reduction
+  /// of everybody's block i in `out`.
+  virtual void reduceScatter(const float *in, float *out, int64_t count,
+                             ReduceOp op, const CommGroup &g) = 0;
+  /// `in` holds size() blocks of `bytes`; block j goes to member j, and
+  /// out's block i comes from member i.
+  virtual void allToAll(const void *in, void *out, size_t bytes,
+                        const CommGroup &g) = 0;
+  /// Buffered send / blocking recv of `bytes` to/from global rank `peer`.
+  virtual void send(const void *buf, size_t bytes, int peer, int64_t tag) = 0;
+  virtual void recv(void *buf, size_t bytes, int peer, int64_t tag) = 0;
   virtual void barrier() = 0;
+  /// Waits until every buffered send of this rank has been delivered.
+  virtual void flush() {}
+
+  // --- named-group conveniences ---
+  void allReduce(float *buf, int64_t count, ReduceOp op, Group g) {
+    allReduce(buf, count, op, group(g));
+  }
+  void allGather(const float *in, float *out, int64_t count, Group g) {
+    allGather(in, out, count, group(g));
+  }
+
+  /// Seconds a blocking call waits before it fails (0 = forever).
+  void setTimeout(double seconds) { timeoutS_ = seconds; }
+  double timeout() const { return timeoutS_; }
+
+protected:
+  Layout layout_;
+  double timeoutS_ = 300;
 };
+
+/// The group of a communication instr: `ranks` (explicit global ranks) when
+/// given, else the named `group` ("tp"|"dp"|"pp"|"ep"|"world") resolved for
+/// this rank. Error on an unknown name.
+CommGroup resolveGroup(const Communicator &c, const std::string &group,
+                       const std::vector<int64_t> &ranks);
 
 /// Single-process communicator of world size 1: collectives are identities,
 /// point-to-point is an Error (there is no peer).
 std::unique_ptr<Communicator> createLocalComm();
+
+/// Shared state of a world of ranks run as threads of one process.
+class LocalWorld {
+public:
+  virtual ~LocalWorld() = default;
+  virtual int size() const = 0;
+  /// The communicator of `rank` (call once per rank, from any thread).
+  virtual std::unique_ptr<Communicator> connect(int rank) = 0;
+  /// Marks `rank` failed: every rank blocked in (or later entering) a call
+  /// that needs it throws an Error that quotes `why`.
+  virtual void abort(int rank, const std::string &why) = 0;
+};
+std::unique_ptr<LocalWorld> createLocalWorld(int worldSize);
+
+/// True when this runtime was built with the MPI communicator.
+bool haveMpiComm();
+/// MPI_COMM_WORLD communicator (initializes MPI once; Error if not built).
+std::unique_ptr<Communicator> createMpiComm();
+/// MPI_Abort on COMM_WORLD when MPI is initialized (a rank's fatal error).
+void mpiAbort(int code);
+/// MPI_Finalize when MPI is initialized.
+void mpiFinalize();
+
+/// "local" (world of one) or "mpi".
 std::unique_ptr<Communicator> createComm(const std::string &name);
 
 } // namespace mapp::rt

@@ -7,6 +7,12 @@
 // task of it touches its slot), computes the global gradient norm, runs the
 // Optimizer block(s) once and advances the step counter.
 //
+// Several ranks: the communicator's layout is set from the plan (Megatron
+// order); the step's loss, tokens and squared gradient norm are summed over
+// the world in one all-reduce when the gradients are complete (see
+// runtime/README.md, "Multi-rank"); sharded parameters are sliced from /
+// gathered to full tensors by initParams/loadParams/gatherParams.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_EXECUTOR_H
 #define MAPP_RT_EXECUTOR_H
@@ -17,7 +23,13 @@
 #include "mapp/rt/Safetensors.h"
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <vector>
+
+namespace mapp {
+class MappTraceWriter;
+}
 
 namespace mapp::rt {
 
@@ -27,6 +39,11 @@ struct StepResult {
   double gradNorm = 0;
   double lr = 0;      // scheduled lr of the step (first optimizer instr)
   int64_t tokens = 0; // tokens consumed by this rank
+  /// World-wide figures (equal to the above on one rank): the mean over
+  /// every microbatch loss of the last pipeline stage (tp index 0 ranks, all
+  /// dp ranks) and the tokens of the global batch.
+  double globalLoss = 0;
+  int64_t globalTokens = 0;
 };
 
 class Executor {
@@ -37,7 +54,7 @@ public:
                                      int32_t *targets)>;
   /// Called with the executor once a step's gradients are complete, before
   /// the optimizer block runs.
-  using GradHook = std::function<void(const Executor &)>;
+  using GradHook = std::function<void(Executor &)>;
 
   Executor(const Plan &plan, Backend &backend, Communicator &comm);
   ~Executor();
@@ -47,24 +64,55 @@ public:
   const Program &program() const { return *prog_; }
   const Plan &plan() const { return plan_; }
 
-  /// Every Param initialized by initParam(name, shape, seed).
+  /// Every Param initialized by initParam(name, full shape, seed) and, when
+  /// sharded, cut to this rank's piece.
   void initParams(uint64_t seed);
-  /// Every Param read by name from `st`; missing or mis-shaped -> Error.
+  /// Every Param read by name from `st` (full tensors; sharded params are
+  /// sliced); missing or mis-shaped -> Error.
   void loadParams(const Safetensors &st, const std::string &where);
+  /// This rank's Params as stored (pieces of sharded ones).
   Safetensors saveParams() const;
-  /// Grad values by their parameter's name.
+  /// Grad values by their parameter's name (this rank's pieces).
   Safetensors saveGrads() const;
+  /// Collective over the world (every rank calls it): full tensors of every
+  /// parameter (grads = true: of every Grad, keyed by the parameter name),
+  /// assembled on rank 0; other ranks get an empty Safetensors.
+  Safetensors gatherParams(bool grads = false);
+
+  /// Records the step's events into `w` (not owned; null = off). Plans with
+  /// trace_begin/trace_end instrs record those regions in the sampled steps
+  /// (plan trace_every/trace_window); plans without record every instr.
+  void setTraceWriter(mapp::MappTraceWriter *w);
+  /// Fault injection: sleep (factor-1) x each compute instr's time.
+  void setSlowCompute(double factor) { slowFactor_ = factor; }
 
   StepResult step(const BatchFn &batches, const GradHook &afterGrads = {});
   int64_t stepsDone() const { return step_; }
+
+  /// MegaScope: probe sink and perturbation switches for later kernels
+  /// (null = off). Not owned.
+  void setProbeRuntime(ProbeRuntime *p) { probe_ = p; }
+  /// Runs every Forward block once as microbatch 0 in slot 0 on the given
+  /// tokens/targets ([micro_batch_size, seq_length]) with the kernel step
+  /// `step`, leaving gradients, optimizer state and the step counter alone:
+  /// generation and evaluation read activations afterwards.
+  void runForward(const int32_t *tokens, const int32_t *targets, int64_t step);
 
   /// Float view of value `v` in `slot` (pool values ignore the slot).
   float *valueData(int v, int slot = 0) const;
 
 private:
   struct Prepared;
+  struct OpenRegion;
   void runBlock(int block, int mb, int slot, KernelContext &ctx);
-  double gradNorm() const;
+  /// Host copy of a pool value (storage may be device memory).
+  std::vector<float> hostCopy(int v) const;
+  double gradNormSquared() const;
+  int shardIndex(const Value &v) const;
+  int shardCount(const Value &v) const;
+  bool tracing() const;
+  int traceGroup(const CommGroup &g);
+  void traceRegion(const char *name, int cat, int mb, uint64_t b, uint64_t e);
 
   const Plan &plan_;
   const Program *prog_ = nullptr;
@@ -76,6 +124,14 @@ private:
   std::vector<std::vector<Prepared>> blocks_;
   std::vector<bool> blockWritesLoss_;
   int64_t step_ = 0;
+  ProbeRuntime *probe_ = nullptr;
+  std::vector<bool> countInNorm_; // per value: Grad counted on this rank
+  double slowFactor_ = 1;
+  mapp::MappTraceWriter *trace_ = nullptr;
+  bool planHasTrace_ = false;
+  std::map<std::vector<int>, int> traceGroups_;
+  std::map<std::vector<int>, int64_t> groupSeq_; // collectives issued
+  std::vector<OpenRegion> open_;
 };
 
 } // namespace mapp::rt

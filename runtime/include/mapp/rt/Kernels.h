@@ -21,12 +21,16 @@ namespace mapp::rt {
 
 class ThreadPool;
 class Communicator;
+class Backend;
+class ProbeRuntime;
 
 /// Per-call state that is not an operand: the optimizer step (dropout masks,
 /// bias correction, lr schedule), the clipping inputs and the workers.
 struct KernelContext {
   int64_t step = 0; // 0-based training step
   int microbatch = 0;
+  /// Plan num_microbatches: send/recv use tag * numMicrobatches + microbatch.
+  int numMicrobatches = 1;
   /// Global gradient norm of this step, computed by the executor before the
   /// optimizer block; used for clipping when the instr has no norm operand.
   double gradNorm = std::numeric_limits<double>::quiet_NaN();
@@ -34,6 +38,11 @@ struct KernelContext {
   double maxGradNorm = 0;
   ThreadPool *pool = nullptr;
   Communicator *comm = nullptr;
+  /// The backend running the kernel (device backends keep handles, streams
+  /// and scratch there); null in contexts built by hand for CPU kernels.
+  Backend *backend = nullptr;
+  /// MegaScope sink and switches (mapp/rt/Probe.h); null = probes off.
+  ProbeRuntime *probe = nullptr;
 };
 
 struct KernelArgs {
@@ -63,6 +72,8 @@ struct KernelSpec {
 };
 
 const KernelSpec *findKernelSpec(const std::string &name);
+/// Kernels the executor runs itself, not a backend (trace_begin/trace_end).
+bool isExecutorKernel(const std::string &name);
 const std::vector<KernelSpec> &allKernelSpecs();
 
 /// Checks operand counts and calls the spec's check; messages are prefixed by

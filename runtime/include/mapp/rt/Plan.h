@@ -50,6 +50,10 @@ struct Value {
   uint64_t offset = 0;
   uint64_t bytes = 0;
   int param = -1;
+  /// Param sharding (plan.fbs): -1 = the whole tensor on every holder.
+  int shardDim = -1;
+  std::string shardGroup;
+  int shardBlocks = 1;
 };
 
 struct Instr {
@@ -96,6 +100,8 @@ struct Plan {
   std::string schedule;
   std::string optimizer;
   double maxGradNorm = 0;
+  /// MegaScan sampling: trace_window steps out of every trace_every (0: all).
+  int traceEvery = 0, traceWindow = 1;
   std::vector<Program> programs;
 };
 

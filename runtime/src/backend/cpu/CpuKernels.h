@@ -21,12 +21,19 @@ namespace mapp::rt::cpu {
   X(attention) X(attention_grad) X(dropout) X(dropout_grad) X(cross_entropy)   \
   X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)         \
   X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)          \
-  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv)
+  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv)  \
+  X(probe) X(perturb) X(reduce_max) X(vocab_ce_partials)                     \
+  X(vocab_ce_partials_grad) X(ce_from_partials) X(ce_from_partials_grad)      \
+  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)
 // clang-format on
 
 #define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
 MAPP_CPU_KERNELS(MAPP_DECLARE_KERNEL)
 #undef MAPP_DECLARE_KERNEL
+
+/// (index of this rank in the kernel's `group` attr, group size); (0, 1)
+/// without a `group` or a communicator.
+std::pair<int, int> groupPosition(const KernelArgs &a);
 
 /// Runs fn(begin, end) over [0, n) on the context's pool (serially without).
 template <typename Fn>

@@ -12,18 +12,27 @@
 using namespace mapp::rt;
 using namespace mapp::rt::cpu;
 
+// With `group` the table is rank r's vocabulary slice [r·V, (r+1)·V): ids
+// outside it give zero rows (embedding) or contribute nothing (grad).
 void cpu::embedding(const KernelArgs &a) {
   const float *table = a.in[0].f32();
   const int32_t *ids = a.in[1].i32();
   float *y = a.out[0].f32();
   int64_t v = a.in[0].dim(0), h = a.in[0].dim(1), n = a.in[1].numel();
+  auto [r, g] = groupPosition(a);
+  int64_t lo = r * v;
   for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= v)
+    if (ids[i] < 0 || ids[i] >= v * g)
       fail("embedding: id ", ids[i], " at position ", i,
-           " is outside the table's ", v, " rows");
+           " is outside the table's ", v * g, " rows");
   parFor(a, n, 64, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      std::memcpy(y + i * h, table + ids[i] * h, h * sizeof(float));
+    for (int64_t i = b; i < e; ++i) {
+      int64_t row = ids[i] - lo;
+      if (row >= 0 && row < v)
+        std::memcpy(y + i * h, table + row * h, h * sizeof(float));
+      else
+        std::memset(y + i * h, 0, h * sizeof(float));
+    }
   });
 }
 
@@ -32,19 +41,24 @@ void cpu::embedding_grad(const KernelArgs &a) {
   const int32_t *ids = a.in[1].i32();
   float *dt = a.out[0].f32();
   int64_t v = a.out[0].dim(0), h = a.out[0].dim(1), n = a.in[1].numel();
+  auto [r, g] = groupPosition(a);
+  int64_t lo = r * v;
   for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= v)
+    if (ids[i] < 0 || ids[i] >= v * g)
       fail("embedding_grad: id ", ids[i], " at position ", i,
-           " is outside the table's ", v, " rows");
+           " is outside the table's ", v * g, " rows");
   std::memset(dt, 0, a.out[0].numel() * sizeof(float));
   // Columns are split across threads so each row's sum keeps id order:
   // deterministic and race-free.
   parFor(a, h, 16, [&](int64_t cb, int64_t ce) {
     for (int64_t i = 0; i < n; ++i) {
-      float *row = dt + ids[i] * h;
+      int64_t row = ids[i] - lo;
+      if (row < 0 || row >= v)
+        continue;
+      float *dst = dt + row * h;
       const float *src = dy + i * h;
       for (int64_t c = cb; c < ce; ++c)
-        row[c] += src[c];
+        dst[c] += src[c];
     }
   });
 }

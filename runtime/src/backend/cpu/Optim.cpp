@@ -29,6 +29,17 @@ float clipCoef(const KernelArgs &a, int normOperand) {
   return std::min(coef, 1.0f);
 }
 
+/// ZeRO-1: the update touches only elements [zero_begin, zero_end) of the
+/// parameter (this rank's part of its bucket slice); default all of it.
+template <typename Fn>
+void forUpdated(const KernelArgs &a, Fn &&fn) {
+  int64_t n = a.in[0].numel();
+  int64_t lo = std::clamp<int64_t>(a.attrs.getInt("zero_begin", 0), 0, n);
+  int64_t hi = std::clamp<int64_t>(a.attrs.getInt("zero_end", n), lo, n);
+  parFor(a, hi - lo, 1 << 14,
+         [&](int64_t b, int64_t e) { fn(lo + b, lo + e); });
+}
+
 } // namespace
 
 void cpu::global_norm(const KernelArgs &a) {
@@ -59,7 +70,7 @@ void cpu::adamw(const KernelArgs &a) {
   float stepSize = static_cast<float>(lr / bc1);
   float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
   float epsF = static_cast<float>(eps);
-  parFor(a, a.in[0].numel(), 1 << 14, [&](int64_t b, int64_t e) {
+  forUpdated(a, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       float gi = coef == 1.0f ? g[i] : g[i] * coef;
       p[i] *= decay;
@@ -81,7 +92,7 @@ void cpu::sgd(const KernelArgs &a) {
   float coef = clipCoef(a, 3);
   // torch.optim.SGD starts the momentum buffer as the first gradient.
   bool first = a.ctx.step == 0;
-  parFor(a, a.in[0].numel(), 1 << 14, [&](int64_t b, int64_t e) {
+  forUpdated(a, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       float d = coef == 1.0f ? g[i] : g[i] * coef;
       if (wd != 0)

@@ -55,6 +55,7 @@ struct Diagnosis {
   std::vector<Finding> findings;
   std::vector<double> stepNs; // measured (aligned) step times
   double rankNoise = 0;       // robust spread of compute ratios
+  double linkNoise = 0;       // robust spread of log link rates (0: < 3 links)
   int steps = 0;
 };
 

@@ -50,11 +50,22 @@ def Mapp_ParamOp : Mapp_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     is kept through every pass and is the key in safetensors checkpoints.
     `init` says how the runtime initializes it without a weights file
     ("normal", "ones", "zeros"); `std` is the normal's standard deviation.
+
+    With `shard_dim`, `type` is this rank's slice of the full tensor along
+    that dim, split over the parallel group `shard_group` ("tp" or "dp"):
+    the full tensor is cut along `shard_dim` into `shard_blocks` (default 1)
+    equal blocks, each block into group-size equal pieces, and rank r holds
+    piece r of every block, concatenated in block order. `shard_blocks = 3`
+    describes a fused qkv weight [3H, K] whose q, k and v blocks are sharded
+    separately, so every rank holds whole heads of each.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<Mapp_FloatTensor>:$type,
                        DefaultValuedStrAttr<StrAttr, "normal">:$init,
-                       OptionalAttr<F64Attr>:$std);
+                       OptionalAttr<F64Attr>:$std,
+                       OptionalAttr<I64Attr>:$shard_dim,
+                       OptionalAttr<StrAttr>:$shard_group,
+                       OptionalAttr<I64Attr>:$shard_blocks);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
 }
@@ -148,7 +159,14 @@ def Mapp_SGDOp : Mapp_UpdateOp<"sgd"> {
 
 def Mapp_EmbeddingOp : Mapp_DiffOp<"embedding"> {
   let summary = "row lookup: y[i] = table[ids[i]]";
-  let arguments = (ins Mapp_FloatTensor:$table, Mapp_IndexTensor:$ids);
+  let description = [{
+    With `group` (vocab-parallel), `table` is this rank's contiguous slice of
+    the vocabulary: rank r of the group holds rows [r·V, (r+1)·V) where V is
+    the table's first dim; ids outside that range give zero rows (the
+    partial results are summed over the group by a following all_reduce).
+  }];
+  let arguments = (ins Mapp_FloatTensor:$table, Mapp_IndexTensor:$ids,
+                       OptionalAttr<StrAttr>:$group);
   let results = (outs Mapp_FloatTensor:$result);
   let assemblyFormat = "$table `,` $ids attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -156,7 +174,12 @@ def Mapp_EmbeddingOp : Mapp_DiffOp<"embedding"> {
 
 def Mapp_EmbeddingGradOp : Mapp_ComputeOp<"embedding_grad"> {
   let summary = "scatter-add of row gradients into a [vocab, hidden] table";
-  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_IndexTensor:$ids, I64Attr:$vocab);
+  let description = [{
+    With `group`, the table is the rank's vocabulary slice as for embedding:
+    rows of ids outside [r·vocab, (r+1)·vocab) are dropped.
+  }];
+  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_IndexTensor:$ids, I64Attr:$vocab,
+                       OptionalAttr<StrAttr>:$group);
   let results = (outs Mapp_FloatTensor:$result);
   let assemblyFormat = "$dy `,` $ids attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -403,6 +426,59 @@ def Mapp_FillOp : Mapp_ComputeOp<"fill"> {
   let assemblyFormat = "$value attr-dict `:` type($result)";
 }
 
+def Mapp_ReduceMaxOp : Mapp_ComputeOp<"reduce_max"> {
+  let summary = "max over the listed dims, which are removed (no gradient)";
+  let arguments = (ins Mapp_FloatTensor:$x, DenseI64ArrayAttr:$dims);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_VocabCEPartialsOp : Mapp_DiffOp<"vocab_ce_partials"> {
+  let summary = "per-row partial sums of a vocab-parallel cross-entropy";
+  let description = [{
+    `logits` [..., V] is rank r's slice of the vocabulary over `group`
+    (global ids [r·V, (r+1)·V)); `rowmax` [...] is the row max over the whole
+    vocabulary (all_reduce max of reduce_max). The result [..., 2] holds
+    per row (Σ_v exp(logits_v − rowmax), logits_t − rowmax if the target t
+    lies in this rank's range else 0). Summed over the group (all_reduce
+    sum), `ce_from_partials` turns them into the loss. The gradient never
+    flows into `rowmax`: the loss does not depend on the shift.
+  }];
+  let arguments = (ins Mapp_FloatTensor:$logits, Mapp_IndexTensor:$targets,
+                       Mapp_FloatTensor:$rowmax, StrAttr:$group);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$logits `,` $targets `,` $rowmax attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_VocabCEPartialsGradOp : Mapp_ComputeOp<"vocab_ce_partials_grad"> {
+  let summary = "dlogits = dp[...,0]·exp(logits − rowmax) + dp[...,1]·onehot_local(t)";
+  let arguments = (ins Mapp_FloatTensor:$dpartials, Mapp_FloatTensor:$logits,
+                       Mapp_IndexTensor:$targets, Mapp_FloatTensor:$rowmax,
+                       StrAttr:$group);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$dpartials `,` $logits `,` $targets `,` $rowmax attr-dict `:` functional-type(operands, results)";
+}
+
+def Mapp_CEFromPartialsOp : Mapp_DiffOp<"ce_from_partials"> {
+  let summary = "mean over non-ignored rows of log(partials[...,0]) − partials[...,1]";
+  let arguments = (ins Mapp_FloatTensor:$partials, Mapp_IndexTensor:$targets,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs Mapp_Scalar:$result);
+  let assemblyFormat = "$partials `,` $targets attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_CEFromPartialsGradOp : Mapp_ComputeOp<"ce_from_partials_grad"> {
+  let summary = "dpartials = dloss/count · (1/partials[...,0], −1), 0 on ignored rows";
+  let arguments = (ins Mapp_Scalar:$dloss, Mapp_FloatTensor:$partials,
+                       Mapp_IndexTensor:$targets,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$dloss `,` $partials `,` $targets attr-dict `:` functional-type(operands, results)";
+}
+
 //===----------------------------------------------------------------------===//
 // Communication
 //===----------------------------------------------------------------------===//
@@ -421,7 +497,8 @@ class Mapp_CollectiveOp<string mnemonic, list<Trait> traits = []>
   }];
 }
 
-def Mapp_AllReduceOp : Mapp_CollectiveOp<"all_reduce", [SameOperandsAndResultType]> {
+def Mapp_AllReduceOp : Mapp_CollectiveOp<"all_reduce", [SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Mapp_GradientOpInterface>]> {
   let summary = "reduce over a group, every member gets the result";
   let description = [{
     `group` names a parallel group of the rank's coordinates ("tp", "dp",
@@ -433,14 +510,16 @@ def Mapp_AllReduceOp : Mapp_CollectiveOp<"all_reduce", [SameOperandsAndResultTyp
   let results = (outs Mapp_FloatTensor:$result);
 }
 
-def Mapp_AllGatherOp : Mapp_CollectiveOp<"all_gather"> {
+def Mapp_AllGatherOp : Mapp_CollectiveOp<"all_gather", [
+    DeclareOpInterfaceMethods<Mapp_GradientOpInterface>]> {
   let summary = "concatenate every member's tensor along dim";
   let arguments = (ins Mapp_FloatTensor:$x, OptionalAttr<StrAttr>:$group,
                        OptionalAttr<DenseI64ArrayAttr>:$ranks, I64Attr:$dim);
   let results = (outs Mapp_FloatTensor:$result);
 }
 
-def Mapp_ReduceScatterOp : Mapp_CollectiveOp<"reduce_scatter"> {
+def Mapp_ReduceScatterOp : Mapp_CollectiveOp<"reduce_scatter", [
+    DeclareOpInterfaceMethods<Mapp_GradientOpInterface>]> {
   let summary = "sum over the group, each member keeps its slice along dim";
   let arguments = (ins Mapp_FloatTensor:$x, OptionalAttr<StrAttr>:$group,
                        OptionalAttr<DenseI64ArrayAttr>:$ranks, I64Attr:$dim);
@@ -470,6 +549,69 @@ def Mapp_RecvOp : Mapp_Op<"recv", [MemoryEffects<[MemRead, MemWrite]>,
   let results = (outs Mapp_FloatTensor:$result);
   let assemblyFormat = "`from` $peer `tag` $tag attr-dict `:` type($result)";
   let hasVerifier = 1;
+}
+
+def Mapp_CopyToGroupOp : Mapp_DiffOp<"copy_to_group", [SameOperandsAndResultType]> {
+  let summary = "identity forward, all_reduce(sum) of the gradient over group";
+  let description = [{
+    Megatron's `f` operator: marks where a value replicated over `group`
+    enters a region computed in shards (a column-parallel linear), so that
+    autodiff sums the partial input gradients of the shards. The forward is
+    the identity (lowered to no instruction or a copy).
+  }];
+  let arguments = (ins Mapp_FloatTensor:$x, StrAttr:$group);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+}
+
+def Mapp_ScatterToGroupOp : Mapp_DiffOp<"scatter_to_group"> {
+  let summary = "keep this rank's slice along dim (gradient: all_gather)";
+  let description = [{
+    Megatron's scatter into the sequence-parallel region: `x` is replicated
+    over `group`; rank r keeps slice r of `size/group-size` along `dim`. The
+    gradient all-gathers along `dim`.
+  }];
+  let arguments = (ins Mapp_FloatTensor:$x, StrAttr:$group, I64Attr:$dim);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mapp_GradSyncOp : Mapp_Op<"grad_sync", [MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "bucketed collective over accumulated gradient buffers";
+  let description = [{
+    Marks a gradient bucket: once the `grad_accumulate` of every listed
+    parameter before it has run on the step's LAST microbatch, the
+    parameters' gradient buffers are flattened in list order into one buffer
+    and reduced over `group` (`ranks`, pipeline stages, instead of a group:
+    the replicas of a parameter tied across stages). `mode` "all_reduce":
+    every rank gets the reduced buffer; "reduce_scatter" (ZeRO-1): rank r
+    only needs elements [r·n/g, (r+1)·n/g) of the flat bucket. `reduction`
+    is "avg" (data parallel) or "sum". On earlier microbatches the op does
+    nothing. See docs/plan-lowering.md.
+  }];
+  let arguments = (ins TypedArrayAttrBase<FlatSymbolRefAttr, "parameters">:$params,
+                       OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks,
+                       DefaultValuedStrAttr<StrAttr, "all_reduce">:$mode,
+                       DefaultValuedStrAttr<StrAttr, "avg">:$reduction,
+                       I64Attr:$bucket);
+  let assemblyFormat = "$params attr-dict";
+  let hasVerifier = 1;
+}
+
+def Mapp_ParamGatherOp : Mapp_Op<"param_gather", [MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "all-gather the updated shards of a ZeRO-1 bucket's parameters";
+  let description = [{
+    After the optimizer updated this rank's slice [r·n/g, (r+1)·n/g) of the
+    flattened bucket (the update ops carry `mapp.zero_shard`), every member
+    of `group` receives the whole updated bucket.
+  }];
+  let arguments = (ins TypedArrayAttrBase<FlatSymbolRefAttr, "parameters">:$params,
+                       StrAttr:$group, I64Attr:$bucket);
+  let assemblyFormat = "$params attr-dict";
 }
 
 //===----------------------------------------------------------------------===//
@@ -556,5 +698,7 @@ def Mapp_TraceEndOp : Mapp_Op<"trace_end", [MemoryEffects<[MemWrite]>]> {
   let arguments = (ins I64Attr:$id);
   let assemblyFormat = "$id attr-dict";
 }
+
+include "mapp/Dialect/Mapp/IR/MappScopeOps.td"
 
 #endif // MAPP_OPS_TD

@@ -1,0 +1,85 @@
+"""Loss curves of mapp-run --backend=cuda against PyTorch (bf16 autocast).
+
+Usage: e2e_check.py CFG.json INIT.safetensors METRICS.jsonl BATCHES.jsonl
+       [--lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-8 --wd 0.1 --tol 2e-2]
+       e2e_check.py init CFG.json OUT.safetensors   (GPT(cfg, seed=7) weights,
+       what `mapp.export --seed 7` writes)
+
+Trains mapp.reference.GPT (the numerical oracle, python/mapp/reference.py)
+on the GPU from the same initial weights on the exact batches mapp-run used
+(--dump-batches), with torch.optim.AdamW, once under bf16 autocast and once
+in fp32. Passes when every step's loss of the mapp run is within `tol`
+(relative) of the autocast run. Prints one summary line.
+"""
+import argparse
+import json
+import sys
+
+import torch
+
+from mapp import safetensors
+from mapp.reference import GPT
+
+
+def train(cfg, init, batches, args, autocast):
+    torch.manual_seed(0)
+    model = GPT(cfg).cuda()
+    model.load_state_dict({k: v.cuda() for k, v in init.items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr,
+                            betas=(args.beta1, args.beta2), eps=args.eps,
+                            weight_decay=args.wd)
+    losses = []
+    for b in batches:
+        tok = torch.tensor(b["tokens"], dtype=torch.long, device="cuda")
+        tgt = torch.tensor(b["targets"], dtype=torch.long, device="cuda")
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(tok, tgt)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "init":
+        cfg = json.load(open(sys.argv[2]))
+        model = GPT(cfg, seed=7)
+        safetensors.save({k: v.detach().contiguous() for k, v in
+                          model.state_dict().items()}, sys.argv[3])
+        return
+    p = argparse.ArgumentParser()
+    p.add_argument("cfg")
+    p.add_argument("init")
+    p.add_argument("metrics")
+    p.add_argument("batches")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--wd", type=float, default=0.1)
+    p.add_argument("--tol", type=float, default=2e-2)
+    p.add_argument("--name", default="")
+    args = p.parse_args()
+    cfg = json.load(open(args.cfg))
+    init = safetensors.load(args.init)[0]
+    metrics = [json.loads(l) for l in open(args.metrics)]
+    batches = [json.loads(l) for l in open(args.batches)]
+    assert len(metrics) == len(batches), (len(metrics), len(batches))
+    bf = train(cfg, init, batches, args, True)
+    fp = train(cfg, init, batches, args, False)
+    mapp = [m["loss"] for m in metrics]
+    rel = [abs(a - b) / abs(b) for a, b in zip(mapp, bf)]
+    ref = [abs(a - b) / abs(b) for a, b in zip(bf, fp)]
+    mfp = [abs(a - b) / abs(b) for a, b in zip(mapp, fp)]
+    worst = max(rel)
+    ok = worst <= args.tol and mapp[-1] < mapp[0]
+    print(f"e2e {args.name}: {len(mapp)} steps, loss {mapp[0]:.4f} -> {mapp[-1]:.4f} "
+          f"(torch bf16 {bf[0]:.4f} -> {bf[-1]:.4f}); max rel diff vs torch bf16 "
+          f"{worst:.2e} (step {rel.index(worst)}), vs torch fp32 {max(mfp):.2e}; "
+          f"torch bf16 vs fp32 {max(ref):.2e} -> {'PASS' if ok else 'FAIL'}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

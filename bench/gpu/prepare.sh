@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds everything bench/gpu.sh needs into one folder that the device tool
+# carries (default /work/main/gpu/cuda; OUT_DIR overrides): the CUDA-enabled
+# runtime binaries, compiled plans (+ initial weights for the e2e checks), the
+# python reference package and the scripts. Run on the development machine:
+#   bench/gpu/prepare.sh [BUILD_DIR]      (BUILD_DIR has mapp-run & co., built
+#   with -DMAPP_ENABLE_CUDA=ON -DMAPP_ENABLE_MPI=OFF so nothing needs libmpi)
+# mapp-opt / mapp-translate come from $MAPP_BIN (default build/bin).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUILD=${1:-build/bin}
+BIN=${MAPP_BIN:-build/bin}
+OUT=${OUT_DIR:-/work/main/gpu/cuda}
+OPT="lr=1e-3 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
+BENCH_OPT="lr=3e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
+rm -rf "$OUT" && mkdir -p "$OUT/plans" "$OUT/bin"
+# xz: the binaries carry static OpenBLAS and cudart (~30 MB each); the device
+# tool's tree limit is 64 MiB. gpu.sh unpacks them.
+for b in mapp-run mapp-cuda-kernel-test; do
+  xz -T2 -6 -c "$BUILD/$b" > "$OUT/bin/$b.xz"
+done
+cp -r python/mapp "$OUT/mapp"
+cp bench/gpu/*.py bench/gpu.sh "$OUT/"
+cp -r bench/gpu/configs "$OUT/configs"
+cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
+for c in gpt-tiny-e2e gpt-e2e llama-e2e; do
+  # Initial weights are written on the device (e2e_check.py init): same
+  # GPT(cfg, seed=7) as the exporter's, without carrying megabytes.
+  PYTHONPATH=python /usr/bin/python3 -m mapp.export --module mapp.reference:GPT \
+    --config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir" \
+    --weights /tmp/mapp-prepare-init.safetensors --seed 7
+  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$OPT" \
+    -o "$OUT/plans/$c.train.mlir"
+  "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.mplan"
+  rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
+done
+for c in gpt-124m gpt-1.3b; do
+  "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
+  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
+    -o "$OUT/plans/$c.train.mlir"
+  "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.mplan"
+  rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
+done
+du -sh "$OUT"

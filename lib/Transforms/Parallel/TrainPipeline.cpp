@@ -1,0 +1,121 @@
+// --mapp-train-pipeline: the named pass pipeline from a forward graph to a
+// parallel training step (tensor → pipeline → autodiff → optimizer → data
+// parallel → schedule).
+#include "mapp/Transforms/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+namespace {
+
+struct TrainPipelineOptions
+    : public PassPipelineOptions<TrainPipelineOptions> {
+  Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel degree"),
+                     llvm::cl::init(1)};
+  Option<bool> sequenceParallel{
+      *this, "sequence-parallel",
+      llvm::cl::desc("Sequence parallelism between the tp blocks"),
+      llvm::cl::init(false)};
+  Option<int64_t> pp{*this, "pp", llvm::cl::desc("Pipeline stages"),
+                     llvm::cl::init(1)};
+  Option<int64_t> chunks{*this, "chunks",
+                         llvm::cl::desc("Virtual chunks per pipeline stage"),
+                         llvm::cl::init(1)};
+  Option<int64_t> dp{*this, "dp", llvm::cl::desc("Data-parallel degree"),
+                     llvm::cl::init(1)};
+  Option<double> bucketMb{*this, "bucket-mb",
+                          llvm::cl::desc("Gradient bucket size (MiB)"),
+                          llvm::cl::init(25.0)};
+  Option<bool> zero1{*this, "zero1",
+                     llvm::cl::desc("Shard optimizer state over dp"),
+                     llvm::cl::init(false)};
+  Option<int64_t> microbatches{*this, "microbatches",
+                               llvm::cl::desc("Microbatches per step"),
+                               llvm::cl::init(1)};
+  Option<std::string> schedule{
+      *this, "schedule", llvm::cl::desc("gpipe | 1f1b | interleaved"),
+      llvm::cl::init("1f1b")};
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("adamw | sgd"),
+                                llvm::cl::init("adamw")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("Peak learning rate"),
+                    llvm::cl::init(3.0e-4)};
+  Option<double> beta1{*this, "beta1", llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::init(0.999)};
+  Option<double> eps{*this, "eps", llvm::cl::init(1.0e-8)};
+  Option<double> weightDecay{*this, "weight-decay", llvm::cl::init(0.01)};
+  Option<bool> skipDecay1d{*this, "skip-decay-1d", llvm::cl::init(false)};
+  Option<double> momentum{*this, "momentum", llvm::cl::init(0.0)};
+  Option<double> maxGradNorm{*this, "max-grad-norm", llvm::cl::init(0.0)};
+  Option<std::string> lrSchedule{*this, "lr-schedule",
+                                 llvm::cl::init("constant")};
+  Option<int64_t> warmup{*this, "warmup", llvm::cl::init(0)};
+  Option<int64_t> totalSteps{*this, "total-steps", llvm::cl::init(0)};
+  Option<double> minLr{*this, "min-lr", llvm::cl::init(0.0)};
+};
+
+void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
+  mapp::MappTensorParallelOptions tpOpts;
+  tpOpts.tp = o.tp;
+  tpOpts.sequenceParallel = o.sequenceParallel;
+  pm.addPass(mapp::createMappTensorParallel(tpOpts));
+
+  mapp::MappPipelinePartitionOptions ppOpts;
+  ppOpts.pp = o.pp;
+  ppOpts.chunks = o.chunks;
+  pm.addPass(mapp::createMappPipelinePartition(ppOpts));
+
+  // Gradients accumulate over microbatches: seeding d(loss) with 1/m makes
+  // the accumulated gradient that of the mean loss.
+  mapp::MappAutodiffOptions adOpts;
+  adOpts.lossScale = 1.0 / std::max<int64_t>(1, o.microbatches);
+  pm.addPass(mapp::createMappAutodiff(adOpts));
+
+  // The optimizer comes before data parallelism so ZeRO-1 can shard its
+  // updates; the grad_syncs it adds still run before the optimizer step.
+  mapp::MappOptimizerOptions optOpts;
+  optOpts.optimizer = o.optimizer;
+  optOpts.lr = o.lr;
+  optOpts.beta1 = o.beta1;
+  optOpts.beta2 = o.beta2;
+  optOpts.eps = o.eps;
+  optOpts.weightDecay = o.weightDecay;
+  optOpts.skipDecay1d = o.skipDecay1d;
+  optOpts.momentum = o.momentum;
+  optOpts.maxGradNorm = o.maxGradNorm;
+  optOpts.schedule = o.lrSchedule;
+  optOpts.warmup = o.warmup;
+  optOpts.totalSteps = o.totalSteps;
+  optOpts.minLr = o.minLr;
+  pm.addPass(mapp::createMappOptimizer(optOpts));
+
+  mapp::MappDataParallelOptions dpOpts;
+  dpOpts.dp = o.dp;
+  dpOpts.bucketMb = o.bucketMb;
+  dpOpts.zero1 = o.zero1;
+  pm.addPass(mapp::createMappDataParallel(dpOpts));
+
+  mapp::MappPipelineScheduleOptions schedOpts;
+  schedOpts.schedule = o.schedule;
+  schedOpts.microbatches = o.microbatches;
+  pm.addPass(mapp::createMappPipelineSchedule(schedOpts));
+  pm.addPass(mapp::createMappVerifySchedule());
+
+  // The plan follows: --mapp-plan-memory and --mapp-lower-to-plan (or
+  // mapp-translate --mapp-to-plan); test/python/test_parallel_e2e.py runs
+  // the result against the single-rank step.
+}
+
+} // namespace
+
+void mapp::registerMappPipelines() {
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "mapp-train-pipeline",
+      "Forward graph → parallel training step: tensor-parallel, "
+      "pipeline-partition, autodiff (loss-scale 1/microbatches), optimizer, "
+      "data-parallel, pipeline-schedule, verify-schedule",
+      buildTrainPipeline);
+}

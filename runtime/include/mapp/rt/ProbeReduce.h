@@ -1,0 +1,48 @@
+//===- ProbeReduce.h - reductions of the probe kernel -----------*- C++ -*-===//
+//
+// Pure functions over host fp32 data, shared by the CPU probe kernel, the
+// conformance tool (runtime/test/mapp-probe-check.cpp, checked against numpy
+// in pytest) and later a device backend that copies to the host. Attribute
+// names and meanings: docs/megascope.md.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_RT_PROBEREDUCE_H
+#define MAPP_RT_PROBEREDUCE_H
+
+#include "mapp/rt/Attrs.h"
+#include "mapp/rt/Probe.h"
+#include "mapp/rt/Tensor.h"
+
+namespace mapp::rt {
+
+/// Elements of `x` at the token positions in the probe's `tokens` attr
+/// (dim 1 of a [B,T,...] tensor), in order; every element without `tokens`.
+std::vector<float> selectTokens(const Attrs &a, const float *x,
+                                const Shape &shape);
+
+/// Every reduction the probe's `reduce` attr lists, over `x` (already
+/// token-selected; `inner` = elements per token row, used by sketch/PCA).
+std::vector<ProbeSample> reduceValues(const Attrs &a,
+                                      const std::vector<float> &x,
+                                      int64_t inner);
+
+/// The `attn` reduction: softmax(scale·q·kᵀ + causal mask) of batch row 0
+/// per head, [heads, rows, T] with rows = the selected query positions.
+ProbeSample attentionProbs(const Attrs &a, const float *q, const float *k,
+                           const Shape &shape);
+
+/// Load-time checks of a probe instr (reductions known, parameters valid);
+/// throws Error without a location prefix.
+void checkProbeAttrs(const Attrs &a, const std::vector<TensorType> &in);
+/// Load-time checks of a perturb instr.
+void checkPerturbAttrs(const Attrs &a, const std::vector<TensorType> &in);
+
+/// Applies a perturbation kind to x -> y (may alias) with the counter RNG
+/// of docs/megascope.md. `enabled` false copies.
+void applyPerturbation(const Attrs &a, const SwitchState &s, int64_t step,
+                       int microbatch, const float *x, float *y, int64_t n,
+                       int64_t lastDim);
+
+} // namespace mapp::rt
+
+#endif

@@ -1,0 +1,73 @@
+//===- ProbeSession.h - MegaScope inside mapp-run ---------------*- C++ -*-===//
+//
+// Ties the pieces together for one rank: registers the plan's probes and
+// switches in the store, gives kernels the switch states, applies control
+// commands between steps, records step metrics and generated tokens, and
+// keeps a bounded cache of the latest scalar samples for the live view.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_RT_PROBESESSION_H
+#define MAPP_RT_PROBESESSION_H
+
+#include "mapp/rt/Executor.h"
+#include "mapp/rt/Metrics.h"
+#include "mapp/rt/Probe.h"
+#include "mapp/rt/ProbeControl.h"
+#include "mapp/rt/ProbeStore.h"
+
+#include <map>
+
+namespace mapp::rt {
+
+struct ProbeSessionOptions {
+  std::string db;      // --probe-db ("" = no store)
+  std::string control; // --probe-control FILE|PORT ("" = none)
+  std::string runName; // --probe-run (ranks of one job share a name)
+  std::string plan;    // recorded in the run's metadata
+  std::string mode = "train";
+  std::string extraMeta = "{}"; // JSON object merged into the run metadata
+};
+
+class ProbeSession final : public ProbeRuntime {
+public:
+  ProbeSession(Executor &exec, const ProbeSessionOptions &o);
+  ~ProbeSession() override;
+
+  /// Applies queued control commands; call before each step.
+  void beginStep(int64_t step);
+  void endStep(const StepMetrics &m);
+  void recordToken(int64_t position, int32_t token, const std::string &text,
+                   double prob, const std::string &topkJson);
+  void setGenerating(bool g) { generating_ = g; }
+  /// Commits everything; rethrows store errors.
+  void flush();
+  std::string controlEndpoint() const;
+  ProbeStore *store() { return store_.get(); }
+
+  void record(ProbeSample &&s) override;
+  bool switchState(int64_t id, SwitchState &out) const override;
+  bool generating() const override { return generating_; }
+
+private:
+  struct Switch {
+    SwitchState state;
+    std::string kind, target, point;
+  };
+  void registerPlan(const std::string &metaJson);
+  std::string stateJson();
+
+  Executor &exec_;
+  ProbeSessionOptions opts_;
+  std::unique_ptr<ProbeStore> store_;
+  std::unique_ptr<ProbeControl> control_;
+  std::map<int64_t, Switch> switches_;
+  bool generating_ = false;
+  int64_t step_ = 0;
+  std::mutex cacheMu_;
+  /// (probe, reduction) -> (step, value); bounded by the plan's probes.
+  std::map<std::pair<int64_t, std::string>, std::pair<int64_t, double>> latest_;
+};
+
+} // namespace mapp::rt
+
+#endif

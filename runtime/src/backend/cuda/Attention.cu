@@ -1,0 +1,336 @@
+//===- Attention.cu - fused causal attention and its gradient -------------===//
+//
+// Flash-style: probabilities are never stored. The forward keeps, per
+// (batch, head, row), the log-sum-exp, and a copy of its output, in the
+// backend's AttnSaved entry keyed by q's storage, because attention_grad's
+// operands are (do, q, k, v): it needs lse and rowsum(dO∘O) but not O itself.
+// Without a saved forward (kernel tests, a plan that rewrote q) the gradient
+// recomputes it.
+//
+// Two implementations: tensor-core kernels (FlashAttn.cu; bf16 operands,
+// head dim 64 or 128) and the generic warp-per-row kernels here (any head dim
+// up to 256, fp32 math), used for other shapes and as the reference the fast
+// path is tested against. Rotary embeddings are applied by rotating q and k
+// into scratch first; their gradients are rotated back (the rotation is
+// orthogonal, so its gradient is the inverse rotation).
+//
+//===----------------------------------------------------------------------===//
+#include "Attention.h"
+
+#include <cmath>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+
+namespace {
+
+constexpr int kMaxDPL = 8; // head dim ≤ 32·8
+
+/// x rotated in place of a copy: dst[b,t,:] = rotate(src[b,t,:]) per head.
+__global__ void rotaryKernel(DView src, DView dst, int64_t B, int64_t T,
+                             int64_t H, int64_t D, double base, int inverse) {
+  int64_t half = D / 2, n = B * T * (H / D) * half;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    int64_t i = idx % half, rest = idx / half;
+    int64_t hd = rest % (H / D), bt = rest / (H / D);
+    int64_t t = bt % T;
+    double theta = pow(base, -2.0 * i / D);
+    double sn, cs;
+    sincos(t * theta, &sn, &cs);
+    if (inverse)
+      sn = -sn;
+    int64_t o = bt * H + hd * D + i;
+    double x0 = src.ld(o), x1 = src.ld(o + half);
+    dst.st(o, static_cast<float>(x0 * cs - x1 * sn));
+    dst.st(o + half, static_cast<float>(x1 * cs + x0 * sn));
+  }
+}
+
+struct Geo {
+  int64_t B, T, H, heads, D;
+  float scale;
+  int causal;
+};
+
+__device__ __forceinline__ float dotRow(DView a, int64_t ra, DView b, int64_t rb,
+                                        int D, int lane) {
+  float s = 0;
+  for (int d = lane; d < D; d += 32)
+    s += a.ld(ra + d) * b.ld(rb + d);
+  return warpSum(s);
+}
+
+/// One warp per (b, head, query row).
+__global__ void attnFwdGeneric(DView q, DView k, DView v, DView o, float *lse,
+                               Geo g) {
+  int lane = threadIdx.x & 31;
+  int64_t rows = g.B * g.heads * g.T;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+       r < rows; r += warps) {
+    int64_t i = r % g.T, bh = r / g.T, hd = bh % g.heads, b = bh / g.heads;
+    int64_t qrow = (b * g.T + i) * g.H + hd * g.D;
+    float acc[kMaxDPL];
+#pragma unroll
+    for (int j = 0; j < kMaxDPL; ++j)
+      acc[j] = 0;
+    float m = -INFINITY, l = 0;
+    int64_t last = g.causal ? i : g.T - 1;
+    for (int64_t j = 0; j <= last; ++j) {
+      int64_t krow = (b * g.T + j) * g.H + hd * g.D;
+      float s = g.scale * dotRow(q, qrow, k, krow, g.D, lane);
+      float mn = fmaxf(m, s);
+      float corr = m == -INFINITY ? 0.0f : expf(m - mn);
+      float p = expf(s - mn);
+      l = l * corr + p;
+#pragma unroll
+      for (int jj = 0; jj < kMaxDPL; ++jj) {
+        int d = lane + 32 * jj;
+        if (d < g.D)
+          acc[jj] = acc[jj] * corr + p * v.ld(krow + d);
+      }
+      m = mn;
+    }
+#pragma unroll
+    for (int jj = 0; jj < kMaxDPL; ++jj) {
+      int d = lane + 32 * jj;
+      if (d < g.D)
+        o.st(qrow + d, l > 0 ? acc[jj] / l : 0.0f);
+    }
+    if (lane == 0)
+      lse[r] = l > 0 ? m + logf(l) : -INFINITY;
+  }
+}
+
+/// delta[r] = Σ_d dO·O per (b, head, row).
+__global__ void attnDelta(DView dout, DView o, float *delta, Geo g) {
+  int lane = threadIdx.x & 31;
+  int64_t rows = g.B * g.heads * g.T;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+       r < rows; r += warps) {
+    int64_t i = r % g.T, bh = r / g.T, hd = bh % g.heads, b = bh / g.heads;
+    int64_t row = (b * g.T + i) * g.H + hd * g.D;
+    float s = dotRow(dout, row, o, row, g.D, lane);
+    if (lane == 0)
+      delta[r] = s;
+  }
+}
+
+/// dQ: one warp per query row.
+__global__ void attnDqGeneric(DView dout, DView q, DView k, DView v,
+                              const float *lse, const float *delta, DView dq,
+                              Geo g) {
+  int lane = threadIdx.x & 31;
+  int64_t rows = g.B * g.heads * g.T;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+       r < rows; r += warps) {
+    int64_t i = r % g.T, bh = r / g.T, hd = bh % g.heads, b = bh / g.heads;
+    int64_t qrow = (b * g.T + i) * g.H + hd * g.D;
+    float acc[kMaxDPL];
+#pragma unroll
+    for (int j = 0; j < kMaxDPL; ++j)
+      acc[j] = 0;
+    float li = lse[r], di = delta[r];
+    int64_t last = g.causal ? i : g.T - 1;
+    for (int64_t j = 0; j <= last; ++j) {
+      int64_t krow = (b * g.T + j) * g.H + hd * g.D;
+      float p = expf(g.scale * dotRow(q, qrow, k, krow, g.D, lane) - li);
+      float dp = dotRow(dout, qrow, v, krow, g.D, lane);
+      float ds = p * (dp - di);
+#pragma unroll
+      for (int jj = 0; jj < kMaxDPL; ++jj) {
+        int d = lane + 32 * jj;
+        if (d < g.D)
+          acc[jj] += ds * k.ld(krow + d);
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < kMaxDPL; ++jj) {
+      int d = lane + 32 * jj;
+      if (d < g.D)
+        dq.st(qrow + d, g.scale * acc[jj]);
+    }
+  }
+}
+
+/// dK, dV: one warp per key row.
+__global__ void attnDkvGeneric(DView dout, DView q, DView k, DView v,
+                               const float *lse, const float *delta, DView dk,
+                               DView dv, Geo g) {
+  int lane = threadIdx.x & 31;
+  int64_t rows = g.B * g.heads * g.T;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+       r < rows; r += warps) {
+    int64_t j = r % g.T, bh = r / g.T, hd = bh % g.heads, b = bh / g.heads;
+    int64_t krow = (b * g.T + j) * g.H + hd * g.D;
+    float ak[kMaxDPL], av[kMaxDPL];
+#pragma unroll
+    for (int x = 0; x < kMaxDPL; ++x)
+      ak[x] = av[x] = 0;
+    for (int64_t i = g.causal ? j : 0; i < g.T; ++i) {
+      int64_t qrow = (b * g.T + i) * g.H + hd * g.D;
+      int64_t lr = bh * g.T + i;
+      float p = expf(g.scale * dotRow(q, qrow, k, krow, g.D, lane) - lse[lr]);
+      float dp = dotRow(dout, qrow, v, krow, g.D, lane);
+      float ds = p * (dp - delta[lr]);
+#pragma unroll
+      for (int x = 0; x < kMaxDPL; ++x) {
+        int d = lane + 32 * x;
+        if (d < g.D) {
+          av[x] += p * dout.ld(qrow + d);
+          ak[x] += ds * q.ld(qrow + d);
+        }
+      }
+    }
+#pragma unroll
+    for (int x = 0; x < kMaxDPL; ++x) {
+      int d = lane + 32 * x;
+      if (d < g.D) {
+        dk.st(krow + d, g.scale * ak[x]);
+        dv.st(krow + d, av[x]);
+      }
+    }
+  }
+}
+
+Geo geoOf(const KernelArgs &a, const Tensor &q) {
+  Geo g;
+  g.B = q.dim(0);
+  g.T = q.dim(1);
+  g.H = q.dim(2);
+  g.heads = a.attrs.getInt("heads", 1);
+  g.D = g.heads ? g.H / g.heads : 0;
+  g.scale = static_cast<float>(a.attrs.getFloat("scale", 1.0));
+  g.causal = a.attrs.flag("causal") ? 1 : 0;
+  return g;
+}
+
+int warpGrid(int64_t rows) { return gridFor(rows * 32, 256, 1 << 20); }
+
+/// q and k as the kernels see them: rotated fp32 copies with rotary.
+struct QK {
+  DView q, k;
+};
+
+QK rotated(CudaBackend &be, const KernelArgs &a, const Geo &g, DView q,
+           DView k, int slotQ, int slotK) {
+  if (!a.attrs.flag("rotary"))
+    return {q, k};
+  double base = a.attrs.getFloat("rotary_base", 10000.0);
+  int64_t n = g.B * g.T * g.H;
+  // Rotated copies keep the operands' storage type (bf16 stays on the
+  // tensor-core path).
+  DView qr{be.scratch(n * (q.bf16 ? 2 : 4), slotQ), q.bf16};
+  DView kr{be.scratch(n * (k.bf16 ? 2 : 4), slotK), k.bf16};
+  int64_t work = g.B * g.T * g.heads * (g.D / 2);
+  rotaryKernel<<<gridFor(work, 256), 256, 0, be.stream()>>>(q, qr, g.B, g.T, g.H,
+                                                            g.D, base, 0);
+  MAPP_CUDA_LAUNCHED();
+  rotaryKernel<<<gridFor(work, 256), 256, 0, be.stream()>>>(k, kr, g.B, g.T, g.H,
+                                                            g.D, base, 0);
+  MAPP_CUDA_LAUNCHED();
+  return {qr, kr};
+}
+
+void forwardInto(CudaBackend &be, const KernelArgs &a, const Geo &g, QK qk,
+                 DView v, DView o, float *lse) {
+  if (flashSupported(g.D, qk.q, qk.k, v, qk.q)) {
+    flashForward(be, qk.q, qk.k, v, o, lse, g.B, g.T, g.H, g.heads, g.D,
+                 g.scale, g.causal);
+    return;
+  }
+  attnFwdGeneric<<<warpGrid(g.B * g.heads * g.T), 256, 0, be.stream()>>>(
+      qk.q, qk.k, v, o, lse, g);
+  MAPP_CUDA_LAUNCHED();
+}
+
+void checkGeo(const Geo &g, const char *k) {
+  if (g.D > 32 * kMaxDPL)
+    fail(k, ": head dim ", g.D, " exceeds the CUDA backend's ", 32 * kMaxDPL);
+  if (g.heads <= 0 || g.D * g.heads != g.H)
+    fail(k, ": heads ", g.heads, " does not divide hidden ", g.H);
+}
+
+} // namespace
+
+void cuda::attention(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  Geo g = geoOf(a, a.in[0]);
+  checkGeo(g, "attention");
+  if (!g.T || !g.D || !g.B)
+    return;
+  int64_t rows = g.B * g.heads * g.T, n = g.B * g.T * g.H;
+  AttnSaved &sv = be.attnSaved(a.in[0].data, rows, n, isBf16(a.out[0]));
+  sv.q = a.in[0].data;
+  sv.k = a.in[1].data;
+  sv.v = a.in[2].data;
+  QK qk = rotated(be, a, g, view(a.in[0]), view(a.in[1]), 0, 3);
+  forwardInto(be, a, g, qk, view(a.in[2]), view(a.out[0]), sv.lse);
+  MAPP_CUDA_CHECK(cudaMemcpyAsync(sv.o, a.out[0].data, n * storedSize(a.out[0]),
+                                  cudaMemcpyDeviceToDevice, be.stream()));
+}
+
+void cuda::attention_grad(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  Geo g = geoOf(a, a.in[1]);
+  checkGeo(g, "attention_grad");
+  if (!g.T || !g.D || !g.B)
+    return;
+  int64_t rows = g.B * g.heads * g.T, n = g.B * g.T * g.H;
+  bool rotary = a.attrs.flag("rotary");
+  QK qk = rotated(be, a, g, view(a.in[1]), view(a.in[2]), 0, 3);
+  DView dout = view(a.in[0]), v = view(a.in[3]);
+  AttnSaved *sv = be.findAttn(a.in[1].data, a.in[2].data, a.in[3].data);
+  const float *lse;
+  DView o;
+  if (sv && sv->rows >= rows && sv->numel >= n) {
+    lse = sv->lse;
+    o = {sv->o, sv->oBf16};
+    // Consumed: a later gradient on the same storage without a new forward
+    // (storage reused for other data) must recompute, not read stale values.
+    sv->q = nullptr;
+  } else {
+    // No saved forward: recompute it into scratch.
+    float *l = static_cast<float *>(be.scratch(rows * 4 + n * 4, 2));
+    o = {l + rows, 0};
+    forwardInto(be, a, g, qk, v, o, l);
+    lse = l;
+  }
+  // Slot 1: delta, then (with rotary) fp32 gradients w.r.t. the rotated q
+  // and k, rotated back into dq/dk at the end.
+  float *buf = static_cast<float *>(be.scratch(rows * 4 + (rotary ? 2 * n * 4 : 0), 1));
+  float *delta = buf;
+  attnDelta<<<warpGrid(rows), 256, 0, be.stream()>>>(dout, o, delta, g);
+  MAPP_CUDA_LAUNCHED();
+  DView dq = view(a.out[0]), dk = view(a.out[1]), dv = view(a.out[2]);
+  DView dqr = dq, dkr = dk;
+  if (rotary) {
+    dqr = {buf + rows, 0};
+    dkr = {buf + rows + n, 0};
+  }
+  if (flashSupported(g.D, qk.q, qk.k, v, dout) && flashBwdSupported(dqr, dkr, dv)) {
+    flashBackward(be, dout, qk.q, qk.k, v, lse, delta, dqr, dkr, dv, g.B, g.T,
+                  g.H, g.heads, g.D, g.scale, g.causal);
+  } else {
+    attnDqGeneric<<<warpGrid(rows), 256, 0, be.stream()>>>(dout, qk.q, qk.k, v,
+                                                           lse, delta, dqr, g);
+    MAPP_CUDA_LAUNCHED();
+    attnDkvGeneric<<<warpGrid(rows), 256, 0, be.stream()>>>(
+        dout, qk.q, qk.k, v, lse, delta, dkr, dv, g);
+    MAPP_CUDA_LAUNCHED();
+  }
+  if (rotary) {
+    double base = a.attrs.getFloat("rotary_base", 10000.0);
+    int64_t work = g.B * g.T * g.heads * (g.D / 2);
+    rotaryKernel<<<gridFor(work, 256), 256, 0, be.stream()>>>(dqr, dq, g.B, g.T,
+                                                              g.H, g.D, base, 1);
+    MAPP_CUDA_LAUNCHED();
+    rotaryKernel<<<gridFor(work, 256), 256, 0, be.stream()>>>(dkr, dk, g.B, g.T,
+                                                              g.H, g.D, base, 1);
+    MAPP_CUDA_LAUNCHED();
+  }
+}

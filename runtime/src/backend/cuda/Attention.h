@@ -1,0 +1,36 @@
+//===- Attention.h - tensor-core flash attention (internal) -----*- C++ -*-===//
+#ifndef MAPP_RT_CUDA_ATTENTION_H
+#define MAPP_RT_CUDA_ATTENTION_H
+
+#include "CudaBackend.h"
+
+namespace mapp::rt::cuda {
+
+/// The WMMA kernels take bf16 q/k/v (and dO) with head dim 64 or 128,
+/// 16-byte aligned rows.
+bool flashSupported(int64_t D, DView q, DView k, DView v, DView x);
+inline bool flashBwdSupported(DView, DView, DView) { return true; }
+
+/// o (any storage) and lse [B·heads·T] from bf16 q, k, v laid out [B,T,H].
+void flashForward(CudaBackend &be, DView q, DView k, DView v, DView o,
+                  float *lse, int64_t B, int64_t T, int64_t H, int64_t heads,
+                  int64_t D, float scale, int causal);
+/// dq, dk, dv (any storage) given lse and delta = rowsum(dO∘O).
+void flashBackward(CudaBackend &be, DView dout, DView q, DView k, DView v,
+                   const float *lse, const float *delta, DView dq, DView dk,
+                   DView dv, int64_t B, int64_t T, int64_t H, int64_t heads,
+                   int64_t D, float scale, int causal);
+
+/// The first version, on WMMA fragments with shared-memory accumulators
+/// (MAPP_CUDA_ATTN=wmma selects it; kept for A/B timing).
+void flashForwardWmma(CudaBackend &be, DView q, DView k, DView v, DView o,
+                      float *lse, int64_t B, int64_t T, int64_t H,
+                      int64_t heads, int64_t D, float scale, int causal);
+void flashBackwardWmma(CudaBackend &be, DView dout, DView q, DView k, DView v,
+                       const float *lse, const float *delta, DView dq,
+                       DView dk, DView dv, int64_t B, int64_t T, int64_t H,
+                       int64_t heads, int64_t D, float scale, int causal);
+
+} // namespace mapp::rt::cuda
+
+#endif

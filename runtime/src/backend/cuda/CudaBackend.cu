@@ -1,0 +1,488 @@
+//===- CudaBackend.cu - device memory, streams, storage policy ------------===//
+#include "CudaBackend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+
+#define MAPP_LT_CHECK(expr)                                                    \
+  do {                                                                         \
+    cublasStatus_t st_ = (expr);                                               \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                          \
+      fail("cuBLASLt error ", static_cast<int>(st_), " in ", #expr);           \
+  } while (0)
+
+namespace {
+
+constexpr size_t kScalarCap = 1 << 14;
+/// Copies above this size skip the pinned staging buffers (parameter loads).
+constexpr size_t kStageMax = size_t(64) << 20;
+
+__global__ void sumSquaresKernel(const float *x, int64_t n, double *out) {
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    double v = x[i];
+    s += v * v;
+  }
+  for (int o = 16; o > 0; o >>= 1)
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+  __shared__ double warps[32];
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (lane == 0)
+    warps[w] = s;
+  __syncthreads();
+  if (w == 0) {
+    s = lane < (blockDim.x >> 5) ? warps[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1)
+      s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0)
+      atomicAdd(out, s);
+  }
+}
+
+const char *errorKernel(int code) {
+  switch (code) {
+  case kErrEmbeddingId: return "embedding";
+  case kErrEmbeddingGradId: return "embedding_grad";
+  case kErrCeTarget: return "cross_entropy";
+  case kErrCeGradTarget: return "cross_entropy_grad";
+  default: return "kernel";
+  }
+}
+
+bool isOptimizer(const std::string &k) { return k == "adamw" || k == "sgd"; }
+
+// Profiling wrappers: one per kernel, timed by CUDA events.
+const char *profName(const char *name, const KernelArgs &a) {
+  if (std::strcmp(name, "matmul") == 0 && a.attrs.flag("transpose_a"))
+    return "matmul(transpose_a)";
+  return name;
+}
+#define MAPP_TIMED(name)                                                       \
+  void name##_timed(const KernelArgs &a) {                                     \
+    backendOf(a).profBegin(profName(#name, a));                                \
+    cuda::name(a);                                                             \
+    backendOf(a).profEnd();                                                    \
+  }
+MAPP_CUDA_KERNELS(MAPP_TIMED)
+#undef MAPP_TIMED
+
+} // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    fail("--backend=cuda: no usable CUDA device (",
+         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", ")");
+  if (device < 0 || device >= count)
+    fail("--backend=cuda: device ", device, " does not exist (", count,
+         " visible)");
+  MAPP_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop;
+  MAPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 8)
+    fail("--backend=cuda needs compute capability 8.0 or newer (bf16 tensor "
+         "cores); device ", device, " is ", prop.major, ".", prop.minor);
+  sms_ = prop.multiProcessorCount;
+  if (const char *s = std::getenv("MAPP_CUDA_STORAGE")) {
+    std::string v = s;
+    if (v == "f32")
+      bf16Storage_ = false;
+    else if (v != "bf16")
+      fail("MAPP_CUDA_STORAGE must be 'bf16' or 'f32', not '", v, "'");
+  }
+  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  MAPP_LT_CHECK(cublasLtCreate(&lt_));
+  ltWorkspaceBytes_ = size_t(64) << 20;
+  MAPP_CUDA_CHECK(cudaMalloc(&ltWorkspace_, ltWorkspaceBytes_));
+  MAPP_CUDA_CHECK(cudaMalloc(&devError_, sizeof(DeviceError)));
+  MAPP_CUDA_CHECK(cudaMemset(devError_, 0, sizeof(DeviceError)));
+  MAPP_CUDA_CHECK(cudaMallocHost(&hostError_, sizeof(DeviceError)));
+  MAPP_CUDA_CHECK(cudaMalloc(&normDev_, sizeof(double)));
+  MAPP_CUDA_CHECK(cudaMallocHost(&scalarPinned_, kScalarCap * sizeof(float)));
+  for (int i = 0; i < 2; ++i)
+    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&stageDone_[i], cudaEventDisableTiming));
+  if (const char *p = std::getenv("MAPP_CUDA_PROFILE"))
+    profile_ = std::string(p) == "1";
+  if (profile_) {
+#define MAPP_REGISTER(name) table_[#name] = name##_timed;
+    MAPP_CUDA_KERNELS(MAPP_REGISTER)
+#undef MAPP_REGISTER
+  } else {
+#define MAPP_REGISTER(name) table_[#name] = cuda::name;
+    MAPP_CUDA_KERNELS(MAPP_REGISTER)
+#undef MAPP_REGISTER
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  // Errors are ignored here: a destructor must not throw, and the process is
+  // usually exiting.
+  cudaStreamSynchronize(stream_);
+  if (profile_) {
+    profCollect();
+    profReport();
+  }
+  for (cudaEvent_t e : profEvents_)
+    cudaEventDestroy(e);
+  for (auto &kv : attn_) {
+    cudaFree(kv.second.lse);
+    cudaFree(kv.second.o);
+  }
+  for (auto &kv : ce_) {
+    cudaFree(kv.second.lse);
+    cudaFree(kv.second.countDev);
+  }
+  for (Scratch &s : scratch_)
+    cudaFree(s.p);
+  for (void *p : allocations_)
+    cudaFree(p);
+  cudaFree(shadowPool_);
+  for (int i = 0; i < 2; ++i) {
+    cudaFreeHost(stage_[i]);
+    cudaEventDestroy(stageDone_[i]);
+  }
+  cudaFreeHost(scalarPinned_);
+  cudaFreeHost(hostError_);
+  cudaFree(normDev_);
+  cudaFree(devError_);
+  cudaFree(ltWorkspace_);
+  cublasLtDestroy(lt_);
+  cudaStreamDestroy(stream_);
+}
+
+KernelFn CudaBackend::lookup(const std::string &kernel) const {
+  auto it = table_.find(kernel);
+  return it == table_.end() ? nullptr : it->second;
+}
+
+void *CudaBackend::deviceAlloc(size_t bytes) {
+  void *p = nullptr;
+  cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  if (e != cudaSuccess) {
+    size_t freeB = 0, totalB = 0;
+    cudaMemGetInfo(&freeB, &totalB);
+    fail("out of device memory allocating ", bytes, " bytes (", freeB >> 20,
+         " MiB free of ", totalB >> 20, " MiB): ", cudaGetErrorString(e));
+  }
+  return p;
+}
+
+void *CudaBackend::allocate(size_t bytes) {
+  // The executor asks twice: the persistent pool and all slots' arenas (one
+  // block of slots × arena_bytes), each one cudaMalloc at the plan's layout.
+  void *p = deviceAlloc(bytes);
+  MAPP_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(bytes, 256), stream_));
+  MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  allocations_.push_back(p);
+  return p;
+}
+
+void CudaBackend::release(void *p) {
+  if (!p)
+    return;
+  auto it = std::find(allocations_.begin(), allocations_.end(), p);
+  if (it != allocations_.end()) {
+    cudaStreamSynchronize(stream_);
+    cudaFree(p);
+    allocations_.erase(it);
+  }
+}
+
+void *CudaBackend::scratch(size_t bytes, int which) {
+  Scratch &s = scratch_[which];
+  if (s.bytes < bytes) {
+    // Grows only in the first steps; cudaFree waits for queued work.
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    MAPP_CUDA_CHECK(cudaFree(s.p));
+    s.bytes = std::max(bytes, s.bytes * 2);
+    s.p = deviceAlloc(s.bytes);
+  }
+  return s.p;
+}
+
+void CudaBackend::copyToStorage(void *dst, const void *src, size_t bytes) {
+  if (!bytes)
+    return;
+  if (poolBase_ && prog_ && static_cast<uint8_t *>(dst) >= poolBase_ &&
+      static_cast<uint8_t *>(dst) < poolBase_ + prog_->persistentBytes)
+    shadowsDirty_ = true;
+  if (bytes > kStageMax) {
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    MAPP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return;
+  }
+  // Pinned staging lets the copy run behind queued kernels without a sync.
+  int i = stageNext_;
+  stageNext_ ^= 1;
+  MAPP_CUDA_CHECK(cudaEventSynchronize(stageDone_[i]));
+  if (stageCap_[i] < bytes) {
+    MAPP_CUDA_CHECK(cudaFreeHost(stage_[i]));
+    stageCap_[i] = std::max(bytes, size_t(1) << 20);
+    MAPP_CUDA_CHECK(cudaMallocHost(&stage_[i], stageCap_[i]));
+  }
+  std::memcpy(stage_[i], src, bytes);
+  MAPP_CUDA_CHECK(
+      cudaMemcpyAsync(dst, stage_[i], bytes, cudaMemcpyHostToDevice, stream_));
+  MAPP_CUDA_CHECK(cudaEventRecord(stageDone_[i], stream_));
+}
+
+void CudaBackend::copyFromStorage(void *dst, const void *src, size_t bytes) {
+  if (!bytes)
+    return;
+  MAPP_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::readScalarAsync(float *dst, const void *src) {
+  if (scalarDst_.size() == kScalarCap)
+    synchronize();
+  size_t i = scalarDst_.size();
+  scalarDst_.push_back(dst);
+  MAPP_CUDA_CHECK(cudaMemcpyAsync(scalarPinned_ + i, src, sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream_));
+}
+
+void CudaBackend::zeroStorage(void *dst, size_t bytes) {
+  if (bytes)
+    MAPP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
+  MAPP_CUDA_CHECK(cudaMemsetAsync(normDev_, 0, sizeof(double), stream_));
+  for (const Tensor &t : ts) {
+    int64_t n = t.numel();
+    if (!n)
+      continue;
+    sumSquaresKernel<<<gridFor(n, 256, sms_ * 4), 256, 0, stream_>>>(
+        static_cast<const float *>(t.data), n, normDev_);
+    MAPP_CUDA_LAUNCHED();
+  }
+  double s = 0;
+  copyFromStorage(&s, normDev_, sizeof(double));
+  return s;
+}
+
+void CudaBackend::synchronize() {
+  MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (profile_)
+    profCollect();
+  for (size_t i = 0; i < scalarDst_.size(); ++i)
+    *scalarDst_[i] = scalarPinned_[i];
+  scalarDst_.clear();
+  MAPP_CUDA_CHECK(cudaMemcpy(hostError_, devError_, sizeof(DeviceError),
+                             cudaMemcpyDeviceToHost));
+  if (hostError_->code != kErrNone) {
+    DeviceError e = *hostError_;
+    MAPP_CUDA_CHECK(cudaMemset(devError_, 0, sizeof(DeviceError)));
+    const char *what = e.code == kErrCeTarget || e.code == kErrCeGradTarget
+                           ? "target"
+                           : "id";
+    fail("step ", step_, ", ", errorKernel(e.code), ": ", what, " ", e.a,
+         " at position ", e.b, " is outside [0, ", e.c, ")",
+         e.code == kErrCeTarget || e.code == kErrCeGradTarget
+             ? " and is not ignore_index"
+             : "");
+  }
+}
+
+void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
+  prog_ = &p;
+  poolBase_ = static_cast<uint8_t *>(pool);
+  size_t nv = p.values.size();
+  // Values whose consumer is grad_accumulate are parameter-gradient
+  // contributions: they stay fp32 like the Grad buffers they feed.
+  std::vector<char> feedsGrad(nv, 0), usedByCompute(nv, 0);
+  for (const Block &b : p.blocks)
+    for (const Instr &in : b.instrs) {
+      for (int v : in.inputs) {
+        if (in.kernel == "grad_accumulate")
+          feedsGrad[v] = 1;
+        if (!isOptimizer(in.kernel))
+          usedByCompute[v] = 1;
+      }
+    }
+  valueBf16_.assign(nv, 0);
+  size_t shadowElems = 0;
+  std::vector<int> shadowVals;
+  for (size_t v = 0; v < nv; ++v) {
+    const Value &val = p.values[v];
+    bool f32 = val.type.dtype == DType::F32;
+    if (bf16Storage_ && f32 && inArena(val.kind) && val.kind != ValueKind::Loss &&
+        val.type.rank() >= 2 && !feedsGrad[v])
+      valueBf16_[v] = 1;
+    if (bf16Storage_ && f32 && val.kind == ValueKind::Param &&
+        val.type.rank() >= 2 && usedByCompute[v]) {
+      shadowVals.push_back(static_cast<int>(v));
+      shadowElems += (val.type.numel() + 127) / 128 * 128; // 256-byte aligned
+    }
+  }
+  shadows_.clear();
+  shadowIndex_.clear();
+  if (!shadowVals.empty()) {
+    shadowPool_ = static_cast<__nv_bfloat16 *>(deviceAlloc(shadowElems * 2));
+    size_t off = 0;
+    for (int v : shadowVals) {
+      const Value &val = p.values[v];
+      Shadow s{reinterpret_cast<const float *>(poolBase_ + val.offset),
+               shadowPool_ + off, val.type.numel()};
+      shadowIndex_[s.master] = shadows_.size();
+      shadows_.push_back(s);
+      off += (val.type.numel() + 127) / 128 * 128;
+    }
+  }
+  shadowsDirty_ = true;
+}
+
+Tensor CudaBackend::operandView(const Program &p, const Instr &in, int value,
+                                bool, const Tensor &t) {
+  const Value &val = p.values[value];
+  Tensor r = t;
+  if (val.kind == ValueKind::Param && !isOptimizer(in.kernel)) {
+    auto it = shadowIndex_.find(t.data);
+    if (it != shadowIndex_.end()) {
+      r.data = shadows_[it->second].copy;
+      r.type.dtype = DType::BF16;
+    }
+    return r;
+  }
+  if (valueBf16_.size() > static_cast<size_t>(value) && valueBf16_[value])
+    r.type.dtype = DType::BF16;
+  return r;
+}
+
+__nv_bfloat16 *CudaBackend::shadowOf(const void *master) const {
+  auto it = shadowIndex_.find(master);
+  return it == shadowIndex_.end() ? nullptr : shadows_[it->second].copy;
+}
+
+void CudaBackend::refreshShadows() {
+  for (const Shadow &s : shadows_)
+    convertToBf16(s.master, s.copy, s.numel, stream_);
+  shadowsDirty_ = false;
+}
+
+void CudaBackend::beginStep(int64_t step) {
+  step_ = step;
+  if (profile_ && step >= 1)
+    ++profSteps_;
+  if (shadowsDirty_)
+    refreshShadows();
+}
+
+void CudaBackend::endStep() {
+  // The optimizer kernels rewrite each shadow with its master (fused).
+}
+
+AttnSaved &CudaBackend::attnSaved(const void *q, int64_t rows, int64_t numel,
+                                  int oBf16) {
+  AttnSaved &s = attn_[q];
+  if (s.rows < rows) {
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    MAPP_CUDA_CHECK(cudaFree(s.lse));
+    s.lse = static_cast<float *>(deviceAlloc(rows * sizeof(float)));
+    s.rows = rows;
+  }
+  if (s.numel < numel || s.oBf16 != oBf16) {
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    MAPP_CUDA_CHECK(cudaFree(s.o));
+    s.o = deviceAlloc(numel * (oBf16 ? 2 : 4));
+    s.numel = numel;
+    s.oBf16 = oBf16;
+  }
+  return s;
+}
+
+AttnSaved *CudaBackend::findAttn(const void *q, const void *k, const void *v) {
+  auto it = attn_.find(q);
+  if (it == attn_.end() || it->second.q != q || it->second.k != k ||
+      it->second.v != v)
+    return nullptr;
+  return &it->second;
+}
+
+CeSaved &CudaBackend::ceSaved(const void *logits, int64_t rows) {
+  CeSaved &s = ce_[logits];
+  if (s.rows < rows) {
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    MAPP_CUDA_CHECK(cudaFree(s.lse));
+    s.lse = static_cast<float *>(deviceAlloc(rows * sizeof(float)));
+    s.rows = rows;
+  }
+  if (!s.countDev)
+    s.countDev = static_cast<int *>(deviceAlloc(sizeof(int)));
+  return s;
+}
+
+CeSaved *CudaBackend::findCe(const void *logits, const void *targets) {
+  auto it = ce_.find(logits);
+  if (it == ce_.end() || it->second.logits != logits ||
+      it->second.targets != targets)
+    return nullptr;
+  return &it->second;
+}
+
+void CudaBackend::profBegin(const char *name) {
+  if (step_ < 1) { // step 0 is warm-up (allocations, GEMM heuristics)
+    profOpen_.push_back({nullptr, nullptr, nullptr});
+    return;
+  }
+  while (profEvents_.size() < profNext_ + 2) {
+    cudaEvent_t e;
+    MAPP_CUDA_CHECK(cudaEventCreate(&e));
+    profEvents_.push_back(e);
+  }
+  ProfRec r{name, profEvents_[profNext_], profEvents_[profNext_ + 1]};
+  profNext_ += 2;
+  MAPP_CUDA_CHECK(cudaEventRecord(r.a, stream_));
+  profOpen_.push_back(r);
+}
+
+void CudaBackend::profEnd() {
+  if (profOpen_.back().name)
+    MAPP_CUDA_CHECK(cudaEventRecord(profOpen_.back().b, stream_));
+}
+
+void CudaBackend::profCollect() {
+  for (const ProfRec &r : profOpen_) {
+    if (!r.name)
+      continue;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, r.a, r.b) == cudaSuccess) {
+      auto &t = profTotals_[r.name];
+      t.first += ms;
+      t.second += 1;
+    }
+  }
+  profOpen_.clear();
+  profNext_ = 0;
+}
+
+void CudaBackend::profReport() {
+  std::vector<std::pair<double, std::string>> rows;
+  double total = 0;
+  for (auto &kv : profTotals_) {
+    rows.push_back({kv.second.first, kv.first});
+    total += kv.second.first;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  int64_t steps = std::max<int64_t>(profSteps_, 1);
+  std::fprintf(stderr, "mapp cuda profile: %lld step(s), %.2f ms/step in kernels\n",
+               static_cast<long long>(profSteps_), total / steps);
+  for (auto &r : rows)
+    std::fprintf(stderr, "  %-20s %9.3f ms/step %5.1f%%  %6lld calls/step\n",
+                 r.second.c_str(), r.first / steps, 100 * r.first / total,
+                 static_cast<long long>(profTotals_[r.second].second / steps));
+}
+
+std::unique_ptr<Backend> mapp::rt::createCudaBackend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
+bool mapp::rt::cudaBackendBuilt() { return true; }

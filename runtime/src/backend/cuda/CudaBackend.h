@@ -1,0 +1,191 @@
+//===- CudaBackend.h - the CUDA backend's state (internal) ------*- C++ -*-===//
+//
+// One object per executor: the device, one compute stream, the cuBLASLt
+// handle and workspace, a growable scratch buffer, the bf16 shadow copies of
+// the parameters, caches that carry softmax statistics from forward kernels
+// to their gradients, and the asynchronous error flag. Kernels reach it
+// through KernelContext::backend.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_RT_CUDA_BACKEND_H
+#define MAPP_RT_CUDA_BACKEND_H
+
+#include "CudaCommon.h"
+#include "mapp/rt/Backend.h"
+#include "mapp/rt/Plan.h"
+#include "mapp/rt/ThreadPool.h"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace mapp::rt::cuda {
+
+#define MAPP_CUDA_KERNELS(X)                                                   \
+  X(embedding) X(embedding_grad) X(linear) X(matmul) X(reduce_sum) X(add)     \
+  X(mul) X(scale) X(gelu) X(gelu_grad) X(silu) X(silu_grad) X(layer_norm)     \
+  X(layer_norm_grad) X(rms_norm) X(rms_norm_grad) X(softmax) X(softmax_grad)  \
+  X(attention) X(attention_grad) X(dropout) X(dropout_grad) X(cross_entropy)  \
+  X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)        \
+  X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)         \
+  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv) \
+  X(probe) X(perturb)
+
+#define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
+MAPP_CUDA_KERNELS(MAPP_DECLARE_KERNEL)
+#undef MAPP_DECLARE_KERNEL
+
+/// Softmax statistics of one attention call, kept from the forward kernel
+/// for its gradient: per (batch, head, row) log-sum-exp, and a copy of the
+/// output (the gradient needs rowsum(dO∘O) but its operands exclude O).
+struct AttnSaved {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  float *lse = nullptr;   // [B*heads*T]
+  void *o = nullptr;      // [B,T,H] in the storage type of the forward's o
+  int oBf16 = 0;
+  int64_t numel = 0, rows = 0;
+};
+
+/// Row log-sum-exp of one cross_entropy call, reused by cross_entropy_grad.
+struct CeSaved {
+  const void *logits = nullptr;
+  const void *targets = nullptr;
+  float *lse = nullptr;
+  int64_t rows = 0;
+  int64_t count = -1; // non-ignored rows, or -1 when unknown
+  int *countDev = nullptr;
+};
+
+class CudaBackend final : public Backend {
+public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  KernelFn lookup(const std::string &kernel) const override;
+  void *allocate(size_t bytes) override;
+  void release(void *p) override;
+  ThreadPool &pool() override { return pool_; }
+
+  void copyToStorage(void *dst, const void *src, size_t bytes) override;
+  void copyFromStorage(void *dst, const void *src, size_t bytes) override;
+  void readScalarAsync(float *dst, const void *src) override;
+  void zeroStorage(void *dst, size_t bytes) override;
+  double sumSquares(const std::vector<Tensor> &ts) override;
+  void synchronize() override;
+  void bindProgram(const Program &p, void *pool, void *arena) override;
+  Tensor operandView(const Program &p, const Instr &in, int value,
+                     bool isOutput, const Tensor &t) override;
+  void beginStep(int64_t step) override;
+  void endStep() override;
+
+  // --- for kernels
+  cudaStream_t stream() const { return stream_; }
+  cublasLtHandle_t lt() const { return lt_; }
+  void *ltWorkspace() const { return ltWorkspace_; }
+  size_t ltWorkspaceBytes() const { return ltWorkspaceBytes_; }
+  int smCount() const { return sms_; }
+  DeviceError *deviceError() const { return devError_; }
+  /// Device scratch of at least `bytes` in buffer `which` (0..5), valid until
+  /// the next scratch() call on that buffer (work on the one stream is
+  /// ordered, so reuse is safe). Conventions: 0 GEMM A / norm partials,
+  /// 1 small per-kernel data, 2 reduce_sum / recomputed attention,
+  /// 3 GEMM B / rotated k, 4 dQ accumulator, 5 free.
+  void *scratch(size_t bytes, int which = 0);
+  /// The bf16 shadow of a Param's fp32 master (null when it has none).
+  __nv_bfloat16 *shadowOf(const void *master) const;
+  AttnSaved &attnSaved(const void *q, int64_t rows, int64_t numel, int oBf16);
+  AttnSaved *findAttn(const void *q, const void *k, const void *v);
+  CeSaved &ceSaved(const void *logits, int64_t rows);
+  CeSaved *findCe(const void *logits, const void *targets);
+  /// Storage policy: "bf16" (default) or "f32" (every value as the plan says,
+  /// for debugging numerics); MAPP_CUDA_STORAGE selects it.
+  bool bf16Storage() const { return bf16Storage_; }
+
+  /// MAPP_CUDA_PROFILE=1: device time per kernel name (CUDA events around
+  /// every call from step 1 on), printed to stderr when the backend ends.
+  void profBegin(const char *name);
+  void profEnd();
+
+private:
+  void refreshShadows();
+  void *deviceAlloc(size_t bytes);
+
+  int device_ = 0;
+  int sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void *ltWorkspace_ = nullptr;
+  size_t ltWorkspaceBytes_ = 0;
+  ThreadPool pool_{1};
+  std::map<std::string, KernelFn> table_;
+
+  DeviceError *devError_ = nullptr;
+  DeviceError *hostError_ = nullptr; // pinned
+  double *normDev_ = nullptr;
+  float *scalarPinned_ = nullptr;    // readScalarAsync staging
+  std::vector<float *> scalarDst_;
+  size_t scalarCap_ = 0;
+  void *stage_[2] = {nullptr, nullptr}; // pinned H2D staging, double-buffered
+  size_t stageCap_[2] = {0, 0};
+  cudaEvent_t stageDone_[2] = {nullptr, nullptr};
+  int stageNext_ = 0;
+
+  struct Scratch {
+    void *p = nullptr;
+    size_t bytes = 0;
+  };
+  Scratch scratch_[6];
+
+  bool bf16Storage_ = true;
+  // Per bound program: which values are stored bf16, and the shadows.
+  const Program *prog_ = nullptr;
+  uint8_t *poolBase_ = nullptr;
+  std::vector<char> valueBf16_;
+  struct Shadow {
+    const float *master;
+    __nv_bfloat16 *copy;
+    int64_t numel;
+  };
+  std::vector<Shadow> shadows_;
+  std::unordered_map<const void *, size_t> shadowIndex_;
+  __nv_bfloat16 *shadowPool_ = nullptr;
+  bool shadowsDirty_ = true;
+  std::vector<void *> allocations_;
+
+  struct ProfRec {
+    const char *name;
+    cudaEvent_t a, b;
+  };
+  bool profile_ = false;
+  std::vector<cudaEvent_t> profEvents_;
+  size_t profNext_ = 0;
+  std::vector<ProfRec> profOpen_;
+  std::map<std::string, std::pair<double, int64_t>> profTotals_;
+  int64_t profSteps_ = 0;
+  void profCollect();
+  void profReport();
+
+  std::unordered_map<const void *, AttnSaved> attn_;
+  std::unordered_map<const void *, CeSaved> ce_;
+  int64_t step_ = 0;
+};
+
+inline CudaBackend &backendOf(const KernelArgs &a) {
+  return *static_cast<CudaBackend *>(a.ctx.backend);
+}
+
+/// fp32 -> bf16 conversion of n elements (used for shadows and GEMM inputs).
+void convertToBf16(const float *src, __nv_bfloat16 *dst, int64_t n,
+                   cudaStream_t s);
+/// Copies n elements between storage views of possibly different types.
+void copyConvert(DView src, DView dst, int64_t n, cudaStream_t s);
+void fillZero(DView dst, int64_t n, cudaStream_t s);
+
+} // namespace mapp::rt::cuda
+
+#endif

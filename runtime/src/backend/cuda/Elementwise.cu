@@ -1,0 +1,703 @@
+//===- Elementwise.cu - pointwise, data movement, embedding, reduce_sum ---===//
+//
+// Memory-bound kernels. Each is instantiated per storage type of its operands
+// (fp32 or bf16, chosen by the backend's storage policy), so the inner loops
+// carry no type branches; arithmetic is fp32.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaBackend.h"
+
+#include <vector>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+template <typename T> __device__ __forceinline__ float ldf(const void *p, int64_t i);
+template <> __device__ __forceinline__ float ldf<float>(const void *p, int64_t i) {
+  return static_cast<const float *>(p)[i];
+}
+template <> __device__ __forceinline__ float ldf<bf16>(const void *p, int64_t i) {
+  return __bfloat162float(static_cast<const bf16 *>(p)[i]);
+}
+template <typename T> __device__ __forceinline__ void stf(void *p, int64_t i, float v);
+template <> __device__ __forceinline__ void stf<float>(void *p, int64_t i, float v) {
+  static_cast<float *>(p)[i] = v;
+}
+template <> __device__ __forceinline__ void stf<bf16>(void *p, int64_t i, float v) {
+  static_cast<bf16 *>(p)[i] = __float2bfloat16(v);
+}
+
+constexpr int kThreads = 256;
+
+// 8 consecutive elements (16 bytes of bf16, 32 of fp32) per access: the
+// memory-bound kernels' fast path when sizes and pointers allow it.
+template <typename T> __device__ __forceinline__ void load8(const void *p, int64_t i, float (&v)[8]);
+template <> __device__ __forceinline__ void load8<bf16>(const void *p, int64_t i, float (&v)[8]) {
+  uint4 u = *reinterpret_cast<const uint4 *>(static_cast<const bf16 *>(p) + i);
+  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float2 f = __bfloat1622float2(h[j]);
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
+}
+template <> __device__ __forceinline__ void load8<float>(const void *p, int64_t i, float (&v)[8]) {
+  const float4 *f = reinterpret_cast<const float4 *>(static_cast<const float *>(p) + i);
+  float4 x = f[0], y = f[1];
+  v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+  v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
+}
+template <typename T> __device__ __forceinline__ void store8(void *p, int64_t i, const float (&v)[8]);
+template <> __device__ __forceinline__ void store8<bf16>(void *p, int64_t i, const float (&v)[8]) {
+  uint4 u;
+  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+  *reinterpret_cast<uint4 *>(static_cast<bf16 *>(p) + i) = u;
+}
+template <> __device__ __forceinline__ void store8<float>(void *p, int64_t i, const float (&v)[8]) {
+  float4 *f = reinterpret_cast<float4 *>(static_cast<float *>(p) + i);
+  f[0] = make_float4(v[0], v[1], v[2], v[3]);
+  f[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+inline bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+/// o[i] = op(a[i], b[i % nb]) (b may be null for unary ops).
+template <typename Ta, typename Tb, typename To, typename Op>
+__global__ void binaryKernel(const void *a, const void *b, int64_t nb, void *o,
+                             int64_t n, Op op) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float x = ldf<Ta>(a, i);
+    float y = b ? ldf<Tb>(b, nb == n ? i : i % nb) : 0.0f;
+    stf<To>(o, i, op(x, y));
+  }
+}
+
+/// The same over groups of 8 (n and nb multiples of 8, 16-byte aligned).
+template <typename Ta, typename Tb, typename To, typename Op>
+__global__ void binaryVecKernel(const void *a, const void *b, int64_t nb,
+                                void *o, int64_t n, Op op) {
+  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * 8; i < n;
+       i += int64_t(gridDim.x) * blockDim.x * 8) {
+    float x[8], y[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    load8<Ta>(a, i, x);
+    if (b)
+      load8<Tb>(b, nb == n ? i : i % nb, y);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      x[j] = op(x[j], y[j]);
+    store8<To>(o, i, x);
+  }
+}
+
+template <typename Op>
+void binary(const Tensor &a, const Tensor *b, const Tensor &o, Op op,
+            cudaStream_t s) {
+  int64_t n = o.numel();
+  if (!n)
+    return;
+  int64_t nb = b ? b->numel() : 8;
+  const void *bp = b ? b->data : nullptr;
+  bool vec = n % 8 == 0 && nb % 8 == 0 && aligned16(a.data) && aligned16(o.data) &&
+             (!bp || aligned16(bp));
+  int g = gridFor(vec ? n / 8 : n, kThreads);
+  bool ba = isBf16(a), bb = b && isBf16(*b), bo = isBf16(o);
+#define MAPP_BIN(TA, TB, TO)                                                   \
+  (vec ? binaryVecKernel<TA, TB, TO><<<g, kThreads, 0, s>>>(a.data, bp, nb,    \
+                                                            o.data, n, op)     \
+       : binaryKernel<TA, TB, TO><<<g, kThreads, 0, s>>>(a.data, bp, nb,       \
+                                                         o.data, n, op))
+  if (ba && bb && bo) MAPP_BIN(bf16, bf16, bf16);
+  else if (ba && bb) MAPP_BIN(bf16, bf16, float);
+  else if (ba && bo) MAPP_BIN(bf16, float, bf16);
+  else if (ba) MAPP_BIN(bf16, float, float);
+  else if (bb && bo) MAPP_BIN(float, bf16, bf16);
+  else if (bb) MAPP_BIN(float, bf16, float);
+  else if (bo) MAPP_BIN(float, float, bf16);
+  else MAPP_BIN(float, float, float);
+#undef MAPP_BIN
+  MAPP_CUDA_LAUNCHED();
+}
+
+struct AddOp { __device__ float operator()(float x, float y) const { return x + y; } };
+struct MulOp { __device__ float operator()(float x, float y) const { return x * y; } };
+struct ScaleOp {
+  float f;
+  __device__ float operator()(float x, float) const { return x * f; }
+};
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluKappa = 0.044715f;
+
+struct GeluOp {
+  bool tanhApprox;
+  __device__ float operator()(float v, float) const {
+    if (tanhApprox)
+      return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluKappa * v * v * v)));
+    return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+  }
+};
+/// x = dy, y = x (the pre-activation).
+struct GeluGradOp {
+  bool tanhApprox;
+  __device__ float operator()(float dy, float v) const {
+    if (tanhApprox) {
+      float t = tanhf(kSqrt2OverPi * (v + kGeluKappa * v * v * v));
+      float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluKappa * v * v);
+      return dy * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
+    }
+    float cdf = 0.5f * (1.0f + erff(v * 0.7071067811865476f));
+    float pdf = expf(-0.5f * v * v) * 0.3989422804014327f;
+    return dy * (cdf + v * pdf);
+  }
+};
+struct SiluOp {
+  __device__ float operator()(float v, float) const { return v / (1.0f + expf(-v)); }
+};
+struct SiluGradOp {
+  __device__ float operator()(float dy, float v) const {
+    float s = 1.0f / (1.0f + expf(-v));
+    return dy * s * (1.0f + v * (1.0f - s));
+  }
+};
+
+__device__ __forceinline__ uint64_t splitmix(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+__global__ void dropoutKernel(DView x, DView o, int64_t n, uint64_t seed,
+                              uint64_t step, double p, float keepScale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t r = splitmix(seed ^ splitmix(step ^ splitmix(uint64_t(i))));
+    float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+    o.st(i, static_cast<double>(u) >= p ? x.ld(i) * keepScale : 0.0f);
+  }
+}
+
+template <typename T>
+__global__ void fillKernel(T *p, int64_t n, T v) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = v;
+}
+
+__global__ void convertKernel(const float *src, bf16 *dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __float2bfloat16(src[i]);
+}
+
+__global__ void copyConvertKernel(DView src, DView dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst.st(i, src.ld(i));
+}
+
+__global__ void embeddingKernel(DView table, const int32_t *ids, DView y,
+                                int64_t v, int64_t h, int64_t n,
+                                DeviceError *err) {
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int32_t id = ids[r];
+    bool ok = id >= 0 && id < v;
+    if (!ok && threadIdx.x == 0)
+      reportError(err, kErrEmbeddingId, id, r, v);
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+      y.st(r * h + c, ok ? table.ld(int64_t(id) * h + c) : 0.0f);
+  }
+}
+
+__global__ void embeddingGradKernel(DView dy, const int32_t *ids, float *dt,
+                                    int64_t v, int64_t h, int64_t n,
+                                    DeviceError *err) {
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int32_t id = ids[r];
+    if (id < 0 || id >= v) {
+      if (threadIdx.x == 0)
+        reportError(err, kErrEmbeddingGradId, id, r, v);
+      continue;
+    }
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+      atomicAdd(dt + int64_t(id) * h + c, dy.ld(r * h + c));
+  }
+}
+
+constexpr int kMaxRank = 8;
+struct Strides {
+  int rank;
+  int64_t outDim[kMaxRank];
+  int64_t srcStride[kMaxRank]; // input stride of the dim feeding output dim i
+};
+
+__global__ void permuteKernel(const void *x, void *y, int64_t n, Strides st,
+                              int esize, DView xv, DView yv, int convert) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rem = o, src = 0;
+    for (int i = st.rank - 1; i >= 0; --i) {
+      int64_t c = rem % st.outDim[i];
+      rem /= st.outDim[i];
+      src += c * st.srcStride[i];
+    }
+    if (convert)
+      yv.st(o, xv.ld(src));
+    else if (esize == 2)
+      static_cast<uint16_t *>(y)[o] = static_cast<const uint16_t *>(x)[src];
+    else if (esize == 4)
+      static_cast<uint32_t *>(y)[o] = static_cast<const uint32_t *>(x)[src];
+    else
+      static_cast<uint64_t *>(y)[o] = static_cast<const uint64_t *>(x)[src];
+  }
+}
+
+/// y[o, j, i] = x[o, start + j, i] (slice), dims [outer, len, inner] of y
+/// within x's [outer, full, inner]. With grad, the roles swap and positions
+/// outside the window become zero.
+__global__ void sliceKernel(DView src, DView dst, int64_t n, int64_t full,
+                            int64_t len, int64_t inner, int64_t start,
+                            int grad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t in = i % inner, rest = i / inner;
+    if (!grad) {
+      int64_t j = rest % len, o = rest / len;
+      dst.st(i, src.ld((o * full + start + j) * inner + in));
+    } else {
+      int64_t j = rest % full, o = rest / full;
+      bool inside = j >= start && j < start + len;
+      dst.st(i, inside ? src.ld((o * len + j - start) * inner + in) : 0.0f);
+    }
+  }
+}
+
+/// Column sums of x[R, C] over row chunks: partial[chunk][c].
+__global__ void colSumPartial(DView x, int64_t R, int64_t C, int64_t rowsPer,
+                              float *partial) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int64_t c = blockIdx.x * 32 + lane;
+  int64_t r0 = blockIdx.y * rowsPer, r1 = min(R, r0 + rowsPer);
+  float s = 0;
+  if (c < C)
+    for (int64_t r = r0 + w; r < r1; r += nw)
+      s += x.ld(r * C + c);
+  __shared__ float sh[32][33];
+  sh[w][lane] = s;
+  __syncthreads();
+  if (w == 0 && c < C) {
+    float t = 0;
+    for (int i = 0; i < nw; ++i)
+      t += sh[i][lane];
+    partial[blockIdx.y * C + c] = t;
+  }
+}
+
+__global__ void colSumFinal(const float *partial, int64_t chunks, int64_t C,
+                            DView y) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    double s = 0;
+    for (int64_t k = 0; k < chunks; ++k)
+      s += partial[k * C + c];
+    y.st(c, static_cast<float>(s));
+  }
+}
+
+/// Row sums of x[R, C]: one warp per row.
+__global__ void rowSum(DView x, int64_t R, int64_t C, DView y) {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5; r < R;
+       r += warps) {
+    float s = 0;
+    for (int64_t c = lane; c < C; c += 32)
+      s += x.ld(r * C + c);
+    s = warpSum(s);
+    if (lane == 0)
+      y.st(r, s);
+  }
+}
+
+struct ReduceGeom {
+  int rank;
+  int64_t dim[kMaxRank];
+  int64_t stride[kMaxRank];
+  int reduced[kMaxRank];
+};
+
+/// General reduce_sum: one thread per output element walks the reduced dims.
+__global__ void reduceGeneral(DView x, DView y, int64_t nOut, int64_t nRed,
+                              ReduceGeom g) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < nOut;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base = 0, rem = o;
+    for (int i = g.rank - 1; i >= 0; --i)
+      if (!g.reduced[i]) {
+        base += (rem % g.dim[i]) * g.stride[i];
+        rem /= g.dim[i];
+      }
+    double s = 0;
+    for (int64_t k = 0; k < nRed; ++k) {
+      int64_t off = 0, r = k;
+      for (int i = g.rank - 1; i >= 0; --i)
+        if (g.reduced[i]) {
+          off += (r % g.dim[i]) * g.stride[i];
+          r /= g.dim[i];
+        }
+      s += x.ld(base + off);
+    }
+    y.st(o, static_cast<float>(s));
+  }
+}
+
+/// y[o, start + j, i] = x[o, j, i]: input x of concat into its window of y.
+__global__ void concatWindowKernel(DView x, DView y, int64_t n, int64_t len,
+                                   int64_t full, int64_t inner, int64_t start) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t in = i % inner, rest = i / inner;
+    int64_t j = rest % len, o = rest / len;
+    y.st((o * full + start + j) * inner + in, x.ld(i));
+  }
+}
+
+/// Row-wise window copy over `rows` rows: slice (grad = 0) reads a window
+/// [off, off+L) of source rows of F elements into rows of L; slice_grad
+/// (grad = 1) writes rows of F with the window from rows of L and zeros
+/// elsewhere. 8 elements per thread; L, F, off multiples of 8.
+template <typename Ts, typename Td>
+__global__ void windowVecKernel(const void *src, void *dst, int64_t rows,
+                                int F, int L, int off, int grad) {
+  int W = (grad ? F : L) / 8;
+  int64_t total = rows * W;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = idx / W;
+    int c = static_cast<int>(idx - r * W) * 8;
+    float v[8];
+    if (!grad) {
+      load8<Ts>(src, r * F + off + c, v);
+      store8<Td>(dst, r * L + c, v);
+    } else {
+      if (c >= off && c < off + L)
+        load8<Ts>(src, r * L + c - off, v);
+      else
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          v[j] = 0.0f;
+      store8<Td>(dst, r * F + c, v);
+    }
+  }
+}
+
+bool windowVec(DView src, DView dst, int64_t rows, int64_t F, int64_t L,
+               int64_t off, int grad, cudaStream_t s) {
+  if (F % 8 || L % 8 || off % 8 || F > INT32_MAX || !aligned16(src.p) ||
+      !aligned16(dst.p))
+    return false;
+  int64_t n = rows * ((grad ? F : L) / 8);
+  int g = gridFor(n, kThreads);
+  int f = static_cast<int>(F), l = static_cast<int>(L), o = static_cast<int>(off);
+  if (src.bf16 && dst.bf16)
+    windowVecKernel<bf16, bf16><<<g, kThreads, 0, s>>>(src.p, dst.p, rows, f, l, o, grad);
+  else if (src.bf16)
+    windowVecKernel<bf16, float><<<g, kThreads, 0, s>>>(src.p, dst.p, rows, f, l, o, grad);
+  else if (dst.bf16)
+    windowVecKernel<float, bf16><<<g, kThreads, 0, s>>>(src.p, dst.p, rows, f, l, o, grad);
+  else
+    windowVecKernel<float, float><<<g, kThreads, 0, s>>>(src.p, dst.p, rows, f, l, o, grad);
+  MAPP_CUDA_LAUNCHED();
+  return true;
+}
+
+bool tanhApprox(const KernelArgs &a) {
+  return a.attrs.getStr("approximate", "none") == "tanh";
+}
+
+int64_t normDim(int64_t d, int rank) { return d < 0 ? d + rank : d; }
+int64_t span(const Shape &s, int64_t from, int64_t to) {
+  int64_t n = 1;
+  for (int64_t i = from; i < to; ++i)
+    n *= s[i];
+  return n;
+}
+
+} // namespace
+
+void cuda::convertToBf16(const float *src, bf16 *dst, int64_t n, cudaStream_t s) {
+  if (!n)
+    return;
+  convertKernel<<<gridFor(n, kThreads), kThreads, 0, s>>>(src, dst, n);
+  MAPP_CUDA_LAUNCHED();
+}
+
+void cuda::copyConvert(DView src, DView dst, int64_t n, cudaStream_t s) {
+  if (!n)
+    return;
+  if (src.bf16 == dst.bf16) {
+    if (src.p != dst.p)
+      MAPP_CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, n * (src.bf16 ? 2 : 4),
+                                      cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  copyConvertKernel<<<gridFor(n, kThreads), kThreads, 0, s>>>(src, dst, n);
+  MAPP_CUDA_LAUNCHED();
+}
+
+void cuda::fillZero(DView dst, int64_t n, cudaStream_t s) {
+  if (n)
+    MAPP_CUDA_CHECK(cudaMemsetAsync(dst.p, 0, n * (dst.bf16 ? 2 : 4), s));
+}
+
+void cuda::add(const KernelArgs &a) {
+  binary(a.in[0], &a.in[1], a.out[0], AddOp{}, backendOf(a).stream());
+}
+void cuda::mul(const KernelArgs &a) {
+  binary(a.in[0], &a.in[1], a.out[0], MulOp{}, backendOf(a).stream());
+}
+void cuda::scale(const KernelArgs &a) {
+  float f = static_cast<float>(a.attrs.getFloat("factor", 1));
+  binary(a.in[0], nullptr, a.out[0], ScaleOp{f}, backendOf(a).stream());
+}
+void cuda::gelu(const KernelArgs &a) {
+  binary(a.in[0], nullptr, a.out[0], GeluOp{tanhApprox(a)}, backendOf(a).stream());
+}
+void cuda::gelu_grad(const KernelArgs &a) {
+  binary(a.in[0], &a.in[1], a.out[0], GeluGradOp{tanhApprox(a)},
+         backendOf(a).stream());
+}
+void cuda::silu(const KernelArgs &a) {
+  binary(a.in[0], nullptr, a.out[0], SiluOp{}, backendOf(a).stream());
+}
+void cuda::silu_grad(const KernelArgs &a) {
+  binary(a.in[0], &a.in[1], a.out[0], SiluGradOp{}, backendOf(a).stream());
+}
+
+void cuda::dropout(const KernelArgs &a) {
+  cudaStream_t s = backendOf(a).stream();
+  double p = a.attrs.getFloat("p", 0);
+  int64_t n = a.out[0].numel();
+  if (p == 0) {
+    copyConvert(view(a.in[0]), view(a.out[0]), n, s);
+    return;
+  }
+  if (!n)
+    return;
+  uint64_t seed = static_cast<uint64_t>(a.attrs.getInt("seed", 0));
+  float keepScale = static_cast<float>(1.0 / (1.0 - p));
+  dropoutKernel<<<gridFor(n, kThreads), kThreads, 0, s>>>(
+      view(a.in[0]), view(a.out[0]), n, seed, static_cast<uint64_t>(a.ctx.step),
+      p, keepScale);
+  MAPP_CUDA_LAUNCHED();
+}
+void cuda::dropout_grad(const KernelArgs &a) { dropout(a); }
+
+void cuda::fill(const KernelArgs &a) {
+  cudaStream_t s = backendOf(a).stream();
+  const Tensor &o = a.out[0];
+  int64_t n = o.numel();
+  if (!n)
+    return;
+  double v = a.attrs.getFloat("value", 0);
+  int g = gridFor(n, kThreads);
+  if (o.type.dtype == DType::I32)
+    fillKernel<int32_t><<<g, kThreads, 0, s>>>(o.i32(), n, static_cast<int32_t>(v));
+  else if (isBf16(o))
+    fillKernel<bf16><<<g, kThreads, 0, s>>>(static_cast<bf16 *>(o.data), n,
+                                            __float2bfloat16(static_cast<float>(v)));
+  else
+    fillKernel<float><<<g, kThreads, 0, s>>>(o.f32(), n, static_cast<float>(v));
+  MAPP_CUDA_LAUNCHED();
+}
+
+void cuda::grad_accumulate(const KernelArgs &a) {
+  binary(a.out[0], &a.in[0], a.out[0], AddOp{}, backendOf(a).stream());
+}
+
+void cuda::embedding(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  int64_t v = a.in[0].dim(0), h = a.in[0].dim(1), n = a.in[1].numel();
+  if (!n || !h)
+    return;
+  embeddingKernel<<<gridFor(n, 1, be.smCount() * 32), 128, 0, be.stream()>>>(
+      view(a.in[0]), a.in[1].i32(), view(a.out[0]), v, h, n, be.deviceError());
+  MAPP_CUDA_LAUNCHED();
+}
+
+void cuda::embedding_grad(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  const Tensor &out = a.out[0];
+  int64_t v = out.dim(0), h = out.dim(1), n = a.in[1].numel();
+  // Sums run in fp32 with atomics: into the output when it is fp32, else in
+  // scratch converted afterwards.
+  float *acc = isBf16(out) ? static_cast<float *>(be.scratch(out.numel() * 4, 1))
+                           : out.f32();
+  MAPP_CUDA_CHECK(cudaMemsetAsync(acc, 0, out.numel() * 4, be.stream()));
+  if (n && h) {
+    embeddingGradKernel<<<gridFor(n, 1, be.smCount() * 32), 128, 0, be.stream()>>>(
+        view(a.in[0]), a.in[1].i32(), acc, v, h, n, be.deviceError());
+    MAPP_CUDA_LAUNCHED();
+  }
+  if (isBf16(out))
+    copyConvert({acc, 0}, view(out), out.numel(), be.stream());
+}
+
+void cuda::reshape(const KernelArgs &a) {
+  const Tensor &x = a.in[0], &y = a.out[0];
+  cudaStream_t s = backendOf(a).stream();
+  if (x.type.dtype == y.type.dtype) {
+    if (x.data != y.data && x.numel())
+      MAPP_CUDA_CHECK(cudaMemcpyAsync(y.data, x.data, x.numel() * storedSize(x),
+                                      cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  copyConvert(view(x), view(y), x.numel(), s);
+}
+
+void cuda::transpose(const KernelArgs &a) {
+  std::vector<int64_t> perm = a.attrs.getInts("perm");
+  const Tensor &x = a.in[0], &y = a.out[0];
+  int r = x.rank();
+  if (r > kMaxRank)
+    fail("transpose: rank ", r, " exceeds the CUDA backend's ", kMaxRank);
+  int64_t n = x.numel();
+  if (!n)
+    return;
+  Strides st{};
+  st.rank = r;
+  std::vector<int64_t> inStride(r, 1);
+  for (int i = r - 2; i >= 0; --i)
+    inStride[i] = inStride[i + 1] * x.dim(i + 1);
+  for (int i = 0; i < r; ++i) {
+    st.outDim[i] = x.dim(static_cast<int>(perm[i]));
+    st.srcStride[i] = inStride[perm[i]];
+  }
+  bool floats = x.type.dtype == DType::F32 || x.type.dtype == DType::BF16;
+  int convert = floats && x.type.dtype != y.type.dtype;
+  cudaStream_t s = backendOf(a).stream();
+  permuteKernel<<<gridFor(n, kThreads), kThreads, 0, s>>>(
+      x.data, y.data, n, st, static_cast<int>(storedSize(x)), view(x), view(y),
+      convert);
+  MAPP_CUDA_LAUNCHED();
+}
+
+void cuda::slice(const KernelArgs &a) {
+  const Shape &s = a.in[0].shape();
+  int64_t d = normDim(a.attrs.getInt("dim", 0), a.in[0].rank());
+  int64_t start = a.attrs.getInt("start", 0), len = a.out[0].shape()[d];
+  int64_t inner = span(s, d + 1, s.size()), n = a.out[0].numel();
+  if (!n)
+    return;
+  if (windowVec(view(a.in[0]), view(a.out[0]), span(s, 0, d), s[d] * inner,
+                len * inner, start * inner, 0, backendOf(a).stream()))
+    return;
+  sliceKernel<<<gridFor(n, kThreads), kThreads, 0, backendOf(a).stream()>>>(
+      view(a.in[0]), view(a.out[0]), n, s[d], len, inner, start, 0);
+  MAPP_CUDA_LAUNCHED();
+}
+
+void cuda::slice_grad(const KernelArgs &a) {
+  const Shape &s = a.out[0].shape();
+  int64_t d = normDim(a.attrs.getInt("dim", 0), a.out[0].rank());
+  int64_t start = a.attrs.getInt("start", 0), len = a.in[0].shape()[d];
+  int64_t inner = span(s, d + 1, s.size()), n = a.out[0].numel();
+  if (!n)
+    return;
+  if (windowVec(view(a.in[0]), view(a.out[0]), span(s, 0, d), s[d] * inner,
+                len * inner, start * inner, 1, backendOf(a).stream()))
+    return;
+  sliceKernel<<<gridFor(n, kThreads), kThreads, 0, backendOf(a).stream()>>>(
+      view(a.in[0]), view(a.out[0]), n, s[d], len, inner, start, 1);
+  MAPP_CUDA_LAUNCHED();
+}
+
+void cuda::concat(const KernelArgs &a) {
+  // Each input fills its window [start, start + len) of y along `dim`.
+  const Shape &s = a.out[0].shape();
+  int64_t d = normDim(a.attrs.getInt("dim", 0), a.out[0].rank());
+  int64_t inner = span(s, d + 1, s.size());
+  int64_t start = 0;
+  cudaStream_t st = backendOf(a).stream();
+  for (int i = 0; i < a.numIn; ++i) {
+    int64_t len = a.in[i].shape()[d], n = a.in[i].numel();
+    if (n) {
+      concatWindowKernel<<<gridFor(n, kThreads), kThreads, 0, st>>>(
+          view(a.in[i]), view(a.out[0]), n, len, s[d], inner, start);
+      MAPP_CUDA_LAUNCHED();
+    }
+    start += len;
+  }
+}
+
+void cuda::reduce_sum(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  const Shape &s = a.in[0].shape();
+  std::vector<int64_t> dims = a.attrs.getInts("dims");
+  int r = static_cast<int>(s.size());
+  int64_t nOut = a.out[0].numel(), nIn = a.in[0].numel();
+  if (!nOut)
+    return;
+  if (!nIn) {
+    fillZero(view(a.out[0]), nOut, be.stream());
+    return;
+  }
+  bool prefix = !dims.empty(), suffix = !dims.empty();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    prefix &= dims[i] == static_cast<int64_t>(i);
+    suffix &= dims[i] == static_cast<int64_t>(r - dims.size() + i);
+  }
+  if (dims.empty()) {
+    copyConvert(view(a.in[0]), view(a.out[0]), nIn, be.stream());
+    return;
+  }
+  if (prefix) {
+    int64_t C = nOut, R = nIn / C;
+    int64_t rowsPer = std::max<int64_t>(64, (R + 63) / 64);
+    int64_t chunks = (R + rowsPer - 1) / rowsPer;
+    float *partial = static_cast<float *>(be.scratch(chunks * C * 4, 2));
+    dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
+    colSumPartial<<<grid, 256, 0, be.stream()>>>(view(a.in[0]), R, C, rowsPer,
+                                                 partial);
+    MAPP_CUDA_LAUNCHED();
+    colSumFinal<<<gridFor(C, kThreads), kThreads, 0, be.stream()>>>(
+        partial, chunks, C, view(a.out[0]));
+    MAPP_CUDA_LAUNCHED();
+    return;
+  }
+  if (suffix) {
+    int64_t R = nOut, C = nIn / R;
+    rowSum<<<gridFor(R * 32, kThreads), kThreads, 0, be.stream()>>>(
+        view(a.in[0]), R, C, view(a.out[0]));
+    MAPP_CUDA_LAUNCHED();
+    return;
+  }
+  if (r > kMaxRank)
+    fail("reduce_sum: rank ", r, " exceeds the CUDA backend's ", kMaxRank);
+  ReduceGeom g{};
+  g.rank = r;
+  int64_t st = 1, nRed = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    g.dim[i] = s[i];
+    g.stride[i] = st;
+    st *= s[i];
+  }
+  for (int64_t d : dims) {
+    g.reduced[d] = 1;
+    nRed *= s[d];
+  }
+  reduceGeneral<<<gridFor(nOut, kThreads), kThreads, 0, be.stream()>>>(
+      view(a.in[0]), view(a.out[0]), nOut, nRed, g);
+  MAPP_CUDA_LAUNCHED();
+}

@@ -1,0 +1,283 @@
+//===- Gemm.cu - linear and matmul through cuBLASLt -----------------------===//
+//
+// bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F), output in the
+// storage type of the result (bf16 activations, fp32 gradient
+// contributions). linear's bias is a cuBLASLt epilogue. Row-major products
+// are issued as their column-major transposes: C[M,N] = op(A)·op(B) becomes
+// Cᵀ[N,M] = op(B)ᵀ·op(A)ᵀ with B first.
+//
+// Descriptors, layouts and the heuristic's algorithm are cached per shape:
+// plans repeat the same few GEMMs every step.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaBackend.h"
+
+#include <map>
+#include <mutex>
+#include <cstdlib>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+
+namespace {
+
+#define MAPP_LT_CHECK(expr)                                                    \
+  do {                                                                         \
+    cublasStatus_t st_ = (expr);                                               \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                          \
+      fail("cuBLASLt error ", static_cast<int>(st_), " in ", #expr);           \
+  } while (0)
+
+/// One column-major GEMM: D[m,n] = alpha·op(A)·op(B) (+ bias[m]) + beta·D.
+struct GemmKey {
+  int64_t m, n, k, lda, ldb, ldd;
+  int transA, transB, dBf16, bias, batch;
+  int64_t strideA, strideB, strideD;
+  uint32_t align; // smallest alignment of the pointers, in bytes (≤ 256)
+  bool operator<(const GemmKey &o) const {
+    return std::tie(m, n, k, lda, ldb, ldd, transA, transB, dBf16, bias, batch,
+                    strideA, strideB, strideD, align) <
+           std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.transA, o.transB,
+                    o.dBf16, o.bias, o.batch, o.strideA, o.strideB, o.strideD,
+                    o.align);
+  }
+};
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  bool ok = false;
+  // The heuristic's candidates; on first use each is timed on the real
+  // operands and the fastest kept (the first choice is often not it).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  bool tuned = false;
+};
+
+std::mutex gMutex;
+std::map<GemmKey, GemmPlan> gPlans;
+
+void setBatch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
+  if (batch <= 1)
+    return;
+  int32_t b = batch;
+  MAPP_LT_CHECK(cublasLtMatrixLayoutSetAttribute(
+      l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)));
+  MAPP_LT_CHECK(cublasLtMatrixLayoutSetAttribute(
+      l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+}
+
+GemmPlan &planFor(CudaBackend &be, const GemmKey &key) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  auto it = gPlans.find(key);
+  if (it != gPlans.end())
+    return it->second;
+  GemmPlan p;
+  MAPP_LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                               &ta, sizeof(ta)));
+  MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                               &tb, sizeof(tb)));
+  if (key.bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
+        p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    cudaDataType_t bt = CUDA_R_32F;
+    MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
+        p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+  }
+  // Stored shapes: op(A) is m×k, so A is m×k (N) or k×m (T).
+  int64_t ar = key.transA ? key.k : key.m, ac = key.transA ? key.m : key.k;
+  int64_t br = key.transB ? key.n : key.k, bc = key.transB ? key.k : key.n;
+  cudaDataType_t dt = key.dBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, ar, ac, key.lda));
+  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, br, bc, key.ldb));
+  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.d, dt, key.m, key.n, key.ldd));
+  setBatch(p.a, key.batch, key.strideA);
+  setBatch(p.b, key.batch, key.strideB);
+  setBatch(p.d, key.batch, key.strideD);
+
+  cublasLtMatmulPreference_t pref;
+  MAPP_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = be.ltWorkspaceBytes();
+  MAPP_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // Operands may sit at any offset the plan chose: tell the heuristic.
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    MAPP_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align,
+                                                       sizeof(key.align)));
+  cublasLtMatmulHeuristicResult_t res[8];
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      be.lt(), p.desc, p.a, p.b, p.d, p.d, pref, 8, res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    p.algo = res[0].algo;
+    p.ok = true;
+    for (int i = 0; i < found; ++i)
+      if (res[i].state == CUBLAS_STATUS_SUCCESS)
+        p.candidates.push_back(res[i].algo);
+  }
+  return gPlans.emplace(key, p).first->second;
+}
+
+/// MAPP_CUDA_GEMM_TUNE=0 keeps the heuristic's first algorithm.
+bool autotune() {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = std::getenv("MAPP_CUDA_GEMM_TUNE");
+    v = !(e && std::string(e) == "0");
+  }
+  return v == 1;
+}
+
+/// bf16 view of a GEMM operand: the tensor itself, or a converted copy.
+const __nv_bfloat16 *asBf16(CudaBackend &be, const Tensor &t, int scratchSlot) {
+  if (isBf16(t))
+    return static_cast<const __nv_bfloat16 *>(t.data);
+  auto *dst = static_cast<__nv_bfloat16 *>(be.scratch(t.numel() * 2, scratchSlot));
+  convertToBf16(t.f32(), dst, t.numel(), be.stream());
+  return dst;
+}
+
+__global__ void addBiasKernel(DView y, const float *bias, int64_t rows,
+                              int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y.st(i, y.ld(i) + bias[i % n]);
+}
+
+/// Row-major C[batch][M,N] = op(A)·op(B) (+ bias[N]) as described above.
+void rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
+                  bool tb, const Tensor &C, int64_t M, int64_t N, int64_t K,
+                  int batch, int64_t strideA, int64_t strideB,
+                  const float *bias) {
+  cudaStream_t s = be.stream();
+  if (M == 0 || N == 0)
+    return;
+  if (K == 0) {
+    fillZero(view(C), C.numel(), s);
+    if (bias) {
+      addBiasKernel<<<gridFor(M * N, 256), 256, 0, s>>>(view(C), bias, M * batch, N);
+      MAPP_CUDA_LAUNCHED();
+    }
+    return;
+  }
+  const __nv_bfloat16 *a = asBf16(be, A, 0), *b = asBf16(be, B, 3);
+  GemmKey key{};
+  key.m = N;
+  key.n = M;
+  key.k = K;
+  key.transA = tb; // Lt's A is our B
+  key.transB = ta;
+  key.lda = tb ? K : N;
+  key.ldb = ta ? M : K;
+  key.ldd = N;
+  key.dBf16 = isBf16(C);
+  key.bias = bias != nullptr;
+  key.batch = batch;
+  key.strideA = strideB;
+  key.strideB = strideA;
+  key.strideD = M * N;
+  uintptr_t bits = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
+                   reinterpret_cast<uintptr_t>(C.data) | 256;
+  if (bias)
+    bits |= reinterpret_cast<uintptr_t>(bias);
+  key.align = static_cast<uint32_t>(bits & (~bits + 1)); // lowest set bit
+  GemmPlan *p = &planFor(be, key);
+  bool separateBias = false;
+  if (!p->ok && bias) {
+    key.bias = 0;
+    separateBias = true;
+    p = &planFor(be, key);
+  }
+  if (!p->ok)
+    fail("cuBLASLt found no algorithm for a ", M, "x", N, "x", K,
+         " bf16 GEMM (batch ", batch, ")");
+  if (key.bias)
+    MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  float alpha = 1.0f, beta = 0.0f;
+  if (!p->tuned && autotune() && p->candidates.size() > 1 &&
+      M * N * K >= (int64_t(1) << 30)) {
+    // Time each candidate twice on these operands (the output is rewritten
+    // by the real call below), keep the fastest.
+    cudaEvent_t e0, e1;
+    MAPP_CUDA_CHECK(cudaEventCreate(&e0));
+    MAPP_CUDA_CHECK(cudaEventCreate(&e1));
+    float best = 1e30f;
+    for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
+      float ms = 0;
+      bool ok = true;
+      for (int rep = 0; rep < 2 && ok; ++rep) {
+        MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
+        ok = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
+                            C.data, p->d, C.data, p->d, &algo, be.ltWorkspace(),
+                            be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
+        MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
+        MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
+        MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      }
+      if (ok && ms < best) {
+        best = ms;
+        p->algo = algo;
+      }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    p->tuned = true;
+  }
+  MAPP_LT_CHECK(cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
+                               C.data, p->d, C.data, p->d, &p->algo,
+                               be.ltWorkspace(), be.ltWorkspaceBytes(), s));
+  if (separateBias) {
+    addBiasKernel<<<gridFor(M * N * batch, 256), 256, 0, s>>>(view(C), bias,
+                                                            M * batch, N);
+    MAPP_CUDA_LAUNCHED();
+  }
+}
+
+} // namespace
+
+void cuda::linear(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  int64_t k = a.in[0].dim(-1), n = a.in[1].dim(0);
+  int64_t m = n ? a.out[0].numel() / n : 0;
+  const float *bias = nullptr;
+  Tensor biasF;
+  if (a.numIn == 3) {
+    if (isBf16(a.in[2]))
+      fail("linear: the CUDA backend expects an fp32 bias");
+    bias = a.in[2].f32();
+  }
+  rowMajorGemm(be, a.in[0], false, a.in[1], true, a.out[0], m, n, k, 1, 0, 0,
+               bias);
+}
+
+void cuda::matmul(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  const Tensor &A = a.in[0], &B = a.in[1];
+  bool ta = a.attrs.flag("transpose_a"), tb = a.attrs.flag("transpose_b");
+  int64_t m = ta ? A.dim(-1) : A.dim(-2), k = ta ? A.dim(-2) : A.dim(-1);
+  int64_t n = tb ? B.dim(-2) : B.dim(-1);
+  int64_t batch = 1;
+  for (int i = 0; i + 2 < A.rank(); ++i)
+    batch *= A.dim(i);
+  bool sharedB = B.rank() == 2;
+  if (sharedB && !ta) {
+    rowMajorGemm(be, A, false, B, tb, a.out[0], batch * m, n, k, 1, 0, 0, nullptr);
+    return;
+  }
+  if (batch > INT32_MAX)
+    fail("matmul: batch ", batch, " is too large");
+  rowMajorGemm(be, A, ta, B, tb, a.out[0], m, n, k, static_cast<int>(batch),
+               m * k, sharedB ? 0 : k * n, nullptr);
+}

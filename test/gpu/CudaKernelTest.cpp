@@ -1,0 +1,475 @@
+//===- CudaKernelTest.cpp - CUDA kernels against the CPU reference --------===//
+//
+// Every kernel of the CUDA backend on fresh random inputs, compared with the
+// CPU backend (fp32 storage, double reductions) by ‖out − ref‖ / ‖ref‖, in
+// both storage modes of the CUDA backend:
+//   f32  — operands stored fp32 (GEMMs and flash attention still take bf16
+//          operands, so those get bf16 tolerances);
+//   bf16 — rank ≥ 2 float operands stored bf16, as the backend stores
+//          activations; the CPU reference sees the same bf16-rounded inputs.
+// Outputs are poisoned (all bits set: NaN) before each run, so an unwritten
+// element fails. Exit 77 (CTest: skipped) without a GPU; 1 on any failure.
+//
+//===----------------------------------------------------------------------===//
+#include "mapp/rt/Backend.h"
+#include "mapp/rt/Comm.h"
+#include "mapp/rt/DType.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace mapp::rt;
+
+namespace {
+
+enum class Gen { Normal, Ids, Targets, Positive, One, Zero };
+
+struct In {
+  TensorType t;
+  Gen gen = Gen::Normal;
+  int64_t range = 0; // ids/targets: [0, range)
+};
+
+struct Case {
+  std::string name, kernel;
+  Attrs attrs;
+  std::vector<In> ins;
+  std::vector<TensorType> outs;
+  double tol32 = 1e-5, tol16 = 2e-2;
+  bool gemm = false;          // bf16 operands even in f32 mode
+  std::vector<int> checkIns;  // in-place inputs compared after the call
+  std::string before;         // kernel run first on the same inputs (cache)
+  Attrs beforeAttrs;
+  int64_t step = 0;
+  double gradNorm = NAN;
+};
+
+TensorType f32(Shape s) { return {DType::F32, std::move(s)}; }
+TensorType i32(Shape s) { return {DType::I32, std::move(s)}; }
+
+std::mt19937_64 rng(std::random_device{}());
+std::vector<void *> gKeep; // device buffers of finished cases
+
+struct HostT {
+  TensorType t;
+  std::vector<float> f;
+  std::vector<int32_t> i;
+  void *data() { return t.dtype == DType::I32 ? (void *)i.data() : (void *)f.data(); }
+};
+
+HostT make(const In &in) {
+  HostT h{in.t, {}, {}};
+  int64_t n = in.t.numel();
+  if (in.t.dtype == DType::I32) {
+    h.i.resize(n);
+    std::uniform_int_distribution<int64_t> d(0, std::max<int64_t>(in.range, 1) - 1);
+    for (auto &x : h.i)
+      x = static_cast<int32_t>(d(rng));
+    if (in.gen == Gen::Targets && n > 3)
+      h.i[1] = -100; // one ignored row
+    return h;
+  }
+  h.f.resize(n);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto &x : h.f)
+    x = in.gen == Gen::Positive ? std::fabs(nd(rng)) * 0.01f
+        : in.gen == Gen::One    ? 1.0f
+        : in.gen == Gen::Zero   ? 0.0f
+                                : nd(rng);
+  return h;
+}
+
+bool storeBf16(const TensorType &t, bool bf16Mode, bool fp32Only) {
+  return bf16Mode && !fp32Only && t.dtype == DType::F32 && t.rank() >= 2;
+}
+
+float roundBf16(float x) { return bf16ToFloat(floatToBf16(x)); }
+
+struct DevT {
+  Tensor t;
+  size_t bytes;
+};
+
+DevT upload(const HostT &h, bool bf16) {
+  DevT d;
+  d.t.type = h.t;
+  int64_t n = h.t.numel();
+  if (bf16) {
+    d.t.type.dtype = DType::BF16;
+    d.bytes = std::max<int64_t>(n, 1) * 2;
+  } else {
+    d.bytes = std::max<int64_t>(n, 1) * 4;
+  }
+  if (cudaMalloc(&d.t.data, d.bytes) != cudaSuccess)
+    fail("cudaMalloc failed");
+  if (bf16) {
+    std::vector<uint16_t> b(n);
+    for (int64_t i = 0; i < n; ++i)
+      b[i] = floatToBf16(h.f[i]);
+    cudaMemcpy(d.t.data, b.data(), n * 2, cudaMemcpyHostToDevice);
+  } else if (n) {
+    cudaMemcpy(d.t.data, h.t.dtype == DType::I32 ? (const void *)h.i.data()
+                                                 : (const void *)h.f.data(),
+               n * 4, cudaMemcpyHostToDevice);
+  }
+  return d;
+}
+
+std::vector<float> download(const DevT &d) {
+  int64_t n = d.t.numel();
+  std::vector<float> out(n);
+  if (d.t.type.dtype == DType::BF16) {
+    std::vector<uint16_t> b(n);
+    cudaMemcpy(b.data(), d.t.data, n * 2, cudaMemcpyDeviceToHost);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = bf16ToFloat(b[i]);
+  } else if (n) {
+    cudaMemcpy(out.data(), d.t.data, n * 4, cudaMemcpyDeviceToHost);
+  }
+  return out;
+}
+
+double relErr(const std::vector<float> &out, const std::vector<float> &ref,
+              bool &nan) {
+  double num = 0, den = 0;
+  nan = false;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(ref[i])) {
+      nan |= !std::isnan(out[i]);
+      continue;
+    }
+    if (!std::isfinite(out[i]))
+      nan = true;
+    double d = double(out[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+bool fp32OnlyKernel(const std::string &k) {
+  return k == "adamw" || k == "sgd" || k == "grad_accumulate";
+}
+
+/// Runs one case in one storage mode; returns true on pass.
+bool runCase(const Case &c, bool bf16Mode, Backend &cpu, Backend &gpu) {
+  bool fp32Only = fp32OnlyKernel(c.kernel);
+  std::vector<HostT> hin;
+  for (const In &in : c.ins)
+    hin.push_back(make(in));
+  // The reference sees what the device sees: bf16-rounded stored operands,
+  // and bf16 GEMM/attention operands in f32 mode too.
+  std::vector<HostT> refIn = hin;
+  for (size_t i = 0; i < hin.size(); ++i) {
+    bool st = storeBf16(hin[i].t, bf16Mode, fp32Only);
+    bool gemmOp = c.gemm && hin[i].t.dtype == DType::F32 && hin[i].t.rank() >= 2;
+    if (st || gemmOp)
+      for (auto &x : refIn[i].f)
+        x = roundBf16(x);
+    if (st)
+      hin[i].f = refIn[i].f;
+  }
+  std::vector<HostT> refOut;
+  for (const TensorType &t : c.outs) {
+    HostT h{t, {}, {}};
+    if (t.dtype == DType::I32)
+      h.i.assign(t.numel(), 0);
+    else
+      h.f.assign(t.numel(), 0.0f);
+    refOut.push_back(h);
+  }
+  std::vector<Tensor> ti, to;
+  for (auto &h : refIn)
+    ti.push_back({h.data(), h.t});
+  for (auto &h : refOut)
+    to.push_back({h.data(), h.t});
+  KernelContext cctx;
+  cctx.step = c.step;
+  cctx.gradNorm = c.gradNorm;
+  cctx.pool = &cpu.pool();
+  cpu.lookup(c.kernel)({c.attrs, ti.data(), (int)ti.size(), to.data(), (int)to.size(), cctx});
+
+  std::vector<DevT> din, dout;
+  for (size_t i = 0; i < hin.size(); ++i)
+    din.push_back(upload(hin[i], storeBf16(hin[i].t, bf16Mode, fp32Only)));
+  for (size_t i = 0; i < c.outs.size(); ++i) {
+    HostT z{c.outs[i], {}, {}};
+    z.f.assign(c.outs[i].dtype == DType::I32 ? 0 : c.outs[i].numel(), 0.0f);
+    z.i.assign(c.outs[i].dtype == DType::I32 ? c.outs[i].numel() : 0, 0);
+    bool st = storeBf16(c.outs[i], bf16Mode, fp32Only) &&
+              !(c.kernel == "grad_accumulate");
+    dout.push_back(upload(z, st));
+    cudaMemset(dout.back().t.data, 0xFF, dout.back().bytes); // poison
+  }
+  if (c.kernel == "grad_accumulate") // read-modify-write output: start at 0
+    cudaMemset(dout[0].t.data, 0, dout[0].bytes);
+  std::vector<Tensor> gi, go;
+  for (auto &d : din)
+    gi.push_back(d.t);
+  for (auto &d : dout)
+    go.push_back(d.t);
+  KernelContext gctx;
+  gctx.step = c.step;
+  gctx.gradNorm = c.gradNorm;
+  gctx.pool = &gpu.pool();
+  gctx.backend = &gpu;
+  bool ok = true;
+  std::string err;
+  try {
+    if (!c.before.empty()) {
+      // The forward whose saved statistics the gradient reuses: same q/k/v
+      // (or logits/targets) storage, its output into a scratch tensor.
+      std::vector<Tensor> bi, bo;
+      DevT scratchOut;
+      if (c.before == "attention") {
+        bi = {gi[1], gi[2], gi[3]};
+        HostT z{c.ins[1].t, std::vector<float>(c.ins[1].t.numel()), {}};
+        scratchOut = upload(z, storeBf16(z.t, bf16Mode, false));
+      } else { // cross_entropy
+        bi = {gi[1], gi[2]};
+        HostT z{f32({}), std::vector<float>(1), {}};
+        scratchOut = upload(z, false);
+      }
+      bo = {scratchOut.t};
+      gpu.lookup(c.before)({c.beforeAttrs, bi.data(), (int)bi.size(), bo.data(), 1, gctx});
+      gpu.synchronize();
+      gKeep.push_back(scratchOut.t.data);
+    }
+    gpu.lookup(c.kernel)({c.attrs, gi.data(), (int)gi.size(), go.data(), (int)go.size(), gctx});
+    gpu.synchronize();
+  } catch (const Error &e) {
+    ok = false;
+    err = e.what();
+  }
+  double worst = 0;
+  bool anyNan = false;
+  double tol = bf16Mode ? c.tol16 : (c.gemm ? c.tol16 : c.tol32);
+  if (ok) {
+    auto cmp = [&](const DevT &d, const std::vector<float> &ref) {
+      bool nan;
+      double e = relErr(download(d), ref, nan);
+      worst = std::max(worst, e);
+      anyNan |= nan;
+    };
+    for (size_t i = 0; i < dout.size(); ++i)
+      if (c.outs[i].dtype != DType::I32)
+        cmp(dout[i], refOut[i].f);
+    for (int i : c.checkIns)
+      cmp(din[i], refIn[i].f);
+    ok = !anyNan && worst <= tol;
+  }
+  std::printf("%-5s %-34s %s  rel %.2e (tol %.0e)%s%s\n", bf16Mode ? "bf16" : "f32",
+              c.name.c_str(), ok ? "ok  " : "FAIL", worst, tol,
+              anyNan ? " NaN/unwritten" : "", err.empty() ? "" : (" " + err).c_str());
+  // Kept until exit: freed storage would be handed out again at the same
+  // addresses, and the backend keys saved forward statistics by address.
+  for (auto &d : din)
+    gKeep.push_back(d.t.data);
+  for (auto &d : dout)
+    gKeep.push_back(d.t.data);
+  return ok;
+}
+
+Attrs attrs(std::initializer_list<std::pair<const char *, double>> kv,
+            std::initializer_list<std::pair<const char *, std::string>> s = {}) {
+  Attrs a;
+  for (auto &p : kv)
+    if (std::floor(p.second) == p.second && std::fabs(p.second) < 1e15 &&
+        std::string(p.first) != "p" && std::string(p.first) != "scale" &&
+        std::string(p.first) != "factor" && std::string(p.first) != "lr")
+      a.setInt(p.first, static_cast<int64_t>(p.second));
+    else
+      a.setFloat(p.first, p.second);
+  for (auto &p : s)
+    a.setStr(p.first, p.second);
+  return a;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> cs;
+  auto add = [&](Case c) { cs.push_back(std::move(c)); };
+  int64_t V = 1000, B = 2, T = 70, H = 96;
+  add({"embedding", "embedding", {}, {{f32({V, H})}, {i32({B, T}), Gen::Ids, V}}, {f32({B, T, H})}});
+  add({"embedding_grad", "embedding_grad", {}, {{f32({B, T, H})}, {i32({B, T}), Gen::Ids, 50}}, {f32({50, H})}, 1e-5, 2e-2});
+  {
+    Case c{"linear", "linear", {}, {{f32({B, T, H})}, {f32({160, H})}}, {f32({B, T, 160})}};
+    c.gemm = true; c.tol16 = 1e-2; add(c);
+    Case d{"linear+bias", "linear", {}, {{f32({B, T, H})}, {f32({160, H})}, {f32({160})}}, {f32({B, T, 160})}};
+    d.gemm = true; d.tol16 = 1e-2; add(d);
+  }
+  auto mm = [&](const char *n, Shape a, Shape b, Shape o, bool ta, bool tb) {
+    Case c{n, "matmul", {}, {{f32(a)}, {f32(b)}}, {f32(o)}};
+    if (ta) c.attrs.setInt("transpose_a", 1);
+    if (tb) c.attrs.setInt("transpose_b", 1);
+    c.gemm = true; c.tol16 = 1e-2;
+    add(c);
+  };
+  mm("matmul", {B, T, H}, {H, 48}, {B, T, 48}, false, false);
+  mm("matmul ta (wgrad)", {B * T, 48}, {B * T, H}, {48, H}, true, false);
+  mm("matmul tb", {B, T, H}, {48, H}, {B, T, 48}, false, true);
+  mm("matmul batched", {3, 20, 16}, {3, 16, 24}, {3, 20, 24}, false, false);
+  mm("matmul batched ta tb", {3, 16, 20}, {3, 24, 16}, {3, 20, 24}, true, true);
+  {
+    Case c{"reduce_sum [0,1]", "reduce_sum", {}, {{f32({B, T, H})}}, {f32({H})}};
+    c.attrs.setInts("dims", {0, 1}); c.tol16 = 1e-2; add(c);
+    Case d{"reduce_sum [2]", "reduce_sum", {}, {{f32({B, T, H})}}, {f32({B, T})}};
+    d.attrs.setInts("dims", {2}); add(d);
+    Case e{"reduce_sum [1]", "reduce_sum", {}, {{f32({B, T, H})}}, {f32({B, H})}};
+    e.attrs.setInts("dims", {1}); add(e);
+  }
+  add({"add broadcast", "add", {}, {{f32({B, T, H})}, {f32({T, H})}}, {f32({B, T, H})}});
+  add({"mul", "mul", {}, {{f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"scale", "scale", attrs({{"factor", 0.37}}), {{f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"gelu tanh", "gelu", attrs({}, {{"approximate", "tanh"}}), {{f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"gelu", "gelu", {}, {{f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"gelu_grad tanh", "gelu_grad", attrs({}, {{"approximate", "tanh"}}), {{f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"gelu_grad", "gelu_grad", {}, {{f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"silu", "silu", {}, {{f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"silu_grad", "silu_grad", {}, {{f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"layer_norm", "layer_norm", {}, {{f32({B, T, H})}, {f32({H})}, {f32({H})}}, {f32({B, T, H})}});
+  add({"layer_norm_grad", "layer_norm_grad", {}, {{f32({B, T, H})}, {f32({B, T, H})}, {f32({H})}}, {f32({B, T, H}), f32({H}), f32({H})}, 1e-5, 2e-2});
+  add({"rms_norm", "rms_norm", {}, {{f32({B, T, H})}, {f32({H})}}, {f32({B, T, H})}});
+  add({"rms_norm_grad", "rms_norm_grad", {}, {{f32({B, T, H})}, {f32({B, T, H})}, {f32({H})}}, {f32({B, T, H}), f32({H})}, 1e-5, 2e-2});
+  add({"softmax", "softmax", {}, {{f32({B, T, 33})}}, {f32({B, T, 33})}});
+  add({"softmax_grad", "softmax_grad", {}, {{f32({B, T, 33})}, {f32({B, T, 33}), Gen::Positive}}, {f32({B, T, 33})}});
+  add({"dropout p=0.3", "dropout", attrs({{"p", 0.3}, {"seed", 7}}), {{f32({B, T, H})}}, {f32({B, T, H})}, 1e-5, 1e-2, false, {}, "", {}, 5});
+  add({"dropout_grad p=0.3", "dropout_grad", attrs({{"p", 0.3}, {"seed", 7}}), {{f32({B, T, H})}}, {f32({B, T, H})}, 1e-5, 1e-2, false, {}, "", {}, 5});
+  add({"cross_entropy", "cross_entropy", {}, {{f32({B, T, V})}, {i32({B, T}), Gen::Targets, V}}, {f32({})}});
+  add({"cross_entropy_grad (recompute)", "cross_entropy_grad", {}, {{f32({}), Gen::One}, {f32({B, T, V})}, {i32({B, T}), Gen::Targets, V}}, {f32({B, T, V})}});
+  {
+    Case c{"cross_entropy_grad (saved lse)", "cross_entropy_grad", {}, {{f32({}), Gen::One}, {f32({B, T, V})}, {i32({B, T}), Gen::Targets, V}}, {f32({B, T, V})}};
+    c.before = "cross_entropy";
+    add(c);
+  }
+  auto attn = [&](std::string n, int64_t b, int64_t t, int64_t heads, int64_t d,
+                  bool causal, bool rotary, bool grad, bool saved) {
+    int64_t h = heads * d;
+    Attrs at;
+    at.setInt("heads", heads);
+    at.setFloat("scale", 1.0 / std::sqrt(double(d)));
+    if (causal) at.setInt("causal", 1);
+    if (rotary) at.setInt("rotary", 1);
+    Case c;
+    c.name = n;
+    c.kernel = grad ? "attention_grad" : "attention";
+    c.attrs = at;
+    c.gemm = true;
+    c.tol16 = 2e-2;
+    if (grad) {
+      c.ins = {{f32({b, t, h})}, {f32({b, t, h})}, {f32({b, t, h})}, {f32({b, t, h})}};
+      c.outs = {f32({b, t, h}), f32({b, t, h}), f32({b, t, h})};
+      if (saved) {
+        c.before = "attention";
+        c.beforeAttrs = at;
+      }
+    } else {
+      c.ins = {{f32({b, t, h})}, {f32({b, t, h})}, {f32({b, t, h})}};
+      c.outs = {f32({b, t, h})};
+    }
+    add(c);
+  };
+  attn("attention D16 causal (generic)", 2, 37, 3, 16, true, false, false, false);
+  attn("attention D64 causal", 2, 200, 2, 64, true, false, false, false);
+  attn("attention D128 causal", 1, 300, 2, 128, true, false, false, false);
+  attn("attention D64 full", 2, 130, 2, 64, false, false, false, false);
+  attn("attention D64 rotary", 1, 96, 2, 64, true, true, false, false);
+  attn("attention_grad D16 (generic)", 2, 37, 3, 16, true, false, true, false);
+  attn("attention_grad D64 causal", 2, 200, 2, 64, true, false, true, false);
+  attn("attention_grad D128 causal saved", 1, 300, 2, 128, true, false, true, true);
+  attn("attention_grad D64 full saved", 2, 130, 2, 64, false, false, true, true);
+  attn("attention_grad D64 rotary", 1, 96, 2, 64, true, true, true, false);
+  {
+    Case c{"reshape", "reshape", {}, {{f32({B, T, H})}}, {f32({B * T, H})}};
+    add(c);
+    Case t{"transpose", "transpose", {}, {{f32({B, T, H})}}, {f32({H, B, T})}};
+    t.attrs.setInts("perm", {2, 0, 1});
+    add(t);
+    Case s{"slice", "slice", attrs({{"dim", 2}, {"start", 32}, {"end", 64}}), {{f32({B, T, H})}}, {f32({B, T, 32})}};
+    add(s);
+    Case g{"slice_grad", "slice_grad", attrs({{"dim", 2}, {"start", 32}}), {{f32({B, T, 32})}}, {f32({B, T, H})}};
+    add(g);
+    Case k{"concat", "concat", attrs({{"dim", -1}}), {{f32({B, T, 32})}, {f32({B, T, 64})}}, {f32({B, T, 96})}};
+    add(k);
+  }
+  add({"fill", "fill", attrs({{"value", 2.5}}), {}, {f32({B, T, H})}});
+  add({"grad_accumulate", "grad_accumulate", {}, {{f32({B, H})}}, {f32({B, H})}});
+  add({"global_norm", "global_norm", {}, {{f32({B, H})}, {f32({H})}}, {f32({})}});
+  {
+    Case c{"adamw", "adamw", attrs({{"lr", 1e-3}, {"weight_decay", 0.1}}), {{f32({64, 48})}, {f32({64, 48})}, {f32({64, 48})}, {f32({64, 48}), Gen::Positive}}, {}};
+    c.checkIns = {0, 2, 3}; c.step = 3; add(c);
+    Case d{"adamw clipped (norm operand)", "adamw", attrs({{"lr", 1e-3}, {"max_norm", 0.5}}), {{f32({64, 48})}, {f32({64, 48})}, {f32({64, 48})}, {f32({64, 48}), Gen::Positive}, {f32({}), Gen::One}}, {}};
+    d.checkIns = {0, 2, 3}; add(d);
+    Case e{"sgd momentum clipped (ctx norm)", "sgd", attrs({{"lr", 1e-2}, {"momentum", 0.9}, {"max_norm", 0.5}}), {{f32({64, 48})}, {f32({64, 48})}, {f32({64, 48})}}, {}};
+    e.checkIns = {0, 2}; e.step = 2; e.gradNorm = 3.0; add(e);
+  }
+  return cs;
+}
+
+/// A bad id must come back as an Error at the next synchronize.
+bool errorCase(Backend &gpu) {
+  std::vector<float> table(10 * 8, 1.0f);
+  std::vector<int32_t> ids = {1, 2, 42, 3};
+  HostT ht{f32({10, 8}), table, {}}, hi{i32({4}), {}, ids};
+  DevT t = upload(ht, false), i = upload(hi, false);
+  HostT ho{f32({4, 8}), std::vector<float>(32), {}};
+  DevT o = upload(ho, false);
+  Tensor in[2] = {t.t, i.t}, out[1] = {o.t};
+  KernelContext ctx;
+  ctx.backend = &gpu;
+  Attrs at;
+  std::string msg;
+  try {
+    gpu.lookup("embedding")({at, in, 2, out, 1, ctx});
+    gpu.synchronize();
+  } catch (const Error &e) {
+    msg = e.what();
+  }
+  bool ok = msg.find("id 42 at position 2") != std::string::npos;
+  std::printf("%-5s %-34s %s  (%s)\n", "-", "embedding bad id -> Error", ok ? "ok  " : "FAIL", msg.c_str());
+  cudaFree(t.t.data);
+  cudaFree(i.t.data);
+  cudaFree(o.t.data);
+  return ok;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  std::string only = argc > 1 ? argv[1] : "";
+  std::unique_ptr<Backend> cpu = createCpuBackend(4);
+  std::unique_ptr<Backend> gpu = createCudaBackend(0);
+  int failed = 0, total = 0;
+  for (const Case &c : cases()) {
+    if (!only.empty() && c.name.find(only) == std::string::npos)
+      continue;
+    for (bool bf : {false, true}) {
+      ++total;
+      try {
+        failed += !runCase(c, bf, *cpu, *gpu);
+      } catch (const std::exception &e) {
+        std::printf("%-34s FAIL %s\n", c.name.c_str(), e.what());
+        ++failed;
+      }
+    }
+  }
+  ++total;
+  failed += !errorCase(*gpu);
+  for (void *p : gKeep)
+    cudaFree(p);
+  std::printf("cuda kernel check: %d/%d passed\n", total - failed, total);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,235 @@
+"""Multi-rank runtime end-to-end (no PyTorch needed).
+
+The hand-built MLP of runtime/test/TestPlans.cpp split over tp x pp x dp
+ranks (parallelMlpPlan: column/row-parallel linears with tp all-reduces,
+1F1B or interleaved pipelines with send/recv, dp gradient all-reduce) must
+reproduce the single-rank run of the same global batch — loss and grad_norm
+within 1e-5 relative for 20 steps, final parameters gathered by --save, the
+batches every dp rank used — with the thread world (--comm=local) and with
+one MPI process per rank (--comm=mpi). Then the failure paths, trace
+sampling, and MegaScan finding an injected slow rank.
+
+Tools: $MAPP_RUN, $MAPP_MAKE_TEST_PLAN, $MAPP_SCAN, else $MAPP_BIN or
+build/bin.
+"""
+import json
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def tool(env, name):
+    if os.environ.get(env):
+        return os.environ[env]
+    for d in (os.environ.get("MAPP_BIN"), REPO / "build" / "bin", REPO / "build-rt"):
+        if d and (pathlib.Path(d) / name).exists():
+            return str(pathlib.Path(d) / name)
+    return None
+
+
+MAPP_RUN = tool("MAPP_RUN", "mapp-run")
+MAKE_PLAN = tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
+MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
+MPIRUN = shutil.which("mpirun")
+CORPUS = REPO / "data" / "gpt" / "news-1k.jsonl"
+pytestmark = pytest.mark.skipif(MAPP_RUN is None or MAKE_PLAN is None,
+                                reason="mapp-run / mapp-make-test-plan not built")
+
+MODEL = ["vocab=256", "hidden=16", "ffn=24", "batch=2", "seq=16",
+         "optimizer=adamw", "lr=0.01", "max_grad_norm=0.5"]
+GLOBAL_MB = 4  # microbatches of the global batch (dp * per-rank)
+STEPS = 20
+
+
+def run(args, check=True, timeout=300):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True,
+                       timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args[0]} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def mpi_has_comm():
+    r = run([MAPP_RUN, "--help"])
+    return "built with communicators: local, mpi" in r.stdout
+
+
+def make_plan(path, tp=1, pp=1, dp=1, chunks=1, extra=()):
+    args = [MAKE_PLAN, path, *MODEL, f"microbatches={GLOBAL_MB // dp}",
+            f"tp={tp}", f"pp={pp}", f"dp={dp}", f"chunks={chunks}", *extra]
+    run(args)
+
+
+def train(plan, out, world, comm, steps=STEPS, extra=()):
+    metrics, save, dump = out / "m.jsonl", out / "w.safetensors", out / "b.jsonl"
+    args = [plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
+            "--seed", 3, "--metrics", metrics, "--save", save,
+            "--dump-batches", dump, "--quiet", *extra]
+    if comm == "mpi":
+        run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", world,
+             MAPP_RUN, *args, "--comm=mpi"])
+    else:
+        run([MAPP_RUN, *args, "--comm=local", "--threads", 1])
+    return ([json.loads(l) for l in metrics.read_text().splitlines()],
+            read_st(save), [json.loads(l) for l in dump.read_text().splitlines()])
+
+
+def read_st(path):
+    raw = pathlib.Path(path).read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        assert h["dtype"] == "F32"
+        b, e = h["data_offsets"]
+        data = raw[8 + n + b:8 + n + e]
+        out[name] = (h["shape"], struct.unpack(f"<{len(data) // 4}f", data))
+    return out
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ref")
+    make_plan(d / "ref.mplan")
+    return train(d / "ref.mplan", d, 1, "local")
+
+
+CONFIGS = [(tp, pp, dp, 1) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2)
+           if tp * pp * dp > 1] + [(1, 2, 1, 2), (2, 2, 2, 2)]
+
+
+def check_against(reference, got, dp):
+    ref_m, ref_w, ref_b = reference
+    m, w, b = got
+    assert len(m) == STEPS
+    for x, y in zip(m, ref_m):
+        assert rel(x["loss"], y["loss"]) < 1e-5, (x, y)
+        assert rel(x["grad_norm"], y["grad_norm"]) < 1e-5, (x, y)
+        assert x["tokens"] == y["tokens"]
+    assert w.keys() == ref_w.keys()
+    for name, (shape, vals) in ref_w.items():
+        assert w[name][0] == shape, name
+        err = max(abs(p - q) for p, q in zip(w[name][1], vals))
+        assert err < 1e-5 * max(1.0, max(abs(q) for q in vals)), (name, err)
+    # Every dp rank's microbatch m is the single-rank run's microbatch
+    # dp_rank * (GLOBAL_MB / dp) + m (contiguous shards of the global batch).
+    per = GLOBAL_MB // dp
+    ref = {(r["step"], r["microbatch"]): r for r in ref_b}
+    assert len(b) == len(ref_b)
+    for r in b:
+        want = ref[(r["step"], r["dp_rank"] * per + r["microbatch"])]
+        assert r["tokens"] == want["tokens"] and r["targets"] == want["targets"]
+
+
+@pytest.mark.parametrize("tp,pp,dp,chunks", CONFIGS,
+                         ids=[f"tp{a}-pp{b}-dp{c}-ch{d}" for a, b, c, d in CONFIGS])
+def test_local_matches_single_rank(tmp_path, reference, tp, pp, dp, chunks):
+    make_plan(tmp_path / "p.mplan", tp, pp, dp, chunks)
+    check_against(reference, train(tmp_path / "p.mplan", tmp_path, tp * pp * dp, "local"), dp)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
+@pytest.mark.parametrize("tp,pp,dp,chunks", CONFIGS,
+                         ids=[f"tp{a}-pp{b}-dp{c}-ch{d}" for a, b, c, d in CONFIGS])
+def test_mpi_matches_single_rank(tmp_path, reference, tp, pp, dp, chunks):
+    if not mpi_has_comm():
+        pytest.skip("mapp-run built without MPI")
+    make_plan(tmp_path / "p.mplan", tp, pp, dp, chunks)
+    check_against(reference, train(tmp_path / "p.mplan", tmp_path, tp * pp * dp, "mpi"), dp)
+
+
+def test_prints_rank_coordinates(tmp_path):
+    make_plan(tmp_path / "p.mplan", tp=2, pp=2, dp=2)
+    r = run([MAPP_RUN, tmp_path / "p.mplan", "--data", CORPUS, "--tokenizer", "bytes",
+             "--steps", 1, "--threads", 1])
+    assert "rank 5 = (dp 0, pp 1, tp 1) of world 8 (tp 2, dp 2, pp 2)" in r.stdout
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
+def test_mpi_world_size_mismatch_is_a_clear_error(tmp_path):
+    if not mpi_has_comm():
+        pytest.skip("mapp-run built without MPI")
+    make_plan(tmp_path / "p.mplan", pp=2, dp=2)
+    r = run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", 2, MAPP_RUN,
+             tmp_path / "p.mplan", "--comm=mpi", "--data", CORPUS, "--tokenizer",
+             "bytes", "--quiet"], check=False, timeout=120)
+    assert r.returncode != 0
+    assert "plan is for world_size 4 but mpirun started 2 process(es)" in r.stderr
+
+
+def test_bad_inject_and_comm_flags(tmp_path):
+    make_plan(tmp_path / "p.mplan", dp=2)
+    base = [MAPP_RUN, tmp_path / "p.mplan", "--data", CORPUS, "--tokenizer", "bytes"]
+    r = run([*base, "--inject", "slow-compute:rank=1"], check=False)
+    assert r.returncode == 2 and "needs factor=" in r.stderr
+    r = run([*base, "--inject", "slow-compute:rank=9,factor=2"], check=False)
+    assert r.returncode == 1 and "rank 9 is outside the plan's world of 2" in r.stderr
+    r = run([*base, "--comm=nccl"], check=False)
+    assert r.returncode == 2
+
+
+def trace_events(d, rank):
+    lines = (d / f"rank-{rank}.trace.jsonl").read_text().splitlines()
+    recs = [json.loads(l) for l in lines]
+    assert recs[0]["type"] == "header" and recs[-1]["type"] == "footer"
+    return [r for r in recs if "type" not in r], recs
+
+
+def test_trace_regions_and_sampling(tmp_path):
+    make_plan(tmp_path / "p.mplan", tp=2, pp=2,
+              extra=["trace=1", "trace_every=3", "trace_window=1"])
+    run([MAPP_RUN, tmp_path / "p.mplan", "--data", CORPUS, "--tokenizer", "bytes",
+         "--steps", 6, "--quiet", "--trace-dir", tmp_path / "tr", "--threads", 1])
+    for rank in range(4):
+        ev, recs = trace_events(tmp_path / "tr", rank)
+        assert recs[0]["rank"] == rank and recs[0]["world"] == 4
+        assert {e["step"] for e in ev} == {0, 3}
+        cats = {e["cat"] for e in ev}
+        assert {"compute", "comm", "optimizer"} <= cats
+        for e in ev:
+            assert e["e"] >= e["b"]
+            if e.get("op") in ("send", "recv"):
+                assert "peer" in e and "tag" in e and e["bytes"] > 0
+            if e.get("op") == "all_reduce":
+                assert "group" in e and "seq" in e
+        if rank in (0, 1):  # first stage: reads tokens
+            assert "data" in cats
+    # tp peers number their all-reduces alike.
+    seqs = [[(e["name"], e["step"], e["mb"], e["seq"])
+             for e in trace_events(tmp_path / "tr", r)[0]
+             if e.get("op") == "all_reduce" and e["name"] != "step.metrics"]
+            for r in (2, 3)]
+    assert seqs[0] == seqs[1] and seqs[0]
+
+
+@pytest.mark.skipif(MAPP_SCAN is None, reason="mapp-scan not built")
+@pytest.mark.parametrize("comm", ["local", "mpi"])
+def test_megascan_names_injected_slow_rank(tmp_path, comm):
+    if comm == "mpi" and (MPIRUN is None or not mpi_has_comm()):
+        pytest.skip("no MPI")
+    make_plan(tmp_path / "p.mplan", pp=2, dp=2, extra=["trace=1"])
+    slow = 3 if comm == "local" else 1
+    args = [tmp_path / "p.mplan", "--data", CORPUS, "--tokenizer", "bytes",
+            "--steps", 4, "--quiet", "--trace-dir", tmp_path / "tr",
+            "--inject", f"slow-compute:rank={slow},factor=3"]
+    if comm == "mpi":
+        run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", 4, MAPP_RUN,
+             *args, "--comm=mpi"])
+    else:
+        run([MAPP_RUN, *args, "--threads", 1])
+    run([MAPP_SCAN, tmp_path / "tr", "--report", tmp_path / "r.json", "-q"])
+    rep = json.loads((tmp_path / "r.json").read_text())
+    slow_ranks = [f["rank"] for f in rep["findings"] if f["kind"] == "slow-rank"]
+    assert slow_ranks == [slow], rep["findings"]

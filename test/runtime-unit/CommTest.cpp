@@ -1,0 +1,231 @@
+//===- CommTest.cpp - the thread-world communicator and multi-rank runs ---===//
+#include "CommChecks.h"
+#include "TestPlans.h"
+#include "mapp/rt/Backend.h"
+#include "mapp/rt/Comm.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Executor.h"
+#include "mapp/rt/Faults.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+using namespace mapp::rt;
+using namespace mapp::rt::test;
+
+namespace {
+
+/// Runs fn(comm) on every rank of a thread world; returns each rank's error
+/// ("" = none). A failing rank aborts the world, as mapp-run does.
+std::vector<std::string> onWorld(int n, const Layout &l, double timeout,
+                                 const std::function<void(Communicator &)> &fn) {
+  std::unique_ptr<LocalWorld> w = createLocalWorld(n);
+  std::vector<std::string> err(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      std::unique_ptr<Communicator> c = w->connect(r);
+      c->setLayout(l);
+      c->setTimeout(timeout);
+      try {
+        fn(*c);
+      } catch (const std::exception &e) {
+        err[r] = e.what();
+        w->abort(r, e.what());
+      }
+    });
+  for (auto &t : ts)
+    t.join();
+  return err;
+}
+
+Plan parse(const std::vector<uint8_t> &b) {
+  std::vector<uint64_t> aligned(b.size() / 8 + 1);
+  std::memcpy(aligned.data(), b.data(), b.size());
+  return parsePlan(reinterpret_cast<const uint8_t *>(aligned.data()), b.size());
+}
+
+} // namespace
+
+TEST(Layout, MegatronOrder) {
+  Layout l{2, 2, 2};
+  EXPECT_EQ(l.rankOf(1, 0, 1), 5);
+  EXPECT_EQ(l.members(Group::TP, 5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(l.members(Group::DP, 5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.members(Group::PP, 5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(l.members(Group::World, 5).size(), 8u);
+}
+
+class LocalCommChecks : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(LocalCommChecks, ClosedForm) {
+  auto [tp, dp, pp] = GetParam();
+  Layout l{tp, dp, pp};
+  auto err = onWorld(l.world(), l, 30, [](Communicator &c) { runCommChecks(c); });
+  for (int r = 0; r < l.world(); ++r)
+    EXPECT_EQ(err[r], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LocalCommChecks,
+                         ::testing::Values(std::make_tuple(1, 1, 1),
+                                           std::make_tuple(2, 1, 1),
+                                           std::make_tuple(2, 2, 1),
+                                           std::make_tuple(1, 3, 1),
+                                           std::make_tuple(2, 2, 2)));
+
+TEST(LocalComm, AllReduceIsBitIdenticalOnEveryMember) {
+  const int n = 4, count = 1001;
+  std::vector<std::vector<float>> out(n);
+  onWorld(n, Layout{n, 1, 1}, 30, [&](Communicator &c) {
+    std::vector<float> b(count);
+    for (int i = 0; i < count; ++i)
+      b[i] = std::sin(0.37f * i + c.rank()) * 1e3f + 1e-3f * c.rank();
+    c.allReduce(b.data(), count, ReduceOp::Sum, Group::TP);
+    out[c.rank()] = b;
+  });
+  for (int r = 1; r < n; ++r)
+    EXPECT_EQ(std::memcmp(out[0].data(), out[r].data(), count * 4), 0);
+}
+
+TEST(LocalComm, MissingRankTimesOutNamingIt) {
+  auto start = std::chrono::steady_clock::now();
+  auto err = onWorld(3, Layout{3, 1, 1}, 0.3, [](Communicator &c) {
+    if (c.rank() == 2)
+      return; // never joins
+    float x = 1;
+    c.allReduce(&x, 1, ReduceOp::Sum, Group::TP);
+  });
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                           start)
+                 .count();
+  EXPECT_LT(s, 5);
+  bool named = err[0].find("rank(s) 2") != std::string::npos ||
+               err[1].find("rank(s) 2") != std::string::npos;
+  EXPECT_TRUE(named) << err[0] << " | " << err[1];
+}
+
+TEST(LocalComm, FailedRankWakesItsPeers) {
+  auto err = onWorld(2, Layout{2, 1, 1}, 60, [](Communicator &c) {
+    if (c.rank() == 1)
+      fail("injected failure");
+    float x;
+    c.recv(&x, 4, 1, 0);
+  });
+  EXPECT_NE(err[0].find("rank 1 failed (injected failure)"), std::string::npos)
+      << err[0];
+}
+
+TEST(LocalComm, MismatchedSizesAreAnError) {
+  auto err = onWorld(2, Layout{2, 1, 1}, 10, [](Communicator &c) {
+    std::vector<float> b(3 + c.rank());
+    c.allReduce(b.data(), static_cast<int64_t>(b.size()), ReduceOp::Sum,
+                Group::TP);
+  });
+  EXPECT_NE((err[0] + err[1]).find("mismatched plan"), std::string::npos);
+  float x = 0;
+  auto err2 = onWorld(2, Layout{2, 1, 1}, 10, [&](Communicator &c) {
+    if (c.rank() == 0)
+      c.send(&x, 4, 1, 3);
+    else {
+      double d;
+      c.recv(&d, 8, 0, 3);
+    }
+  });
+  EXPECT_NE(err2[1].find("4 bytes, expected 8"), std::string::npos) << err2[1];
+}
+
+TEST(Faults, ParseInjection) {
+  Injection a = parseInjection("slow-compute:rank=3,factor=2.5");
+  EXPECT_EQ(a.kind, Injection::SlowCompute);
+  EXPECT_EQ(a.rank, 3);
+  EXPECT_DOUBLE_EQ(a.factor, 2.5);
+  Injection b = parseInjection("link-delay:src=1,dst=2,us=50");
+  EXPECT_EQ(b.src, 1);
+  EXPECT_EQ(b.dst, 2);
+  EXPECT_DOUBLE_EQ(b.us, 50);
+  Injection c = parseInjection("link-bandwidth:src=0,dst=4,gbps=1.5");
+  EXPECT_DOUBLE_EQ(c.gbps, 1.5);
+  EXPECT_DOUBLE_EQ(slowComputeFactor({a, a, b}, 3), 6.25);
+  EXPECT_THROW(parseInjection("slow-disk:rank=1"), Error);
+  EXPECT_THROW(parseInjection("slow-compute:rank=1"), Error);
+  EXPECT_THROW(parseInjection("slow-compute:rank=x,factor=2"), Error);
+  EXPECT_THROW(parseInjection("link-delay:src=1,dst=2,us=5,extra=1"), Error);
+}
+
+TEST(Faults, LinkDelaySlowsOnlyThatLink) {
+  std::unique_ptr<LocalWorld> w = createLocalWorld(2);
+  auto c0 = withLinkFaults(w->connect(0),
+                           {parseInjection("link-delay:src=0,dst=1,us=20000")});
+  auto c1 = withLinkFaults(w->connect(1),
+                           {parseInjection("link-delay:src=0,dst=1,us=20000")});
+  float x = 1;
+  auto t0 = std::chrono::steady_clock::now();
+  c0->send(&x, 4, 1, 0);
+  double d01 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t0 = std::chrono::steady_clock::now();
+  c1->send(&x, 4, 0, 0);
+  double d10 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(d01, 0.02);
+  EXPECT_LT(d10, 0.02);
+}
+
+// Sharded parameters: init and load slice the full tensor, gatherParams
+// reassembles it on rank 0 — equal to a single-rank run's parameters.
+TEST(MultiRank, ShardedParamsSliceAndGather) {
+  MlpOptions o;
+  o.vocab = 11;
+  o.hidden = 4;
+  o.ffn = 6;
+  Plan single = parse(parallelMlpPlan(o, {}).build());
+  ParallelOptions po;
+  po.tp = 2;
+  po.pp = 2;
+  Plan multi = parse(parallelMlpPlan(o, po).build());
+  auto be = createCpuBackend(1);
+  auto solo = createLocalComm();
+  Executor ref(single, *be, *solo);
+  ref.initParams(7);
+  Safetensors want = ref.saveParams();
+
+  std::vector<Safetensors> got(4), gotLoaded(4);
+  auto err = onWorld(4, Layout{2, 1, 2}, 30, [&](Communicator &c) {
+    auto b = createCpuBackend(1);
+    Executor e(multi, *b, c);
+    e.initParams(7);
+    got[c.rank()] = e.gatherParams();
+    e.initParams(99);
+    e.loadParams(want, "want");
+    gotLoaded[c.rank()] = e.gatherParams();
+  });
+  for (auto &s : err)
+    ASSERT_EQ(s, "");
+  for (const Safetensors *g : {&got[0], &gotLoaded[0]}) {
+    ASSERT_EQ(g->tensors.size(), want.tensors.size());
+    for (auto &[name, t] : want.tensors) {
+      ASSERT_TRUE(g->tensors.count(name)) << name;
+      EXPECT_EQ(g->tensors.at(name).shape, t.shape) << name;
+      EXPECT_EQ(g->tensors.at(name).data, t.data) << name;
+    }
+  }
+  EXPECT_TRUE(got[1].tensors.empty());
+}
+
+TEST(MultiRank, WorldSizeMismatchIsAnError) {
+  MlpOptions o;
+  ParallelOptions po;
+  po.dp = 2;
+  Plan p = parse(parallelMlpPlan(o, po).build());
+  auto be = createCpuBackend(1);
+  auto solo = createLocalComm();
+  try {
+    Executor e(p, *be, *solo);
+    FAIL() << "no error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("world_size 2"), std::string::npos)
+        << e.what();
+  }
+}

@@ -1,0 +1,490 @@
+//===- ScopeApi.cpp - endpoints of mapp-scope -----------------------------===//
+#include "ScopeApi.h"
+#include "Pca.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/ProbeControl.h"
+
+#include <nlohmann/json.hpp>
+#include <sqlite3.h>
+
+#include <arpa/inet.h>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sstream>
+#include <sys/socket.h>
+#include <unistd.h>
+
+using namespace mapp::scope;
+using mapp::rt::fail;
+using json = nlohmann::json;
+
+namespace {
+
+/// A prepared statement that throws on error and finalizes itself.
+class Query {
+public:
+  Query(sqlite3 *db, const char *sql) : db(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK)
+      fail("query failed: ", sqlite3_errmsg(db));
+  }
+  ~Query() { sqlite3_finalize(st); }
+  Query &bind(int i, int64_t v) {
+    sqlite3_bind_int64(st, i, v);
+    return *this;
+  }
+  Query &bind(int i, const std::string &s) {
+    sqlite3_bind_text(st, i, s.c_str(), -1, SQLITE_TRANSIENT);
+    return *this;
+  }
+  bool step() {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+      return true;
+    if (rc != SQLITE_DONE)
+      fail("query failed: ", sqlite3_errmsg(db));
+    return false;
+  }
+  int64_t i(int c) { return sqlite3_column_int64(st, c); }
+  json num(int c) {
+    return sqlite3_column_type(st, c) == SQLITE_NULL
+               ? json(nullptr)
+               : json(sqlite3_column_double(st, c));
+  }
+  std::string s(int c) {
+    const unsigned char *t = sqlite3_column_text(st, c);
+    return t ? reinterpret_cast<const char *>(t) : "";
+  }
+  template <typename T> std::vector<T> blob(int c) {
+    const void *p = sqlite3_column_blob(st, c);
+    int n = sqlite3_column_bytes(st, c);
+    std::vector<T> v(n / sizeof(T));
+    if (p && n)
+      std::memcpy(v.data(), p, v.size() * sizeof(T));
+    return v;
+  }
+
+private:
+  sqlite3 *db;
+  sqlite3_stmt *st = nullptr;
+};
+
+int64_t intParam(const Request &r, const std::string &k) {
+  auto it = r.query.find(k);
+  if (it == r.query.end())
+    fail("missing parameter '", k, "'");
+  try {
+    size_t pos;
+    long long v = std::stoll(it->second, &pos);
+    if (pos != it->second.size())
+      throw std::invalid_argument(k);
+    return v;
+  } catch (const std::exception &) {
+    fail("parameter '", k, "' must be an integer");
+  }
+}
+
+/// Reduction names are a fixed vocabulary: anything else is refused before
+/// it reaches a query.
+std::string reductionParam(const Request &r) {
+  auto it = r.query.find("reduction");
+  static const char *known[] = {"max",      "min",  "mean", "std",
+                                "absmax",   "sparsity", "hist", "topk",
+                                "sketch",   "raw",  "attn"};
+  if (it != r.query.end())
+    for (const char *k : known)
+      if (it->second == k)
+        return k;
+  fail("parameter 'reduction' must be one of max, min, mean, std, absmax, "
+       "sparsity, hist, topk, sketch, raw, attn");
+}
+
+std::string phaseParam(const Request &r) {
+  auto it = r.query.find("phase");
+  if (it == r.query.end() || it->second == "train")
+    return "train";
+  if (it->second == "generate")
+    return "generate";
+  fail("parameter 'phase' must be train or generate");
+}
+
+std::string sendLine(int port, const std::string &line) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a)) {
+    if (fd >= 0)
+      close(fd);
+    fail("the job's control port ", port, " does not answer (job ended?)");
+  }
+  std::string msg = line + "\n";
+  (void)!write(fd, msg.data(), msg.size());
+  std::string reply;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 3000) <= 0)
+      break;
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0)
+      break;
+    reply.append(buf, n);
+  }
+  close(fd);
+  return reply;
+}
+
+} // namespace
+
+ScopeApi::ScopeApi(const std::string &db, const std::string &webDir)
+    : path_(db), web_(webDir) {
+  if (sqlite3_open_v2(db.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) !=
+      SQLITE_OK) {
+    std::string m = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    fail("cannot open probe db '", db, "': ", m);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  try {
+    Query q(db_, "SELECT value FROM meta WHERE key='schema'");
+    if (!q.step() || q.s(0) != "1")
+      fail("unknown schema version");
+  } catch (const mapp::rt::Error &e) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    fail("'", db, "' is not a mapp probe database (", e.what(), ")");
+  }
+}
+
+ScopeApi::~ScopeApi() { sqlite3_close(db_); }
+
+Response ScopeApi::file(const std::string &name, const char *type) {
+  std::ifstream in(web_ + "/" + name, std::ios::binary);
+  if (!in)
+    return {404, "application/json", "{\"error\":\"not found\"}"};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {200, type, ss.str()};
+}
+
+Response ScopeApi::handle(const Request &r) {
+  // Static files: a fixed list, never a path taken from the request.
+  static const std::map<std::string, std::pair<const char *, const char *>>
+      files = {{"/", {"index.html", "text/html; charset=utf-8"}},
+               {"/index.html", {"index.html", "text/html; charset=utf-8"}},
+               {"/app.js", {"app.js", "text/javascript; charset=utf-8"}},
+               {"/plots.js", {"plots.js", "text/javascript; charset=utf-8"}},
+               {"/style.css", {"style.css", "text/css; charset=utf-8"}}};
+  auto f = files.find(r.path);
+  if (f != files.end()) {
+    if (r.method != "GET")
+      return {405, "application/json", "{\"error\":\"GET only\"}"};
+    return file(f->second.first, f->second.second);
+  }
+  if (r.path.rfind("/api/", 0) == 0)
+    return api(r);
+  return {404, "application/json", "{\"error\":\"not found\"}"};
+}
+
+Response ScopeApi::api(const Request &r) {
+  const std::string &p = r.path;
+  if (p == "/api/control") {
+    if (r.method != "POST")
+      return {405, "application/json", "{\"error\":\"POST only\"}"};
+    return {200, "application/json", control(r.body)};
+  }
+  if (r.method != "GET")
+    return {405, "application/json", "{\"error\":\"GET only\"}"};
+  std::string out;
+  if (p == "/api/runs")
+    out = runs();
+  else if (p == "/api/probes")
+    out = probes(intParam(r, "run"));
+  else if (p == "/api/series")
+    out = series(intParam(r, "run"), intParam(r, "probe"), reductionParam(r));
+  else if (p == "/api/sample")
+    out = sample(r);
+  else if (p == "/api/steps")
+    out = steps(intParam(r, "run"));
+  else if (p == "/api/pca")
+    out = pca(intParam(r, "run"), intParam(r, "step"), phaseParam(r));
+  else if (p == "/api/generation")
+    out = generation(intParam(r, "run"));
+  else if (p == "/api/switches")
+    out = switches(intParam(r, "run"));
+  else if (p == "/api/live")
+    out = live(intParam(r, "run"));
+  else
+    return {404, "application/json", "{\"error\":\"no such endpoint\"}"};
+  return {200, "application/json", out};
+}
+
+std::string ScopeApi::runs() {
+  json out = json::array();
+  Query q(db_, "SELECT id, name, started, meta FROM runs ORDER BY id");
+  while (q.step()) {
+    json meta = json::parse(q.s(3), nullptr, false);
+    out.push_back({{"id", q.i(0)},
+                   {"name", q.s(1)},
+                   {"started", q.num(2)},
+                   {"meta", meta.is_discarded() ? json::object() : meta}});
+  }
+  return out.dump();
+}
+
+std::string ScopeApi::probes(int64_t run) {
+  json out = json::array();
+  Query q(db_, "SELECT probe_id, point, value, reduce, every, shape, attrs, "
+               "group_concat(rank) FROM probes WHERE run_id=? "
+               "GROUP BY probe_id ORDER BY probe_id");
+  q.bind(1, run);
+  while (q.step())
+    out.push_back({{"id", q.i(0)},
+                   {"point", q.s(1)},
+                   {"value", q.s(2)},
+                   {"reduce", q.s(3)},
+                   {"every", q.i(4)},
+                   {"shape", json::parse(q.s(5), nullptr, false)},
+                   {"attrs", json::parse(q.s(6), nullptr, false)},
+                   {"ranks", q.s(7)}});
+  return out.dump();
+}
+
+std::string ScopeApi::series(int64_t run, int64_t probe,
+                             const std::string &red) {
+  // Mean over microbatches per (step, rank): one point per step and rank.
+  json out = json::array();
+  Query q(db_, "SELECT step, rank, avg(value) FROM samples WHERE run_id=? AND "
+               "probe_id=? AND reduction=? AND phase='train' "
+               "GROUP BY step, rank ORDER BY step, rank");
+  q.bind(1, run).bind(2, probe).bind(3, red);
+  while (q.step())
+    out.push_back({{"step", q.i(0)}, {"rank", q.i(1)}, {"value", q.num(2)}});
+  return out.dump();
+}
+
+std::string ScopeApi::sample(const Request &r) {
+  int64_t run = intParam(r, "run"), probe = intParam(r, "probe");
+  std::string red = reductionParam(r), phase = phaseParam(r);
+  int64_t rank = r.query.count("rank") ? intParam(r, "rank") : 0;
+  // Without `step`: the latest recorded one.
+  bool latest = !r.query.count("step");
+  int64_t step = latest ? 0 : intParam(r, "step");
+  Query q(db_, latest
+                   ? "SELECT step, shape, data, idx, value FROM samples WHERE "
+                     "run_id=? AND probe_id=? AND reduction=? AND phase=? AND "
+                     "rank=? AND microbatch=0 ORDER BY step DESC LIMIT 1"
+                   : "SELECT step, shape, data, idx, value FROM samples WHERE "
+                     "run_id=? AND probe_id=? AND reduction=? AND phase=? AND "
+                     "rank=? AND microbatch=0 AND step=? LIMIT 1");
+  q.bind(1, run).bind(2, probe).bind(3, red).bind(4, phase).bind(5, rank);
+  if (!latest)
+    q.bind(6, step);
+  if (!q.step())
+    return "null";
+  json out = {{"step", q.i(0)},
+              {"shape", json::parse(q.s(1), nullptr, false)},
+              {"data", q.blob<float>(2)},
+              {"index", q.blob<int64_t>(3)},
+              {"value", q.num(4)}};
+  return out.dump();
+}
+
+std::string ScopeApi::steps(int64_t run) {
+  json out = json::array();
+  Query q(db_, "SELECT step, rank, loss, lr, grad_norm, step_ms, tokens_per_s "
+               "FROM steps WHERE run_id=? ORDER BY step, rank");
+  q.bind(1, run);
+  while (q.step())
+    out.push_back({{"step", q.i(0)},
+                   {"rank", q.i(1)},
+                   {"loss", q.num(2)},
+                   {"lr", q.num(3)},
+                   {"grad_norm", q.num(4)},
+                   {"step_ms", q.num(5)},
+                   {"tokens_per_s", q.num(6)}});
+  return out.dump();
+}
+
+std::string ScopeApi::pca(int64_t run, int64_t step, const std::string &phase) {
+  // Every sketch probe of the step, rank 0, microbatch 0; rows of one width
+  // are projected together so layers share one coordinate system.
+  Query q(db_, "SELECT s.probe_id, p.point, s.shape, s.data FROM samples s "
+               "JOIN probes p ON p.run_id=s.run_id AND p.probe_id=s.probe_id "
+               "AND p.rank=s.rank WHERE s.run_id=? AND s.step=? AND "
+               "s.phase=? AND s.reduction='sketch' AND s.rank=0 AND "
+               "s.microbatch=0 ORDER BY s.probe_id");
+  q.bind(1, run).bind(2, step).bind(3, phase);
+  std::vector<double> rows;
+  json labels = json::array();
+  int dim = 0;
+  while (q.step()) {
+    json shape = json::parse(q.s(2), nullptr, false);
+    if (!shape.is_array() || shape.size() != 2)
+      continue;
+    int d = shape[1].get<int>();
+    if (dim && d != dim)
+      continue;
+    dim = d;
+    std::vector<float> data = q.blob<float>(3);
+    for (size_t i = 0; i < data.size() / d; ++i) {
+      labels.push_back({{"probe", q.i(0)}, {"point", q.s(1)}, {"row", i}});
+      for (int j = 0; j < d; ++j)
+        rows.push_back(data[i * d + j]);
+    }
+  }
+  Pca2 p = pca2(rows, dim);
+  json pts = json::array();
+  for (size_t i = 0; i < p.x.size(); ++i) {
+    json pt = labels[i];
+    pt["x"] = p.x[i];
+    pt["y"] = p.y[i];
+    pts.push_back(pt);
+  }
+  return json({{"step", step},
+               {"points", pts},
+               {"explained", {p.explained[0], p.explained[1]}}})
+      .dump();
+}
+
+std::string ScopeApi::generation(int64_t run) {
+  json out = json::array();
+  Query q(db_, "SELECT position, token, text, prob, topk FROM generations "
+               "WHERE run_id=? AND rank=0 ORDER BY position");
+  q.bind(1, run);
+  while (q.step())
+    out.push_back({{"position", q.i(0)},
+                   {"token", q.i(1)},
+                   {"text", q.s(2)},
+                   {"prob", q.num(3)},
+                   {"topk", json::parse(q.s(4), nullptr, false)}});
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ScopeApi::switches(int64_t run) {
+  json sw = json::array(), log = json::array();
+  Query q(db_, "SELECT switch_id, kind, target, point, enabled, magnitude, "
+               "count(*) FROM switches WHERE run_id=? GROUP BY switch_id "
+               "ORDER BY switch_id");
+  q.bind(1, run);
+  while (q.step())
+    sw.push_back({{"id", q.i(0)},
+                  {"kind", q.s(1)},
+                  {"target", q.s(2)},
+                  {"point", q.s(3)},
+                  {"enabled", q.i(4) != 0},
+                  {"magnitude", q.num(5)},
+                  {"ranks", q.i(6)}});
+  Query l(db_, "SELECT rank, step, switch_id, enabled, magnitude, source FROM "
+               "control_log WHERE run_id=? ORDER BY rowid");
+  l.bind(1, run);
+  while (l.step())
+    log.push_back({{"rank", l.i(0)},
+                   {"step", l.i(1)},
+                   {"switch", l.i(2)},
+                   {"enabled", l.i(3) != 0},
+                   {"magnitude", l.num(4)},
+                   {"source", l.s(5)}});
+  return json({{"switches", sw},
+               {"log", log},
+               {"control", controlEndpoint(run)}})
+      .dump();
+}
+
+std::string ScopeApi::controlEndpoint(int64_t run) {
+  Query q(db_, "SELECT meta FROM runs WHERE id=?");
+  q.bind(1, run);
+  if (!q.step())
+    fail("no run ", run);
+  json meta = json::parse(q.s(0), nullptr, false);
+  if (meta.is_discarded() || !meta.contains("control") ||
+      !meta["control"].is_string())
+    return "";
+  return meta["control"];
+}
+
+std::string ScopeApi::control(const std::string &body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("run") ||
+      !j["run"].is_number_integer())
+    fail("control needs a JSON object with an integer \"run\"");
+  int64_t run = j["run"];
+  json cmd = j;
+  cmd.erase("run");
+  // Typed validation by the runtime's own parser: switch id, bool, number.
+  mapp::rt::SwitchCommand c = mapp::rt::parseSwitchCommand(cmd.dump(), "ui");
+  json clean = {{"switch", c.id}};
+  if (c.enabled)
+    clean["enabled"] = *c.enabled;
+  if (c.magnitude)
+    clean["magnitude"] = *c.magnitude;
+  std::string ep = controlEndpoint(run);
+  if (ep.rfind("tcp:127.0.0.1:", 0) == 0) {
+    clean["op"] = "set";
+    int port = std::stoi(ep.substr(14));
+    json reply = json::parse(sendLine(port, clean.dump()), nullptr, false);
+    if (reply.is_discarded())
+      fail("the job gave no answer");
+    return reply.dump();
+  }
+  if (ep.rfind("file:", 0) == 0) {
+    std::string path = ep.substr(5);
+    json state = json::object();
+    {
+      std::ifstream in(path);
+      if (in)
+        state = json::parse(in, nullptr, false);
+    }
+    if (state.is_discarded() || !state.is_object())
+      state = json::object();
+    if (!state.contains("switches") || !state["switches"].is_array())
+      state["switches"] = json::array();
+    bool found = false;
+    for (json &e : state["switches"])
+      if (e.is_object() && e.value("id", int64_t(-1)) == c.id) {
+        for (auto &[k, v] : clean.items())
+          if (k != "switch")
+            e[k] = v;
+        found = true;
+      }
+    if (!found) {
+      json e = clean;
+      e.erase("switch");
+      e["id"] = c.id;
+      state["switches"].push_back(e);
+    }
+    // Write then rename, so the job never reads half a file.
+    std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << state.dump() << "\n";
+      if (!out)
+        fail("cannot write the control file");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      fail("cannot replace the control file");
+    return json({{"ok", true}}).dump();
+  }
+  fail("run ", run, " has no control endpoint (start mapp-run with "
+                    "--probe-control FILE|PORT)");
+}
+
+std::string ScopeApi::live(int64_t run) {
+  std::string ep = controlEndpoint(run);
+  if (ep.rfind("tcp:127.0.0.1:", 0) != 0)
+    return "null";
+  try {
+    json reply =
+        json::parse(sendLine(std::stoi(ep.substr(14)), "{\"op\":\"state\"}"),
+                    nullptr, false);
+    return reply.is_discarded() ? "null" : reply.dump();
+  } catch (const mapp::rt::Error &) {
+    return "null"; // the job has ended: the view shows stored data only
+  }
+}
