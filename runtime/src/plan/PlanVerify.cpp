@@ -167,16 +167,25 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
   // kernel read what it already overwrote (embedding_grad then indexed the
   // table with a clobbered id and wrote out of bounds; found by
   // mapp-fuzz-plan). The compiler's memory plan never does this: an op's
-  // results and operands are live at the same point.
+  // results and operands are live at the same point. Exception: kernels
+  // that update their operand in place (grad_sync, grad_accumulate, ...) and
+  // all_reduce may write exactly the storage they read (the data-parallel
+  // gradient all-reduce does).
   auto overlap = [&](int a, int b) {
     const Value &x = p.values[a], &y = p.values[b];
     return inArena(x.kind) == inArena(y.kind) && x.bytes && y.bytes &&
            x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
   };
+  bool inPlaceOk = spec->inPlace || in.kernel == "all_reduce";
+  auto sameStorage = [&](int a, int b) {
+    const Value &x = p.values[a], &y = p.values[b];
+    return inArena(x.kind) == inArena(y.kind) && x.offset == y.offset &&
+           x.bytes == y.bytes;
+  };
   for (size_t o = 0; o < in.outputs.size(); ++o) {
     int ov = in.outputs[o];
     for (int iv : in.inputs)
-      if (overlap(ov, iv))
+      if (overlap(ov, iv) && !(inPlaceOk && sameStorage(ov, iv)))
         fail(at, ": output ", ov, " ('", p.values[ov].name,
              "') shares storage with input ", iv, " ('", p.values[iv].name,
              "')");
