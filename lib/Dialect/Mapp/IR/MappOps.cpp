@@ -391,23 +391,7 @@ static LogicalResult verifyGroupName(Operation *op, StringRef g) {
 }
 
 LogicalResult ReduceMaxOp::verify() {
-  ArrayRef<int64_t> x = shapeOf(getX());
-  ArrayRef<int64_t> dims = getDims();
-  SmallVector<int64_t> expected;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] < 0 || dims[i] >= (int64_t)x.size())
-      return emitOpError("dim ") << dims[i] << " out of range for rank "
-                                 << x.size();
-    if (i && dims[i] <= dims[i - 1])
-      return emitOpError("dims must be sorted and unique");
-  }
-  for (int64_t i = 0; i < (int64_t)x.size(); ++i)
-    if (!llvm::is_contained(dims, i))
-      expected.push_back(x[i]);
-  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
-    return emitOpError("result must be ") << shapeStr(expected) << ", got "
-                                          << shapeStr(shapeOf(getResult()));
-  return success();
+  return verifyReduction(*this, getX(), getResult(), getDims());
 }
 
 LogicalResult VocabCEPartialsOp::verify() {
