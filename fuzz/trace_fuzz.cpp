@@ -25,6 +25,7 @@
 #include "mapp/scan/Report.h"
 #include "mapp/scan/Sim.h"
 
+#include <climits>
 #include <cmath>
 #include <dirent.h>
 #include <sys/stat.h>
@@ -149,6 +150,22 @@ bool unbundle(const Bytes &b, Set &out) {
 }
 
 // ---- mutations -------------------------------------------------------------
+
+/// a + b, or a * f, clamped to long long (the fuzzer itself must not overflow).
+long long addClamp(long long a, long long b) {
+  long long r;
+  if (__builtin_add_overflow(a, b, &r))
+    return b > 0 ? LLONG_MAX : LLONG_MIN;
+  return r;
+}
+long long scaleClamp(long long a, double f) {
+  double r = static_cast<double>(a) * f;
+  if (!(r < 9.2e18))
+    return LLONG_MAX;
+  if (!(r > -9.2e18))
+    return LLONG_MIN;
+  return static_cast<long long>(r);
+}
 
 std::vector<std::string> splitLines(const Bytes &b) {
   std::vector<std::string> lines;
@@ -283,7 +300,7 @@ void mutateLine(Rng &r, std::string &l, const std::vector<std::string> &pool) {
     long long x = std::strtoll(v.c_str(), &end, 10);
     if (end == v.c_str())
       break;
-    x += static_cast<long long>(r.below(2001)) - 1000;
+    x = addClamp(x, static_cast<long long>(r.below(2001)) - 1000);
     l = l.substr(0, s) + std::to_string(x) + l.substr(std::min(e, l.size()));
     break;
   }
@@ -363,10 +380,10 @@ void gentleMutate(Rng &r, Set &s) {
         break;
       long long d = static_cast<long long>(r.below(2000001)) - 1000000;
       if (r.chance(50)) {
-        b += d;
-        e += d;
+        b = addClamp(b, d);
+        e = addClamp(e, d);
       } else
-        e = std::max(b, e + d);
+        e = std::max(b, addClamp(e, d));
       setKey(l, "b", std::to_string(b));
       setKey(l, "e", std::to_string(e));
       break;
@@ -377,7 +394,8 @@ void gentleMutate(Rng &r, Set &s) {
       bool ok;
       long long v = getKey(l, key, &ok);
       if (ok)
-        setKey(l, key, std::to_string(std::max(0LL, v + (long long)r.below(5) - 2)));
+        setKey(l, key,
+               std::to_string(std::max(0LL, addClamp(v, (long long)r.below(5) - 2))));
       break;
     }
     case 3: { // step / microbatch / layer / chunk
@@ -386,7 +404,8 @@ void gentleMutate(Rng &r, Set &s) {
       bool ok;
       long long v = getKey(l, key, &ok);
       if (ok)
-        setKey(l, key, std::to_string(std::max(-1LL, v + (long long)r.below(3) - 1)));
+        setKey(l, key,
+               std::to_string(std::max(-1LL, addClamp(v, (long long)r.below(3) - 1))));
       break;
     }
     case 4:
@@ -413,8 +432,8 @@ void gentleMutate(Rng &r, Set &s) {
         bool okb, oke;
         long long b = getKey(lines[j], "b", &okb), e = getKey(lines[j], "e", &oke);
         if (okb && oke) {
-          setKey(lines[j], "b", std::to_string((long long)(b * f)));
-          setKey(lines[j], "e", std::to_string((long long)(e * f)));
+          setKey(lines[j], "b", std::to_string(scaleClamp(b, f)));
+          setKey(lines[j], "e", std::to_string(scaleClamp(e, f)));
         }
       }
       break;

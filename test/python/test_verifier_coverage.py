@@ -112,7 +112,10 @@ def key_of(pieces):
     cands = [c for c in cands if c]
     if not cands:
         return None
-    return max(cands, key=len)[:KEY_LEN]
+    key = max(cands, key=len)[:KEY_LEN]
+    # "..., got <value>": a test may stop before the connector word.
+    key = re.sub(r"[,:]?\s*\b(got|for|of|than)$", "", key).rstrip(" ,:")
+    return key
 
 
 def verifier_sites():

@@ -154,6 +154,15 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
   } catch (const Error &e) {
     fail(at, ": ", e.what());
   }
+  if (in.kernel == "grad_accumulate")
+    wantKind(p, in.outputs[0], ValueKind::Grad, at, "output");
+  if (in.kernel == "adamw" || in.kernel == "sgd") {
+    wantKind(p, in.inputs[0], ValueKind::Param, at, "input");
+    wantKind(p, in.inputs[1], ValueKind::Grad, at, "input");
+    size_t states = in.kernel == "adamw" ? 2 : 1;
+    for (size_t i = 2; i < 2 + states; ++i)
+      wantKind(p, in.inputs[i], ValueKind::OptState, at, "input");
+  }
   // An output sharing bytes with an operand of the same instruction lets a
   // kernel read what it already overwrote (embedding_grad then indexed the
   // table with a clobbered id and wrote out of bounds; found by
@@ -174,15 +183,6 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
     for (size_t o2 = o + 1; o2 < in.outputs.size(); ++o2)
       if (overlap(ov, in.outputs[o2]))
         fail(at, ": outputs ", ov, " and ", in.outputs[o2], " share storage");
-  }
-  if (in.kernel == "grad_accumulate")
-    wantKind(p, in.outputs[0], ValueKind::Grad, at, "output");
-  if (in.kernel == "adamw" || in.kernel == "sgd") {
-    wantKind(p, in.inputs[0], ValueKind::Param, at, "input");
-    wantKind(p, in.inputs[1], ValueKind::Grad, at, "input");
-    size_t states = in.kernel == "adamw" ? 2 : 1;
-    for (size_t i = 2; i < 2 + states; ++i)
-      wantKind(p, in.inputs[i], ValueKind::OptState, at, "input");
   }
 }
 

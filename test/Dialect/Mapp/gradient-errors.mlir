@@ -20,3 +20,25 @@ func.func @forward(%b: tensor<8x4xf32>, %t: tensor<2x3xi32>) -> tensor<f32> {
   %l = mapp.cross_entropy %c, %t : (tensor<2x3x4xf32>, tensor<2x3xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+mapp.param @w : tensor<2x8xf32>
+func.func @forward(%t: tensor<4xi32>) -> tensor<f32> {
+  %w = mapp.param_ref @w : tensor<2x8xf32>
+  // expected-error @+1 {{'mapp.all_gather' op gradient is defined only over group "tp"}}
+  %g = mapp.all_gather %w {group = "dp", dim = 0 : i64} : (tensor<2x8xf32>) -> tensor<4x8xf32>
+  %l = mapp.cross_entropy %g, %t : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+mapp.param @w : tensor<4x8xf32>
+func.func @forward(%t: tensor<2xi32>) -> tensor<f32> {
+  %w = mapp.param_ref @w : tensor<4x8xf32>
+  // expected-error @+1 {{'mapp.reduce_scatter' op gradient is defined only over group "tp"}}
+  %s = mapp.reduce_scatter %w {group = "dp", dim = 0 : i64} : (tensor<4x8xf32>) -> tensor<2x8xf32>
+  %l = mapp.cross_entropy %s, %t : (tensor<2x8xf32>, tensor<2xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

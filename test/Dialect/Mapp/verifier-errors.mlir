@@ -449,3 +449,215 @@ func.func @trace_id() {
   mapp.trace_end 0
   return
 }
+
+// -----
+
+// expected-error @+1 {{shard_group needs shard_dim}}
+mapp.param @a : tensor<4x4xf32> {shard_group = "tp"}
+
+// -----
+
+// expected-error @+1 {{shard_blocks needs shard_dim}}
+mapp.param @a : tensor<4x4xf32> {shard_blocks = 2 : i64}
+
+// -----
+
+func.func @reduce_max_dim(%a: tensor<2x8xf32>) {
+  // expected-error @+1 {{'mapp.reduce_max' op dim 2 out of range for rank 2}}
+  %0 = mapp.reduce_max %a {dims = array<i64: 2>} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_max_sorted(%a: tensor<2x8xf32>) {
+  // expected-error @+1 {{'mapp.reduce_max' op dims must be sorted and unique}}
+  %0 = mapp.reduce_max %a {dims = array<i64: 1, 1>} : (tensor<2x8xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_max_result(%a: tensor<2x8xf32>) {
+  // expected-error @+1 {{'mapp.reduce_max' op result must be [2], got [8]}}
+  %0 = mapp.reduce_max %a {dims = array<i64: 1>} : (tensor<2x8xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @vocab_ce_logits(%l: tensor<2x8xf32>, %t: tensor<2x4xi32>, %m: tensor<2x4xf32>) {
+  // expected-error @+1 {{logits must be targets shape + [vocab shard], got [2,8] for targets [2,4]}}
+  %p = mapp.vocab_ce_partials %l, %t, %m {group = "tp"} : (tensor<2x8xf32>, tensor<2x4xi32>, tensor<2x4xf32>) -> tensor<2x4x2xf32>
+  return
+}
+
+// -----
+
+func.func @vocab_ce_rowmax(%l: tensor<2x4x8xf32>, %t: tensor<2x4xi32>, %m: tensor<2xf32>) {
+  // expected-error @+1 {{rowmax must have the targets' shape [2,4]}}
+  %p = mapp.vocab_ce_partials %l, %t, %m {group = "tp"} : (tensor<2x4x8xf32>, tensor<2x4xi32>, tensor<2xf32>) -> tensor<2x4x2xf32>
+  return
+}
+
+// -----
+
+func.func @ce_from_partials(%p: tensor<2x4x3xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{partials must be targets shape + [2], got [2,4,3] for targets [2,4]}}
+  %l = mapp.ce_from_partials %p, %t : (tensor<2x4x3xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @scatter_dim(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'mapp.scatter_to_group' op dim 3 out of range or ranks differ}}
+  %s = mapp.scatter_to_group %x {group = "tp", dim = 3 : i64} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @scatter_other_dims(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'mapp.scatter_to_group' op shapes may differ only along dim 1}}
+  %s = mapp.scatter_to_group %x {group = "tp", dim = 1 : i64} : (tensor<2x4x8xf32>) -> tensor<2x2x4xf32>
+  return
+}
+
+// -----
+
+mapp.param @a : tensor<4xf32>
+func.func @grad_sync_group() {
+  // expected-error @+1 {{'mapp.grad_sync' op needs exactly one of `group` or `ranks`}}
+  mapp.grad_sync [@a] {bucket = 0 : i64}
+  return
+}
+
+// -----
+
+mapp.param @a : tensor<4xf32>
+func.func @grad_sync_reduction() {
+  // expected-error @+1 {{reduction must be sum or avg, got "max"}}
+  mapp.grad_sync [@a] {group = "dp", bucket = 0 : i64, reduction = "max"}
+  return
+}
+
+// -----
+
+func.func @grad_sync_empty() {
+  // expected-error @+1 {{needs at least one parameter}}
+  mapp.grad_sync [] {group = "dp", bucket = 0 : i64}
+  return
+}
+
+// -----
+
+func.func @probe_no_input() {
+  // expected-error @+1 {{takes one input (two for 'attn'), got 0}}
+  "mapp.probe"() {probe_id = 0 : i64, point = "x", reduce = "max"} : () -> ()
+  return
+}
+
+// -----
+
+func.func @probe_no_reduction(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{needs at least one reduction}}
+  mapp.probe %x {probe_id = 0 : i64, point = "x", reduce = ","} : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @probe_unknown(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{'mapp.probe' op unknown reduction 'p99' (expected max, min, mean, std, absmax, sparsity, hist, topk, sketch, raw or attn)}}
+  mapp.probe %x {probe_id = 0 : i64, point = "x", reduce = "p99"} : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @probe_two_inputs(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{takes one input unless it records 'attn'}}
+  mapp.probe %x, %x {probe_id = 0 : i64, point = "x", reduce = "max"} : tensor<2x4xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @probe_topk(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{'topk' needs k >= 1}}
+  mapp.probe %x {probe_id = 0 : i64, point = "x", reduce = "topk", k = 0 : i64} : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @probe_sketch(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{'sketch' needs dim >= 1}}
+  mapp.probe %x {probe_id = 0 : i64, point = "x", reduce = "sketch"} : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @probe_raw(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{'raw' needs cap >= 1}}
+  mapp.probe %x {probe_id = 0 : i64, point = "x", reduce = "raw", cap = 0 : i64} : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @probe_attn_types(%q: tensor<1x4x8xf32>, %k: tensor<1x2x8xf32>) {
+  // expected-error @+1 {{'attn' needs q and k of one [B,T,H] type}}
+  mapp.probe %q, %k {probe_id = 0 : i64, point = "p", reduce = "attn", heads = 2 : i64} : tensor<1x4x8xf32>, tensor<1x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @probe_attn_heads(%q: tensor<1x4x8xf32>) {
+  // expected-error @+1 {{'attn' needs heads dividing H}}
+  mapp.probe %q, %q {probe_id = 0 : i64, point = "p", reduce = "attn", heads = 3 : i64} : tensor<1x4x8xf32>, tensor<1x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @perturb_unknown(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'mapp.perturb' op unknown perturbation kind 'zero' (expected gaussian, uniform, offset, mask, bitflip, int8 or fp8)}}
+  %y = mapp.perturb %x {switch_id = 0 : i64, kind = "zero", point = "x", target = "compute"} : tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @perturb_p(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{p must be in [0, 1], got 2}}
+  %y = mapp.perturb %x {switch_id = 0 : i64, kind = "bitflip", point = "x", target = "storage", p = 2.0 : f64} : tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @perturb_mask_channels(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'mask' needs channels}}
+  %y = mapp.perturb %x {switch_id = 0 : i64, kind = "mask", point = "x", target = "compute"} : tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @perturb_mask_range(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'mapp.perturb' op mask channel -1 outside the last dim of 'tensor<2x4xf32>'}}
+  %y = mapp.perturb %x {switch_id = 0 : i64, kind = "mask", point = "x", target = "compute", channels = array<i64: -1>} : tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @perturb_bf16(%x: tensor<2x4xbf16>) -> tensor<2x4xbf16> {
+  // expected-error @+1 {{perturbs f32 tensors only}}
+  %y = mapp.perturb %x {switch_id = 0 : i64, kind = "gaussian", point = "x", target = "compute"} : tensor<2x4xbf16>
+  return %y : tensor<2x4xbf16>
+}
