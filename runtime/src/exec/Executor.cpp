@@ -193,6 +193,20 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
         if (it == lowestStage.end() || q.pp < it->second)
           lowestStage[v.name] = q.pp;
       }
+  // ZeRO-1: a gradient whose update carries zero_begin/zero_end is final
+  // only in that range on this rank (its bucket was reduce-scattered over
+  // dp); every dp rank counts its own range, which partition the bucket.
+  normRange_.assign(p.values.size(), {0, -1});
+  std::vector<bool> zeroSharded(p.values.size(), false);
+  for (const Block &blk : p.blocks)
+    for (const Instr &in : blk.instrs)
+      if ((in.kernel == "adamw" || in.kernel == "sgd") &&
+          in.attrs.has("zero_begin") && in.inputs.size() > 1) {
+        int g = in.inputs[1];
+        zeroSharded[g] = true;
+        normRange_[g] = {in.attrs.getInt("zero_begin", 0),
+                         in.attrs.getInt("zero_end", 0)};
+      }
   countInNorm_.assign(p.values.size(), false);
   for (size_t v = 0; v < p.values.size(); ++v) {
     const Value &val = p.values[v];
@@ -200,7 +214,8 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
       continue;
     const Value &par = p.values[val.param];
     std::string sg = par.shardDim >= 0 ? par.shardGroup : "";
-    bool count = (sg == "tp" || p.tp == 0) && (sg == "dp" || p.dp == 0) &&
+    bool count = (sg == "tp" || p.tp == 0) &&
+                 (sg == "dp" || p.dp == 0 || zeroSharded[v]) &&
                  lowestStage[par.name] == p.pp;
     countInNorm_[v] = count;
   }
@@ -387,7 +402,11 @@ double Executor::gradNormSquared() const {
     if (val.kind != ValueKind::Grad || !countInNorm_[v])
       continue;
     const float *g = valueData(static_cast<int>(v));
-    for (int64_t i = 0, n = val.type.numel(); i < n; ++i)
+    auto [lo, hi] = normRange_[v];
+    int64_t n = val.type.numel();
+    if (hi < 0)
+      hi = n;
+    for (int64_t i = std::max<int64_t>(lo, 0); i < std::min(hi, n); ++i)
       s += static_cast<double>(g[i]) * g[i];
   }
   return s;
