@@ -57,4 +57,9 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+  # Security updates (chromium above all) retire old versions from the
+  # mirrors: fall back to the current version of each, loudly.
+  echo "setup: a pinned version is no longer available; installing current versions" >&2
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]%%=*}"
+fi

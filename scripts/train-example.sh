@@ -3,6 +3,7 @@
 # present. Installs what is missing, builds, then:
 #   GPT config --mapp-translate--> forward graph --mapp-opt--> training step
 #   --mapp-translate--> plan --mapp-run--> loss log, metrics, checkpoint.
+# Tracing (MegaScan) and probes (MegaScope, examples/probes.json) are on.
 # Usage: scripts/train-example.sh [CONFIG.json] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,13 +26,25 @@ echo "== compile $CONFIG"
 "$BIN/mapp-translate" --import-gpt-config "$CONFIG" -o "$OUT/model.mlir"
 "$BIN/mapp-opt" "$OUT/model.mlir" -mapp-autodiff \
   -mapp-optimizer="lr=6e-4 weight-decay=0.1 beta2=0.95 max-grad-norm=1.0 lr-schedule=cosine warmup=10 total-steps=$STEPS min-lr=6e-5" \
+  -mapp-insert-trace="granularity=layer" -mapp-insert-probes="spec=examples/probes.json" \
   -mapp-plan-memory -mapp-lower-to-plan -o "$OUT/train.mlir"
 "$BIN/mapp-translate" --mapp-to-plan "$OUT/train.mlir" -o "$OUT/model.mplan"
+
+# Byte-level configs (vocab <= 256) train on raw bytes, the rest on GPT-2 BPE.
+TOKENIZER=gpt2:data/gpt/gpt2-vocab.json,data/gpt/gpt2-merges.txt
+if [ "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$CONFIG")" -le 256 ]; then
+  TOKENIZER=bytes
+fi
 
 echo "== train on $BACKEND for $STEPS steps"
 "$BIN/mapp-run" "$OUT/model.mplan" --backend="$BACKEND" \
   --data data/gpt/news-1k.jsonl \
-  --tokenizer gpt2:data/gpt/gpt2-vocab.json,data/gpt/gpt2-merges.txt \
+  --tokenizer "$TOKENIZER" \
   --steps "$STEPS" --seed 1 --metrics "$OUT/metrics.jsonl" \
-  --save "$OUT/final.safetensors"
-echo "== metrics in $OUT/metrics.jsonl, weights in $OUT/final.safetensors"
+  --save "$OUT/final.safetensors" \
+  --trace-dir "$OUT/traces" --probe-db "$OUT/probes.sqlite"
+echo "== MegaScan: merged trace and diagnosis"
+"$BIN/mapp-scan" "$OUT/traces" -o "$OUT/merged.json" --report "$OUT/report.json" \
+  --html "$OUT/report.html"
+echo "== outputs in $OUT: metrics.jsonl, final.safetensors, traces/ (Perfetto:"
+echo "   merged.json), report.html, probes.sqlite (view: $BIN/mapp-scope serve --db $OUT/probes.sqlite)"

@@ -200,6 +200,20 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
         if (it == lowestStage.end() || q.pp < it->second)
           lowestStage[v.name] = q.pp;
       }
+  // ZeRO-1: a gradient whose update carries zero_begin/zero_end is final
+  // only in that range on this rank (its bucket was reduce-scattered over
+  // dp); every dp rank counts its own range, which partition the bucket.
+  normRange_.assign(p.values.size(), {0, -1});
+  std::vector<bool> zeroSharded(p.values.size(), false);
+  for (const Block &blk : p.blocks)
+    for (const Instr &in : blk.instrs)
+      if ((in.kernel == "adamw" || in.kernel == "sgd") &&
+          in.attrs.has("zero_begin") && in.inputs.size() > 1) {
+        int g = in.inputs[1];
+        zeroSharded[g] = true;
+        normRange_[g] = {in.attrs.getInt("zero_begin", 0),
+                         in.attrs.getInt("zero_end", 0)};
+      }
   countInNorm_.assign(p.values.size(), false);
   for (size_t v = 0; v < p.values.size(); ++v) {
     const Value &val = p.values[v];
@@ -207,7 +221,8 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
       continue;
     const Value &par = p.values[val.param];
     std::string sg = par.shardDim >= 0 ? par.shardGroup : "";
-    bool count = (sg == "tp" || p.tp == 0) && (sg == "dp" || p.dp == 0) &&
+    bool count = (sg == "tp" || p.tp == 0) &&
+                 (sg == "dp" || p.dp == 0 || zeroSharded[v]) &&
                  lowestStage[par.name] == p.pp;
     countInNorm_[v] = count;
   }
@@ -406,8 +421,17 @@ double Executor::gradNormSquared() const {
   std::vector<Tensor> grads;
   for (size_t v = 0; v < prog_->values.size(); ++v) {
     const Value &val = prog_->values[v];
-    if (val.kind == ValueKind::Grad && countInNorm_[v])
-      grads.push_back({valueData(static_cast<int>(v)), val.type});
+    if (val.kind != ValueKind::Grad || !countInNorm_[v])
+      continue;
+    // Only the rank's ZeRO range counts (the whole buffer without one).
+    auto [lo, hi] = normRange_[v];
+    int64_t n = val.type.numel();
+    lo = std::max<int64_t>(lo, 0);
+    hi = hi < 0 ? n : std::min(hi, n);
+    if (hi <= lo)
+      continue;
+    TensorType range{val.type.dtype, {hi - lo}};
+    grads.push_back({valueData(static_cast<int>(v)) + lo, range});
   }
   return backend_.sumSquares(grads);
 }

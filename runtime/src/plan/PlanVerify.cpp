@@ -184,11 +184,17 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
   };
   for (size_t o = 0; o < in.outputs.size(); ++o) {
     int ov = in.outputs[o];
-    for (int iv : in.inputs)
-      if (overlap(ov, iv) && !(inPlaceOk && sameStorage(ov, iv)))
+    for (int iv : in.inputs) {
+      // Updating one buffer in place (grad_sync over gradient buffers, an
+      // all_reduce of a value into itself) reads each element before
+      // writing it; only partial overlaps between different storage are bad.
+      if (inPlaceOk && sameStorage(ov, iv))
+        continue;
+      if (overlap(ov, iv))
         fail(at, ": output ", ov, " ('", p.values[ov].name,
              "') shares storage with input ", iv, " ('", p.values[iv].name,
              "')");
+    }
     for (size_t o2 = o + 1; o2 < in.outputs.size(); ++o2)
       if (overlap(ov, in.outputs[o2]))
         fail(at, ": outputs ", ov, " and ", in.outputs[o2], " share storage");

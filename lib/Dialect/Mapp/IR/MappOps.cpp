@@ -242,24 +242,30 @@ LogicalResult MatmulOp::verify() {
   return sameElementType(*this, getOperation()->getOperands());
 }
 
-LogicalResult ReduceSumOp::verify() {
-  ArrayRef<int64_t> x = shapeOf(getX());
-  ArrayRef<int64_t> dims = getDims();
+/// reduce_sum / reduce_max: `dims` sorted, unique, in range, and removed
+/// from the result's shape.
+static LogicalResult verifyReduction(Operation *op, Value x, Value result,
+                                     ArrayRef<int64_t> dims) {
+  ArrayRef<int64_t> xs = shapeOf(x);
   SmallVector<int64_t> expected;
   for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] < 0 || dims[i] >= (int64_t)x.size())
-      return emitOpError("dim ") << dims[i] << " out of range for rank "
-                                 << x.size();
+    if (dims[i] < 0 || dims[i] >= (int64_t)xs.size())
+      return op->emitOpError("dim ") << dims[i] << " out of range for rank "
+                                     << xs.size();
     if (i && dims[i] <= dims[i - 1])
-      return emitOpError("dims must be sorted and unique");
+      return op->emitOpError("dims must be sorted and unique");
   }
-  for (int64_t i = 0; i < (int64_t)x.size(); ++i)
+  for (int64_t i = 0; i < (int64_t)xs.size(); ++i)
     if (!llvm::is_contained(dims, i))
-      expected.push_back(x[i]);
-  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
-    return emitOpError("result must be ") << shapeStr(expected) << ", got "
-                                          << shapeStr(shapeOf(getResult()));
+      expected.push_back(xs[i]);
+  if (shapeOf(result) != ArrayRef<int64_t>(expected))
+    return op->emitOpError("result must be ")
+           << shapeStr(expected) << ", got " << shapeStr(shapeOf(result));
   return success();
+}
+
+LogicalResult ReduceSumOp::verify() {
+  return verifyReduction(*this, getX(), getResult(), getDims());
 }
 
 OpFoldResult ReduceSumOp::fold(FoldAdaptor) {
@@ -391,23 +397,7 @@ static LogicalResult verifyGroupName(Operation *op, StringRef g) {
 }
 
 LogicalResult ReduceMaxOp::verify() {
-  ArrayRef<int64_t> x = shapeOf(getX());
-  ArrayRef<int64_t> dims = getDims();
-  SmallVector<int64_t> expected;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] < 0 || dims[i] >= (int64_t)x.size())
-      return emitOpError("dim ") << dims[i] << " out of range for rank "
-                                 << x.size();
-    if (i && dims[i] <= dims[i - 1])
-      return emitOpError("dims must be sorted and unique");
-  }
-  for (int64_t i = 0; i < (int64_t)x.size(); ++i)
-    if (!llvm::is_contained(dims, i))
-      expected.push_back(x[i]);
-  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
-    return emitOpError("result must be ") << shapeStr(expected) << ", got "
-                                          << shapeStr(shapeOf(getResult()));
-  return success();
+  return verifyReduction(*this, getX(), getResult(), getDims());
 }
 
 LogicalResult VocabCEPartialsOp::verify() {

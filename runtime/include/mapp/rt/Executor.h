@@ -126,6 +126,8 @@ private:
   int64_t step_ = 0;
   ProbeRuntime *probe_ = nullptr;
   std::vector<bool> countInNorm_; // per value: Grad counted on this rank
+  /// per value: the counted element range (ZeRO-1 slice), {0, -1} = all
+  std::vector<std::pair<int64_t, int64_t>> normRange_;
   double slowFactor_ = 1;
   mapp::MappTraceWriter *trace_ = nullptr;
   bool planHasTrace_ = false;

@@ -231,12 +231,19 @@ void cpu::grad_sync(const KernelArgs &a) {
   int64_t n = bucketSize(a, g.size());
   std::vector<float> flat(n, 0.0f);
   pack(a, flat);
-  // ZeRO-1 ("reduce_scatter") needs only this rank's slice; the whole
-  // bucket is reduced all the same so the executor's global gradient norm
-  // (which reads whole Grad buffers) stays exact.
-  // TODO: a true reduce-scatter with a slice-aware norm.
-  a.ctx.comm->allReduce(flat.data(), n, op, g);
-  unpack(a, flat, 0, n);
+  if (mode == "all_reduce") {
+    a.ctx.comm->allReduce(flat.data(), n, op, g);
+    unpack(a, flat, 0, n);
+    return;
+  }
+  // ZeRO-1: only this rank's slice of the bucket is reduced; the rest of
+  // its gradient buffers stays unreduced (the sharded update and the
+  // executor's norm read only the slice).
+  int64_t chunk = n / g.size(), r = g.indexOf(a.ctx.comm->rank());
+  std::vector<float> mine(chunk);
+  a.ctx.comm->reduceScatter(flat.data(), mine.data(), chunk, op, g);
+  std::memcpy(flat.data() + r * chunk, mine.data(), chunk * sizeof(float));
+  unpack(a, flat, r * chunk, (r + 1) * chunk);
 }
 
 // ZeRO-1: every member contributes its updated slice of the flat bucket.
