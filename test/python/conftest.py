@@ -1,8 +1,11 @@
 """pytest setup for the Python front end: python/ on sys.path, and helpers
 to find the built tools (MAPP_OPT / MAPP_BIN or build/bin)."""
 
+import json
 import os
+import pathlib
 import shutil
+import struct
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,3 +20,19 @@ def find_tool(name):
         if d and os.path.exists(os.path.join(d, name)):
             return os.path.join(d, name)
     return shutil.which(name)
+
+
+def read_st(path):
+    """name -> (shape, values) of an F32 safetensors file, without torch."""
+    raw = pathlib.Path(path).read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        assert h["dtype"] == "F32"
+        b, e = h["data_offsets"]
+        data = raw[8 + n + b:8 + n + e]
+        out[name] = (h["shape"], struct.unpack(f"<{len(data) // 4}f", data))
+    return out

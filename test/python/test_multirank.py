@@ -21,6 +21,8 @@ import subprocess
 
 import pytest
 
+from conftest import read_st
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -79,20 +81,6 @@ def train(plan, out, world, comm, steps=STEPS, extra=()):
     return ([json.loads(l) for l in metrics.read_text().splitlines()],
             read_st(save), [json.loads(l) for l in dump.read_text().splitlines()])
 
-
-def read_st(path):
-    raw = pathlib.Path(path).read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, h in header.items():
-        if name == "__metadata__":
-            continue
-        assert h["dtype"] == "F32"
-        b, e = h["data_offsets"]
-        data = raw[8 + n + b:8 + n + e]
-        out[name] = (h["shape"], struct.unpack(f"<{len(data) // 4}f", data))
-    return out
 
 
 def rel(a, b):

@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, find_tool
+from conftest import ROOT, find_tool, read_st
 
 STEPS = 20
 TOLERANCE = 1e-5
@@ -83,21 +83,6 @@ def train(plan, out, world, comm, weights):
     return ([json.loads(l) for l in metrics.read_text().splitlines()],
             [json.loads(l) for l in dump.read_text().splitlines()], read_st(save))
 
-
-def read_st(path):
-    """name -> (shape, values) of an F32 safetensors file."""
-    raw = pathlib.Path(path).read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, h in header.items():
-        if name == "__metadata__":
-            continue
-        assert h["dtype"] == "F32"
-        b, e = h["data_offsets"]
-        data = raw[8 + n + b:8 + n + e]
-        out[name] = (h["shape"], struct.unpack(f"<{len(data) // 4}f", data))
-    return out
 
 
 def prepare(d, cfg, opt):
