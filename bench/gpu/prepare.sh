@@ -42,4 +42,8 @@ for c in gpt-124m gpt-1.3b; do
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.mplan"
   rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
 done
+# --- fuse (bench/gpu/fuse.sh: epilogue fusion, fused vs unfused on the bench
+# plans above; run as gpu/cuda/fuse.sh)
+cp bench/gpu/fuse.sh "$OUT/"
+# --- end fuse
 du -sh "$OUT"

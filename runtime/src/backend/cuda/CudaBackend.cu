@@ -57,6 +57,16 @@ const char *errorKernel(int code) {
 
 bool isOptimizer(const std::string &k) { return k == "adamw" || k == "sgd"; }
 
+// Entry points: every kernel first asks whether it is half of a fused pair
+// (Fusion.h); the kernels themselves stay unaware of fusion.
+#define MAPP_ENTRY(name)                                                       \
+  void name##_entry(const KernelArgs &a) {                                     \
+    if (!runFused(a))                                                          \
+      cuda::name(a);                                                           \
+  }
+MAPP_CUDA_KERNELS(MAPP_ENTRY)
+#undef MAPP_ENTRY
+
 // Profiling wrappers: one per kernel, timed by CUDA events.
 const char *profName(const char *name, const KernelArgs &a) {
   if (std::strcmp(name, "matmul") == 0 && a.attrs.flag("transpose_a"))
@@ -66,7 +76,7 @@ const char *profName(const char *name, const KernelArgs &a) {
 #define MAPP_TIMED(name)                                                       \
   void name##_timed(const KernelArgs &a) {                                     \
     backendOf(a).profBegin(profName(#name, a));                                \
-    cuda::name(a);                                                             \
+    name##_entry(a);                                                           \
     backendOf(a).profEnd();                                                    \
   }
 MAPP_CUDA_KERNELS(MAPP_TIMED)
@@ -115,7 +125,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     MAPP_CUDA_KERNELS(MAPP_REGISTER)
 #undef MAPP_REGISTER
   } else {
-#define MAPP_REGISTER(name) table_[#name] = cuda::name;
+#define MAPP_REGISTER(name) table_[#name] = name##_entry;
     MAPP_CUDA_KERNELS(MAPP_REGISTER)
 #undef MAPP_REGISTER
   }
@@ -339,6 +349,23 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
     }
   }
   shadowsDirty_ = true;
+  fusions_ = planFusions(p, FusionSwitches::fromEnv());
+  if (const char *log = std::getenv("MAPP_CUDA_FUSE_LOG"))
+    if (std::string(log) == "1")
+      std::fprintf(stderr, "mapp cuda fusion: %s\n",
+                   fusionSummary(*this).c_str());
+}
+
+Tensor CudaBackend::valueTensor(int value, const Tensor &anchor,
+                                int anchorValue) const {
+  const Value &v = prog_->values[value];
+  uint8_t *base = poolBase_;
+  if (inArena(v.kind)) // anchor.data = arena + slot · stride + its offset
+    base = static_cast<uint8_t *>(anchor.data) - prog_->values[anchorValue].offset;
+  Tensor t{base + v.offset, v.type};
+  if (valueBf16_[value])
+    t.type.dtype = DType::BF16;
+  return t;
 }
 
 Tensor CudaBackend::operandView(const Program &p, const Instr &in, int value,

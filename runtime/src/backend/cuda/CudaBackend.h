@@ -11,6 +11,7 @@
 #define MAPP_RT_CUDA_BACKEND_H
 
 #include "CudaCommon.h"
+#include "Fusion.h"
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/ThreadPool.h"
@@ -105,6 +106,12 @@ public:
   /// Storage policy: "bf16" (default) or "f32" (every value as the plan says,
   /// for debugging numerics); MAPP_CUDA_STORAGE selects it.
   bool bf16Storage() const { return bf16Storage_; }
+  /// Fused instruction pairs of the bound program (Fusion.h).
+  const FusionTable &fusions() const { return fusions_; }
+  /// The storage view of `value` in the arena slot of `anchor`, a tensor of
+  /// the arena value `anchorValue` in the current call (pool values have one
+  /// copy). For a fused call to reach its partner instruction's operands.
+  Tensor valueTensor(int value, const Tensor &anchor, int anchorValue) const;
 
   /// MAPP_CUDA_PROFILE=1: device time per kernel name (CUDA events around
   /// every call from step 1 on), printed to stderr when the backend ends.
@@ -156,6 +163,7 @@ private:
   __nv_bfloat16 *shadowPool_ = nullptr;
   bool shadowsDirty_ = true;
   std::vector<void *> allocations_;
+  FusionTable fusions_;
 
   struct ProfRec {
     const char *name;

@@ -2,7 +2,10 @@
 //
 // bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F), output in the
 // storage type of the result (bf16 activations, fp32 gradient
-// contributions). linear's bias is a cuBLASLt epilogue. Row-major products
+// contributions). linear's bias is a cuBLASLt epilogue, and so are the
+// fusions Fusion.cu finds in the plan: bias + GELU writing the pre-activation
+// as the auxiliary output, the bias gradient (BGRADB) of a weight-gradient
+// GEMM, and accumulation into a gradient buffer (beta = 1). Row-major products
 // are issued as their column-major transposes: C[M,N] = op(A)·op(B) becomes
 // Cᵀ[N,M] = op(B)ᵀ·op(A)ᵀ with B first.
 //
@@ -11,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
+#include "Fusion.h"
 
 #include <map>
 #include <mutex>
@@ -31,18 +35,19 @@ namespace {
       fail("cuBLASLt error ", static_cast<int>(st_), " in ", #expr);           \
   } while (0)
 
-/// One column-major GEMM: D[m,n] = alpha·op(A)·op(B) (+ bias[m]) + beta·D.
+/// One column-major GEMM: D[m,n] = epilogue(alpha·op(A)·op(B) (+ bias[m])) +
+/// beta·D.
 struct GemmKey {
   int64_t m, n, k, lda, ldb, ldd;
-  int transA, transB, dBf16, bias, batch;
+  int transA, transB, dBf16, epilogue, batch;
   int64_t strideA, strideB, strideD;
   uint32_t align; // smallest alignment of the pointers, in bytes (≤ 256)
   bool operator<(const GemmKey &o) const {
-    return std::tie(m, n, k, lda, ldb, ldd, transA, transB, dBf16, bias, batch,
-                    strideA, strideB, strideD, align) <
+    return std::tie(m, n, k, lda, ldb, ldd, transA, transB, dBf16, epilogue,
+                    batch, strideA, strideB, strideD, align) <
            std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.transA, o.transB,
-                    o.dBf16, o.bias, o.batch, o.strideA, o.strideB, o.strideD,
-                    o.align);
+                    o.dBf16, o.epilogue, o.batch, o.strideA, o.strideB,
+                    o.strideD, o.align);
   }
 };
 
@@ -70,7 +75,29 @@ void setBatch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
       l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
 }
 
-GemmPlan &planFor(CudaBackend &be, const GemmKey &key) {
+/// The epilogue's extra operands, set on the descriptor before every call
+/// (and before the heuristic: it derives alignment from the pointers).
+struct EpilogueArgs {
+  const float *bias = nullptr; // BIAS input, or BGRADB output (fp32)
+  void *aux = nullptr;         // GELU_AUX: the pre-activation output
+  int64_t auxLd = 0;
+};
+
+void setEpiloguePointers(cublasLtMatmulDesc_t desc, int epilogue,
+                         const EpilogueArgs &e) {
+  if (epilogue == CUBLASLT_EPILOGUE_DEFAULT)
+    return;
+  MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
+      desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
+  if (e.aux) {
+    MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
+        desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
+    MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
+        desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.auxLd, sizeof(e.auxLd)));
+  }
+}
+
+GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
   std::lock_guard<std::mutex> lock(gMutex);
   auto it = gPlans.find(key);
   if (it != gPlans.end())
@@ -83,13 +110,14 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key) {
                                                &ta, sizeof(ta)));
   MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                                &tb, sizeof(tb)));
-  if (key.bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
     MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
         p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    cudaDataType_t bt = CUDA_R_32F;
+    cudaDataType_t bt = CUDA_R_32F; // biases and bias gradients are fp32
     MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
         p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    setEpiloguePointers(p.desc, key.epilogue, e);
   }
   // Stored shapes: op(A) is m×k, so A is m×k (N) or k×m (T).
   int64_t ar = key.transA ? key.k : key.m, ac = key.transA ? key.m : key.k;
@@ -155,21 +183,32 @@ __global__ void addBiasKernel(DView y, const float *bias, int64_t rows,
     y.st(i, y.ld(i) + bias[i % n]);
 }
 
-/// Row-major C[batch][M,N] = op(A)·op(B) (+ bias[N]) as described above.
-void rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
+/// Row-major C[batch][M,N] = op(A)·op(B) with GemmExtras as described in
+/// Fusion.h. Returns false, having done nothing, when a fused epilogue
+/// (gelu, biasGrad, beta) cannot be used here: the caller then runs the
+/// unfused kernels. A plain bias never fails (separate kernel fallback).
+bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
                   bool tb, const Tensor &C, int64_t M, int64_t N, int64_t K,
                   int batch, int64_t strideA, int64_t strideB,
-                  const float *bias) {
+                  const GemmExtras &x) {
   cudaStream_t s = be.stream();
+  const float *bias = x.bias;
+  bool fused = x.gelu || x.biasGrad || x.beta != 0.0f;
+  if (fused && (K == 0 || batch != 1 || M == 0 || N == 0))
+    return false;
+  if (x.gelu && (N % 8 != 0 || x.geluPre.type.dtype != C.type.dtype))
+    return false; // GELU aux: ld divisible by 8, stored like the output
+  if (x.biasGrad && !ta)
+    return false; // BGRADB reduces op(A) over k: only the wgrad layout
   if (M == 0 || N == 0)
-    return;
+    return true;
   if (K == 0) {
     fillZero(view(C), C.numel(), s);
     if (bias) {
       addBiasKernel<<<gridFor(M * N, 256), 256, 0, s>>>(view(C), bias, M * batch, N);
       MAPP_CUDA_LAUNCHED();
     }
-    return;
+    return true;
   }
   const __nv_bfloat16 *a = asBf16(be, A, 0), *b = asBf16(be, B, 3);
   GemmKey key{};
@@ -182,34 +221,52 @@ void rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
   key.ldb = ta ? M : K;
   key.ldd = N;
   key.dBf16 = isBf16(C);
-  key.bias = bias != nullptr;
+  EpilogueArgs epi;
+  if (x.gelu) {
+    // D = gelu(product + bias), the pre-activation into the aux matrix.
+    key.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    epi.bias = bias;
+    epi.aux = x.geluPre.data;
+    epi.auxLd = N;
+  } else if (x.biasGrad) {
+    // Lt's B is our A (dY, k = rows): its sums over k are our column sums.
+    key.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    epi.bias = x.biasGrad;
+  } else if (bias) {
+    key.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    epi.bias = bias;
+  }
   key.batch = batch;
   key.strideA = strideB;
   key.strideB = strideA;
   key.strideD = M * N;
   uintptr_t bits = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
                    reinterpret_cast<uintptr_t>(C.data) | 256;
-  if (bias)
-    bits |= reinterpret_cast<uintptr_t>(bias);
+  bits |= reinterpret_cast<uintptr_t>(epi.bias) | reinterpret_cast<uintptr_t>(epi.aux);
   key.align = static_cast<uint32_t>(bits & (~bits + 1)); // lowest set bit
-  GemmPlan *p = &planFor(be, key);
+  GemmPlan *p = &planFor(be, key, epi);
+  if (!p->ok && fused)
+    return false;
   bool separateBias = false;
   if (!p->ok && bias) {
-    key.bias = 0;
+    key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     separateBias = true;
-    p = &planFor(be, key);
+    p = &planFor(be, key, epi);
   }
   if (!p->ok)
     fail("cuBLASLt found no algorithm for a ", M, "x", N, "x", K,
          " bf16 GEMM (batch ", batch, ")");
-  if (key.bias)
-    MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
-        p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  float alpha = 1.0f, beta = 0.0f;
+  setEpiloguePointers(p->desc, key.epilogue, epi);
+  float alpha = 1.0f, beta = x.beta;
   if (!p->tuned && autotune() && p->candidates.size() > 1 &&
       M * N * K >= (int64_t(1) << 30)) {
-    // Time each candidate twice on these operands (the output is rewritten
-    // by the real call below), keep the fastest.
+    // Time each candidate twice on these operands, keep the fastest. The
+    // real call below rewrites every output, except when it accumulates
+    // (beta ≠ 0): then the trials write a scratch matrix instead.
+    void *trialD = C.data;
+    float trialBeta = 0.0f;
+    if (beta != 0.0f)
+      trialD = be.scratch(M * N * storedSize(C), 5);
     cudaEvent_t e0, e1;
     MAPP_CUDA_CHECK(cudaEventCreate(&e0));
     MAPP_CUDA_CHECK(cudaEventCreate(&e1));
@@ -219,9 +276,10 @@ void rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
       bool ok = true;
       for (int rep = 0; rep < 2 && ok; ++rep) {
         MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
-        ok = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
-                            C.data, p->d, C.data, p->d, &algo, be.ltWorkspace(),
-                            be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
+        ok = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b,
+                            &trialBeta, trialD, p->d, trialD, p->d, &algo,
+                            be.ltWorkspace(), be.ltWorkspaceBytes(),
+                            s) == CUBLAS_STATUS_SUCCESS;
         MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
         MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
         MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
@@ -235,14 +293,20 @@ void rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
     cudaEventDestroy(e1);
     p->tuned = true;
   }
-  MAPP_LT_CHECK(cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
-                               C.data, p->d, C.data, p->d, &p->algo,
-                               be.ltWorkspace(), be.ltWorkspaceBytes(), s));
+  cublasStatus_t st = cublasLtMatmul(
+      be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta, C.data, p->d, C.data,
+      p->d, &p->algo, be.ltWorkspace(), be.ltWorkspaceBytes(), s);
+  if (st != CUBLAS_STATUS_SUCCESS && fused)
+    return false; // launched nothing: the unfused kernels run instead
+  if (st != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLASLt error ", static_cast<int>(st), " in a ", M, "x", N, "x",
+         K, " bf16 GEMM");
   if (separateBias) {
     addBiasKernel<<<gridFor(M * N * batch, 256), 256, 0, s>>>(view(C), bias,
                                                             M * batch, N);
     MAPP_CUDA_LAUNCHED();
   }
+  return true;
 }
 
 } // namespace
@@ -252,14 +316,15 @@ void cuda::linear(const KernelArgs &a) {
   int64_t k = a.in[0].dim(-1), n = a.in[1].dim(0);
   int64_t m = n ? a.out[0].numel() / n : 0;
   const float *bias = nullptr;
-  Tensor biasF;
   if (a.numIn == 3) {
     if (isBf16(a.in[2]))
       fail("linear: the CUDA backend expects an fp32 bias");
     bias = a.in[2].f32();
   }
+  GemmExtras x;
+  x.bias = bias;
   rowMajorGemm(be, a.in[0], false, a.in[1], true, a.out[0], m, n, k, 1, 0, 0,
-               bias);
+               x);
 }
 
 void cuda::matmul(const KernelArgs &a) {
@@ -273,11 +338,32 @@ void cuda::matmul(const KernelArgs &a) {
     batch *= A.dim(i);
   bool sharedB = B.rank() == 2;
   if (sharedB && !ta) {
-    rowMajorGemm(be, A, false, B, tb, a.out[0], batch * m, n, k, 1, 0, 0, nullptr);
+    rowMajorGemm(be, A, false, B, tb, a.out[0], batch * m, n, k, 1, 0, 0, {});
     return;
   }
   if (batch > INT32_MAX)
     fail("matmul: batch ", batch, " is too large");
   rowMajorGemm(be, A, ta, B, tb, a.out[0], m, n, k, static_cast<int>(batch),
-               m * k, sharedB ? 0 : k * n, nullptr);
+               m * k, sharedB ? 0 : k * n, {});
+}
+
+bool cuda::linearGelu(CudaBackend &be, const Tensor &x, const Tensor &w,
+                      const float *bias, const Tensor &pre, const Tensor &act) {
+  int64_t k = x.dim(-1), n = w.dim(0);
+  int64_t m = n ? act.numel() / n : 0;
+  GemmExtras e;
+  e.bias = bias;
+  e.gelu = true;
+  e.geluPre = pre;
+  return rowMajorGemm(be, x, false, w, true, act, m, n, k, 1, 0, 0, e);
+}
+
+bool cuda::wgradGemm(CudaBackend &be, const Tensor &dy, const Tensor &x,
+                     const Tensor &dw, float *biasGrad, float beta) {
+  // dw[M,N] = dyᵀ·x over R rows; dy is [R, M], x is [R, N].
+  int64_t m = dy.dim(-1), n = x.dim(-1), r = m ? dy.numel() / m : 0;
+  GemmExtras e;
+  e.biasGrad = biasGrad;
+  e.beta = beta;
+  return rowMajorGemm(be, dy, true, x, false, dw, m, n, r, 1, 0, 0, e);
 }

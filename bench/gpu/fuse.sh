@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# CUDA epilogue fusion check (docs/cuda-backend.md, "Epilogue fusion"), on
+# the GPU machine, from the folder bench/gpu/prepare.sh filled:
+#   gpu/cuda/fuse.sh [STEPS_124M] [STEPS_1B3] [ROUNDS_124M] [ROUNDS_1B3]
+# 1. mapp-cuda-kernel-test (every kernel vs fp64 references, and the fused
+#    pairs vs unfused vs fp64);
+# 2. the 124M and 1.3B bench plans with MAPP_CUDA_FUSE=0 and =1 interleaved,
+#    same seed and batches: median step time after 3 warm-up steps, speedup,
+#    and the largest relative loss difference between the two (≤ 2e-2, the
+#    e2e tolerance; bench/gpu.sh check still runs the PyTorch comparison).
+# Prints PASS/FAIL and the figures last. Logs in $OUT (when set) or /tmp.
+set -uo pipefail
+D=$(cd "$(dirname "$0")" && pwd)
+S124=${1:-15}
+S13=${2:-8}
+R124=${3:-2}
+R13=${4:-1}
+LOG=${OUT:-/tmp/mapp-fuse}
+mkdir -p "$LOG"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+BIN=/tmp/mapp-cuda-bin
+mkdir -p $BIN
+for b in mapp-run mapp-cuda-kernel-test; do
+  [ -x $BIN/$b ] || { xz -dc "$D/bin/$b.xz" > $BIN/$b && chmod +x $BIN/$b; }
+done
+SUMMARY=()
+FAILED=0
+say() { echo "$*"; SUMMARY+=("$*"); }
+
+echo "== kernel test"
+if timeout 150 $BIN/mapp-cuda-kernel-test > "$LOG/fuse-kernels.log" 2>&1; then
+  say "kernels: $(tail -1 "$LOG/fuse-kernels.log")"
+else
+  grep FAIL "$LOG/fuse-kernels.log" | head -20
+  say "kernels: FAILED ($(tail -1 "$LOG/fuse-kernels.log"))"
+  FAILED=1
+fi
+grep -i "fused\|fusion" "$LOG/fuse-kernels.log" | head -30
+
+for c in gpt-124m gpt-1.3b; do
+  steps=$S124 rounds=$R124
+  [ $c = gpt-1.3b ] && steps=$S13 rounds=$R13
+  for r in $(seq 1 "$rounds"); do
+    for f in 0 1; do
+      echo "== $c MAPP_CUDA_FUSE=$f round $r"
+      MAPP_CUDA_FUSE=$f MAPP_CUDA_FUSE_LOG=1 timeout 200 $BIN/mapp-run \
+        "$D/plans/$c.mplan" --backend=cuda --data "$D/corpus.jsonl" \
+        --tokenizer bytes --steps "$steps" --seed 11 --quiet \
+        --metrics "$LOG/$c.fuse$f.r$r.jsonl" > "$LOG/$c.fuse$f.r$r.log" 2>&1 \
+        || { tail -3 "$LOG/$c.fuse$f.r$r.log"; say "$c fuse=$f: mapp-run failed"; FAILED=1; }
+      grep "mapp cuda fusion" "$LOG/$c.fuse$f.r$r.log" | head -1
+    done
+  done
+  line=$(python3 - "$LOG" "$c" <<'PY'
+import glob, json, statistics, sys
+log, c = sys.argv[1], sys.argv[2]
+def runs(f):
+    out = []
+    for p in sorted(glob.glob(f"{log}/{c}.fuse{f}.r*.jsonl")):
+        m = [json.loads(l) for l in open(p) if l.strip()]
+        m = [x for x in m if "step_ms" in x]
+        out.append(m)
+    return out
+r0, r1 = runs(0), runs(1)
+if not r0 or not r1 or not r0[0] or not r1[0]:
+    print(f"{c}: no metrics"); sys.exit(1)
+t0 = statistics.median(x["step_ms"] for m in r0 for x in m[3:] or m)
+t1 = statistics.median(x["step_ms"] for m in r1 for x in m[3:] or m)
+l0, l1 = [x["loss"] for x in r0[0]], [x["loss"] for x in r1[0]]
+diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(l0, l1))
+ok = diff <= 2e-2
+print(f"{c}: unfused {t0:.1f} ms/step, fused {t1:.1f} ms/step, speedup "
+      f"{t0 / t1:.3f}x; max rel loss diff {diff:.2e} over {len(l0)} steps "
+      f"{'ok' if ok else 'FAIL (> 2e-2)'}")
+sys.exit(0 if ok else 1)
+PY
+)
+  rc=$?
+  say "$line"
+  [ $rc -ne 0 ] && FAILED=1
+done
+
+echo
+echo "================ fuse summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader))"
+printf '%s\n' "${SUMMARY[@]}"
+[ $FAILED -eq 0 ] && echo "PASS" || echo "FAIL"
+exit $FAILED

@@ -1,0 +1,275 @@
+//===- Fusion.cu - fused instruction pairs (see Fusion.h) -----------------===//
+#include "CudaBackend.h"
+#include "Fusion.h"
+
+#include <cstdlib>
+#include <sstream>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+
+FusionSwitches FusionSwitches::fromEnv() {
+  FusionSwitches on;
+  const char *e = std::getenv("MAPP_CUDA_FUSE");
+  std::string v = e ? e : "1";
+  if (v == "1")
+    return on;
+  on.gelu = on.bgrad = on.accumulate = false;
+  if (v == "0")
+    return on;
+  std::stringstream ss(v);
+  std::string word;
+  while (std::getline(ss, word, ',')) {
+    if (word == "gelu")
+      on.gelu = true;
+    else if (word == "bgrad")
+      on.bgrad = true;
+    else if (word == "accumulate")
+      on.accumulate = true;
+    else
+      fail("MAPP_CUDA_FUSE: unknown fusion '", word,
+           "' (use 0, 1, or a comma list of gelu, bgrad, accumulate)");
+  }
+  return on;
+}
+
+namespace {
+
+/// Whether two values' storage can share bytes: same region (the per-slot
+/// arena or the persistent pool) and intersecting byte ranges.
+bool overlap(const Program &p, int u, int v) {
+  const Value &a = p.values[u], &b = p.values[v];
+  if (inArena(a.kind) != inArena(b.kind))
+    return false;
+  return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+}
+
+bool touches(const Program &p, const Instr &in, int v) {
+  for (int u : in.inputs)
+    if (overlap(p, u, v))
+      return true;
+  for (int u : in.outputs)
+    if (overlap(p, u, v))
+      return true;
+  return false;
+}
+
+/// No instruction strictly between i and j reads or writes v's bytes, so
+/// writing v at i instead of at j cannot be observed.
+bool untouchedBetween(const Program &p, const Block &b, size_t i, size_t j,
+                      int v) {
+  for (size_t k = i + 1; k < j; ++k)
+    if (touches(p, b.instrs[k], v))
+      return false;
+  return true;
+}
+
+bool readsValue(const Instr &in, int v) {
+  for (int u : in.inputs)
+    if (u == v)
+      return true;
+  return false;
+}
+
+/// Index of the first instruction after i that runs `kernel` on input 0 = v.
+size_t findConsumer(const Block &b, size_t i, const char *kernel, int v) {
+  for (size_t j = i + 1; j < b.instrs.size(); ++j) {
+    const Instr &in = b.instrs[j];
+    if (in.kernel == kernel && !in.inputs.empty() && in.inputs[0] == v)
+      return j;
+  }
+  return b.instrs.size();
+}
+
+bool isF32Temp(const Value &v) {
+  return v.kind == ValueKind::Temp && v.type.dtype == DType::F32;
+}
+
+struct Finder {
+  const Program &p;
+  const FusionSwitches &on;
+  FusionTable t;
+  std::vector<int> readers; // per value: number of reading instructions
+
+  bool free(const Instr &in) const { return !t.ops.count(&in.attrs); }
+
+  void linearGelu(const Block &b, size_t i) {
+    const Instr &lin = b.instrs[i];
+    if (lin.outputs.size() != 1 || lin.inputs.size() < 2)
+      return;
+    int pre = lin.outputs[0];
+    if (!isF32Temp(p.values[pre]))
+      return;
+    size_t j = findConsumer(b, i, "gelu", pre);
+    if (j == b.instrs.size())
+      return;
+    const Instr &gelu = b.instrs[j];
+    int act = gelu.outputs[0];
+    // cuBLASLt's GELU epilogue is the tanh approximation.
+    if (gelu.attrs.getStr("approximate", "none") != "tanh" || !free(gelu) ||
+        p.values[act].type.dtype != DType::F32 ||
+        p.values[act].type.numel() != p.values[pre].type.numel() ||
+        touches(p, lin, act) || !untouchedBetween(p, b, i, j, act))
+      return;
+    t.ops[&lin.attrs] = {FusedOp::LinearGelu, &lin, &gelu, nullptr, nullptr};
+    t.ops[&gelu.attrs] = {FusedOp::Skip, &gelu};
+    ++t.linearGelu;
+  }
+
+  void wgrad(const Block &b, size_t i) {
+    const Instr &mm = b.instrs[i];
+    if (!mm.attrs.flag("transpose_a") || mm.attrs.flag("transpose_b") ||
+        mm.inputs.size() != 2 || mm.outputs.size() != 1)
+      return;
+    int dy = mm.inputs[0], x = mm.inputs[1], w = mm.outputs[0];
+    const TensorType &dyT = p.values[dy].type, &xT = p.values[x].type;
+    if (dyT.rank() != 2 || xT.rank() != 2 || !isF32Temp(p.values[w]))
+      return;
+    FusedOp op{FusedOp::Wgrad, &mm};
+    if (on.accumulate && readers[w] == 1) {
+      size_t j = findConsumer(b, i, "grad_accumulate", w);
+      if (j < b.instrs.size()) {
+        const Instr &acc = b.instrs[j];
+        int g = acc.outputs[0];
+        const Value &gv = p.values[g];
+        if (free(acc) && gv.kind == ValueKind::Grad &&
+            gv.type.dtype == DType::F32 &&
+            gv.type.numel() == p.values[w].type.numel() && !touches(p, mm, g) &&
+            untouchedBetween(p, b, i, j, g))
+          op.accumulate = &acc;
+      }
+    }
+    if (on.bgrad) {
+      // The bias gradient sums the rows of dy, or of the tensor dy is a
+      // reshape of (reshape is a row-major copy: same elements, same order).
+      std::vector<int> sources = {dy};
+      for (size_t k = i; k-- > 0;)
+        if (!b.instrs[k].outputs.empty() && b.instrs[k].outputs[0] == dy) {
+          if (b.instrs[k].kernel == "reshape")
+            sources.push_back(b.instrs[k].inputs[0]);
+          break;
+        }
+      for (int y : sources) {
+        size_t k = findConsumer(b, i, "reduce_sum", y);
+        if (k == b.instrs.size())
+          continue;
+        const Instr &rs = b.instrs[k];
+        int r = rs.outputs[0];
+        const TensorType &yT = p.values[y].type;
+        std::vector<int64_t> dims = rs.attrs.getInts("dims");
+        bool allButLast = static_cast<int>(dims.size()) == yT.rank() - 1;
+        for (size_t d = 0; d < dims.size() && allButLast; ++d)
+          allButLast = dims[d] == static_cast<int64_t>(d);
+        const Value &rv = p.values[r];
+        if (allButLast && free(rs) && rv.type.dtype == DType::F32 &&
+            rv.type.rank() == 1 && rv.type.numel() == dyT.dim(1) &&
+            !touches(p, mm, r) && untouchedBetween(p, b, i, k, r)) {
+          op.biasGrad = &rs;
+          break;
+        }
+      }
+    }
+    if (!op.accumulate && !op.biasGrad)
+      return;
+    t.ops[&mm.attrs] = op;
+    if (op.accumulate) {
+      t.ops[&op.accumulate->attrs] = {FusedOp::Skip, op.accumulate};
+      ++t.accumulate;
+    }
+    if (op.biasGrad) {
+      t.ops[&op.biasGrad->attrs] = {FusedOp::Skip, op.biasGrad};
+      ++t.biasGrad;
+    }
+  }
+};
+
+} // namespace
+
+FusionTable cuda::planFusions(const Program &p, const FusionSwitches &on) {
+  Finder f{p, on, {}, std::vector<int>(p.values.size(), 0)};
+  for (const Block &b : p.blocks)
+    for (const Instr &in : b.instrs)
+      for (size_t k = 0; k < in.inputs.size(); ++k) {
+        bool repeated = false; // an instr reading v twice is one reader
+        for (size_t l = 0; l < k; ++l)
+          repeated |= in.inputs[l] == in.inputs[k];
+        f.readers[in.inputs[k]] += !repeated;
+      }
+  for (const Block &b : p.blocks)
+    for (size_t i = 0; i < b.instrs.size(); ++i) {
+      const Instr &in = b.instrs[i];
+      if (!f.free(in))
+        continue;
+      if (in.kernel == "linear" && on.gelu)
+        f.linearGelu(b, i);
+      else if (in.kernel == "matmul" && (on.bgrad || on.accumulate))
+        f.wgrad(b, i);
+    }
+  return std::move(f.t);
+}
+
+namespace {
+
+void call(KernelFn fn, const Attrs &attrs, std::vector<Tensor> in,
+          std::vector<Tensor> out, KernelContext &ctx) {
+  fn({attrs, in.data(), static_cast<int>(in.size()), out.data(),
+      static_cast<int>(out.size()), ctx});
+}
+
+} // namespace
+
+bool cuda::runFused(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  const FusedOp *f = be.fusions().find(a.attrs);
+  if (!f)
+    return false;
+  if (f->kind == FusedOp::Skip)
+    return true; // its partner did the work
+  const Instr &self = *f->self;
+  // Partner operands live in the same arena slot as this call's output.
+  auto partnerValue = [&](int v) {
+    return be.valueTensor(v, a.out[0], self.outputs[0]);
+  };
+  if (f->kind == FusedOp::LinearGelu) {
+    Tensor act = partnerValue(f->partner->outputs[0]);
+    const float *bias = nullptr;
+    if (a.numIn == 3) {
+      if (isBf16(a.in[2]))
+        fail("linear: the CUDA backend expects an fp32 bias");
+      bias = a.in[2].f32();
+    }
+    if (linearGelu(be, a.in[0], a.in[1], bias, a.out[0], act))
+      return true;
+    cuda::linear(a); // unfused, in the plan's order
+    call(cuda::gelu, f->partner->attrs, {a.out[0]}, {act}, a.ctx);
+    return true;
+  }
+  Tensor dw = a.out[0];
+  float beta = 0.0f;
+  if (f->accumulate) {
+    dw = partnerValue(f->accumulate->outputs[0]);
+    beta = 1.0f;
+  }
+  Tensor biasGrad;
+  if (f->biasGrad)
+    biasGrad = partnerValue(f->biasGrad->outputs[0]);
+  if (!isBf16(biasGrad) &&
+      wgradGemm(be, a.in[0], a.in[1], dw, f->biasGrad ? biasGrad.f32() : nullptr,
+                beta))
+    return true;
+  cuda::matmul(a);
+  if (f->biasGrad)
+    call(cuda::reduce_sum, f->biasGrad->attrs,
+         {partnerValue(f->biasGrad->inputs[0])}, {biasGrad}, a.ctx);
+  if (f->accumulate)
+    call(cuda::grad_accumulate, f->accumulate->attrs, {a.out[0]}, {dw}, a.ctx);
+  return true;
+}
+
+std::string cuda::fusionSummary(Backend &b) {
+  const FusionTable &t = static_cast<CudaBackend &>(b).fusions();
+  std::ostringstream os;
+  os << "linear+gelu " << t.linearGelu << ", bgrad " << t.biasGrad
+     << ", accumulate " << t.accumulate;
+  return os.str();
+}
