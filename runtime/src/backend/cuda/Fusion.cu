@@ -64,13 +64,6 @@ bool untouchedBetween(const Program &p, const Block &b, size_t i, size_t j,
   return true;
 }
 
-bool readsValue(const Instr &in, int v) {
-  for (int u : in.inputs)
-    if (u == v)
-      return true;
-  return false;
-}
-
 /// Index of the first instruction after i that runs `kernel` on input 0 = v.
 size_t findConsumer(const Block &b, size_t i, const char *kernel, int v) {
   for (size_t j = i + 1; j < b.instrs.size(); ++j) {
