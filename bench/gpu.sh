@@ -12,7 +12,10 @@ S124=${2:-30}
 S13=${3:-12}
 LOG=/tmp/mapp-log
 mkdir -p $LOG
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (fused attention, loaded at run time) and the nvrtc it needs come
+# from PyTorch's wheels; MAPP_CUDA_ATTN=own keeps the own kernels.
+NVLIBS=$(python3 -c "import glob, os, nvidia; print(':'.join(sorted({d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, '*', 'lib'))})))" 2>/dev/null)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${NVLIBS:+:$NVLIBS}:${LD_LIBRARY_PATH:-}
 export PYTHONPATH=$D PYTHONUNBUFFERED=1
 BIN=/tmp/mapp-cuda-bin
 mkdir -p $BIN

@@ -42,4 +42,7 @@ for c in gpt-124m gpt-1.3b; do
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.mplan"
   rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
 done
+# --- attn: attention implementations vs PyTorch SDPA (bench/gpu/attn.sh)
+xz -T2 -6 -c "$BUILD/mapp-attn-bench" > "$OUT/bin/mapp-attn-bench.xz"
+cp bench/gpu/attn.sh "$OUT/"
 du -sh "$OUT"
