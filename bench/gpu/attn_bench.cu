@@ -9,6 +9,7 @@
 // (shape, implementation), which bench/gpu/attn.sh joins with PyTorch's
 // numbers, then cuDNN's load/plan report. Exit 1 when a check fails.
 //   mapp-attn-bench [ITERS]
+//   mapp-attn-bench --dry   (no GPU: build cuDNN's graph descriptors only)
 //
 //===----------------------------------------------------------------------===//
 #include "Attention.h"
@@ -158,6 +159,14 @@ double median(std::vector<float> v) {
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc > 1 && std::string(argv[1]) == "--dry") {
+    bool ok = false;
+    std::string report = cuda::cudnnAttnDryRun(ok);
+    std::printf("%s\n", report.c_str());
+    if (report.rfind("cuDNN not loaded", 0) == 0)
+      return 77;
+    return ok ? 0 : 1;
+  }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("no CUDA device: skipped\n");

@@ -58,6 +58,10 @@ bool cudnnAttnBackward(CudaBackend &be, const AttnCall &c, const void *q,
                        void *dv);
 /// Library, version and per-shape plan outcomes (engine or failure reasons).
 std::string cudnnAttnReport();
+/// Without a GPU: loads cuDNN and builds every graph variant's tensors and
+/// operations (all but the operation graph and plan, which need a device);
+/// `ok` is false when cuDNN is absent or any descriptor is refused.
+std::string cudnnAttnDryRun(bool &ok);
 
 } // namespace mapp::rt::cuda
 
