@@ -36,6 +36,14 @@ if [ "$MODE" = all ] || [ "$MODE" = check ]; then
     grep -E "FAIL" "$LOG/kernels.log" | head -20
     say "kernels: FAILED ($(tail -1 "$LOG/kernels.log"))"
   fi
+  # The attention cases again with the own kernels (the default takes cuDNN
+  # where it loads).
+  if MAPP_CUDA_ATTN=own timeout 120 "$BIN/mapp-cuda-kernel-test" attention > "$LOG/kernels-own-attn.log" 2>&1; then
+    say "kernels (MAPP_CUDA_ATTN=own, attention): $(tail -1 "$LOG/kernels-own-attn.log")"
+  else
+    grep -E "FAIL" "$LOG/kernels-own-attn.log" | head -10
+    say "kernels (MAPP_CUDA_ATTN=own, attention): FAILED ($(tail -1 "$LOG/kernels-own-attn.log"))"
+  fi
   echo "== compute-sanitizer memcheck"
   if timeout 240 compute-sanitizer --tool memcheck --leak-check full \
       "$BIN/mapp-cuda-kernel-test" > "$LOG/memcheck.log" 2>&1; then

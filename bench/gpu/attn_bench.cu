@@ -167,15 +167,15 @@ int main(int argc, char **argv) {
       return 77;
     return ok ? 0 : 1;
   }
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("no CUDA device: skipped\n");
-    return 77;
-  }
   int iters = argc > 1 ? std::atoi(argv[1]) : 20;
   if (iters < 1) {
     std::fprintf(stderr, "mapp-attn-bench: ITERS must be a positive count, got '%s'\n", argv[1]);
     return 2;
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
   }
   std::unique_ptr<Backend> gpu = createCudaBackend(0);
   auto &be = static_cast<cuda::CudaBackend &>(*gpu);

@@ -40,7 +40,7 @@ def main():
             x = torch.randn(b, t, heads, d, device="cuda", dtype=torch.bfloat16)
             return x.transpose(1, 2).requires_grad_(True)
         q, k, v = make(), make(), make()
-        do = torch.randn(b, heads, t, d, device="cuda", dtype=torch.bfloat16)
+        do = make().detach()
         for label, backend in backends:
             row = {"shape": name, "impl": "torch-" + label}
             try:
