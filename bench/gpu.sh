@@ -12,7 +12,10 @@ S124=${2:-30}
 S13=${3:-12}
 LOG=/tmp/mapp-log
 mkdir -p $LOG
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (fused attention, loaded at run time) and the nvrtc it needs come
+# from PyTorch's wheels; MAPP_CUDA_ATTN=own keeps the own kernels.
+NVLIBS=$(python3 -c "import glob, os, nvidia; print(':'.join(sorted({d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, '*', 'lib'))})))" 2>/dev/null)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${NVLIBS:+:$NVLIBS}:${LD_LIBRARY_PATH:-}
 export PYTHONPATH=$D PYTHONUNBUFFERED=1
 BIN=/tmp/mapp-cuda-bin
 mkdir -p $BIN
@@ -32,6 +35,14 @@ if [ "$MODE" = all ] || [ "$MODE" = check ]; then
   else
     grep -E "FAIL" "$LOG/kernels.log" | head -20
     say "kernels: FAILED ($(tail -1 "$LOG/kernels.log"))"
+  fi
+  # The attention cases again with the own kernels (the default takes cuDNN
+  # where it loads).
+  if MAPP_CUDA_ATTN=own timeout 120 "$BIN/mapp-cuda-kernel-test" attention > "$LOG/kernels-own-attn.log" 2>&1; then
+    say "kernels (MAPP_CUDA_ATTN=own, attention): $(tail -1 "$LOG/kernels-own-attn.log")"
+  else
+    grep -E "FAIL" "$LOG/kernels-own-attn.log" | head -10
+    say "kernels (MAPP_CUDA_ATTN=own, attention): FAILED ($(tail -1 "$LOG/kernels-own-attn.log"))"
   fi
   echo "== compute-sanitizer memcheck"
   if timeout 240 compute-sanitizer --tool memcheck --leak-check full \

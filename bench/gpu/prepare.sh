@@ -46,4 +46,7 @@ done
 # plans above; run as gpu/cuda/fuse.sh)
 cp bench/gpu/fuse.sh "$OUT/"
 # --- end fuse
+# --- attn: attention implementations vs PyTorch SDPA (bench/gpu/attn.sh)
+xz -T2 -6 -c "$BUILD/mapp-attn-bench" > "$OUT/bin/mapp-attn-bench.xz"
+cp bench/gpu/attn.sh "$OUT/"
 du -sh "$OUT"

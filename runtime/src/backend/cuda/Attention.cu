@@ -7,8 +7,9 @@
 // Without a saved forward (kernel tests, a plan that rewrote q) the gradient
 // recomputes it.
 //
-// Two implementations: tensor-core kernels (FlashAttn.cu; bf16 operands,
-// head dim 64 or 128) and the generic warp-per-row kernels here (any head dim
+// Three implementations: cuDNN's fused flash attention where it loads
+// (CudnnAttention.cu; bf16, head dim 64 or 128), tensor-core kernels
+// (FlashMma.cu; bf16 operands, head dim 64 or 128) and the generic warp-per-row kernels here (any head dim
 // up to 256, fp32 math), used for other shapes and as the reference the fast
 // path is tested against. Rotary embeddings are applied by rotating q and k
 // into scratch first; their gradients are rotated back (the rotation is
@@ -236,9 +237,15 @@ QK rotated(CudaBackend &be, const KernelArgs &a, const Geo &g, DView q,
   return {qr, kr};
 }
 
+AttnCall callOf(const Geo &g) {
+  return {g.B, g.T, g.H, g.heads, g.D, g.scale, g.causal};
+}
+
 void forwardInto(CudaBackend &be, const KernelArgs &a, const Geo &g, QK qk,
                  DView v, DView o, float *lse) {
   if (flashSupported(g.D, qk.q, qk.k, v, qk.q)) {
+    if (o.bf16 && cudnnAttnForward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, lse))
+      return;
     flashForward(be, qk.q, qk.k, v, o, lse, g.B, g.T, g.H, g.heads, g.D,
                  g.scale, g.causal);
     return;
@@ -300,13 +307,20 @@ void cuda::attention_grad(const KernelArgs &a) {
     forwardInto(be, a, g, qk, v, o, l);
     lse = l;
   }
+  DView dq = view(a.out[0]), dk = view(a.out[1]), dv = view(a.out[2]);
+  // cuDNN's fused backward takes bf16 everything and computes rowsum(dO∘O)
+  // itself; with rotary the gradients go through fp32 scratch, so own kernels.
+  if (!rotary && o.bf16 && dq.bf16 && dk.bf16 && dv.bf16 &&
+      flashSupported(g.D, qk.q, qk.k, v, dout) &&
+      cudnnAttnBackward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, dout.p, lse, dq.p,
+                        dk.p, dv.p))
+    return;
   // Slot 1: delta, then (with rotary) fp32 gradients w.r.t. the rotated q
   // and k, rotated back into dq/dk at the end.
   float *buf = static_cast<float *>(be.scratch(rows * 4 + (rotary ? 2 * n * 4 : 0), 1));
   float *delta = buf;
   attnDelta<<<warpGrid(rows), 256, 0, be.stream()>>>(dout, o, delta, g);
   MAPP_CUDA_LAUNCHED();
-  DView dq = view(a.out[0]), dk = view(a.out[1]), dv = view(a.out[2]);
   DView dqr = dq, dkr = dk;
   if (rotary) {
     dqr = {buf + rows, 0};

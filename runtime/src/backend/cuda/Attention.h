@@ -4,6 +4,8 @@
 
 #include "CudaBackend.h"
 
+#include <string>
+
 namespace mapp::rt::cuda {
 
 /// The WMMA kernels take bf16 q/k/v (and dO) with head dim 64 or 128,
@@ -30,6 +32,36 @@ void flashBackwardWmma(CudaBackend &be, DView dout, DView q, DView k, DView v,
                        const float *lse, const float *delta, DView dq,
                        DView dk, DView dv, int64_t B, int64_t T, int64_t H,
                        int64_t heads, int64_t D, float scale, int causal);
+
+/// Which attention implementation runs (MAPP_CUDA_ATTN): auto (cuDNN where
+/// it loads and has an engine for the shape, else own), own (mma.sync
+/// kernels), cudnn (cuDNN or a clear error), wmma (the first own version).
+enum class AttnImpl { Auto, Own, Cudnn, Wmma };
+AttnImpl attnImpl();
+
+/// One attention call's geometry: [B,T,H] operands, H = heads·D.
+struct AttnCall {
+  int64_t B, T, H, heads, D;
+  float scale;
+  int causal;
+};
+
+/// cuDNN's fused flash attention (CudnnAttention.cu) on bf16 [B,T,H]
+/// operands; stats are the lse of the own kernels. Each returns false, having
+/// done nothing, when cuDNN is absent or has no engine for the shape (and
+/// MAPP_CUDA_ATTN is not `cudnn`), so the caller runs its own kernels.
+bool cudnnAttnForward(CudaBackend &be, const AttnCall &c, const void *q,
+                      const void *k, const void *v, void *o, float *stats);
+bool cudnnAttnBackward(CudaBackend &be, const AttnCall &c, const void *q,
+                       const void *k, const void *v, const void *o,
+                       const void *dout, const float *stats, void *dq, void *dk,
+                       void *dv);
+/// Library, version and per-shape plan outcomes (engine or failure reasons).
+std::string cudnnAttnReport();
+/// Without a GPU: loads cuDNN and builds every graph variant's tensors and
+/// operations (all but the operation graph and plan, which need a device);
+/// `ok` is false when cuDNN is absent or any descriptor is refused.
+std::string cudnnAttnDryRun(bool &ok);
 
 } // namespace mapp::rt::cuda
 

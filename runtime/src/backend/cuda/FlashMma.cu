@@ -438,14 +438,7 @@ __global__ void scaleInto(const float *src, DView dst, int64_t n, float s) {
     dst.st(i, src[i] * s);
 }
 
-bool useWmma() {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = std::getenv("MAPP_CUDA_ATTN");
-    v = e && std::strcmp(e, "wmma") == 0;
-  }
-  return v == 1;
-}
+bool useWmma() { return attnImpl() == AttnImpl::Wmma; }
 
 template <int D>
 void fwd(CudaBackend &be, DView q, DView k, DView v, DView o, float *lse,

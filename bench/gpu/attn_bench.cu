@@ -1,0 +1,260 @@
+//===- attn_bench.cu - attention implementations: time and check ----------===//
+//
+// Times the backend's `attention` and `attention` + `attention_grad` kernels
+// (exactly what a training step calls: bf16 [B,T,H] operands, causal) for
+// each implementation MAPP_CUDA_ATTN selects (own, cudnn), with CUDA events
+// on the backend's stream (3 warm-up runs, median of N), and checks O, dQ,
+// dK, dV of the last run on one (batch, head) slice against an fp64 host
+// reference computed from the same bf16 inputs. Prints one ROW line per
+// (shape, implementation), which bench/gpu/attn.sh joins with PyTorch's
+// numbers, then cuDNN's load/plan report. Exit 1 when a check fails.
+//   mapp-attn-bench [ITERS]
+//   mapp-attn-bench --dry   (no GPU: build cuDNN's graph descriptors only)
+//
+//===----------------------------------------------------------------------===//
+#include "Attention.h"
+#include "CudaBackend.h"
+
+#include "mapp/rt/Backend.h"
+#include "mapp/rt/DType.h"
+#include "mapp/rt/Error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace mapp::rt;
+
+namespace {
+
+struct ShapeCase {
+  const char *name;
+  int64_t B, heads, T, D;
+};
+
+// bench/gpu/configs: gpt-1.3b (micro-batch 8, 16 heads of 128, seq 2048) and
+// gpt-124m (micro-batch 8, 12 heads of 64, seq 1024).
+const ShapeCase kShapes[] = {{"1.3b", 8, 16, 2048, 128}, {"124m", 8, 12, 1024, 64}};
+
+uint16_t toBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1); // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+struct DevBuf {
+  void *p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t elems) : n(elems) { MAPP_CUDA_CHECK(cudaMalloc(&p, n * 2)); }
+  ~DevBuf() { cudaFree(p); }
+  std::vector<float> download() const {
+    std::vector<uint16_t> h(n);
+    MAPP_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; ++i)
+      f[i] = bf16ToFloat(h[i]);
+    return f;
+  }
+};
+
+/// Random bf16 values uploaded; the host copy holds the rounded values.
+std::vector<float> fillRandom(DevBuf &d, std::mt19937_64 &rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> h(d.n);
+  std::vector<float> f(d.n);
+  for (size_t i = 0; i < d.n; ++i) {
+    h[i] = toBf16(nd(rng));
+    f[i] = bf16ToFloat(h[i]);
+  }
+  MAPP_CUDA_CHECK(cudaMemcpy(d.p, h.data(), d.n * 2, cudaMemcpyHostToDevice));
+  return f;
+}
+
+/// fp64 causal attention and its gradients for one (b, head) slice.
+struct Reference {
+  std::vector<double> o, dq, dk, dv; // [T, D]
+};
+
+Reference reference(const ShapeCase &s, int64_t b, int64_t hd, const std::vector<float> &q,
+                    const std::vector<float> &k, const std::vector<float> &v,
+                    const std::vector<float> &dO) {
+  int64_t T = s.T, D = s.D, H = s.heads * s.D;
+  double scale = 1.0 / std::sqrt(double(D));
+  auto at = [&](const std::vector<float> &x, int64_t t, int64_t d) {
+    return double(x[(b * T + t) * H + hd * D + d]);
+  };
+  Reference r;
+  r.o.assign(T * D, 0);
+  r.dq.assign(T * D, 0);
+  r.dk.assign(T * D, 0);
+  r.dv.assign(T * D, 0);
+  std::vector<double> p(T), dp(T);
+  for (int64_t i = 0; i < T; ++i) {
+    double mx = -INFINITY;
+    for (int64_t j = 0; j <= i; ++j) {
+      double sdot = 0;
+      for (int64_t d = 0; d < D; ++d)
+        sdot += at(q, i, d) * at(k, j, d);
+      p[j] = sdot * scale;
+      mx = std::max(mx, p[j]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j <= i; ++j)
+      sum += (p[j] = std::exp(p[j] - mx));
+    for (int64_t j = 0; j <= i; ++j)
+      p[j] /= sum;
+    for (int64_t d = 0; d < D; ++d) {
+      double acc = 0;
+      for (int64_t j = 0; j <= i; ++j)
+        acc += p[j] * at(v, j, d);
+      r.o[i * D + d] = acc;
+    }
+    // dP = dO·Vᵀ, delta = rowsum(dO∘O), dS = P∘(dP − delta)
+    double delta = 0;
+    for (int64_t d = 0; d < D; ++d)
+      delta += at(dO, i, d) * r.o[i * D + d];
+    for (int64_t j = 0; j <= i; ++j) {
+      double acc = 0;
+      for (int64_t d = 0; d < D; ++d)
+        acc += at(dO, i, d) * at(v, j, d);
+      dp[j] = p[j] * (acc - delta) * scale;
+    }
+    for (int64_t j = 0; j <= i; ++j)
+      for (int64_t d = 0; d < D; ++d) {
+        r.dq[i * D + d] += dp[j] * at(k, j, d);
+        r.dk[j * D + d] += dp[j] * at(q, i, d);
+        r.dv[j * D + d] += p[j] * at(dO, i, d);
+      }
+  }
+  return r;
+}
+
+double relErr(const std::vector<float> &got, const ShapeCase &s, int64_t b, int64_t hd,
+              const std::vector<double> &ref) {
+  int64_t T = s.T, D = s.D, H = s.heads * s.D;
+  double num = 0, den = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      double g = got[(b * T + t) * H + hd * D + d], r = ref[t * D + d];
+      if (!std::isfinite(g))
+        return INFINITY;
+      num += (g - r) * (g - r);
+      den += r * r;
+    }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc > 1 && std::string(argv[1]) == "--dry") {
+    bool ok = false;
+    std::string report = cuda::cudnnAttnDryRun(ok);
+    std::printf("%s\n", report.c_str());
+    if (report.rfind("cuDNN not loaded", 0) == 0)
+      return 77;
+    return ok ? 0 : 1;
+  }
+  int iters = argc > 1 ? std::atoi(argv[1]) : 20;
+  if (iters < 1) {
+    std::fprintf(stderr, "mapp-attn-bench: ITERS must be a positive count, got '%s'\n", argv[1]);
+    return 2;
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  std::unique_ptr<Backend> gpu = createCudaBackend(0);
+  auto &be = static_cast<cuda::CudaBackend &>(*gpu);
+  std::mt19937_64 rng(1234);
+  int failures = 0;
+  cudaEvent_t e0, e1;
+  MAPP_CUDA_CHECK(cudaEventCreate(&e0));
+  MAPP_CUDA_CHECK(cudaEventCreate(&e1));
+  for (const ShapeCase &s : kShapes) {
+    int64_t H = s.heads * s.D, numel = s.B * s.T * H;
+    DevBuf q(numel), k(numel), v(numel), dO(numel), o(numel), dq(numel), dk(numel),
+        dv(numel);
+    auto hq = fillRandom(q, rng), hk = fillRandom(k, rng), hv = fillRandom(v, rng),
+         hdO = fillRandom(dO, rng);
+    int64_t b = s.B - 1, hd = s.heads - 1; // the slice checked
+    Reference ref = reference(s, b, hd, hq, hk, hv, hdO);
+    Attrs at;
+    at.setInt("heads", s.heads);
+    at.setFloat("scale", 1.0 / std::sqrt(double(s.D)));
+    at.setInt("causal", 1);
+    TensorType tt{DType::BF16, {s.B, s.T, H}};
+    Tensor fin[3] = {{q.p, tt}, {k.p, tt}, {v.p, tt}}, fout[1] = {{o.p, tt}};
+    Tensor bin[4] = {{dO.p, tt}, {q.p, tt}, {k.p, tt}, {v.p, tt}};
+    Tensor bout[3] = {{dq.p, tt}, {dk.p, tt}, {dv.p, tt}};
+    KernelContext ctx;
+    ctx.backend = gpu.get();
+    ctx.pool = &gpu->pool();
+    KernelFn fwd = gpu->lookup("attention"), bwd = gpu->lookup("attention_grad");
+    double flopFwd = 4.0 * s.B * s.heads * double(s.T) * s.T * s.D / 2; // causal half
+    for (const char *impl : {"own", "cudnn"}) {
+      setenv("MAPP_CUDA_ATTN", impl, 1);
+      std::vector<float> tf, tfb;
+      std::string err;
+      try {
+        for (int it = 0; it < iters + 3; ++it) {
+          MAPP_CUDA_CHECK(cudaEventRecord(e0, be.stream()));
+          fwd({at, fin, 3, fout, 1, ctx});
+          MAPP_CUDA_CHECK(cudaEventRecord(e1, be.stream()));
+          MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
+          float ms;
+          MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+          if (it >= 3)
+            tf.push_back(ms);
+        }
+        for (int it = 0; it < iters + 3; ++it) {
+          cudaMemset(dq.p, 0xFF, numel * 2); // poison: unwritten → NaN
+          cudaMemset(dk.p, 0xFF, numel * 2);
+          cudaMemset(dv.p, 0xFF, numel * 2);
+          MAPP_CUDA_CHECK(cudaEventRecord(e0, be.stream()));
+          fwd({at, fin, 3, fout, 1, ctx});
+          bwd({at, bin, 4, bout, 3, ctx});
+          MAPP_CUDA_CHECK(cudaEventRecord(e1, be.stream()));
+          MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
+          float ms;
+          MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+          if (it >= 3)
+            tfb.push_back(ms);
+        }
+        gpu->synchronize();
+      } catch (const Error &e) {
+        err = e.what();
+      }
+      if (!err.empty()) {
+        std::printf("ROW %s %s unavailable: %s\n", s.name, impl, err.c_str());
+        continue;
+      }
+      double eo = relErr(o.download(), s, b, hd, ref.o);
+      double eq = relErr(dq.download(), s, b, hd, ref.dq);
+      double ek = relErr(dk.download(), s, b, hd, ref.dk);
+      double ev = relErr(dv.download(), s, b, hd, ref.dv);
+      bool pass = eo <= 1e-2 && eq <= 2e-2 && ek <= 2e-2 && ev <= 2e-2;
+      failures += !pass;
+      double mf = median(tf), mfb = median(tfb);
+      std::printf("ROW %s %s %.3f %.3f %.1f %.1f %.2e %.2e %.2e %.2e %s\n", s.name, impl, mf,
+                  mfb, flopFwd / (mf * 1e9), 3.5 * flopFwd / (mfb * 1e9), eo, eq, ek, ev,
+                  pass ? "PASS" : "FAIL");
+      std::fflush(stdout);
+    }
+  }
+  std::printf("CUDNN %s\n", cuda::cudnnAttnReport().c_str());
+  return failures ? 1 : 0;
+}
