@@ -70,6 +70,9 @@ json mapp::scan::reportJson(const ScanResult &s) {
                      {"messages", l.messages},
                      {"bytes", l.bytes},
                      {"effective_gbps", l.gbps},
+                     {"transfer_us", l.transferNs * 1e-3},
+                     {"slow_step_fraction", l.slowStepFraction},
+                     {"class_links", l.peers},
                      {"ratio", l.ratio}});
   j["links"] = links;
 
