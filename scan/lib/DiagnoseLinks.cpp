@@ -23,6 +23,14 @@ using namespace mapp::scan;
 
 namespace {
 
+double percentile(std::vector<double> v, double q) {
+  if (v.empty())
+    return 0;
+  size_t n = std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + n, v.end());
+  return v[n];
+}
+
 /// Pipeline direction of a link from the stage coordinates of its ends.
 enum Direction { Forward = 0, Backward = 1, Other = 2 };
 
@@ -121,50 +129,49 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     ls.peers = peers->size();
     if (peers->size() < 2)
       continue;
-    std::vector<double> costs, logs;
-    for (const auto &p : *peers) {
-      costs.push_back(links[p].transferNs);
-      logs.push_back(std::log(links[p].transferNs));
-    }
-    // With two links the faster one is the reference.
-    double ref = costs.size() >= 3
-                     ? median(costs)
-                     : *std::min_element(costs.begin(), costs.end());
-    // Robust spread of the class's log costs (1.4826 * MAD): links of a
-    // quiet cluster or mapp-sim differ by a few percent, those of threads
-    // on an oversubscribed host by more; a link must stand out of its
-    // class by 5 of these as well as by the threshold.
-    double logNoise = 0;
-    if (logs.size() >= 3) {
-      double c = median(logs);
-      std::vector<double> dev;
-      for (double x : logs)
-        dev.push_back(std::fabs(x - c));
-      logNoise = std::max(0.02, 1.4826 * median(dev));
-    }
-    d.linkNoise = std::max(d.linkNoise, logNoise);
-    double slowdown = ls.transferNs / ref;
-    ls.ratio = 1 / slowdown;
-    // Consistency: the steps whose fastest transfer was itself slow.
-    size_t slowSteps = 0;
+    // The reference is what the other links of the class achieve: the
+    // median of their per-step fastest transfers, pooled (leave-one-out,
+    // so a slow link never drags its own reference). How far noise pushes
+    // a clean link's fastest transfer of a step is the pooled 90th
+    // percentile's distance above that median; on a quiet cluster or in
+    // mapp-sim this is a few percent, among oversubscribed threads it is
+    // scheduling delay of tens to hundreds of microseconds, independent of
+    // the link's speed, i.e. additive.
+    std::vector<double> pooled;
+    for (const auto &p : *peers)
+      if (p != key)
+        for (auto &[step, ns] : samples.at(p).stepMin)
+          pooled.push_back(ns);
+    double ref = median(pooled);
+    double noise = std::max(percentile(pooled, 0.9) - ref, 0.02 * ref);
+    d.linkNoise = std::max(d.linkNoise, noise / ref);
+    // A slow link is slower than the reference even in its good steps: its
+    // lower-quartile step is compared, so scheduling noise would have to
+    // hit every transfer in three of four steps to fake a fault. The bar
+    // is the threshold or three noise excursions, whichever is higher.
+    std::vector<double> mins;
     for (auto &[step, ns] : ss.stepMin)
-      slowSteps += ns / ref >= 1 + (flagSlowdown - 1) / 2;
-    ls.slowStepFraction = double(slowSteps) / ss.stepMin.size();
-    double margin = logNoise > 0 ? std::log(slowdown) / logNoise : 1e9;
-    if (slowdown < flagSlowdown || margin < 5 || ls.slowStepFraction < 2.0 / 3)
+      mins.push_back(ns);
+    double floorNs = percentile(mins, 0.25);
+    double bar = std::max(ref * flagSlowdown, ref + 3 * noise);
+    ls.ratio = ref / ls.transferNs;
+    size_t slowSteps = 0;
+    for (double ns : mins)
+      slowSteps += ns >= (ref + bar) / 2;
+    ls.slowStepFraction = double(slowSteps) / mins.size();
+    if (floorNs < bar || ls.slowStepFraction < 2.0 / 3)
       continue;
-
     Finding f;
     f.kind = "slow-link";
     f.src = ls.src;
     f.dst = ls.dst;
     f.ratio = ls.ratio;
     // Consistency x size of the slowdown x how far it stands out of the
-    // class's noise (5 robust SDs: 0.5, 10 or more: 1).
+    // class's noise (3 excursions, the bar: 0.5; 6 or more: 1).
     f.confidence =
         ls.slowStepFraction *
         std::clamp((1 - ls.ratio) / (2 * opts.linkThreshold), 0.0, 1.0) *
-        std::clamp(margin / 10, 0.0, 1.0);
+        std::clamp((floorNs - ref) / (6 * noise), 0.0, 1.0);
     char buf[200];
     std::snprintf(buf, sizeof(buf),
                   "effective bandwidth %.3g Gb/s, %.2fx peer links' median "

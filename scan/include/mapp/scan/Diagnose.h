@@ -59,7 +59,7 @@ struct Diagnosis {
   std::vector<Finding> findings;
   std::vector<double> stepNs; // measured (aligned) step times
   double rankNoise = 0;       // robust spread of compute ratios
-  double linkNoise = 0; // largest robust spread of a class's log link costs
+  double linkNoise = 0; // largest link noise excursion / reference, over classes
   int steps = 0;
 };
 
