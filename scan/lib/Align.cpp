@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <string>
 #include <numeric>
 
 using namespace mapp::scan;
@@ -126,12 +128,40 @@ AlignResult mapp::scan::alignClocks(Trace &t, const Matches &m,
     eqs.push_back(pd);
   }
 
+  // Ranks on one host that trace its monotonic clock ("steady") read the
+  // same clock: their mappings must agree at every local time, enforced at
+  // the two ends of the traced window with a weight far above the anchors'.
+  // Without this, collective exits skewed by scheduling (threads or
+  // processes oversubscribing a host) bend the fit by thousands of ppm.
+  std::map<std::string, int> hostLead;
+  std::vector<std::pair<int, int>> tied;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const RankTrace &rt : t.ranks)
+    if (!rt.events.empty()) {
+      lo = std::min(lo, rt.events.front().b);
+      hi = std::max(hi, rt.events.back().e);
+    }
+  for (int r = 0; r < R && opts.enabled && lo < hi; ++r) {
+    const Header &h = t.ranks[r].hdr;
+    if (h.clock != "steady" || h.host.empty())
+      continue;
+    auto [it, lead] = hostLead.try_emplace(h.host, r);
+    if (lead)
+      continue;
+    for (int64_t at : {lo, hi})
+      eqs.push_back(fit.diff(r, at, it->second, at, 1e3));
+    tied.push_back({r, it->second});
+    ++res.sharedClocks;
+  }
+
   // Collective anchors and the components they connect.
   std::vector<int> comp(R);
   std::iota(comp.begin(), comp.end(), 0);
   std::function<int(int)> find = [&](int a) {
     return comp[a] == a ? a : comp[a] = find(comp[a]);
   };
+  for (auto [a, b] : tied)
+    comp[find(a)] = find(b);
   if (opts.enabled) {
     for (const CollInstance &ci : m.colls) {
       auto [r0, i0] = ci.events.front();
@@ -260,5 +290,7 @@ AlignResult mapp::scan::alignClocks(Trace &t, const Matches &m,
                    : "collective anchors";
   if (opts.enabled && res.repairRounds)
     res.method += " + p2p constraint repair";
+  if (opts.enabled && res.sharedClocks)
+    res.method += " + shared host clocks";
   return res;
 }

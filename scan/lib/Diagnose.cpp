@@ -4,8 +4,7 @@
 // same operations on its peers, while its victims' operations take the
 // normal time and the victims instead wait longer at sync points. So ranks
 // are judged by compute durations against peers, never by step time or
-// wait time. Links are judged by effective bandwidth of the transfers they
-// carry, against links of the same class (intra- or inter-host).
+// wait time. Links are judged in DiagnoseLinks.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,14 +27,6 @@ double mapp::scan::median(std::vector<double> v) {
     return hi;
   double lo = *std::max_element(v.begin(), v.begin() + n);
   return (lo + hi) / 2;
-}
-
-static double percentile(std::vector<double> v, double q) {
-  if (v.empty())
-    return 0;
-  size_t n = std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + n, v.end());
-  return v[n];
 }
 
 static std::string fmt(const char *f, double a, double b = 0) {
@@ -66,6 +57,46 @@ static void splitComm(const Trace &t, const Matches &m,
     const Event &rv = t.ranks[p.dst].events[p.recv];
     wait[p.dst][p.recv] = std::clamp(s.gb - rv.gb, 0.0, rv.ge - rv.gb);
   }
+}
+
+// A rank whose compute is slow and every one of whose links is slow too is
+// one fault, not several: its links only look slow because that rank is
+// late to send and to receive (a descheduled or throttled host). The link
+// findings are folded into the rank's finding. A rank with normal compute
+// keeps its link findings (a NIC or cable fault looks like that).
+static void attributeLinksToRanks(Diagnosis &d) {
+  std::map<int, std::pair<size_t, size_t>> touching; // rank -> (links, slow)
+  std::set<std::pair<int, int>> slowLinks;
+  for (const Finding &f : d.findings)
+    if (f.kind == "slow-link")
+      slowLinks.insert({f.src, f.dst});
+  for (const LinkStats &l : d.links)
+    for (int r : {l.src, l.dst}) {
+      ++touching[r].first;
+      touching[r].second += slowLinks.count({l.src, l.dst});
+    }
+  std::set<int> absorbing;
+  for (Finding &f : d.findings) {
+    if (f.kind != "slow-rank")
+      continue;
+    auto [n, slow] = touching[f.rank];
+    if (n < 2 || slow < n)
+      continue;
+    absorbing.insert(f.rank);
+    f.magnitude += fmt("; all its %.0f links are slow too (counted as this "
+                       "rank's fault)",
+                       double(n));
+  }
+  if (absorbing.empty())
+    return;
+  d.findings.erase(
+      std::remove_if(d.findings.begin(), d.findings.end(),
+                     [&](const Finding &f) {
+                       return f.kind == "slow-link" &&
+                              (absorbing.count(f.src) ||
+                               absorbing.count(f.dst));
+                     }),
+      d.findings.end());
 }
 
 Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
@@ -185,100 +216,8 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     d.findings.push_back(f);
   }
 
-  // Links: effective bandwidth of each p2p transfer, over the window where
-  // both ends were engaged.
-  // Per transfer, bytes over (min(send end, recv end) - send begin): the
-  // bytes cannot have left before the send began nor arrived after either
-  // end finished, so this never overstates bandwidth, whether sends are
-  // eager or wait for the receiver. Waiting inflates single samples, so a
-  // link is rated by a high percentile of its transfers: a slow link has
-  // no fast transfers at all.
-  std::map<std::pair<int, int>, std::vector<double>> bw;
-  std::map<std::pair<int, int>, LinkStats> links;
-  for (size_t k = 0; k < m.p2p.size(); ++k) {
-    const P2PPair &p = m.p2p[k];
-    const Event &s = t.ranks[p.src].events[p.send];
-    const Event &rv = t.ranks[p.dst].events[p.recv];
-    LinkStats &ls = links[{p.src, p.dst}];
-    ls.src = p.src;
-    ls.dst = p.dst;
-    ls.intraHost = t.ranks[p.src].hdr.host == t.ranks[p.dst].hdr.host;
-    ++ls.messages;
-    ls.bytes += s.bytes;
-    double win = std::min(s.ge, rv.ge) - s.gb;
-    if (win <= 0 || !s.bytes)
-      continue;
-    bw[{p.src, p.dst}].push_back(s.bytes * 8.0 / win);
-    ls.pairs.push_back(k);
-  }
-  for (auto &[key, ls] : links)
-    ls.gbps = percentile(bw[key], 0.8);
-  for (bool intra : {false, true}) {
-    std::vector<double> meds;
-    for (auto &[key, ls] : links)
-      if (ls.intraHost == intra && !ls.pairs.empty())
-        meds.push_back(ls.gbps);
-    if (meds.empty())
-      continue;
-    double refBw = meds.size() >= 3
-                       ? median(meds)
-                       : *std::max_element(meds.begin(), meds.end());
-    // Robust spread of the class's link rates in log space: on a shared,
-    // oversubscribed host a transfer's time is dominated by scheduling
-    // (a descheduled sender or receiver), and clean links differ by
-    // several x. A link is flagged only when it is also an outlier: more
-    // than 5 robust standard deviations (1.4826 * MAD of log rates) below
-    // the reference, as for slow ranks. Uniform links (mapp-sim, a quiet
-    // cluster) have a tiny MAD and fall back to the plain threshold.
-    double logNoise = 0;
-    if (meds.size() >= 3) {
-      std::vector<double> lg, dev;
-      for (double g : meds)
-        lg.push_back(std::log(std::max(g, 1e-12)));
-      double c = median(lg);
-      for (double x : lg)
-        dev.push_back(std::fabs(x - c));
-      logNoise = std::max(0.02, 1.4826 * median(dev));
-    }
-    d.linkNoise = std::max(d.linkNoise, logNoise);
-    for (auto &[key, ls] : links) {
-      if (ls.intraHost != intra || ls.pairs.empty())
-        continue;
-      ls.ratio = ls.gbps / refBw;
-      if (ls.ratio > 1 - opts.linkThreshold || meds.size() < 2)
-        continue;
-      if (logNoise > 0 &&
-          std::log(refBw) - std::log(std::max(ls.gbps, 1e-12)) < 5 * logNoise)
-        continue;
-      std::vector<std::pair<double, size_t>> slow;
-      size_t nslow = 0;
-      const auto &v = bw[key];
-      for (size_t i = 0; i < v.size(); ++i) {
-        nslow += v[i] < refBw * (1 - opts.linkThreshold / 2);
-        slow.push_back({v[i], ls.pairs[i]});
-      }
-      std::sort(slow.begin(), slow.end());
-      Finding f;
-      f.kind = "slow-link";
-      f.src = ls.src;
-      f.dst = ls.dst;
-      f.ratio = ls.ratio;
-      f.confidence =
-          double(nslow) / v.size() *
-          std::clamp((1 - ls.ratio) / (2 * opts.linkThreshold), 0.0, 1.0);
-      f.magnitude = fmt("effective bandwidth %.1f Gb/s, %.2fx peer links' "
-                        "median",
-                        ls.gbps, ls.ratio);
-      for (size_t k = 0; k < slow.size() && k < opts.evidence / 2; ++k) {
-        const P2PPair &p = m.p2p[slow[k].second];
-        f.evidence.push_back(t.eventRef(p.src, t.ranks[p.src].events[p.send]));
-        f.evidence.push_back(t.eventRef(p.dst, t.ranks[p.dst].events[p.recv]));
-      }
-      d.findings.push_back(f);
-    }
-  }
-  for (auto &[key, ls] : links)
-    d.links.push_back(ls);
+  diagnoseLinks(t, m, opts, d);
+  attributeLinksToRanks(d);
   std::stable_sort(d.findings.begin(), d.findings.end(),
                    [](const Finding &a, const Finding &b) {
                      return a.confidence > b.confidence;

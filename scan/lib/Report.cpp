@@ -70,6 +70,9 @@ json mapp::scan::reportJson(const ScanResult &s) {
                      {"messages", l.messages},
                      {"bytes", l.bytes},
                      {"effective_gbps", l.gbps},
+                     {"transfer_us", l.transferNs * 1e-3},
+                     {"slow_step_fraction", l.slowStepFraction},
+                     {"class_links", l.peers},
                      {"ratio", l.ratio}});
   j["links"] = links;
 
@@ -93,6 +96,7 @@ json mapp::scan::reportJson(const ScanResult &s) {
                     {"p2p_pairs", a.p2pPairs},
                     {"ntp_equations", a.ntpEquations},
                     {"components", a.components},
+                    {"shared_host_clocks", a.sharedClocks},
                     {"residual_rms_ns", a.collRmsNs},
                     {"residual_max_ns", a.collMaxNs},
                     {"p2p_violations_before_repair", a.violationsBefore},

@@ -156,12 +156,15 @@ std::vector<double> mapp::scan::stepTimesNs(const SimJob &job,
 std::vector<SimClock> mapp::scan::makeClocks(const SimConfig &c) {
   int R = c.tp * c.pp * c.dp;
   std::vector<SimClock> out(R);
+  int gpn = c.gpusPerNode > 0 ? c.gpusPerNode : c.tp;
   for (int r = 0; r < R; ++r) {
     // Monotonic clocks of different hosts share no epoch: a large base plus
     // a random spread; drift and the wall clock's NTP error are uniform.
-    double u1 = hashUniform(c.seed, 0xC10C, r);
-    double u2 = hashUniform(c.seed, 0xD21F, r);
-    double u3 = hashUniform(c.seed, 0xAA11, r);
+    // The ranks of one node read that node's clock.
+    int node = r / gpn;
+    double u1 = hashUniform(c.seed, 0xC10C, node);
+    double u2 = hashUniform(c.seed, 0xD21F, node);
+    double u3 = hashUniform(c.seed, 0xAA11, node);
     out[r].offsetNs = 1e11 + c.clockOffsetMs * 1e6 * u1;
     out[r].driftPpm = c.clockDriftPpm * (2 * u2 - 1);
     out[r].wallErrorNs = c.wallErrorMs * 1e6 * (2 * u3 - 1);

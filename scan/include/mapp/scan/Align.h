@@ -9,6 +9,8 @@
 //    are assumed equally long;
 //  * constraint repair: a receive cannot end before its send began; pairs
 //    that still violate this become equations and the fit is repeated.
+//  * ranks of one host reading its monotonic clock (header clock "steady")
+//    share one mapping;
 // Weak priors from the headers' wall clocks keep isolated ranks defined.
 //
 //===----------------------------------------------------------------------===//
@@ -40,6 +42,7 @@ struct AlignResult {
   size_t collAnchors = 0, p2pPairs = 0, ntpEquations = 0;
   size_t violationsBefore = 0, violationsAfter = 0, repairRounds = 0;
   int components = 0; // groups of ranks connected by collectives
+  size_t sharedClocks = 0; // ranks tied to an earlier rank's host clock
   double collRmsNs = 0, collMaxNs = 0;
   std::string method;
 };

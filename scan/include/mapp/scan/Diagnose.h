@@ -28,9 +28,13 @@ struct LinkStats {
   bool intraHost = false;
   size_t messages = 0;
   uint64_t bytes = 0;
-  double gbps = 0;           // 80th percentile of per-transfer effective Gb/s
-  double ratio = 1;          // median / reference of its class
-  std::vector<size_t> pairs; // indices into Matches::p2p
+  double transferNs = 0; // median over steps of the step's fastest transfer
+  double gbps = 0;        // typical message bytes / transferNs
+  double ratio = 1;       // class reference transferNs / own (< 1: slower)
+  double slowStepFraction = 0; // steps whose fastest transfer was slow
+  size_t steps = 0;            // steps with a transfer on the link
+  size_t peers = 0;            // links in the class it was compared with
+  std::vector<size_t> pairs;   // indices into Matches::p2p
 };
 
 struct Finding {
@@ -55,12 +59,17 @@ struct Diagnosis {
   std::vector<Finding> findings;
   std::vector<double> stepNs; // measured (aligned) step times
   double rankNoise = 0;       // robust spread of compute ratios
-  double linkNoise = 0;       // robust spread of log link rates (0: < 3 links)
+  double linkNoise = 0; // largest link noise excursion / reference, over classes
   int steps = 0;
 };
 
 Diagnosis diagnose(const Trace &t, const Matches &m,
                    const DiagnoseOptions &opts);
+
+/// The slow-link part of diagnose(): fills d.links, d.linkNoise and appends
+/// slow-link findings.
+void diagnoseLinks(const Trace &t, const Matches &m,
+                   const DiagnoseOptions &opts, Diagnosis &d);
 
 double median(std::vector<double> v);
 

@@ -1,0 +1,194 @@
+//===- DiagnoseLinks.cpp - Slow-link diagnosis ----------------------------===//
+//
+// A link is rated by how fast it can move its messages, not by how long
+// its transfers usually take: on a shared or oversubscribed host a sender
+// or receiver that is descheduled, or a receiver that posts late, only ever
+// adds time to a transfer. So each step contributes its fastest transfer
+// on the link (one undisturbed transfer per step suffices), the link's
+// cost is the median of those per-step minima (a disturbed minority of
+// steps cannot move it), and the link is compared with links of its own
+// class: same host relation, same message size, same pipeline direction.
+// See docs/mapp-scan.md ("Slow link").
+//
+//===----------------------------------------------------------------------===//
+
+#include "mapp/scan/Diagnose.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <tuple>
+
+using namespace mapp::scan;
+
+namespace {
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty())
+    return 0;
+  size_t n = std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + n, v.end());
+  return v[n];
+}
+
+/// Pipeline direction of a link from the stage coordinates of its ends.
+enum Direction { Forward = 0, Backward = 1, Other = 2 };
+
+Direction directionOf(const Trace &t, int src, int dst) {
+  int a = t.ranks[src].hdr.pp, b = t.ranks[dst].hdr.pp, n = t.pp;
+  if (b == a + 1)
+    return Forward;
+  if (b == a - 1)
+    return Backward;
+  if (n > 2 && a == n - 1 && b == 0) // interleaved schedules wrap around
+    return Forward;
+  if (n > 2 && a == 0 && b == n - 1)
+    return Backward;
+  return Other;
+}
+
+struct LinkSamples {
+  std::map<int, double> stepMin; // step -> fastest transfer (ns) in it
+  std::vector<double> bytes;
+  std::vector<std::pair<double, size_t>> transfers; // (ns, pair index)
+  Direction dir = Other;
+  double typicalBytes = 0;
+};
+
+} // namespace
+
+void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
+                               const DiagnoseOptions &opts, Diagnosis &d) {
+  // Per transfer, min(send end, recv end) - send begin: the bytes cannot
+  // have left before the send began nor arrived after either end finished,
+  // so this bounds the transfer's cost from above whether sends are eager
+  // or wait for the receiver; noise (scheduling, a late receiver) only
+  // makes it larger.
+  std::map<std::pair<int, int>, LinkSamples> samples;
+  std::map<std::pair<int, int>, LinkStats> links;
+  for (size_t k = 0; k < m.p2p.size(); ++k) {
+    const P2PPair &p = m.p2p[k];
+    const Event &s = t.ranks[p.src].events[p.send];
+    const Event &rv = t.ranks[p.dst].events[p.recv];
+    LinkStats &ls = links[{p.src, p.dst}];
+    ls.src = p.src;
+    ls.dst = p.dst;
+    ls.intraHost = t.ranks[p.src].hdr.host == t.ranks[p.dst].hdr.host;
+    ++ls.messages;
+    ls.bytes += s.bytes;
+    double ns = std::min(s.ge, rv.ge) - s.gb;
+    if (ns <= 0 || !s.bytes)
+      continue;
+    LinkSamples &ss = samples[{p.src, p.dst}];
+    auto [it, fresh] = ss.stepMin.try_emplace(s.step, ns);
+    if (!fresh)
+      it->second = std::min(it->second, ns);
+    ss.bytes.push_back(double(s.bytes));
+    ss.transfers.push_back({ns, k});
+    ls.pairs.push_back(k);
+  }
+  for (auto &[key, ss] : samples) {
+    LinkStats &ls = links[key];
+    std::vector<double> mins;
+    for (auto &[step, ns] : ss.stepMin)
+      mins.push_back(ns);
+    ls.transferNs = median(mins);
+    ls.steps = mins.size();
+    ss.typicalBytes = median(ss.bytes);
+    ss.dir = directionOf(t, key.first, key.second);
+    ls.gbps = ss.typicalBytes * 8 / ls.transferNs;
+  }
+
+  // Classes, most specific first; a link falls back to a coarser class
+  // when its own has fewer than three links, since a median of two cannot
+  // tell which one is the outlier.
+  using ClassKey = std::tuple<bool, double, int>; // host, bytes, direction
+  auto keyOf = [&](const std::pair<int, int> &link, int level) {
+    const LinkSamples &ss = samples.at(link);
+    bool intra = links.at(link).intraHost;
+    if (level == 0)
+      return ClassKey{intra, ss.typicalBytes, ss.dir};
+    if (level == 1)
+      return ClassKey{intra, ss.typicalBytes, -1};
+    return ClassKey{intra, -1, -1};
+  };
+  std::map<ClassKey, std::vector<std::pair<int, int>>> classes[3];
+  for (auto &[key, ss] : samples)
+    for (int level = 0; level < 3; ++level)
+      classes[level][keyOf(key, level)].push_back(key);
+
+  const double flagSlowdown = 1 / (1 - opts.linkThreshold);
+  for (auto &[key, ss] : samples) {
+    LinkStats &ls = links[key];
+    const std::vector<std::pair<int, int>> *peers = nullptr;
+    for (int level = 0; level < 3 && !peers; ++level) {
+      const auto &c = classes[level].at(keyOf(key, level));
+      if (c.size() >= 3 || level == 2)
+        peers = &c;
+    }
+    ls.peers = peers->size();
+    if (peers->size() < 2)
+      continue;
+    // The reference is what the other links of the class achieve: the
+    // median of their per-step fastest transfers, pooled (leave-one-out,
+    // so a slow link never drags its own reference). How far noise pushes
+    // a clean link's fastest transfer of a step is the pooled 90th
+    // percentile's distance above that median; on a quiet cluster or in
+    // mapp-sim this is a few percent, among oversubscribed threads it is
+    // scheduling delay of tens to hundreds of microseconds, independent of
+    // the link's speed, i.e. additive.
+    std::vector<double> pooled;
+    for (const auto &p : *peers)
+      if (p != key)
+        for (auto &[step, ns] : samples.at(p).stepMin)
+          pooled.push_back(ns);
+    double ref = median(pooled);
+    double noise = std::max(percentile(pooled, 0.9) - ref, 0.02 * ref);
+    d.linkNoise = std::max(d.linkNoise, noise / ref);
+    // A slow link is slower than the reference even in its good steps: its
+    // lower-quartile step is compared, so scheduling noise would have to
+    // hit every transfer in three of four steps to fake a fault. The bar
+    // is the threshold or three noise excursions, whichever is higher.
+    std::vector<double> mins;
+    for (auto &[step, ns] : ss.stepMin)
+      mins.push_back(ns);
+    double floorNs = percentile(mins, 0.25);
+    double bar = std::max(ref * flagSlowdown, ref + 3 * noise);
+    ls.ratio = ref / ls.transferNs;
+    size_t slowSteps = 0;
+    for (double ns : mins)
+      slowSteps += ns >= (ref + bar) / 2;
+    ls.slowStepFraction = double(slowSteps) / mins.size();
+    if (floorNs < bar || ls.slowStepFraction < 2.0 / 3)
+      continue;
+    Finding f;
+    f.kind = "slow-link";
+    f.src = ls.src;
+    f.dst = ls.dst;
+    f.ratio = ls.ratio;
+    // Consistency x size of the slowdown x how far it stands out of the
+    // class's noise (3 excursions, the bar: 0.5; 6 or more: 1).
+    f.confidence =
+        ls.slowStepFraction *
+        std::clamp((1 - ls.ratio) / (2 * opts.linkThreshold), 0.0, 1.0) *
+        std::clamp((floorNs - ref) / (6 * noise), 0.0, 1.0);
+    char buf[200];
+    std::snprintf(buf, sizeof(buf),
+                  "effective bandwidth %.3g Gb/s, %.2fx peer links' median "
+                  "(fastest transfer per step %.0f us vs %.0f us, slow in "
+                  "%.0f%% of %zu steps)",
+                  ls.gbps, ls.ratio, ls.transferNs * 1e-3, ref * 1e-3,
+                  100 * ls.slowStepFraction, ls.steps);
+    f.magnitude = buf;
+    auto slow = ss.transfers;
+    std::sort(slow.begin(), slow.end(), std::greater<>());
+    for (size_t k = 0; k < slow.size() && k < opts.evidence / 2; ++k) {
+      const P2PPair &p = m.p2p[slow[k].second];
+      f.evidence.push_back(t.eventRef(p.src, t.ranks[p.src].events[p.send]));
+      f.evidence.push_back(t.eventRef(p.dst, t.ranks[p.dst].events[p.recv]));
+    }
+    d.findings.push_back(f);
+  }
+  for (auto &[key, ls] : links)
+    d.links.push_back(ls);
+}
