@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # MegaScan on the CUDA backend (issue #7): the gpu-labelled trace test and the
 # cost of one mark; the overhead of op-level tracing on the 124M and 1.3B
-# bench plans; mapp-scan on a traced run. Runs from the folder
+# bench plans; mapp-scan on the traced runs. Runs from the folder
 # bench/gpu/prepare.sh filled (it copies this script there):
-#   gpu/cuda/trace.sh [ROUNDS] [STEPS_124M] [STEPS_1B3]
-# Overhead: the plan compiled with --mapp-insert-trace=granularity=op run
-#   A  with --trace-dir (every step traced: CUDA events, resolved after the step)
-#   B  without --trace-dir (the trace instrs are compiled in and skipped)
-#   C  the plan compiled without trace instrs
-# interleaved A B C, A B C, ... (ROUNDS rounds); per run the median step_ms of
-# --metrics after WARM warm-up steps; overhead = median over rounds of
-# A/B - 1 (and B/C - 1), spread = min..max over rounds. Goal: A/B <= 0.5%.
+#   gpu/cuda/trace.sh [PERIODS_124M] [PERIODS_1B3] [ROUNDS_124M]
+# Overhead, per model (median step_ms from --metrics):
+#   S  the plan compiled with --mapp-insert-trace=granularity=op, one run,
+#      --trace-dir --trace-sample 6:3: steps alternate 3 traced (CUDA events,
+#      resolved after each step on a resolver thread), 3 not traced (the
+#      trace instrs are skipped). Steady steps only: a traced step after a
+#      traced one (it also carries its predecessor's resolution) vs an
+#      untraced step after an untraced one. Per 6-step period one ratio
+#      (drift cancels); overhead = median over periods, spread = min..max.
+#      The first period (warm-up) is dropped.
+#   C  the plan compiled without trace instrs, a separate run: the cost of
+#      the compiled-in trace instrs when recording is off, and S-traced vs C.
+# Runs S C S C ... (ROUNDS_124M rounds for 124M, one for 1.3B: its host-side
+# parameter init takes tens of seconds). Goal: traced vs untraced <= 0.5%.
 # Logs and traces in /tmp/mapp-trace-log; summary at the end.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
-ROUNDS=${1:-3}
-S124=${2:-60}
-S13=${3:-10}
-WARM=${WARM:-3}
+P124=${1:-8}
+P13=${2:-4}
+R124=${3:-3}
 LOG=/tmp/mapp-trace-log
 rm -rf $LOG && mkdir -p $LOG
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -39,60 +44,65 @@ cat $LOG/trace-test.log
 say "cuda trace test: $(tail -1 $LOG/trace-test.log) rc=$rc"
 say "mark cost:$(grep -o 'per mark:.*' $LOG/trace-test.log | head -1)"
 
-run() { # plan trace(0|1) steps metrics [tracedir]
+run() { # plan steps metrics [tracedir]
   local extra=()
-  [ -n "${5:-}" ] && extra=(--trace-dir "$5")
+  [ -n "${4:-}" ] && extra=(--trace-dir "$4" --trace-sample 6:3)
   $BIN/mapp-run "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes \
-    --steps "$3" --metrics "$4" --quiet "${extra[@]}" > "$4.log" 2>&1 \
-    || { echo "mapp-run failed: $1 $*"; tail -3 "$4.log"; }
+    --steps "$2" --metrics "$3" --quiet "${extra[@]}" > "$3.log" 2>&1 \
+    || { echo "mapp-run failed: $*"; tail -3 "$3.log"; }
 }
 
 for c in gpt-124m gpt-1.3b; do
-  steps=$S124; [ $c = gpt-1.3b ] && steps=$S13
-  echo "== $c: $ROUNDS rounds of A (traced) B (trace off) C (no-trace plan), $steps steps [$((SECONDS - T0)) s]"
-  for i in $(seq "$ROUNDS"); do
-    run "$D/plans/$c.traced.mplan" 1 "$steps" "$LOG/$c.A.$i.jsonl" "$LOG/tr-$c-$i"
-    run "$D/plans/$c.traced.mplan" 0 "$steps" "$LOG/$c.B.$i.jsonl"
-    run "$D/plans/$c.mplan" 0 "$steps" "$LOG/$c.C.$i.jsonl"
+  periods=$P124 rounds=$R124
+  [ $c = gpt-1.3b ] && periods=$P13 rounds=1
+  steps=$((6 * (periods + 1)))
+  echo "== $c: $rounds round(s) of S (traced plan, 6:3 sampling) and C (no-trace plan), $steps steps [$((SECONDS - T0)) s]"
+  for i in $(seq "$rounds"); do
+    run "$D/plans/$c.traced.mplan" "$steps" "$LOG/$c.S.$i.jsonl" "$LOG/tr-$c-$i"
+    run "$D/plans/$c.mplan" "$steps" "$LOG/$c.C.$i.jsonl"
   done
-  say "$(python3 - "$LOG" "$c" "$ROUNDS" "$WARM" <<'PY'
-import json, statistics, sys
-log, c, rounds, warm = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-def med(v, i):
+  say "$(python3 - "$LOG" "$c" "$rounds" <<'PY'
+import json, statistics as st, sys
+log, c, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def load(v, i):
     try:
-        m = [json.loads(l) for l in open(f"{log}/{c}.{v}.{i}.jsonl")]
+        return {m["step"]: m["step_ms"] for m in map(json.loads, open(f"{log}/{c}.{v}.{i}.jsonl"))}
     except OSError:
-        return None
-    m = [x["step_ms"] for x in m[warm:]]
-    return statistics.median(m) if m else None
-ab, bc, ms = [], [], {"A": [], "B": [], "C": []}
+        return {}
+per, on_all, off_all, cms = [], [], [], []
 for i in range(1, rounds + 1):
-    a, b, cc = med("A", i), med("B", i), med("C", i)
-    for k, v in (("A", a), ("B", b), ("C", cc)):
-        if v: ms[k].append(v)
-    if a and b: ab.append(100 * (a / b - 1))
-    if b and cc: bc.append(100 * (b / cc - 1))
-if not ab:
-    print(f"overhead {c}: FAIL (no runs)")
+    s = load("S", i)
+    for p0 in range(6, max(s, default=0) + 1, 6):
+        on = [s[k] for k in (p0 + 1, p0 + 2) if k in s]
+        off = [s[k] for k in (p0 + 4, p0 + 5) if k in s]
+        if on and off:
+            per.append(100 * (st.mean(on) / st.mean(off) - 1))
+            on_all += on
+            off_all += off
+    cc = load("C", i)
+    cms += [v for k, v in cc.items() if k >= 6]
+if not per:
+    print(f"overhead {c}: FAIL (no steady periods; see {log}/{c}.S.1.jsonl.log)")
     sys.exit()
-ok = statistics.median(ab) <= 0.5
-print(f"overhead {c}: traced vs off {statistics.median(ab):+.2f}% "
-      f"(rounds {min(ab):+.2f}..{max(ab):+.2f}), off vs no-trace plan "
-      f"{statistics.median(bc) if bc else float('nan'):+.2f}%; step ms "
-      f"A {statistics.median(ms['A']):.2f} B {statistics.median(ms['B']):.2f} "
-      f"C {statistics.median(ms['C']) if ms['C'] else float('nan'):.2f}; "
-      f"goal <=0.5%: {'PASS' if ok else 'FAIL'}")
+med = st.median(per)
+on_m, off_m = st.median(on_all), st.median(off_all)
+c_m = st.median(cms) if cms else float("nan")
+print(f"overhead {c}: traced vs untraced steps, same run {med:+.2f}% "
+      f"(periods {len(per)}: {min(per):+.2f}..{max(per):+.2f}); step ms traced "
+      f"{on_m:.2f} untraced {off_m:.2f} no-trace plan {c_m:.2f} (untraced vs "
+      f"no-trace plan {100 * (off_m / c_m - 1):+.2f}%, traced vs no-trace plan "
+      f"{100 * (on_m / c_m - 1):+.2f}%); goal <=0.5%: {'PASS' if med <= 0.5 else 'FAIL'}")
 PY
 )"
 done
 
 for c in gpt-124m gpt-1.3b; do
-  d=$LOG/tr-$c-$ROUNDS
+  d=$LOG/tr-$c-1
   echo "== mapp-scan $d [$((SECONDS - T0)) s]"
   timeout 120 $BIN/mapp-scan "$d" -o "$LOG/$c.merged.json" --report "$LOG/$c.report.json" \
     > "$LOG/$c.scan.log" 2>&1 || { tail -5 "$LOG/$c.scan.log"; say "scan $c: mapp-scan FAILED"; continue; }
   head -3 "$LOG/$c.scan.log"
-  say "$(python3 - "$d" "$LOG/$c.A.$ROUNDS.jsonl" "$LOG/$c.merged.json" "$WARM" "$c" <<'PY'
+  say "$(python3 - "$d" "$LOG/$c.S.1.jsonl" "$LOG/$c.merged.json" 6 "$c" <<'PY'
 import json, statistics, sys
 d, metrics, merged, warm, c = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 recs = [json.loads(l) for l in open(f"{d}/rank-0.trace.jsonl")]
@@ -141,5 +151,7 @@ printf '%s\n' "${SUMMARY[@]}"
 if [ -n "${OUT:-}" ]; then
   printf '%s\n' "${SUMMARY[@]}" > "$OUT/trace-summary.txt"
   cp $LOG/trace-test.log "$OUT/" 2>/dev/null
-  cat $LOG/*.A.*.jsonl > "$OUT/trace-A-metrics.jsonl" 2>/dev/null
+  for f in $LOG/*.S.*.jsonl $LOG/*.C.*.jsonl; do
+    sed "s/^{/{\"run\":\"$(basename $f .jsonl)\",/" "$f"
+  done > "$OUT/trace-metrics.jsonl" 2>/dev/null
 fi
