@@ -49,4 +49,18 @@ cp bench/gpu/fuse.sh "$OUT/"
 # --- attn: attention implementations vs PyTorch SDPA (bench/gpu/attn.sh)
 xz -T2 -6 -c "$BUILD/mapp-attn-bench" > "$OUT/bin/mapp-attn-bench.xz"
 cp bench/gpu/attn.sh "$OUT/"
+# --- trace (bench/gpu/trace.sh): the bench plans with op-level trace regions,
+# the gpu-labelled trace test and mapp-scan.
+for c in gpt-124m gpt-1.3b; do
+  "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
+  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
+    -mapp-insert-trace=granularity=op -o "$OUT/plans/$c.traced.mlir"
+  "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.traced.mlir" -o "$OUT/plans/$c.traced.mplan"
+  rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.traced.mlir"
+done
+for b in mapp-cuda-trace-test mapp-scan; do
+  xz -T2 -6 -c "$BUILD/$b" > "$OUT/bin/$b.xz"
+done
+cp bench/gpu/trace.sh "$OUT/"
+# --- end trace
 du -sh "$OUT"

@@ -202,6 +202,35 @@ def test_trace_regions_and_sampling(tmp_path):
     assert seqs[0] == seqs[1] and seqs[0]
 
 
+def test_trace_sample_flag_overrides_the_plan(tmp_path):
+    # Same plan (sampling 3:1 compiled in), traced steps chosen at run time;
+    # the traced steps' events are those of the plan's own sampling.
+    make_plan(tmp_path / "p.mplan", tp=2,
+              extra=["trace=1", "trace_every=3", "trace_window=1"])
+    base = [MAPP_RUN, tmp_path / "p.mplan", "--data", CORPUS, "--tokenizer",
+            "bytes", "--steps", 6, "--quiet", "--threads", 1]
+    by_flag = {}
+    for sample, want in (("2:1", {0, 2, 4}), ("0:1", set(range(6))),
+                         ("3:2", {0, 1, 3, 4}), ("1:0", set())):
+        d = tmp_path / ("tr" + sample.replace(":", "_"))
+        run(base + ["--trace-dir", d, "--trace-sample", sample])
+        ev, _ = trace_events(d, 0)
+        assert {e["step"] for e in ev} == want, sample
+        by_flag[sample] = ev
+    run(base + ["--trace-dir", tmp_path / "plan"])
+    plan_ev, _ = trace_events(tmp_path / "plan", 0)
+    key = lambda e: (e["name"], e["cat"], e.get("mb"), e.get("op"), e.get("seq"))
+    assert sorted(map(key, (e for e in by_flag["0:1"] if e["step"] == 3))) == \
+        sorted(map(key, (e for e in plan_ev if e["step"] == 3)))
+    for bad, msg in (("2", "EVERY:WINDOW"), ("x:1", "--trace-sample EVERY"),
+                     ("2:-1", "--trace-sample WINDOW")):
+        r = run(base + ["--trace-dir", tmp_path / "bad", "--trace-sample", bad],
+                check=False)
+        assert r.returncode == 2 and msg in r.stderr, (bad, r.stderr)
+    r = run(base + ["--trace-sample", "2:1"], check=False)
+    assert r.returncode == 2 and "needs --trace-dir" in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(MAPP_SCAN is None, reason="mapp-scan not built")
 @pytest.mark.parametrize("comm", ["local", "mpi"])
 def test_megascan_names_injected_slow_rank(tmp_path, comm):

@@ -45,6 +45,8 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --comm-timeout S           fail a wait for another rank after S seconds
                              (default 300; 0 = never)
   --trace-dir DIR            MegaScan trace: DIR/rank-{r}.trace.jsonl per rank
+  --trace-sample E:W         trace steps with step % E < W (E = 0: every step),
+                             overriding the plan's trace_every:trace_window
   --inject SPEC              fault injection, repeatable:
                                slow-compute:rank=R,factor=F
                                link-delay:src=A,dst=B,us=U
@@ -84,11 +86,12 @@ struct Options {
   std::string plan, backend = "cpu", comm = "local", data, dataFormat = "auto",
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
                     traceDir, probeDb, probeControl, probeRun, prompt,
-                    generateOut;
+                    generateOut, traceSample;
   bool generate = false, greedy = false, promptGiven = false;
   int64_t maxNewTokens = 32, topK = 0;
   double temperature = 1.0;
   std::vector<Injection> inject;
+  std::pair<int, int> traceSampling{-1, -1}; // --trace-sample, parsed
   double commTimeout = 300;
   int64_t steps = 1;
   uint64_t seed = 0;
@@ -120,6 +123,18 @@ int64_t parseInt(const std::string &flag, const std::string &v, int64_t lo,
   }
 }
 
+/// --trace-sample E:W -> {E, W}.
+std::pair<int, int> parseTraceSample(const std::string &v) {
+  size_t colon = v.find(':');
+  if (colon == std::string::npos)
+    usageError("--trace-sample needs EVERY:WINDOW (e.g. 2:1), got '" + v + "'");
+  int every = static_cast<int>(
+      parseInt("--trace-sample EVERY", v.substr(0, colon), 0, 1 << 30));
+  int window = static_cast<int>(
+      parseInt("--trace-sample WINDOW", v.substr(colon + 1), 0, 1 << 30));
+  return {every, window};
+}
+
 Options parseArgs(int argc, char **argv) {
   Options o;
   std::map<std::string, std::string *> strings = {
@@ -130,7 +145,7 @@ Options parseArgs(int argc, char **argv) {
       {"--metrics", &o.metrics},     {"--dump-batches", &o.dumpBatches},
       {"--trace-dir", &o.traceDir},   {"--probe-db", &o.probeDb},
       {"--probe-control", &o.probeControl}, {"--probe-run", &o.probeRun},
-      {"--generate-out", &o.generateOut}};
+      {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -220,6 +235,11 @@ Options parseArgs(int argc, char **argv) {
     usageError("--prompt and --generate-out need --generate");
   if (o.comm != "local" && o.comm != "mpi")
     usageError("--comm must be local or mpi, got '" + o.comm + "'");
+  if (!o.traceSample.empty()) {
+    if (o.traceDir.empty())
+      usageError("--trace-sample needs --trace-dir");
+    o.traceSampling = parseTraceSample(o.traceSample);
+  }
   return o;
 }
 
@@ -382,13 +402,26 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     h.dpSize = plan.dp;
     h.ppSize = plan.pp;
     h.tpSize = plan.tp;
-    h.device = o.backend;
+    h.device = o.backend == "cuda" ? "cuda:0" : o.backend;
+    // The ring holds two steps of events: with CUDA timestamps a step's
+    // events arrive together after the step (runtime/README.md, "Tracing").
+    size_t capacity = size_t(1) << 16;
+    while (capacity < 2 * exec.traceEventsPerStep() && capacity < (size_t(1) << 22))
+      capacity <<= 1;
     std::string err;
-    trace = mapp::MappTraceWriter::open(o.traceDir, h, &err);
+    trace = mapp::MappTraceWriter::open(o.traceDir, h, &err, capacity);
     if (!trace)
       fail("--trace-dir: ", err);
     exec.setTraceWriter(trace.get());
+    if (o.traceSampling.first >= 0)
+      exec.setTraceSampling(o.traceSampling.first, o.traceSampling.second);
   }
+  // Detaches the writer (appending what the executor still holds) before
+  // the writer closes, also when a step throws.
+  struct DetachTrace {
+    Executor &exec;
+    ~DetachTrace() { exec.setTraceWriter(nullptr); }
+  } detachTrace{exec};
 
   const bool lead = rank == 0;
   std::unique_ptr<MetricsWriter> metrics;
@@ -465,6 +498,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
       writeSafetensors(o.save, st);
   }
   comm->flush();
+  exec.setTraceWriter(nullptr);
   if (trace)
     trace->close();
 }

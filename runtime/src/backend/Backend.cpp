@@ -2,6 +2,7 @@
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Error.h"
 
+#include <chrono>
 #include <cstring>
 
 using namespace mapp::rt;
@@ -33,6 +34,14 @@ double Backend::sumSquares(const std::vector<Tensor> &ts) {
       s += static_cast<double>(g[i]) * g[i];
   }
   return s;
+}
+
+uint64_t Backend::traceMark() {
+  // The clock of MappTraceWriter::nowNs (steady_clock), which every host
+  // trace time uses.
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 #ifndef MAPP_HAVE_CUDA

@@ -1,5 +1,6 @@
 //===- Executor.cpp -------------------------------------------------------===//
 #include "mapp/rt/Executor.h"
+#include "TraceSink.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Weights.h"
 #include "mapp/scan/TraceWriter.h"
@@ -94,7 +95,8 @@ void copyPiece(float *full, float *piece, const Shape &pieceShape, int dim,
 } // namespace
 
 Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
-    : plan_(plan), backend_(backend), comm_(comm) {
+    : plan_(plan), backend_(backend), comm_(comm),
+      traceEvery_(plan.traceEvery), traceWindow_(plan.traceWindow) {
   if (plan.worldSize != comm.worldSize())
     fail("plan is for world_size ", plan.worldSize, " but communicator '",
          comm.name(), "' has ", comm.worldSize(), " rank(s)",
@@ -229,6 +231,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
 }
 
 Executor::~Executor() {
+  sink_.reset(); // appends what is still held while the backend lives
   backend_.release(pool_);
   backend_.release(arena_);
 }
@@ -436,49 +439,30 @@ double Executor::gradNormSquared() const {
   return backend_.sumSquares(grads);
 }
 
-void Executor::setTraceWriter(mapp::MappTraceWriter *w) { trace_ = w; }
-
-bool Executor::tracing() const {
-  if (!trace_)
-    return false;
-  if (!planHasTrace_ || plan_.traceEvery <= 0)
-    return true;
-  return step_ % plan_.traceEvery < plan_.traceWindow;
-}
-
-int Executor::traceGroup(const CommGroup &g) {
-  auto it = traceGroups_.find(g.members);
-  if (it != traceGroups_.end())
-    return it->second;
-  int id = trace_->registerGroup(g.kind, g.members);
-  traceGroups_[g.members] = id;
-  return id;
-}
-
-void Executor::traceRegion(const char *name, int cat, int mb, uint64_t b,
-                           uint64_t e) {
-  mapp::TraceRecord rec;
-  rec.setName(name);
-  rec.cat = static_cast<mapp::TraceCategory>(cat);
-  rec.step = static_cast<int32_t>(step_);
-  rec.microbatch = mb;
-  rec.beginNs = b;
-  rec.endNs = e;
-  trace_->append(rec);
-}
-
 void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
   ctx.microbatch = mb;
   const bool tr = tracing();
   const bool autoTrace = tr && !planHasTrace_;
   const bool slow = slowFactor_ > 1;
   const Block &blk = prog_->blocks[block];
+  // Deferred marks (device events): the end of one region and the begin of
+  // the next with no work between are the same point of the device's
+  // execution, so they share one event. Host marks stay distinct readings.
+  const bool shareMarks = tr && sink_->deferred();
+  uint64_t lastMark = 0;
+  bool workSinceMark = true;
+  auto mark = [&] {
+    if (!shareMarks || workSinceMark)
+      lastMark = sink_->mark();
+    workSinceMark = false;
+    return lastMark;
+  };
   for (Prepared &pr : blocks_[block]) {
     const Instr &in = *pr.instr;
     if (pr.kind == Prepared::TraceBegin) {
       if (tr)
-        open_.push_back({in.attrs.getInt("id", -1), &in,
-                         mapp::MappTraceWriter::nowNs(), mb, blk.chunk});
+        open_.push_back(
+            {in.attrs.getInt("id", -1), &in, mark(), mb, blk.chunk});
       continue;
     }
     if (pr.kind == Prepared::TraceEnd) {
@@ -509,8 +493,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         if (rec.op != mapp::TraceOp::None)
           rec.cat = mapp::TraceCategory::Comm;
         rec.beginNs = o.t0;
-        rec.endNs = mapp::MappTraceWriter::nowNs();
-        trace_->append(rec);
+        rec.endNs = mark();
+        sink_->appendMarked(rec);
         break;
       }
       continue;
@@ -539,7 +523,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
           o.bytes = pr.bytes;
         }
     }
-    uint64_t t0 = (autoTrace || slow) ? mapp::MappTraceWriter::nowNs() : 0;
+    uint64_t t0 = autoTrace ? mark() : 0;
+    uint64_t slowT0 = slow ? mapp::MappTraceWriter::nowNs() : 0;
     KernelArgs args{pr.instr->attrs,
                     pr.ins[slot].data(),
                     static_cast<int>(pr.ins[slot].size()),
@@ -554,8 +539,9 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            pr.instr->name.empty() ? std::string() : " '" + pr.instr->name + "'",
            ": ", e.what());
     }
+    workSinceMark = true;
     if (slow && pr.kind == Prepared::Compute) {
-      uint64_t d = mapp::MappTraceWriter::nowNs() - t0;
+      uint64_t d = mapp::MappTraceWriter::nowNs() - slowT0;
       std::this_thread::sleep_for(std::chrono::nanoseconds(
           static_cast<int64_t>(static_cast<double>(d) * (slowFactor_ - 1))));
     }
@@ -579,8 +565,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         rec.tag = tag;
       }
       rec.beginNs = t0;
-      rec.endNs = mapp::MappTraceWriter::nowNs();
-      trace_->append(rec);
+      rec.endNs = mark();
+      sink_->appendMarked(rec);
     }
   }
 }
@@ -595,6 +581,8 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.comm = &comm_;
   ctx.probe = probe_;
   ctx.backend = &backend_;
+  if (sink_)
+    sink_->beginStep(step_);
   const bool tr = tracing();
   open_.clear();
   backend_.beginStep(step_);
@@ -668,7 +656,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
         rec.bytes = sizeof(buf);
         rec.beginNs = t0;
         rec.endNs = mapp::MappTraceWriter::nowNs();
-        trace_->append(rec);
+        sink_->appendHost(rec); // a host exchange: host clock
       }
       sq = buf[0];
       r.globalLoss =
@@ -680,11 +668,11 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     ctx.gradNorm = r.gradNorm = std::sqrt(sq);
   };
   auto runOptimizer = [&](int b) {
-    uint64_t t0 = tr ? mapp::MappTraceWriter::nowNs() : 0;
+    uint64_t t0 = tr ? sink_->mark() : 0;
     runBlock(b, 0, 0, ctx);
     if (tr)
       traceRegion("optimizer", static_cast<int>(mapp::TraceCategory::Optimizer),
-                  -1, t0, mapp::MappTraceWriter::nowNs());
+                  -1, t0, sink_->mark(), true);
   };
 
   for (const Task &t : tasks) {
@@ -712,9 +700,10 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
                                  nt * sizeof(int32_t));
         r.tokens +=
             static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
+        // Host work (reading and queueing the batch): host clock.
         if (tr)
           traceRegion("data", static_cast<int>(mapp::TraceCategory::Data),
-                      t.microbatch, t0, mapp::MappTraceWriter::nowNs());
+                      t.microbatch, t0, mapp::MappTraceWriter::nowNs(), false);
       }
     }
     runBlock(t.block, t.microbatch, slot, ctx);
@@ -727,6 +716,8 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       runOptimizer(b);
   backend_.endStep();
   backend_.synchronize();
+  if (sink_)
+    sink_->endStep();
 
   double sum;
   int n;

@@ -60,6 +60,27 @@ public:
   /// Step boundaries (before the first task; after the optimizer).
   virtual void beginStep(int64_t /*step*/) {}
   virtual void endStep() {}
+
+  // --- Trace marks (MegaScan; docs/trace-format.md, "GPU timestamps"). The
+  // executor marks each traced point as it issues the work around it. By
+  // default a mark is the host's monotonic clock in ns, read at once. A
+  // device backend whose work runs behind the host returns a handle instead
+  // (traceMarksDeferred) and turns it into a host-clock time after the
+  // step's end synchronize(), so the trace shows when the device ran the
+  // work, not when the host queued it, without adding a wait to the step.
+
+  /// True when traceMark() returns handles that need resolveTraceMarks.
+  virtual bool traceMarksDeferred() const { return false; }
+  /// A mark at this point of the backend's execution order.
+  virtual uint64_t traceMark();
+  /// Room for `n` marks per step, made before the first traced step so
+  /// marking allocates nothing (the backend may still grow past it).
+  virtual void reserveTraceMarks(size_t /*n*/) {}
+  /// Replaces each mark of one finished step (after its end synchronize) by
+  /// its host monotonic time in ns. A step's marks stay resolvable until the
+  /// beginStep two steps later, and this may run on another thread than the
+  /// one issuing the following step's work.
+  virtual void resolveTraceMarks(uint64_t * /*marks*/, size_t /*n*/) {}
 };
 
 /// fp32 reference kernels with `threads` workers (0 = hardware threads).

@@ -33,6 +33,8 @@ class MappTraceWriter;
 
 namespace mapp::rt {
 
+class TraceSink;
+
 struct StepResult {
   int64_t step = 0; // 0-based index of the step just run
   double loss = 0;  // mean of the microbatch losses (nan if none)
@@ -79,10 +81,21 @@ public:
   /// assembled on rank 0; other ranks get an empty Safetensors.
   Safetensors gatherParams(bool grads = false);
 
-  /// Records the step's events into `w` (not owned; null = off). Plans with
-  /// trace_begin/trace_end instrs record those regions in the sampled steps
-  /// (plan trace_every/trace_window); plans without record every instr.
+  /// Records the step's events into `w` (not owned; null = off, after
+  /// appending what is still held). Plans with trace_begin/trace_end instrs
+  /// record those regions in the sampled steps (plan trace_every /
+  /// trace_window, or setTraceSampling); plans without record every instr.
+  /// With a backend of deferred marks (CUDA events) a step's events reach
+  /// `w` after the step, from a resolver thread: detach (null) or
+  /// flushTrace() before closing `w`.
   void setTraceWriter(mapp::MappTraceWriter *w);
+  /// Overrides the plan's trace_every / trace_window for plans with trace
+  /// instrs: steps with step % every < window are traced (every = 0: all).
+  void setTraceSampling(int every, int window);
+  /// Blocks until every event of the steps run so far is in the writer.
+  void flushTrace();
+  /// Upper bound of the trace events one step records (ring sizing).
+  size_t traceEventsPerStep() const;
   /// Fault injection: sleep (factor-1) x each compute instr's time.
   void setSlowCompute(double factor) { slowFactor_ = factor; }
 
@@ -112,7 +125,9 @@ private:
   int shardCount(const Value &v) const;
   bool tracing() const;
   int traceGroup(const CommGroup &g);
-  void traceRegion(const char *name, int cat, int mb, uint64_t b, uint64_t e);
+  /// An executor region (data, optimizer); `marked`: b/e are backend marks.
+  void traceRegion(const char *name, int cat, int mb, uint64_t b, uint64_t e,
+                   bool marked);
 
   const Plan &plan_;
   const Program *prog_ = nullptr;
@@ -130,6 +145,8 @@ private:
   std::vector<std::pair<int64_t, int64_t>> normRange_;
   double slowFactor_ = 1;
   mapp::MappTraceWriter *trace_ = nullptr;
+  std::unique_ptr<TraceSink> sink_; // non-null iff trace_ is
+  int traceEvery_ = 0, traceWindow_ = 1;
   bool planHasTrace_ = false;
   std::map<std::vector<int>, int> traceGroups_;
   std::map<std::vector<int>, int64_t> groupSeq_; // collectives issued

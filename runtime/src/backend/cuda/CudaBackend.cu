@@ -282,6 +282,7 @@ double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
 
 void CudaBackend::synchronize() {
   MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  traceEvents_.synchronized();
   if (profile_)
     profCollect();
   for (size_t i = 0; i < scalarDst_.size(); ++i)
@@ -397,6 +398,7 @@ void CudaBackend::refreshShadows() {
 }
 
 void CudaBackend::beginStep(int64_t step) {
+  traceEvents_.beginStep(stream_); // first: the stream is still idle
   step_ = step;
   if (profile_ && step >= 1)
     ++profSteps_;
@@ -406,6 +408,13 @@ void CudaBackend::beginStep(int64_t step) {
 
 void CudaBackend::endStep() {
   // The optimizer kernels rewrite each shadow with its master (fused).
+  traceEvents_.endStep(stream_);
+}
+
+void CudaBackend::resolveTraceMarks(uint64_t *marks, size_t n) {
+  // Runs on the executor's resolver thread: the device is per thread.
+  MAPP_CUDA_CHECK(cudaSetDevice(device_));
+  traceEvents_.resolve(marks, n);
 }
 
 AttnSaved &CudaBackend::attnSaved(const void *q, int64_t rows, int64_t numel,

@@ -12,6 +12,7 @@
 
 #include "CudaCommon.h"
 #include "Fusion.h"
+#include "TraceEvents.h"
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/ThreadPool.h"
@@ -83,6 +84,12 @@ public:
                      bool isOutput, const Tensor &t) override;
   void beginStep(int64_t step) override;
   void endStep() override;
+  // MegaScan marks: events on the compute stream (TraceEvents.h).
+  bool traceMarksDeferred() const override { return true; }
+  uint64_t traceMark() override { return traceEvents_.record(stream_); }
+  void reserveTraceMarks(size_t n) override { traceEvents_.reserve(n); }
+  void resolveTraceMarks(uint64_t *marks, size_t n) override;
+  const TraceEventPool &traceEvents() const { return traceEvents_; }
 
   // --- for kernels
   cudaStream_t stream() const { return stream_; }
@@ -178,6 +185,7 @@ private:
   void profCollect();
   void profReport();
 
+  TraceEventPool traceEvents_;
   std::unordered_map<const void *, AttnSaved> attn_;
   std::unordered_map<const void *, CeSaved> ce_;
   int64_t step_ = 0;
