@@ -39,6 +39,8 @@ namespace mapp::rt::cuda {
 MAPP_CUDA_KERNELS(MAPP_DECLARE_KERNEL)
 #undef MAPP_DECLARE_KERNEL
 
+class ProbeCapture;
+
 /// Softmax statistics of one attention call, kept from the forward kernel
 /// for its gradient: per (batch, head, row) log-sum-exp, and a copy of the
 /// output (the gradient needs rowsum(dO∘O) but its operands exclude O).
@@ -82,6 +84,9 @@ public:
                      bool isOutput, const Tensor &t) override;
   void beginStep(int64_t step) override;
   void endStep() override;
+  void drainProbes() override;
+  void readFloats(const Program &p, int value, const void *src, int64_t offset,
+                  int64_t n, float *dst) override;
 
   // --- for kernels
   cudaStream_t stream() const { return stream_; }
@@ -105,6 +110,9 @@ public:
   /// Storage policy: "bf16" (default) or "f32" (every value as the plan says,
   /// for debugging numerics); MAPP_CUDA_STORAGE selects it.
   bool bf16Storage() const { return bf16Storage_; }
+  /// MegaScope's capture ring and probe scratch (ProbeCapture.h), created
+  /// by the first probe or perturb call.
+  ProbeCapture &probeCapture();
 
   /// MAPP_CUDA_PROFILE=1: device time per kernel name (CUDA events around
   /// every call from step 1 on), printed to stderr when the backend ends.
@@ -173,6 +181,7 @@ private:
   std::unordered_map<const void *, AttnSaved> attn_;
   std::unordered_map<const void *, CeSaved> ce_;
   int64_t step_ = 0;
+  std::unique_ptr<ProbeCapture> capture_;
 };
 
 inline CudaBackend &backendOf(const KernelArgs &a) {
