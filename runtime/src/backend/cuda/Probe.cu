@@ -15,6 +15,7 @@
 #include "ProbeCapture.h"
 #include "mapp/rt/ProbeReduce.h"
 
+#include <algorithm>
 #include <sstream>
 
 using namespace mapp::rt;
@@ -354,7 +355,7 @@ void cuda::probe(const KernelArgs &a) {
       fail("probe ", probeId, ": reduction '", r, "' cannot be combined "
            "with others on the device");
     }
-    if (f.kind != ResultField::Floats || r == "hist")
+    if (f.kind != ResultField::Floats)
       f.shape = {f.count};
     fields.push_back(f);
   }
@@ -362,53 +363,59 @@ void cuda::probe(const KernelArgs &a) {
   uint8_t *slot = cap.reserve(
       bytes, "probe " + std::to_string(probeId) + " ('" +
                  a.attrs.getStr("point", "") + "')");
-  if (needStats) {
-    StatPartial *part = static_cast<StatPartial *>(
-        cap.work(kStatBlocks * sizeof(StatPartial), 1));
-    double *res = reinterpret_cast<double *>(slot);
-    statsKernel<<<kStatBlocks, kThreads, 0, st>>>(
-        sel, n, a.attrs.getFloat("eps", 1e-6), part);
-    MAPP_CUDA_LAUNCHED();
-    statsFinal<<<1, 32, 0, st>>>(part, kStatBlocks, n, res);
-    MAPP_CUDA_LAUNCHED();
-    if (needStd) {
-      double *vpart = reinterpret_cast<double *>(part); // stats consumed
-      varianceKernel<<<kStatBlocks, kThreads, 0, st>>>(sel, n, res, vpart);
+  // A slot must be committed or cancelled, or the worker waits for it.
+  try {
+    if (needStats) {
+      StatPartial *part = static_cast<StatPartial *>(
+          cap.work(kStatBlocks * sizeof(StatPartial), 1));
+      double *res = reinterpret_cast<double *>(slot);
+      statsKernel<<<kStatBlocks, kThreads, 0, st>>>(
+          sel, n, a.attrs.getFloat("eps", 1e-6), part);
       MAPP_CUDA_LAUNCHED();
-      varianceFinal<<<1, 32, 0, st>>>(vpart, kStatBlocks, n, res);
+      statsFinal<<<1, 32, 0, st>>>(part, kStatBlocks, n, res);
       MAPP_CUDA_LAUNCHED();
-    }
-  }
-  for (const ResultField &f : fields) {
-    uint8_t *out = slot + f.offset;
-    if (f.reduction == "hist") {
-      MAPP_CUDA_CHECK(cudaMemsetAsync(out, 0, bins * 4, st));
-      if (!n)
-        continue;
-      int shared = bins <= kMaxSharedBins;
-      histKernel<<<gridFor(n, kThreads, kStatBlocks), kThreads,
-                   shared ? bins * 4 : 0, st>>>(
-          sel, n, a.attrs.getFloat("lo", -8), a.attrs.getFloat("hi", 8), bins,
-          reinterpret_cast<unsigned *>(out), shared);
-      MAPP_CUDA_LAUNCHED();
-    } else if (f.reduction == "topk") {
-      auto *keys = reinterpret_cast<unsigned long long *>(out);
-      MAPP_CUDA_CHECK(cudaMemsetAsync(keys, 0, std::max<int64_t>(k, 1) * 8, st));
-      for (int j = 0; j < k; ++j) {
-        topkPass<<<gridFor(n, kThreads, kStatBlocks), kThreads, 0, st>>>(
-            sel, n, keys, j);
+      if (needStd) {
+        double *vpart = reinterpret_cast<double *>(part); // stats consumed
+        varianceKernel<<<kStatBlocks, kThreads, 0, st>>>(sel, n, res, vpart);
+        MAPP_CUDA_LAUNCHED();
+        varianceFinal<<<1, 32, 0, st>>>(vpart, kStatBlocks, n, res);
         MAPP_CUDA_LAUNCHED();
       }
-    } else if (f.reduction == "sketch" && f.count) {
-      const double *r = cap.constants().projection(
-          static_cast<uint64_t>(a.attrs.getInt("seed", 0)), dim, inner, st);
-      sketchKernel<<<static_cast<unsigned>(f.count), 128, 0, st>>>(
-          sel, r, inner, dim, reinterpret_cast<float *>(out));
-      MAPP_CUDA_LAUNCHED();
-    } else if (f.reduction == "raw" && f.count) {
-      MAPP_CUDA_CHECK(cudaMemcpyAsync(out, sel, f.count * 4,
-                                      cudaMemcpyDeviceToDevice, st));
     }
+    for (const ResultField &f : fields) {
+      uint8_t *out = slot + f.offset;
+      if (f.reduction == "hist") {
+        MAPP_CUDA_CHECK(cudaMemsetAsync(out, 0, bins * 4, st));
+        if (!n)
+          continue;
+        int shared = bins <= kMaxSharedBins;
+        histKernel<<<gridFor(n, kThreads, kStatBlocks), kThreads,
+                     shared ? bins * 4 : 0, st>>>(
+            sel, n, a.attrs.getFloat("lo", -8), a.attrs.getFloat("hi", 8), bins,
+            reinterpret_cast<unsigned *>(out), shared);
+        MAPP_CUDA_LAUNCHED();
+      } else if (f.reduction == "topk") {
+        auto *keys = reinterpret_cast<unsigned long long *>(out);
+        MAPP_CUDA_CHECK(cudaMemsetAsync(keys, 0, std::max<int64_t>(k, 1) * 8, st));
+        for (int j = 0; j < k; ++j) {
+          topkPass<<<gridFor(n, kThreads, kStatBlocks), kThreads, 0, st>>>(
+              sel, n, keys, j);
+          MAPP_CUDA_LAUNCHED();
+        }
+      } else if (f.reduction == "sketch" && f.count) {
+        const double *r = cap.constants().projection(
+            static_cast<uint64_t>(a.attrs.getInt("seed", 0)), dim, inner, st);
+        sketchKernel<<<static_cast<unsigned>(f.count), 128, 0, st>>>(
+            sel, r, inner, dim, reinterpret_cast<float *>(out));
+        MAPP_CUDA_LAUNCHED();
+      } else if (f.reduction == "raw" && f.count) {
+        MAPP_CUDA_CHECK(cudaMemcpyAsync(out, sel, f.count * 4,
+                                        cudaMemcpyDeviceToDevice, st));
+      }
+    }
+  } catch (...) {
+    cap.cancel();
+    throw;
   }
   cap.commit(std::move(fields), rt, probeId, a.ctx.step, a.ctx.microbatch);
 }

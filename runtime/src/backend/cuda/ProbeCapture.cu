@@ -90,10 +90,11 @@ ProbeCapture::~ProbeCapture() {
   }
   work_.notify_all();
   worker_.join();
-  for (Entry &e : entries_) {
-    cudaEventDestroy(e.ready);
-    cudaEventDestroy(e.copied);
-  }
+  for (Entry &e : entries_)
+    if (e.copied) {
+      cudaEventDestroy(e.ready);
+      cudaEventDestroy(e.copied);
+    }
   for (cudaEvent_t e : spareEvents_)
     cudaEventDestroy(e);
   for (Scratch &s : scratch_)
@@ -187,6 +188,16 @@ void ProbeCapture::commit(std::vector<ResultField> fields, ProbeRuntime *rt,
   work_.notify_one();
 }
 
+void ProbeCapture::cancel() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Entry &e = entries_.back();
+    e.fields.clear();
+    e.committed = true; // no events: the worker only frees it
+  }
+  work_.notify_one();
+}
+
 void ProbeCapture::drain() {
   std::unique_lock<std::mutex> l(mu_);
   freed_.wait(l, [&] { return entries_.empty() || !error_.empty(); });
@@ -225,7 +236,7 @@ void ProbeCapture::workerLoop() {
     Entry &e = entries_.front();
     l.unlock();
     std::string err;
-    cudaError_t ce = cudaEventSynchronize(e.copied);
+    cudaError_t ce = e.copied ? cudaEventSynchronize(e.copied) : cudaSuccess;
     if (ce != cudaSuccess) {
       err = std::string("copying probe results to the host: ") +
             cudaGetErrorString(ce);
@@ -239,8 +250,10 @@ void ProbeCapture::workerLoop() {
     l.lock();
     if (!err.empty() && error_.empty())
       error_ = err;
-    spareEvents_.push_back(e.ready);
-    spareEvents_.push_back(e.copied);
+    if (e.copied) {
+      spareEvents_.push_back(e.ready);
+      spareEvents_.push_back(e.copied);
+    }
     entries_.pop_front();
     if (entries_.empty())
       head_ = 0;

@@ -80,6 +80,9 @@ public:
   /// on the compute stream is done; the worker turns it into samples.
   void commit(std::vector<ResultField> fields, ProbeRuntime *rt,
               int64_t probeId, int64_t step, int microbatch);
+  /// Gives back the slot of the last reserve() when its kernels could not
+  /// be queued (nothing is copied or recorded for it).
+  void cancel();
   /// Waits until every committed slot reached its runtime; rethrows what
   /// the worker caught.
   void drain();
