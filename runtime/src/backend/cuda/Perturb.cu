@@ -74,11 +74,11 @@ __global__ void perturbKernel(DView x, DView y, int64_t n, PerturbParams pp) {
     float v = x.ld(i);
     switch (pp.kind) {
     case kGaussian:
-      v = static_cast<float>(v + pp.m * probe_rng::normal(pp.key, i));
+      v = static_cast<float>(v + pp.m * device_rng::normal(pp.key, i));
       break;
     case kUniform:
       v = static_cast<float>(
-          v * (1.0 - pp.m + 2.0 * pp.m * probe_rng::uniform(pp.key, i)));
+          v * (1.0 - pp.m + 2.0 * pp.m * device_rng::uniform(pp.key, i)));
       break;
     case kOffset:
       v = static_cast<float>(v + pp.m);
@@ -88,8 +88,8 @@ __global__ void perturbKernel(DView x, DView y, int64_t n, PerturbParams pp) {
         v = 0.f;
       break;
     case kBitflip:
-      if (probe_rng::uniform(pp.key, 2 * i) < pp.p) {
-        int bit = static_cast<int>(probe_rng::uniform(pp.key, 2 * i + 1) * 32);
+      if (device_rng::uniform(pp.key, 2 * i) < pp.p) {
+        int bit = static_cast<int>(device_rng::uniform(pp.key, 2 * i + 1) * 32);
         v = __uint_as_float(__float_as_uint(v) ^ (1u << bit));
       }
       break;
@@ -140,7 +140,7 @@ void cuda::perturb(const KernelArgs &a) {
   pp.kind = s.enabled ? kindOf(a.attrs.getStr("kind", "")) : kCopy;
   pp.m = s.magnitude;
   pp.p = a.attrs.getFloat("p", 0);
-  pp.key = probe_rng::stepKey(static_cast<uint64_t>(a.attrs.getInt("seed", 0)),
+  pp.key = mapp::rt::probe_rng::stepKey(static_cast<uint64_t>(a.attrs.getInt("seed", 0)),
                               a.ctx.step, a.ctx.microbatch);
   pp.lastDim = x.rank() ? x.dim(-1) : 1;
   ProbeCapture &cap = be.probeCapture();

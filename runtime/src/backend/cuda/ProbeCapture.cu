@@ -29,7 +29,7 @@ __global__ void projectionKernel(double *r, uint64_t seed, int64_t n,
                                  double scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    r[i] = probe_rng::normal(seed, static_cast<uint64_t>(i)) * scale;
+    r[i] = device_rng::normal(seed, static_cast<uint64_t>(i)) * scale;
 }
 
 float unorderedFloat(uint32_t o) {

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace mapp::rt::cuda::probe_rng {
+namespace mapp::rt::cuda::device_rng {
 
 __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   uint64_t z = x + 0x9E3779B97F4A7C15ULL;
@@ -28,6 +28,6 @@ __device__ __forceinline__ double normal(uint64_t key, uint64_t n) {
   return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * 3.14159265358979323846 * u2);
 }
 
-} // namespace mapp::rt::cuda::probe_rng
+} // namespace mapp::rt::cuda::device_rng
 
 #endif
