@@ -108,7 +108,7 @@ ovr, ovw = 100 * (tr / t0 - 1), 100 * (tw / t0 - 1)
 ratio = wb["sample_bytes"] / rb["sample_bytes"] if rb["sample_bytes"] else math.nan
 ok = ovr <= 2.0 and ratio >= 10
 print("%s %s: step ms none %.1f (%s) | 8 probes reduced %.1f (%+.2f%%) | "
-      "raw %.1f (%+.1f%%) | stored bytes reduced %d (file %d) raw %d (file %d) "
+      "raw %.1f (%+.1f%%) | stored bytes reduced %.0f (file %.0f) raw %.0f (file %.0f) "
       "raw/reduced %.0fx" % ("PASS" if ok else "FAIL", m, t0,
       "/".join("%.1f" % x for x in none), tr, ovr, tw, ovw, rb["sample_bytes"],
       rb["file_bytes"], wb["sample_bytes"], wb["file_bytes"], ratio))
