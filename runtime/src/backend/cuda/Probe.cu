@@ -1,8 +1,7 @@
 //===- Probe.cu - MegaScope probe reductions on the device ----------------===//
 //
-// The CUDA "probe" kernel: the selected tokens are gathered into fp32
-// (skipped for an fp32 value without a selection), every reduction of the
-// probe runs on the compute stream into one slot of the capture ring
+// The CUDA "probe" kernel: every reduction of the probe reads the selected
+// tokens in place (fp32 or bf16 storage) on the compute stream into one slot of the capture ring
 // (ProbeCapture.h), and the slot is copied to the host behind the step. The
 // results equal src/probe/Reductions.cpp's: statistics and sketches
 // accumulate in double (in another order, so within fp32 rounding), histogram
@@ -27,26 +26,21 @@ constexpr int kThreads = 256;
 constexpr int kStatBlocks = 264; // 2 per SM of an H100/H200: enough to saturate
 constexpr int kMaxSharedBins = 8192;
 
-/// Where the selected elements come from: rows of `inner` elements; row r
-/// is token toks[r % ntok] of batch row r / ntok (all T tokens when ntok = 0).
+/// The selected elements, read in place (no gathered copy: the reductions
+/// read the stored value once or twice): rows of `inner` elements; row r is
+/// token toks[r % ntok] of batch row r / ntok (every element when ntok = 0).
 struct Selection {
   DView src;
   const int64_t *toks;
   int64_t ntok, T, inner, n;
-};
-
-__global__ void gatherKernel(Selection s, float *dst) {
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < s.n;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    int64_t src = e;
-    if (s.ntok) {
-      int64_t row = e / s.inner, i = e % s.inner;
-      int64_t b = row / s.ntok, t = s.toks[row % s.ntok];
-      src = (b * s.T + t) * s.inner + i;
-    }
-    dst[e] = s.src.ld(src);
+  __device__ __forceinline__ float ld(int64_t e) const {
+    if (!ntok)
+      return src.ld(e);
+    int64_t row = e / inner, i = e - row * inner;
+    int64_t b = row / ntok, t = toks[row - b * ntok];
+    return src.ld((b * T + t) * inner + i);
   }
-}
+};
 
 struct StatPartial {
   double sum, mx, mn, amax;
@@ -88,13 +82,13 @@ struct Min {
 };
 
 // NaN never wins a comparison, so max/min/absmax skip it as std::max does.
-__global__ void statsKernel(const float *x, int64_t n, double eps,
+__global__ void statsKernel(Selection x, int64_t n, double eps,
                             StatPartial *out) {
   double sum = 0, mx = -INFINITY, mn = INFINITY, amax = 0;
   unsigned long long small = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    double v = x[i];
+    double v = x.ld(i);
     sum += v;
     mx = v > mx ? v : mx;
     mn = v < mn ? v : mn;
@@ -132,12 +126,12 @@ __global__ void statsFinal(const StatPartial *p, int parts, int64_t n,
 }
 
 /// Second pass of the two-pass population std around res[2].
-__global__ void varianceKernel(const float *x, int64_t n, const double *res,
+__global__ void varianceKernel(Selection x, int64_t n, const double *res,
                                double *out) {
   double mean = res[2], ss = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    double d = x[i] - mean;
+    double d = x.ld(i) - mean;
     ss += d * d;
   }
   ss = blockReduce(ss, Add());
@@ -155,7 +149,7 @@ __global__ void varianceFinal(const double *p, int parts, int64_t n,
   res[3] = n ? sqrt(ss / static_cast<double>(n)) : NAN;
 }
 
-__global__ void histKernel(const float *x, int64_t n, double lo, double hi,
+__global__ void histKernel(Selection x, int64_t n, double lo, double hi,
                            int64_t bins, unsigned *counts, int shared) {
   extern __shared__ unsigned local[];
   unsigned *h = shared ? local : counts;
@@ -166,7 +160,7 @@ __global__ void histKernel(const float *x, int64_t n, double lo, double hi,
   }
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    double v = x[i];
+    double v = x.ld(i);
     if (!(v >= lo && v <= hi))
       continue;
     int64_t b = static_cast<int64_t>((v - lo) / (hi - lo) * bins);
@@ -185,7 +179,7 @@ __global__ void histKernel(const float *x, int64_t n, double lo, double hi,
 __device__ __forceinline__ unsigned long long topKey(float v, int64_t i) {
   if (v != v)
     return 0;
-  uint32_t b = __float_as_uint(v);
+  uint32_t b = v == 0 ? 0u : __float_as_uint(v); // -0 ties with +0, as on the CPU
   uint32_t o = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
   return (static_cast<unsigned long long>(o) << 32) |
          (0xFFFFFFFFull - static_cast<unsigned long long>(i));
@@ -193,12 +187,12 @@ __device__ __forceinline__ unsigned long long topKey(float v, int64_t i) {
 
 /// Pass j of top-k: the largest key below key j-1. k passes over the data;
 /// meant for the few thousand to few million elements a probe selects.
-__global__ void topkPass(const float *x, int64_t n, unsigned long long *keys,
+__global__ void topkPass(Selection x, int64_t n, unsigned long long *keys,
                          int j) {
   unsigned long long below = j ? keys[j - 1] : ~0ull, best = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    unsigned long long k = topKey(x[i], i);
+    unsigned long long k = topKey(x.ld(i), i);
     if (k < below && k > best)
       best = k;
   }
@@ -207,18 +201,40 @@ __global__ void topkPass(const float *x, int64_t n, unsigned long long *keys,
     atomicMax(&keys[j], best);
 }
 
-/// out[row, j] = Σ_i R[j][i]·x[row, i] in double; one block per (row, j).
-__global__ void sketchKernel(const float *x, const double *r, int64_t inner,
+constexpr int kSketchChunk = 16;
+
+/// out[row, j] = Σ_i R[j][i]·x[row, i] in double; one warp per row reads the
+/// row once per 16 outputs (R stays in L1/L2: all warps share it).
+__global__ void sketchKernel(Selection x, const double *r, int64_t rows,
                              int64_t dim, float *out) {
-  int64_t row = blockIdx.x / dim, j = blockIdx.x % dim;
-  const float *xr = x + row * inner;
-  const double *rj = r + j * inner;
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
-    acc += rj[i] * static_cast<double>(xr[i]);
-  acc = blockReduce(acc, Add());
-  if (threadIdx.x == 0)
-    out[blockIdx.x] = static_cast<float>(acc);
+  int lane = threadIdx.x & 31;
+  int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows)
+    return;
+  int64_t inner = x.inner;
+  for (int64_t j0 = 0; j0 < dim; j0 += kSketchChunk) {
+    int jn = static_cast<int>(dim - j0 < kSketchChunk ? dim - j0 : kSketchChunk);
+    double acc[kSketchChunk] = {};
+    for (int64_t i = lane; i < inner; i += 32) {
+      double xv = x.ld(row * inner + i);
+#pragma unroll
+      for (int jj = 0; jj < kSketchChunk; ++jj)
+        if (jj < jn)
+          acc[jj] += r[(j0 + jj) * inner + i] * xv;
+    }
+#pragma unroll
+    for (int jj = 0; jj < kSketchChunk; ++jj) {
+      double v = warpSumD(acc[jj]);
+      if (lane == 0 && jj < jn)
+        out[row * dim + j0 + jj] = static_cast<float>(v);
+    }
+  }
+}
+
+__global__ void rawKernel(Selection x, int64_t n, float *out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = x.ld(i);
 }
 
 std::vector<std::string> splitList(const std::string &s) {
@@ -285,19 +301,10 @@ void cuda::probe(const KernelArgs &a) {
                       : (x.rank() ? x.dim(-1) : 1);
   int64_t n = select ? x.dim(0) * static_cast<int64_t>(toks.size()) * inner
                      : x.numel();
-  const float *sel = static_cast<const float *>(x.data);
-  if (select || isBf16(x)) {
-    float *buf = static_cast<float *>(cap.work(std::max<int64_t>(n, 1) * 4, 0));
-    Selection s{view(x), nullptr, 0, select ? x.dim(1) : 0, inner, n};
-    if (select) {
-      s.toks = cap.constants().ints(&a.attrs, 0, toks);
-      s.ntok = static_cast<int64_t>(toks.size());
-    }
-    if (n) {
-      gatherKernel<<<gridFor(n, kThreads), kThreads, 0, st>>>(s, buf);
-      MAPP_CUDA_LAUNCHED();
-    }
-    sel = buf;
+  Selection sel{view(x), nullptr, 0, select ? x.dim(1) : 0, inner, n};
+  if (select) {
+    sel.toks = cap.constants().ints(&a.attrs, 0, toks);
+    sel.ntok = static_cast<int64_t>(toks.size());
   }
 
   // Slot layout: the six statistics (when any is asked for), then each
@@ -405,12 +412,14 @@ void cuda::probe(const KernelArgs &a) {
       } else if (f.reduction == "sketch" && f.count) {
         const double *r = cap.constants().projection(
             static_cast<uint64_t>(a.attrs.getInt("seed", 0)), dim, inner, st);
-        sketchKernel<<<static_cast<unsigned>(f.count), 128, 0, st>>>(
-            sel, r, inner, dim, reinterpret_cast<float *>(out));
+        int64_t blocks = (sketchRows + 7) / 8; // 8 warps, a row each
+        sketchKernel<<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(
+            sel, r, sketchRows, dim, reinterpret_cast<float *>(out));
         MAPP_CUDA_LAUNCHED();
       } else if (f.reduction == "raw" && f.count) {
-        MAPP_CUDA_CHECK(cudaMemcpyAsync(out, sel, f.count * 4,
-                                        cudaMemcpyDeviceToDevice, st));
+        rawKernel<<<gridFor(f.count, kThreads), kThreads, 0, st>>>(
+            sel, f.count, reinterpret_cast<float *>(out));
+        MAPP_CUDA_LAUNCHED();
       }
     }
   } catch (...) {
