@@ -259,6 +259,12 @@ std::vector<ProbeCase> probeCases() {
     Attrs b = probeAttrs("hist");
     b.setInt("bins", 10000);
     cs.push_back({"hist 10000 bins (global atomics)", {4, 64, 128}, b});
+    Attrs c = probeAttrs("hist");
+    c.setInt("bins", 3000);
+    cs.push_back({"hist 3000 bins (one shared copy)", {4, 64, 128}, c});
+    Attrs d = probeAttrs("mean,hist");
+    d.setInt("every", 2); // step 3: nothing recorded on either backend
+    cs.push_back({"every 2 at step 3 (skipped)", {2, 8, 8}, d});
   }
   {
     Attrs a = probeAttrs("topk");

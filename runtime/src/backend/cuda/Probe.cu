@@ -149,14 +149,19 @@ __global__ void varianceFinal(const double *p, int parts, int64_t n,
   res[3] = n ? sqrt(ss / static_cast<double>(n)) : NAN;
 }
 
+/// `copies` private histograms per block in shared memory (one per warp
+/// when they fit: activations pile into few bins, and warps sharing one
+/// counter serialize), merged into the slot's counts; copies = 0 counts in
+/// global memory directly (very many bins).
 __global__ void histKernel(Selection x, int64_t n, double lo, double hi,
-                           int64_t bins, unsigned *counts, int shared) {
+                           int64_t bins, unsigned *counts, int copies) {
   extern __shared__ unsigned local[];
-  unsigned *h = shared ? local : counts;
-  if (shared) {
-    for (int64_t b = threadIdx.x; b < bins; b += blockDim.x)
+  unsigned *h = counts;
+  if (copies) {
+    for (int64_t b = threadIdx.x; b < bins * copies; b += blockDim.x)
       local[b] = 0;
     __syncthreads();
+    h = local + (threadIdx.x / 32 % copies) * bins;
   }
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -166,11 +171,15 @@ __global__ void histKernel(Selection x, int64_t n, double lo, double hi,
     int64_t b = static_cast<int64_t>((v - lo) / (hi - lo) * bins);
     atomicAdd(&h[b < bins - 1 ? b : bins - 1], 1u);
   }
-  if (shared) {
+  if (copies) {
     __syncthreads();
-    for (int64_t b = threadIdx.x; b < bins; b += blockDim.x)
-      if (local[b])
-        atomicAdd(&counts[b], local[b]);
+    for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) {
+      unsigned c = 0;
+      for (int k = 0; k < copies; ++k)
+        c += local[k * bins + b];
+      if (c)
+        atomicAdd(&counts[b], c);
+    }
   }
 }
 
@@ -395,11 +404,13 @@ void cuda::probe(const KernelArgs &a) {
         MAPP_CUDA_CHECK(cudaMemsetAsync(out, 0, bins * 4, st));
         if (!n)
           continue;
-        int shared = bins <= kMaxSharedBins;
+        int copies = bins * (kThreads / 32) <= kMaxSharedBins ? kThreads / 32
+                     : bins <= kMaxSharedBins                  ? 1
+                                                               : 0;
         histKernel<<<gridFor(n, kThreads, kStatBlocks), kThreads,
-                     shared ? bins * 4 : 0, st>>>(
+                     copies * bins * 4, st>>>(
             sel, n, a.attrs.getFloat("lo", -8), a.attrs.getFloat("hi", 8), bins,
-            reinterpret_cast<unsigned *>(out), shared);
+            reinterpret_cast<unsigned *>(out), copies);
         MAPP_CUDA_LAUNCHED();
       } else if (f.reduction == "topk") {
         auto *keys = reinterpret_cast<unsigned long long *>(out);
