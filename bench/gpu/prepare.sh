@@ -63,4 +63,20 @@ for b in mapp-cuda-trace-test mapp-scan; do
 done
 cp bench/gpu/trace.sh "$OUT/"
 # --- end trace
+# --- scope (bench/gpu/scope.sh): the device probe test, plans with probes
+xz -T2 -6 -c "$BUILD/mapp-cuda-probe-test" > "$OUT/bin/mapp-cuda-probe-test.xz"
+cp bench/gpu/scope.sh "$OUT/"
+scope_plan() { # config spec optimizer out
+  "$BIN/mapp-translate" --import-gpt-config "bench/gpu/configs/$1.json" -o "$OUT/plans/$4.mlir"
+  "$BIN/mapp-opt" "$OUT/plans/$4.mlir" -mapp-autodiff "-mapp-optimizer=$3" \
+    "-mapp-insert-probes=spec=bench/gpu/scope/$2.json" -o "$OUT/plans/$4.train.mlir"
+  "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$4.train.mlir" -o "$OUT/plans/$4.mplan"
+  rm "$OUT/plans/$4.mlir" "$OUT/plans/$4.train.mlir"
+}
+scope_plan gpt-tiny-e2e e2e "$OPT" scope-e2e
+for c in 124m 1.3b; do
+  scope_plan gpt-$c reduced "$BENCH_OPT" scope-$c-reduced
+  scope_plan gpt-$c raw "$BENCH_OPT" scope-$c-raw
+done
+# --- end scope
 du -sh "$OUT"

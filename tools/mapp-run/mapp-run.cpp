@@ -362,8 +362,6 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
                 << "\n";
   }
   if (o.generate) {
-    if (o.backend != "cpu") // reads logits from host memory
-      fail("--generate needs --backend=cpu");
     if (plan.worldSize != 1)
       fail("--generate runs single-rank plans (this plan has world_size ",
            plan.worldSize, ")");

@@ -12,6 +12,12 @@ void Backend::copyToStorage(void *dst, const void *src, size_t bytes) {
     std::memcpy(dst, src, bytes);
 }
 
+void Backend::readFloats(const Program &, int, const void *src,
+                         int64_t offset, int64_t n, float *dst) {
+  copyFromStorage(dst, static_cast<const float *>(src) + offset,
+                  static_cast<size_t>(n) * sizeof(float));
+}
+
 void Backend::copyFromStorage(void *dst, const void *src, size_t bytes) {
   if (bytes)
     std::memcpy(dst, src, bytes);

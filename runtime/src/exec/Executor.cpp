@@ -244,6 +244,13 @@ float *Executor::valueData(int v, int slot) const {
   return reinterpret_cast<float *>(base + val.offset);
 }
 
+std::vector<float> Executor::readFloats(int v, int slot, int64_t offset,
+                                        int64_t n) const {
+  std::vector<float> out(static_cast<size_t>(n));
+  backend_.readFloats(*prog_, v, valueData(v, slot), offset, n, out.data());
+  return out;
+}
+
 int Executor::shardCount(const Value &v) const {
   if (v.shardDim < 0)
     return 1;
@@ -740,6 +747,9 @@ void Executor::runForward(const int32_t *tokens, const int32_t *targets,
     backend_.copyToStorage(valueData(p.tokens, 0), tokens, n * sizeof(int32_t));
   if (p.targets >= 0)
     backend_.copyToStorage(valueData(p.targets, 0), targets, n * sizeof(int32_t));
+  // Device backends refresh state here (CUDA: bf16 parameter shadows after
+  // loadParams).
+  backend_.beginStep(step);
   KernelContext ctx;
   ctx.step = step;
   ctx.maxGradNorm = plan_.maxGradNorm;

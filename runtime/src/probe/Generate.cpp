@@ -90,7 +90,10 @@ std::vector<GeneratedToken> mapp::rt::generate(Executor &exec,
     if (session)
       session->beginStep(g);
     exec.runForward(tokens.data(), targets.data(), g);
-    const float *row = exec.valueData(logits, 0) + static_cast<size_t>(len - 1) * V;
+    // Backend-neutral: device backends copy (and widen bf16) to the host.
+    std::vector<float> lastRow =
+        exec.readFloats(logits, 0, static_cast<int64_t>(len - 1) * V, V);
+    const float *row = lastRow.data();
     // Model distribution (temperature 1) for the record; sampling
     // distribution with temperature and top-k for the choice.
     double m = *std::max_element(row, row + V);

@@ -94,7 +94,11 @@ ProbeSession::ProbeSession(Executor &exec, const ProbeSessionOptions &o)
 }
 
 ProbeSession::~ProbeSession() {
-  exec_.setProbeRuntime(nullptr);
+  try {
+    exec_.setProbeRuntime(nullptr); // drains device captures into this
+  } catch (const Error &) {
+    exec_.setProbeRuntime(nullptr);
+  }
   try {
     if (store_)
       store_->flush();
@@ -260,6 +264,7 @@ void ProbeSession::recordToken(int64_t position, int32_t token,
 }
 
 void ProbeSession::flush() {
+  exec_.drainProbes(); // device captures still in flight
   if (store_)
     store_->flush();
 }

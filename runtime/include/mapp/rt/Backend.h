@@ -46,6 +46,13 @@ public:
   virtual double sumSquares(const std::vector<Tensor> &ts);
   /// Waits for queued work; reports asynchronous kernel errors as Error.
   virtual void synchronize() {}
+  /// Waits until every probe sample captured so far reached its
+  /// ProbeRuntime (a device backend captures asynchronously).
+  virtual void drainProbes() {}
+  /// `n` floats of value `value` of `p` from element `offset`, whose storage
+  /// is at `src`, as fp32 on the host (a backend may store it in bf16).
+  virtual void readFloats(const Program &p, int value, const void *src,
+                          int64_t offset, int64_t n, float *dst);
 
   /// Called once by the executor after allocating the pool and the arenas,
   /// before instrs are bound: a device backend may decide how each value is

@@ -104,7 +104,13 @@ public:
 
   /// MegaScope: probe sink and perturbation switches for later kernels
   /// (null = off). Not owned.
-  void setProbeRuntime(ProbeRuntime *p) { probe_ = p; }
+  /// Samples a device backend still captures go to the old runtime first.
+  void setProbeRuntime(ProbeRuntime *p) {
+    backend_.drainProbes();
+    probe_ = p;
+  }
+  /// Waits until every probe sample taken so far reached the ProbeRuntime.
+  void drainProbes() { backend_.drainProbes(); }
   /// Runs every Forward block once as microbatch 0 in slot 0 on the given
   /// tokens/targets ([micro_batch_size, seq_length]) with the kernel step
   /// `step`, leaving gradients, optimizer state and the step counter alone:
@@ -113,6 +119,10 @@ public:
 
   /// Float view of value `v` in `slot` (pool values ignore the slot).
   float *valueData(int v, int slot = 0) const;
+  /// `n` elements of float value `v` in `slot` from element `offset`, read
+  /// to the host as fp32 whatever the backend stores (bf16 on CUDA).
+  std::vector<float> readFloats(int v, int slot, int64_t offset,
+                                int64_t n) const;
 
 private:
   struct Prepared;

@@ -38,7 +38,11 @@ public:
   void endStep(const StepMetrics &m);
   void recordToken(int64_t position, int32_t token, const std::string &text,
                    double prob, const std::string &topkJson);
-  void setGenerating(bool g) { generating_ = g; }
+  /// Samples still captured on a device keep the phase they were taken in.
+  void setGenerating(bool g) {
+    exec_.drainProbes();
+    generating_ = g;
+  }
   /// Commits everything; rethrows store errors.
   void flush();
   std::string controlEndpoint() const;

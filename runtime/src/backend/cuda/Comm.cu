@@ -86,9 +86,3 @@ void cuda::all_to_all(const KernelArgs &a) { staged(a, cpu::all_to_all); }
 void cuda::send(const KernelArgs &a) { staged(a, cpu::send); }
 void cuda::recv(const KernelArgs &a) { staged(a, cpu::recv); }
 
-// MegaScope: a probe without a session is a no-op (no staging).
-void cuda::probe(const KernelArgs &a) {
-  if (a.ctx.probe)
-    staged(a, cpu::probe);
-}
-void cuda::perturb(const KernelArgs &a) { staged(a, cpu::perturb); }

@@ -1,5 +1,6 @@
 //===- CudaBackend.cu - device memory, streams, storage policy ------------===//
 #include "CudaBackend.h"
+#include "ProbeCapture.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -134,6 +135,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   // Errors are ignored here: a destructor must not throw, and the process is
   // usually exiting.
+  capture_.reset(); // its worker and side stream go before the stream
   cudaStreamSynchronize(stream_);
   if (profile_) {
     profCollect();
@@ -249,6 +251,18 @@ void CudaBackend::copyFromStorage(void *dst, const void *src, size_t bytes) {
   MAPP_CUDA_CHECK(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::readFloats(const Program &p, int value, const void *src,
+                             int64_t offset, int64_t n, float *dst) {
+  bool bf16 = prog_ == &p && valueBf16_.size() > static_cast<size_t>(value) &&
+              valueBf16_[value];
+  if (!bf16)
+    return copyFromStorage(dst, static_cast<const float *>(src) + offset, n * 4);
+  std::vector<uint16_t> h(n);
+  copyFromStorage(h.data(), static_cast<const uint16_t *>(src) + offset, n * 2);
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = bf16ToFloat(h[i]);
 }
 
 void CudaBackend::readScalarAsync(float *dst, const void *src) {

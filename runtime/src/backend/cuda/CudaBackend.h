@@ -41,6 +41,8 @@ namespace mapp::rt::cuda {
 MAPP_CUDA_KERNELS(MAPP_DECLARE_KERNEL)
 #undef MAPP_DECLARE_KERNEL
 
+class ProbeCapture;
+
 /// Softmax statistics of one attention call, kept from the forward kernel
 /// for its gradient: per (batch, head, row) log-sum-exp, and a copy of the
 /// output (the gradient needs rowsum(dO∘O) but its operands exclude O).
@@ -90,6 +92,9 @@ public:
   void reserveTraceMarks(size_t n) override { traceEvents_.reserve(n); }
   void resolveTraceMarks(uint64_t *marks, size_t n) override;
   const TraceEventPool &traceEvents() const { return traceEvents_; }
+  void drainProbes() override;
+  void readFloats(const Program &p, int value, const void *src, int64_t offset,
+                  int64_t n, float *dst) override;
 
   // --- for kernels
   cudaStream_t stream() const { return stream_; }
@@ -119,6 +124,9 @@ public:
   /// the arena value `anchorValue` in the current call (pool values have one
   /// copy). For a fused call to reach its partner instruction's operands.
   Tensor valueTensor(int value, const Tensor &anchor, int anchorValue) const;
+  /// MegaScope's capture ring and probe scratch (ProbeCapture.h), created
+  /// by the first probe or perturb call.
+  ProbeCapture &probeCapture();
 
   /// MAPP_CUDA_PROFILE=1: device time per kernel name (CUDA events around
   /// every call from step 1 on), printed to stderr when the backend ends.
@@ -189,6 +197,7 @@ private:
   std::unordered_map<const void *, AttnSaved> attn_;
   std::unordered_map<const void *, CeSaved> ce_;
   int64_t step_ = 0;
+  std::unique_ptr<ProbeCapture> capture_;
 };
 
 inline CudaBackend &backendOf(const KernelArgs &a) {

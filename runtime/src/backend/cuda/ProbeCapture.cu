@@ -1,0 +1,313 @@
+//===- ProbeCapture.cu - device ring, pinned ring, capture worker ---------===//
+#include "ProbeCapture.h"
+#include "CudaBackend.h"
+#include "ProbeRngDevice.cuh"
+
+#include <cstdlib>
+#include <cstring>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+
+namespace {
+
+constexpr size_t kDefaultRingBytes = size_t(64) << 20;
+constexpr size_t kSlotAlign = 256;
+
+size_t ringBytesFromEnv() {
+  const char *e = std::getenv("MAPP_PROBE_RING_BYTES");
+  if (!e || !*e)
+    return kDefaultRingBytes;
+  char *end = nullptr;
+  unsigned long long v = std::strtoull(e, &end, 10);
+  if (*end || v < 4096)
+    fail("MAPP_PROBE_RING_BYTES='", e, "' is not a byte count >= 4096");
+  return static_cast<size_t>(v);
+}
+
+__global__ void projectionKernel(double *r, uint64_t seed, int64_t n,
+                                 double scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    r[i] = device_rng::normal(seed, static_cast<uint64_t>(i)) * scale;
+}
+
+float unorderedFloat(uint32_t o) {
+  uint32_t bits = (o & 0x80000000u) ? (o ^ 0x80000000u) : ~o;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+} // namespace
+
+const int64_t *DeviceConstants::ints(const void *owner, int tag,
+                                     const std::vector<int64_t> &values) {
+  Ints &c = ints_[{owner, tag}];
+  if (c.dev && c.host == values)
+    return c.dev;
+  // First call of this instr (or its attrs changed): a synchronous upload.
+  if (c.dev)
+    MAPP_CUDA_CHECK(cudaFree(c.dev));
+  c.host = values;
+  MAPP_CUDA_CHECK(cudaMalloc(&c.dev, std::max<size_t>(values.size(), 1) * 8));
+  if (!values.empty())
+    MAPP_CUDA_CHECK(cudaMemcpy(c.dev, values.data(), values.size() * 8,
+                               cudaMemcpyHostToDevice));
+  return c.dev;
+}
+
+const double *DeviceConstants::projection(uint64_t seed, int64_t dim,
+                                          int64_t inner, cudaStream_t s) {
+  double *&r = proj_[{seed, dim, inner}];
+  if (!r) {
+    int64_t n = dim * inner;
+    MAPP_CUDA_CHECK(cudaMalloc(&r, std::max<int64_t>(n, 1) * sizeof(double)));
+    projectionKernel<<<gridFor(n, 256), 256, 0, s>>>(
+        r, seed, n, 1.0 / std::sqrt(static_cast<double>(dim)));
+    MAPP_CUDA_LAUNCHED();
+  }
+  return r;
+}
+
+DeviceConstants::~DeviceConstants() {
+  for (auto &kv : ints_)
+    cudaFree(kv.second.dev);
+  for (auto &kv : proj_)
+    cudaFree(kv.second);
+}
+
+ProbeCapture::ProbeCapture(int device, cudaStream_t compute)
+    : device_(device), compute_(compute), cap_(ringBytesFromEnv()) {
+  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
+ProbeCapture::~ProbeCapture() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  worker_.join();
+  for (Entry &e : entries_)
+    if (e.copied) {
+      cudaEventDestroy(e.ready);
+      cudaEventDestroy(e.copied);
+    }
+  for (cudaEvent_t e : spareEvents_)
+    cudaEventDestroy(e);
+  for (Scratch &s : scratch_)
+    cudaFree(s.p);
+  cudaStreamSynchronize(side_);
+  cudaStreamDestroy(side_);
+  cudaFreeHost(hostRing_);
+  cudaFree(devRing_);
+}
+
+cudaEvent_t ProbeCapture::takeEvent() {
+  if (!spareEvents_.empty()) {
+    cudaEvent_t e = spareEvents_.back();
+    spareEvents_.pop_back();
+    return e;
+  }
+  cudaEvent_t e;
+  // Blocking sync: the worker sleeps instead of spinning on a CPU core.
+  MAPP_CUDA_CHECK(cudaEventCreateWithFlags(
+      &e, cudaEventDisableTiming | cudaEventBlockingSync));
+  return e;
+}
+
+uint8_t *ProbeCapture::reserve(size_t bytes, const std::string &what) {
+  bytes = (std::max<size_t>(bytes, 1) + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+  if (bytes > cap_)
+    fail(what, " needs ", bytes, " bytes of probe capture ring per call, more "
+         "than MAPP_PROBE_RING_BYTES=", cap_, "; raise it or lower the "
+         "probe's cap/dim/tokens");
+  if (!devRing_) { // perturbation-only plans never capture
+    MAPP_CUDA_CHECK(cudaMalloc(&devRing_, cap_));
+    MAPP_CUDA_CHECK(cudaMallocHost(&hostRing_, cap_));
+  }
+  std::unique_lock<std::mutex> l(mu_);
+  size_t start = 0;
+  // Slots are taken and freed in order: the free space is [head, tail) or
+  // [head, cap) + [0, tail) where tail is the oldest slot still in use.
+  freed_.wait(l, [&] {
+    if (!error_.empty())
+      return true;
+    if (entries_.empty()) {
+      start = 0;
+      return true;
+    }
+    size_t tail = entries_.front().start;
+    if (head_ > tail) {
+      if (cap_ - head_ >= bytes) {
+        start = head_;
+        return true;
+      }
+      if (tail >= bytes) {
+        start = 0;
+        return true;
+      }
+      return false;
+    }
+    if (tail - head_ >= bytes) {
+      start = head_;
+      return true;
+    }
+    return false;
+  });
+  if (!error_.empty())
+    fail("probe capture: ", error_);
+  Entry e;
+  e.start = start;
+  e.bytes = bytes;
+  entries_.push_back(std::move(e));
+  head_ = start + bytes;
+  return devRing_ + start;
+}
+
+void ProbeCapture::commit(std::vector<ResultField> fields, ProbeRuntime *rt,
+                          int64_t probeId, int64_t step, int microbatch) {
+  std::unique_lock<std::mutex> l(mu_);
+  Entry &e = entries_.back();
+  e.fields = std::move(fields);
+  e.rt = rt;
+  e.probeId = probeId;
+  e.step = step;
+  e.microbatch = microbatch;
+  e.ready = takeEvent();
+  e.copied = takeEvent();
+  MAPP_CUDA_CHECK(cudaEventRecord(e.ready, compute_));
+  MAPP_CUDA_CHECK(cudaStreamWaitEvent(side_, e.ready, 0));
+  MAPP_CUDA_CHECK(cudaMemcpyAsync(hostRing_ + e.start, devRing_ + e.start,
+                                  e.bytes, cudaMemcpyDeviceToHost, side_));
+  MAPP_CUDA_CHECK(cudaEventRecord(e.copied, side_));
+  e.committed = true;
+  l.unlock();
+  work_.notify_one();
+}
+
+void ProbeCapture::cancel() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Entry &e = entries_.back();
+    e.fields.clear();
+    e.committed = true; // no events: the worker only frees it
+  }
+  work_.notify_one();
+}
+
+void ProbeCapture::drain() {
+  std::unique_lock<std::mutex> l(mu_);
+  freed_.wait(l, [&] { return entries_.empty() || !error_.empty(); });
+  if (!error_.empty()) {
+    std::string m = error_;
+    error_.clear();
+    fail("probe capture: ", m);
+  }
+}
+
+void *ProbeCapture::work(size_t bytes, int which) {
+  Scratch &s = scratch_[which];
+  if (s.bytes < bytes) {
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(compute_));
+    MAPP_CUDA_CHECK(cudaFree(s.p));
+    s.bytes = std::max(bytes, s.bytes * 2);
+    MAPP_CUDA_CHECK(cudaMalloc(&s.p, s.bytes));
+  }
+  return s.p;
+}
+
+void ProbeCapture::workerLoop() {
+  cudaSetDevice(device_);
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    work_.wait(l, [&] {
+      return stop_ || (!entries_.empty() && entries_.front().committed);
+    });
+    if (entries_.empty() || !entries_.front().committed) {
+      if (stop_)
+        return;
+      continue;
+    }
+    // The front entry stays in place (its ring bytes stay reserved) while
+    // it is decoded without the lock.
+    Entry &e = entries_.front();
+    l.unlock();
+    std::string err;
+    cudaError_t ce = e.copied ? cudaEventSynchronize(e.copied) : cudaSuccess;
+    if (ce != cudaSuccess) {
+      err = std::string("copying probe results to the host: ") +
+            cudaGetErrorString(ce);
+    } else {
+      try {
+        decode(e);
+      } catch (const std::exception &x) {
+        err = x.what();
+      }
+    }
+    l.lock();
+    if (!err.empty() && error_.empty())
+      error_ = err;
+    if (e.copied) {
+      spareEvents_.push_back(e.ready);
+      spareEvents_.push_back(e.copied);
+    }
+    entries_.pop_front();
+    if (entries_.empty())
+      head_ = 0;
+    freed_.notify_all();
+  }
+}
+
+void ProbeCapture::decode(const Entry &e) {
+  const uint8_t *slot = hostRing_ + e.start;
+  for (const ResultField &f : e.fields) {
+    ProbeSample s;
+    s.probeId = e.probeId;
+    s.step = e.step;
+    s.microbatch = e.microbatch;
+    s.reduction = f.reduction;
+    s.shape = f.shape;
+    const uint8_t *p = slot + f.offset;
+    switch (f.kind) {
+    case ResultField::Scalar:
+      std::memcpy(&s.value, p, sizeof(double));
+      break;
+    case ResultField::Floats:
+      s.data.resize(f.count);
+      std::memcpy(s.data.data(), p, f.count * sizeof(float));
+      break;
+    case ResultField::Counts: {
+      const uint32_t *c = reinterpret_cast<const uint32_t *>(p);
+      s.data.assign(c, c + f.count);
+      break;
+    }
+    case ResultField::TopKeys: {
+      const uint64_t *k = reinterpret_cast<const uint64_t *>(p);
+      for (int64_t i = 0; i < f.count; ++i) {
+        if (!k[i])
+          break; // fewer than k non-NaN elements
+        s.data.push_back(unorderedFloat(static_cast<uint32_t>(k[i] >> 32)));
+        s.index.push_back(0xFFFFFFFFll - static_cast<int64_t>(k[i] & 0xFFFFFFFFu));
+      }
+      s.shape = {static_cast<int64_t>(s.data.size())};
+      break;
+    }
+    }
+    e.rt->record(std::move(s));
+  }
+}
+
+// The backend's hooks live here so CudaBackend.cu only owns the pointer.
+ProbeCapture &CudaBackend::probeCapture() {
+  if (!capture_)
+    capture_ = std::make_unique<ProbeCapture>(device_, stream_);
+  return *capture_;
+}
+
+void CudaBackend::drainProbes() {
+  if (capture_)
+    capture_->drain();
+}
