@@ -1,5 +1,6 @@
 //===- CudaBackend.cu - device memory, streams, storage policy ------------===//
 #include "CudaBackend.h"
+#include "DeviceComm.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -125,6 +126,7 @@ CudaBackend::~CudaBackend() {
   // Errors are ignored here: a destructor must not throw, and the process is
   // usually exiting.
   cudaStreamSynchronize(stream_);
+  deviceComm_.reset(); // its events and streams before the device state
   if (profile_) {
     profCollect();
     profReport();
