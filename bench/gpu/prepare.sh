@@ -79,4 +79,30 @@ for c in 124m 1.3b; do
   scope_plan gpt-$c raw "$BENCH_OPT" scope-$c-raw
 done
 # --- end scope
+# --- comm: multi-rank GPT plans for bench/gpu/comm.sh (gpt-e2e, head dim 64)
+# The global batch is 8 rows in every layout: the reference is one
+# microbatch of 8, the parallel plans microbatches of 2 (dp * M * 2 = 8).
+mkdir -p "$OUT/plans/comm"
+xz -T2 -6 -c "$BUILD/mapp-cuda-comm-test" > "$OUT/bin/mapp-cuda-comm-test.xz"
+cp bench/gpu/comm.sh "$OUT/"
+COMM_OPT="optimizer=adamw $OPT max-grad-norm=1.0"
+for rows in 8 2; do
+  /usr/bin/python3 -c "import json,sys; c=json.load(open('bench/gpu/configs/gpt-e2e.json')); c['micro_batch_size']=$rows; json.dump(c, open('/tmp/mapp-comm-cfg$rows.json','w'))"
+  PYTHONPATH=python /usr/bin/python3 -m mapp.export --module mapp.reference:GPT \
+    --config /tmp/mapp-comm-cfg$rows.json -o /tmp/mapp-comm-$rows.mlir --seed 7
+done
+"$BIN/mapp-opt" /tmp/mapp-comm-8.mlir -mapp-autodiff "-mapp-optimizer=$COMM_OPT" \
+  -o /tmp/mapp-comm-ref.mlir
+"$BIN/mapp-translate" --mapp-to-plan /tmp/mapp-comm-ref.mlir -o "$OUT/plans/comm/single.mplan"
+for layout in "2 1 1" "1 2 1" "1 1 2" "2 2 1"; do
+  read -r tp pp dp <<< "$layout"
+  micro=$((8 / (2 * dp)))
+  "$BIN/mapp-opt" /tmp/mapp-comm-2.mlir \
+    "--mapp-train-pipeline=tp=$tp pp=$pp dp=$dp chunks=1 microbatches=$micro schedule=1f1b $COMM_OPT" \
+    -o /tmp/mapp-comm-par.mlir
+  "$BIN/mapp-translate" --mapp-to-plan /tmp/mapp-comm-par.mlir \
+    -o "$OUT/plans/comm/tp${tp}pp${pp}dp${dp}.mplan"
+done
+rm -f /tmp/mapp-comm-*.mlir /tmp/mapp-comm-cfg*.json
+# --- end comm
 du -sh "$OUT"

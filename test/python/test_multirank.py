@@ -165,7 +165,14 @@ def test_bad_inject_and_comm_flags(tmp_path):
     r = run([*base, "--inject", "slow-compute:rank=9,factor=2"], check=False)
     assert r.returncode == 1 and "rank 9 is outside the plan's world of 2" in r.stderr
     r = run([*base, "--comm=nccl"], check=False)
-    assert r.returncode == 2
+    assert r.returncode == 2 and "--comm=nccl needs --backend=cuda" in r.stderr
+    # With cuda: not built, or (NCCL built, no GPU here) no device for the
+    # world's two ranks; never a hang or a crash.
+    r = run([*base, "--comm=nccl", "--backend=cuda", "--steps", "1"], check=False)
+    assert r.returncode == 1, r.stderr
+    assert any(m in r.stderr for m in (
+        "--comm=nccl is not built", "--backend=cuda is not built",
+        "no CUDA device is visible", "use --comm=local")), r.stderr
 
 
 def trace_events(d, rank):

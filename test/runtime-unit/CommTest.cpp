@@ -119,6 +119,53 @@ TEST(LocalComm, FailedRankWakesItsPeers) {
       << err[0];
 }
 
+TEST(NcclPlacement, OneGpuPerRank) {
+  EXPECT_EQ(ncclDeviceOf(0, 2, 8), 0);
+  EXPECT_EQ(ncclDeviceOf(3, 4, 4), 3);
+  auto message = [](int rank, int world, int devices) {
+    try {
+      ncclDeviceOf(rank, world, devices);
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string more = message(0, 4, 1);
+  EXPECT_NE(more.find("the plan has 4 ranks but only 1 GPU(s) are visible"),
+            std::string::npos) << more;
+  EXPECT_NE(more.find("use --comm=local"), std::string::npos) << more;
+  std::string none = message(0, 1, 0);
+  EXPECT_NE(none.find("no CUDA device is visible"), std::string::npos) << none;
+  std::string bad = message(5, 2, 2);
+  EXPECT_NE(bad.find("no rank 5 in a world of 2"), std::string::npos) << bad;
+}
+
+// Without NCCL the world is refused by name; with it, by the missing GPUs
+// (none on the development machine, one on the lent H200).
+TEST(NcclPlacement, WorldWithoutNcclOrGpuIsAnError) {
+  std::string msg;
+  try {
+    createNcclWorld(2);
+  } catch (const Error &e) {
+    msg = e.what();
+  }
+  if (msg.empty())
+    GTEST_SKIP() << "two GPUs are visible: the world was created";
+  if (haveNcclComm())
+    EXPECT_TRUE(msg.find("no CUDA device is visible") != std::string::npos ||
+                msg.find("use --comm=local") != std::string::npos)
+        << msg;
+  else
+    EXPECT_NE(msg.find("--comm=nccl is not built into this runtime"),
+              std::string::npos) << msg;
+}
+
+TEST(Comm, ThreadWorldsShareTheAddressSpace) {
+  EXPECT_TRUE(createLocalComm()->sharesAddressSpace());
+  EXPECT_TRUE(createLocalWorld(2)->connect(1)->sharesAddressSpace());
+  EXPECT_EQ(createLocalComm()->deviceImpl(), nullptr);
+}
+
 TEST(LocalComm, MismatchedSizesAreAnError) {
   auto err = onWorld(2, Layout{2, 1, 1}, 10, [](Communicator &c) {
     std::vector<float> b(3 + c.rank());

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -39,9 +40,12 @@ namespace {
 const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
 
   --backend=cpu|cuda         kernel backend (default cpu; cuda when built with it)
-  --comm=local|mpi            local: every rank of the plan as a thread of this
-                             process (default); mpi: this process is one rank
-                             (mpirun -np WORLD mapp-run PLAN --comm=mpi ...)
+  --comm=local|mpi|nccl       local: every rank of the plan as a thread of this
+                             process (default; with --backend=cuda all ranks
+                             share GPU 0 and collectives stay on the device);
+                             mpi: this process is one rank
+                             (mpirun -np WORLD mapp-run PLAN --comm=mpi ...);
+                             nccl: rank threads, rank r on GPU r (--backend=cuda)
   --comm-timeout S           fail a wait for another rank after S seconds
                              (default 300; 0 = never)
   --trace-dir DIR            MegaScan trace: DIR/rank-{r}.trace.jsonl per rank
@@ -150,7 +154,8 @@ Options parseArgs(int argc, char **argv) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::cout << kUsage << "\nbuilt with communicators: local"
-                << (haveMpiComm() ? ", mpi" : "") << "\n";
+                << (haveMpiComm() ? ", mpi" : "")
+                << (haveNcclComm() ? ", nccl" : "") << "\n";
       std::exit(0);
     }
     if (a == "--no-shuffle") {
@@ -233,8 +238,10 @@ Options parseArgs(int argc, char **argv) {
     usageError("no plan given");
   if (!o.generate && (o.promptGiven || !o.generateOut.empty()))
     usageError("--prompt and --generate-out need --generate");
-  if (o.comm != "local" && o.comm != "mpi")
-    usageError("--comm must be local or mpi, got '" + o.comm + "'");
+  if (o.comm != "local" && o.comm != "mpi" && o.comm != "nccl")
+    usageError("--comm must be local, mpi or nccl, got '" + o.comm + "'");
+  if (o.comm == "nccl" && o.backend != "cuda")
+    usageError("--comm=nccl needs --backend=cuda (NCCL moves device memory)");
   if (!o.traceSample.empty()) {
     if (o.traceDir.empty())
       usageError("--trace-sample needs --trace-dir");
@@ -338,7 +345,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
       withLinkFaults(std::move(commIn), o.inject);
   const int rank = comm->rank();
   std::unique_ptr<Backend> backend =
-      createBackend(o.backend, sh.threadsPerRank);
+      createBackend(o.backend, sh.threadsPerRank, comm->deviceOrdinal());
   Executor exec(plan, *backend, *comm);
   exec.setSlowCompute(slowComputeFactor(o.inject, rank));
   const Program &prog = exec.program();
@@ -566,12 +573,12 @@ int run(const Options &o) {
     return 0;
   }
 
-  if (plan.worldSize == 1) {
+  if (plan.worldSize == 1 && o.comm == "local") {
     runRank(sh, createLocalComm());
     return 0;
   }
 
-  // --comm=local with several ranks: one thread per rank.
+  // --comm=local with several ranks, or nccl: one thread per rank.
   int n = plan.worldSize;
   if (!sh.threadsPerRank)
     sh.threadsPerRank = std::max(1, hardwareThreads() / n);
@@ -582,7 +589,12 @@ int run(const Options &o) {
   if (!o.quiet)
     for (int r = 0; r < n; ++r)
       printCoords(plan, r);
-  std::unique_ptr<LocalWorld> world = createLocalWorld(n);
+  // NCCL_NVLS_ENABLE=0 unless set: NVLink SHARP multicast is not usable on
+  // the lent machines and a failed probe for it costs a hang at init.
+  if (o.comm == "nccl")
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+  std::unique_ptr<LocalWorld> world =
+      o.comm == "nccl" ? createNcclWorld(n) : createLocalWorld(n);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < n; ++r)
     comms.push_back(world->connect(r));

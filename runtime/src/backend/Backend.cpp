@@ -59,11 +59,11 @@ bool mapp::rt::cudaBackendBuilt() { return false; }
 #endif
 
 std::unique_ptr<Backend> mapp::rt::createBackend(const std::string &name,
-                                                 int threads) {
+                                                 int threads, int device) {
   if (name == "cpu")
     return createCpuBackend(threads);
   if (name == "cuda")
-    return createCudaBackend(0);
+    return createCudaBackend(device);
   fail("unknown backend '", name, "' (choices: cpu",
        cudaBackendBuilt() ? ", cuda" : "", ")");
 }

@@ -135,6 +135,9 @@ public:
   }
   void barrier() override { c_->barrier(); }
   void flush() override { c_->flush(); }
+  bool sharesAddressSpace() const override { return c_->sharesAddressSpace(); }
+  void *deviceImpl() const override { return c_->deviceImpl(); }
+  int deviceOrdinal() const override { return c_->deviceOrdinal(); }
 
 private:
   std::unique_ptr<Communicator> c_;

@@ -176,6 +176,7 @@ public:
     fail("recv from rank ", peer, ": the local communicator has one rank");
   }
   void barrier() override {}
+  bool sharesAddressSpace() const override { return true; }
 };
 
 using Clock = std::chrono::steady_clock;
@@ -217,6 +218,7 @@ public:
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override;
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override;
   void barrier() override;
+  bool sharesAddressSpace() const override { return true; }
 
 private:
   template <typename T>
@@ -504,6 +506,6 @@ std::unique_ptr<Communicator> mapp::rt::createComm(const std::string &name) {
   if (name == "mpi")
     return createMpiComm();
   if (name == "nccl")
-    fail("--comm=nccl is not built into this runtime (choices: local, mpi)");
+    fail("--comm=nccl runs rank-threads: create it with createNcclWorld");
   fail("unknown communicator '", name, "' (choices: local, mpi)");
 }

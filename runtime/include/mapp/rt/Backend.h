@@ -98,7 +98,9 @@ std::unique_ptr<Backend> createCudaBackend(int device);
 /// True when this runtime was built with the CUDA backend.
 bool cudaBackendBuilt();
 /// Backend by name ("cpu", "cuda"); Error naming the choices otherwise.
-std::unique_ptr<Backend> createBackend(const std::string &name, int threads);
+/// `device`: the GPU of a device backend (ignored by cpu).
+std::unique_ptr<Backend> createBackend(const std::string &name, int threads,
+                                       int device = 0);
 
 } // namespace mapp::rt
 

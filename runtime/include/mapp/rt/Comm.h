@@ -2,8 +2,15 @@
 //
 // Collectives and point-to-point transfers between ranks. `local` runs every
 // rank of the world as a thread of one process (shared-memory collectives),
-// `mpi` runs one rank per MPI process; `nccl` plugs in behind the same
-// interface.
+// `mpi` runs one rank per MPI process; `nccl` (CUDA builds with NCCL) runs
+// every rank as a thread with its own GPU and adds device collectives.
+//
+// Device memory. Host communicators move host memory only. A device backend
+// asks two capabilities: sharesAddressSpace() (every rank is a thread of
+// this process, so a device pointer one rank publishes is valid for all: the
+// CUDA backend then moves payloads itself and uses the communicator only to
+// rendezvous) and deviceImpl() (a device communicator's native state, e.g.
+// NCCL's). With neither, the backend stages payloads through host memory.
 //
 // Groups. A collective runs over an explicit, ascending list of global ranks
 // (a CommGroup). Named groups (tp|dp|pp|world) are resolved from the rank's
@@ -108,6 +115,14 @@ public:
   /// Waits until every buffered send of this rank has been delivered.
   virtual void flush() {}
 
+  /// True when every rank of the world is a thread of this process.
+  virtual bool sharesAddressSpace() const { return false; }
+  /// Native state of a device communicator (the CUDA backend knows its
+  /// type: NCCL's per-rank handles); null for host communicators.
+  virtual void *deviceImpl() const { return nullptr; }
+  /// The GPU this rank's device backend runs on (NCCL: one per rank).
+  virtual int deviceOrdinal() const { return 0; }
+
   // --- named-group conveniences ---
   void allReduce(float *buf, int64_t count, ReduceOp op, Group g) {
     allReduce(buf, count, op, group(g));
@@ -156,6 +171,19 @@ std::unique_ptr<Communicator> createMpiComm();
 void mpiAbort(int code);
 /// MPI_Finalize when MPI is initialized.
 void mpiFinalize();
+
+/// True when this runtime was built with the NCCL communicator.
+bool haveNcclComm();
+/// NCCL world of `worldSize` rank-threads of this process, rank r on device
+/// r (one rank per GPU). Its communicators are host-capable (rendezvous and
+/// host payloads go through a thread world) and carry NCCL handles for the
+/// CUDA backend. Error when not built or when there are fewer GPUs than
+/// ranks.
+std::unique_ptr<LocalWorld> createNcclWorld(int worldSize);
+/// The device of rank `rank` in an NCCL world of `worldSize` ranks on
+/// `deviceCount` visible GPUs; Error (suggesting --comm=local, which runs
+/// every rank on one device) when worldSize > deviceCount.
+int ncclDeviceOf(int rank, int worldSize, int deviceCount);
 
 /// "local" (world of one) or "mpi".
 std::unique_ptr<Communicator> createComm(const std::string &name);

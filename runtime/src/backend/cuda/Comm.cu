@@ -1,15 +1,21 @@
-//===- Comm.cu - host-staged kernels: communication, MegaScope probes -----===//
+//===- Comm.cu - communication kernels ------------------------------------===//
 //
-// Every communication kernel (and MegaScope's probe/perturb) stages its operands through host fp32 buffers
-// and runs the CPU backend's implementation of it, which talks to the
-// Communicator: correct with any host communicator, slow (a device sync per
-// call). This is the seam where a device-aware communicator (ranks as threads
-// on one device, NCCL) will take device pointers directly.
+// Communication kernels take device pointers when the communicator allows it
+// (CudaBackend::deviceComm: rank-threads on one device, or NCCL) and add the
+// tensor layouts here: gathering / scattering along any dim packs into
+// member-major blocks with one permute kernel, like the CPU kernels do on
+// the host. Otherwise (mpi, MAPP_CUDA_COMM=host) and for the
+// tensor-parallel cross-entropy pieces (which only read the rank's group
+// position), operands are staged through host fp32
+// buffers and the CPU backend's kernel runs: correct with any host
+// communicator, slow (a device sync per call).
 //
 //===----------------------------------------------------------------------===//
 #include "../cpu/CpuKernels.h"
 #include "CudaBackend.h"
+#include "DeviceComm.h"
 
+#include <cstdlib>
 #include <vector>
 
 using namespace mapp::rt;
@@ -60,7 +66,9 @@ Tensor hostView(std::vector<uint8_t> &h, const Tensor &t) {
   return r;
 }
 
-void staged(const KernelArgs &a, KernelFn cpuFn) {
+/// Runs the CPU kernel on host copies; copies outputs back, and the inputs
+/// too for kernels that update them in place (grad_sync, param_gather).
+void staged(const KernelArgs &a, KernelFn cpuFn, bool writesInputs = false) {
   CudaBackend &be = backendOf(a);
   std::vector<std::vector<uint8_t>> hin, hout;
   std::vector<Tensor> ti, to;
@@ -75,14 +83,360 @@ void staged(const KernelArgs &a, KernelFn cpuFn) {
   cpuFn({a.attrs, ti.data(), a.numIn, to.data(), a.numOut, a.ctx});
   for (int i = 0; i < a.numOut; ++i)
     fromHost(be, hout[i], a.out[i]);
+  if (writesInputs)
+    for (int i = 0; i < a.numIn; ++i)
+      fromHost(be, hin[i], a.in[i]);
+}
+
+/// Device collectives for this kernel call, or null (stage through host).
+DeviceComm *deviceCommOf(const KernelArgs &a, const char *kernel) {
+  if (!a.ctx.comm)
+    fail(kernel, ": no communicator attached");
+  return backendOf(a).deviceComm(*a.ctx.comm);
+}
+
+bool isFloat(const Tensor &t) {
+  return t.type.dtype == DType::F32 || t.type.dtype == DType::BF16;
+}
+
+CommGroup groupOf(const KernelArgs &a, const char *defaultGroup) {
+  std::vector<int64_t> ranks;
+  if (a.attrs.has("ranks"))
+    ranks = a.attrs.getInts("ranks");
+  return resolveGroup(*a.ctx.comm, a.attrs.getStr("group", defaultGroup),
+                      ranks);
+}
+
+ReduceOp reductionOf(const KernelArgs &a, const char *kernel,
+                     const char *dflt) {
+  std::string red = a.attrs.getStr("reduction", dflt);
+  ReduceOp op;
+  if (!parseReduceOp(red, op))
+    fail(kernel, ": unknown reduction '", red, "'");
+  return op;
+}
+
+int64_t dimAttr(const KernelArgs &a, const char *key, const Tensor &t,
+                const char *kernel) {
+  int64_t d = a.attrs.getInt(key, 0);
+  int r = t.rank();
+  if (d < 0)
+    d += r;
+  if (d < 0 || d >= std::max(r, 1))
+    fail(kernel, ": ", key, " ", a.attrs.getInt(key, 0),
+         " out of range for rank ", r);
+  return d;
+}
+
+/// Elements before / at / after `dim`.
+struct View3 {
+  int64_t outer = 1, mid = 1, inner = 1;
+};
+View3 view3(const Shape &s, int64_t dim) {
+  View3 v;
+  for (size_t i = 0; i < s.size(); ++i)
+    (static_cast<int64_t>(i) < dim ? v.outer
+     : static_cast<int64_t>(i) == dim ? v.mid
+                                      : v.inner) *= s[i];
+  return v;
+}
+
+/// y must be x with dimension `dim` scaled by num/den.
+void wantScaled(const Tensor &x, const Tensor &y, int64_t dim, int64_t num,
+                int64_t den, const char *kernel, const CommGroup &g) {
+  Shape want = x.type.shape;
+  if (want.empty() || want[dim] * num % den != 0)
+    fail(kernel, ": x shape ", shapeStr(x.type.shape),
+         " cannot be split over ", g.str());
+  want[dim] = want[dim] * num / den;
+  if (y.type.shape != want)
+    fail(kernel, " over ", g.str(), ": y has shape ", shapeStr(y.type.shape),
+         ", expected ", shapeStr(want));
+}
+
+/// Between [outer][n][block] (interleaved) and [n][outer][block]
+/// (member-major): toMemberMajor packs, otherwise unpacks.
+__global__ void permuteBlocks(DView src, DView dst, int64_t outer, int n,
+                              int64_t block, int toMemberMajor) {
+  int64_t total = outer * n * block;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    int64_t k = e % block, t = e / block, s;
+    if (toMemberMajor) {
+      int64_t m = t / outer, o = t % outer;
+      s = (o * n + m) * block + k;
+    } else {
+      int64_t o = t / n, m = t % n;
+      s = (m * outer + o) * block + k;
+    }
+    dst.st(e, src.ld(s));
+  }
+}
+
+void permute(DView src, DView dst, int64_t outer, int n, int64_t block,
+             bool toMemberMajor, cudaStream_t s) {
+  int64_t total = outer * n * block;
+  if (!total)
+    return;
+  permuteBlocks<<<gridFor(total, 256), 256, 0, s>>>(src, dst, outer, n, block,
+                                                    toMemberMajor);
+  MAPP_CUDA_LAUNCHED();
+}
+
+/// fp32 scratch of n elements in buffer `which` (0 or 3: free during a
+/// communication kernel).
+DView flatScratch(CudaBackend &be, int64_t n, int which) {
+  return {be.scratch(std::max<int64_t>(n, 1) * 4, which), 0};
+}
+
+void copyThrough(CudaBackend &be, const Tensor &x, const Tensor &y) {
+  if (x.data != y.data)
+    copyConvert(view(x), view(y), x.numel(), be.stream());
+}
+
+int64_t runtimeTag(const KernelArgs &a) {
+  return a.attrs.getInt("tag", 0) * a.ctx.numMicrobatches + a.ctx.microbatch;
+}
+
+// --- grad_sync / param_gather: the dp bucket as one flat fp32 buffer -----
+
+int64_t bucketSize(const KernelArgs &a, int g) {
+  int64_t n = 0;
+  for (int i = 0; i < a.numIn; ++i)
+    n += a.in[i].numel();
+  return (n + g - 1) / g * g;
+}
+
+void packBucket(CudaBackend &be, const KernelArgs &a, DView flat, int64_t n) {
+  int64_t off = 0;
+  for (int i = 0; i < a.numIn; ++i) {
+    copyConvert(view(a.in[i]), offsetView(flat, off), a.in[i].numel(),
+                be.stream());
+    off += a.in[i].numel();
+  }
+  if (n > off) // the zero padding up to a multiple of the group size
+    fillZero(offsetView(flat, off), n - off, be.stream());
+}
+
+/// Writes src (holding bucket elements [lo, hi)) back into the operands.
+void unpackBucket(CudaBackend &be, const KernelArgs &a, DView src, int64_t lo,
+                  int64_t hi) {
+  int64_t off = 0;
+  for (int i = 0; i < a.numIn; ++i) {
+    int64_t n = a.in[i].numel();
+    int64_t b = std::max(lo, off), e = std::min(hi, off + n);
+    if (b < e)
+      copyConvert(offsetView(src, b - lo), offsetView(view(a.in[i]), b - off),
+                  e - b, be.stream());
+    off += n;
+  }
 }
 
 } // namespace
 
-void cuda::all_reduce(const KernelArgs &a) { staged(a, cpu::all_reduce); }
-void cuda::all_gather(const KernelArgs &a) { staged(a, cpu::all_gather); }
-void cuda::reduce_scatter(const KernelArgs &a) { staged(a, cpu::reduce_scatter); }
-void cuda::all_to_all(const KernelArgs &a) { staged(a, cpu::all_to_all); }
-void cuda::send(const KernelArgs &a) { staged(a, cpu::send); }
-void cuda::recv(const KernelArgs &a) { staged(a, cpu::recv); }
+DeviceComm *CudaBackend::deviceComm(Communicator &host) {
+  if (deviceCommChecked_)
+    return deviceComm_.get();
+  deviceCommChecked_ = true;
+  std::string mode = "device";
+  if (const char *s = std::getenv("MAPP_CUDA_COMM"))
+    mode = s;
+  if (mode != "device" && mode != "host")
+    fail("MAPP_CUDA_COMM must be 'device' or 'host', not '", mode, "'");
+  if (mode == "host" || host.worldSize() == 1)
+    return nullptr;
+#ifdef MAPP_HAVE_NCCL
+  if (host.deviceImpl()) {
+    deviceComm_ = createNcclDeviceComm(*this, host);
+    return deviceComm_.get();
+  }
+#endif
+  if (host.sharesAddressSpace())
+    deviceComm_ = createLocalDeviceComm(*this, host);
+  return deviceComm_.get();
+}
+
+void cuda::all_reduce(const KernelArgs &a) {
+  DeviceComm *dc = deviceCommOf(a, "all_reduce");
+  if (!dc)
+    return staged(a, cpu::all_reduce);
+  const Tensor &x = a.in[0], &y = a.out[0];
+  if (x.numel() != y.numel())
+    fail("all_reduce: x and y differ in element count");
+  CudaBackend &be = backendOf(a);
+  copyThrough(be, x, y);
+  dc->allReduce(view(y), y.numel(), reductionOf(a, "all_reduce", "sum"),
+                groupOf(a, "dp"));
+}
+
+// y[o][m*n + j][i] = x_m[o][j][i] for member m.
+void cuda::all_gather(const KernelArgs &a) {
+  DeviceComm *dc = deviceCommOf(a, "all_gather");
+  if (!dc)
+    return staged(a, cpu::all_gather);
+  CudaBackend &be = backendOf(a);
+  CommGroup g = groupOf(a, "dp");
+  int n = g.size();
+  const Tensor &x = a.in[0], &y = a.out[0];
+  if (n == 1) {
+    if (x.numel() != y.numel())
+      fail("all_gather: a single-rank group keeps the element count");
+    return copyThrough(be, x, y);
+  }
+  int64_t dim = dimAttr(a, "dim", x, "all_gather");
+  wantScaled(x, y, dim, n, 1, "all_gather", g);
+  View3 v = view3(x.type.shape, dim);
+  if (v.outer == 1)
+    return dc->allGather(view(x), view(y), x.numel(), g);
+  DView flat = flatScratch(be, x.numel() * n, 0);
+  dc->allGather(view(x), flat, x.numel(), g);
+  permute(flat, view(y), v.outer, n, v.mid * v.inner, false, be.stream());
+}
+
+// Member r keeps slice r along dim of the group's reduction.
+void cuda::reduce_scatter(const KernelArgs &a) {
+  DeviceComm *dc = deviceCommOf(a, "reduce_scatter");
+  if (!dc)
+    return staged(a, cpu::reduce_scatter);
+  CudaBackend &be = backendOf(a);
+  CommGroup g = groupOf(a, "dp");
+  int n = g.size();
+  const Tensor &x = a.in[0], &y = a.out[0];
+  if (n == 1) {
+    if (x.numel() != y.numel())
+      fail("reduce_scatter: a single-rank group keeps the element count");
+    return copyThrough(be, x, y);
+  }
+  ReduceOp op = reductionOf(a, "reduce_scatter", "sum");
+  int64_t dim = dimAttr(a, "dim", x, "reduce_scatter");
+  wantScaled(x, y, dim, 1, n, "reduce_scatter", g);
+  View3 v = view3(y.type.shape, dim);
+  if (v.outer == 1)
+    return dc->reduceScatter(view(x), view(y), y.numel(), op, g);
+  DView packed = flatScratch(be, x.numel(), 0);
+  permute(view(x), packed, v.outer, n, v.mid * v.inner, true, be.stream());
+  dc->reduceScatter(packed, view(y), y.numel(), op, g);
+}
+
+// x split along split_dim into n pieces, piece j to member j; y = the
+// received pieces concatenated along concat_dim in member order.
+void cuda::all_to_all(const KernelArgs &a) {
+  DeviceComm *dc = deviceCommOf(a, "all_to_all");
+  if (!dc)
+    return staged(a, cpu::all_to_all);
+  CudaBackend &be = backendOf(a);
+  CommGroup g = groupOf(a, "dp");
+  int n = g.size();
+  const Tensor &x = a.in[0], &y = a.out[0];
+  if (n == 1) {
+    if (x.numel() != y.numel())
+      fail("all_to_all: a single-rank group keeps the element count");
+    return copyThrough(be, x, y);
+  }
+  int64_t sd = dimAttr(a, "split_dim", x, "all_to_all");
+  int64_t cd = dimAttr(a, "concat_dim", x, "all_to_all");
+  Shape piece = x.type.shape;
+  if (piece.empty() || piece[sd] % n)
+    fail("all_to_all: split_dim of ", shapeStr(x.type.shape),
+         " is not divisible by ", n);
+  piece[sd] /= n;
+  Shape want = piece;
+  want[cd] *= n;
+  if (y.type.shape != want)
+    fail("all_to_all over ", g.str(), ": y has shape ", shapeStr(y.type.shape),
+         ", expected ", shapeStr(want));
+  int64_t pn = x.numel() / n;
+  View3 xs = view3(x.type.shape, sd), pc = view3(piece, cd);
+  DView sendBuf = flatScratch(be, x.numel(), 0);
+  DView got = flatScratch(be, x.numel(), 3);
+  permute(view(x), sendBuf, xs.outer, n, xs.mid / n * xs.inner, true,
+          be.stream());
+  dc->allToAll(sendBuf, got, pn, g);
+  permute(got, view(y), pc.outer, n, pc.mid * pc.inner, false, be.stream());
+}
+
+void cuda::send(const KernelArgs &a) {
+  DeviceComm *dc = deviceCommOf(a, "send");
+  if (!dc || !isFloat(a.in[0]))
+    return staged(a, cpu::send);
+  dc->send(view(a.in[0]), a.in[0].numel(),
+           static_cast<int>(a.attrs.getInt("peer", 0)), runtimeTag(a));
+}
+
+void cuda::recv(const KernelArgs &a) {
+  DeviceComm *dc = deviceCommOf(a, "recv");
+  if (!dc || !isFloat(a.out[0]))
+    return staged(a, cpu::recv);
+  dc->recv(view(a.out[0]), a.out[0].numel(),
+           static_cast<int>(a.attrs.getInt("peer", 0)), runtimeTag(a));
+}
+
+// Gradient buffers are final only on the step's last microbatch.
+void cuda::grad_sync(const KernelArgs &a) {
+  if (a.ctx.microbatch != a.ctx.numMicrobatches - 1)
+    return;
+  DeviceComm *dc = deviceCommOf(a, "grad_sync");
+  if (!dc)
+    return staged(a, cpu::grad_sync, true);
+  CommGroup g = groupOf(a, "tp");
+  if (g.size() == 1)
+    return;
+  ReduceOp op = reductionOf(a, "grad_sync", "avg");
+  std::string mode = a.attrs.getStr("mode", "all_reduce");
+  if (mode != "all_reduce" && mode != "reduce_scatter")
+    fail("grad_sync: unknown mode '", mode, "'");
+  CudaBackend &be = backendOf(a);
+  int64_t n = bucketSize(a, g.size());
+  DView flat = flatScratch(be, n, 0);
+  packBucket(be, a, flat, n);
+  if (mode == "all_reduce") {
+    dc->allReduce(flat, n, op, g);
+    return unpackBucket(be, a, flat, 0, n);
+  }
+  // ZeRO-1: only this rank's slice of the bucket is reduced (cpu::grad_sync).
+  int64_t chunk = n / g.size(), r = g.indexOf(a.ctx.comm->rank());
+  DView mine = flatScratch(be, chunk, 3);
+  dc->reduceScatter(flat, mine, chunk, op, g);
+  unpackBucket(be, a, mine, r * chunk, (r + 1) * chunk);
+}
+
+// ZeRO-1: every member contributes its updated slice of the flat bucket.
+void cuda::param_gather(const KernelArgs &a) {
+  DeviceComm *dc = deviceCommOf(a, "param_gather");
+  if (!dc)
+    return staged(a, cpu::param_gather, true);
+  CommGroup g = groupOf(a, "tp");
+  if (g.size() == 1)
+    return;
+  CudaBackend &be = backendOf(a);
+  int64_t n = bucketSize(a, g.size()), chunk = n / g.size();
+  int r = g.indexOf(a.ctx.comm->rank());
+  DView flat = flatScratch(be, n, 0), full = flatScratch(be, n, 3);
+  packBucket(be, a, flat, n);
+  dc->allGather(offsetView(flat, r * chunk), full, chunk, g);
+  unpackBucket(be, a, full, 0, n);
+}
+
+// Tensor-parallel cross-entropy pieces and Megatron's f / scatter: no
+// communication (only the rank's group position), host-staged until they
+// get device kernels.
+void cuda::reduce_max(const KernelArgs &a) { staged(a, cpu::reduce_max); }
+void cuda::vocab_ce_partials(const KernelArgs &a) {
+  staged(a, cpu::vocab_ce_partials);
+}
+void cuda::vocab_ce_partials_grad(const KernelArgs &a) {
+  staged(a, cpu::vocab_ce_partials_grad);
+}
+void cuda::ce_from_partials(const KernelArgs &a) {
+  staged(a, cpu::ce_from_partials);
+}
+void cuda::ce_from_partials_grad(const KernelArgs &a) {
+  staged(a, cpu::ce_from_partials_grad);
+}
+void cuda::copy_to_group(const KernelArgs &a) {
+  copyThrough(backendOf(a), a.in[0], a.out[0]);
+}
+void cuda::scatter_to_group(const KernelArgs &a) {
+  staged(a, cpu::scatter_to_group);
+}
 

@@ -1,6 +1,7 @@
 //===- CudaBackend.cu - device memory, streams, storage policy ------------===//
 #include "CudaBackend.h"
 #include "ProbeCapture.h"
+#include "DeviceComm.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -137,6 +138,7 @@ CudaBackend::~CudaBackend() {
   // usually exiting.
   capture_.reset(); // its worker and side stream go before the stream
   cudaStreamSynchronize(stream_);
+  deviceComm_.reset(); // its events and streams before the device state
   if (profile_) {
     profCollect();
     profReport();

@@ -25,7 +25,13 @@
 #include <unordered_map>
 #include <vector>
 
+namespace mapp::rt {
+class Communicator;
+}
+
 namespace mapp::rt::cuda {
+
+class DeviceComm;
 
 #define MAPP_CUDA_KERNELS(X)                                                   \
   X(embedding) X(embedding_grad) X(linear) X(matmul) X(reduce_sum) X(add)     \
@@ -35,7 +41,9 @@ namespace mapp::rt::cuda {
   X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)        \
   X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)         \
   X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv) \
-  X(probe) X(perturb)
+  X(probe) X(perturb) X(reduce_max) X(vocab_ce_partials)                      \
+  X(vocab_ce_partials_grad) X(ce_from_partials) X(ce_from_partials_grad)      \
+  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)
 
 #define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
 MAPP_CUDA_KERNELS(MAPP_DECLARE_KERNEL)
@@ -127,6 +135,12 @@ public:
   /// MegaScope's capture ring and probe scratch (ProbeCapture.h), created
   /// by the first probe or perturb call.
   ProbeCapture &probeCapture();
+  /// The device collectives for `host` (created on first use; Comm.cu), or
+  /// null when payloads must be staged through host memory: a host
+  /// communicator of other processes (mpi), a world of one, or
+  /// MAPP_CUDA_COMM=host.
+  DeviceComm *deviceComm(Communicator &host);
+  int device() const { return device_; }
 
   /// MAPP_CUDA_PROFILE=1: device time per kernel name (CUDA events around
   /// every call from step 1 on), printed to stderr when the backend ends.
@@ -194,6 +208,9 @@ private:
   void profReport();
 
   TraceEventPool traceEvents_;
+  std::unique_ptr<DeviceComm> deviceComm_;
+  bool deviceCommChecked_ = false;
+
   std::unordered_map<const void *, AttnSaved> attn_;
   std::unordered_map<const void *, CeSaved> ce_;
   int64_t step_ = 0;

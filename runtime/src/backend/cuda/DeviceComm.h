@@ -1,0 +1,69 @@
+//===- DeviceComm.h - collectives on device memory (internal) ---*- C++ -*-===//
+//
+// What the CUDA communication kernels call when the communicator can move
+// device memory: flat blocks of float elements stored fp32 or bf16 (DView),
+// ordered on the backend's compute stream. Two implementations:
+//
+//  - LocalDeviceComm (LocalDeviceComm.cu): the thread world with every rank
+//    on one device; members' device pointers are exchanged through the host
+//    communicator, reads are ordered by CUDA events, reductions run as
+//    kernels that read every member's buffer.
+//  - NcclDeviceComm (NcclComm.cu): NCCL on the rank's own GPU.
+//
+// The kernel layer (Comm.cu) adds tensor layouts (gather/scatter dims) and
+// falls back to host staging when deviceCommOf() is null.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_RT_CUDA_DEVICE_COMM_H
+#define MAPP_RT_CUDA_DEVICE_COMM_H
+
+#include "CudaCommon.h"
+#include "mapp/rt/Comm.h"
+
+#include <memory>
+
+namespace mapp::rt::cuda {
+
+class CudaBackend;
+
+class DeviceComm {
+public:
+  virtual ~DeviceComm() = default;
+  /// In place over the group; every member gets bit-identical values.
+  virtual void allReduce(DView buf, int64_t n, ReduceOp op,
+                         const CommGroup &g) = 0;
+  /// out = concatenation over members (member order) of their n elements.
+  virtual void allGather(DView in, DView out, int64_t n,
+                         const CommGroup &g) = 0;
+  /// in holds size() blocks of n; out = reduction of every member's block i
+  /// on member i.
+  virtual void reduceScatter(DView in, DView out, int64_t n, ReduceOp op,
+                             const CommGroup &g) = 0;
+  /// in holds size() blocks of n; block j goes to member j, out's block i
+  /// comes from member i.
+  virtual void allToAll(DView in, DView out, int64_t n,
+                        const CommGroup &g) = 0;
+  /// Eager send of n float elements to global rank `peer`: returns once the
+  /// payload is captured (the caller may overwrite `in` afterwards).
+  virtual void send(DView in, int64_t n, int peer, int64_t tag) = 0;
+  virtual void recv(DView out, int64_t n, int peer, int64_t tag) = 0;
+};
+
+/// The most members one device collective takes (kernel parameter space).
+constexpr int kMaxDeviceGroup = 64;
+
+std::unique_ptr<DeviceComm> createLocalDeviceComm(CudaBackend &be,
+                                                  Communicator &host);
+#ifdef MAPP_HAVE_NCCL
+std::unique_ptr<DeviceComm> createNcclDeviceComm(CudaBackend &be,
+                                                 Communicator &host);
+#endif
+
+/// A float view `off` elements into v.
+inline DView offsetView(DView v, int64_t off) {
+  return {static_cast<char *>(v.p) + off * (v.bf16 ? 2 : 4), v.bf16};
+}
+
+} // namespace mapp::rt::cuda
+
+#endif

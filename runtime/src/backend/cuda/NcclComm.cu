@@ -1,0 +1,330 @@
+//===- NcclComm.cu - the NCCL communicator (--comm=nccl) ------------------===//
+//
+// One process, one thread per rank, rank r on GPU r (ncclDeviceOf). The
+// world's NCCL communicators come from ncclCommInitAll; each rank's device
+// collectives split them into its tp/dp/pp groups (ncclCommSplit, collective
+// over the world: every rank splits in the same order on its first
+// communication kernel). NCCL work runs on a stream of its own per rank,
+// ordered with the compute stream by events on both sides.
+//
+// Host side: NcclComm is a Communicator over a thread world (LocalComm), so
+// the executor's host collectives, rendezvous, timeouts and abort handling
+// are those of --comm=local. Point-to-point (pipeline send/recv) also goes
+// through that host world: NCCL's send/recv are rendezvous and match in
+// issue order, which a 1F1B schedule's crossing sends would deadlock on;
+// the host mailbox is eager and tag-matched.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaBackend.h"
+#include "DeviceComm.h"
+
+#include <nccl.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+
+#define MAPP_NCCL_CHECK(expr)                                                  \
+  do {                                                                         \
+    ncclResult_t r_ = (expr);                                                  \
+    if (r_ != ncclSuccess)                                                     \
+      ::mapp::rt::fail("NCCL error in ", #expr, ": ", ncclGetErrorString(r_)); \
+  } while (0)
+
+namespace {
+
+class NcclWorld;
+
+/// One rank's native state: what NcclComm::deviceImpl() returns.
+struct NcclRank {
+  NcclWorld *world = nullptr;
+  ncclComm_t comm = nullptr;
+  int device = 0;
+};
+
+class NcclWorld final : public LocalWorld {
+public:
+  explicit NcclWorld(int n) : host_(createLocalWorld(n)), ranks_(n) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess)
+      count = 0;
+    std::vector<int> devices(n);
+    for (int r = 0; r < n; ++r)
+      devices[r] = ncclDeviceOf(r, n, count);
+    std::vector<ncclComm_t> comms(n);
+    MAPP_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devices.data()));
+    for (int r = 0; r < n; ++r) {
+      ranks_[r] = {this, comms[r], devices[r]};
+      owned_.push_back(comms[r]);
+    }
+  }
+  ~NcclWorld() override {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_)
+      for (ncclComm_t c : owned_)
+        ncclCommDestroy(c);
+  }
+  int size() const override { return host_->size(); }
+  std::unique_ptr<Communicator> connect(int rank) override;
+  /// Fails the host world (ranks blocked on the host get an Error naming
+  /// `rank`) and aborts every NCCL communicator, so that ranks blocked in an
+  /// NCCL kernel waiting for the dead one return instead of hanging.
+  void abort(int rank, const std::string &why) override {
+    host_->abort(rank, why);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_)
+      return;
+    aborted_ = true;
+    failed_ = "rank " + std::to_string(rank) + " failed (" + why + ")";
+    for (ncclComm_t c : owned_)
+      ncclCommAbort(c);
+  }
+  /// Records a communicator split from the world (destroyed with it).
+  void own(ncclComm_t c) {
+    std::lock_guard<std::mutex> lk(mu_);
+    owned_.push_back(c);
+  }
+  /// Throws once the world was aborted (its communicators are gone).
+  void check(const char *what) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_)
+      fail(what, ": ", failed_);
+  }
+
+private:
+  std::unique_ptr<LocalWorld> host_;
+  std::vector<NcclRank> ranks_;
+  std::mutex mu_;
+  std::vector<ncclComm_t> owned_;
+  bool aborted_ = false;
+  std::string failed_;
+};
+
+/// Host operations go to the thread world's communicator; the NCCL handles
+/// ride along for the CUDA backend.
+class NcclComm final : public Communicator {
+public:
+  NcclComm(std::unique_ptr<Communicator> host, NcclRank *rank)
+      : host_(std::move(host)), rank_(rank) {}
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return host_->rank(); }
+  int worldSize() const override { return host_->worldSize(); }
+  void allReduce(float *b, int64_t n, ReduceOp op,
+                 const CommGroup &g) override {
+    inner().allReduce(b, n, op, g);
+  }
+  void allReduce(double *b, int64_t n, ReduceOp op,
+                 const CommGroup &g) override {
+    inner().allReduce(b, n, op, g);
+  }
+  void allGather(const float *in, float *out, int64_t n,
+                 const CommGroup &g) override {
+    inner().allGather(in, out, n, g);
+  }
+  void reduceScatter(const float *in, float *out, int64_t n, ReduceOp op,
+                     const CommGroup &g) override {
+    inner().reduceScatter(in, out, n, op, g);
+  }
+  void allToAll(const void *in, void *out, size_t bytes,
+                const CommGroup &g) override {
+    inner().allToAll(in, out, bytes, g);
+  }
+  void send(const void *buf, size_t bytes, int peer, int64_t tag) override {
+    inner().send(buf, bytes, peer, tag);
+  }
+  void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
+    inner().recv(buf, bytes, peer, tag);
+  }
+  void barrier() override { inner().barrier(); }
+  void flush() override { inner().flush(); }
+  bool sharesAddressSpace() const override { return true; }
+  void *deviceImpl() const override { return rank_; }
+  int deviceOrdinal() const override { return rank_->device; }
+
+private:
+  /// setTimeout is not virtual: carry this communicator's timeout along.
+  Communicator &inner() {
+    host_->setTimeout(timeout());
+    return *host_;
+  }
+  std::unique_ptr<Communicator> host_;
+  NcclRank *rank_;
+};
+
+std::unique_ptr<Communicator> NcclWorld::connect(int rank) {
+  return std::make_unique<NcclComm>(host_->connect(rank), &ranks_.at(rank));
+}
+
+ncclRedOp_t ncclOp(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum:
+    return ncclSum;
+  case ReduceOp::Max:
+    return ncclMax;
+  case ReduceOp::Avg:
+    return ncclAvg;
+  }
+  return ncclSum;
+}
+
+/// Scratch buffers of the fp32 copies of bf16 operands (NCCL reduces fp32:
+/// bf16 on the wire would round at every hop).
+constexpr int kInScratch = 5, kOutScratch = 1;
+
+class NcclDeviceComm final : public DeviceComm {
+public:
+  NcclDeviceComm(CudaBackend &be, Communicator &host, NcclRank &nr)
+      : be_(be), host_(host), nr_(nr) {
+    MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&computeDone_, cudaEventDisableTiming));
+    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&ncclDone_, cudaEventDisableTiming));
+    int world = host.worldSize(), r = host.rank();
+    Layout l = host.layout();
+    if (l.world() != world)
+      l = Layout{world, 1, 1};
+    comms_[l.members(Group::World, r)] = nr.comm;
+    // Collective over the world: every rank splits tp, dp, pp in this order;
+    // a group's color is its lowest rank, members keep their global order.
+    for (Group g : {Group::TP, Group::DP, Group::PP}) {
+      std::vector<int> members = l.members(g, r);
+      ncclComm_t c = nullptr;
+      nr.world->check("nccl: splitting the world");
+      MAPP_NCCL_CHECK(ncclCommSplit(nr.comm, members[0], r, &c, nullptr));
+      nr.world->own(c);
+      comms_.emplace(members, c);
+    }
+  }
+  ~NcclDeviceComm() override {
+    cudaStreamSynchronize(stream_);
+    cudaEventDestroy(computeDone_);
+    cudaEventDestroy(ncclDone_);
+    cudaStreamDestroy(stream_);
+  }
+
+  void allReduce(DView buf, int64_t n, ReduceOp op,
+                 const CommGroup &g) override {
+    if (g.size() == 1)
+      return;
+    ncclComm_t c = commOf(g, "all_reduce");
+    DView f = asF32(buf, n, kInScratch);
+    begin();
+    MAPP_NCCL_CHECK(ncclAllReduce(f.p, f.p, n, ncclFloat, ncclOp(op), c, stream_));
+    end();
+    if (buf.bf16)
+      copyConvert(f, buf, n, be_.stream());
+  }
+
+  void allGather(DView in, DView out, int64_t n, const CommGroup &g) override {
+    ncclComm_t c = commOf(g, "all_gather");
+    DView fi = asF32(in, n, kInScratch), fo = outF32(out, n * g.size());
+    begin();
+    MAPP_NCCL_CHECK(ncclAllGather(fi.p, fo.p, n, ncclFloat, c, stream_));
+    end();
+    if (out.bf16)
+      copyConvert(fo, out, n * g.size(), be_.stream());
+  }
+
+  void reduceScatter(DView in, DView out, int64_t n, ReduceOp op,
+                     const CommGroup &g) override {
+    ncclComm_t c = commOf(g, "reduce_scatter");
+    DView fi = asF32(in, n * g.size(), kInScratch), fo = outF32(out, n);
+    begin();
+    MAPP_NCCL_CHECK(
+        ncclReduceScatter(fi.p, fo.p, n, ncclFloat, ncclOp(op), c, stream_));
+    end();
+    if (out.bf16)
+      copyConvert(fo, out, n, be_.stream());
+  }
+
+  void allToAll(DView in, DView out, int64_t n, const CommGroup &g) override {
+    ncclComm_t c = commOf(g, "all_to_all");
+    int m = g.size();
+    DView fi = asF32(in, n * m, kInScratch), fo = outF32(out, n * m);
+    begin();
+    MAPP_NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < m; ++i) {
+      MAPP_NCCL_CHECK(ncclSend(offsetView(fi, i * n).p, n, ncclFloat, i, c, stream_));
+      MAPP_NCCL_CHECK(ncclRecv(offsetView(fo, i * n).p, n, ncclFloat, i, c, stream_));
+    }
+    MAPP_NCCL_CHECK(ncclGroupEnd());
+    end();
+    if (out.bf16)
+      copyConvert(fo, out, n * m, be_.stream());
+  }
+
+  // Point-to-point through the host world (see the file comment).
+  void send(DView in, int64_t n, int peer, int64_t tag) override {
+    std::vector<float> h(std::max<int64_t>(n, 1));
+    DView f = asF32(in, n, kInScratch);
+    be_.copyFromStorage(h.data(), f.p, n * 4);
+    host_.send(h.data(), n * 4, peer, tag);
+  }
+  void recv(DView out, int64_t n, int peer, int64_t tag) override {
+    std::vector<float> h(std::max<int64_t>(n, 1));
+    host_.recv(h.data(), n * 4, peer, tag);
+    DView f = outF32(out, n);
+    MAPP_CUDA_CHECK(cudaMemcpyAsync(f.p, h.data(), n * 4,
+                                    cudaMemcpyHostToDevice, be_.stream()));
+    if (out.bf16)
+      copyConvert(f, out, n, be_.stream());
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(be_.stream())); // h dies here
+  }
+
+private:
+  ncclComm_t commOf(const CommGroup &g, const char *what) {
+    nr_.world->check(what);
+    auto it = comms_.find(g.members);
+    if (it == comms_.end())
+      fail(what, " over ", g.str(), ": --comm=nccl runs collectives over the "
+           "layout's tp, dp, pp and world groups only (--comm=local takes "
+           "any rank list)");
+    return it->second;
+  }
+  DView asF32(DView v, int64_t n, int which) {
+    if (!v.bf16)
+      return v;
+    DView f{be_.scratch(std::max<int64_t>(n, 1) * 4, which), 0};
+    copyConvert(v, f, n, be_.stream());
+    return f;
+  }
+  DView outF32(DView v, int64_t n) {
+    return v.bf16 ? DView{be_.scratch(std::max<int64_t>(n, 1) * 4, kOutScratch), 0}
+                  : v;
+  }
+  /// NCCL work starts after the compute stream's work so far...
+  void begin() {
+    MAPP_CUDA_CHECK(cudaEventRecord(computeDone_, be_.stream()));
+    MAPP_CUDA_CHECK(cudaStreamWaitEvent(stream_, computeDone_, 0));
+  }
+  /// ...and the compute stream continues after it.
+  void end() {
+    MAPP_CUDA_CHECK(cudaEventRecord(ncclDone_, stream_));
+    MAPP_CUDA_CHECK(cudaStreamWaitEvent(be_.stream(), ncclDone_, 0));
+  }
+
+  CudaBackend &be_;
+  Communicator &host_;
+  NcclRank &nr_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t computeDone_ = nullptr, ncclDone_ = nullptr;
+  std::map<std::vector<int>, ncclComm_t> comms_;
+};
+
+} // namespace
+
+bool mapp::rt::haveNcclComm() { return true; }
+
+std::unique_ptr<LocalWorld> mapp::rt::createNcclWorld(int worldSize) {
+  if (worldSize < 1)
+    fail("--comm=nccl needs at least one rank");
+  return std::make_unique<NcclWorld>(worldSize);
+}
+
+std::unique_ptr<DeviceComm> cuda::createNcclDeviceComm(CudaBackend &be,
+                                                       Communicator &host) {
+  return std::make_unique<NcclDeviceComm>(
+      be, host, *static_cast<NcclRank *>(host.deviceImpl()));
+}
