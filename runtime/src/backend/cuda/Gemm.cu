@@ -212,6 +212,7 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
   }
   const __nv_bfloat16 *a = asBf16(be, A, 0), *b = asBf16(be, B, 3);
   GemmKey key{};
+  key.epilogue = CUBLASLT_EPILOGUE_DEFAULT; // 1, not the 0 of key{}
   key.m = N;
   key.n = M;
   key.k = K;
