@@ -17,6 +17,14 @@ const std::set<std::string> kPerToken = {
     "embedding", "linear", "add",    "mul",     "scale",   "gelu",
     "silu",      "layer_norm", "rms_norm", "dropout", "perturb", "slice"};
 
+Value makeValue(std::string name, ValueKind kind, TensorType type) {
+  Value v;
+  v.name = std::move(name);
+  v.kind = kind;
+  v.type = std::move(type);
+  return v;
+}
+
 std::string where(const Instr &in) {
   return "'" + (in.name.empty() ? in.kernel : in.name) + "' (" + in.kernel +
          ")";
@@ -74,8 +82,8 @@ private:
              "--no-kv-cache)");
       const Value &k = src.values[in->inputs[1]];
       TensorType t{DType::F32, {1, T, k.type.dim(-1)}};
-      int kc = addValue({in->name + ".k_cache", ValueKind::Temp, t});
-      int vc = addValue({in->name + ".v_cache", ValueKind::Temp, t});
+      int kc = addValue(makeValue(in->name + ".k_cache", ValueKind::Temp, t));
+      int vc = addValue(makeValue(in->name + ".v_cache", ValueKind::Temp, t));
       caches[in] = {kc, vc};
       out.caches += 2;
     }
@@ -153,10 +161,9 @@ private:
     emittedAttention.clear();
     Block &blk = dst.blocks.emplace_back();
     blk.kind = BlockKind::Forward;
-    Value tok{"tokens", ValueKind::Input, {DType::I32, {1, S}}};
-    Value pos{"positions", ValueKind::Input, {DType::I32, {1, S}}};
-    io.tokens = addValue(tok);
-    io.positions = addValue(pos);
+    TensorType ids1S{DType::I32, {1, S}};
+    io.tokens = addValue(makeValue("tokens", ValueKind::Input, ids1S));
+    io.positions = addValue(makeValue("positions", ValueKind::Input, ids1S));
     if (src.tokens >= 0)
       ids[src.tokens] = io.tokens;
     // Attention probes read the cache, so they wait for their attention.
