@@ -133,7 +133,7 @@ private:
           return fail(kv.getKey(), "keys must be plain strings");
         llvm::SmallString<32> storage;
         std::string k = key->getValue(storage).str();
-        if (o.count(k))
+        if (o.get(k))
           return fail(key, "duplicate key '" + k + "'");
         yaml::Node *value = kv.getValue();
         if (!value || !firstError.empty())
