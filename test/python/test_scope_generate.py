@@ -24,9 +24,11 @@ def test_generated_logits_match_reference(tmp_path):
     train(tmp_path, plan, 5, "--save", tmp_path / "trained.safetensors")
     db = tmp_path / "gen.sqlite"
     out = tmp_path / "gen.jsonl"
-    prompt = "The market"  # 10 bytes: longer than seq_length 8, so it slides
-    r = run([tool("mapp-run"), plan, "--generate", "--prompt", prompt,
-             "--max-new-tokens", 6, "--greedy", "--weights",
+    # 10 bytes: longer than seq_length 8, so the full forward slides its
+    # window (a KV cache would need 15 positions).
+    prompt = "The market"
+    r = run([tool("mapp-run"), plan, "--generate", "--no-kv-cache",
+             "--prompt", prompt, "--max-new-tokens", 6, "--greedy", "--weights",
              tmp_path / "trained.safetensors", "--tokenizer", "bytes",
              "--probe-db", db, "--generate-out", out])
     toks = [json.loads(l) for l in out.read_text().splitlines()]
@@ -76,7 +78,7 @@ def test_sampling_is_seeded_and_respects_top_k(tmp_path):
     outs = []
     for i in range(2):
         out = tmp_path / f"s{i}.jsonl"
-        run([tool("mapp-run"), plan, "--generate", "--prompt", "ab", "--max-new-tokens", 8,
+        run([tool("mapp-run"), plan, "--generate", "--prompt", "ab", "--max-new-tokens", 7,
              "--temperature", "0.8", "--top-k", "3", "--seed", "5", "--weights",
              tmp_path / "init.safetensors", "--generate-out", out, "--quiet"])
         outs.append([json.loads(l) for l in out.read_text().splitlines()])

@@ -81,6 +81,9 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --temperature T            sampling temperature (default 1)
   --top-k K                  sample among the K most likely tokens (0 = all)
   --greedy                   always take the most likely token
+  --no-kv-cache              generation: run the full forward per token (a
+                             sliding window) instead of prefill + KV-cache
+                             decode steps
   --generate-out FILE        one JSON object per generated token (jsonl)
   --quiet                    no progress output
   --help                     this text
@@ -91,7 +94,7 @@ struct Options {
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
                     traceDir, probeDb, probeControl, probeRun, prompt,
                     generateOut, traceSample;
-  bool generate = false, greedy = false, promptGiven = false;
+  bool generate = false, greedy = false, promptGiven = false, kvCache = true;
   int64_t maxNewTokens = 32, topK = 0;
   double temperature = 1.0;
   std::vector<Injection> inject;
@@ -166,6 +169,10 @@ Options parseArgs(int argc, char **argv) {
       o.quiet = true;
       continue;
     }
+    if (a == "--no-kv-cache") {
+      o.kvCache = false;
+      continue;
+    }
     if (a == "--generate" || a == "--greedy") {
       (a == "--generate" ? o.generate : o.greedy) = true;
       continue;
@@ -196,7 +203,7 @@ Options parseArgs(int argc, char **argv) {
       value = argv[++i];
     }
     if (flag == "--prompt") {
-      o.prompt = value; // may be empty: generation starts from EOT
+      o.prompt = value;
       o.promptGiven = true;
       continue;
     }
@@ -236,8 +243,10 @@ Options parseArgs(int argc, char **argv) {
   }
   if (o.plan.empty())
     usageError("no plan given");
-  if (!o.generate && (o.promptGiven || !o.generateOut.empty()))
-    usageError("--prompt and --generate-out need --generate");
+  if (!o.generate && (o.promptGiven || !o.generateOut.empty() || !o.kvCache))
+    usageError("--prompt, --generate-out and --no-kv-cache need --generate");
+  if (o.promptGiven && o.prompt.empty())
+    usageError("--prompt is empty (leave it out to start from the EOT token)");
   if (o.comm != "local" && o.comm != "mpi" && o.comm != "nccl")
     usageError("--comm must be local, mpi or nccl, got '" + o.comm + "'");
   if (o.comm == "nccl" && o.backend != "cuda")
@@ -301,6 +310,7 @@ int runGenerate(const Options &o, Executor &exec, ProbeSession *scope) {
   g.topK = o.topK;
   g.greedy = o.greedy;
   g.seed = o.seed;
+  g.kvCache = o.kvCache;
   std::unique_ptr<std::ofstream> out;
   if (!o.generateOut.empty()) {
     out = std::make_unique<std::ofstream>(o.generateOut);

@@ -270,7 +270,7 @@ def MappInsertTrace : Pass<"mapp-insert-trace", "::mlir::ModuleOp"> {
 def MappInsertProbes : Pass<"mapp-insert-probes", "::mlir::ModuleOp"> {
   let summary = "Observation probes and switchable perturbations from a spec";
   let description = [{
-    Reads a JSON spec (docs/megascope.md) naming values by their `mapp.name`
+    Reads a JSON or YAML spec (docs/megascope.md) naming values by their `mapp.name`
     (globs, module paths such as `layers.0.attn` for a module's output,
     `logits`, `layers.N.resid` for the residual stream after layer N,
     `layers.N.attn.probs` for attention probabilities, `grad:<name>` for the
@@ -284,7 +284,7 @@ def MappInsertProbes : Pass<"mapp-insert-probes", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"spec", "spec", "std::string", "\"\"",
-           "Path of the probes/perturbations spec (JSON)">,
+           "Path of the probes/perturbations spec (JSON, or YAML by .yaml/.yml)">,
   ];
 }
 

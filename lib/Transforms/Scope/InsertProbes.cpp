@@ -223,7 +223,7 @@ struct InsertProbesPass
     ModuleOp module = getOperation();
     if (spec.empty()) {
       mlir::emitError(module.getLoc(),
-                      "mapp-insert-probes: give spec=FILE (JSON)");
+                      "mapp-insert-probes: give spec=FILE (JSON or YAML)");
       return signalPassFailure();
     }
     llvm::Expected<ProbeSpec> parsed = loadProbeSpec(spec);

@@ -17,13 +17,20 @@ bool mapp::scope::isKnownReduction(llvm::StringRef r) {
 
 namespace {
 
-/// llvm::json keeps no positions, so entries are located by finding their
-/// name literal in the text, scanning forward from the previous entry (the
-/// entries are visited in file order).
+/// llvm::json keeps no positions, so JSON entries are located by finding
+/// their name literal in the text, scanning forward from the previous entry
+/// (the entries are visited in file order); YAML entries by the positions
+/// its reader recorded.
 class Locator {
 public:
   Locator(llvm::StringRef text, std::string file) : text(text), file(file) {}
-  SpecPos find(llvm::StringRef name) {
+  Locator(const EntryPositions &recorded, std::string file)
+      : file(file), recorded(&recorded) {}
+  SpecPos find(llvm::StringRef section, size_t index, llvm::StringRef name) {
+    if (recorded) {
+      auto it = recorded->find({section.str(), index});
+      return it == recorded->end() ? SpecPos{file, 1, 1} : it->second;
+    }
     std::string lit = "\"" + name.str() + "\"";
     size_t at = text.find(lit, cursor);
     if (at == llvm::StringRef::npos)
@@ -46,6 +53,7 @@ private:
   llvm::StringRef text;
   std::string file;
   size_t cursor = 0;
+  const EntryPositions *recorded = nullptr;
 };
 
 llvm::Error err(const SpecPos &p, const llvm::Twine &msg) {
@@ -163,13 +171,14 @@ llvm::Error parseTokens(const json::Value &v, const SpecPos &pos,
   return llvm::Error::success();
 }
 
-llvm::Error parseProbe(const json::Value &v, Locator &loc, ProbeEntry &p) {
+llvm::Error parseProbe(const json::Value &v, Locator &loc, size_t index,
+                       ProbeEntry &p) {
   const json::Object *o = v.getAsObject();
   if (!o)
-    return err(loc.find(""), "each probe must be an object");
+    return err(loc.find("probes", index, ""), "each probe must be an object");
   const json::Value *nameV = o->get("name");
   auto name = nameV ? nameV->getAsString() : std::nullopt;
-  p.pos = loc.find(name ? *name : "");
+  p.pos = loc.find("probes", index, name ? *name : "");
   Fields f(*o, p.pos, "probe");
   if (auto e = f.checkKeys({"name", "reduce", "every", "tokens", "bins",
                             "range", "k", "dim", "seed", "eps", "cap"}))
@@ -219,13 +228,15 @@ llvm::Error parseProbe(const json::Value &v, Locator &loc, ProbeEntry &p) {
   return f.integer("cap", p.rawCap, 1);
 }
 
-llvm::Error parsePerturb(const json::Value &v, Locator &loc, PerturbEntry &p) {
+llvm::Error parsePerturb(const json::Value &v, Locator &loc, size_t index,
+                         PerturbEntry &p) {
   const json::Object *o = v.getAsObject();
   if (!o)
-    return err(loc.find(""), "each perturbation must be an object");
+    return err(loc.find("perturbations", index, ""),
+               "each perturbation must be an object");
   const json::Value *nameV = o->get("name");
   auto name = nameV ? nameV->getAsString() : std::nullopt;
-  p.pos = loc.find(name ? *name : "");
+  p.pos = loc.find("perturbations", index, name ? *name : "");
   Fields f(*o, p.pos, "perturbation");
   if (auto e = f.checkKeys({"name", "kind", "target", "magnitude", "p", "seed",
                             "enabled", "switch", "channels", "heads"}))
@@ -278,34 +289,27 @@ llvm::Error parsePerturb(const json::Value &v, Locator &loc, PerturbEntry &p) {
   return llvm::Error::success();
 }
 
-} // namespace
-
-llvm::Expected<ProbeSpec> mapp::scope::parseProbeSpec(llvm::StringRef text,
-                                                      const std::string &path) {
+/// The schema checks shared by both formats.
+llvm::Expected<ProbeSpec> validate(const json::Value &root, Locator &loc,
+                                   const std::string &path) {
   ProbeSpec spec;
   spec.path = path;
-  llvm::Expected<json::Value> root = json::parse(text);
-  if (!root)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        path + ": not valid JSON: " + llvm::toString(root.takeError()));
-  const json::Object *o = root->getAsObject();
+  const json::Object *o = root.getAsObject();
   SpecPos top{path, 1, 1};
   if (!o)
-    return err(top, "the spec must be a JSON object with \"probes\" and/or "
+    return err(top, "the spec must be an object with \"probes\" and/or "
                     "\"perturbations\"");
   for (const auto &kv : *o)
     if (kv.first != "probes" && kv.first != "perturbations")
       return err(top, "unknown top-level key '" + kv.first.str() +
                           "' (allowed: probes, perturbations)");
-  Locator loc(text, path);
   if (const json::Value *p = o->get("probes")) {
     const json::Array *a = p->getAsArray();
     if (!a)
       return err(top, "\"probes\" must be a list");
-    for (const json::Value &e : *a) {
+    for (size_t i = 0; i < a->size(); ++i) {
       spec.probes.emplace_back();
-      if (auto er = parseProbe(e, loc, spec.probes.back()))
+      if (auto er = parseProbe((*a)[i], loc, i, spec.probes.back()))
         return std::move(er);
     }
   }
@@ -313,9 +317,9 @@ llvm::Expected<ProbeSpec> mapp::scope::parseProbeSpec(llvm::StringRef text,
     const json::Array *a = p->getAsArray();
     if (!a)
       return err(top, "\"perturbations\" must be a list");
-    for (const json::Value &e : *a) {
+    for (size_t i = 0; i < a->size(); ++i) {
       spec.perturbations.emplace_back();
-      if (auto er = parsePerturb(e, loc, spec.perturbations.back()))
+      if (auto er = parsePerturb((*a)[i], loc, i, spec.perturbations.back()))
         return std::move(er);
     }
   }
@@ -324,11 +328,37 @@ llvm::Expected<ProbeSpec> mapp::scope::parseProbeSpec(llvm::StringRef text,
   return spec;
 }
 
+} // namespace
+
+llvm::Expected<ProbeSpec> mapp::scope::parseProbeSpec(llvm::StringRef text,
+                                                      const std::string &path) {
+  llvm::Expected<json::Value> root = json::parse(text);
+  if (!root)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        path + ": not valid JSON: " + llvm::toString(root.takeError()));
+  Locator loc(text, path);
+  return validate(*root, loc, path);
+}
+
+llvm::Expected<ProbeSpec>
+mapp::scope::parseProbeSpecYaml(llvm::StringRef text, const std::string &path) {
+  EntryPositions positions;
+  llvm::Expected<json::Value> root = yamlSpecToJson(text, path, positions);
+  if (!root)
+    return root.takeError();
+  Locator loc(positions, path);
+  return validate(*root, loc, path);
+}
+
 llvm::Expected<ProbeSpec> mapp::scope::loadProbeSpec(const std::string &path) {
   auto buf = llvm::MemoryBuffer::getFile(path);
   if (!buf)
     return llvm::createStringError(buf.getError(),
                                    "cannot read probe spec '" + path +
                                        "': " + buf.getError().message());
+  llvm::StringRef ext = llvm::StringRef(path).rsplit('.').second;
+  if (ext.equals_insensitive("yaml") || ext.equals_insensitive("yml"))
+    return parseProbeSpecYaml((*buf)->getBuffer(), path);
   return parseProbeSpec((*buf)->getBuffer(), path);
 }

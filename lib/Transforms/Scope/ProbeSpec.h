@@ -1,8 +1,9 @@
-//===- ProbeSpec.h - the probes.json of --mapp-insert-probes ----*- C++ -*-===//
+//===- ProbeSpec.h - the probe spec of --mapp-insert-probes -----*- C++ -*-===//
 //
 // Parsing and validation of the user's spec, independent of the IR, so that
 // every error names the spec file, line and column of the offending entry.
-// Format: docs/megascope.md.
+// Format: docs/megascope.md; JSON, or YAML with the same schema (by the
+// file's extension, .yaml or .yml).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_TRANSFORMS_SCOPE_PROBESPEC_H
@@ -10,6 +11,9 @@
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <map>
 
 #include <optional>
 #include <string>
@@ -67,12 +71,24 @@ struct ProbeSpec {
   std::vector<PerturbEntry> perturbations;
 };
 
-/// Reads and validates `path` (JSON). Errors read
-/// "FILE:LINE:COL: what is wrong".
+/// Reads and validates `path` (YAML when it ends in .yaml or .yml, else
+/// JSON). Errors read "FILE:LINE:COL: what is wrong".
 llvm::Expected<ProbeSpec> loadProbeSpec(const std::string &path);
-/// The same from text (for tests and for inline specs).
+/// The same from JSON text (for tests and for inline specs).
 llvm::Expected<ProbeSpec> parseProbeSpec(llvm::StringRef text,
                                          const std::string &path);
+/// The same from YAML text.
+llvm::Expected<ProbeSpec> parseProbeSpecYaml(llvm::StringRef text,
+                                             const std::string &path);
+
+/// Where each entry of the "probes"/"perturbations" lists starts, by (list,
+/// index): what the YAML reader knows and the JSON tree does not keep.
+using EntryPositions = std::map<std::pair<std::string, size_t>, SpecPos>;
+/// A YAML spec as the JSON tree the validator reads, with its entries'
+/// positions; "FILE:LINE:COL: not valid YAML: …" for malformed text.
+llvm::Expected<llvm::json::Value> yamlSpecToJson(llvm::StringRef text,
+                                                 const std::string &path,
+                                                 EntryPositions &positions);
 
 /// Reductions the runtime implements.
 bool isKnownReduction(llvm::StringRef r);

@@ -747,6 +747,15 @@ void Executor::runForward(const int32_t *tokens, const int32_t *targets,
     backend_.copyToStorage(valueData(p.tokens, 0), tokens, n * sizeof(int32_t));
   if (p.targets >= 0)
     backend_.copyToStorage(valueData(p.targets, 0), targets, n * sizeof(int32_t));
+  for (size_t b = 0; b < p.blocks.size(); ++b)
+    if (p.blocks[b].kind == BlockKind::Forward)
+      runBlockOnce(static_cast<int>(b), step);
+}
+
+void Executor::runBlockOnce(int block, int64_t step) {
+  if (block < 0 || block >= static_cast<int>(blocks_.size()))
+    fail("runBlockOnce: block ", block, " out of range (", blocks_.size(),
+         " blocks)");
   // Device backends refresh state here (CUDA: bf16 parameter shadows after
   // loadParams).
   backend_.beginStep(step);
@@ -757,8 +766,6 @@ void Executor::runForward(const int32_t *tokens, const int32_t *targets,
   ctx.comm = &comm_;
   ctx.probe = probe_;
   ctx.backend = &backend_;
-  for (size_t b = 0; b < p.blocks.size(); ++b)
-    if (p.blocks[b].kind == BlockKind::Forward)
-      runBlock(static_cast<int>(b), 0, 0, ctx);
+  runBlock(block, 0, 0, ctx);
   backend_.synchronize();
 }

@@ -228,6 +228,23 @@ void checkAttention(const Attrs &a, const TTs &in, const TTs &out) {
     wantShape(t, in[0].shape, "attention result");
   }
 }
+// q, k, v [B,S,H]; positions i32 [B,S]; key/value caches [B,Tmax,H],
+// written in place; result [B,S,H].
+void checkCachedAttention(const Attrs &a, const TTs &in, const TTs &out) {
+  checkAttention(a, {in[0], in[1], in[2]}, out);
+  wantDType(in[3], DType::I32, "positions");
+  wantShape(in[3], leading(in[0].shape, 1), "positions");
+  if (!a.flag("causal"))
+    fail("cached_attention must be causal");
+  for (int i : {4, 5}) {
+    const char *what = i == 4 ? "key cache" : "value cache";
+    wantF32(in[i], what);
+    if (in[i].rank() != 3 || in[i].dim(0) != in[0].dim(0) ||
+        in[i].dim(2) != in[0].dim(2) || in[i].dim(1) < in[0].dim(1))
+      fail(what, " must be [B,Tmax,H] with Tmax >= S for q ", desc(in[0]),
+           ", got ", desc(in[i]));
+  }
+}
 void checkCrossEntropy(const Attrs &a, const TTs &in, const TTs &out) {
   a.getInt("ignore_index", -100);
   size_t li = in.size() == 3 ? 1 : 0; // logits index (grad has dloss first)
@@ -489,6 +506,7 @@ const std::vector<KernelSpec> kSpecs = {
     {"softmax_grad", 2, 2, 1, 1, checkSoftmax, false},
     {"attention", 3, 3, 1, 1, checkAttention, false},
     {"attention_grad", 4, 4, 3, 3, checkAttention, false},
+    {"cached_attention", 6, 6, 1, 1, checkCachedAttention, true},
     {"dropout", 1, 1, 1, 1, checkDropout, false},
     {"dropout_grad", 1, 1, 1, 1, checkDropout, false},
     {"cross_entropy", 2, 2, 1, 1, checkCrossEntropy, false},
@@ -518,7 +536,7 @@ const std::vector<KernelSpec> kSpecs = {
     {"grad_sync", 1, -1, 0, -1, checkBucket, true},
     {"param_gather", 1, -1, 0, 0, checkBucket, true},
     {"recv", 0, 0, 1, 1, checkSendRecv, false},
-    {"probe", 1, 2, 0, 0, checkProbe, false},
+    {"probe", 1, 3, 0, 0, checkProbe, false},
     {"perturb", 1, 1, 1, 1, checkPerturb, false},
     // MegaScan region marks, run by the executor itself (no backend kernel).
     {"trace_begin", 0, 0, 0, 0, checkTrace, false},

@@ -1,17 +1,20 @@
-//===- Generate.cpp - sampling loop over the plan's forward ---------------===//
+//===- Generate.cpp - sampling loop over the plan's forward or KV cache --===//
 #include "mapp/rt/Generate.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/KvDecoder.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
+#include <memory>
 #include <numeric>
 
 using namespace mapp::rt;
 using json = nlohmann::json;
 
-int mapp::rt::findLogitsValue(const Program &p, int vocab) {
+int mapp::rt::logitsValueIndex(const Program &p, int vocab) {
   int found = -1;
   for (size_t v = 0; v < p.values.size(); ++v) {
     const Value &val = p.values[v];
@@ -23,6 +26,11 @@ int mapp::rt::findLogitsValue(const Program &p, int vocab) {
   if (found < 0)
     fail("generation: the plan has no logits value (a [B,T,", vocab,
          "] value named lm_head or logits)");
+  return found;
+}
+
+int mapp::rt::findLogitsValue(const Program &p, int vocab) {
+  int found = logitsValueIndex(p, vocab);
   // The memory plan may reuse the logits' bytes once nothing reads them;
   // generation reads them after the forward, so nothing later may write
   // over them.
@@ -61,13 +69,35 @@ std::vector<GeneratedToken> mapp::rt::generate(Executor &exec,
     fail("generation runs single-rank plans only (this one has world_size ",
          plan.worldSize, ")");
   int V = plan.vocabSize, T = plan.seqLength, B = plan.microBatchSize;
-  int logits = findLogitsValue(p, V);
   std::vector<int32_t> ctx = tok.encode(o.prompt);
   if (ctx.empty())
     ctx.push_back(tok.eot());
   for (int32_t id : ctx)
     if (id < 0 || id >= V)
       fail("generation: prompt token ", id, " outside the vocabulary ", V);
+  if (o.maxNewTokens < 1)
+    fail("generation: --max-new-tokens must be >= 1, got ", o.maxNewTokens);
+  // The CUDA backend has no cached_attention kernel yet: it generates by
+  // re-running the full forward, as --no-kv-cache does.
+  bool kvCache = o.kvCache && exec.backend().lookup("cached_attention");
+  if (o.kvCache && !kvCache)
+    std::cerr << "mapp-run: the " << exec.backend().name()
+              << " backend has no KV-cache kernel; generating with the full "
+                 "forward per token\n";
+  // The last new token is never fed back, so N new tokens need
+  // prompt + N − 1 positions.
+  int64_t need = static_cast<int64_t>(ctx.size()) + o.maxNewTokens - 1;
+  if (kvCache && need > T)
+    fail("generation: the prompt (", ctx.size(), " tokens) and ",
+         o.maxNewTokens, " new tokens need ", need,
+         " positions, the plan's seq_length is ", T,
+         " (fewer --max-new-tokens, or --no-kv-cache to slide a window)");
+  std::unique_ptr<KvDecoder> decoder;
+  int logits = -1;
+  if (kvCache)
+    decoder = std::make_unique<KvDecoder>(exec);
+  else
+    logits = findLogitsValue(p, V);
   if (session)
     session->setGenerating(true);
   uint64_t rngState = o.seed;
@@ -80,20 +110,27 @@ std::vector<GeneratedToken> mapp::rt::generate(Executor &exec,
   std::vector<GeneratedToken> result;
   std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 0),
       targets(static_cast<size_t>(B) * T, 0);
+  std::vector<float> logitRow(V);
   for (int64_t g = 0; g < o.maxNewTokens; ++g) {
-    // Keep the last T tokens; every batch row holds the same context.
+    // Keep the last T tokens (only the full forward can get there).
     size_t start = ctx.size() > static_cast<size_t>(T) ? ctx.size() - T : 0;
     int len = static_cast<int>(ctx.size() - start);
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < T; ++t)
-        tokens[b * T + t] = t < len ? ctx[start + t] : 0;
     if (session)
       session->beginStep(g);
-    exec.runForward(tokens.data(), targets.data(), g);
-    // Backend-neutral: device backends copy (and widen bf16) to the host.
-    std::vector<float> lastRow =
-        exec.readFloats(logits, 0, static_cast<int64_t>(len - 1) * V, V);
-    const float *row = lastRow.data();
+    if (decoder) {
+      logitRow = g == 0 ? decoder->prefill(ctx, g)
+                        : decoder->decode(ctx.back(), ctx.size() - 1, g);
+    } else {
+      // Every batch row holds the same context.
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t)
+          tokens[b * T + t] = t < len ? ctx[start + t] : 0;
+      exec.runForward(tokens.data(), targets.data(), g);
+      // Backend-neutral: device backends copy (and widen bf16) to the host.
+      logitRow =
+          exec.readFloats(logits, 0, static_cast<int64_t>(len - 1) * V, V);
+    }
+    const float *row = logitRow.data();
     // Model distribution (temperature 1) for the record; sampling
     // distribution with temperature and top-k for the choice.
     double m = *std::max_element(row, row + V);

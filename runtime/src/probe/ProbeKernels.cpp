@@ -23,7 +23,11 @@ void mapp::rt::cpu::probe(const KernelArgs &a) {
     return;
   std::vector<ProbeSample> samples;
   const Tensor &x = a.in[0];
-  if (a.attrs.getStr("reduce", "") == "attn") {
+  if (a.attrs.getStr("reduce", "") == "attn" && a.attrs.flag("kv_cache")) {
+    samples.push_back(attentionProbsCached(a.attrs, x.f32(), a.in[1].f32(),
+                                           a.in[2].i32(), x.shape(),
+                                           a.in[1].dim(1)));
+  } else if (a.attrs.getStr("reduce", "") == "attn") {
     samples.push_back(
         attentionProbs(a.attrs, x.f32(), a.in[1].f32(), x.shape()));
   } else {

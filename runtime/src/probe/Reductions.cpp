@@ -229,6 +229,54 @@ ProbeSample mapp::rt::attentionProbs(const Attrs &a, const float *q,
   return s;
 }
 
+ProbeSample mapp::rt::attentionProbsCached(const Attrs &a, const float *q,
+                                           const float *kcache,
+                                           const int32_t *positions,
+                                           const Shape &qShape, int64_t tmax) {
+  int64_t S = qShape[1], H = qShape[2], heads = a.requireInt("heads");
+  int64_t D = H / heads;
+  double scale = a.getFloat("scale", 1.0);
+  bool rotary = a.flag("rotary");
+  double base = a.getFloat("rotary_base", 10000);
+  // Batch row 0; cached keys are already rotated, the queries are rotated
+  // here at their own positions (the same formula as attentionProbs).
+  ProbeSample s;
+  s.reduction = "attn";
+  s.shape = {heads, S, tmax};
+  s.data.assign(heads * S * tmax, 0.f);
+  std::vector<double> sc(tmax), qr(D);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < S; ++i) {
+      int64_t p = positions[i];
+      if (p < 0 || p >= tmax)
+        fail("probe: position ", p, " outside the cache of ", tmax);
+      const float *qi = q + i * H + h * D;
+      for (int64_t c = 0; c < D; ++c)
+        qr[c] = qi[c];
+      if (rotary)
+        for (int64_t c = 0; c < D / 2; ++c) {
+          double th = p * std::pow(base, -2.0 * c / D);
+          double x1 = qi[c], x2 = qi[c + D / 2];
+          qr[c] = x1 * std::cos(th) - x2 * std::sin(th);
+          qr[c + D / 2] = x2 * std::cos(th) + x1 * std::sin(th);
+        }
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= p; ++j) {
+        double d = 0;
+        for (int64_t c = 0; c < D; ++c)
+          d += qr[c] * kcache[j * H + h * D + c];
+        sc[j] = d * scale;
+        m = std::max(m, sc[j]);
+      }
+      double z = 0;
+      for (int64_t j = 0; j <= p; ++j)
+        z += (sc[j] = std::exp(sc[j] - m));
+      for (int64_t j = 0; j <= p; ++j)
+        s.data[(h * S + i) * tmax + j] = static_cast<float>(sc[j] / z);
+    }
+  return s;
+}
+
 void mapp::rt::checkProbeAttrs(const Attrs &a,
                                const std::vector<TensorType> &in) {
   a.requireInt("probe_id");
@@ -237,9 +285,12 @@ void mapp::rt::checkProbeAttrs(const Attrs &a,
   std::vector<std::string> reds = splitReduce(a);
   if (reds.empty())
     fail("probe: no reductions");
-  for (const TensorType &t : in)
-    if (t.dtype != DType::F32)
-      fail("probe: inputs must be f32");
+  // A KV-cache attention probe (generation) also reads the query positions.
+  bool cached = a.flag("kv_cache");
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i].dtype != (cached && i == 2 ? DType::I32 : DType::F32))
+      fail(cached && i == 2 ? "probe: positions must be i32"
+                            : "probe: inputs must be f32");
   for (const std::string &r : reds) {
     static const char *known[] = {"max",  "min",  "mean",   "std", "absmax",
                                   "sparsity", "hist", "topk", "sketch",
@@ -248,7 +299,17 @@ void mapp::rt::checkProbeAttrs(const Attrs &a,
           return r == k;
         }) == std::end(known))
       fail("probe: unknown reduction '", r, "'");
-    if (r == "attn") {
+    if (r == "attn" && cached) {
+      if (in.size() != 3 || in[0].rank() != 3 || in[1].rank() != 3 ||
+          in[0].dim(0) != in[1].dim(0) || in[0].dim(2) != in[1].dim(2) ||
+          in[1].dim(1) < in[0].dim(1) ||
+          in[2].shape != Shape{in[0].dim(0), in[0].dim(1)})
+        fail("probe: cached attn needs q [B,S,H], a key cache [B,Tmax,H] and "
+             "positions [B,S]");
+      int64_t heads = a.requireInt("heads");
+      if (heads < 1 || in[0].dim(2) % heads)
+        fail("probe: heads must divide H");
+    } else if (r == "attn") {
       if (in.size() != 2 || in[0].rank() != 3 || in[0].shape != in[1].shape)
         fail("probe: attn needs q and k of one [B,T,H] shape");
       int64_t heads = a.requireInt("heads");

@@ -11,7 +11,7 @@
 // STORAGE: bad-storage.json:1:29: a storage perturbation needs a parameter name
 // KIND: bad-kind.json:1:29: perturbation 'layers.0.mlp.fc1': unknown kind 'dropout'
 // MISSING: cannot read probe spec '{{.*}}missing.json'
-// NOSPEC: mapp-insert-probes: give spec=FILE (JSON)
+// NOSPEC: mapp-insert-probes: give spec=FILE (JSON or YAML)
 module {
   func.func @forward(%x: tensor<2x4x8xf32>, %w: tensor<8x8xf32>) -> tensor<2x4x8xf32> {
     %a = mapp.linear %x, %w {mapp.name = "layers.0.mlp.fc1"} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>

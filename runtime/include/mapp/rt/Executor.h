@@ -116,6 +116,14 @@ public:
   /// `step`, leaving gradients, optimizer state and the step counter alone:
   /// generation and evaluation read activations afterwards.
   void runForward(const int32_t *tokens, const int32_t *targets, int64_t step);
+  /// Runs block `block` once as microbatch 0 in slot 0 with the kernel step
+  /// `step` on whatever its Input values hold (the KV-cache decoder fills
+  /// them itself).
+  void runBlockOnce(int block, int64_t step);
+
+  Backend &backend() const { return backend_; }
+  Communicator &comm() const { return comm_; }
+  ProbeRuntime *probeRuntime() const { return probe_; }
 
   /// Float view of value `v` in `slot` (pool values ignore the slot).
   float *valueData(int v, int slot = 0) const;

@@ -1,9 +1,13 @@
 //===- Generate.h - token generation from a training plan -------*- C++ -*-===//
 //
-// Runs the plan's forward on the growing prefix (padded to seq_length; the
-// causal mask makes the padding invisible to earlier positions) and samples
-// the next token from the logits at the prefix's last position. No KV cache:
-// each token costs one full forward of [micro_batch_size, seq_length].
+// Samples the next token from the logits at the prefix's last position.
+// With a KV cache (the default; KvDecoder.h) the prompt is run once
+// (prefill) and each later token costs one single-position decode step; the
+// prompt plus the new tokens must fit the plan's seq_length. Without
+// (kvCache = false) the plan's forward runs on the growing prefix (padded to
+// seq_length; the causal mask makes the padding invisible to earlier
+// positions; the last seq_length tokens are kept once it is longer), one
+// full [micro_batch_size, seq_length] forward per token.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_GENERATE_H
@@ -25,6 +29,7 @@ struct GenerateOptions {
   bool greedy = false;
   uint64_t seed = 0;
   int64_t recordTopK = 20; // next-token probabilities kept per token
+  bool kvCache = true;
 };
 
 struct GeneratedToken {
@@ -34,8 +39,11 @@ struct GeneratedToken {
   std::vector<std::pair<int32_t, double>> topk;
 };
 
-/// Index of the logits value (Temp named lm_head or logits, [B,T,V]) that is
-/// still intact after the forward; Error explaining why otherwise.
+/// Index of the logits value (Temp named lm_head or logits, [B,T,V]); Error
+/// when there is none.
+int logitsValueIndex(const Program &p, int vocab);
+/// logitsValueIndex, checked to be still intact after the forward; Error
+/// explaining why otherwise.
 int findLogitsValue(const Program &p, int vocab);
 
 /// Generates; writes one JSON object per token to `out` (with the full

@@ -30,6 +30,12 @@ std::vector<ProbeSample> reduceValues(const Attrs &a,
 /// per head, [heads, rows, T] with rows = the selected query positions.
 ProbeSample attentionProbs(const Attrs &a, const float *q, const float *k,
                            const Shape &shape);
+/// The `attn` reduction under a KV cache (generation): rows for the queries
+/// q [B,S,H] at `positions` (batch row 0) over the rotated keys of
+/// `kcache` [B,tmax,H], [heads, S, tmax] with zeros past each position.
+ProbeSample attentionProbsCached(const Attrs &a, const float *q,
+                                 const float *kcache, const int32_t *positions,
+                                 const Shape &qShape, int64_t tmax);
 
 /// Load-time checks of a probe instr (reductions known, parameters valid);
 /// throws Error without a location prefix.

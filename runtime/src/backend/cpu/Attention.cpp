@@ -3,11 +3,14 @@
 // One (batch, head) pair per work item: S = scale·Q·Kᵀ (+ causal mask),
 // P = softmax(S), O = P·V, all through cblas_sgemm on strided views of the
 // [B,T,H] operands (head h = columns h·D..h·D+D−1, leading dimension H).
-// The gradient recomputes P rather than storing it.
+// The gradient recomputes P rather than storing it. cached_attention is
+// the KV-cache form generation decodes with.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
+#include "mapp/rt/Error.h"
 
+#include <algorithm>
 #include <cblas.h>
 #include <cmath>
 #include <limits>
@@ -58,14 +61,20 @@ struct Rotary {
   /// dst[T,D] = rotate(src rows with leading dim ld); inverse = transpose.
   void apply(const float *src, int64_t ld, float *dst, int64_t T, int64_t D,
              bool inverse) const {
+    applyAt(src, ld, dst, D, T, D, inverse, 0);
+  }
+  /// Rows at positions first..first+T−1 into dst rows with leading dim ldd.
+  void applyAt(const float *src, int64_t ld, float *dst, int64_t ldd,
+               int64_t T, int64_t D, bool inverse, int64_t first) const {
     int64_t half = D / 2;
     double sgn = inverse ? -1.0 : 1.0;
-    for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < T; ++r)
       for (int64_t i = 0; i < half; ++i) {
+        int64_t t = first + r;
         double c = cos[t * half + i], s = sgn * sin[t * half + i];
-        double x0 = src[t * ld + i], x1 = src[t * ld + i + half];
-        dst[t * D + i] = static_cast<float>(x0 * c - x1 * s);
-        dst[t * D + i + half] = static_cast<float>(x1 * c + x0 * s);
+        double x0 = src[r * ld + i], x1 = src[r * ld + i + half];
+        dst[r * ldd + i] = static_cast<float>(x0 * c - x1 * s);
+        dst[r * ldd + i + half] = static_cast<float>(x1 * c + x0 * s);
       }
   }
 };
@@ -202,5 +211,79 @@ void cpu::attention_grad(const KernelArgs &a) {
         std::copy(tmp.data() + t * d.d, tmp.data() + (t + 1) * d.d,
                   dk + off + t * d.h);
     }
+  });
+}
+
+// The key/value cache variant (KV-cache generation, runtime/README.md): the S
+// new tokens of each batch row sit at positions p0..p0+S−1 (`positions`);
+// their rotated keys and values are written into rows p0.. of the caches
+// [B,Tmax,H], then query i attends to cache rows 0..p0+i. With p0 = 0 and
+// S = T this is `attention` on the same operands, value for value.
+void cpu::cached_attention(const KernelArgs &a) {
+  Dims d = dimsOf(a, a.in[0]);
+  const float *q = a.in[0].f32(), *k = a.in[1].f32(), *v = a.in[2].f32();
+  const int32_t *pos = a.in[3].i32();
+  float *kc = a.in[4].f32(), *vc = a.in[5].f32(), *o = a.out[0].f32();
+  int64_t tmax = a.in[4].dim(1);
+  Dims table = d;
+  table.t = tmax;
+  Rotary rot(table);
+  if (d.t == 0 || d.d == 0)
+    return;
+  std::vector<int64_t> first(d.b);
+  for (int64_t b = 0; b < d.b; ++b) {
+    first[b] = pos[b * d.t];
+    for (int64_t i = 0; i < d.t; ++i)
+      if (pos[b * d.t + i] != first[b] + i)
+        fail("cached_attention: positions of batch row ", b,
+             " must be consecutive, got ", pos[b * d.t + i], " after ",
+             first[b] + i - 1);
+    if (first[b] < 0 || first[b] + d.t > tmax)
+      fail("cached_attention: positions ", first[b], "..", first[b] + d.t - 1,
+           " outside the cache of ", tmax);
+    int64_t row = (b * tmax + first[b]) * d.h, src = b * d.t * d.h;
+    std::copy(v + src, v + src + d.t * d.h, vc + row);
+    if (!d.rotary) {
+      std::copy(k + src, k + src + d.t * d.h, kc + row);
+      continue;
+    }
+    for (int64_t h = 0; h < d.heads; ++h)
+      rot.applyAt(k + src + h * d.d, d.h, kc + row + h * d.d, d.h, d.t, d.d,
+                  /*inverse=*/false, first[b]);
+  }
+  int64_t nmax = 0;
+  for (int64_t f : first)
+    nmax = std::max(nmax, f + d.t);
+  forEachHead(a, d, d.t * nmax + d.t * d.d, [&](int64_t bh, float *scratch) {
+    int64_t b = bh / d.heads, head = bh % d.heads, p0 = first[b];
+    int64_t n = p0 + d.t; // cache rows visible to the last query
+    int64_t off = b * d.t * d.h + head * d.d;
+    const float *kh = kc + b * tmax * d.h + head * d.d;
+    const float *vh = vc + b * tmax * d.h + head * d.d;
+    float *s = scratch, *qr = scratch + d.t * n;
+    HeadView qv{q + off, d.h};
+    if (d.rotary) {
+      rot.applyAt(q + off, d.h, qr, d.d, d.t, d.d, /*inverse=*/false, p0);
+      qv = {qr, d.d};
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, n, d.d, d.scale,
+                qv.p, qv.ld, kh, d.h, 0.0f, s, n);
+    // Query i sees rows 0..p0+i: the causal mask shifted by p0.
+    for (int64_t i = 0; i < d.t; ++i) {
+      float *row = s + i * n;
+      int64_t seen = p0 + i + 1;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < seen; ++j)
+        mx = std::max(mx, static_cast<double>(row[j]));
+      double sum = 0;
+      for (int64_t j = 0; j < seen; ++j)
+        sum += std::exp(row[j] - mx);
+      for (int64_t j = 0; j < seen; ++j)
+        row[j] = static_cast<float>(std::exp(row[j] - mx) / sum);
+      for (int64_t j = seen; j < n; ++j)
+        row[j] = 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, n, 1.0f,
+                s, n, vh, d.h, 0.0f, o + off, d.h);
   });
 }

@@ -18,7 +18,7 @@ namespace mapp::rt::cpu {
   X(embedding) X(embedding_grad) X(linear) X(matmul) X(reduce_sum) X(add)      \
   X(mul) X(scale) X(gelu) X(gelu_grad) X(silu) X(silu_grad) X(layer_norm)      \
   X(layer_norm_grad) X(rms_norm) X(rms_norm_grad) X(softmax) X(softmax_grad)   \
-  X(attention) X(attention_grad) X(dropout) X(dropout_grad) X(cross_entropy)   \
+  X(attention) X(attention_grad) X(cached_attention) X(dropout) X(dropout_grad) X(cross_entropy)   \
   X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)         \
   X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)          \
   X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv)  \
