@@ -85,6 +85,10 @@ for storage in bf16 f32; do
   tol=3e-2; [ $storage = f32 ] && tol=5e-3
   echo "== GPT layouts, $storage storage"
   train single-$storage single MAPP_CUDA_STORAGE=$storage || continue
+  # Run-to-run noise of one layout: fp32 atomics (embedding_grad, attention
+  # dQ) add in a varying order, and training amplifies the differences.
+  train single-$storage-again single MAPP_CUDA_STORAGE=$storage &&
+    say "  noise floor: $(compare single-$storage-again single-$storage 1 | cut -d: -f2-)"
   for l in tp2pp1dp1 tp1pp2dp1 tp1pp1dp2 tp2pp2dp1; do
     train $l-$storage $l MAPP_CUDA_STORAGE=$storage &&
       say "$(compare $l-$storage single-$storage $tol)"

@@ -5,6 +5,7 @@
 // carry no type branches; arithmetic is fp32.
 //
 //===----------------------------------------------------------------------===//
+#include "../cpu/CpuKernels.h"
 #include "CudaBackend.h"
 
 #include <vector>
@@ -207,31 +208,38 @@ __global__ void copyConvertKernel(DView src, DView dst, int64_t n) {
     dst.st(i, src.ld(i));
 }
 
+// With a `group`, the table holds rows [lo, lo + v) of a vocabulary of
+// `total` rows (vocab-parallel): other valid ids give zero rows (embedding)
+// or contribute nothing (grad), as on the CPU.
 __global__ void embeddingKernel(DView table, const int32_t *ids, DView y,
-                                int64_t v, int64_t h, int64_t n,
-                                DeviceError *err) {
+                                int64_t v, int64_t lo, int64_t total,
+                                int64_t h, int64_t n, DeviceError *err) {
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     int32_t id = ids[r];
-    bool ok = id >= 0 && id < v;
-    if (!ok && threadIdx.x == 0)
-      reportError(err, kErrEmbeddingId, id, r, v);
+    if ((id < 0 || id >= total) && threadIdx.x == 0)
+      reportError(err, kErrEmbeddingId, id, r, total);
+    int64_t row = int64_t(id) - lo;
+    bool mine = row >= 0 && row < v;
     for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-      y.st(r * h + c, ok ? table.ld(int64_t(id) * h + c) : 0.0f);
+      y.st(r * h + c, mine ? table.ld(row * h + c) : 0.0f);
   }
 }
 
 __global__ void embeddingGradKernel(DView dy, const int32_t *ids, float *dt,
-                                    int64_t v, int64_t h, int64_t n,
-                                    DeviceError *err) {
+                                    int64_t v, int64_t lo, int64_t total,
+                                    int64_t h, int64_t n, DeviceError *err) {
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     int32_t id = ids[r];
-    if (id < 0 || id >= v) {
+    if (id < 0 || id >= total) {
       if (threadIdx.x == 0)
-        reportError(err, kErrEmbeddingGradId, id, r, v);
+        reportError(err, kErrEmbeddingGradId, id, r, total);
       continue;
     }
+    int64_t row = int64_t(id) - lo;
+    if (row < 0 || row >= v)
+      continue;
     for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-      atomicAdd(dt + int64_t(id) * h + c, dy.ld(r * h + c));
+      atomicAdd(dt + row * h + c, dy.ld(r * h + c));
   }
 }
 
@@ -531,8 +539,10 @@ void cuda::embedding(const KernelArgs &a) {
   int64_t v = a.in[0].dim(0), h = a.in[0].dim(1), n = a.in[1].numel();
   if (!n || !h)
     return;
+  auto [r, g] = cpu::groupPosition(a);
   embeddingKernel<<<gridFor(n, 1, be.smCount() * 32), 128, 0, be.stream()>>>(
-      view(a.in[0]), a.in[1].i32(), view(a.out[0]), v, h, n, be.deviceError());
+      view(a.in[0]), a.in[1].i32(), view(a.out[0]), v, r * v, g * v, h, n,
+      be.deviceError());
   MAPP_CUDA_LAUNCHED();
 }
 
@@ -546,8 +556,10 @@ void cuda::embedding_grad(const KernelArgs &a) {
                            : out.f32();
   MAPP_CUDA_CHECK(cudaMemsetAsync(acc, 0, out.numel() * 4, be.stream()));
   if (n && h) {
+    auto [r, g] = cpu::groupPosition(a);
     embeddingGradKernel<<<gridFor(n, 1, be.smCount() * 32), 128, 0, be.stream()>>>(
-        view(a.in[0]), a.in[1].i32(), acc, v, h, n, be.deviceError());
+        view(a.in[0]), a.in[1].i32(), acc, v, r * v, g * v, h, n,
+        be.deviceError());
     MAPP_CUDA_LAUNCHED();
   }
   if (isBf16(out))
