@@ -38,14 +38,18 @@ namespace {
 /// One column-major GEMM: D[m,n] = epilogue(alpha·op(A)·op(B) (+ bias[m])) +
 /// beta·D.
 struct GemmKey {
+  // Each backend (rank-thread) has its own plans: a call sets the epilogue
+  // pointers on the plan's descriptor, which another rank's concurrent call
+  // of the same shape must not see.
+  const CudaBackend *owner;
   int64_t m, n, k, lda, ldb, ldd;
   int transA, transB, dBf16, epilogue, batch;
   int64_t strideA, strideB, strideD;
   uint32_t align; // smallest alignment of the pointers, in bytes (≤ 256)
   bool operator<(const GemmKey &o) const {
-    return std::tie(m, n, k, lda, ldb, ldd, transA, transB, dBf16, epilogue,
-                    batch, strideA, strideB, strideD, align) <
-           std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.transA, o.transB,
+    return std::tie(owner, m, n, k, lda, ldb, ldd, transA, transB, dBf16,
+                    epilogue, batch, strideA, strideB, strideD, align) <
+           std::tie(o.owner, o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.transA, o.transB,
                     o.dBf16, o.epilogue, o.batch, o.strideA, o.strideB,
                     o.strideD, o.align);
   }
@@ -212,6 +216,7 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
   }
   const __nv_bfloat16 *a = asBf16(be, A, 0), *b = asBf16(be, B, 3);
   GemmKey key{};
+  key.owner = &be;
   key.epilogue = CUBLASLT_EPILOGUE_DEFAULT; // 1, not the 0 of key{}
   key.m = N;
   key.n = M;
