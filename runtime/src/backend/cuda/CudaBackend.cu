@@ -353,6 +353,8 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   }
   shadows_.clear();
   shadowIndex_.clear();
+  cudaFree(shadowPool_); // a program bound before (nullptr: a no-op)
+  shadowPool_ = nullptr;
   if (!shadowVals.empty()) {
     shadowPool_ = static_cast<__nv_bfloat16 *>(deviceAlloc(shadowElems * 2));
     size_t off = 0;

@@ -80,6 +80,12 @@ struct State {
   std::string loadReport;
   std::map<Key, CachedPlan> plans;
   std::vector<std::string> log; // plan outcomes, for the benchmark
+  // Process lifetime; destroyed before the CUDA runtime's own exit handler
+  // (constructed after it), so the handle's device memory is given back.
+  ~State() {
+    if (handle)
+      api.destroy(handle);
+  }
 };
 
 State &state() {

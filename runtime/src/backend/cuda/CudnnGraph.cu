@@ -71,6 +71,7 @@ bool loadLibrary(Api &api, std::string &report) {
     bool ok = resolve(lib, a.getVersion, "cudnnGetVersion") &&
               resolve(lib, a.errorString, "cudnnGetErrorString") &&
               resolve(lib, a.create, "cudnnCreate") &&
+              resolve(lib, a.destroy, "cudnnDestroy") &&
               resolve(lib, a.setStream, "cudnnSetStream") &&
               resolve(lib, a.createDesc, "cudnnBackendCreateDescriptor") &&
               resolve(lib, a.destroyDesc, "cudnnBackendDestroyDescriptor") &&

@@ -27,6 +27,7 @@ struct Api {
   const char *(*errorString)(cudnnStatus_t) = nullptr;
   void (*lastError)(char *, size_t) = nullptr; // optional (9.0+)
   cudnnStatus_t (*create)(cudnnHandle_t *) = nullptr;
+  cudnnStatus_t (*destroy)(cudnnHandle_t) = nullptr;
   cudnnStatus_t (*setStream)(cudnnHandle_t, cudaStream_t) = nullptr;
   cudnnStatus_t (*createDesc)(cudnnBackendDescriptorType_t,
                               cudnnBackendDescriptor_t *) = nullptr;
