@@ -102,15 +102,17 @@ struct OpRatio {
 using DurationsByRank = std::map<int, std::vector<double>>;
 
 // Reference of one op name: the median over the ranks that ran it of their
-// own median (the minimum when only two did); < 0 with fewer than two.
-static double peerReference(const DurationsByRank &perRank) {
+// own median -- with only two ranks the faster one's, unless `symmetric`
+// (then their mean); < 0 with fewer than two.
+static double peerReference(const DurationsByRank &perRank, bool symmetric) {
   if (perRank.size() < 2)
     return -1;
   std::vector<double> meds;
   for (auto &[r, v] : perRank)
     meds.push_back(median(v));
-  return perRank.size() >= 3 ? median(meds)
-                             : *std::min_element(meds.begin(), meds.end());
+  return perRank.size() >= 3 || symmetric
+             ? median(meds)
+             : *std::min_element(meds.begin(), meds.end());
 }
 
 // Every leaf compute op (not a container) against the same op name on the
@@ -119,8 +121,8 @@ static double peerReference(const DurationsByRank &perRank) {
 // together), under the same host conditions; they are compared with the
 // peers' lockstep ops of the name where at least two ranks have some.
 static std::vector<std::vector<OpRatio>>
-rateComputeOps(const Trace &t,
-               const std::vector<std::vector<char>> &container) {
+rateComputeOps(const Trace &t, const std::vector<std::vector<char>> &container,
+               bool symmetric) {
   std::vector<std::vector<OpRatio>> ops(t.world);
   std::map<std::string, DurationsByRank> all, lockstep;
   for (int r = 0; r < t.world; ++r) {
@@ -149,8 +151,9 @@ rateComputeOps(const Trace &t,
   std::map<std::string, std::pair<double, double>> ref; // all, lockstep
   for (auto &[name, perRank] : all) {
     auto it = lockstep.find(name);
-    ref[name] = {peerReference(perRank),
-                 it == lockstep.end() ? -1 : peerReference(it->second)};
+    ref[name] = {peerReference(perRank, symmetric),
+                 it == lockstep.end() ? -1
+                                      : peerReference(it->second, symmetric)};
   }
   for (int r = 0; r < t.world; ++r) {
     std::vector<OpRatio> rated;
@@ -167,6 +170,63 @@ rateComputeOps(const Trace &t,
     ops[r] = std::move(rated);
   }
   return ops;
+}
+
+// A rank's compute ratio. A slow device slows every op, long or short, in
+// every phase of the step. Host effects on a rank that is not slow hit some
+// views only: a few long ops that were preempted, many few-us ops (timer,
+// dispatch, first touch) that scale with nothing, or the ops of a rank that
+// computes in bursts between long waits while its twin computed back to
+// back (caches evicted, cores shared with other work; its lockstep ops are
+// normal). So the ratio is the least of four medians of the op ratios:
+// each op one vote, each op weighted by its reference duration (per unit of
+// compute time), and the same two over the lockstep ops when there are
+// any. `consistency` gets that view's share of ops slower than
+// 1 + threshold/2.
+static double rankRatio(const std::vector<OpRatio> &ops,
+                        const DiagnoseOptions &opts, double *consistency) {
+  double best = 0;
+  bool first = true;
+  for (bool lockstepOnly : {false, true})
+    for (bool weighted : {false, true}) {
+      std::vector<std::pair<double, double>> qw;
+      double wSlow = 0, wAll = 0;
+      for (const OpRatio &o : ops) {
+        if (lockstepOnly && !o.lockstep)
+          continue;
+        double w = weighted ? o.weight : 1;
+        qw.push_back({o.ratio, w});
+        wAll += w;
+        wSlow += o.ratio > 1 + opts.rankThreshold / 2 ? w : 0;
+      }
+      if (qw.empty())
+        continue;
+      double q = weightedMedian(qw);
+      if (first || q < best) {
+        best = q;
+        if (consistency)
+          *consistency = wAll > 0 ? wSlow / wAll : 0;
+      }
+      first = false;
+    }
+  return best;
+}
+
+// The lower quartile over the rank's op names of the name's median ratio:
+// a slow device slows (nearly) every kind of work, so three kinds in four
+// must be slower -- as a slow link must be slow in three steps of four.
+static double lowerQuartileKindRatio(const Trace &t, int rank,
+                                     const std::vector<OpRatio> &ops) {
+  std::map<std::string, std::vector<double>> byName;
+  for (const OpRatio &o : ops)
+    byName[t.ranks[rank].events[o.event].name].push_back(o.ratio);
+  std::vector<double> kinds;
+  for (auto &[name, v] : byName)
+    kinds.push_back(median(v));
+  if (kinds.empty())
+    return 1;
+  std::sort(kinds.begin(), kinds.end());
+  return kinds[(kinds.size() - 1) / 4];
 }
 
 // Time spent waiting for peers vs moving bytes, per comm event.
@@ -292,59 +352,38 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   }
   d.steps = stepEnd.size();
 
-  // A slow device slows every op, long or short, in every phase of the
-  // step. Host effects on a rank that is not slow hit some views only: a
-  // few long ops that were preempted, many few-us ops (timer, dispatch,
-  // first touch) that scale with nothing, or the ops of a rank that
-  // computes in bursts between long waits while its twin computed back to
-  // back (caches evicted, cores shared with other work; its lockstep ops
-  // are normal). So the rank's ratio is the least of four medians of its
-  // op ratios: each op one vote, each op weighted by its reference
-  // duration (per unit of compute time), and the same two over its
-  // lockstep ops when it has any.
-  std::vector<std::vector<OpRatio>> ratios = rateComputeOps(t, container);
+  std::vector<std::vector<OpRatio>> ratios =
+      rateComputeOps(t, container, /*symmetric=*/false);
+  std::vector<std::vector<OpRatio>> symmetricRatios =
+      rateComputeOps(t, container, /*symmetric=*/true);
+  std::vector<double> all, deviations;
   for (int r = 0; r < R; ++r) {
     RankStats &rs = d.ranks[r];
     rs.compared = ratios[r].size();
     if (ratios[r].empty())
       continue;
-    bool first = true;
-    for (bool lockstepOnly : {false, true})
-      for (bool weighted : {false, true}) {
-        std::vector<std::pair<double, double>> qw;
-        double wSlow = 0, wAll = 0;
-        for (const OpRatio &o : ratios[r]) {
-          if (lockstepOnly && !o.lockstep)
-            continue;
-          double w = weighted ? o.weight : 1;
-          qw.push_back({o.ratio, w});
-          wAll += w;
-          wSlow += o.ratio > 1 + opts.rankThreshold / 2 ? w : 0;
-        }
-        if (qw.empty())
-          continue;
-        double q = weightedMedian(qw);
-        if (first || q < rs.computeRatio) {
-          rs.computeRatio = q;
-          rs.consistency = wAll > 0 ? wSlow / wAll : 0;
-        }
-        first = false;
-      }
+    rs.computeRatio = rankRatio(ratios[r], opts, &rs.consistency);
+    rs.kindRatioLowerQuartile = lowerQuartileKindRatio(t, r, ratios[r]);
+    all.push_back(rs.computeRatio);
+    deviations.push_back(rankRatio(symmetricRatios[r], opts, nullptr));
   }
-  std::vector<double> all;
-  for (const RankStats &rs : d.ranks)
-    if (rs.compared)
-      all.push_back(rs.computeRatio);
+  // Noise: the robust spread of the ranks' ratios against symmetric
+  // references. Against the faster of two ranks the faster one's ratio is 1
+  // by construction, which would halve the spread that two healthy peers
+  // show on a noisy host.
   double center = median(all);
+  double devCenter = median(deviations);
   std::vector<double> dev;
-  for (double q : all)
-    dev.push_back(std::fabs(q - center));
+  for (double q : deviations)
+    dev.push_back(std::fabs(q - devCenter));
   d.rankNoise = std::max(0.005, 1.4826 * median(dev));
   for (const RankStats &rs : d.ranks) {
     if (!rs.compared)
       continue;
     double excess = rs.computeRatio - std::max(1.0, center);
-    if (rs.computeRatio < 1 + opts.rankThreshold || excess < 5 * d.rankNoise)
+    if (rs.computeRatio < 1 + opts.rankThreshold ||
+        excess < 5 * d.rankNoise ||
+        rs.kindRatioLowerQuartile < 1 + opts.rankThreshold)
       continue;
     Finding f;
     f.kind = "slow-rank";

@@ -23,6 +23,7 @@ struct RankStats {
   // (docs/mapp-scan.md, "Slow rank").
   double computeRatio = 1;
   double consistency = 0; // share of those ops slower than 1 + threshold/2
+  double kindRatioLowerQuartile = 1; // over op names of the name's ratio
   size_t compared = 0;
 };
 
@@ -61,7 +62,7 @@ struct Diagnosis {
   std::vector<LinkStats> links;
   std::vector<Finding> findings;
   std::vector<double> stepNs; // measured (aligned) step times
-  double rankNoise = 0;       // robust spread of compute ratios
+  double rankNoise = 0; // robust spread of compute ratios (symmetric refs)
   double linkNoise = 0; // largest link noise excursion / reference, over classes
   int steps = 0;
 };
