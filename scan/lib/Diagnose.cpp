@@ -37,6 +37,198 @@ static std::string fmt(const char *f, double a, double b = 0) {
 
 static bool isComputeLike(const Event &e) { return e.cat != Cat::Comm; }
 
+// Events that enclose another event of their stream: regions around ops
+// (e.g. `optimizer` around the adamw ops of the rank's stage). Their time is
+// their children's, counted there, and one region name wraps different work
+// on different stages, so they are neither compute time nor compared.
+static std::vector<std::vector<char>> findContainers(const Trace &t) {
+  std::vector<std::vector<char>> container(t.world);
+  for (int r = 0; r < t.world; ++r) {
+    const auto &ev = t.ranks[r].events;
+    container[r].assign(ev.size(), 0);
+    std::map<std::string, std::vector<size_t>> byStream;
+    for (size_t i = 0; i < ev.size(); ++i)
+      byStream[ev[i].stream].push_back(i);
+    for (auto &[stream, idx] : byStream) {
+      std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+        return ev[a].gb < ev[b].gb ||
+               (ev[a].gb == ev[b].gb && ev[a].ge > ev[b].ge);
+      });
+      // Properly nested spans: an event contains something iff the next
+      // one to begin lies inside it.
+      for (size_t k = 0; k + 1 < idx.size(); ++k) {
+        const Event &outer = ev[idx[k]], &inner = ev[idx[k + 1]];
+        if (inner.gb < outer.ge && inner.ge <= outer.ge &&
+            inner.ge - inner.gb < outer.ge - outer.gb)
+          container[r][idx[k]] = 1;
+      }
+    }
+  }
+  return container;
+}
+
+double mapp::scan::weightedMedian(std::vector<std::pair<double, double>> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  double total = 0;
+  for (auto [x, w] : v)
+    total += w;
+  if (total <= 0) {
+    std::vector<double> xs;
+    for (auto [x, w] : v)
+      xs.push_back(x);
+    return median(xs);
+  }
+  double acc = 0;
+  for (auto [x, w] : v) {
+    acc += w;
+    if (acc >= total / 2)
+      return x;
+  }
+  return v.back().first;
+}
+
+namespace {
+/// One compute op of a rank compared with its peers.
+struct OpRatio {
+  size_t event = 0;      // index into the rank's events
+  double ratio = 1;      // duration / peers' reference
+  double weight = 0;     // the reference duration
+  bool lockstep = false; // in the run of ops right after a collective
+};
+} // namespace
+
+using DurationsByRank = std::map<int, std::vector<double>>;
+
+// Reference of one op name: the median over the ranks that ran it of their
+// own median -- with only two ranks the faster one's, unless `symmetric`
+// (then their mean); < 0 with fewer than two.
+static double peerReference(const DurationsByRank &perRank, bool symmetric) {
+  if (perRank.size() < 2)
+    return -1;
+  std::vector<double> meds;
+  for (auto &[r, v] : perRank)
+    meds.push_back(median(v));
+  return perRank.size() >= 3 || symmetric
+             ? median(meds)
+             : *std::min_element(meds.begin(), meds.end());
+}
+
+// Every leaf compute op (not a container) against the same op name on the
+// other ranks. Ops in "lockstep" -- from a collective up to the rank's next
+// communication -- start when their peers' do (members leave a collective
+// together), under the same host conditions; they are compared with the
+// peers' lockstep ops of the name where at least two ranks have some.
+static std::vector<std::vector<OpRatio>>
+rateComputeOps(const Trace &t, const std::vector<std::vector<char>> &container,
+               bool symmetric) {
+  std::vector<std::vector<OpRatio>> ops(t.world);
+  std::map<std::string, DurationsByRank> all, lockstep;
+  for (int r = 0; r < t.world; ++r) {
+    const auto &ev = t.ranks[r].events;
+    std::vector<size_t> order(ev.size());
+    for (size_t i = 0; i < ev.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return ev[a].gb < ev[b].gb;
+    });
+    bool afterCollective = false;
+    for (size_t i : order) {
+      const Event &e = ev[i];
+      if (!isComputeLike(e)) {
+        afterCollective = e.op != Op::Send && e.op != Op::Recv;
+        continue;
+      }
+      if (container[r][i])
+        continue;
+      ops[r].push_back({i, 1, 0, afterCollective});
+      all[e.name][r].push_back(e.ge - e.gb);
+      if (afterCollective)
+        lockstep[e.name][r].push_back(e.ge - e.gb);
+    }
+  }
+  std::map<std::string, std::pair<double, double>> ref; // all, lockstep
+  for (auto &[name, perRank] : all) {
+    auto it = lockstep.find(name);
+    ref[name] = {peerReference(perRank, symmetric),
+                 it == lockstep.end() ? -1
+                                      : peerReference(it->second, symmetric)};
+  }
+  for (int r = 0; r < t.world; ++r) {
+    std::vector<OpRatio> rated;
+    for (OpRatio o : ops[r]) {
+      const Event &e = t.ranks[r].events[o.event];
+      auto [refAll, refLockstep] = ref[e.name];
+      double x = o.lockstep && refLockstep > 0 ? refLockstep : refAll;
+      if (x <= 0)
+        continue;
+      o.ratio = (e.ge - e.gb) / x;
+      o.weight = x;
+      rated.push_back(o);
+    }
+    ops[r] = std::move(rated);
+  }
+  return ops;
+}
+
+// A rank's compute ratio. A slow device slows every op, long or short, in
+// every phase of the step. Host effects on a rank that is not slow hit some
+// views only: a few long ops that were preempted, many few-us ops (timer,
+// dispatch, first touch) that scale with nothing, or the ops of a rank that
+// computes in bursts between long waits while its twin computed back to
+// back (caches evicted, cores shared with other work; its lockstep ops are
+// normal). So the ratio is the least of four medians of the op ratios:
+// each op one vote, each op weighted by its reference duration (per unit of
+// compute time), and the same two over the lockstep ops when there are
+// any. `consistency` gets that view's share of ops slower than
+// 1 + threshold/2.
+static double rankRatio(const std::vector<OpRatio> &ops,
+                        const DiagnoseOptions &opts, double *consistency) {
+  double best = 0;
+  bool first = true;
+  for (bool lockstepOnly : {false, true})
+    for (bool weighted : {false, true}) {
+      std::vector<std::pair<double, double>> qw;
+      double wSlow = 0, wAll = 0;
+      for (const OpRatio &o : ops) {
+        if (lockstepOnly && !o.lockstep)
+          continue;
+        double w = weighted ? o.weight : 1;
+        qw.push_back({o.ratio, w});
+        wAll += w;
+        wSlow += o.ratio > 1 + opts.rankThreshold / 2 ? w : 0;
+      }
+      if (qw.empty())
+        continue;
+      double q = weightedMedian(qw);
+      if (first || q < best) {
+        best = q;
+        if (consistency)
+          *consistency = wAll > 0 ? wSlow / wAll : 0;
+      }
+      first = false;
+    }
+  return best;
+}
+
+// The lower quartile over the rank's op names of the name's median ratio:
+// a slow device slows (nearly) every kind of work, so three kinds in four
+// must be slower -- as a slow link must be slow in three steps of four.
+static double lowerQuartileKindRatio(const Trace &t, int rank,
+                                     const std::vector<OpRatio> &ops) {
+  std::map<std::string, std::vector<double>> byName;
+  for (const OpRatio &o : ops)
+    byName[t.ranks[rank].events[o.event].name].push_back(o.ratio);
+  std::vector<double> kinds;
+  for (auto &[name, v] : byName)
+    kinds.push_back(median(v));
+  if (kinds.empty())
+    return 1;
+  std::sort(kinds.begin(), kinds.end());
+  return kinds[(kinds.size() - 1) / 4];
+}
+
 // Time spent waiting for peers vs moving bytes, per comm event.
 static void splitComm(const Trace &t, const Matches &m,
                       std::vector<std::vector<double>> &wait) {
@@ -99,6 +291,7 @@ static void attributeLinksToRanks(Diagnosis &d) {
       d.findings.end());
 }
 
+
 Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
                                const DiagnoseOptions &opts) {
   Diagnosis d;
@@ -106,6 +299,8 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   d.ranks.resize(R);
   std::vector<std::vector<double>> wait;
   splitComm(t, m, wait);
+
+  std::vector<std::vector<char>> container = findContainers(t);
 
   // Per rank time breakdown.
   for (int r = 0; r < R; ++r) {
@@ -121,7 +316,7 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
       first = std::min(first, e.gb);
       last = std::max(last, e.ge);
       if (isComputeLike(e)) {
-        rs.computeNs += dur;
+        rs.computeNs += container[r][i] ? 0 : dur;
       } else {
         rs.waitNs += wait[r][i];
         rs.commNs += dur - wait[r][i];
@@ -135,93 +330,6 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     rs.spanNs = last - first;
     rs.idleNs = std::max(0.0, rs.spanNs - busy);
   }
-
-  // Reference duration of each compute op name: the median over the ranks
-  // that run it of their own median (the minimum when only two do).
-  std::map<std::string, std::map<int, std::vector<double>>> byName;
-  for (int r = 0; r < R; ++r)
-    for (const Event &e : t.ranks[r].events)
-      if (isComputeLike(e))
-        byName[e.name][r].push_back(e.ge - e.gb);
-  std::map<std::string, double> ref;
-  for (auto &[name, perRank] : byName) {
-    if (perRank.size() < 2)
-      continue;
-    std::vector<double> meds;
-    for (auto &[r, v] : perRank)
-      meds.push_back(median(v));
-    ref[name] = perRank.size() >= 3
-                    ? median(meds)
-                    : *std::min_element(meds.begin(), meds.end());
-  }
-  std::vector<std::vector<std::pair<double, size_t>>> ratios(R);
-  for (int r = 0; r < R; ++r) {
-    const auto &ev = t.ranks[r].events;
-    std::vector<double> rv;
-    for (size_t i = 0; i < ev.size(); ++i) {
-      auto it = ref.find(ev[i].name);
-      if (!isComputeLike(ev[i]) || it == ref.end() || it->second <= 0)
-        continue;
-      double q = (ev[i].ge - ev[i].gb) / it->second;
-      ratios[r].push_back({q, i});
-      rv.push_back(q);
-    }
-    RankStats &rs = d.ranks[r];
-    rs.compared = rv.size();
-    if (rv.empty())
-      continue;
-    rs.computeRatio = median(rv);
-    size_t slower = 0;
-    for (double q : rv)
-      slower += q > 1 + opts.rankThreshold / 2;
-    rs.consistency = double(slower) / rv.size();
-  }
-  std::vector<double> all;
-  for (const RankStats &rs : d.ranks)
-    if (rs.compared)
-      all.push_back(rs.computeRatio);
-  double center = median(all);
-  std::vector<double> dev;
-  for (double q : all)
-    dev.push_back(std::fabs(q - center));
-  d.rankNoise = std::max(0.005, 1.4826 * median(dev));
-  for (const RankStats &rs : d.ranks) {
-    if (!rs.compared)
-      continue;
-    double excess = rs.computeRatio - std::max(1.0, center);
-    if (rs.computeRatio < 1 + opts.rankThreshold || excess < 5 * d.rankNoise)
-      continue;
-    Finding f;
-    f.kind = "slow-rank";
-    f.rank = rs.rank;
-    f.ratio = rs.computeRatio;
-    f.confidence =
-        std::clamp(rs.consistency, 0.0, 1.0) *
-        std::clamp((rs.computeRatio - 1) / (2 * opts.rankThreshold), 0.0, 1.0);
-    f.magnitude = fmt("compute %.2fx peers' median (%.0f%% of its ops slower)",
-                      rs.computeRatio, 100 * rs.consistency);
-    auto rr = ratios[rs.rank];
-    std::sort(rr.begin(), rr.end(), std::greater<>());
-    for (size_t k = 0; k < rr.size() && k < opts.evidence; ++k)
-      f.evidence.push_back(
-          t.eventRef(rs.rank, t.ranks[rs.rank].events[rr[k].second]));
-    // Victims: ranks that waited clearly longer than the culprit did.
-    std::vector<std::pair<double, int>> w;
-    for (const RankStats &o : d.ranks)
-      if (o.rank != rs.rank && o.waitNs > 1.25 * rs.waitNs + 1e3)
-        w.push_back({o.waitNs, o.rank});
-    std::sort(w.rbegin(), w.rend());
-    for (size_t k = 0; k < w.size() && k < 8; ++k)
-      f.victims.push_back(w[k].second);
-    d.findings.push_back(f);
-  }
-
-  diagnoseLinks(t, m, opts, d);
-  attributeLinksToRanks(d);
-  std::stable_sort(d.findings.begin(), d.findings.end(),
-                   [](const Finding &a, const Finding &b) {
-                     return a.confidence > b.confidence;
-                   });
 
   // Measured step times on the aligned timeline.
   std::map<int, double> stepEnd;
@@ -243,5 +351,73 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     prev = e;
   }
   d.steps = stepEnd.size();
+
+  std::vector<std::vector<OpRatio>> ratios =
+      rateComputeOps(t, container, /*symmetric=*/false);
+  std::vector<std::vector<OpRatio>> symmetricRatios =
+      rateComputeOps(t, container, /*symmetric=*/true);
+  std::vector<double> all, deviations;
+  for (int r = 0; r < R; ++r) {
+    RankStats &rs = d.ranks[r];
+    rs.compared = ratios[r].size();
+    if (ratios[r].empty())
+      continue;
+    rs.computeRatio = rankRatio(ratios[r], opts, &rs.consistency);
+    rs.kindRatioLowerQuartile = lowerQuartileKindRatio(t, r, ratios[r]);
+    all.push_back(rs.computeRatio);
+    deviations.push_back(rankRatio(symmetricRatios[r], opts, nullptr));
+  }
+  // Noise: the robust spread of the ranks' ratios against symmetric
+  // references. Against the faster of two ranks the faster one's ratio is 1
+  // by construction, which would halve the spread that two healthy peers
+  // show on a noisy host.
+  double center = median(all);
+  double devCenter = median(deviations);
+  std::vector<double> dev;
+  for (double q : deviations)
+    dev.push_back(std::fabs(q - devCenter));
+  d.rankNoise = std::max(0.005, 1.4826 * median(dev));
+  for (const RankStats &rs : d.ranks) {
+    if (!rs.compared)
+      continue;
+    double excess = rs.computeRatio - std::max(1.0, center);
+    if (rs.computeRatio < 1 + opts.rankThreshold ||
+        excess < 5 * d.rankNoise ||
+        rs.kindRatioLowerQuartile < 1 + opts.rankThreshold)
+      continue;
+    Finding f;
+    f.kind = "slow-rank";
+    f.rank = rs.rank;
+    f.ratio = rs.computeRatio;
+    f.confidence =
+        std::clamp(rs.consistency, 0.0, 1.0) *
+        std::clamp((rs.computeRatio - 1) / (2 * opts.rankThreshold), 0.0, 1.0);
+    f.magnitude = fmt("compute %.2fx peers' median (%.0f%% of its ops slower)",
+                      rs.computeRatio, 100 * rs.consistency);
+    auto rr = ratios[rs.rank];
+    std::sort(rr.begin(), rr.end(), [](const OpRatio &a, const OpRatio &b) {
+      return a.ratio > b.ratio;
+    });
+    for (size_t k = 0; k < rr.size() && k < opts.evidence; ++k)
+      f.evidence.push_back(
+          t.eventRef(rs.rank, t.ranks[rs.rank].events[rr[k].event]));
+    // Victims: ranks that waited clearly longer than the culprit did.
+    std::vector<std::pair<double, int>> w;
+    for (const RankStats &o : d.ranks)
+      if (o.rank != rs.rank && o.waitNs > 1.25 * rs.waitNs + 1e3)
+        w.push_back({o.waitNs, o.rank});
+    std::sort(w.rbegin(), w.rend());
+    for (size_t k = 0; k < w.size() && k < 8; ++k)
+      f.victims.push_back(w[k].second);
+    d.findings.push_back(f);
+  }
+
+  diagnoseLinks(t, m, opts, d);
+  attributeLinksToRanks(d);
+  std::stable_sort(d.findings.begin(), d.findings.end(),
+                   [](const Finding &a, const Finding &b) {
+                     return a.confidence > b.confidence;
+                   });
+
   return d;
 }

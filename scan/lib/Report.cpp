@@ -60,6 +60,7 @@ json mapp::scan::reportJson(const ScanResult &s) {
                      {"idle_ms_per_step", perStep(s, r.idleNs)},
                      {"compute_ratio", r.computeRatio},
                      {"slower_op_fraction", r.consistency},
+                     {"kind_ratio_lower_quartile", r.kindRatioLowerQuartile},
                      {"compared_ops", r.compared}});
   j["ranks"] = ranks;
   json links = json::array();

@@ -13,13 +13,17 @@ namespace mapp::scan {
 
 struct RankStats {
   int rank = 0;
-  double computeNs = 0; // compute, data, memcpy, optimizer
+  double computeNs = 0; // compute, data, memcpy, optimizer (leaf events)
   double commNs = 0;    // time moving bytes (transfer part of comm events)
   double waitNs = 0;    // inside comm events, waiting for a peer to arrive
   double idleNs = 0;    // between events
   double spanNs = 0;
-  double computeRatio = 1; // median of own op durations / peers' median
-  double consistency = 0;  // fraction of own ops slower than peers
+  // Own op durations / peers' reference: the least of the medians per op
+  // and per compute time, over all ops and over lockstep ops
+  // (docs/mapp-scan.md, "Slow rank").
+  double computeRatio = 1;
+  double consistency = 0; // share of those ops slower than 1 + threshold/2
+  double kindRatioLowerQuartile = 1; // over op names of the name's ratio
   size_t compared = 0;
 };
 
@@ -58,7 +62,7 @@ struct Diagnosis {
   std::vector<LinkStats> links;
   std::vector<Finding> findings;
   std::vector<double> stepNs; // measured (aligned) step times
-  double rankNoise = 0;       // robust spread of compute ratios
+  double rankNoise = 0; // robust spread of compute ratios (symmetric refs)
   double linkNoise = 0; // largest link noise excursion / reference, over classes
   int steps = 0;
 };
@@ -72,6 +76,9 @@ void diagnoseLinks(const Trace &t, const Matches &m,
                    const DiagnoseOptions &opts, Diagnosis &d);
 
 double median(std::vector<double> v);
+/// Median of (value, weight) pairs: the smallest value with at least half
+/// the total weight at or below it (plain median if all weights are 0).
+double weightedMedian(std::vector<std::pair<double, double>> v);
 
 } // namespace mapp::scan
 
