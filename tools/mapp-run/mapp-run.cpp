@@ -505,6 +505,10 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     progress.update(m);
   }
   progress.finish();
+  // One line even with --quiet: bench/gpu/summary.py reads it.
+  if (lead && exec.backend().peakDeviceGiB() > 0)
+    std::fprintf(stderr, "mapp-run: peak device memory %.2f GiB\n",
+                 exec.backend().peakDeviceGiB());
   if (scope)
     scope->flush();
   if (!o.save.empty()) {

@@ -46,6 +46,9 @@ public:
   virtual double sumSquares(const std::vector<Tensor> &ts);
   /// Waits for queued work; reports asynchronous kernel errors as Error.
   virtual void synchronize() {}
+  /// Peak device memory this process added since the backend started, in
+  /// GiB, as seen at synchronize points (0 for host backends).
+  virtual double peakDeviceGiB() const { return 0; }
   /// Waits until every probe sample captured so far reached its
   /// ProbeRuntime (a device backend captures asynchronously).
   virtual void drainProbes() {}

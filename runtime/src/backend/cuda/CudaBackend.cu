@@ -109,6 +109,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     else if (v != "bf16")
       fail("MAPP_CUDA_STORAGE must be 'bf16' or 'f32', not '", v, "'");
   }
+  MAPP_CUDA_CHECK(cudaFree(nullptr)); // the context exists from here on
+  size_t freeB = 0, totalB = 0;
+  MAPP_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
+  baselineUsed_ = totalB - freeB;
   MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   MAPP_LT_CHECK(cublasLtCreate(&lt_));
   ltWorkspaceBytes_ = size_t(64) << 20;
@@ -298,6 +302,9 @@ double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
 
 void CudaBackend::synchronize() {
   MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  size_t freeB = 0, totalB = 0;
+  if (cudaMemGetInfo(&freeB, &totalB) == cudaSuccess)
+    peakUsed_ = std::max(peakUsed_, totalB - freeB);
   traceEvents_.synchronized();
   if (profile_)
     profCollect();

@@ -89,6 +89,9 @@ public:
   void zeroStorage(void *dst, size_t bytes) override;
   double sumSquares(const std::vector<Tensor> &ts) override;
   void synchronize() override;
+  double peakDeviceGiB() const override {
+    return peakUsed_ > baselineUsed_ ? (peakUsed_ - baselineUsed_) / double(1 << 30) : 0;
+  }
   void bindProgram(const Program &p, void *pool, void *arena) override;
   Tensor operandView(const Program &p, const Instr &in, int value,
                      bool isOutput, const Tensor &t) override;
@@ -199,6 +202,9 @@ private:
     cudaEvent_t a, b;
   };
   bool profile_ = false;
+  // Device memory in use (cudaMemGetInfo: the whole device) when the
+  // context was new, and the most seen at any synchronize since.
+  size_t baselineUsed_ = 0, peakUsed_ = 0;
   std::vector<cudaEvent_t> profEvents_;
   size_t profNext_ = 0;
   std::vector<ProfRec> profOpen_;
