@@ -2,8 +2,9 @@
 # CUDA epilogue fusion check (docs/cuda-backend.md, "Epilogue fusion"), on
 # the GPU machine, from the folder bench/gpu/prepare.sh filled:
 #   gpu/cuda/fuse.sh [STEPS_124M] [STEPS_1B3] [ROUNDS_124M] [ROUNDS_1B3]
-# 1. mapp-cuda-kernel-test (every kernel vs fp64 references, and the fused
-#    pairs vs unfused vs fp64);
+# 1. mapp-cuda-kernel-test (every kernel vs fp64 references, the fused
+#    pairs vs unfused vs fp64, and the multi-tensor adamw/sgd groups vs the
+#    per-parameter kernels, bit for bit);
 # 2. the 124M and 1.3B bench plans with MAPP_CUDA_FUSE=0 and =1 interleaved,
 #    same seed and batches: median step time after 3 warm-up steps, speedup,
 #    and the largest relative loss difference between the two (≤ 2e-2, the
@@ -51,6 +52,10 @@ for c in gpt-124m gpt-1.3b; do
       grep "mapp cuda fusion" "$LOG/$c.fuse$f.r$r.log" | head -1
     done
   done
+  # MAPP_CUDA_FUSE=1 must include the optimizer groups (one per plan).
+  groups=$(grep -o "adam [0-9]* ([0-9]* instrs)" "$LOG/$c.fuse1.r1.log" | head -1)
+  say "$c fused: ${groups:-no adam groups reported}"
+  case "$groups" in "adam 0 "*|"") FAILED=1 ;; esac
   line=$(python3 - "$LOG" "$c" <<'PY'
 import glob, json, statistics, sys
 log, c = sys.argv[1], sys.argv[2]

@@ -1,5 +1,8 @@
 //===- FusionCases.cpp - fused GEMM pairs vs unfused vs fp64 --------------===//
 //
+// Also the optimizer groups (multi-tensor adamw / sgd): grouped vs
+// per-parameter bit for bit, both vs the fp64 torch formulas.
+//
 // Each case is a two-to-five instruction program shaped like the compiled
 // GPT plans (linear → gelu; reshape → wgrad matmul → reduce_sum →
 // grad_accumulate ×2), bound to the CUDA backend and run through
@@ -23,7 +26,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -82,10 +87,13 @@ std::vector<float> randoms(int64_t n, bool bf16) {
 
 /// Binds `mp` with MAPP_CUDA_FUSE=fuse, writes the inputs, runs every instr
 /// and returns each requested value as the device stored it.
+/// Params are read as their fp32 masters; `readShadows` lists Params whose
+/// bf16 shadows are returned after the `read` values.
 std::vector<std::vector<float>>
 run(Backend &gpu, MiniProgram &mp, const char *fuse,
     const std::vector<std::pair<int, std::vector<float>>> &inputs,
-    const std::vector<int> &read, std::string &summary) {
+    const std::vector<int> &read, std::string &summary, int64_t step = 0,
+    const std::vector<int> &readShadows = {}) {
   setenv("MAPP_CUDA_FUSE", fuse, 1);
   const Program &p = mp.p;
   if (!mp.pool) {
@@ -116,6 +124,7 @@ run(Backend &gpu, MiniProgram &mp, const char *fuse,
   KernelContext ctx;
   ctx.backend = &gpu;
   ctx.pool = &gpu.pool();
+  ctx.step = step;
   for (const Instr &in : p.blocks[0].instrs) {
     std::vector<Tensor> ti, to;
     for (int v : in.inputs)
@@ -127,8 +136,15 @@ run(Backend &gpu, MiniProgram &mp, const char *fuse,
   }
   gpu.synchronize();
   std::vector<std::vector<float>> out;
-  for (int v : read) {
+  std::vector<std::pair<int, bool>> reads; // value, as its shadow
+  for (int v : read)
+    reads.push_back({v, false});
+  for (int v : readShadows)
+    reads.push_back({v, true});
+  for (auto [v, shadow] : reads) {
     Tensor t = viewOf(probe, v, true);
+    if (p.values[v].kind == ValueKind::Param && !shadow)
+      t = {mp.addr(v), p.values[v].type};
     int64_t n = t.numel();
     std::vector<float> h(n);
     if (t.type.dtype == DType::BF16) {
@@ -269,6 +285,211 @@ void wgradCase(Backend &gpu, Checker &ck) {
   keep.push_back(std::move(mp));
 }
 
+/// One optimizer instr of optimGroupCase: its shape, ZeRO range (lo < 0:
+/// none) and weight decay.
+struct OptimMember {
+  Shape shape;
+  int64_t lo, hi;
+  double wd;
+};
+
+/// The fp64 torch update of one element (AdamW or SGD, single-tensor path).
+void referenceUpdate(bool adam, int64_t step, double lr, double wd,
+                     double coef, double &p, double g, double &m, double &v) {
+  const double b1 = 0.9, b2 = 0.95, eps = 1e-8, mom = 0.9, damp = 0.1;
+  g *= coef;
+  if (adam) {
+    double t = step + 1.0;
+    p *= 1 - lr * wd;
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    double denom = std::sqrt(v) / std::sqrt(1 - std::pow(b2, t)) + eps;
+    p -= lr / (1 - std::pow(b1, t)) * (m / denom);
+  } else {
+    double d = g + wd * p;
+    m = step == 0 ? d : mom * m + (1 - damp) * d;
+    p -= lr * m;
+  }
+}
+
+/// Six adamw (or sgd) instrs of different sizes, two with ZeRO ranges (one
+/// empty), sharing a norm operand that clips: the first five form one group,
+/// the sixth (another weight decay) stays alone. Grouped and per-parameter
+/// runs must agree bit for bit (masters, moments, shadows); both are checked
+/// against the fp64 torch formulas, untouched outside the ZeRO ranges.
+void optimGroupCase(Backend &gpu, Checker &ck, const std::string &kernel) {
+  const bool adam = kernel == "adamw";
+  const double lr = 1e-2, maxNorm = 1.0, norm = 3.0;
+  const int64_t step = 2;
+  const std::vector<OptimMember> members = {
+      {{48, 40}, -1, -1, 0.1}, {{1000}, -1, -1, 0.1},
+      {{3, 2500}, 100, 4100, 0.1}, {{7}, -1, -1, 0.1},
+      {{64, 33}, 5, 5, 0.1}, {{30, 20}, -1, -1, 0.0}};
+  auto mp = std::make_unique<MiniProgram>();
+  int normV = mp->value("norm", ValueKind::Temp, {1});
+  struct Ops {
+    int p, g, m, v;
+  };
+  std::vector<Ops> ops;
+  for (size_t k = 0; k < members.size(); ++k) {
+    std::string n = "w" + std::to_string(k);
+    Ops o;
+    o.p = mp->value(n.c_str(), ValueKind::Param, members[k].shape);
+    o.g = mp->value((n + ".grad").c_str(), ValueKind::Grad, members[k].shape);
+    o.m = mp->value((n + ".m").c_str(), ValueKind::OptState, members[k].shape);
+    o.v = adam ? mp->value((n + ".v").c_str(), ValueKind::OptState,
+                           members[k].shape)
+               : -1;
+    ops.push_back(o);
+  }
+  // Compute readers give the rank-2 params their bf16 shadows.
+  std::vector<int> shadowed;
+  for (size_t k = 0; k < members.size(); ++k)
+    if (members[k].shape.size() == 2) {
+      int out = mp->value(("s" + std::to_string(k)).c_str(), ValueKind::Temp,
+                          members[k].shape);
+      mp->instr("scale", {ops[k].p}, {out}).attrs.setFloat("factor", 2.0);
+      shadowed.push_back(ops[k].p);
+    }
+  for (size_t k = 0; k < members.size(); ++k) {
+    std::vector<int> in = {ops[k].p, ops[k].g, ops[k].m};
+    if (adam)
+      in.push_back(ops[k].v);
+    in.push_back(normV);
+    Instr &i = mp->instr(kernel.c_str(), in, {});
+    i.attrs.setFloat("lr", lr);
+    i.attrs.setFloat("max_norm", maxNorm);
+    i.attrs.setFloat("weight_decay", members[k].wd);
+    if (adam) {
+      i.attrs.setFloat("beta2", 0.95);
+    } else {
+      i.attrs.setFloat("momentum", 0.9);
+      i.attrs.setFloat("dampening", 0.1);
+    }
+    if (members[k].lo >= 0) {
+      i.attrs.setInt("zero_begin", members[k].lo);
+      i.attrs.setInt("zero_end", members[k].hi);
+    }
+  }
+  std::vector<std::pair<int, std::vector<float>>> in = {
+      {normV, {static_cast<float>(norm)}}};
+  std::vector<int> read;
+  for (size_t k = 0; k < members.size(); ++k) {
+    int64_t n = 1;
+    for (int64_t d : members[k].shape)
+      n *= d;
+    for (int v : {ops[k].p, ops[k].g, ops[k].m, ops[k].v}) {
+      if (v < 0)
+        continue;
+      std::vector<float> x = randoms(n, false);
+      if (v == ops[k].v)
+        for (float &e : x)
+          e = std::fabs(e); // a second moment is non-negative
+      in.push_back({v, x});
+    }
+    read.push_back(ops[k].p);
+    read.push_back(ops[k].m);
+    if (adam)
+      read.push_back(ops[k].v);
+  }
+  std::string sFused, sPlain;
+  auto fused = run(gpu, *mp, "1", in, read, sFused, step, shadowed);
+  auto plain = run(gpu, *mp, "0", in, read, sPlain, step, shadowed);
+  std::string word = adam ? "adam" : "sgd";
+  ck.check(kernel + " group found",
+           sFused.find(word + " 1 (5 instrs)") != std::string::npos &&
+               sPlain.find(word + " 0 (0 instrs)") != std::string::npos,
+           sFused + " / unfused: " + sPlain);
+  bool same = fused.size() == plain.size();
+  for (size_t r = 0; same && r < fused.size(); ++r)
+    same = fused[r].size() == plain[r].size() &&
+           std::memcmp(fused[r].data(), plain[r].data(),
+                       fused[r].size() * sizeof(float)) == 0;
+  ck.check(kernel + " grouped vs per-parameter", same,
+           "masters, moments and shadows bit for bit");
+  // fp64 reference, and nothing written outside the ZeRO ranges.
+  double coef = std::min(maxNorm / (norm + 1e-6), 1.0);
+  size_t r = 0;
+  double worst = 0;
+  bool outsideKept = true;
+  auto initial = [&](int v) -> const std::vector<float> & {
+    for (auto &kv : in)
+      if (kv.first == v)
+        return kv.second;
+    fail("optimGroupCase: no input for value ", v);
+  };
+  for (size_t k = 0; k < members.size(); ++k) {
+    const std::vector<float> &p0 = initial(ops[k].p), &g0 = initial(ops[k].g),
+                             &m0 = initial(ops[k].m);
+    const std::vector<float> *v0 = adam ? &initial(ops[k].v) : nullptr;
+    const std::vector<float> &pOut = fused[r], &mOut = fused[r + 1];
+    const std::vector<float> *vOut = adam ? &fused[r + 2] : nullptr;
+    r += adam ? 3 : 2;
+    int64_t n = static_cast<int64_t>(p0.size());
+    int64_t lo = members[k].lo >= 0 ? members[k].lo : 0;
+    int64_t hi = members[k].lo >= 0 ? members[k].hi : n;
+    std::vector<double> refP, refM, refV;
+    std::vector<float> gotP, gotM, gotV;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i < lo || i >= hi) {
+        outsideKept &= pOut[i] == p0[i] && mOut[i] == m0[i] &&
+                       (!adam || (*vOut)[i] == (*v0)[i]);
+        continue;
+      }
+      double p = p0[i], m = m0[i], v = adam ? (*v0)[i] : 0;
+      referenceUpdate(adam, step, lr, members[k].wd, coef, p, g0[i], m, v);
+      refP.push_back(p);
+      refM.push_back(m);
+      gotP.push_back(pOut[i]);
+      gotM.push_back(mOut[i]);
+      if (adam) {
+        refV.push_back(v);
+        gotV.push_back((*vOut)[i]);
+      }
+    }
+    worst = std::max({worst, relDiff(gotP, refP), relDiff(gotM, refM),
+                      adam ? relDiff(gotV, refV) : 0.0});
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "worst rel %.2e (tol 1e-5)", worst);
+  ck.check(kernel + " grouped vs fp64", worst <= 1e-5, buf);
+  ck.check(kernel + " ZeRO: outside the range untouched", outsideKept,
+           "masters and moments outside [zero_begin, zero_end)");
+  // Each shadow is the bf16 rounding of its master, updated or not.
+  bool shadowsMatch = true;
+  for (size_t s = 0; s < shadowed.size(); ++s) {
+    const std::vector<float> &sh = fused[read.size() + s];
+    size_t pos = 0;
+    while (read[pos] != shadowed[s])
+      ++pos;
+    for (size_t i = 0; i < sh.size(); ++i)
+      shadowsMatch &= sh[i] == bf16ToFloat(floatToBf16(fused[pos][i]));
+  }
+  ck.check(kernel + " grouped shadows = bf16(master)", shadowsMatch,
+           std::to_string(shadowed.size()) + " shadows");
+  static std::vector<std::unique_ptr<MiniProgram>> keep;
+  keep.push_back(std::move(mp));
+}
+
+/// MAPP_CUDA_FUSE words: the new ones parse, an unknown one is an error
+/// naming it.
+void switchesCase(Checker &ck) {
+  using mapp::rt::cuda::FusionSwitches;
+  setenv("MAPP_CUDA_FUSE", "adam", 1);
+  FusionSwitches on = FusionSwitches::fromEnv();
+  ck.check("MAPP_CUDA_FUSE=adam", on.adam && !on.sgd && !on.gelu,
+           "only the adamw groups");
+  setenv("MAPP_CUDA_FUSE", "adam,bogus", 1);
+  std::string err;
+  try {
+    FusionSwitches::fromEnv();
+  } catch (const Error &e) {
+    err = e.what();
+  }
+  ck.check("MAPP_CUDA_FUSE unknown word", err.find("'bogus'") != std::string::npos,
+           err.empty() ? "no error" : err);
+}
+
 } // namespace
 
 FusionTally mapp::test::runFusionCases(Backend &gpu) {
@@ -279,6 +500,9 @@ FusionTally mapp::test::runFusionCases(Backend &gpu) {
     linearGeluCase(gpu, ck, true);
     linearGeluCase(gpu, ck, false);
     wgradCase(gpu, ck);
+    optimGroupCase(gpu, ck, "adamw");
+    optimGroupCase(gpu, ck, "sgd");
+    switchesCase(ck);
   } catch (const Error &e) {
     ck.check("fusion cases", false, e.what());
   }

@@ -162,6 +162,7 @@ CudaBackend::~CudaBackend() {
   for (void *p : allocations_)
     cudaFree(p);
   cudaFree(shadowPool_);
+  cudaFree(optimChunks_);
   for (int i = 0; i < 2; ++i) {
     cudaFreeHost(stage_[i]);
     cudaEventDestroy(stageDone_[i]);
@@ -376,6 +377,9 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   }
   shadowsDirty_ = true;
   fusions_ = planFusions(p, FusionSwitches::fromEnv());
+  cudaFree(optimChunks_); // the previous program's (nullptr: a no-op)
+  optimChunks_ = nullptr;
+  optimChunks_ = bindOptimGroups(*this, p, fusions_); // needs the shadows
   if (const char *log = std::getenv("MAPP_CUDA_FUSE_LOG"))
     if (std::string(log) == "1")
       std::fprintf(stderr, "mapp cuda fusion: %s\n",

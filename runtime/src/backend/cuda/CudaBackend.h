@@ -196,6 +196,7 @@ private:
   bool shadowsDirty_ = true;
   std::vector<void *> allocations_;
   FusionTable fusions_;
+  void *optimChunks_ = nullptr; // the optimizer groups' descriptors
 
   struct ProfRec {
     const char *name;

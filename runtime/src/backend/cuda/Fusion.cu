@@ -14,7 +14,7 @@ FusionSwitches FusionSwitches::fromEnv() {
   std::string v = e ? e : "1";
   if (v == "1")
     return on;
-  on.gelu = on.bgrad = on.accumulate = false;
+  on.gelu = on.bgrad = on.accumulate = on.adam = on.sgd = false;
   if (v == "0")
     return on;
   std::stringstream ss(v);
@@ -26,9 +26,14 @@ FusionSwitches FusionSwitches::fromEnv() {
       on.bgrad = true;
     else if (word == "accumulate")
       on.accumulate = true;
+    else if (word == "adam")
+      on.adam = true;
+    else if (word == "sgd")
+      on.sgd = true;
     else
       fail("MAPP_CUDA_FUSE: unknown fusion '", word,
-           "' (use 0, 1, or a comma list of gelu, bgrad, accumulate)");
+           "' (use 0, 1, or a comma list of gelu, bgrad, accumulate, adam, "
+           "sgd)");
   }
   return on;
 }
@@ -74,6 +79,32 @@ size_t findConsumer(const Block &b, size_t i, const char *kernel, int v) {
   return b.instrs.size();
 }
 
+bool sameAttrValue(const AttrValue &a, const AttrValue &b) {
+  return a.kind == b.kind && a.i == b.i && a.f == b.f && a.s == b.s &&
+         a.ints == b.ints && a.floats == b.floats;
+}
+
+/// Equal attrs apart from the ZeRO range, which each chunk carries.
+bool sameUpdateAttrs(const Attrs &a, const Attrs &b) {
+  auto skip = [](const std::string &k) {
+    return k == "zero_begin" || k == "zero_end";
+  };
+  auto ia = a.all().begin(), ea = a.all().end();
+  auto ib = b.all().begin(), eb = b.all().end();
+  while (true) {
+    while (ia != ea && skip(ia->first))
+      ++ia;
+    while (ib != eb && skip(ib->first))
+      ++ib;
+    if (ia == ea || ib == eb)
+      return ia == ea && ib == eb;
+    if (ia->first != ib->first || !sameAttrValue(ia->second, ib->second))
+      return false;
+    ++ia;
+    ++ib;
+  }
+}
+
 bool isF32Temp(const Value &v) {
   return v.kind == ValueKind::Temp && v.type.dtype == DType::F32;
 }
@@ -85,6 +116,75 @@ struct Finder {
   std::vector<int> readers; // per value: number of reading instructions
 
   bool free(const Instr &in) const { return !t.ops.count(&in.attrs); }
+
+  /// Operands an update reads and writes (adamw: p, g, m, v; sgd: p, g,
+  /// buf), before the optional norm operand.
+  static size_t stateOperands(const Instr &in) {
+    return in.kernel == "adamw" ? 4 : 3;
+  }
+
+  /// An adamw / sgd instr whose update a multi-tensor launch can run: its
+  /// state is fp32 in the persistent pool (fixed addresses).
+  bool groupable(const Instr &in) const {
+    bool adam = in.kernel == "adamw" && on.adam;
+    bool sgd = in.kernel == "sgd" && on.sgd;
+    size_t k = stateOperands(in);
+    if (!(adam || sgd) || !free(in) ||
+        (in.inputs.size() != k && in.inputs.size() != k + 1))
+      return false;
+    for (size_t i = 0; i < k; ++i) {
+      const Value &v = p.values[in.inputs[i]];
+      if (inArena(v.kind) || v.type.dtype != DType::F32)
+        return false;
+    }
+    return true;
+  }
+
+  /// Whether `next` can join the group of `members`: the same update (kernel,
+  /// attrs, clip source) on state no member touches.
+  bool joins(const std::vector<const Instr *> &members,
+             const Instr &next) const {
+    const Instr &lead = *members[0];
+    if (next.kernel != lead.kernel || !groupable(next) ||
+        next.inputs.size() != lead.inputs.size() ||
+        (next.inputs.size() > stateOperands(next) &&
+         next.inputs.back() != lead.inputs.back()) ||
+        !sameUpdateAttrs(next.attrs, lead.attrs))
+      return false;
+    for (const Instr *m : members)
+      for (size_t i = 0; i < stateOperands(next); ++i)
+        if (touches(p, *m, next.inputs[i]))
+          return false;
+    return true;
+  }
+
+  void optimGroups(const Block &b) {
+    for (size_t i = 0; i < b.instrs.size();) {
+      if (!groupable(b.instrs[i])) {
+        ++i;
+        continue;
+      }
+      std::vector<const Instr *> members = {&b.instrs[i]};
+      size_t j = i + 1;
+      while (j < b.instrs.size() && joins(members, b.instrs[j]))
+        members.push_back(&b.instrs[j++]);
+      i = j;
+      if (members.size() < 2)
+        continue;
+      int g = static_cast<int>(t.optimGroups.size());
+      bool adam = members[0]->kernel == "adamw";
+      (adam ? t.adamGroups : t.sgdGroups) += 1;
+      (adam ? t.adamGrouped : t.sgdGrouped) += static_cast<int>(members.size());
+      FusedOp lead{FusedOp::OptimGroup, members[0]};
+      lead.group = g;
+      t.ops[&members[0]->attrs] = lead;
+      for (size_t k = 1; k < members.size(); ++k)
+        t.ops[&members[k]->attrs] = {FusedOp::Skip, members[k]};
+      OptimGroup og;
+      og.members = std::move(members);
+      t.optimGroups.push_back(std::move(og));
+    }
+  }
 
   void linearGelu(const Block &b, size_t i) {
     const Instr &lin = b.instrs[i];
@@ -198,6 +298,9 @@ FusionTable cuda::planFusions(const Program &p, const FusionSwitches &on) {
       else if (in.kernel == "matmul" && (on.bgrad || on.accumulate))
         f.wgrad(b, i);
     }
+  if (on.adam || on.sgd)
+    for (const Block &b : p.blocks)
+      f.optimGroups(b);
   return std::move(f.t);
 }
 
@@ -217,7 +320,11 @@ bool cuda::runFused(const KernelArgs &a) {
   if (!f)
     return false;
   if (f->kind == FusedOp::Skip)
-    return true; // its partner did the work
+    return true; // its partner or group leader did the work
+  if (f->kind == FusedOp::OptimGroup) {
+    runOptimGroup(a, be.fusions().optimGroups[f->group]);
+    return true;
+  }
   const Instr &self = *f->self;
   // Partner operands live in the same arena slot as this call's output.
   auto partnerValue = [&](int v) {
@@ -263,6 +370,8 @@ std::string cuda::fusionSummary(Backend &b) {
   const FusionTable &t = static_cast<CudaBackend &>(b).fusions();
   std::ostringstream os;
   os << "linear+gelu " << t.linearGelu << ", bgrad " << t.biasGrad
-     << ", accumulate " << t.accumulate;
+     << ", accumulate " << t.accumulate << ", adam " << t.adamGroups << " ("
+     << t.adamGrouped << " instrs), sgd " << t.sgdGroups << " ("
+     << t.sgdGrouped << " instrs)";
   return os.str();
 }

@@ -17,8 +17,18 @@
 // reuses slots), it overlaps none of the fused call's inputs, and for
 // grad_accumulate the contribution has no other reader in the program.
 // Kernels find their role through the identity of their Instr's attrs (the
-// executor passes `instr.attrs` by reference). MAPP_CUDA_FUSE=0 turns every
-// fusion off; a comma list of gelu,bgrad,accumulate picks some.
+// executor passes `instr.attrs` by reference).
+//
+// Optimizer groups: a run of adjacent adamw (or sgd) instrs of one block with
+// the same attrs (ZeRO ranges aside), the same norm operand, pool-resident
+// fp32 operands and no operand shared between members runs as one
+// multi-tensor launch (OptimGroup.cu) at the first instr; the others become
+// no-ops. Adjacency means nothing runs between the updates, so running them
+// early is invisible; any other instr (trace_begin/trace_end included) ends
+// a group, so trace regions keep their meaning.
+//
+// MAPP_CUDA_FUSE=0 turns every fusion off; a comma list of gelu, bgrad,
+// accumulate, adam, sgd picks some.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_CUDA_FUSION_H
@@ -53,18 +63,30 @@ bool linearGelu(CudaBackend &be, const Tensor &x, const Tensor &w,
 bool wgradGemm(CudaBackend &be, const Tensor &dy, const Tensor &x,
                const Tensor &dw, float *biasGrad, float beta);
 
-/// The role of one instruction in a fused pair.
+/// The role of one instruction in a fused pair or optimizer group.
 struct FusedOp {
-  enum Kind { Skip, LinearGelu, Wgrad } kind = Skip;
+  enum Kind { Skip, LinearGelu, Wgrad, OptimGroup } kind = Skip;
   const Instr *self = nullptr;
   const Instr *partner = nullptr;     // LinearGelu: the gelu
   const Instr *biasGrad = nullptr;    // Wgrad: the reduce_sum it absorbs
   const Instr *accumulate = nullptr;  // Wgrad: the grad_accumulate
+  int group = -1;                     // OptimGroup: its FusionTable index
+};
+
+/// Adjacent optimizer instrs updated by one multi-tensor launch.
+struct OptimGroup {
+  std::vector<const Instr *> members; // adamw or sgd, in plan order
+  // Set when the program is bound (bindOptimGroups): the fp32 master of
+  // the first member, and the members' chunk descriptors on the device.
+  const void *leadParam = nullptr;
+  const void *chunks = nullptr;
+  int numChunks = 0;
+  int64_t blocks = 0; // the launch's grid
 };
 
 /// Which fusions MAPP_CUDA_FUSE enables.
 struct FusionSwitches {
-  bool gelu = true, bgrad = true, accumulate = true;
+  bool gelu = true, bgrad = true, accumulate = true, adam = true, sgd = true;
   /// Parses MAPP_CUDA_FUSE ("1"/unset, "0", or a comma list); Error on an
   /// unknown word.
   static FusionSwitches fromEnv();
@@ -72,7 +94,9 @@ struct FusionSwitches {
 
 struct FusionTable {
   std::unordered_map<const Attrs *, FusedOp> ops;
+  std::vector<OptimGroup> optimGroups;
   int linearGelu = 0, biasGrad = 0, accumulate = 0;
+  int adamGroups = 0, adamGrouped = 0, sgdGroups = 0, sgdGrouped = 0;
   const FusedOp *find(const Attrs &a) const {
     if (ops.empty())
       return nullptr;
@@ -84,11 +108,20 @@ struct FusionTable {
 /// Finds the fusible pairs of a program (see the file comment).
 FusionTable planFusions(const Program &p, const FusionSwitches &on);
 
+/// Resolves the operands of t's optimizer groups in the bound program of
+/// `be` (pool addresses are fixed by the memory plan) and uploads their
+/// chunk descriptors once; returns that device allocation (null when there
+/// are no groups), which the caller frees when it binds the next program.
+void *bindOptimGroups(CudaBackend &be, const Program &p, FusionTable &t);
+/// The multi-tensor update of group g, called by its first instr.
+void runOptimGroup(const KernelArgs &a, const OptimGroup &g);
+
 /// Runs the kernel's fused role, if it has one: true when the call is done.
 bool runFused(const KernelArgs &a);
 
-/// "linear+gelu N, bgrad N, accumulate N" of the bound program of a CUDA
-/// backend (for tests and MAPP_CUDA_FUSE_LOG=1).
+/// "linear+gelu N, bgrad N, accumulate N, adam G (I instrs), sgd G (I
+/// instrs)" of the bound program of a CUDA backend (for tests and
+/// MAPP_CUDA_FUSE_LOG=1).
 std::string fusionSummary(Backend &cudaBackend);
 
 } // namespace mapp::rt::cuda

@@ -4,11 +4,15 @@
 // operation in fp32, as the CPU backend does. Each update also rewrites the
 // parameter's bf16 shadow (the copy the forward/backward GEMMs read), so no
 // separate cast pass runs after the optimizer. The clipping coefficient is
-// computed on the device when the plan passes the norm as an operand.
+// computed on the device when the plan passes the norm as an operand. The
+// element math lives in Optim.h, shared with the multi-tensor launches of
+// OptimGroup.cu. ZeRO-1 (zero_begin/zero_end) updates only that range.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
+#include "Optim.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mapp::rt;
@@ -16,62 +20,22 @@ using namespace mapp::rt::cuda;
 
 namespace {
 
-struct Clip {
-  float maxNorm;       // <= 0: no clipping
-  float hostNorm;      // used when normDev is null
-  const float *normDev;
-  __device__ __forceinline__ float coef() const {
-    if (!(maxNorm > 0))
-      return 1.0f;
-    float n = normDev ? *normDev : hostNorm;
-    if (isnan(n))
-      return 1.0f;
-    return fminf(maxNorm / (n + 1e-6f), 1.0f);
-  }
-};
-
-struct AdamW {
-  float decay, b1, b2, omb1, omb2, stepSize, bc2Sqrt, eps;
-};
-
 __global__ void adamwKernel(float *p, const float *g, float *m, float *v,
-                            __nv_bfloat16 *shadow, int64_t n, AdamW h, Clip c) {
+                            __nv_bfloat16 *shadow, int64_t n, AdamWStep h,
+                            ClipSource c) {
   float coef = c.coef();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float gi = coef == 1.0f ? g[i] : g[i] * coef;
-    float pi = p[i] * h.decay;
-    float mi = m[i] * h.b1 + gi * h.omb1;
-    float vi = v[i] * h.b2 + h.omb2 * gi * gi;
-    float denom = sqrtf(vi) / h.bc2Sqrt + h.eps;
-    pi += -h.stepSize * (mi / denom);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-    if (shadow)
-      shadow[i] = __float2bfloat16(pi);
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    adamwElement(p, g, m, v, shadow, i, h, coef);
 }
 
 __global__ void sgdKernel(float *p, const float *g, float *buf,
-                          __nv_bfloat16 *shadow, int64_t n, float lr, float mom,
-                          float damp, float wd, bool first, Clip c) {
+                          __nv_bfloat16 *shadow, int64_t n, SgdStep h,
+                          ClipSource c) {
   float coef = c.coef();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float d = coef == 1.0f ? g[i] : g[i] * coef;
-    if (wd != 0)
-      d += wd * p[i];
-    if (mom != 0) {
-      float b = first ? d : buf[i] * mom + (1 - damp) * d;
-      buf[i] = b;
-      d = b;
-    }
-    float pi = p[i] + -lr * d;
-    p[i] = pi;
-    if (shadow)
-      shadow[i] = __float2bfloat16(pi);
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    sgdElement(p, g, buf, shadow, i, h, coef);
 }
 
 __global__ void sumSq(DView x, int64_t n, double *out) {
@@ -89,14 +53,6 @@ __global__ void sumSq(DView x, int64_t n, double *out) {
 
 __global__ void sqrtToF32(const double *s, float *out) {
   *out = static_cast<float>(sqrt(*s));
-}
-
-Clip clipOf(const KernelArgs &a, int normOperand) {
-  Clip c;
-  c.maxNorm = static_cast<float>(a.attrs.getFloat("max_norm", a.ctx.maxGradNorm));
-  c.hostNorm = static_cast<float>(a.ctx.gradNorm);
-  c.normDev = a.numIn > normOperand ? a.in[normOperand].f32() : nullptr;
-  return c;
 }
 
 void checkF32(const KernelArgs &a, const char *k) {
@@ -125,17 +81,29 @@ void cuda::global_norm(const KernelArgs &a) {
   MAPP_CUDA_LAUNCHED();
 }
 
-void cuda::adamw(const KernelArgs &a) {
-  CudaBackend &be = backendOf(a);
-  checkF32(a, "adamw");
-  double lr = scheduledLr(a.attrs, a.ctx.step);
-  double beta1 = a.attrs.getFloat("beta1", 0.9);
-  double beta2 = a.attrs.getFloat("beta2", 0.999);
-  double eps = a.attrs.getFloat("eps", 1e-8);
-  double wd = a.attrs.getFloat("weight_decay", 0.01);
-  double t = static_cast<double>(a.ctx.step + 1);
+ClipSource cuda::clipOf(const KernelArgs &a, int normOperand) {
+  ClipSource c;
+  c.maxNorm = static_cast<float>(a.attrs.getFloat("max_norm", a.ctx.maxGradNorm));
+  c.hostNorm = static_cast<float>(a.ctx.gradNorm);
+  c.normDev = a.numIn > normOperand ? a.in[normOperand].f32() : nullptr;
+  return c;
+}
+
+void cuda::updateRange(const Attrs &attrs, int64_t n, int64_t &lo,
+                       int64_t &hi) {
+  lo = std::clamp<int64_t>(attrs.getInt("zero_begin", 0), 0, n);
+  hi = std::clamp<int64_t>(attrs.getInt("zero_end", n), lo, n);
+}
+
+AdamWStep cuda::adamwStep(const Attrs &attrs, int64_t step) {
+  double lr = scheduledLr(attrs, step);
+  double beta1 = attrs.getFloat("beta1", 0.9);
+  double beta2 = attrs.getFloat("beta2", 0.999);
+  double eps = attrs.getFloat("eps", 1e-8);
+  double wd = attrs.getFloat("weight_decay", 0.01);
+  double t = static_cast<double>(step + 1);
   double bc1 = 1 - std::pow(beta1, t), bc2 = 1 - std::pow(beta2, t);
-  AdamW h;
+  AdamWStep h;
   h.decay = static_cast<float>(1 - lr * wd);
   h.b1 = static_cast<float>(beta1);
   h.b2 = static_cast<float>(beta2);
@@ -144,27 +112,46 @@ void cuda::adamw(const KernelArgs &a) {
   h.stepSize = static_cast<float>(lr / bc1);
   h.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
   h.eps = static_cast<float>(eps);
-  int64_t n = a.in[0].numel();
-  if (!n)
+  return h;
+}
+
+SgdStep cuda::sgdStep(const Attrs &attrs, int64_t step) {
+  SgdStep h;
+  h.lr = static_cast<float>(scheduledLr(attrs, step));
+  h.mom = static_cast<float>(attrs.getFloat("momentum", 0));
+  h.damp = static_cast<float>(attrs.getFloat("dampening", 0));
+  h.wd = static_cast<float>(attrs.getFloat("weight_decay", 0));
+  h.first = step == 0;
+  return h;
+}
+
+// ZeRO-1: only [zero_begin, zero_end) is updated; the pointers start there.
+void cuda::adamw(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  checkF32(a, "adamw");
+  int64_t lo, hi;
+  updateRange(a.attrs, a.in[0].numel(), lo, hi);
+  if (lo == hi)
     return;
-  adamwKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(
-      a.in[0].f32(), a.in[1].f32(), a.in[2].f32(), a.in[3].f32(),
-      be.shadowOf(a.in[0].data), n, h, clipOf(a, 4));
+  __nv_bfloat16 *shadow = be.shadowOf(a.in[0].data);
+  adamwKernel<<<gridFor(hi - lo, 256), 256, 0, be.stream()>>>(
+      a.in[0].f32() + lo, a.in[1].f32() + lo, a.in[2].f32() + lo,
+      a.in[3].f32() + lo, shadow ? shadow + lo : nullptr, hi - lo,
+      adamwStep(a.attrs, a.ctx.step), clipOf(a, 4));
   MAPP_CUDA_LAUNCHED();
 }
 
 void cuda::sgd(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
   checkF32(a, "sgd");
-  float lr = static_cast<float>(scheduledLr(a.attrs, a.ctx.step));
-  float mom = static_cast<float>(a.attrs.getFloat("momentum", 0));
-  float damp = static_cast<float>(a.attrs.getFloat("dampening", 0));
-  float wd = static_cast<float>(a.attrs.getFloat("weight_decay", 0));
-  int64_t n = a.in[0].numel();
-  if (!n)
+  int64_t lo, hi;
+  updateRange(a.attrs, a.in[0].numel(), lo, hi);
+  if (lo == hi)
     return;
-  sgdKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(
-      a.in[0].f32(), a.in[1].f32(), a.in[2].f32(), be.shadowOf(a.in[0].data), n,
-      lr, mom, damp, wd, a.ctx.step == 0, clipOf(a, 3));
+  __nv_bfloat16 *shadow = be.shadowOf(a.in[0].data);
+  sgdKernel<<<gridFor(hi - lo, 256), 256, 0, be.stream()>>>(
+      a.in[0].f32() + lo, a.in[1].f32() + lo, a.in[2].f32() + lo,
+      shadow ? shadow + lo : nullptr, hi - lo, sgdStep(a.attrs, a.ctx.step),
+      clipOf(a, 3));
   MAPP_CUDA_LAUNCHED();
 }
