@@ -313,14 +313,17 @@ void referenceUpdate(bool adam, int64_t step, double lr, double wd,
 }
 
 /// Six adamw (or sgd) instrs of different sizes, two with ZeRO ranges (one
-/// empty), sharing a norm operand that clips: the first five form one group,
+/// empty), with a cosine lr schedule and a shared norm operand that clips,
+/// each naming its parameter (`param`): the first five form one group,
 /// the sixth (another weight decay) stays alone. Grouped and per-parameter
 /// runs must agree bit for bit (masters, moments, shadows); both are checked
 /// against the fp64 torch formulas, untouched outside the ZeRO ranges.
 void optimGroupCase(Backend &gpu, Checker &ck, const std::string &kernel) {
   const bool adam = kernel == "adamw";
-  const double lr = 1e-2, maxNorm = 1.0, norm = 3.0;
+  const double lr = 1e-2, minLr = 1e-3, maxNorm = 1.0, norm = 3.0;
   const int64_t step = 2;
+  // Cosine schedule, warmup 1 of 10 steps: step 2 is 1/9 into the decay.
+  const double stepLr = minLr + 0.5 * (lr - minLr) * (1 + std::cos(M_PI / 9));
   const std::vector<OptimMember> members = {
       {{48, 40}, -1, -1, 0.1}, {{1000}, -1, -1, 0.1},
       {{3, 2500}, 100, 4100, 0.1}, {{7}, -1, -1, 0.1},
@@ -357,7 +360,12 @@ void optimGroupCase(Backend &gpu, Checker &ck, const std::string &kernel) {
       in.push_back(ops[k].v);
     in.push_back(normV);
     Instr &i = mp->instr(kernel.c_str(), in, {});
+    i.attrs.setStr("param", "w" + std::to_string(k)); // as compiled plans do
     i.attrs.setFloat("lr", lr);
+    i.attrs.setStr("schedule", "cosine");
+    i.attrs.setInt("warmup", 1);
+    i.attrs.setInt("total_steps", 10);
+    i.attrs.setFloat("min_lr", minLr);
     i.attrs.setFloat("max_norm", maxNorm);
     i.attrs.setFloat("weight_decay", members[k].wd);
     if (adam) {
@@ -437,7 +445,8 @@ void optimGroupCase(Backend &gpu, Checker &ck, const std::string &kernel) {
         continue;
       }
       double p = p0[i], m = m0[i], v = adam ? (*v0)[i] : 0;
-      referenceUpdate(adam, step, lr, members[k].wd, coef, p, g0[i], m, v);
+      referenceUpdate(adam, step, stepLr, members[k].wd, coef, p, g0[i], m,
+                      v);
       refP.push_back(p);
       refM.push_back(m);
       gotP.push_back(pOut[i]);

@@ -84,10 +84,11 @@ bool sameAttrValue(const AttrValue &a, const AttrValue &b) {
          a.ints == b.ints && a.floats == b.floats;
 }
 
-/// Equal attrs apart from the ZeRO range, which each chunk carries.
+/// Equal attrs apart from the ZeRO range, which each chunk carries, and
+/// the parameter's name (`param`), which no kernel reads.
 bool sameUpdateAttrs(const Attrs &a, const Attrs &b) {
   auto skip = [](const std::string &k) {
-    return k == "zero_begin" || k == "zero_end";
+    return k == "zero_begin" || k == "zero_end" || k == "param";
   };
   auto ia = a.all().begin(), ea = a.all().end();
   auto ib = b.all().begin(), eb = b.all().end();

@@ -20,12 +20,12 @@
 // executor passes `instr.attrs` by reference).
 //
 // Optimizer groups: a run of adjacent adamw (or sgd) instrs of one block with
-// the same attrs (ZeRO ranges aside), the same norm operand, pool-resident
-// fp32 operands and no operand shared between members runs as one
-// multi-tensor launch (OptimGroup.cu) at the first instr; the others become
-// no-ops. Adjacency means nothing runs between the updates, so running them
-// early is invisible; any other instr (trace_begin/trace_end included) ends
-// a group, so trace regions keep their meaning.
+// the same attrs (ZeRO ranges and parameter names aside), the same norm
+// operand, pool-resident fp32 operands and no operand shared between members
+// runs as one multi-tensor launch (OptimGroup.cu) at the first instr; the
+// others become no-ops. Adjacency means nothing runs between the updates, so
+// running them early is invisible; any other instr (trace_begin/trace_end
+// included) ends a group, so trace regions keep their meaning.
 //
 // MAPP_CUDA_FUSE=0 turns every fusion off; a comma list of gelu, bgrad,
 // accumulate, adam, sgd picks some.

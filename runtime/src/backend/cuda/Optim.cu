@@ -83,7 +83,8 @@ void cuda::global_norm(const KernelArgs &a) {
 
 ClipSource cuda::clipOf(const KernelArgs &a, int normOperand) {
   ClipSource c;
-  c.maxNorm = static_cast<float>(a.attrs.getFloat("max_norm", a.ctx.maxGradNorm));
+  c.maxNorm =
+      static_cast<float>(a.attrs.getFloat("max_norm", a.ctx.maxGradNorm));
   c.hostNorm = static_cast<float>(a.ctx.gradNorm);
   c.normDev = a.numIn > normOperand ? a.in[normOperand].f32() : nullptr;
   return c;

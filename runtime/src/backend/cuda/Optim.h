@@ -1,4 +1,4 @@
-//===- Optim.h - optimizer update math shared by the CUDA kernels -*- C++ -*-===//
+//===- Optim.h - optimizer math shared by the CUDA kernels ------*- C++ -*-===//
 //
 // The per-element AdamW / SGD updates, the clipping coefficient and the
 // per-step scalars, shared by the per-parameter kernels (Optim.cu) and the

@@ -35,8 +35,10 @@ struct OptimChunk {
 constexpr int kThreads = 256;
 constexpr int64_t kSpan = kThreads * 8; // elements per block
 
-__device__ __forceinline__ const OptimChunk &
-chunkOf(const OptimChunk *chunks, int count, int64_t block) {
+/// By value: the updates store through float pointers, so a reference into
+/// the descriptor array would be re-read after every store.
+__device__ __forceinline__ OptimChunk chunkOf(const OptimChunk *chunks,
+                                              int count, int64_t block) {
   int lo = 0, hi = count - 1; // the last chunk with firstBlock <= block
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
@@ -50,7 +52,7 @@ chunkOf(const OptimChunk *chunks, int count, int64_t block) {
 
 __global__ void adamwGroupKernel(const OptimChunk *chunks, int count,
                                  AdamWStep h, ClipSource clip) {
-  const OptimChunk &c = chunkOf(chunks, count, blockIdx.x);
+  const OptimChunk c = chunkOf(chunks, count, blockIdx.x);
   float coef = clip.coef();
   int64_t begin = (blockIdx.x - c.firstBlock) * kSpan;
   int64_t end = min(begin + kSpan, c.n);
@@ -60,7 +62,7 @@ __global__ void adamwGroupKernel(const OptimChunk *chunks, int count,
 
 __global__ void sgdGroupKernel(const OptimChunk *chunks, int count, SgdStep h,
                                ClipSource clip) {
-  const OptimChunk &c = chunkOf(chunks, count, blockIdx.x);
+  const OptimChunk c = chunkOf(chunks, count, blockIdx.x);
   float coef = clip.coef();
   int64_t begin = (blockIdx.x - c.firstBlock) * kSpan;
   int64_t end = min(begin + kSpan, c.n);
@@ -70,8 +72,7 @@ __global__ void sgdGroupKernel(const OptimChunk *chunks, int count, SgdStep h,
 
 } // namespace
 
-void *cuda::bindOptimGroups(CudaBackend &be, const Program &p,
-                            FusionTable &t) {
+void *cuda::bindOptimGroups(CudaBackend &be, const Program &p, FusionTable &t) {
   if (t.optimGroups.empty())
     return nullptr;
   std::vector<OptimChunk> all;
@@ -107,8 +108,8 @@ void *cuda::bindOptimGroups(CudaBackend &be, const Program &p,
            " blocks exceeds one launch's grid");
   }
   void *dev = nullptr;
-  MAPP_CUDA_CHECK(cudaMalloc(&dev, std::max<size_t>(all.size(), 1) *
-                                       sizeof(OptimChunk)));
+  MAPP_CUDA_CHECK(
+      cudaMalloc(&dev, std::max<size_t>(all.size(), 1) * sizeof(OptimChunk)));
   MAPP_CUDA_CHECK(cudaMemcpy(dev, all.data(), all.size() * sizeof(OptimChunk),
                              cudaMemcpyHostToDevice));
   for (size_t k = 0; k < t.optimGroups.size(); ++k)
@@ -123,7 +124,7 @@ void cuda::runOptimGroup(const KernelArgs &a, const OptimGroup &g) {
   // other storage would update the wrong tensors.
   if (a.numIn < 1 || a.in[0].data != g.leadParam)
     fail(lead.kernel, ": the optimizer group was bound to other storage "
-         "than this call's parameter (rebind the program)");
+                      "than this call's parameter (rebind the program)");
   for (int i = 0; i < a.numIn; ++i)
     if (isBf16(a.in[i]))
       fail(lead.kernel, ": operand ", i, " must be stored fp32");
@@ -132,9 +133,8 @@ void cuda::runOptimGroup(const KernelArgs &a, const OptimGroup &g) {
   auto chunks = static_cast<const OptimChunk *>(g.chunks);
   if (lead.kernel == "adamw")
     adamwGroupKernel<<<static_cast<unsigned>(g.blocks), kThreads, 0,
-                       be.stream()>>>(chunks, g.numChunks,
-                                      adamwStep(a.attrs, a.ctx.step),
-                                      clipOf(a, 4));
+                       be.stream()>>>(
+        chunks, g.numChunks, adamwStep(a.attrs, a.ctx.step), clipOf(a, 4));
   else
     sgdGroupKernel<<<static_cast<unsigned>(g.blocks), kThreads, 0,
                      be.stream()>>>(chunks, g.numChunks,
