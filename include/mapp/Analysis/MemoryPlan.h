@@ -31,6 +31,12 @@ struct StageMemory {
   llvm::DenseMap<mlir::Value, uint64_t> offsets;
   /// Parameters this stage owns, in declaration order.
   llvm::MapVector<mlir::StringAttr, ParamStorage> params;
+  /// Reshapes whose result is a view of their operand: the result's offset
+  /// is the operand's and the instruction copies nothing (`alias` in the
+  /// plan). Maps the result to the arena value whose storage it shares.
+  llvm::DenseMap<mlir::Value, mlir::Value> aliasOf;
+  /// Reshapes that keep their own storage (and copy).
+  int64_t copiedReshapes = 0;
   uint64_t arenaBytes = 0;      // one microbatch slot
   uint64_t naiveArenaBytes = 0; // without reuse, for the report
   uint64_t persistentBytes = 0;

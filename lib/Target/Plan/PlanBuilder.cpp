@@ -373,6 +373,14 @@ private:
       return failure();
     if (isa<SendOp, RecvOp>(op))
       resolvePeer(*instr);
+    if (isa<ReshapeOp>(op) && mem.aliasOf.count(op->getResult(0))) {
+      // A view: the result shares the operand's storage, nothing to copy.
+      auto a = std::make_unique<fb::AttrT>();
+      a->key = "alias";
+      a->kind = fb::AttrKind::Int;
+      a->i = 1;
+      instr->attrs.push_back(std::move(a));
+    }
     if (isa<AdamWOp, SGDOp>(op) && op->hasAttr("mapp.zero_shard") &&
         failed(addZeroRange(op, *instr)))
       return failure();
