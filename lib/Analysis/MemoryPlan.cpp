@@ -111,7 +111,8 @@ struct Interval {
 
 FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
                                              const StepStructure &step,
-                                             int64_t stage) {
+                                             int64_t stage,
+                                             bool aliasReshapes) {
   StageMemory mem;
   mem.stage = stage;
   SmallVector<const StepBlock *> blocks = step.blocksOfStage(stage);
@@ -151,6 +152,10 @@ FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
   }
 
   mem.aliasOf = findReshapeAliases(step, blocks, mem.copiedReshapes);
+  if (!aliasReshapes) {
+    mem.copiedReshapes += mem.aliasOf.size();
+    mem.aliasOf.clear();
+  }
 
   // Live intervals over the stage's blocks in plan order; a reshape alias
   // extends its storage owner's interval instead of having its own.

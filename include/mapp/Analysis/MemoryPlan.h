@@ -45,10 +45,12 @@ struct StageMemory {
 };
 
 /// Plans one stage; fails with a located error on IR it cannot place
-/// (dynamic shapes, unknown parameters).
+/// (dynamic shapes, unknown parameters). `aliasReshapes = false` gives every
+/// reshape its own storage (a copy), for measuring what aliasing saves.
 mlir::FailureOr<StageMemory> planStageMemory(mlir::ModuleOp module,
                                              const StepStructure &step,
-                                             int64_t stage);
+                                             int64_t stage,
+                                             bool aliasReshapes = true);
 
 /// Microbatches whose activations are alive at once on `stage`, from the
 /// module's mapp.schedule table (1 without one).

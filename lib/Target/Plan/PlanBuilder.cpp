@@ -544,7 +544,8 @@ void fillModelFields(ModuleOp module, const StepStructure &step,
 
 } // namespace
 
-FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module) {
+FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
+                                                       bool aliasReshapes) {
   FailureOr<StepStructure> step = StepStructure::analyze(module);
   if (failed(step))
     return failure();
@@ -562,7 +563,8 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module) {
 
   SmallVector<StageMemory> stages;
   for (int64_t s = 0; s < l.pp; ++s) {
-    FailureOr<StageMemory> mem = planStageMemory(module, *step, s);
+    FailureOr<StageMemory> mem =
+        planStageMemory(module, *step, s, aliasReshapes);
     if (failed(mem))
       return failure();
     stages.push_back(std::move(*mem));
