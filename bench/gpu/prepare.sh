@@ -105,4 +105,19 @@ for layout in "2 1 1" "1 2 1" "1 1 2" "2 2 1"; do
 done
 rm -f /tmp/mapp-comm-*.mlir /tmp/mapp-comm-cfg*.json
 # --- end comm
+# --- alias (bench/gpu/alias.sh): the bench plans again with every reshape
+# copied (--mapp-plan-copy-reshapes), and the memory plan's figures.
+cp bench/gpu/alias.sh "$OUT/"
+for c in gpt-124m gpt-1.3b; do
+  "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
+  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
+    -o "$OUT/plans/$c.train.mlir"
+  "$BIN/mapp-translate" --mapp-to-plan --mapp-plan-copy-reshapes \
+    "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.copy.mplan"
+  "$BIN/mapp-opt" "$OUT/plans/$c.train.mlir" -mapp-plan-memory -o /dev/null 2>&1 |
+    sed -n 's/.* arena \([0-9]*\) B (.*reshapes: \(.*\)$/arena \1 B, reshapes \2/p' \
+    > "$OUT/plans/$c.alias-stats.txt"
+  rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
+done
+# --- end alias
 du -sh "$OUT"

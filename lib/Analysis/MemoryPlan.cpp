@@ -1,6 +1,8 @@
 #include "mapp/Analysis/MemoryPlan.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
 using namespace mlir;
 using namespace mapp;
 
@@ -43,6 +45,62 @@ int64_t mapp::inFlightMicrobatches(ModuleOp module, int64_t stage) {
   return best;
 }
 
+/// Whether `op` may write the storage of one of its operands. Compute ops
+/// are pure (their results are fresh values); collectives, send, probe and
+/// grad_accumulate only read their operands (they write fresh results, a
+/// peer, the probe sink or the pool's Grad buffer). Anything else with
+/// memory effects (updates, grad_sync, param_gather, trace marks, ops this
+/// list does not know) is assumed to write.
+static bool mayWriteOperands(Operation *op) {
+  if (isMemoryEffectFree(op))
+    return false;
+  return !isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp,
+              ProbeOp, GradAccumulateOp>(op);
+}
+
+/// Reshapes of the stage whose result can share its operand's storage: a
+/// reshape is a row-major copy with the same dtype and element count, so
+/// the bytes are identical. Not aliased: reshapes of parameters or
+/// gradients (the pool, written by updates and grad_accumulate) and any
+/// reshape chain whose storage some op may write in place (the view would
+/// see the write, the copy would not). Returns result -> storage owner.
+static llvm::DenseMap<Value, Value>
+findReshapeAliases(const StepStructure &step,
+                   ArrayRef<const StepBlock *> blocks, int64_t &copied) {
+  llvm::DenseMap<Value, Value> owner;
+  auto ownerOf = [&](Value v) {
+    v = step.canonical(v);
+    auto it = owner.find(v);
+    return it == owner.end() ? v : it->second;
+  };
+  int64_t reshapes = 0;
+  llvm::DenseSet<Value> written;
+  for (const StepBlock *b : blocks)
+    for (Operation &op : b->func.getBody().front()) {
+      if (auto r = dyn_cast<ReshapeOp>(op)) {
+        ++reshapes;
+        Value x = ownerOf(r.getX());
+        auto in = dyn_cast<RankedTensorType>(x.getType());
+        auto out = cast<RankedTensorType>(r.getType());
+        if (!isPersistentAlias(x) && in && in.hasStaticShape() &&
+            out.hasStaticShape() &&
+            in.getElementType() == out.getElementType() &&
+            tensorBytes(in) == tensorBytes(out))
+          owner[r.getResult()] = x;
+        continue;
+      }
+      if (mayWriteOperands(&op))
+        for (Value v : op.getOperands())
+          written.insert(ownerOf(v));
+    }
+  llvm::DenseMap<Value, Value> aliases;
+  for (auto &[result, storage] : owner)
+    if (!written.contains(storage))
+      aliases[result] = storage;
+  copied = reshapes - (int64_t)aliases.size();
+  return aliases;
+}
+
 namespace {
 struct Interval {
   Value value;
@@ -53,7 +111,8 @@ struct Interval {
 
 FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
                                              const StepStructure &step,
-                                             int64_t stage) {
+                                             int64_t stage,
+                                             bool aliasReshapes) {
   StageMemory mem;
   mem.stage = stage;
   SmallVector<const StepBlock *> blocks = step.blocksOfStage(stage);
@@ -92,7 +151,14 @@ FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
     }
   }
 
-  // Live intervals over the stage's blocks in plan order.
+  mem.aliasOf = findReshapeAliases(step, blocks, mem.copiedReshapes);
+  if (!aliasReshapes) {
+    mem.copiedReshapes += mem.aliasOf.size();
+    mem.aliasOf.clear();
+  }
+
+  // Live intervals over the stage's blocks in plan order; a reshape alias
+  // extends its storage owner's interval instead of having its own.
   llvm::MapVector<Value, Interval> live;
   int64_t index = 0;
   auto define = [&](Value v, int64_t at) -> LogicalResult {
@@ -106,6 +172,8 @@ FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
   };
   auto use = [&](Value v, int64_t at) {
     v = step.canonical(v);
+    if (auto a = mem.aliasOf.find(v); a != mem.aliasOf.end())
+      v = a->second;
     auto it = live.find(v);
     if (it != live.end())
       it->second.end = std::max(it->second.end, at);
@@ -119,9 +187,19 @@ FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
       ++index;
       for (Value operand : op.getOperands())
         use(operand, index);
-      for (Value r : op.getResults())
-        if (!isPersistentAlias(r) && failed(define(r, index)))
+      for (Value r : op.getResults()) {
+        if (isPersistentAlias(r))
+          continue;
+        if (auto a = mem.aliasOf.find(r); a != mem.aliasOf.end()) {
+          if (live.count(a->second))
+            continue;
+          // The owner has no arena storage on this stage: keep the copy.
+          mem.aliasOf.erase(a);
+          ++mem.copiedReshapes;
+        }
+        if (failed(define(r, index)))
           return failure();
+      }
     }
   }
 
@@ -151,6 +229,8 @@ FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
     mem.arenaBytes = std::max(mem.arenaBytes, offset + iv->bytes);
     mem.naiveArenaBytes += iv->bytes;
   }
+  for (auto &[result, storage] : mem.aliasOf)
+    mem.offsets[result] = mem.offsets.lookup(storage);
   mem.slots = inFlightMicrobatches(module, stage);
   return mem;
 }

@@ -146,3 +146,35 @@ TEST(PlanLoader, RandomByteFlipsNeverCrash) {
   EXPECT_GT(errors, 1000);
   SUCCEED() << loaded << " mutated plans were still valid";
 }
+
+// A reshape marked `alias` skips its copy, so the loader accepts it only
+// when its output is exactly its input's storage.
+TEST(PlanLoader, ReshapeAliasMustShareItsInputStorage) {
+  PlanSpec s = mlpPlan(small());
+  TInstr &r = s.blocks[1].instrs[2];
+  ASSERT_EQ(r.kernel, "reshape");
+  int x = r.in[0], y = r.out[0];
+  int64_t xOffset = parse(s.build()).programs[0].values[x].offset;
+  r.attrs.setInt("alias", 1);
+  // build() gives every value its own storage.
+  EXPECT_NE(errorOf(s).find("instr 2 (reshape) in block 1: alias output"),
+            std::string::npos)
+      << errorOf(s);
+  s.values[y].offset = xOffset;
+  EXPECT_EQ(errorOf(s), "<no error>");
+  // A partial overlap is not a view either.
+  s.values[y].offset = xOffset + 64;
+  EXPECT_NE(errorOf(s).find("is not the storage of input"), std::string::npos)
+      << errorOf(s);
+  // Without `alias` the same storage is an output clobbering its input.
+  s.values[y].offset = xOffset;
+  r.attrs = Attrs();
+  EXPECT_NE(errorOf(s).find("shares storage with input"), std::string::npos)
+      << errorOf(s);
+  // Only reshapes are views.
+  PlanSpec g = mlpPlan(small());
+  g.blocks[0].instrs[2].attrs.setInt("alias", 1);
+  EXPECT_NE(errorOf(g).find("(gelu) in block 0: only a reshape may be an alias"),
+            std::string::npos)
+      << errorOf(g);
+}

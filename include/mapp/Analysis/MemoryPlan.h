@@ -31,6 +31,12 @@ struct StageMemory {
   llvm::DenseMap<mlir::Value, uint64_t> offsets;
   /// Parameters this stage owns, in declaration order.
   llvm::MapVector<mlir::StringAttr, ParamStorage> params;
+  /// Reshapes whose result is a view of their operand: the result's offset
+  /// is the operand's and the instruction copies nothing (`alias` in the
+  /// plan). Maps the result to the arena value whose storage it shares.
+  llvm::DenseMap<mlir::Value, mlir::Value> aliasOf;
+  /// Reshapes that keep their own storage (and copy).
+  int64_t copiedReshapes = 0;
   uint64_t arenaBytes = 0;      // one microbatch slot
   uint64_t naiveArenaBytes = 0; // without reuse, for the report
   uint64_t persistentBytes = 0;
@@ -39,10 +45,12 @@ struct StageMemory {
 };
 
 /// Plans one stage; fails with a located error on IR it cannot place
-/// (dynamic shapes, unknown parameters).
+/// (dynamic shapes, unknown parameters). `aliasReshapes = false` gives every
+/// reshape its own storage (a copy), for measuring what aliasing saves.
 mlir::FailureOr<StageMemory> planStageMemory(mlir::ModuleOp module,
                                              const StepStructure &step,
-                                             int64_t stage);
+                                             int64_t stage,
+                                             bool aliasReshapes = true);
 
 /// Microbatches whose activations are alive at once on `stage`, from the
 /// module's mapp.schedule table (1 without one).

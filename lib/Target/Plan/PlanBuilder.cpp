@@ -373,6 +373,14 @@ private:
       return failure();
     if (isa<SendOp, RecvOp>(op))
       resolvePeer(*instr);
+    if (isa<ReshapeOp>(op) && mem.aliasOf.count(op->getResult(0))) {
+      // A view: the result shares the operand's storage, nothing to copy.
+      auto a = std::make_unique<fb::AttrT>();
+      a->key = "alias";
+      a->kind = fb::AttrKind::Int;
+      a->i = 1;
+      instr->attrs.push_back(std::move(a));
+    }
     if (isa<AdamWOp, SGDOp>(op) && op->hasAttr("mapp.zero_shard") &&
         failed(addZeroRange(op, *instr)))
       return failure();
@@ -536,7 +544,8 @@ void fillModelFields(ModuleOp module, const StepStructure &step,
 
 } // namespace
 
-FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module) {
+FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
+                                                       bool aliasReshapes) {
   FailureOr<StepStructure> step = StepStructure::analyze(module);
   if (failed(step))
     return failure();
@@ -554,7 +563,8 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module) {
 
   SmallVector<StageMemory> stages;
   for (int64_t s = 0; s < l.pp; ++s) {
-    FailureOr<StageMemory> mem = planStageMemory(module, *step, s);
+    FailureOr<StageMemory> mem =
+        planStageMemory(module, *step, s, aliasReshapes);
     if (failed(mem))
       return failure();
     stages.push_back(std::move(*mem));

@@ -5,11 +5,21 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/Support/CommandLine.h"
 
 using namespace mlir;
 
-LogicalResult mapp::writePlan(ModuleOp module, llvm::raw_ostream &os) {
-  FailureOr<std::unique_ptr<plan::PlanT>> p = buildPlan(module);
+// For A/B measurements of reshape aliasing (bench/gpu/alias.sh); plans are
+// otherwise always built with aliases.
+static llvm::cl::opt<bool> copyReshapes(
+    "mapp-plan-copy-reshapes",
+    llvm::cl::desc("--mapp-to-plan: give every reshape its own storage and "
+                   "copy, instead of aliasing its operand"),
+    llvm::cl::init(false));
+
+LogicalResult mapp::writePlan(ModuleOp module, llvm::raw_ostream &os,
+                              bool aliasReshapes) {
+  FailureOr<std::unique_ptr<plan::PlanT>> p = buildPlan(module, aliasReshapes);
   if (failed(p))
     return failure();
   flatbuffers::FlatBufferBuilder fbb;
@@ -26,7 +36,7 @@ void mapp::registerToPlanTranslation() {
         auto module = dyn_cast<ModuleOp>(op);
         if (!module)
           return op->emitError("mapp-to-plan expects a builtin.module");
-        return writePlan(module, os);
+        return writePlan(module, os, !copyReshapes);
       },
       [](DialectRegistry &registry) {
         registry.insert<MappDialect, func::FuncDialect>();

@@ -39,7 +39,9 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
                           << ") = persistent " << mem->persistentBytes
                           << " B + " << mem->slots << " slot(s) x arena "
                           << mem->arenaBytes << " B (" << mem->naiveArenaBytes
-                          << " B without reuse)";
+                          << " B without reuse); reshapes: "
+                          << mem->aliasOf.size() << " aliased, "
+                          << mem->copiedReshapes << " copied";
       stages.push_back(b.getDictionaryAttr({
           b.getNamedAttr("stage", b.getI64IntegerAttr(s)),
           b.getNamedAttr("arena_bytes", b.getI64IntegerAttr(mem->arenaBytes)),

@@ -182,6 +182,29 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
     return inArena(x.kind) == inArena(y.kind) && x.offset == y.offset &&
            x.bytes == y.bytes;
   };
+  // A reshape marked `alias` is a view the compiler proved safe: the runtime
+  // skips its copy, so its output must be exactly its input's storage (a
+  // partial overlap or different bytes would hand later readers stale or
+  // foreign data).
+  bool alias = false;
+  try {
+    alias = in.attrs.getInt("alias", 0) != 0;
+  } catch (const Error &e) {
+    fail(at, ": ", e.what());
+  }
+  if (in.attrs.has("alias") && in.kernel != "reshape")
+    fail(at, ": only a reshape may be an alias");
+  if (alias) {
+    int iv = in.inputs[0], ov = in.outputs[0];
+    const Value &x = p.values[iv], &y = p.values[ov];
+    if (!sameStorage(iv, ov))
+      fail(at, ": alias output ", ov, " ('", y.name, "') at ",
+           inArena(y.kind) ? "arena" : "pool", " offset ", y.offset, " + ",
+           y.bytes, " bytes is not the storage of input ", iv, " ('", x.name,
+           "') at ", inArena(x.kind) ? "arena" : "pool", " offset ", x.offset,
+           " + ", x.bytes, " bytes");
+    return;
+  }
   for (size_t o = 0; o < in.outputs.size(); ++o) {
     int ov = in.outputs[o];
     for (int iv : in.inputs) {

@@ -22,10 +22,13 @@ struct PlanT;
 constexpr uint32_t kPlanSchemaVersion = 1;
 
 /// One Program per global rank; fails with located diagnostics.
-mlir::FailureOr<std::unique_ptr<plan::PlanT>> buildPlan(mlir::ModuleOp module);
+/// `aliasReshapes`: see planStageMemory.
+mlir::FailureOr<std::unique_ptr<plan::PlanT>>
+buildPlan(mlir::ModuleOp module, bool aliasReshapes = true);
 
 /// Serializes with the "MPLN" file identifier.
-mlir::LogicalResult writePlan(mlir::ModuleOp module, llvm::raw_ostream &os);
+mlir::LogicalResult writePlan(mlir::ModuleOp module, llvm::raw_ostream &os,
+                              bool aliasReshapes = true);
 
 void registerToPlanTranslation();
 

@@ -359,6 +359,20 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
       shadowElems += (val.type.numel() + 127) / 128 * 128; // 256-byte aligned
     }
   }
+  // An aliased reshape's input and output are one buffer, so they must be
+  // stored alike: where the rule above would differ (rank 1 vs >= 2, one of
+  // them feeding grad_accumulate) the whole alias chain stays fp32, which
+  // every kernel accepts. Only bf16 -> fp32 changes, so this terminates.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Block &b : p.blocks)
+      for (const Instr &in : b.instrs)
+        if (in.kernel == "reshape" && in.attrs.getInt("alias", 0) &&
+            valueBf16_[in.inputs[0]] != valueBf16_[in.outputs[0]]) {
+          valueBf16_[in.inputs[0]] = valueBf16_[in.outputs[0]] = 0;
+          changed = true;
+        }
+  }
   shadows_.clear();
   shadowIndex_.clear();
   cudaFree(shadowPool_); // a program bound before (nullptr: a no-op)

@@ -568,6 +568,14 @@ void cuda::embedding_grad(const KernelArgs &a) {
 
 void cuda::reshape(const KernelArgs &a) {
   const Tensor &x = a.in[0], &y = a.out[0];
+  if (a.attrs.getInt("alias", 0)) {
+    // A view of x: bindProgram gave both the same storage type, so there is
+    // nothing to copy (a dtype mismatch here would be a backend bug).
+    if (x.type.dtype != y.type.dtype || x.data != y.data)
+      fail("reshape: an alias's input and output differ in ",
+           x.type.dtype != y.type.dtype ? "storage dtype" : "address");
+    return;
+  }
   cudaStream_t s = backendOf(a).stream();
   if (x.type.dtype == y.type.dtype) {
     if (x.data != y.data && x.numel())
