@@ -366,9 +366,10 @@ std::vector<PerturbCase> perturbCases() {
 /// A ring of 8 KiB and 300 calls of 4 KiB: the step waits for the worker
 /// (back-pressure) yet every sample arrives in order with its values.
 bool ringCases() {
+  // The ring is sized from the environment when the first probe runs: the
+  // variable stays set until then.
   setenv("MAPP_PROBE_RING_BYTES", "8192", 1);
   std::unique_ptr<Backend> gpu = createCudaBackend(0);
-  unsetenv("MAPP_PROBE_RING_BYTES");
   Collector rt;
   KernelContext ctx = context(gpu.get(), &rt);
   Attrs a = probeAttrs("raw,mean");
@@ -381,6 +382,7 @@ bool ringCases() {
       ts.push_back(upload(std::vector<float>(1000, float(i)), shape, false));
       ctx.step = i;
       gpu->lookup("probe")({a, &ts.back(), 1, nullptr, 0, ctx});
+      unsetenv("MAPP_PROBE_RING_BYTES");
     }
     gpu->drainProbes();
     if (rt.got.size() != 600)
@@ -431,9 +433,8 @@ bool ringCases() {
 /// attrs change (k) and another's input shape: their cached plans must be
 /// rebuilt. Every sample equals the CPU backend's, in call order.
 bool batchCases(Backend &cpu) {
-  setenv("MAPP_PROBE_RING_BYTES", "32768", 1);
+  setenv("MAPP_PROBE_RING_BYTES", "32768", 1); // read by the first probe
   std::unique_ptr<Backend> gpu = createCudaBackend(0);
-  unsetenv("MAPP_PROBE_RING_BYTES");
   struct Probe {
     Attrs attrs;
     Shape shape;
@@ -489,6 +490,7 @@ bool batchCases(Backend &cpu) {
         cpu.lookup("probe")({p.attrs, &ht, 1, nullptr, 0, cctx});
         live.push_back(upload(h, p.shape, false));
         gpu->lookup("probe")({p.attrs, &live.back(), 1, nullptr, 0, gctx});
+        unsetenv("MAPP_PROBE_RING_BYTES");
       }
       if (step % 2 == 0)
         gpu->endStep(); // odd steps: copied by a wrap, back-pressure or drain
@@ -497,6 +499,22 @@ bool batchCases(Backend &cpu) {
     err = compareSamples(gc.got, cc.got);
   } catch (const Error &e) {
     err = e.what();
+  }
+  // The ring really was 32 KiB (so the steps above wrapped it): a 36 KB
+  // call is refused.
+  if (err.empty()) {
+    Attrs big = make(8, "raw");
+    big.setInt("cap", 9000);
+    live.push_back(upload(std::vector<float>(9000, 1.f), {9000}, false));
+    KernelContext ctx = context(gpu.get(), &gc);
+    try {
+      gpu->lookup("probe")({big, &live.back(), 1, nullptr, 0, ctx});
+      err = "a 36 KB probe call passed a 32 KiB ring";
+    } catch (const Error &e) {
+      if (std::string(e.what()).find("MAPP_PROBE_RING_BYTES=32768") ==
+          std::string::npos)
+        err = std::string("ring size: ") + e.what();
+    }
   }
   for (Tensor &t : live)
     cudaFree(t.data);
