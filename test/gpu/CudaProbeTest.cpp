@@ -316,6 +316,10 @@ std::vector<ProbeCase> probeCases() {
     b.setInt("dim", 5);
     b.setInts("tokens", {0, 9, 33});
     cs.push_back({"sketch dim 5 of tokens 0,9,33", {3, 40, 72}, b});
+    Attrs c = probeAttrs("sketch");
+    c.setInt("dim", 20); // 2.5 passes of 8 outputs
+    c.setInt("seed", 4);
+    cs.push_back({"sketch dim 20 of 99 rows (4 rows a warp)", {3, 33, 50}, c});
   }
   {
     Attrs a = probeAttrs("raw");

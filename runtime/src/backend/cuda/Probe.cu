@@ -283,7 +283,8 @@ void launchReductions(const ProbeCallPlan &p, const rd::Selection &sel,
     }
   }
   if (p.sketchOffset != kNone) {
-    int64_t blocks = (p.sketchRows + 7) / 8; // 8 warps, a row each
+    int64_t rowsPerBlock = rd::kThreads / 32 * rd::kSketchRows;
+    int64_t blocks = (p.sketchRows + rowsPerBlock - 1) / rowsPerBlock;
     rd::sketchKernel<<<static_cast<unsigned>(blocks), rd::kThreads, 0, st>>>(
         sel, p.projection, p.sketchRows, p.dim,
         reinterpret_cast<float *>(slot + p.sketchOffset));

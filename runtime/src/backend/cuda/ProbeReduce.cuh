@@ -24,7 +24,8 @@ constexpr int kThreads = 256;
 constexpr int kStatBlocks = 264; // 2 per SM of an H100/H200: enough to saturate
 constexpr int kMaxSharedBins = 8192;
 constexpr int kMaxSinglePassK = 32;
-constexpr int kSketchChunk = 16;
+constexpr int kSketchChunk = 8; // outputs per pass over a row
+constexpr int kSketchRows = 4;  // rows per warp
 /// Zeroed scratch: the finished-block counter, then the histogram counts.
 constexpr size_t kCountsOffset = 256;
 
@@ -350,31 +351,44 @@ __global__ void topkPass(Selection x, unsigned long long *keys, int j) {
 
 // --- Sketch and raw ----------------------------------------------------------
 
-/// out[row, j] = Σ_i R[j][i]·x[row, i] in double; one warp per row reads the
-/// row once per 16 outputs (R stays in L1/L2: all warps share it).
+/// out[row, j] = Σ_i R[j][i]·x[row, i] in double. One warp takes
+/// kSketchRows rows, so each load of R (from L1: all warps share it) serves
+/// that many rows; each row's sum runs in the same order as with a warp per
+/// row (lane-strided i, then the warp's butterfly), so the bits are the same.
 __global__ void sketchKernel(Selection x, const double *r, int64_t rows,
                              int64_t dim, float *out) {
   int lane = threadIdx.x & 31;
-  int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows)
+  int64_t row0 = (blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32) *
+                 kSketchRows;
+  if (row0 >= rows)
     return;
+  int nrows = static_cast<int>(rows - row0 < kSketchRows ? rows - row0 : kSketchRows);
   int64_t inner = x.inner;
   for (int64_t j0 = 0; j0 < dim; j0 += kSketchChunk) {
     int jn = static_cast<int>(dim - j0 < kSketchChunk ? dim - j0 : kSketchChunk);
-    double acc[kSketchChunk] = {};
+    double acc[kSketchRows][kSketchChunk] = {};
     for (int64_t i = lane; i < inner; i += 32) {
-      double xv = x.ld(row * inner + i);
+      double xv[kSketchRows];
+#pragma unroll
+      for (int q = 0; q < kSketchRows; ++q)
+        xv[q] = q < nrows ? x.ld((row0 + q) * inner + i) : 0.0;
 #pragma unroll
       for (int jj = 0; jj < kSketchChunk; ++jj)
-        if (jj < jn)
-          acc[jj] += r[(j0 + jj) * inner + i] * xv;
+        if (jj < jn) {
+          double rv = r[(j0 + jj) * inner + i];
+#pragma unroll
+          for (int q = 0; q < kSketchRows; ++q)
+            acc[q][jj] += rv * xv[q];
+        }
     }
 #pragma unroll
-    for (int jj = 0; jj < kSketchChunk; ++jj) {
-      double v = warpSumD(acc[jj]);
-      if (lane == 0 && jj < jn)
-        out[row * dim + j0 + jj] = static_cast<float>(v);
-    }
+    for (int q = 0; q < kSketchRows; ++q)
+#pragma unroll
+      for (int jj = 0; jj < kSketchChunk; ++jj) {
+        double v = warpSumD(acc[q][jj]);
+        if (lane == 0 && jj < jn && q < nrows)
+          out[(row0 + q) * dim + j0 + jj] = static_cast<float>(v);
+      }
   }
 }
 
