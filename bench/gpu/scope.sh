@@ -10,7 +10,8 @@
 # 4. Bench, 124M: no probes / 8 probes with reductions / the same 8 points
 #    raw, interleaved twice; median step time after the warm-up steps;
 #    overhead vs no probes (target <= 2%) and stored bytes (raw/reduced,
-#    target >= 10x).
+#    target >= 10x). Then, for information, the probe kernels' device time
+#    per step (MAPP_CUDA_PROFILE) of a short reduced run.
 # Logs in /tmp/mapp-scope (copied to $OUT when set); the summary is last.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
@@ -119,6 +120,16 @@ EOF
   rm -f $LOG/$m-raw.sqlite*
 }
 bench 124m "$STEPS"
+
+# Device time of the probe kernels alone (informational): CUDA events
+# around every kernel call of a short reduced run (MAPP_CUDA_PROFILE).
+echo "== probe device time, 124m reduced (MAPP_CUDA_PROFILE=1)"
+rm -f $LOG/124m-prof.sqlite*
+MAPP_CUDA_PROFILE=1 $RUN "$D/plans/scope-124m-reduced.mplan" --backend=cuda \
+  --data "$D/corpus.jsonl" --tokenizer bytes --steps 6 --quiet \
+  --probe-db $LOG/124m-prof.sqlite > $LOG/124m-profile.log 2>&1
+prof=$(awk '$1 == "probe" {printf "%s ms/step in %s calls/step", $2, $5}' $LOG/124m-profile.log)
+say "info probe kernels 124m: ${prof:-no probe line (see 124m-profile.log)}; $(grep -m1 'mapp cuda profile' $LOG/124m-profile.log)"
 [ "${SCOPE_13B:-0}" = 1 ] && bench 1.3b 8
 
 if [ -n "${OUT:-}" ]; then

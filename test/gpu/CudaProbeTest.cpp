@@ -9,8 +9,11 @@
 // perturbed with the same random numbers (bit-exact but for one-ulp double
 // differences of log/cos in gaussian/uniform), live switch overrides
 // included. Then the capture ring: back-pressure with a ring smaller than
-// the samples of one step (every sample arrives, in order, correct) and a
-// clear error for a probe larger than the ring. Exit 77 without a GPU.
+// the samples of one step (every sample arrives, in order, correct), a
+// clear error for a probe larger than the ring, and a bench-like set of
+// probes over several steps whose slots are copied in batches (step end,
+// ring wrap, back-pressure) while their plans are reused and invalidated,
+// every sample against the CPU backend. Exit 77 without a GPU.
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Backend.h"
@@ -55,12 +58,14 @@ std::mt19937_64 rng(12345);
 
 float roundBf16(float x) { return bf16ToFloat(floatToBf16(x)); }
 
-/// Host values; `ties` rounds to quarters so top-k and hist see equal values.
-std::vector<float> randomValues(int64_t n, bool ties, bool bf16) {
+/// Host values around `offset`; `ties` rounds to quarters so top-k and hist
+/// see equal values.
+std::vector<float> randomValues(int64_t n, bool ties, bool bf16,
+                                float offset = 0) {
   std::normal_distribution<float> nd(0, 1.5f);
   std::vector<float> v(n);
   for (float &x : v) {
-    x = nd(rng);
+    x = offset + nd(rng);
     if (ties)
       x = std::round(x * 4) / 4;
     if (bf16)
@@ -155,11 +160,12 @@ struct ProbeCase {
   Shape shape;
   Attrs attrs;
   bool ties = false;
+  float offset = 0; // a mean far from 0: the one-pass std must stay exact
 };
 
 bool runProbe(const ProbeCase &pc, bool bf16, Backend &cpu, Backend &gpu) {
   int64_t n = numel(pc.shape);
-  std::vector<float> h = randomValues(n, pc.ties, bf16);
+  std::vector<float> h = randomValues(n, pc.ties, bf16, pc.offset);
   Tensor ht{h.data(), {DType::F32, pc.shape}};
   Collector cc, gc;
   KernelContext cctx = context(&cpu, &cc), gctx = context(&gpu, &gc);
@@ -274,6 +280,32 @@ std::vector<ProbeCase> probeCases() {
     b.setInt("k", 7);
     b.setInts("tokens", {69});
     cs.push_back({"topk 7 of the last token", {4, 70, 1000}, b});
+    // Single-pass list sizes 8/16/32 at their edges, the k-pass fallback
+    // above 32, many blocks merging equal values, and k above n.
+    for (int k : {1, 8, 9, 16, 17, 32, 33}) {
+      Attrs c = probeAttrs("topk");
+      c.setInt("k", k);
+      cs.push_back({"topk " + std::to_string(k) + " of [4,70,1000] with ties",
+                    {4, 70, 1000}, c, true});
+    }
+    Attrs d = probeAttrs("topk,mean");
+    d.setInt("k", 20);
+    cs.push_back({"topk 20 of 12 elements", {3, 4}, d});
+  }
+  {
+    Attrs a = probeAttrs("std,mean,max,min,hist");
+    a.setInt("bins", 64);
+    a.setFloat("lo", 995);
+    a.setFloat("hi", 1005);
+    ProbeCase c{"stats+hist [8,128,768] around 1000 (one pass)",
+                {8, 128, 768}, a};
+    c.offset = 1000;
+    cs.push_back(c);
+    Attrs b = probeAttrs("std,hist");
+    b.setInt("bins", 64);
+    b.setFloat("lo", -4);
+    b.setFloat("hi", 4);
+    cs.push_back({"std+hist 64 bins [-4,4] (bench mlp probe)", {4, 256, 768}, b});
   }
   {
     Attrs a = probeAttrs("sketch");
@@ -284,6 +316,10 @@ std::vector<ProbeCase> probeCases() {
     b.setInt("dim", 5);
     b.setInts("tokens", {0, 9, 33});
     cs.push_back({"sketch dim 5 of tokens 0,9,33", {3, 40, 72}, b});
+    Attrs c = probeAttrs("sketch");
+    c.setInt("dim", 20); // 2.5 passes of 8 outputs
+    c.setInt("seed", 4);
+    cs.push_back({"sketch dim 20 of 99 rows (4 rows a warp)", {3, 33, 50}, c});
   }
   {
     Attrs a = probeAttrs("raw");
@@ -334,9 +370,10 @@ std::vector<PerturbCase> perturbCases() {
 /// A ring of 8 KiB and 300 calls of 4 KiB: the step waits for the worker
 /// (back-pressure) yet every sample arrives in order with its values.
 bool ringCases() {
+  // The ring is sized from the environment when the first probe runs: the
+  // variable stays set until then.
   setenv("MAPP_PROBE_RING_BYTES", "8192", 1);
   std::unique_ptr<Backend> gpu = createCudaBackend(0);
-  unsetenv("MAPP_PROBE_RING_BYTES");
   Collector rt;
   KernelContext ctx = context(gpu.get(), &rt);
   Attrs a = probeAttrs("raw,mean");
@@ -349,6 +386,7 @@ bool ringCases() {
       ts.push_back(upload(std::vector<float>(1000, float(i)), shape, false));
       ctx.step = i;
       gpu->lookup("probe")({a, &ts.back(), 1, nullptr, 0, ctx});
+      unsetenv("MAPP_PROBE_RING_BYTES");
     }
     gpu->drainProbes();
     if (rt.got.size() != 600)
@@ -392,6 +430,101 @@ bool ringCases() {
   return ok;
 }
 
+/// The bench's kind of probe set (bench/gpu/scope/reduced.json, smaller):
+/// 8 probes per step over 6 steps with a 32 KiB ring that one step
+/// overflows, so runs of slots are copied at step ends, at ring wraps and
+/// under back-pressure, with no drain in between. At step 3 one probe's
+/// attrs change (k) and another's input shape: their cached plans must be
+/// rebuilt. Every sample equals the CPU backend's, in call order.
+bool batchCases(Backend &cpu) {
+  setenv("MAPP_PROBE_RING_BYTES", "32768", 1); // read by the first probe
+  std::unique_ptr<Backend> gpu = createCudaBackend(0);
+  struct Probe {
+    Attrs attrs;
+    Shape shape;
+  };
+  auto make = [](int id, const std::string &reduce) {
+    Attrs a = probeAttrs(reduce);
+    a.setInt("probe_id", id);
+    return a;
+  };
+  std::vector<Probe> probes;
+  probes.push_back({make(0, "max,mean"), {2, 12, 64}});
+  Attrs mlp = make(1, "std,hist");
+  mlp.setInt("bins", 64);
+  mlp.setFloat("lo", -4);
+  mlp.setFloat("hi", 4);
+  probes.push_back({mlp, {2, 12, 64}});
+  Attrs res = make(2, "mean,absmax,sketch");
+  res.setInt("dim", 16);
+  res.setInt("seed", 1);
+  probes.push_back({res, {2, 12, 64}});
+  Attrs sk = make(3, "sketch");
+  sk.setInt("seed", 1);
+  probes.push_back({sk, {2, 12, 64}});
+  Attrs logits = make(4, "topk");
+  logits.setInt("k", 20);
+  logits.setInts("tokens", {11});
+  probes.push_back({logits, {2, 12, 500}});
+  Attrs raw = make(5, "raw");
+  raw.setInt("cap", 300);
+  probes.push_back({raw, {2, 12, 64}});
+  Attrs mixed = make(6, "min,sparsity,topk");
+  mixed.setInt("k", 5);
+  probes.push_back({mixed, {2, 12, 64}});
+  Attrs wide = make(7, "hist");
+  wide.setInt("bins", 3000);
+  probes.push_back({wide, {2, 12, 64}});
+
+  Collector cc, gc;
+  std::vector<Tensor> live;
+  std::string err;
+  try {
+    for (int step = 0; step < 6; ++step) {
+      if (step == 3) {
+        probes[4].attrs.setInt("k", 7);
+        probes[0].shape = {3, 5, 64};
+      }
+      KernelContext cctx = context(&cpu, &cc), gctx = context(gpu.get(), &gc);
+      cctx.step = gctx.step = step;
+      gpu->beginStep(step);
+      for (const Probe &p : probes) {
+        std::vector<float> h = randomValues(numel(p.shape), step % 2, false);
+        Tensor ht{h.data(), {DType::F32, p.shape}};
+        cpu.lookup("probe")({p.attrs, &ht, 1, nullptr, 0, cctx});
+        live.push_back(upload(h, p.shape, false));
+        gpu->lookup("probe")({p.attrs, &live.back(), 1, nullptr, 0, gctx});
+        unsetenv("MAPP_PROBE_RING_BYTES");
+      }
+      if (step % 2 == 0)
+        gpu->endStep(); // odd steps: copied by a wrap, back-pressure or drain
+    }
+    gpu->drainProbes();
+    err = compareSamples(gc.got, cc.got);
+  } catch (const Error &e) {
+    err = e.what();
+  }
+  // The ring really was 32 KiB (so the steps above wrapped it): a 36 KB
+  // call is refused.
+  if (err.empty()) {
+    Attrs big = make(8, "raw");
+    big.setInt("cap", 9000);
+    live.push_back(upload(std::vector<float>(9000, 1.f), {9000}, false));
+    KernelContext ctx = context(gpu.get(), &gc);
+    try {
+      gpu->lookup("probe")({big, &live.back(), 1, nullptr, 0, ctx});
+      err = "a 36 KB probe call passed a 32 KiB ring";
+    } catch (const Error &e) {
+      if (std::string(e.what()).find("MAPP_PROBE_RING_BYTES=32768") ==
+          std::string::npos)
+        err = std::string("ring size: ") + e.what();
+    }
+  }
+  for (Tensor &t : live)
+    cudaFree(t.data);
+  return report("-", "8 probes x 6 steps, 32 KiB ring (batched copies)", err);
+}
+
 } // namespace
 
 int main() {
@@ -409,8 +542,9 @@ int main() {
     for (const PerturbCase &c : perturbCases())
       ++total, failed += !runPerturb(c, bf16, *cpu, *gpu);
   }
-  total += 2;
+  total += 3;
   failed += ringCases() ? 0 : 2;
+  failed += batchCases(*cpu) ? 0 : 1;
   std::printf("cuda probe check: %d/%d passed\n", total - failed, total);
   return failed ? 1 : 0;
 }

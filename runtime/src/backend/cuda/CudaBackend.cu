@@ -302,6 +302,7 @@ double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
 }
 
 void CudaBackend::synchronize() {
+  flushProbes(); // the run's copy overlaps the wait
   MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
   size_t freeB = 0, totalB = 0;
   if (cudaMemGetInfo(&freeB, &totalB) == cudaSuccess)
@@ -451,6 +452,7 @@ void CudaBackend::beginStep(int64_t step) {
 
 void CudaBackend::endStep() {
   // The optimizer kernels rewrite each shadow with its master (fused).
+  flushProbes(); // one copy for the step's probe slots
   traceEvents_.endStep(stream_);
 }
 

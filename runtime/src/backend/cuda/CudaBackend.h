@@ -104,6 +104,9 @@ public:
   void resolveTraceMarks(uint64_t *marks, size_t n) override;
   const TraceEventPool &traceEvents() const { return traceEvents_; }
   void drainProbes() override;
+  /// Queues the host copy of the probe slots captured since the last one
+  /// (ProbeCapture::flush); at the step's end and before a synchronize.
+  void flushProbes();
   void readFloats(const Program &p, int value, const void *src, int64_t offset,
                   int64_t n, float *dst) override;
 

@@ -86,12 +86,17 @@ ProbeCapture::ProbeCapture(int device, cudaStream_t compute)
 ProbeCapture::~ProbeCapture() {
   {
     std::lock_guard<std::mutex> l(mu_);
+    try {
+      flushLocked(); // committed samples still reach their runtime
+    } catch (const std::exception &) {
+      // The device failed: the worker reports nothing more.
+    }
     stop_ = true;
   }
   work_.notify_all();
   worker_.join();
   for (Entry &e : entries_)
-    if (e.copied) {
+    if (e.ownsEvents) {
       cudaEventDestroy(e.ready);
       cudaEventDestroy(e.copied);
     }
@@ -99,6 +104,7 @@ ProbeCapture::~ProbeCapture() {
     cudaEventDestroy(e);
   for (Scratch &s : scratch_)
     cudaFree(s.p);
+  cudaFree(zeroed_.p);
   cudaStreamSynchronize(side_);
   cudaStreamDestroy(side_);
   cudaFreeHost(hostRing_);
@@ -118,12 +124,15 @@ cudaEvent_t ProbeCapture::takeEvent() {
   return e;
 }
 
-uint8_t *ProbeCapture::reserve(size_t bytes, const std::string &what) {
-  bytes = (std::max<size_t>(bytes, 1) + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+size_t ProbeCapture::slotBytes(size_t bytes) {
+  return (std::max<size_t>(bytes, 1) + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+}
+
+uint8_t *ProbeCapture::reserve(size_t bytes) {
+  bytes = slotBytes(bytes);
   if (bytes > cap_)
-    fail(what, " needs ", bytes, " bytes of probe capture ring per call, more "
-         "than MAPP_PROBE_RING_BYTES=", cap_, "; raise it or lower the "
-         "probe's cap/dim/tokens");
+    fail("a probe call needs ", bytes, " bytes of capture ring, more than "
+         "MAPP_PROBE_RING_BYTES=", cap_);
   if (!devRing_) { // perturbation-only plans never capture
     MAPP_CUDA_CHECK(cudaMalloc(&devRing_, cap_));
     MAPP_CUDA_CHECK(cudaMallocHost(&hostRing_, cap_));
@@ -132,7 +141,7 @@ uint8_t *ProbeCapture::reserve(size_t bytes, const std::string &what) {
   size_t start = 0;
   // Slots are taken and freed in order: the free space is [head, tail) or
   // [head, cap) + [0, tail) where tail is the oldest slot still in use.
-  freed_.wait(l, [&] {
+  auto fits = [&] {
     if (!error_.empty())
       return true;
     if (entries_.empty()) {
@@ -156,7 +165,15 @@ uint8_t *ProbeCapture::reserve(size_t bytes, const std::string &what) {
       return true;
     }
     return false;
-  });
+  };
+  // A run copied by one flush is contiguous; space is freed only after a
+  // flush, so flush before waiting for it.
+  if (!fits()) {
+    flushLocked();
+    freed_.wait(l, fits);
+  } else if (pending_ && start != head_) {
+    flushLocked(); // the ring wrapped
+  }
   if (!error_.empty())
     fail("probe capture: ", error_);
   Entry e;
@@ -164,42 +181,68 @@ uint8_t *ProbeCapture::reserve(size_t bytes, const std::string &what) {
   e.bytes = bytes;
   entries_.push_back(std::move(e));
   head_ = start + bytes;
+  ++pending_;
   return devRing_ + start;
 }
 
-void ProbeCapture::commit(std::vector<ResultField> fields, ProbeRuntime *rt,
-                          int64_t probeId, int64_t step, int microbatch) {
-  std::unique_lock<std::mutex> l(mu_);
+void ProbeCapture::commit(std::shared_ptr<const std::vector<ResultField>> fields,
+                          ProbeRuntime *rt, int64_t probeId, int64_t step,
+                          int microbatch) {
+  std::lock_guard<std::mutex> l(mu_);
   Entry &e = entries_.back();
   e.fields = std::move(fields);
   e.rt = rt;
   e.probeId = probeId;
   e.step = step;
   e.microbatch = microbatch;
-  e.ready = takeEvent();
-  e.copied = takeEvent();
-  MAPP_CUDA_CHECK(cudaEventRecord(e.ready, compute_));
-  MAPP_CUDA_CHECK(cudaStreamWaitEvent(side_, e.ready, 0));
-  MAPP_CUDA_CHECK(cudaMemcpyAsync(hostRing_ + e.start, devRing_ + e.start,
-                                  e.bytes, cudaMemcpyDeviceToHost, side_));
-  MAPP_CUDA_CHECK(cudaEventRecord(e.copied, side_));
   e.committed = true;
-  l.unlock();
-  work_.notify_one();
 }
 
 void ProbeCapture::cancel() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    Entry &e = entries_.back();
-    e.fields.clear();
-    e.committed = true; // no events: the worker only frees it
+  std::lock_guard<std::mutex> l(mu_);
+  Entry &e = entries_.back();
+  e.fields.reset(); // copied with its run, decoded into nothing
+  e.committed = true;
+}
+
+void ProbeCapture::flushLocked() {
+  // A slot reserved but not yet committed (a flush from inside a probe
+  // call) waits for the next run.
+  size_t runLength = pending_;
+  if (runLength && !entries_.back().committed)
+    --runLength;
+  if (!runLength)
+    return;
+  size_t first = entries_.size() - pending_, end = first + runLength;
+  size_t from = entries_[first].start;
+  Entry &last = entries_[end - 1];
+  size_t to = last.start + last.bytes;
+  cudaEvent_t ready = takeEvent(), copied = takeEvent();
+  // The events go back to the spares with the run's last slot.
+  last.ready = ready;
+  last.copied = copied;
+  last.ownsEvents = true;
+  MAPP_CUDA_CHECK(cudaEventRecord(ready, compute_));
+  MAPP_CUDA_CHECK(cudaStreamWaitEvent(side_, ready, 0));
+  MAPP_CUDA_CHECK(cudaMemcpyAsync(hostRing_ + from, devRing_ + from, to - from,
+                                  cudaMemcpyDeviceToHost, side_));
+  MAPP_CUDA_CHECK(cudaEventRecord(copied, side_));
+  for (size_t i = first; i < end; ++i) {
+    entries_[i].copied = copied;
+    entries_[i].queued = true;
   }
+  pending_ -= runLength;
   work_.notify_one();
+}
+
+void ProbeCapture::flush() {
+  std::lock_guard<std::mutex> l(mu_);
+  flushLocked();
 }
 
 void ProbeCapture::drain() {
   std::unique_lock<std::mutex> l(mu_);
+  flushLocked();
   freed_.wait(l, [&] { return entries_.empty() || !error_.empty(); });
   if (!error_.empty()) {
     std::string m = error_;
@@ -219,14 +262,26 @@ void *ProbeCapture::work(size_t bytes, int which) {
   return s.p;
 }
 
+void *ProbeCapture::zeroedWork(size_t bytes) {
+  Scratch &s = zeroed_;
+  if (s.bytes < bytes) {
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(compute_));
+    MAPP_CUDA_CHECK(cudaFree(s.p));
+    s.bytes = std::max(bytes, s.bytes * 2);
+    MAPP_CUDA_CHECK(cudaMalloc(&s.p, s.bytes));
+    MAPP_CUDA_CHECK(cudaMemset(s.p, 0, s.bytes));
+  }
+  return s.p;
+}
+
 void ProbeCapture::workerLoop() {
   cudaSetDevice(device_);
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
     work_.wait(l, [&] {
-      return stop_ || (!entries_.empty() && entries_.front().committed);
+      return stop_ || (!entries_.empty() && entries_.front().queued);
     });
-    if (entries_.empty() || !entries_.front().committed) {
+    if (entries_.empty() || !entries_.front().queued) {
       if (stop_)
         return;
       continue;
@@ -236,11 +291,12 @@ void ProbeCapture::workerLoop() {
     Entry &e = entries_.front();
     l.unlock();
     std::string err;
-    cudaError_t ce = e.copied ? cudaEventSynchronize(e.copied) : cudaSuccess;
+    // Slots of one run share the event: after the first it returns at once.
+    cudaError_t ce = cudaEventSynchronize(e.copied);
     if (ce != cudaSuccess) {
       err = std::string("copying probe results to the host: ") +
             cudaGetErrorString(ce);
-    } else {
+    } else if (e.fields) {
       try {
         decode(e);
       } catch (const std::exception &x) {
@@ -250,7 +306,7 @@ void ProbeCapture::workerLoop() {
     l.lock();
     if (!err.empty() && error_.empty())
       error_ = err;
-    if (e.copied) {
+    if (e.ownsEvents) {
       spareEvents_.push_back(e.ready);
       spareEvents_.push_back(e.copied);
     }
@@ -263,7 +319,7 @@ void ProbeCapture::workerLoop() {
 
 void ProbeCapture::decode(const Entry &e) {
   const uint8_t *slot = hostRing_ + e.start;
-  for (const ResultField &f : e.fields) {
+  for (const ResultField &f : *e.fields) {
     ProbeSample s;
     s.probeId = e.probeId;
     s.step = e.step;
@@ -310,4 +366,9 @@ ProbeCapture &CudaBackend::probeCapture() {
 void CudaBackend::drainProbes() {
   if (capture_)
     capture_->drain();
+}
+
+void CudaBackend::flushProbes() {
+  if (capture_)
+    capture_->flush();
 }
