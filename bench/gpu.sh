@@ -2,7 +2,7 @@
 # CUDA backend: correctness checks, then the benchmark against PyTorch, on
 # the GPU machine. Runs from the folder bench/gpu/prepare.sh filled (it
 # copies this script there):
-#   gpu/cuda/gpu.sh [all|check|bench] [STEPS_SMALL] [STEPS_1B3]
+#   gpu/cuda/gpu.sh [all|check|e2e|bench|profile] [STEPS_SMALL] [STEPS_1B3]
 # TORCH_MODES (default "eager compile") picks the PyTorch baselines.
 # Logs go to $OUT (when set) or /tmp; the last lines are the summary table.
 set -uo pipefail
@@ -56,6 +56,9 @@ if [ "$MODE" = all ] || [ "$MODE" = check ]; then
       --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --steps 2 --quiet \
       > "$LOG/memcheck-run.log" 2>&1
   say "memcheck mapp-run gpt-e2e 2 steps: rc=$? $(grep -E 'ERROR SUMMARY' "$LOG/memcheck-run.log" | tail -1)"
+fi
+
+if [ "$MODE" = all ] || [ "$MODE" = check ] || [ "$MODE" = e2e ]; then
   echo "== e2e vs PyTorch"
   for c in gpt-tiny-e2e gpt-e2e llama-e2e; do
     python3 "$D/e2e_check.py" init "$D/configs/$c.json" "$LOG/$c.init.safetensors" \
