@@ -84,7 +84,7 @@ done
 # microbatch of 8, the parallel plans microbatches of 2 (dp * M * 2 = 8).
 mkdir -p "$OUT/plans/comm"
 xz -T2 -6 -c "$BUILD/mapp-cuda-comm-test" > "$OUT/bin/mapp-cuda-comm-test.xz"
-cp bench/gpu/comm.sh "$OUT/"
+cp bench/gpu/comm.sh bench/gpu/nccl.sh "$OUT/"
 COMM_OPT="optimizer=adamw $OPT max-grad-norm=1.0"
 for rows in 8 2; do
   /usr/bin/python3 -c "import json,sys; c=json.load(open('bench/gpu/configs/gpt-e2e.json')); c['micro_batch_size']=$rows; json.dump(c, open('/tmp/mapp-comm-cfg$rows.json','w'))"
