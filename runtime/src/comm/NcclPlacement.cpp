@@ -1,7 +1,8 @@
 //===- NcclPlacement.cpp - rank → GPU placement of the NCCL world ---------===//
 //
-// Plain C++ so it is testable without CUDA or NCCL; the stubs stand in for
-// the NCCL communicator in builds without it (MAPP_HAVE_NCCL unset).
+// Plain C++ so it is testable without CUDA or NCCL; the fallbacks below
+// stand in for the NCCL communicator in builds without it (MAPP_HAVE_NCCL
+// unset).
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Comm.h"
