@@ -632,6 +632,9 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     if (gradsDone)
       return;
     gradsDone = true;
+    // The gradients are read from here on (hook, norm, optimizer; next
+    // step's zeroing, saveGrads): join the asynchronous grad_syncs.
+    backend_.waitComm();
     if (afterGrads)
       afterGrads(*this);
     double sq = gradNormSquared();

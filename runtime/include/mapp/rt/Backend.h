@@ -46,6 +46,11 @@ public:
   virtual double sumSquares(const std::vector<Tensor> &ts);
   /// Waits for queued work; reports asynchronous kernel errors as Error.
   virtual void synchronize() {}
+  /// Orders work issued after this call behind the gradient collectives the
+  /// backend left running asynchronously (grad_sync under NCCL overlaps the
+  /// rest of the backward). The executor calls it once the backward is
+  /// issued, before anything reads or writes the gradients again.
+  virtual void waitComm() {}
   /// Peak device memory this process added since the backend started, in
   /// GiB, as seen at synchronize points (0 for host backends).
   virtual double peakDeviceGiB() const { return 0; }

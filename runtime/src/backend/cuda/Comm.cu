@@ -218,18 +218,28 @@ void packBucket(CudaBackend &be, const KernelArgs &a, DView flat, int64_t n) {
     fillZero(offsetView(flat, off), n - off, be.stream());
 }
 
-/// Writes src (holding bucket elements [lo, hi)) back into the operands.
-void unpackBucket(CudaBackend &be, const KernelArgs &a, DView src, int64_t lo,
-                  int64_t hi) {
+/// Writes src (holding bucket elements [lo, hi)) back into the operands, on
+/// stream s (grad_sync: where the collective left its result).
+void unpackBucket(const KernelArgs &a, DView src, int64_t lo, int64_t hi,
+                  cudaStream_t s) {
   int64_t off = 0;
   for (int i = 0; i < a.numIn; ++i) {
     int64_t n = a.in[i].numel();
     int64_t b = std::max(lo, off), e = std::min(hi, off + n);
     if (b < e)
       copyConvert(offsetView(src, b - lo), offsetView(view(a.in[i]), b - off),
-                  e - b, be.stream());
+                  e - b, s);
     off += n;
   }
+}
+
+/// grad_sync's fp32 buffer `part` of n elements: the communicator's
+/// per-bucket buffer when it overlaps the collective, else scratch 0 / 3.
+DView gradBuffer(CudaBackend &be, DeviceComm &dc, const KernelArgs &a,
+                 int part, int64_t n) {
+  if (void *p = dc.gradBucketBuffer(a.in[0].data, part, n))
+    return {p, 0};
+  return flatScratch(be, n, part == 0 ? 0 : 3);
 }
 
 } // namespace
@@ -387,17 +397,23 @@ void cuda::grad_sync(const KernelArgs &a) {
     fail("grad_sync: unknown mode '", mode, "'");
   CudaBackend &be = backendOf(a);
   int64_t n = bucketSize(a, g.size());
-  DView flat = flatScratch(be, n, 0);
+  if (n == 0)
+    return;
+  // Under NCCL the collective and the unpack run on NCCL's stream while the
+  // compute stream goes on with the backward; Backend::waitComm (before the
+  // gradient norm and the optimizer) joins them.
+  DView flat = gradBuffer(be, *dc, a, 0, n);
   packBucket(be, a, flat, n);
   if (mode == "all_reduce") {
-    dc->allReduce(flat, n, op, g);
-    return unpackBucket(be, a, flat, 0, n);
+    cudaStream_t s = dc->startGradAllReduce(flat, n, op, g, be.stream());
+    return unpackBucket(a, flat, 0, n, s);
   }
   // ZeRO-1: only this rank's slice of the bucket is reduced (cpu::grad_sync).
   int64_t chunk = n / g.size(), r = g.indexOf(a.ctx.comm->rank());
-  DView mine = flatScratch(be, chunk, 3);
-  dc->reduceScatter(flat, mine, chunk, op, g);
-  unpackBucket(be, a, mine, r * chunk, (r + 1) * chunk);
+  DView mine = gradBuffer(be, *dc, a, 1, chunk);
+  cudaStream_t s =
+      dc->startGradReduceScatter(flat, mine, chunk, op, g, be.stream());
+  unpackBucket(a, mine, r * chunk, (r + 1) * chunk, s);
 }
 
 // ZeRO-1: every member contributes its updated slice of the flat bucket.
@@ -414,7 +430,7 @@ void cuda::param_gather(const KernelArgs &a) {
   DView flat = flatScratch(be, n, 0), full = flatScratch(be, n, 3);
   packBucket(be, a, flat, n);
   dc->allGather(offsetView(flat, r * chunk), full, chunk, g);
-  unpackBucket(be, a, full, 0, n);
+  unpackBucket(a, full, 0, n, be.stream());
 }
 
 // Tensor-parallel cross-entropy pieces and Megatron's f / scatter: no

@@ -301,7 +301,13 @@ double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
   return s;
 }
 
+void CudaBackend::waitComm() {
+  if (deviceComm_)
+    deviceComm_->fence();
+}
+
 void CudaBackend::synchronize() {
+  waitComm(); // "queued work" includes the communicator's stream
   flushProbes(); // the run's copy overlaps the wait
   MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
   size_t freeB = 0, totalB = 0;

@@ -89,6 +89,7 @@ public:
   void zeroStorage(void *dst, size_t bytes) override;
   double sumSquares(const std::vector<Tensor> &ts) override;
   void synchronize() override;
+  void waitComm() override;
   double peakDeviceGiB() const override {
     return peakUsed_ > baselineUsed_ ? (peakUsed_ - baselineUsed_) / double(1 << 30) : 0;
   }

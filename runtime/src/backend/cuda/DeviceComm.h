@@ -47,6 +47,46 @@ public:
   /// payload is captured (the caller may overwrite `in` afterwards).
   virtual void send(DView in, int64_t n, int peer, int64_t tag) = 0;
   virtual void recv(DView out, int64_t n, int peer, int64_t tag) = 0;
+
+  // --- grad_sync: the dp bucket's collective, maybe left running so that it
+  // overlaps the rest of the backward (docs/plan-lowering.md). The operands
+  // are packed fp32 buffers. An overlapping communicator (NCCL) queues the
+  // collective on a stream of its own after the compute stream's work so far
+  // and returns that stream without ordering the compute stream after it:
+  // the caller queues the work that reads the result (the unpack) there,
+  // and fence() orders the compute stream after all of it. The default is
+  // synchronous: the plain collective, then the compute stream.
+  // LocalDeviceComm keeps it: its collectives are rendezvous through the host
+  // communicator (pointers and events exchanged by a blocking all_to_all), so
+  // the host thread waits for every member anyway.
+
+  /// In place over the group, like allReduce.
+  virtual cudaStream_t startGradAllReduce(DView buf, int64_t n, ReduceOp op,
+                                          const CommGroup &g,
+                                          cudaStream_t compute) {
+    allReduce(buf, n, op, g);
+    return compute;
+  }
+  /// Like reduceScatter.
+  virtual cudaStream_t startGradReduceScatter(DView in, DView out, int64_t n,
+                                              ReduceOp op, const CommGroup &g,
+                                              cudaStream_t compute) {
+    reduceScatter(in, out, n, op, g);
+    return compute;
+  }
+  /// An fp32 buffer of n elements for part `part` (0: the packed bucket,
+  /// 1: the reduce-scatter result) of the bucket whose first operand is at
+  /// `bucket`, untouched by anything else until fence(): a buffer the
+  /// collective still reads after grad_sync returns cannot be a scratch
+  /// slot the next kernel reuses. Null: synchronous, use the backend's
+  /// scratch.
+  virtual void *gradBucketBuffer(const void * /*bucket*/, int /*part*/,
+                                 int64_t /*n*/) {
+    return nullptr;
+  }
+  /// Orders the compute stream after every grad collective started so far
+  /// and the work queued behind it (Backend::waitComm).
+  virtual void fence() {}
 };
 
 /// The most members one device collective takes (kernel parameter space).

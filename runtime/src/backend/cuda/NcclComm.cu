@@ -5,7 +5,12 @@
 // collectives split them into its tp/dp/pp groups (ncclCommSplit, collective
 // over the world: every rank splits in the same order on its first
 // communication kernel). NCCL work runs on a stream of its own per rank,
-// ordered with the compute stream by events on both sides.
+// ordered with the compute stream by events on both sides — except for
+// grad_sync's collectives, which the compute stream does not wait for until
+// fence() (Backend::waitComm, before the gradient norm and the optimizer),
+// so that the dp gradient all-reduce overlaps the rest of the backward.
+// MAPP_NCCL_SYNC_GRADS=1 makes them synchronous like every other collective
+// (same NCCL calls on the same data: bit-identical results).
 //
 // Host side: NcclComm is a Communicator over a thread world (LocalComm), so
 // the executor's host collectives, rendezvous, timeouts and abort handling
@@ -20,6 +25,7 @@
 
 #include <nccl.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -177,7 +183,7 @@ constexpr int kInScratch = 5, kOutScratch = 1;
 class NcclDeviceComm final : public DeviceComm {
 public:
   NcclDeviceComm(CudaBackend &be, Communicator &host, NcclRank &nr)
-      : be_(be), host_(host), nr_(nr) {
+      : be_(be), host_(host), nr_(nr), overlapGrads_(!syncGradsRequested()) {
     MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&computeDone_, cudaEventDisableTiming));
     MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&ncclDone_, cudaEventDisableTiming));
@@ -199,6 +205,8 @@ public:
   }
   ~NcclDeviceComm() override {
     cudaStreamSynchronize(stream_);
+    for (auto &[key, buf] : gradBuffers_)
+      cudaFree(buf.p);
     cudaEventDestroy(computeDone_);
     cudaEventDestroy(ncclDone_);
     cudaStreamDestroy(stream_);
@@ -273,7 +281,73 @@ public:
     MAPP_CUDA_CHECK(cudaStreamSynchronize(be_.stream())); // h dies here
   }
 
+  cudaStream_t startGradAllReduce(DView buf, int64_t n, ReduceOp op,
+                                  const CommGroup &g,
+                                  cudaStream_t compute) override {
+    if (!overlapGrads_)
+      return DeviceComm::startGradAllReduce(buf, n, op, g, compute);
+    if (buf.bf16)
+      fail("grad_sync: the packed bucket must be fp32");
+    ncclComm_t c = commOf(g, "grad_sync");
+    begin();
+    MAPP_NCCL_CHECK(ncclAllReduce(buf.p, buf.p, n, ncclFloat, ncclOp(op), c, stream_));
+    gradsPending_ = true;
+    return stream_;
+  }
+
+  cudaStream_t startGradReduceScatter(DView in, DView out, int64_t n,
+                                      ReduceOp op, const CommGroup &g,
+                                      cudaStream_t compute) override {
+    if (!overlapGrads_)
+      return DeviceComm::startGradReduceScatter(in, out, n, op, g, compute);
+    if (in.bf16 || out.bf16)
+      fail("grad_sync: the packed bucket must be fp32");
+    ncclComm_t c = commOf(g, "grad_sync");
+    begin();
+    MAPP_NCCL_CHECK(
+        ncclReduceScatter(in.p, out.p, n, ncclFloat, ncclOp(op), c, stream_));
+    gradsPending_ = true;
+    return stream_;
+  }
+
+  /// One device buffer per (bucket, part), kept for the run: the scratch
+  /// slots are reused by the next kernels on the compute stream while the
+  /// collective still reads or writes its buffer.
+  void *gradBucketBuffer(const void *bucket, int part, int64_t n) override {
+    if (!overlapGrads_)
+      return nullptr;
+    size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * 4;
+    GradBuffer &b = gradBuffers_[{bucket, part}];
+    if (b.bytes < bytes) {
+      // Only on a bucket's first use (its size is fixed by the plan); the
+      // old buffer may still be in flight on the NCCL stream.
+      MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (b.p)
+        MAPP_CUDA_CHECK(cudaFree(b.p));
+      b.p = nullptr;
+      MAPP_CUDA_CHECK(cudaMalloc(&b.p, bytes));
+      b.bytes = bytes;
+    }
+    return b.p;
+  }
+
+  void fence() override {
+    if (!gradsPending_)
+      return;
+    gradsPending_ = false;
+    end();
+  }
+
 private:
+  /// MAPP_NCCL_SYNC_GRADS=1: grad_sync waits like every other collective.
+  static bool syncGradsRequested() {
+    const char *s = std::getenv("MAPP_NCCL_SYNC_GRADS");
+    std::string v = s ? s : "0";
+    if (v != "0" && v != "1")
+      fail("MAPP_NCCL_SYNC_GRADS must be '0' or '1', not '", v, "'");
+    return v == "1";
+  }
+
   ncclComm_t commOf(const CommGroup &g, const char *what) {
     nr_.world->check(what);
     auto it = comms_.find(g.members);
@@ -299,8 +373,10 @@ private:
     MAPP_CUDA_CHECK(cudaEventRecord(computeDone_, be_.stream()));
     MAPP_CUDA_CHECK(cudaStreamWaitEvent(stream_, computeDone_, 0));
   }
-  /// ...and the compute stream continues after it.
+  /// ...and the compute stream continues after it (and after any grad_sync
+  /// collective queued before it: one stream).
   void end() {
+    gradsPending_ = false;
     MAPP_CUDA_CHECK(cudaEventRecord(ncclDone_, stream_));
     MAPP_CUDA_CHECK(cudaStreamWaitEvent(be_.stream(), ncclDone_, 0));
   }
@@ -311,6 +387,16 @@ private:
   cudaStream_t stream_ = nullptr;
   cudaEvent_t computeDone_ = nullptr, ncclDone_ = nullptr;
   std::map<std::vector<int>, ncclComm_t> comms_;
+  /// False under MAPP_NCCL_SYNC_GRADS=1.
+  const bool overlapGrads_;
+  /// A grad_sync collective was queued since the compute stream last waited
+  /// for the NCCL stream.
+  bool gradsPending_ = false;
+  struct GradBuffer {
+    void *p = nullptr;
+    size_t bytes = 0;
+  };
+  std::map<std::pair<const void *, int>, GradBuffer> gradBuffers_;
 };
 
 } // namespace
