@@ -371,19 +371,34 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   // references. Against the faster of two ranks the faster one's ratio is 1
   // by construction, which would halve the spread that two healthy peers
   // show on a noisy host.
+  // A candidate is judged against the spread of the OTHER ranks: in a small
+  // world its own deviation (and its twin's, which it drags the other way)
+  // would otherwise be half the sample and hide it.
+  auto noiseOf = [&](int exclude) {
+    std::vector<double> rest;
+    for (size_t i = 0; i < deviations.size(); ++i)
+      if (static_cast<int>(i) != exclude)
+        rest.push_back(deviations[i]);
+    if (rest.empty())
+      return 0.005;
+    double c = median(rest);
+    std::vector<double> dev;
+    for (double q : rest)
+      dev.push_back(std::fabs(q - c));
+    return std::max(0.005, 1.4826 * median(dev));
+  };
   double center = median(all);
-  double devCenter = median(deviations);
-  std::vector<double> dev;
-  for (double q : deviations)
-    dev.push_back(std::fabs(q - devCenter));
-  d.rankNoise = std::max(0.005, 1.4826 * median(dev));
-  for (const RankStats &rs : d.ranks) {
-    if (!rs.compared)
-      continue;
+  d.rankNoise = noiseOf(-1);
+  std::vector<int> comparedRanks; // index in `all` / `deviations` → rank
+  for (const RankStats &rs : d.ranks)
+    if (rs.compared)
+      comparedRanks.push_back(rs.rank);
+  for (size_t i = 0; i < comparedRanks.size(); ++i) {
+    const RankStats &rs = d.ranks[comparedRanks[i]];
     double excess = rs.computeRatio - std::max(1.0, center);
     if (rs.computeRatio < 1 + opts.rankThreshold ||
-        excess < 5 * d.rankNoise ||
-        rs.kindRatioLowerQuartile < 1 + opts.rankThreshold)
+        rs.kindRatioLowerQuartile < 1 + opts.rankThreshold ||
+        excess < 5 * noiseOf(static_cast<int>(i)))
       continue;
     Finding f;
     f.kind = "slow-rank";

@@ -45,14 +45,20 @@ class Rank:
 
 
 def main():
+    global PP, WORLD
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--victims", action="store_true")
     ap.add_argument("--culprit", type=int)
+    ap.add_argument("--pp", type=int, default=PP,
+                    help="pipeline stages (2: a 4-rank world, where the "
+                    "culprit and its DP twin are half the ranks)")
     a = ap.parse_args()
     if not a.victims and a.culprit is None:
         ap.error("give --victims, --culprit R or both")
     rng = random.Random(7)
+    PP = a.pp
+    WORLD = TP * PP * DP
     ranks = [Rank(r) for r in range(WORLD)]
     slow_link = (rank_of(1, 2), rank_of(1, 3)) if a.victims else None
     victims = set(slow_link) if a.victims else set()
