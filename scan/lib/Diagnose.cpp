@@ -254,9 +254,13 @@ static void splitComm(const Trace &t, const Matches &m,
 // A rank whose compute is slow and every one of whose links is slow too is
 // one fault, not several: its links only look slow because that rank is
 // late to send and to receive (a descheduled or throttled host). The link
-// findings are folded into the rank's finding. A rank with normal compute
-// keeps its link findings (a NIC or cable fault looks like that).
-static void attributeLinksToRanks(Diagnosis &d) {
+// findings are folded into the rank's finding. So is a single link of a
+// slow rank whose slowdown its compute slowdown explains (the rank's own
+// copy into the link runs at its speed: a 1.5x slower rank sends 1.5x
+// slower); a link much slower than its endpoint stays a finding. A rank
+// with normal compute keeps its link findings (a NIC or cable fault looks
+// like that).
+static void attributeLinksToRanks(Diagnosis &d, double rankThreshold) {
   std::map<int, std::pair<size_t, size_t>> touching; // rank -> (links, slow)
   std::set<std::pair<int, int>> slowLinks;
   for (const Finding &f : d.findings)
@@ -279,16 +283,39 @@ static void attributeLinksToRanks(Diagnosis &d) {
                        "rank's fault)",
                        double(n));
   }
-  if (absorbing.empty())
-    return;
-  d.findings.erase(
-      std::remove_if(d.findings.begin(), d.findings.end(),
-                     [&](const Finding &f) {
-                       return f.kind == "slow-link" &&
-                              (absorbing.count(f.src) ||
-                               absorbing.count(f.dst));
-                     }),
-      d.findings.end());
+  std::map<int, size_t> slowRank; // rank -> index of its finding
+  for (size_t i = 0; i < d.findings.size(); ++i)
+    if (d.findings[i].kind == "slow-rank")
+      slowRank[d.findings[i].rank] = i;
+  // Decide first, then erase: the notes go into findings that erasing moves.
+  std::vector<bool> drop(d.findings.size(), false);
+  for (size_t i = 0; i < d.findings.size(); ++i) {
+    const Finding &link = d.findings[i];
+    if (link.kind != "slow-link")
+      continue;
+    if (absorbing.count(link.src) || absorbing.count(link.dst)) {
+      drop[i] = true;
+      continue;
+    }
+    double slowdown = link.ratio > 0 ? 1 / link.ratio : 1e300;
+    for (int end : {link.src, link.dst}) {
+      auto it = slowRank.find(end);
+      if (it == slowRank.end() ||
+          slowdown > d.findings[it->second].ratio * (1 + rankThreshold))
+        continue;
+      d.findings[it->second].magnitude +=
+          "; link " + std::to_string(link.src) + "->" +
+          std::to_string(link.dst) +
+          fmt(" %.2fx slower, within its compute slowdown", slowdown);
+      drop[i] = true;
+      break;
+    }
+  }
+  std::vector<Finding> kept;
+  for (size_t i = 0; i < d.findings.size(); ++i)
+    if (!drop[i])
+      kept.push_back(std::move(d.findings[i]));
+  d.findings = std::move(kept);
 }
 
 
@@ -428,7 +455,7 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   }
 
   diagnoseLinks(t, m, opts, d);
-  attributeLinksToRanks(d);
+  attributeLinksToRanks(d, opts.rankThreshold);
   std::stable_sort(d.findings.begin(), d.findings.end(),
                    [](const Finding &a, const Finding &b) {
                      return a.confidence > b.confidence;

@@ -7,6 +7,7 @@ waits (victims) or one rank's device is slow (a culprit).
                                      ranks 5 and 7 run every op 1.5x slower
                                      except those right after a collective
   victim_trace.py DIR --culprit R    rank R runs every op 1.5x slower
+  ... --culprit-sends                and its sends take 1.5x longer too
   (both at once: rank R is a culprit and, if 5 or 7, a victim too)
 
 The victim pattern is what a bandwidth-capped link did to its two ends on
@@ -50,6 +51,8 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--victims", action="store_true")
     ap.add_argument("--culprit", type=int)
+    ap.add_argument("--culprit-sends", action="store_true",
+                    help="the culprit's sends take FACTOR longer too")
     ap.add_argument("--pp", type=int, default=PP,
                     help="pipeline stages (2: a 4-rank world, where the "
                     "culprit and its DP twin are half the ranks)")
@@ -76,6 +79,8 @@ def main():
         rk = ranks[src]
         rk.t += GAP_NS
         x = SLOW_LINK_NS if (src, dst) == slow_link else LINK_NS
+        if a.culprit_sends and src == a.culprit:
+            x = int(x * FACTOR)  # its own copy into the link is slow too
         rk.add(name=name, cat="comm", op="send", b=rk.t, e=rk.t + x,
                step=step, mb=mb, bytes=65536, peer=dst, tag=tag)
         rk.t += x
