@@ -64,7 +64,11 @@ View3 view3(const Tensor &t, int64_t dim) {
   return v;
 }
 
-int64_t dimAttr(const KernelArgs &a, const char *key, const Tensor &t,
+
+
+} // namespace
+
+int64_t cpu::dimAttr(const KernelArgs &a, const char *key, const Tensor &t,
                 const char *kernel) {
   int64_t d = a.attrs.getInt(key, 0);
   int r = t.rank();
@@ -76,8 +80,7 @@ int64_t dimAttr(const KernelArgs &a, const char *key, const Tensor &t,
   return d;
 }
 
-/// y must be x with dimension `dim` scaled by num/den.
-void wantScaled(const Tensor &x, const Tensor &y, int64_t dim, int64_t num,
+void cpu::wantScaled(const Tensor &x, const Tensor &y, int64_t dim, int64_t num,
                 int64_t den, const char *kernel, const CommGroup &g) {
   Shape want = x.type.shape;
   if (want.empty() || want[dim] * num % den != 0)
@@ -88,8 +91,6 @@ void wantScaled(const Tensor &x, const Tensor &y, int64_t dim, int64_t num,
     fail(kernel, " over ", g.str(), ": y has shape ", shapeStr(y.type.shape),
          ", expected ", shapeStr(want));
 }
-
-} // namespace
 
 void cpu::all_reduce(const KernelArgs &a) {
   Communicator &c = commOf(a, "all_reduce");

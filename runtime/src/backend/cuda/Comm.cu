@@ -116,17 +116,6 @@ ReduceOp reductionOf(const KernelArgs &a, const char *kernel,
   return op;
 }
 
-int64_t dimAttr(const KernelArgs &a, const char *key, const Tensor &t,
-                const char *kernel) {
-  int64_t d = a.attrs.getInt(key, 0);
-  int r = t.rank();
-  if (d < 0)
-    d += r;
-  if (d < 0 || d >= std::max(r, 1))
-    fail(kernel, ": ", key, " ", a.attrs.getInt(key, 0),
-         " out of range for rank ", r);
-  return d;
-}
 
 /// Elements before / at / after `dim`.
 struct View3 {
@@ -141,18 +130,6 @@ View3 view3(const Shape &s, int64_t dim) {
   return v;
 }
 
-/// y must be x with dimension `dim` scaled by num/den.
-void wantScaled(const Tensor &x, const Tensor &y, int64_t dim, int64_t num,
-                int64_t den, const char *kernel, const CommGroup &g) {
-  Shape want = x.type.shape;
-  if (want.empty() || want[dim] * num % den != 0)
-    fail(kernel, ": x shape ", shapeStr(x.type.shape),
-         " cannot be split over ", g.str());
-  want[dim] = want[dim] * num / den;
-  if (y.type.shape != want)
-    fail(kernel, " over ", g.str(), ": y has shape ", shapeStr(y.type.shape),
-         ", expected ", shapeStr(want));
-}
 
 /// Between [outer][n][block] (interleaved) and [n][outer][block]
 /// (member-major): toMemberMajor packs, otherwise unpacks.
@@ -293,8 +270,8 @@ void cuda::all_gather(const KernelArgs &a) {
       fail("all_gather: a single-rank group keeps the element count");
     return copyThrough(be, x, y);
   }
-  int64_t dim = dimAttr(a, "dim", x, "all_gather");
-  wantScaled(x, y, dim, n, 1, "all_gather", g);
+  int64_t dim = cpu::dimAttr(a, "dim", x, "all_gather");
+  cpu::wantScaled(x, y, dim, n, 1, "all_gather", g);
   View3 v = view3(x.type.shape, dim);
   if (v.outer == 1)
     return dc->allGather(view(x), view(y), x.numel(), g);
@@ -318,8 +295,8 @@ void cuda::reduce_scatter(const KernelArgs &a) {
     return copyThrough(be, x, y);
   }
   ReduceOp op = reductionOf(a, "reduce_scatter", "sum");
-  int64_t dim = dimAttr(a, "dim", x, "reduce_scatter");
-  wantScaled(x, y, dim, 1, n, "reduce_scatter", g);
+  int64_t dim = cpu::dimAttr(a, "dim", x, "reduce_scatter");
+  cpu::wantScaled(x, y, dim, 1, n, "reduce_scatter", g);
   View3 v = view3(y.type.shape, dim);
   if (v.outer == 1)
     return dc->reduceScatter(view(x), view(y), y.numel(), op, g);
@@ -343,8 +320,8 @@ void cuda::all_to_all(const KernelArgs &a) {
       fail("all_to_all: a single-rank group keeps the element count");
     return copyThrough(be, x, y);
   }
-  int64_t sd = dimAttr(a, "split_dim", x, "all_to_all");
-  int64_t cd = dimAttr(a, "concat_dim", x, "all_to_all");
+  int64_t sd = cpu::dimAttr(a, "split_dim", x, "all_to_all");
+  int64_t cd = cpu::dimAttr(a, "concat_dim", x, "all_to_all");
   Shape piece = x.type.shape;
   if (piece.empty() || piece[sd] % n)
     fail("all_to_all: split_dim of ", shapeStr(x.type.shape),
