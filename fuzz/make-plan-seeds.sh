@@ -26,6 +26,8 @@ if [ -x "$bin/mapp-translate" ] && [ -x "$bin/mapp-opt" ]; then
   seed gpt-micro-dropout "$s/gpt-micro-dropout.json" -mapp-autodiff \
     "-mapp-optimizer=lr-schedule=cosine warmup=2 total-steps=10"
   seed llama-micro "$s/llama-micro.json" -mapp-autodiff -mapp-optimizer -mapp-plan-memory
+  seed gpt-micro-bf16 "$s/gpt-micro.json" -mapp-autodiff -mapp-optimizer \
+    -mapp-plan-memory=activation-storage=bf16
   seed gpt-tiny "$here/../examples/gpt-tiny.json" -mapp-autodiff -mapp-optimizer
 fi
 if [ -x "$bin/mapp-make-test-plan" ]; then

@@ -30,15 +30,9 @@ D=$(cd "$(dirname "$0")" && pwd)
 STEPS=${1:-30}
 LOG=${OUT:-/tmp}/mapp-comm-log
 mkdir -p "$LOG"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONPATH=$D NCCL_NVLS_ENABLE=0 MAPP_CUDA_GEMM_TUNE=0
-BIN=/tmp/mapp-cuda-bin
-mkdir -p $BIN
-for b in mapp-run mapp-cuda-comm-test; do
-  [ -x $BIN/$b ] || { xz -dc "$D/bin/$b.xz" > $BIN/$b && chmod +x $BIN/$b; }
-done
-SUMMARY=()
-say() { echo "$*"; SUMMARY+=("$*"); }
+source "$D/common.sh"
+unpack mapp-run mapp-cuda-comm-test
 
 echo "== device collectives (mapp-cuda-comm-test)"
 if timeout 300 $BIN/mapp-cuda-comm-test 2 256 > "$LOG/commtest2.log" 2>&1 &&

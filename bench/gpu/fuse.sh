@@ -20,23 +20,16 @@ R124=${3:-2}
 R13=${4:-1}
 LOG=${OUT:-/tmp/mapp-fuse}
 mkdir -p "$LOG"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-BIN=/tmp/mapp-cuda-bin
-mkdir -p $BIN
-for b in mapp-run mapp-cuda-kernel-test; do
-  [ -x $BIN/$b ] || { xz -dc "$D/bin/$b.xz" > $BIN/$b && chmod +x $BIN/$b; }
-done
-SUMMARY=()
-FAILED=0
-say() { echo "$*"; SUMMARY+=("$*"); }
+export PYTHONPATH=$D${PYTHONPATH:+:$PYTHONPATH} # runstats.py
+source "$D/common.sh"
+unpack mapp-run mapp-cuda-kernel-test
 
 echo "== kernel test"
 if timeout 150 $BIN/mapp-cuda-kernel-test > "$LOG/fuse-kernels.log" 2>&1; then
   say "kernels: $(tail -1 "$LOG/fuse-kernels.log")"
 else
   grep FAIL "$LOG/fuse-kernels.log" | head -20
-  say "kernels: FAILED ($(tail -1 "$LOG/fuse-kernels.log"))"
-  FAILED=1
+  record "kernels: FAILED ($(tail -1 "$LOG/fuse-kernels.log"))" 1
 fi
 grep -i "fused\|fusion" "$LOG/fuse-kernels.log" | head -30
 
@@ -54,7 +47,7 @@ for c in gpt-124m gpt-1.3b; do
         "$D/plans/$c.mplan" --backend=cuda --data "$D/corpus.jsonl" \
         --tokenizer bytes --steps "$steps" --seed 11 --quiet \
         --metrics "$LOG/$c.fuse$f.r$r.jsonl" > "$LOG/$c.fuse$f.r$r.log" 2>&1 \
-        || { tail -3 "$LOG/$c.fuse$f.r$r.log"; say "$c fuse=$f: mapp-run failed"; FAILED=1; }
+        || { tail -3 "$LOG/$c.fuse$f.r$r.log"; record "$c fuse=$f: mapp-run failed" 1; }
       grep "mapp cuda fusion" "$LOG/$c.fuse$f.r$r.log" | head -1
     done
   done
@@ -63,42 +56,28 @@ for c in gpt-124m gpt-1.3b; do
   say "$c fused: ${groups:-no adam groups reported}"
   case "$groups" in "adam 0 "*|"") FAILED=1 ;; esac
   line=$(python3 - "$LOG" "$c" <<'PY'
-import glob, json, statistics, sys
+import glob, sys
+from runstats import steps, median_step_ms, max_rel_loss_diff
 log, c = sys.argv[1], sys.argv[2]
 def runs(f):
-    out = []
-    for p in sorted(glob.glob(f"{log}/{c}.fuse{f}.r*.jsonl")):
-        m = [json.loads(l) for l in open(p) if l.strip()]
-        m = [x for x in m if "step_ms" in x]
-        out.append(m)
-    return out
+    return [steps(p) for p in sorted(glob.glob(f"{log}/{c}.fuse{f}.r*.jsonl"))]
 r0, rp, r1 = runs(0), runs("pairs"), runs(1)
 if not r0 or not r1 or not r0[0] or not r1[0]:
     print(f"{c}: no metrics"); sys.exit(1)
-def median(r):
-    return statistics.median(x["step_ms"] for m in r for x in m[3:] or m)
-t0, t1 = median(r0), median(r1)
-l0, l1 = [x["loss"] for x in r0[0]], [x["loss"] for x in r1[0]]
-diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(l0, l1))
+t0, t1 = median_step_ms(*r0), median_step_ms(*r1)
+diff = max_rel_loss_diff(r0[0], r1[0])
 ok = diff <= 2e-2
 opt = ""
 if rp and rp[0]:
-    tp = median(rp)
+    tp = median_step_ms(*rp)
     opt = (f"; optimizer groups alone: {tp:.1f} -> {t1:.1f} ms/step "
            f"({tp / t1:.3f}x)")
 print(f"{c}: unfused {t0:.1f} ms/step, fused {t1:.1f} ms/step, speedup "
-      f"{t0 / t1:.3f}x; max rel loss diff {diff:.2e} over {len(l0)} steps "
+      f"{t0 / t1:.3f}x; max rel loss diff {diff:.2e} over {len(r0[0])} steps "
       f"{'ok' if ok else 'FAIL (> 2e-2)'}{opt}")
 sys.exit(0 if ok else 1)
 PY
 )
-  rc=$?
-  say "$line"
-  [ $rc -ne 0 ] && FAILED=1
+  record "$line" $?
 done
-
-echo
-echo "================ fuse summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader))"
-printf '%s\n' "${SUMMARY[@]}"
-[ $FAILED -eq 0 ] && echo "PASS" || echo "FAIL"
-exit $FAILED
+finish fuse

@@ -4,8 +4,10 @@
 # runtime binaries, compiled plans (+ initial weights for the e2e checks), the
 # python reference package and the scripts. Run on the development machine:
 #   bench/gpu/prepare.sh [BUILD_DIR]      (BUILD_DIR has mapp-run & co., built
-#   with -DMAPP_ENABLE_CUDA=ON -DMAPP_ENABLE_MPI=OFF so nothing needs libmpi)
-# mapp-opt / mapp-translate come from $MAPP_BIN (default build/bin).
+#   with -DMAPP_ENABLE_CUDA=ON -DMAPP_ENABLE_MPI=OFF so nothing needs libmpi;
+#   it is rebuilt first)
+# mapp-opt / mapp-translate / mapp-scan come from $MAPP_BIN (default
+# build/bin).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -14,6 +16,26 @@ BIN=${MAPP_BIN:-build/bin}
 OUT=${OUT_DIR:-/work/main/gpu/cuda}
 OPT="lr=1e-3 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
 BENCH_OPT="lr=3e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
+# Activations planned at 2 bytes an element, as the CUDA backend stores them
+# (the report remark goes to the log as one line).
+BF16=(-mapp-plan-memory=activation-storage=bf16 -mlir-print-op-on-diagnostic=false)
+# Bring the binaries up to date first (when DIR or its parent is a Ninja
+# build): a stale or half-rebuilt runtime (a header changed under a build:
+# objects with two vtable layouts) only fails on the device, where every
+# try costs lease time.
+refresh() { # DIR TARGET...
+  local d=$1
+  shift
+  for b in "$d" "$d/.."; do
+    if [ -f "$b/build.ninja" ]; then
+      ninja -C "$b" "$@"
+      return
+    fi
+  done
+}
+refresh "$BUILD" mapp-run mapp-cuda-kernel-test mapp-attn-bench \
+  mapp-cuda-trace-test mapp-cuda-probe-test mapp-cuda-comm-test
+refresh "$BIN" mapp-opt mapp-translate mapp-scan
 rm -rf "$OUT" && mkdir -p "$OUT/plans" "$OUT/bin"
 # xz: the binaries carry static OpenBLAS and cudart (~30 MB each); the device
 # tool's tree limit is 64 MiB. gpu.sh unpacks them.
@@ -21,7 +43,7 @@ for b in mapp-run mapp-cuda-kernel-test; do
   xz -T2 -6 -c "$BUILD/$b" > "$OUT/bin/$b.xz"
 done
 cp -r python/mapp "$OUT/mapp"
-cp bench/gpu/*.py bench/gpu.sh "$OUT/"
+cp bench/gpu/*.py bench/gpu/common.sh bench/gpu.sh "$OUT/"
 cp -r bench/gpu/configs "$OUT/configs"
 cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
 for c in gpt-tiny-e2e gpt-e2e llama-e2e; do
@@ -31,14 +53,14 @@ for c in gpt-tiny-e2e gpt-e2e llama-e2e; do
     --config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir" \
     --weights /tmp/mapp-prepare-init.safetensors --seed 7
   "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$OPT" \
-    -o "$OUT/plans/$c.train.mlir"
+    "${BF16[@]}" -o "$OUT/plans/$c.train.mlir"
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.mplan"
   rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
 done
 for c in gpt-124m gpt-1.3b; do
   "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
   "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
-    -o "$OUT/plans/$c.train.mlir"
+    "${BF16[@]}" -o "$OUT/plans/$c.train.mlir"
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.mplan"
   rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
 done
@@ -54,13 +76,13 @@ cp bench/gpu/attn.sh "$OUT/"
 for c in gpt-124m gpt-1.3b; do
   "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
   "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
-    -mapp-insert-trace=granularity=op -o "$OUT/plans/$c.traced.mlir"
+    -mapp-insert-trace=granularity=op "${BF16[@]}" -o "$OUT/plans/$c.traced.mlir"
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.traced.mlir" -o "$OUT/plans/$c.traced.mplan"
   rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.traced.mlir"
 done
-for b in mapp-cuda-trace-test mapp-scan; do
-  xz -T2 -6 -c "$BUILD/$b" > "$OUT/bin/$b.xz"
-done
+# mapp-scan has no CUDA code: it comes from the main build, with mapp-opt.
+xz -T2 -6 -c "$BUILD/mapp-cuda-trace-test" > "$OUT/bin/mapp-cuda-trace-test.xz"
+xz -T2 -6 -c "$BIN/mapp-scan" > "$OUT/bin/mapp-scan.xz"
 cp bench/gpu/trace.sh "$OUT/"
 # --- end trace
 # --- scope (bench/gpu/scope.sh): the device probe test, plans with probes
@@ -68,7 +90,7 @@ xz -T2 -6 -c "$BUILD/mapp-cuda-probe-test" > "$OUT/bin/mapp-cuda-probe-test.xz"
 cp bench/gpu/scope.sh "$OUT/"
 scope_plan() { # config spec optimizer out
   "$BIN/mapp-translate" --import-gpt-config "bench/gpu/configs/$1.json" -o "$OUT/plans/$4.mlir"
-  "$BIN/mapp-opt" "$OUT/plans/$4.mlir" -mapp-autodiff "-mapp-optimizer=$3" \
+  "$BIN/mapp-opt" "$OUT/plans/$4.mlir" -mapp-autodiff "-mapp-optimizer=$3" "${BF16[@]}" \
     "-mapp-insert-probes=spec=bench/gpu/scope/$2.json" -o "$OUT/plans/$4.train.mlir"
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$4.train.mlir" -o "$OUT/plans/$4.mplan"
   rm "$OUT/plans/$4.mlir" "$OUT/plans/$4.train.mlir"
@@ -92,32 +114,43 @@ for rows in 8 2; do
     --config /tmp/mapp-comm-cfg$rows.json -o /tmp/mapp-comm-$rows.mlir --seed 7
 done
 "$BIN/mapp-opt" /tmp/mapp-comm-8.mlir -mapp-autodiff "-mapp-optimizer=$COMM_OPT" \
-  -o /tmp/mapp-comm-ref.mlir
+  "${BF16[@]}" -o /tmp/mapp-comm-ref.mlir
 "$BIN/mapp-translate" --mapp-to-plan /tmp/mapp-comm-ref.mlir -o "$OUT/plans/comm/single.mplan"
 for layout in "2 1 1" "1 2 1" "1 1 2" "2 2 1"; do
   read -r tp pp dp <<< "$layout"
   micro=$((8 / (2 * dp)))
   "$BIN/mapp-opt" /tmp/mapp-comm-2.mlir \
     "--mapp-train-pipeline=tp=$tp pp=$pp dp=$dp chunks=1 microbatches=$micro schedule=1f1b $COMM_OPT" \
-    -o /tmp/mapp-comm-par.mlir
+    "${BF16[@]}" -o /tmp/mapp-comm-par.mlir
   "$BIN/mapp-translate" --mapp-to-plan /tmp/mapp-comm-par.mlir \
     -o "$OUT/plans/comm/tp${tp}pp${pp}dp${dp}.mplan"
 done
 rm -f /tmp/mapp-comm-*.mlir /tmp/mapp-comm-cfg*.json
 # --- end comm
-# --- alias (bench/gpu/alias.sh): the bench plans again with every reshape
-# copied (--mapp-plan-copy-reshapes), and the memory plan's figures.
-cp bench/gpu/alias.sh "$OUT/"
+# --- planab (bench/gpu/planab.sh): the bench plans without one plan-level
+# optimization each (copy: every reshape copies; noconcat: the qkv gradient
+# as slice_grads + adds; f32arena: fp32-sized activation slots), and the
+# memory plan's figures of each.
+cp bench/gpu/planab.sh "$OUT/"
+plan_stats() { # train.mlir out.txt (its mapp.activation_storage applies)
+  "$BIN/mapp-opt" "$1" -mapp-plan-memory -o /dev/null 2>&1 |
+    sed -n 's/.* arena \([0-9]*\) B (.*reshapes: \(.*\)$/arena \1 B, reshapes \2/p' > "$2"
+}
 for c in gpt-124m gpt-1.3b; do
-  "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
-  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
-    -o "$OUT/plans/$c.train.mlir"
-  "$BIN/mapp-translate" --mapp-to-plan --mapp-plan-copy-reshapes \
-    "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.copy.mplan"
-  "$BIN/mapp-opt" "$OUT/plans/$c.train.mlir" -mapp-plan-memory -o /dev/null 2>&1 |
-    sed -n 's/.* arena \([0-9]*\) B (.*reshapes: \(.*\)$/arena \1 B, reshapes \2/p' \
-    > "$OUT/plans/$c.alias-stats.txt"
-  rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
+  P="$OUT/plans/$c"
+  "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$P.mlir"
+  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" -o "$P.f32.mlir"
+  "$BIN/mapp-opt" "$P.f32.mlir" "${BF16[@]}" -o "$P.train.mlir"
+  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff=concat-slice-grads=false \
+    "-mapp-optimizer=$BENCH_OPT" "${BF16[@]}" -o "$P.noconcat.mlir"
+  "$BIN/mapp-translate" --mapp-to-plan --mapp-plan-copy-reshapes "$P.train.mlir" -o "$P.copy.mplan"
+  "$BIN/mapp-translate" --mapp-to-plan "$P.noconcat.mlir" -o "$P.noconcat.mplan"
+  "$BIN/mapp-translate" --mapp-to-plan "$P.f32.mlir" -o "$P.f32arena.mplan"
+  plan_stats "$P.train.mlir" "$P.base.stats.txt"
+  plan_stats "$P.noconcat.mlir" "$P.noconcat.stats.txt"
+  plan_stats "$P.f32.mlir" "$P.f32arena.stats.txt"
+  echo "arena without reshape views: see the copy run's peak" > "$P.copy.stats.txt"
+  rm "$P.mlir" "$P.f32.mlir" "$P.train.mlir" "$P.noconcat.mlir"
 done
-# --- end alias
+# --- end planab
 du -sh "$OUT"

@@ -19,18 +19,12 @@ STEPS=${1:-14}
 SKIP=4
 LOG=/tmp/mapp-scope
 rm -rf $LOG && mkdir -p $LOG
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
-BIN=/tmp/mapp-cuda-bin
-mkdir -p $BIN
-for b in mapp-run mapp-cuda-probe-test; do
-  [ -x $BIN/$b ] || { xz -dc "$D/bin/$b.xz" > $BIN/$b && chmod +x $BIN/$b; }
-done
+source "$D/common.sh"
+unpack mapp-run mapp-cuda-probe-test
 RUN=$BIN/mapp-run
 ST="python3 $D/scope_stats.py"
-SUMMARY=()
 FAILS=0
-say() { echo "$*"; SUMMARY+=("$*"); }
 verdict() { # name rc text
   [ "$2" = 0 ] || FAILS=$((FAILS + 1))
   say "$([ "$2" = 0 ] && echo PASS || echo FAIL) $1: $3"

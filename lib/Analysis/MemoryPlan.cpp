@@ -101,6 +101,51 @@ findReshapeAliases(const StepStructure &step,
   return aliases;
 }
 
+FailureOr<bool> mapp::bf16Activations(ModuleOp module) {
+  Attribute a = module->getAttr(kActivationStorageAttr);
+  if (!a)
+    return false;
+  auto s = dyn_cast<StringAttr>(a);
+  if (!s || (s.getValue() != "f32" && s.getValue() != "bf16"))
+    return module.emitError(kActivationStorageAttr)
+           << " must be \"f32\" or \"bf16\", got " << a;
+  return s.getValue() == "bf16";
+}
+
+/// The arena values stored as bf16 (see planStageMemory): canonical values
+/// and alias results; `arena` holds the storage owners.
+static llvm::DenseSet<Value>
+findBf16Values(const StepStructure &step, ArrayRef<const StepBlock *> blocks,
+               ArrayRef<Value> arena,
+               const llvm::DenseMap<Value, Value> &aliasOf) {
+  llvm::DenseSet<Value> feedsGrad;
+  for (const StepBlock *b : blocks)
+    b->func.walk([&](GradAccumulateOp op) {
+      Value g = step.canonical(op.getGrad());
+      feedsGrad.insert(g);
+      if (auto a = aliasOf.find(g); a != aliasOf.end())
+        feedsGrad.insert(a->second);
+    });
+  auto qualifies = [&](Value v) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t && t.getElementType().isF32() && t.getRank() >= 2 &&
+           !feedsGrad.contains(v);
+  };
+  llvm::DenseMap<Value, bool> owner;
+  for (Value v : arena)
+    owner[v] = qualifies(v);
+  for (auto &[result, storage] : aliasOf)
+    owner[storage] = owner.lookup(storage) && qualifies(result);
+  llvm::DenseSet<Value> bf16;
+  for (auto &[v, ok] : owner)
+    if (ok)
+      bf16.insert(v);
+  for (auto &[result, storage] : aliasOf)
+    if (bf16.contains(storage))
+      bf16.insert(result);
+  return bf16;
+}
+
 namespace {
 struct Interval {
   Value value;
@@ -201,6 +246,20 @@ FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
           return failure();
       }
     }
+  }
+
+  FailureOr<bool> bf16 = bf16Activations(module);
+  if (failed(bf16))
+    return failure();
+  if (*bf16) {
+    SmallVector<Value> arena;
+    for (auto &[v, iv] : live)
+      arena.push_back(v);
+    mem.bf16 = findBf16Values(step, blocks, arena, mem.aliasOf);
+    for (auto &[v, iv] : live)
+      if (mem.bf16.contains(v))
+        iv.bytes = alignUp(cast<RankedTensorType>(v.getType()).getNumElements() *
+                           2);
   }
 
   // Greedy best placement, biggest first: each value takes the lowest offset

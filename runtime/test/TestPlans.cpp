@@ -42,7 +42,7 @@ flatbuffers::Offset<fb::Program> buildProgram(flatbuffers::FlatBufferBuilder &b,
   uint64_t arena = 0, pool = 0;
   std::vector<flatbuffers::Offset<fb::Value>> vals;
   for (const TValue &v : ps.values) {
-    uint64_t bytes = numel(v.shape) * dtypeSize(v.dtype);
+    uint64_t bytes = numel(v.shape) * (v.storageBf16 ? 2 : dtypeSize(v.dtype));
     uint64_t &space = inArena(v.kind) ? arena : pool;
     uint64_t off = space;
     space += (bytes + 63) / 64 * 64;
@@ -55,7 +55,7 @@ flatbuffers::Offset<fb::Program> buildProgram(flatbuffers::FlatBufferBuilder &b,
         static_cast<fb::DType>(v.dtype), b.CreateVector(v.shape), off, bytes,
         v.param, v.shardDim,
         v.shardGroup.empty() ? 0 : b.CreateString(v.shardGroup),
-        v.shardBlocks));
+        v.shardBlocks, v.storageBf16));
   }
   std::vector<flatbuffers::Offset<fb::Block>> blks;
   for (const TBlock &blk : ps.blocks) {

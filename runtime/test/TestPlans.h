@@ -26,6 +26,7 @@ struct TValue {
   int shardDim = -1; // Param sharding (plan.fbs)
   std::string shardGroup;
   int shardBlocks = 1;
+  bool storageBf16 = false; // plan.fbs storage_bf16 (bytes: numel * 2)
 };
 struct TInstr {
   std::string kernel;

@@ -367,6 +367,14 @@ std::vector<Case> cases() {
   add({"layer_norm_grad", "layer_norm_grad", {}, {{f32({B, T, H})}, {f32({B, T, H})}, {f32({H})}}, {f32({B, T, H}), f32({H}), f32({H})}, 1e-5, 2e-2});
   add({"rms_norm", "rms_norm", {}, {{f32({B, T, H})}, {f32({H})}}, {f32({B, T, H})}});
   add({"rms_norm_grad", "rms_norm_grad", {}, {{f32({B, T, H})}, {f32({B, T, H})}, {f32({H})}}, {f32({B, T, H}), f32({H})}, 1e-5, 2e-2});
+  // Widths past one warp's 256-column stride (8-element path) and not a
+  // multiple of 8 (scalar path).
+  for (int64_t w : {int64_t(2056), int64_t(36)}) {
+    std::string n = " h" + std::to_string(w);
+    add({"layer_norm" + n, "layer_norm", {}, {{f32({3, 41, w})}, {f32({w})}, {f32({w})}}, {f32({3, 41, w})}});
+    add({"layer_norm_grad" + n, "layer_norm_grad", {}, {{f32({3, 41, w})}, {f32({3, 41, w})}, {f32({w})}}, {f32({3, 41, w}), f32({w}), f32({w})}, 1e-5, 2e-2});
+    add({"rms_norm_grad" + n, "rms_norm_grad", {}, {{f32({3, 41, w})}, {f32({3, 41, w})}, {f32({w})}}, {f32({3, 41, w}), f32({w})}, 1e-5, 2e-2});
+  }
   add({"softmax", "softmax", {}, {{f32({B, T, 33})}}, {f32({B, T, 33})}});
   add({"softmax_grad", "softmax_grad", {}, {{f32({B, T, 33})}, {f32({B, T, 33}), Gen::Positive}}, {f32({B, T, 33})}});
   add({"dropout p=0.3", "dropout", attrs({{"p", 0.3}, {"seed", 7}}), {{f32({B, T, H})}}, {f32({B, T, H})}, 1e-5, 1e-2, false, {}, "", {}, 5});
@@ -427,6 +435,14 @@ std::vector<Case> cases() {
     add(g);
     Case k{"concat", "concat", attrs({{"dim", -1}}), {{f32({B, T, 32})}, {f32({B, T, 64})}}, {f32({B, T, 96})}};
     add(k);
+    // The qkv gradient's shape (one vectorized pass), a middle dim (windows
+    // of whole rows), and widths that are not multiples of 8 (generic path).
+    Case q{"concat qkv (vectorized)", "concat", attrs({{"dim", 2}}), {{f32({B, T, H})}, {f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, 3 * H})}};
+    add(q);
+    Case m{"concat dim 1 (vectorized)", "concat", attrs({{"dim", 1}}), {{f32({B, 3, H})}, {f32({B, T, H})}}, {f32({B, T + 3, H})}};
+    add(m);
+    Case u{"concat odd widths (generic)", "concat", attrs({{"dim", -1}}), {{f32({B, T, 12})}, {f32({B, T, 20})}, {f32({B, T, 5})}}, {f32({B, T, 37})}};
+    add(u);
   }
   add({"fill", "fill", attrs({{"value", 2.5}}), {}, {f32({B, T, H})}});
   add({"grad_accumulate", "grad_accumulate", {}, {{f32({B, H})}}, {f32({B, H})}});

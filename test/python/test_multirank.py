@@ -6,13 +6,14 @@ ranks (parallelMlpPlan: column/row-parallel linears with tp all-reduces,
 reproduce the single-rank run of the same global batch — loss and grad_norm
 within 1e-5 relative for 20 steps, final parameters gathered by --save, the
 batches every dp rank used — with the thread world (--comm=local) and with
-one MPI process per rank (--comm=mpi). Then the failure paths, trace
-sampling, and MegaScan finding an injected slow rank.
+one MPI process per rank (--comm=mpi). Then the failure paths and trace
+sampling. MegaScan's diagnosis of real runs: test_scan_scenarios.py.
 
-Tools: $MAPP_RUN, $MAPP_MAKE_TEST_PLAN, $MAPP_SCAN, else $MAPP_BIN or
+Tools: $MAPP_RUN, $MAPP_MAKE_TEST_PLAN, else $MAPP_BIN or
 build/bin.
 """
 import json
+import re
 import os
 import pathlib
 import shutil
@@ -37,7 +38,6 @@ def tool(env, name):
 
 MAPP_RUN = tool("MAPP_RUN", "mapp-run")
 MAKE_PLAN = tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
-MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
 MPIRUN = shutil.which("mpirun")
 CORPUS = REPO / "data" / "gpt" / "news-1k.jsonl"
 pytestmark = pytest.mark.skipif(MAPP_RUN is None or MAKE_PLAN is None,
@@ -145,6 +145,27 @@ def test_prints_rank_coordinates(tmp_path):
     assert "rank 5 = (dp 0, pp 1, tp 1) of world 8 (tp 2, dp 2, pp 2)" in r.stdout
 
 
+def threads_per_rank(stdout):
+    return sorted(int(m) for m in re.findall(r"(\d+) CPU thread\(s\)", stdout))
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
+def test_mpi_ranks_share_the_hosts_cores(tmp_path):
+    """Four processes on one host take a quarter of its cores each (at least
+    one), as four rank threads of one process do; --threads overrides."""
+    if not mpi_has_comm():
+        pytest.skip("mapp-run built without MPI")
+    make_plan(tmp_path / "p.mplan", pp=2, dp=2)
+    base = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", 4, MAPP_RUN,
+            tmp_path / "p.mplan", "--data", CORPUS, "--tokenizer", "bytes",
+            "--steps", 1, "--comm=mpi"]
+    share = max(1, os.cpu_count() // 4)
+    assert threads_per_rank(run(base).stdout) == [share] * 4
+    assert threads_per_rank(run(base + ["--threads", 3]).stdout) == [3] * 4
+    local = run([MAPP_RUN, *base[6:-1]]).stdout
+    assert threads_per_rank(local) == [share] * 4
+
+
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
 def test_mpi_world_size_mismatch_is_a_clear_error(tmp_path):
     if not mpi_has_comm():
@@ -236,24 +257,3 @@ def test_trace_sample_flag_overrides_the_plan(tmp_path):
         assert r.returncode == 2 and msg in r.stderr, (bad, r.stderr)
     r = run(base + ["--trace-sample", "2:1"], check=False)
     assert r.returncode == 2 and "needs --trace-dir" in r.stderr, r.stderr
-
-
-@pytest.mark.skipif(MAPP_SCAN is None, reason="mapp-scan not built")
-@pytest.mark.parametrize("comm", ["local", "mpi"])
-def test_megascan_names_injected_slow_rank(tmp_path, comm):
-    if comm == "mpi" and (MPIRUN is None or not mpi_has_comm()):
-        pytest.skip("no MPI")
-    make_plan(tmp_path / "p.mplan", pp=2, dp=2, extra=["trace=1"])
-    slow = 3 if comm == "local" else 1
-    args = [tmp_path / "p.mplan", "--data", CORPUS, "--tokenizer", "bytes",
-            "--steps", 4, "--quiet", "--trace-dir", tmp_path / "tr",
-            "--inject", f"slow-compute:rank={slow},factor=3"]
-    if comm == "mpi":
-        run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", 4, MAPP_RUN,
-             *args, "--comm=mpi"])
-    else:
-        run([MAPP_RUN, *args, "--threads", 1])
-    run([MAPP_SCAN, tmp_path / "tr", "--report", tmp_path / "r.json", "-q"])
-    rep = json.loads((tmp_path / "r.json").read_text())
-    slow_ranks = [f["rank"] for f in rep["findings"] if f["kind"] == "slow-rank"]
-    assert slow_ranks == [slow], rep["findings"]

@@ -178,3 +178,58 @@ TEST(PlanLoader, ReshapeAliasMustShareItsInputStorage) {
             std::string::npos)
       << errorOf(g);
 }
+
+// storage_bf16 (plan.fbs): only an f32 Temp of rank >= 2, whose bytes are
+// numel * 2; withF32Storage doubles the arena for backends that store fp32.
+TEST(PlanLoader, Bf16StorageIsCheckedAndWidens) {
+  PlanSpec s = mlpPlan(small());
+  int act = -1, input = -1, param = -1;
+  for (size_t i = 0; i < s.values.size(); ++i) {
+    const TValue &v = s.values[i];
+    if (act < 0 && v.kind == ValueKind::Temp && v.dtype == DType::F32 &&
+        v.shape.size() >= 2)
+      act = static_cast<int>(i);
+    if (input < 0 && v.kind == ValueKind::Input)
+      input = static_cast<int>(i);
+    if (param < 0 && v.kind == ValueKind::Param)
+      param = static_cast<int>(i);
+  }
+  ASSERT_GE(act, 0);
+  ASSERT_GE(input, 0);
+  ASSERT_GE(param, 0);
+  s.values[act].storageBf16 = true;
+  Plan p = parse(s.build());
+  const Program &prog = p.programs[0];
+  ASSERT_TRUE(prog.values[act].storedBf16);
+  EXPECT_EQ(prog.values[act].bytes,
+            static_cast<uint64_t>(prog.values[act].type.numel()) * 2);
+  EXPECT_TRUE(hasBf16Storage(prog));
+
+  Program wide = withF32Storage(prog);
+  EXPECT_FALSE(hasBf16Storage(wide));
+  EXPECT_EQ(wide.arenaBytes, 2 * prog.arenaBytes);
+  EXPECT_EQ(wide.persistentBytes, prog.persistentBytes);
+  for (size_t i = 0; i < prog.values.size(); ++i) {
+    const Value &a = prog.values[i], &w = wide.values[i];
+    EXPECT_EQ(w.offset, inArena(a.kind) ? 2 * a.offset : a.offset) << a.name;
+    EXPECT_EQ(w.bytes, static_cast<uint64_t>(a.type.numel()) *
+                           dtypeSize(a.type.dtype))
+        << a.name;
+    EXPECT_LE(w.offset + w.bytes, inArena(a.kind) ? wide.arenaBytes
+                                                  : wide.persistentBytes);
+  }
+
+  // An fp32 size with the flag set, and the flag on values it does not fit.
+  s.values[act].bytes = numel(s.values[act].shape) * 4;
+  EXPECT_NE(errorOf(s).find("stored as bf16 needs"), std::string::npos)
+      << errorOf(s);
+  s.values[act].bytes = -1;
+  for (int v : {input, param}) {
+    PlanSpec t = mlpPlan(small());
+    t.values[v].storageBf16 = true;
+    EXPECT_NE(errorOf(t).find("storage_bf16 is only for an f32 Temp of rank "
+                              ">= 2"),
+              std::string::npos)
+        << errorOf(t);
+  }
+}

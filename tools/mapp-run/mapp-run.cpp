@@ -69,7 +69,8 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --metrics FILE             one JSON object per step (jsonl)
   --dump-batches FILE        write every microbatch's tokens/targets (jsonl)
   --threads K                CPU worker threads per rank (default: the cores
-                             divided by the ranks this process runs)
+                             divided by the ranks this process or, under
+                             mpirun, this host runs)
   --probe-db FILE            MegaScope: record the plan's probes, step metrics
                              and generated tokens in a SQLite store
   --probe-control FILE|PORT  MegaScope: take perturbation switch changes from a
@@ -522,12 +523,12 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     trace->close();
 }
 
-void printCoords(const Plan &plan, int rank) {
+void printCoords(const Plan &plan, int rank, int threads) {
   Layout l{plan.tp, plan.dp, plan.pp};
   std::printf("mapp-run: rank %d = (dp %d, pp %d, tp %d) of world %d "
-              "(tp %d, dp %d, pp %d)\n",
+              "(tp %d, dp %d, pp %d), %d CPU thread(s)\n",
               rank, l.dpOf(rank), l.ppOf(rank), l.tpOf(rank), plan.worldSize,
-              plan.tp, plan.dp, plan.pp);
+              plan.tp, plan.dp, plan.pp, threads);
 }
 
 int hardwareThreads() {
@@ -570,9 +571,14 @@ int run(const Options &o) {
       mpiFinalize();
       return 1;
     }
+    // Processes that share a host share its cores: as many threads each as
+    // leaves one per core, the same split as one process's rank threads.
+    if (!sh.threadsPerRank)
+      sh.threadsPerRank =
+          std::max(1, hardwareThreads() / comm->ranksOnThisHost());
     try {
       if (!o.quiet)
-        printCoords(plan, rank), std::fflush(stdout);
+        printCoords(plan, rank, sh.threadsPerRank), std::fflush(stdout);
       runRank(sh, std::move(comm));
     } catch (const std::exception &e) {
       // One write, so ranks' messages do not interleave mid-line.
@@ -602,7 +608,7 @@ int run(const Options &o) {
   }
   if (!o.quiet)
     for (int r = 0; r < n; ++r)
-      printCoords(plan, r);
+      printCoords(plan, r, sh.threadsPerRank);
   // NCCL_NVLS_ENABLE=0 unless set: NVLink SHARP multicast is not usable on
   // the lent machines and a failed probe for it costs a hang at init.
   if (o.comm == "nccl")

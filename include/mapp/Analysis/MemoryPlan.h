@@ -37,6 +37,9 @@ struct StageMemory {
   llvm::DenseMap<mlir::Value, mlir::Value> aliasOf;
   /// Reshapes that keep their own storage (and copy).
   int64_t copiedReshapes = 0;
+  /// Arena values stored as bf16 (2 bytes an element) under
+  /// `mapp.activation_storage = "bf16"`; alias results are listed too.
+  llvm::DenseSet<mlir::Value> bf16;
   uint64_t arenaBytes = 0;      // one microbatch slot
   uint64_t naiveArenaBytes = 0; // without reuse, for the report
   uint64_t persistentBytes = 0;
@@ -45,8 +48,14 @@ struct StageMemory {
 };
 
 /// Plans one stage; fails with a located error on IR it cannot place
-/// (dynamic shapes, unknown parameters). `aliasReshapes = false` gives every
-/// reshape its own storage (a copy), for measuring what aliasing saves.
+/// (dynamic shapes, unknown parameters, an unknown activation storage).
+/// `aliasReshapes = false` gives every reshape its own storage (a copy), for
+/// measuring what aliasing saves. The module's `mapp.activation_storage`
+/// ("f32", the default, or "bf16") sizes activations: under "bf16", every
+/// f32 arena value of rank >= 2 takes 2 bytes an element, except operands of
+/// grad_accumulate (parameter-gradient contributions stay fp32 like the Grad
+/// buffers they feed) and alias chains with such a member or a member of
+/// rank < 2 (one buffer, one storage type).
 mlir::FailureOr<StageMemory> planStageMemory(mlir::ModuleOp module,
                                              const StepStructure &step,
                                              int64_t stage,
@@ -55,6 +64,12 @@ mlir::FailureOr<StageMemory> planStageMemory(mlir::ModuleOp module,
 /// Microbatches whose activations are alive at once on `stage`, from the
 /// module's mapp.schedule table (1 without one).
 int64_t inFlightMicrobatches(mlir::ModuleOp module, int64_t stage);
+
+/// The module attribute that selects activation storage, and its values.
+constexpr llvm::StringLiteral kActivationStorageAttr = "mapp.activation_storage";
+/// Whether `mapp.activation_storage` asks for bf16 activations; a located
+/// error for a value other than "f32" or "bf16".
+mlir::FailureOr<bool> bf16Activations(mlir::ModuleOp module);
 
 /// Whether the value lives in the persistent pool rather than the arena.
 bool isPersistentAlias(mlir::Value v);

@@ -25,8 +25,16 @@ def MappAutodiff : Pass<"mapp-autodiff", "::mlir::ModuleOp"> {
     backward can later be split into input- and weight-gradient parts.
     An op on the differentiated path without a gradient rule is an error
     naming that op.
+
+    The gradient of a value read through disjoint slices (the fused qkv
+    projection's q, k and v) is summed as one `mapp.concat` of the slices'
+    gradients instead of adds of full-size `mapp.slice_grad`s (`mapp.add`'s
+    canonicalization, applied to the backward; exact).
   }];
   let options = [
+    Option<"concatSliceGrads", "concat-slice-grads", "bool", "true",
+           "Sum gradients of disjoint slices as one concat (false keeps the "
+           "slice_grad + add chain, for A/B measurements)">,
     Option<"lossScale", "loss-scale", "double", "1.0",
            "Gradient seed d(loss); 1/num_microbatches averages microbatches">,
     Option<"entry", "entry", "std::string", "\"forward\"",
@@ -302,7 +310,19 @@ def MappPlanMemory : Pass<"mapp-plan-memory", "::mlir::ModuleOp"> {
     per stage (peak = persistent + slots × arena, and the arena without
     reuse) and records `mapp.memory` on the module. The plan writer uses the
     same analysis, so the report is what the runtime allocates.
+
+    `activation-storage=bf16` records `mapp.activation_storage = "bf16"` on
+    the module: activations (f32 arena values of rank ≥ 2, apart from
+    parameter-gradient contributions) are then planned at 2 bytes an
+    element and marked `storage_bf16` in the plan, as the CUDA backend
+    stores them — half the arena of an fp32 plan. A backend that stores
+    fp32 (the CPU) runs such a plan with the arena doubled.
   }];
+  let options = [
+    Option<"activationStorage", "activation-storage", "std::string", "\"\"",
+           "Storage of activations: f32 or bf16 (empty: the module's "
+           "mapp.activation_storage, else f32)">,
+  ];
 }
 
 def MappCostReport : Pass<"mapp-cost-report", "::mlir::ModuleOp"> {

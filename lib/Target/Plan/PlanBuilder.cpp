@@ -175,6 +175,10 @@ private:
       name = v.getDefiningOp()->getName().stripDialect().str();
     }
     int32_t id = addValue(name, kind, t, *dt, off->second);
+    if (mem.bf16.contains(v)) {
+      prog.values[id]->storage_bf16 = true;
+      prog.values[id]->bytes = t.getNumElements() * 2;
+    }
     ids[v] = id;
     if (kind == fb::ValueKind::Input)
       (name == "tokens" ? prog.tokens : prog.targets) = id;

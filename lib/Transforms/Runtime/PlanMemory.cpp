@@ -25,6 +25,16 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
   using Base::Base;
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (!activationStorage.empty()) {
+      if (activationStorage != "f32" && activationStorage != "bf16") {
+        module.emitError("mapp-plan-memory: activation-storage must be f32 or "
+                         "bf16, got '")
+            << activationStorage << "'";
+        return signalPassFailure();
+      }
+      module->setAttr(kActivationStorageAttr,
+                      StringAttr::get(&getContext(), activationStorage));
+    }
     FailureOr<StepStructure> step = StepStructure::analyze(module);
     if (failed(step))
       return signalPassFailure();
@@ -41,7 +51,8 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
                           << mem->arenaBytes << " B (" << mem->naiveArenaBytes
                           << " B without reuse); reshapes: "
                           << mem->aliasOf.size() << " aliased, "
-                          << mem->copiedReshapes << " copied";
+                          << mem->copiedReshapes << " copied; "
+                          << mem->bf16.size() << " values stored bf16";
       stages.push_back(b.getDictionaryAttr({
           b.getNamedAttr("stage", b.getI64IntegerAttr(s)),
           b.getNamedAttr("arena_bytes", b.getI64IntegerAttr(mem->arenaBytes)),

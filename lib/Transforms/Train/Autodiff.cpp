@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -313,6 +314,21 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
     fwd.setType(FunctionType::get(ctx, body.getArgumentTypes(), resultTypes));
     fwd.setSymName(fwdName);
     fwd->setAttr("mapp.phase", StringAttr::get(ctx, "forward"));
+    return concatSliceGrads ? sumSliceGradsAsConcat(bwd) : success();
+  }
+
+  /// Rewrites the backward's sums of disjoint slice gradients into concats
+  /// (AddOp's canonicalization); touches no other op.
+  LogicalResult sumSliceGradsAsConcat(func::FuncOp bwd) {
+    RewritePatternSet patterns(&getContext());
+    AddOp::getCanonicalizationPatterns(patterns, &getContext());
+    SmallVector<Operation *> adds;
+    bwd.walk([&](AddOp op) { adds.push_back(op); });
+    GreedyRewriteConfig config;
+    config.strictMode = GreedyRewriteStrictness::ExistingAndNewOps;
+    if (failed(applyOpPatternsAndFold(adds, std::move(patterns), config)))
+      return bwd.emitError("mapp-autodiff: summing slice gradients did not "
+                           "converge");
     return success();
   }
 };

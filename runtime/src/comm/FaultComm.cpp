@@ -136,6 +136,7 @@ public:
   void barrier() override { c_->barrier(); }
   void flush() override { c_->flush(); }
   bool sharesAddressSpace() const override { return c_->sharesAddressSpace(); }
+  int ranksOnThisHost() const override { return c_->ranksOnThisHost(); }
   void *deviceImpl() const override { return c_->deviceImpl(); }
   int deviceOrdinal() const override { return c_->deviceOrdinal(); }
 

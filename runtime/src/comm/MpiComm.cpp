@@ -70,6 +70,12 @@ public:
     int flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     tagUb_ = flag ? *static_cast<int *>(ub) : 32767;
+    MPI_Comm host;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_,
+                              MPI_INFO_NULL, &host),
+          "MPI_Comm_split_type");
+    MPI_Comm_size(host, &hostSize_);
+    MPI_Comm_free(&host);
   }
   ~MpiComm() override {
     try {
@@ -83,6 +89,7 @@ public:
   std::string name() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int worldSize() const override { return size_; }
+  int ranksOnThisHost() const override { return hostSize_; }
 
   void allReduce(float *buf, int64_t count, ReduceOp op,
                  const CommGroup &g) override {
@@ -313,7 +320,7 @@ private:
     waitFor(r, what);
   }
 
-  int rank_ = 0, size_ = 1, tagUb_ = 32767;
+  int rank_ = 0, size_ = 1, tagUb_ = 32767, hostSize_ = 1;
   std::map<std::vector<int>, MPI_Comm> comms_;
   std::list<Pending> pending_;
 };

@@ -113,6 +113,10 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
       prog_ = &p;
   if (!prog_)
     fail("plan has no program for rank ", comm.rank());
+  if (hasBf16Storage(*prog_) && !backend.storesBf16()) {
+    f32Program_ = withF32Storage(*prog_);
+    prog_ = &f32Program_;
+  }
   const Program &p = *prog_;
   int r = comm.rank();
   if (plan.worldSize > 1 &&

@@ -101,6 +101,7 @@ Program decodeProgram(const fb::Program &p, int index) {
       val.shardDim = v->shard_dim();
       val.shardGroup = str(v->shard_group());
       val.shardBlocks = v->shard_blocks();
+      val.storedBf16 = v->storage_bf16();
       prog.values.push_back(std::move(val));
     }
   if (p.blocks())

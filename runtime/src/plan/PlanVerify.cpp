@@ -69,12 +69,19 @@ void verifyValue(const Program &p, size_t vi, const std::string &where) {
       fail(at, ": shape ", shapeStr(v.type.shape), " is too large");
     n *= static_cast<uint64_t>(d);
   }
-  uint64_t want = n * dtypeSize(v.type.dtype);
+  if (v.storedBf16 &&
+      (v.kind != ValueKind::Temp || v.type.dtype != DType::F32 ||
+       v.type.shape.size() < 2))
+    fail(at, ": storage_bf16 is only for an f32 Temp of rank >= 2, not a ",
+         valueKindName(v.kind), " ", dtypeName(v.type.dtype),
+         shapeStr(v.type.shape));
+  uint64_t want = n * (v.storedBf16 ? 2 : dtypeSize(v.type.dtype));
   if (want > kMaxBytes)
     fail(at, ": shape ", shapeStr(v.type.shape), " is too large");
   if (v.bytes != want)
     fail(at, ": bytes = ", v.bytes, " but ", dtypeName(v.type.dtype),
-         shapeStr(v.type.shape), " needs ", want);
+         shapeStr(v.type.shape), v.storedBf16 ? " stored as bf16" : "",
+         " needs ", want);
   // Kernels access elements through typed pointers: an offset that is not a
   // multiple of the element size is undefined behaviour (found by
   // mapp-fuzz-plan under UBSan).

@@ -55,6 +55,7 @@ private:
     uint64_t &top = inArena(v.kind) ? arena : pool;
     top = (top + 63) / 64 * 64;
     v.offset = top;
+    v.storedBf16 = false;
     v.bytes = static_cast<uint64_t>(v.type.numel()) * dtypeSize(v.type.dtype);
     top += v.bytes;
     dst.values.push_back(std::move(v));

@@ -62,6 +62,10 @@ public:
   virtual void readFloats(const Program &p, int value, const void *src,
                           int64_t offset, int64_t n, float *dst);
 
+  /// Whether the backend stores values planned as bf16 (storage_bf16) as
+  /// bf16 in their planned bytes; otherwise the executor runs such a program
+  /// with fp32 storage (withF32Storage: twice the arena).
+  virtual bool storesBf16() const { return false; }
   /// Called once by the executor after allocating the pool and the arenas,
   /// before instrs are bound: a device backend may decide how each value is
   /// stored (e.g. bf16 activations) and keep per-program state.

@@ -117,6 +117,9 @@ public:
 
   /// True when every rank of the world is a thread of this process.
   virtual bool sharesAddressSpace() const { return false; }
+  /// Ranks of the world running on this rank's host (processes that share
+  /// its cores), this one included.
+  virtual int ranksOnThisHost() const { return 1; }
   /// Native state of a device communicator (the CUDA backend knows its
   /// type: NCCL's per-rank handles); null for host communicators.
   virtual void *deviceImpl() const { return nullptr; }

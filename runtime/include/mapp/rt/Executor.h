@@ -149,6 +149,7 @@ private:
 
   const Plan &plan_;
   const Program *prog_ = nullptr;
+  Program f32Program_; // prog_ with fp32 storage, when the backend needs it
   Backend &backend_;
   Communicator &comm_;
   uint8_t *pool_ = nullptr;

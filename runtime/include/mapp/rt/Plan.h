@@ -54,6 +54,8 @@ struct Value {
   int shardDim = -1;
   std::string shardGroup;
   int shardBlocks = 1;
+  /// Stored as bf16 in `bytes` = numel · 2 (plan.fbs storage_bf16).
+  bool storedBf16 = false;
 };
 
 struct Instr {
@@ -111,6 +113,14 @@ Plan parsePlan(const uint8_t *data, size_t size);
 Plan loadPlan(const std::string &path);
 /// Semantic checks of an already decoded plan (run by parsePlan too).
 void verifyPlan(const Plan &plan);
+
+/// Whether some value of `p` is planned as bf16 storage (storage_bf16).
+bool hasBf16Storage(const Program &p);
+/// `p` for a backend that stores every value as its dtype: each arena value's
+/// offset and the arena's size doubled (a bf16 value's 2 bytes an element
+/// become 4; intervals that were disjoint stay disjoint), storage_bf16
+/// cleared. The pool is unchanged.
+Program withF32Storage(const Program &p);
 
 } // namespace mapp::rt
 

@@ -352,13 +352,21 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
       }
     }
   valueBf16_.assign(nv, 0);
+  // A plan planned for bf16 activations says how each value is stored, and
+  // its slots are sized for that (the executor widened it when
+  // bf16Storage_ is off); otherwise the rule below picks the same values
+  // inside fp32-sized slots.
+  const bool planned = hasBf16Storage(p);
   size_t shadowElems = 0;
   std::vector<int> shadowVals;
   for (size_t v = 0; v < nv; ++v) {
     const Value &val = p.values[v];
     bool f32 = val.type.dtype == DType::F32;
-    if (bf16Storage_ && f32 && inArena(val.kind) && val.kind != ValueKind::Loss &&
-        val.type.rank() >= 2 && !feedsGrad[v])
+    if (planned)
+      valueBf16_[v] = val.storedBf16;
+    else if (bf16Storage_ && f32 && inArena(val.kind) &&
+             val.kind != ValueKind::Loss && val.type.rank() >= 2 &&
+             !feedsGrad[v])
       valueBf16_[v] = 1;
     if (bf16Storage_ && f32 && val.kind == ValueKind::Param &&
         val.type.rank() >= 2 && usedByCompute[v]) {
@@ -370,7 +378,8 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   // stored alike: where the rule above would differ (rank 1 vs >= 2, one of
   // them feeding grad_accumulate) the whole alias chain stays fp32, which
   // every kernel accepts. Only bf16 -> fp32 changes, so this terminates.
-  for (bool changed = true; changed;) {
+  // (The compiler applies the same rule to planned storage.)
+  for (bool changed = !planned; changed;) {
     changed = false;
     for (const Block &b : p.blocks)
       for (const Instr &in : b.instrs)

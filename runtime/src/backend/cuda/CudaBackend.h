@@ -133,6 +133,7 @@ public:
   /// Storage policy: "bf16" (default) or "f32" (every value as the plan says,
   /// for debugging numerics); MAPP_CUDA_STORAGE selects it.
   bool bf16Storage() const { return bf16Storage_; }
+  bool storesBf16() const override { return bf16Storage_; }
   /// Fused instruction pairs of the bound program (Fusion.h).
   const FusionTable &fusions() const { return fusions_; }
   /// The storage view of `value` in the arena slot of `anchor`, a tensor of

@@ -31,6 +31,44 @@ namespace mapp::rt::cuda {
 /// After every launch: configuration errors surface here, not at the next sync.
 #define MAPP_CUDA_LAUNCHED() MAPP_CUDA_CHECK(cudaGetLastError())
 
+// 8 consecutive elements (16 bytes of bf16, 32 of fp32) per access: the
+// memory-bound kernels' fast path when sizes and pointers allow it.
+template <typename T> __device__ __forceinline__ void load8(const void *p, int64_t i, float (&v)[8]);
+template <> __device__ __forceinline__ void load8<__nv_bfloat16>(const void *p, int64_t i, float (&v)[8]) {
+  uint4 u = *reinterpret_cast<const uint4 *>(static_cast<const __nv_bfloat16 *>(p) + i);
+  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float2 f = __bfloat1622float2(h[j]);
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
+}
+template <> __device__ __forceinline__ void load8<float>(const void *p, int64_t i, float (&v)[8]) {
+  const float4 *f = reinterpret_cast<const float4 *>(static_cast<const float *>(p) + i);
+  float4 x = f[0], y = f[1];
+  v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+  v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
+}
+template <typename T> __device__ __forceinline__ void store8(void *p, int64_t i, const float (&v)[8]);
+template <> __device__ __forceinline__ void store8<__nv_bfloat16>(void *p, int64_t i, const float (&v)[8]) {
+  uint4 u;
+  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+  *reinterpret_cast<uint4 *>(static_cast<__nv_bfloat16 *>(p) + i) = u;
+}
+template <> __device__ __forceinline__ void store8<float>(void *p, int64_t i, const float (&v)[8]) {
+  float4 *f = reinterpret_cast<float4 *>(static_cast<float *>(p) + i);
+  f[0] = make_float4(v[0], v[1], v[2], v[3]);
+  f[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+inline bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
 /// A float tensor in storage: fp32 or bf16 elements.
 struct DView {
   void *p;
@@ -44,6 +82,19 @@ struct DView {
       static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16(v);
     else
       static_cast<float *>(p)[i] = v;
+  }
+  /// Elements i..i+7 (i a multiple of 8, p 16-byte aligned).
+  __device__ __forceinline__ void ld8(int64_t i, float (&v)[8]) const {
+    if (bf16)
+      load8<__nv_bfloat16>(p, i, v);
+    else
+      load8<float>(p, i, v);
+  }
+  __device__ __forceinline__ void st8(int64_t i, const float (&v)[8]) const {
+    if (bf16)
+      store8<__nv_bfloat16>(p, i, v);
+    else
+      store8<float>(p, i, v);
   }
 };
 

@@ -34,44 +34,6 @@ template <> __device__ __forceinline__ void stf<bf16>(void *p, int64_t i, float 
 
 constexpr int kThreads = 256;
 
-// 8 consecutive elements (16 bytes of bf16, 32 of fp32) per access: the
-// memory-bound kernels' fast path when sizes and pointers allow it.
-template <typename T> __device__ __forceinline__ void load8(const void *p, int64_t i, float (&v)[8]);
-template <> __device__ __forceinline__ void load8<bf16>(const void *p, int64_t i, float (&v)[8]) {
-  uint4 u = *reinterpret_cast<const uint4 *>(static_cast<const bf16 *>(p) + i);
-  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    float2 f = __bfloat1622float2(h[j]);
-    v[2 * j] = f.x;
-    v[2 * j + 1] = f.y;
-  }
-}
-template <> __device__ __forceinline__ void load8<float>(const void *p, int64_t i, float (&v)[8]) {
-  const float4 *f = reinterpret_cast<const float4 *>(static_cast<const float *>(p) + i);
-  float4 x = f[0], y = f[1];
-  v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
-  v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
-}
-template <typename T> __device__ __forceinline__ void store8(void *p, int64_t i, const float (&v)[8]);
-template <> __device__ __forceinline__ void store8<bf16>(void *p, int64_t i, const float (&v)[8]) {
-  uint4 u;
-  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-  *reinterpret_cast<uint4 *>(static_cast<bf16 *>(p) + i) = u;
-}
-template <> __device__ __forceinline__ void store8<float>(void *p, int64_t i, const float (&v)[8]) {
-  float4 *f = reinterpret_cast<float4 *>(static_cast<float *>(p) + i);
-  f[0] = make_float4(v[0], v[1], v[2], v[3]);
-  f[1] = make_float4(v[4], v[5], v[6], v[7]);
-}
-
-inline bool aligned16(const void *p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
-
 /// o[i] = op(a[i], b[i % nb]) (b may be null for unary ops).
 template <typename Ta, typename Tb, typename To, typename Op>
 __global__ void binaryKernel(const void *a, const void *b, int64_t nb, void *o,
@@ -381,6 +343,36 @@ __global__ void concatWindowKernel(DView x, DView y, int64_t n, int64_t len,
   }
 }
 
+/// Up to kMaxConcat concat inputs, passed by value: input i fills columns
+/// [col[i], col[i + 1]) of each output row.
+constexpr int kMaxConcat = 8;
+struct ConcatInputs {
+  DView in[kMaxConcat];
+  int col[kMaxConcat + 1];
+};
+
+/// One launch writes every output element once, 8 at a time: each thread
+/// finds the input whose window holds its 8 columns (windows are multiples
+/// of 8, so none straddles two inputs).
+template <typename Td>
+__global__ void concatVecKernel(ConcatInputs cat, void *dst, int64_t rows,
+                                int F) {
+  int W = F / 8;
+  int64_t total = rows * W;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = idx / W;
+    int c = static_cast<int>(idx - r * W) * 8;
+    int i = 0;
+    while (c >= cat.col[i + 1])
+      ++i;
+    int L = cat.col[i + 1] - cat.col[i];
+    float v[8];
+    cat.in[i].ld8(r * L + c - cat.col[i], v);
+    store8<Td>(dst, r * F + c, v);
+  }
+}
+
 /// Row-wise window copy over `rows` rows: slice (grad = 0) reads a window
 /// [off, off+L) of source rows of F elements into rows of L; slice_grad
 /// (grad = 1) writes rows of F with the window from rows of L and zeros
@@ -643,13 +635,40 @@ void cuda::slice_grad(const KernelArgs &a) {
   MAPP_CUDA_LAUNCHED();
 }
 
+/// concat as one vectorized pass when every window is a multiple of 8
+/// elements of 16-byte-aligned storage; false leaves it to the generic path.
+static bool concatVec(const KernelArgs &a, int64_t rows, int64_t F,
+                      int64_t inner, int64_t d, cudaStream_t st) {
+  DView y = view(a.out[0]);
+  if (a.numIn > kMaxConcat || F % 8 || F > INT32_MAX || !aligned16(y.p))
+    return false;
+  ConcatInputs cat{};
+  for (int i = 0; i < a.numIn; ++i) {
+    int64_t w = a.in[i].shape()[d] * inner;
+    cat.in[i] = view(a.in[i]);
+    if (w % 8 || (w && !aligned16(cat.in[i].p)))
+      return false;
+    cat.col[i + 1] = cat.col[i] + static_cast<int>(w);
+  }
+  int g = gridFor(rows * (F / 8), kThreads);
+  if (y.bf16)
+    concatVecKernel<bf16><<<g, kThreads, 0, st>>>(cat, y.p, rows, int(F));
+  else
+    concatVecKernel<float><<<g, kThreads, 0, st>>>(cat, y.p, rows, int(F));
+  MAPP_CUDA_LAUNCHED();
+  return true;
+}
+
 void cuda::concat(const KernelArgs &a) {
   // Each input fills its window [start, start + len) of y along `dim`.
   const Shape &s = a.out[0].shape();
   int64_t d = normDim(a.attrs.getInt("dim", 0), a.out[0].rank());
   int64_t inner = span(s, d + 1, s.size());
-  int64_t start = 0;
   cudaStream_t st = backendOf(a).stream();
+  if (!a.out[0].numel() ||
+      concatVec(a, span(s, 0, d), s[d] * inner, inner, d, st))
+    return;
+  int64_t start = 0;
   for (int i = 0; i < a.numIn; ++i) {
     int64_t len = a.in[i].shape()[d], n = a.in[i].numel();
     if (n) {

@@ -1,7 +1,8 @@
 //===- Norm.cu - layer_norm, rms_norm and their gradients -----------------===//
 //
-// One warp per row. Forward: statistics in fp32 with a two-pass variance (the
-// second pass re-reads the row from L1), one write. Backward: dx per row (the
+// One warp per row, 8-element accesses where the width and alignment allow.
+// Forward: statistics in fp32 with a two-pass variance (the second pass
+// re-reads the row from L1), one write. Backward: dx per row (the
 // row statistics saved to scratch), then dgamma/dbeta as column sums over row
 // chunks and a fixed-order fp64 sum of the chunks (deterministic, no atomics).
 //
@@ -48,6 +49,52 @@ __global__ void normForward(DView x, const float *g, const float *b, DView y,
     for (int64_t c = lane; c < h; c += 32) {
       float xh = (x.ld(base + c) - st.mean) * st.rstd;
       y.st(base + c, b ? xh * g[c] + b[c] : xh * g[c]);
+    }
+  }
+}
+
+/// rowStats with 8-element accesses (h % 8 == 0, aligned rows): lane owns
+/// columns [8j, 8j + 8) for j = lane, lane + 32, ...
+__device__ __forceinline__ Stats rowStatsVec(DView x, int64_t base, int64_t h,
+                                             float eps, bool rms, int lane) {
+  float v[8], s = 0;
+  if (!rms) {
+    for (int64_t c = lane * 8; c < h; c += 256) {
+      x.ld8(base + c, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        s += v[j];
+    }
+    s = warpSum(s);
+  }
+  float mean = rms ? 0.0f : s / h, var = 0;
+  for (int64_t c = lane * 8; c < h; c += 256) {
+    x.ld8(base + c, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      var += (v[j] - mean) * (v[j] - mean);
+  }
+  return {mean, rsqrtf(warpSum(var) / h + eps)};
+}
+
+/// normForward with 8-element accesses (h % 8 == 0, aligned rows).
+__global__ void normForwardVec(DView x, const float *g, const float *b, DView y,
+                               int64_t rows, int64_t h, float eps, bool rms) {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+       r < rows; r += warps) {
+    int64_t base = r * h;
+    Stats st = rowStatsVec(x, base, h, eps, rms, lane);
+    float mean = st.mean, rstd = st.rstd, v[8];
+    for (int64_t c = lane * 8; c < h; c += 256) {
+      x.ld8(base + c, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float xh = (v[j] - mean) * rstd;
+        v[j] = b ? xh * g[c + j] + b[c + j] : xh * g[c + j];
+      }
+      y.st8(base + c, v);
     }
   }
 }
@@ -118,6 +165,91 @@ __global__ void normBackwardCols(DView dy, DView x, const float *stats,
   }
 }
 
+/// normBackwardRows with 8-element accesses (h % 8 == 0, aligned rows); the
+/// repeated passes over the row hit L1.
+__global__ void normBackwardRowsVec(DView dy, DView x, const float *g, DView dx,
+                                    int64_t rows, int64_t h, float eps,
+                                    bool rms, float *stats) {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+       r < rows; r += warps) {
+    int64_t base = r * h;
+    Stats st = rowStatsVec(x, base, h, eps, rms, lane);
+    float mean = st.mean, rstd = st.rstd, xv[8], dv[8];
+    float sg = 0, sgx = 0;
+    for (int64_t c = lane * 8; c < h; c += 256) {
+      x.ld8(base + c, xv);
+      dy.ld8(base + c, dv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float gdy = dv[j] * g[c + j];
+        sg += gdy;
+        sgx += gdy * (xv[j] - mean) * rstd;
+      }
+    }
+    sg = warpSum(sg) / h;
+    sgx = warpSum(sgx) / h;
+    for (int64_t c = lane * 8; c < h; c += 256) {
+      x.ld8(base + c, xv);
+      dy.ld8(base + c, dv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float gdy = dv[j] * g[c + j];
+        xv[j] = rstd * (gdy - (rms ? 0.0f : sg) - (xv[j] - mean) * rstd * sgx);
+      }
+      dx.st8(base + c, xv);
+    }
+    if (lane == 0) {
+      stats[2 * r] = mean;
+      stats[2 * r + 1] = rstd;
+    }
+  }
+}
+
+/// normBackwardCols with 8 columns a thread: a warp reads 256 consecutive
+/// columns of a row (h % 8 == 0, aligned rows).
+__global__ void normBackwardColsVec(DView dy, DView x, const float *stats,
+                                    int64_t rows, int64_t h, bool rms,
+                                    int64_t rowsPer, float *partial) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  int64_t c = (blockIdx.x * int64_t(32) + lane) * 8;
+  int64_t r0 = blockIdx.y * rowsPer, r1 = min(rows, r0 + rowsPer);
+  float s0[8] = {}, s1[8] = {}, dv[8], xv[8];
+  if (c < h)
+    for (int64_t r = r0 + w; r < r1; r += kWarps) {
+      dy.ld8(r * h + c, dv);
+      x.ld8(r * h + c, xv);
+      float mean = stats[2 * r], rstd = stats[2 * r + 1];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s0[j] += dv[j] * (xv[j] - mean) * rstd;
+        s1[j] += dv[j];
+      }
+    }
+  __shared__ float sh[2][kWarps][32 * 8 + 1];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    sh[0][w][lane * 8 + j] = s0[j];
+    sh[1][w][lane * 8 + j] = s1[j];
+  }
+  __syncthreads();
+  // 256 threads sum the 256 columns of this block over the warps.
+  int col = threadIdx.x;
+  int64_t cc = blockIdx.x * int64_t(256) + col;
+  if (cc < h) {
+    float t0 = 0, t1 = 0;
+    for (int i = 0; i < kWarps; ++i) {
+      t0 += sh[0][i][col];
+      t1 += sh[1][i][col];
+    }
+    int nacc = rms ? 1 : 2;
+    partial[blockIdx.y * nacc * h + cc] = t0;
+    if (!rms)
+      partial[blockIdx.y * nacc * h + h + cc] = t1;
+  }
+}
+
 __global__ void sumPartials(const float *partial, int64_t blocks, int64_t width,
                             float *out0, float *out1, int64_t h) {
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < width;
@@ -150,8 +282,15 @@ void forward(const KernelArgs &a, bool rms) {
     return;
   const float *g = f32Param(a.in[1], k);
   const float *b = rms ? nullptr : f32Param(a.in[2], k);
-  normForward<<<gridFor(rows * 32, 32 * kWarps), 32 * kWarps, 0, be.stream()>>>(
-      view(a.in[0]), g, b, view(a.out[0]), rows, h, epsOf(a), rms);
+  DView x = view(a.in[0]), y = view(a.out[0]);
+  int grid = gridFor(rows * 32, 32 * kWarps);
+  if (h % 8 == 0 && aligned16(x.p) && aligned16(y.p) && aligned16(g) &&
+      (!b || aligned16(b)))
+    normForwardVec<<<grid, 32 * kWarps, 0, be.stream()>>>(x, g, b, y, rows, h,
+                                                          epsOf(a), rms);
+  else
+    normForward<<<grid, 32 * kWarps, 0, be.stream()>>>(x, g, b, y, rows, h,
+                                                       epsOf(a), rms);
   MAPP_CUDA_LAUNCHED();
 }
 
@@ -172,16 +311,30 @@ void backward(const KernelArgs &a, bool rms) {
     return;
   }
   float *stats = static_cast<float *>(be.scratch(rows * 2 * sizeof(float), 5));
-  normBackwardRows<<<gridFor(rows * 32, 32 * kWarps), 32 * kWarps, 0, be.stream()>>>(
-      view(a.in[0]), view(a.in[1]), f32Param(a.in[2], k), view(a.out[0]), rows, h,
-      epsOf(a), rms, stats);
+  DView dy = view(a.in[0]), x = view(a.in[1]), dx = view(a.out[0]);
+  const float *g = f32Param(a.in[2], k);
+  bool vec = h % 8 == 0 && aligned16(dy.p) && aligned16(x.p) &&
+             aligned16(dx.p) && aligned16(g);
+  int rowGrid = gridFor(rows * 32, 32 * kWarps);
+  if (vec)
+    normBackwardRowsVec<<<rowGrid, 32 * kWarps, 0, be.stream()>>>(
+        dy, x, g, dx, rows, h, epsOf(a), rms, stats);
+  else
+    normBackwardRows<<<rowGrid, 32 * kWarps, 0, be.stream()>>>(
+        dy, x, g, dx, rows, h, epsOf(a), rms, stats);
   MAPP_CUDA_LAUNCHED();
   int64_t rowsPer = std::max<int64_t>(64, (rows + 127) / 128);
   int64_t blocks = (rows + rowsPer - 1) / rowsPer;
   float *partial = static_cast<float *>(be.scratch(blocks * nacc * h * 4, 0));
-  dim3 grid(static_cast<unsigned>((h + 31) / 32), static_cast<unsigned>(blocks));
-  normBackwardCols<<<grid, 32 * kWarps, 0, be.stream()>>>(
-      view(a.in[0]), view(a.in[1]), stats, rows, h, rms, rowsPer, partial);
+  int64_t colsPerBlock = vec ? 256 : 32;
+  dim3 grid(static_cast<unsigned>((h + colsPerBlock - 1) / colsPerBlock),
+            static_cast<unsigned>(blocks));
+  if (vec)
+    normBackwardColsVec<<<grid, 32 * kWarps, 0, be.stream()>>>(
+        dy, x, stats, rows, h, rms, rowsPer, partial);
+  else
+    normBackwardCols<<<grid, 32 * kWarps, 0, be.stream()>>>(
+        dy, x, stats, rows, h, rms, rowsPer, partial);
   MAPP_CUDA_LAUNCHED();
   sumPartials<<<gridFor(nacc * h, 256), 256, 0, be.stream()>>>(
       partial, blocks, nacc * h, out0, out1, h);

@@ -230,7 +230,10 @@ class Mapp_BinaryOp<string mnemonic> : Mapp_DiffOp<mnemonic> {
   let hasVerifier = 1;
 }
 
-def Mapp_AddOp : Mapp_BinaryOp<"add"> { let summary = "elementwise sum"; }
+def Mapp_AddOp : Mapp_BinaryOp<"add"> {
+  let summary = "elementwise sum";
+  let hasCanonicalizer = 1;
+}
 def Mapp_MulOp : Mapp_BinaryOp<"mul"> { let summary = "elementwise product"; }
 
 def Mapp_ScaleOp : Mapp_UnaryOp<"scale"> {
