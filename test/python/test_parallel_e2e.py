@@ -141,7 +141,11 @@ def check(ref, got, dp, micro):
 CONFIGS = [(tp, pp, dp, 1, "") for tp in (1, 2) for pp in (1, 2) for dp in (1, 2)] + \
           [(1, 2, 1, 2, ""), (2, 2, 2, 2, ""), (1, 1, 2, 1, "zero1=true"),
            (2, 2, 2, 1, "zero1=true"), (2, 1, 1, 1, "sequence-parallel=true"),
-           (2, 2, 1, 1, "schedule=gpipe")]
+           (2, 2, 1, 1, "schedule=gpipe"),
+           # MegaDPP compiler schedules: split backward (Bi/W blocks, the dp
+           # grad_sync moved into W) and breadth-first chunks.
+           (2, 2, 1, 1, "schedule=zb-h1"), (1, 2, 2, 1, "schedule=zb-h1"),
+           (1, 2, 1, 2, "schedule=bfc")]
 MPI_CONFIGS = [(2, 1, 1, 1, ""), (1, 2, 2, 1, ""), (2, 2, 2, 2, ""),
                (2, 2, 2, 1, "zero1=true")]
 

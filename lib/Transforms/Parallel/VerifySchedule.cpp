@@ -104,7 +104,8 @@ struct VerifySchedulePass
          << ", bubble " << llvm::format("%.4f", stats.bubble);
       for (int64_t r = 0; r < s.stages; ++r)
         os << "; rank " << r << ": F before first B " << stats.warmupForwards[r]
-           << ", peak in flight " << stats.peakInFlight[r];
+           << ", peak in flight " << stats.peakInFlight[r] << ", bubble "
+           << llvm::format("%.4f", stats.rankBubble[r]);
       emitRemark(op.getLoc(), text);
     });
     if (failed)
