@@ -202,12 +202,8 @@ private:
     const rt::Block &blk = p.blocks[t.block];
     bool opt = blk.kind == rt::BlockKind::Optimizer;
     double factor = speed.count(p.rank) ? speed[p.rank] : 1.0;
-    // Uniform costs: the block's time spread evenly over its compute.
     double uniform = uniformUs(blk.kind);
-    size_t computeInstrs = 0;
-    for (const rt::Instr &in : blk.instrs)
-      computeInstrs += !isCollective(in.kernel) && in.kernel != "send" &&
-                       in.kernel != "recv";
+    size_t taskStart = ops.size();
     auto base = [&](const std::string &name) {
       SimOp op;
       op.name = name;
@@ -217,8 +213,7 @@ private:
       return op;
     };
     auto compute = [&](double ns) {
-      if (!ops.empty() && ops.back().kind == SimOp::Compute &&
-          ops.back().step == step && ops.back().name == blockName(blk)) {
+      if (ops.size() > taskStart && ops.back().kind == SimOp::Compute) {
         ops.back().durNs += ns;
         return;
       }
@@ -228,45 +223,60 @@ private:
       op.durNs = ns;
       ops.push_back(op);
     };
+    // Uniform costs: the task receives, computes for its whole cost, then
+    // sends (the closed forms' model); else every instruction in order.
     bool uniformCost = uniform >= 0 && c.forwardUs >= 0;
-    if (uniformCost && computeInstrs == 0)
-      compute(uniform * 1e3 * factor);
+    auto p2p = [&](const rt::Instr &in) {
+      SimOp op = base(in.kernel);
+      bool send = in.kernel == "send";
+      op.kind = send ? SimOp::Send : SimOp::Recv;
+      op.async = send; // isend: the sender does not wait for the wire
+      op.cat = Cat::Comm;
+      op.op = send ? Op::Send : Op::Recv;
+      op.peer = int(in.attrs.getInt("peer", -1));
+      op.bytes = p.values[send ? in.inputs[0] : in.outputs[0]].bytes;
+      int64_t tag = in.attrs.getInt("tag", 0);
+      op.tag = (tag * (plan.numMicrobatches + 1) + t.microbatch) *
+                   (c.steps + 1) + step;
+      ops.push_back(op);
+    };
+    auto collective = [&](const rt::Instr &in) {
+      // Gradient buffers are synced on the step's last microbatch only.
+      if (in.kernel == "grad_sync" && t.microbatch != plan.numMicrobatches - 1)
+        return;
+      int g = group(p, in, job);
+      if (job.groups[g].members.size() < 2)
+        return;
+      SimOp op = base(in.kernel);
+      op.kind = SimOp::Coll;
+      op.cat = Cat::Comm;
+      op.op = collOp(in.kernel, in.attrs);
+      for (int i : in.inputs)
+        op.bytes += p.values[i].bytes;
+      op.group = g;
+      op.seq = seq[{p.rank, g}]++;
+      ops.push_back(op);
+    };
+    if (uniformCost) {
+      for (const rt::Instr &in : blk.instrs)
+        if (in.kernel == "recv")
+          p2p(in);
+      if (uniform > 0)
+        compute(uniform * 1e3 * factor);
+      for (const rt::Instr &in : blk.instrs)
+        if (isCollective(in.kernel))
+          collective(in);
+        else if (in.kernel == "send")
+          p2p(in);
+      return;
+    }
     for (const rt::Instr &in : blk.instrs) {
-      if (in.kernel == "send" || in.kernel == "recv") {
-        SimOp op = base(in.kernel);
-        bool send = in.kernel == "send";
-        op.kind = send ? SimOp::Send : SimOp::Recv;
-        op.cat = Cat::Comm;
-        op.op = send ? Op::Send : Op::Recv;
-        op.peer = int(in.attrs.getInt("peer", -1));
-        op.bytes = p.values[send ? in.inputs[0] : in.outputs[0]].bytes;
-        int64_t tag = in.attrs.getInt("tag", 0);
-        op.tag = ((tag * (plan.numMicrobatches + 1) + t.microbatch) *
-                      (c.steps + 1) + step);
-        ops.push_back(op);
-        continue;
-      }
-      if (isCollective(in.kernel)) {
-        // Gradient buffers are synced on the step's last microbatch only.
-        if (in.kernel == "grad_sync" &&
-            t.microbatch != plan.numMicrobatches - 1)
-          continue;
-        int g = group(p, in, job);
-        if (job.groups[g].members.size() < 2)
-          continue;
-        SimOp op = base(in.kernel);
-        op.kind = SimOp::Coll;
-        op.cat = Cat::Comm;
-        op.op = collOp(in.kernel, in.attrs);
-        for (int i : in.inputs)
-          op.bytes += p.values[i].bytes;
-        op.group = g;
-        op.seq = seq[{p.rank, g}]++;
-        ops.push_back(op);
-        continue;
-      }
-      compute(uniformCost ? uniform * 1e3 * factor / computeInstrs
-                          : computeNs(p, in) * factor);
+      if (in.kernel == "send" || in.kernel == "recv")
+        p2p(in);
+      else if (isCollective(in.kernel))
+        collective(in);
+      else
+        compute(computeNs(p, in) * factor);
     }
   }
 
