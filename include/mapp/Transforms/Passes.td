@@ -275,8 +275,10 @@ def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
     peak of (chunk, microbatch) activations in flight (a forward's
     activations are held until its B, or its W when the backward is
     split), under the cost model's per-chunk F, B, Bi and W durations
-    (the options). Every `mapp.schedule` op is checked (an adaptive
-    module has two).
+    (the options, or with `cost-model` the mean FLOPs of the module's
+    forward, backward and split backward functions relative to the
+    forward). Every `mapp.schedule` op is checked (an adaptive module has
+    two).
   }];
   let dependentDialects = ["::mapp::MappDialect"];
   let options = [
@@ -290,6 +292,8 @@ def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
            "Duration of a backward-input (Bi) task">,
     Option<"backwardWeightCost", "backward-weight-cost", "double", "1.0",
            "Duration of a backward-weight (W) task">,
+    Option<"costModel", "cost-model", "bool", "false",
+           "Take F, B, Bi, W from the IR's cost model (mean FLOPs of the forward / backward / split functions, F = 1) instead of the options">,
   ];
 }
 

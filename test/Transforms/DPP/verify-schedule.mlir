@@ -83,6 +83,14 @@
 // RUN: mapp-opt %s -mapp-pipeline-schedule="schedule=zb-h1 microbatches=8 pp=4" -mapp-verify-schedule="report=true forward-cost=2 backward-input-cost=2 backward-weight-cost=1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=ZB2
 // ZB2: makespan 49, bubble 0.1837; rank 0: {{.*}} bubble 0.1837; rank 1:
 
+// Costs from the IR's cost model (cost-model=true): B/F from the FLOPs of
+// the GPT's backward and forward functions (about 2); the 1F1B bubble
+// (p − 1)/(m + p − 1) = 1/5 does not depend on them.
+// RUN: mapp-opt %S/../Parallel/Inputs/gpt-4l.mlir --mapp-train-pipeline="pp=2 microbatches=4" 2>/dev/null | mapp-opt -mapp-verify-schedule="report=true cost-model=true" -o /dev/null 2>&1 | FileCheck %s --check-prefix=IRCOST
+// IRCOST: remark: costs from the IR (per chunk, F = 1): B 1.9{{[0-9]+}}, Bi 0.9{{[0-9]+}}, W 0.9{{[0-9]+}}; schedule 1f1b: {{.*}} bubble 0.2000; rank 0: F before first B 2, peak in flight 2, bubble 0.2000; rank 1: F before first B 1, peak in flight 1, bubble 0.2000
+// RUN: not mapp-opt %s -mapp-pipeline-schedule="schedule=1f1b microbatches=2 pp=2" -mapp-verify-schedule="cost-model=true" 2>&1 | FileCheck %s --check-prefix=NOCOST
+// NOCOST: error: mapp-verify-schedule: cost-model=true needs forward functions with FLOPs (run --mapp-autodiff first)
+
 // Without report the verifier is silent on a valid schedule.
 // RUN: mapp-opt %s -mapp-pipeline-schedule="schedule=1f1b microbatches=2 pp=2" -mapp-verify-schedule 2>&1 | FileCheck %s --check-prefix=QUIET
 // QUIET-NOT: remark
