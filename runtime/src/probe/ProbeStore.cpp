@@ -119,6 +119,8 @@ std::string mapp::rt::probeStoreProblem(sqlite3 *db, bool deepCheck) {
       have.insert(t);
     if (have.empty())
       return "an empty database: no mapp tables";
+    if (!have.count("meta"))
+      return "no table 'meta': a SQLite database of another program";
     for (const auto &[table, columns] : expectedSchema()) {
       if (!have.count(table))
         return "no table '" + table + "'";
