@@ -102,12 +102,14 @@ def test_token_file_is_private_and_required(plan, tmp_path):
 
 def test_partial_request_and_reset_do_not_kill_the_job(plan, tmp_path):
     tmp, mplan = plan
-    job, token_file = start(tmp_path, mplan, 1500, tmp / "init.safetensors")
+    # 4000 steps: seconds of training on an idle machine, against tens of
+    # milliseconds of attack started before step 0.
+    job, token_file = start(tmp_path, mplan, 4000, tmp / "init.safetensors")
     cred = json.loads(token_file.read_text())
     for _ in range(5):
         s = socket.create_connection(("127.0.0.1", cred["port"]), timeout=5)
         s.sendall(b'{"op": "se')
-        time.sleep(0.05)
+        time.sleep(0.01)
         reset(s)
     s = socket.create_connection(("127.0.0.1", cred["port"]), timeout=5)
     reset(s)  # connect and reset at once

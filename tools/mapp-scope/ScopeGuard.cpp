@@ -88,12 +88,16 @@ GuardVerdict RequestGuard::checkImpl(
     const std::string &queryToken, const std::string &peer,
     size_t headerBytes, const std::string &host, const std::string &origin,
     const std::string &authorization, const std::string &cookie,
-    const std::string &contentType, const std::string &contentLength) {
+    const std::string &contentType, const std::string &contentLength,
+    const std::string &transferEncoding) {
   if (!allowRate(peer))
     return deny(429, "too many requests from " + peer + "; slow down");
   if (headerBytes > maxHeader_)
     return deny(413, "request headers larger than " +
                          std::to_string(maxHeader_) + " bytes");
+  if (!transferEncoding.empty())
+    return deny(411, "chunked bodies are not accepted: send Content-Length "
+                     "(at most " + std::to_string(maxBody_) + " bytes)");
   if (!contentLength.empty()) {
     if (contentLength.size() > 18 ||
         contentLength.find_first_not_of("0123456789") != std::string::npos)

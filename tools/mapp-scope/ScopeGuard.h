@@ -1,7 +1,8 @@
 //===- ScopeGuard.h - who may talk to mapp-scope ----------------*- C++ -*-===//
 //
 // The checks every HTTP request passes before it reaches a handler, in
-// order: a per-client rate limit (429), size limits (413), Host (403: DNS
+// order: a per-client rate limit (429), size limits (413; 411 for a chunked
+// body, whose size is not known before it is read), Host (403: DNS
 // rebinding), Origin when present (403: cross-site requests), the access
 // token (401) from `Authorization: Bearer`, the page's HttpOnly cookie, or
 // `?token=` on the page's first load (which sets the cookie), and a JSON
@@ -41,7 +42,8 @@ public:
     return checkImpl(method, path, queryToken, peer, headerBytes,
                      header("Host"), header("Origin"),
                      header("Authorization"), header("Cookie"),
-                     header("Content-Type"), header("Content-Length"));
+                     header("Content-Type"), header("Content-Length"),
+                     header("Transfer-Encoding"));
   }
 
   const std::string &cookieName() const { return cookie_; }
@@ -54,7 +56,8 @@ private:
                          const std::string &authorization,
                          const std::string &cookie,
                          const std::string &contentType,
-                         const std::string &contentLength);
+                         const std::string &contentLength,
+                         const std::string &transferEncoding);
   bool allowRate(const std::string &peer);
 
   std::set<std::string> hosts_; // "127.0.0.1:8765", "localhost:8765", ...
