@@ -208,3 +208,61 @@ def test_foreign_probe_db_is_left_untouched(plan, tmp_path):
     con = sqlite3.connect(foreign)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     assert [t for (t,) in con.execute("SELECT name FROM sqlite_master")] == ["users"]
+
+
+def test_mapp_scope_reaches_the_job_with_its_token(plan, tmp_path):
+    # The whole path without a browser: HTTP with the access token ->
+    # mapp-scope -> the job's port with the job's token -> control_log.
+    tmp, mplan = plan
+    db = tmp_path / "p.sqlite"
+    job = subprocess.Popen(
+        [tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
+         "--steps", "100000", "--weights", tmp / "init.safetensors",
+         "--probe-db", db, "--probe-control", "0", "--quiet"],
+        stderr=subprocess.PIPE, text=True)
+    server = None
+    try:
+        token_file = tmp_path / "p.sqlite.control-token"
+        deadline = time.time() + 60
+        def have_run():
+            try:
+                return sqlite3.connect(db, timeout=10).execute(
+                    "SELECT count(*) FROM runs").fetchone()[0] > 0
+            except sqlite3.OperationalError:
+                return False  # the job is still creating the tables
+        while time.time() < deadline and not (token_file.exists() and have_run()):
+            time.sleep(0.05)
+        server = subprocess.Popen([tool("mapp-scope"), "serve", "--db", db, "--port", "0"],
+                                  stdout=subprocess.PIPE, text=True)
+        url = server.stdout.readline().split()[-1]
+        port, token = int(url.split(":")[2].split("/")[0]), url.split("?token=")[1]
+
+        def http(method, path, body=b""):
+            head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode()
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                s.sendall(head + body)
+                out = b""
+                while chunk := s.recv(65536):
+                    out += chunk
+            return json.loads(out.partition(b"\r\n\r\n")[2])
+        assert http("POST", "/api/control",
+                    b'{"run":1,"switch":0,"enabled":true,"magnitude":0.5}') == {"ok": True}
+        assert "out of bounds" in http("POST", "/api/control",
+                                       b'{"run":1,"switch":1,"magnitude":2}')["error"]
+        live = http("GET", "/api/live?run=1")
+        assert live["ok"] is True and len(live["switches"]) == 2
+        con = sqlite3.connect(db, timeout=10)
+        deadline, rows = time.time() + 30, []
+        while time.time() < deadline and not rows:
+            rows = con.execute("SELECT switch_id, enabled, magnitude, source "
+                               "FROM control_log").fetchall()
+            time.sleep(0.1)
+        assert rows == [(0, 1, 0.5, "tcp")]
+    finally:
+        if server:
+            server.terminate()
+            server.wait(timeout=30)
+        job.terminate()
+        job.communicate(timeout=30)

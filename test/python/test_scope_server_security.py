@@ -310,3 +310,34 @@ def test_the_store_does_not_choose_ports(store, tmp_path):
     finally:
         s.close()
         lst.close()
+
+
+def test_a_token_file_others_can_read_is_refused(store, tmp_path):
+    # Only a 0600 regular file of this user counts as the job's credentials:
+    # a planted or shared one would hand mapp-scope's commands to its author.
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(4)
+    lst.settimeout(0.5)
+    port = lst.getsockname()[1]
+    db = crafted(store, tmp_path, f"tcp:127.0.0.1:{port}")
+    cred = tmp_path / "cred.json"
+    cred.write_text(json.dumps({"port": port, "token": "a" * 64}))
+    link = tmp_path / "link.json"
+    os.symlink(cred, link)
+    try:
+        for mode, path, why in [(0o644, cred, b"readable or writable by group or others"),
+                                (0o600, link, b"symlink")]:
+            os.chmod(cred, mode)
+            s = Server(db, "--control-token-file", path)
+            try:
+                status, _, body = s.request("POST", "/api/control",
+                                            {"Content-Type": "application/json"},
+                                            b'{"run":1,"switch":0,"enabled":true}')
+                assert status == 400 and why in body, body
+            finally:
+                s.close()
+        with pytest.raises(socket.timeout):
+            lst.accept()
+    finally:
+        lst.close()
