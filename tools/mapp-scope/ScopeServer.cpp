@@ -54,7 +54,7 @@ const char *contentTypeOf(const std::string &file) {
 }
 
 bool readRegularFile(const std::string &path, std::string &out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return false;
   struct stat st;

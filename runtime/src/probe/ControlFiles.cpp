@@ -95,7 +95,7 @@ void mapp::rt::writePrivateFile(const std::string &path,
 }
 
 std::string mapp::rt::readPrivateFile(const std::string &path, size_t cap) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     fail("cannot open '", path, "': ", errnoText(),
          errno == ELOOP ? " (a symlink: refused)" : "");
