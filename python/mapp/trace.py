@@ -66,11 +66,12 @@ def _recording(module):
             h.remove()
 
 
-def trace(module, *inputs):
-    """Returns the fx.GraphModule of module(*inputs) at aten level.  Nodes
-    carry meta["tensor_meta"] (shape and dtype; tracing runs the model once)."""
+def trace(module, tokens, targets, pick=lambda out: out):
+    """Returns the fx.GraphModule of pick(module(tokens, targets)) at aten
+    level (pick selects the loss from what forward returns).  Nodes carry
+    meta["tensor_meta"] (shape and dtype; tracing runs the model once)."""
     with _recording(module):
-        return make_fx(module)(*inputs)
+        return make_fx(lambda t, y: pick(module(t, y)))(tokens, targets)
 
 
 def parameter_names(module):
