@@ -4,6 +4,7 @@ backend with every loss and every step-0 gradient within 1e-5 relative of
 PyTorch on the same batches (train_harness.py)."""
 
 import importlib
+import json
 import os
 
 import pytest
@@ -74,3 +75,142 @@ def test_trains_like_pytorch(tmp_path, name):
                                     loss_of=lambda o: pick_loss(o, out))
     assert metrics[-1]["loss"] < metrics[0]["loss"]
     print(f"{name}: worst relative loss difference over {STEPS} steps {worst:.2e}")
+
+
+# ---- what the exporter refuses: the aten op and the user's line ----------
+
+import re
+import subprocess
+import sys
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mapp.values import ExportError
+
+
+class _Base(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.emb = nn.Embedding(cfg["vocab_size"], 8)
+        self.head = nn.Linear(8, cfg["vocab_size"], bias=False)
+
+    def logits(self, tokens):
+        return self.head(self.emb(tokens))
+
+
+class SumReduction(_Base):
+    def forward(self, tokens, targets):
+        lg = self.logits(tokens)
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1), reduction="sum")  # SUM_LINE
+
+
+class ShiftedLabels(_Base):
+    def forward(self, tokens, targets):
+        lg = self.logits(tokens)[:, :-1]
+        return F.cross_entropy(lg.reshape(-1, lg.size(-1)), targets[:, 1:].reshape(-1))  # SHIFT_LINE
+
+
+class ComplexRotary(_Base):
+    def forward(self, tokens, targets):
+        x = self.emb(tokens)
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))  # COMPLEX_LINE
+        x = torch.view_as_real(xc * torch.polar(torch.ones(4), torch.arange(4.0))).flatten(2)
+        lg = self.head(x)
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+class BareTanh(_Base):
+    def forward(self, tokens, targets):
+        lg = self.head(torch.tanh(self.emb(tokens)))  # TANH_LINE
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+class SlidingWindowMask(_Base):
+    def forward(self, tokens, targets):
+        x = self.emb(tokens).view(2, 8, 2, 4).transpose(1, 2)
+        s = x @ x.transpose(-2, -1)
+        band = torch.ones(8, 8, dtype=torch.bool).triu(1) | torch.ones(8, 8, dtype=torch.bool).tril(-3)
+        s = s.masked_fill(band, float("-inf"))  # WINDOW_LINE
+        y = (s.softmax(-1) @ x).transpose(1, 2).reshape(2, 8, 8)
+        lg = self.head(y)
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+def _line(marker):
+    with open(__file__) as f:
+        return next(i for i, l in enumerate(f, 1) if l.rstrip().endswith(marker))
+
+
+@pytest.mark.parametrize("cls,op,marker,why", [
+    (SumReduction, "aten.nll_loss_forward", "# SUM_LINE", "reduction='mean'"),
+    (ShiftedLabels, "aten.slice", "# SHIFT_LINE", "integer tensor"),
+    (ComplexRotary, "aten.view_as_complex", "# COMPLEX_LINE", "no lowering"),
+    (BareTanh, "aten.tanh", "# TANH_LINE", "tanh gelu"),
+    (SlidingWindowMask, "aten.masked_fill", "# WINDOW_LINE", "causal mask"),
+])
+def test_refused_idioms_name_op_and_line(cls, op, marker, why):
+    with pytest.raises(ExportError) as e:
+        export_module(cls(SHAPE), *example_inputs(SHAPE, torch.int64))
+    msg = str(e.value)
+    assert op in msg and why in msg, msg
+    assert f"{os.path.abspath(__file__)}:{_line(marker)}" in msg, msg
+
+
+# ---- the CLI: --output and --weights-from ---------------------------------
+
+def _cli(tmp_path, *args):
+    (tmp_path / "cfg.json").write_text(json.dumps({**SHAPE, **MODELS["llama2c"][1]}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), HERE]))
+    return subprocess.run([sys.executable, "-m", "mapp.export", "--module", MODELS["llama2c"][0],
+                           "--config", str(tmp_path / "cfg.json"), "-o", str(tmp_path / "m.mlir"),
+                           *map(str, args)], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("output,error", [("0", "not a scalar loss"), ("5", "returns 2 values"),
+                                          ("loss", "2 values, 1 of them scalar"),
+                                          ("logits", "give an index")])
+def test_output_selection_errors(tmp_path, output, error):
+    r = _cli(tmp_path, "--output", output)
+    if output == "loss":  # the only scalar of the tuple is the loss
+        assert r.returncode == 0, r.stderr
+        return
+    assert r.returncode == 1 and error in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["torch", "safetensors"])
+def test_weights_from_the_users_state_dict(tmp_path, fmt):
+    cfg = {**SHAPE, **MODELS["llama2c"][1]}
+    torch.manual_seed(123)
+    theirs = build(MODELS["llama2c"][0], cfg)
+    src = tmp_path / ("their.pt" if fmt == "torch" else "their.safetensors")
+    if fmt == "torch":
+        torch.save(theirs.state_dict(), src)
+    else:
+        safetensors.save({k: v for k, v in theirs.state_dict().items() if k not in ("cos", "sin")}, src)
+    r = _cli(tmp_path, "--output", "1", "--weights-from", src, "--weights", tmp_path / "w.safetensors")
+    assert r.returncode == 0, r.stderr
+    written, _ = safetensors.load(tmp_path / "w.safetensors")
+    for name, p in theirs.named_parameters():
+        assert torch.equal(written[name], p.detach()), name
+    assert "cos" not in written  # buffers are folded into the IR, not weights
+
+
+def test_weights_from_mismatch_is_an_error(tmp_path):
+    cfg = {**SHAPE, **MODELS["llama2c"][1]}
+    sd = build(MODELS["llama2c"][0], cfg).state_dict()
+    sd["blocks.0.w3.weight"] = torch.zeros(3, 3)
+    del sd["final_norm"]
+    sd["extra.weight"] = torch.zeros(1)
+    torch.save(sd, tmp_path / "bad.pt")
+    r = _cli(tmp_path, "--output", "1", "--weights-from", tmp_path / "bad.pt")
+    assert r.returncode == 1
+    assert "missing ['final_norm']" in r.stderr and "unexpected ['extra.weight']" in r.stderr
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    r = _cli(tmp_path, "--output", "1", "--weights-from", tmp_path / "junk.pt")
+    assert r.returncode == 1 and "neither safetensors nor a torch.save" in r.stderr
+    sd = build(MODELS["llama2c"][0], cfg).state_dict()
+    sd["blocks.0.w3.weight"] = torch.zeros(3, 3)
+    torch.save(sd, tmp_path / "shape.pt")
+    r = _cli(tmp_path, "--output", "1", "--weights-from", tmp_path / "shape.pt")
+    assert r.returncode == 1 and "blocks.0.w3.weight has shape [3, 3]" in r.stderr
