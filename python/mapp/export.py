@@ -32,7 +32,7 @@ from . import ir, safetensors
 from .config import ConfigError, normalize_config
 from .lower import Lowering
 from .trace import leaf_modules, parameter_names, trace
-from .values import ExportError, Tensor
+from .values import Const, ExportError, Param, Tensor
 
 
 def example_inputs(config, dtype=torch.int32):
@@ -48,20 +48,29 @@ def example_inputs(config, dtype=torch.int32):
     return tokens, targets
 
 
-def export_module(module, tokens, targets, model_attrs=None, output="loss"):
+def export_module(module, tokens, targets, model_attrs=None, output="loss", tracer=None):
     """Returns the mapp IR text of module(tokens, targets); `output` picks
     the loss out of what forward returns (see pick_loss)."""
     module.train()  # dropout layers show up as mapp.dropout
-    gm = trace(module, tokens, targets, lambda out: pick_loss(out, output))
+    gm, lifted = trace(module, tokens, targets, lambda out: pick_loss(out, output), tracer)
     b = ir.Builder()
     b.model_attrs = model_attrs
     for name, p in module.named_parameters():
         b.param(name, p.shape, ir.elem_type(p.dtype))
     # Token ids are i32 in mapp whatever the traced dtype (int64 ids convert exactly).
     index = lambda t: "i32" if t.dtype in (torch.int32, torch.int64) else ir.elem_type(t.dtype)
-    args = [Tensor(b.arg("tokens", tokens.shape, index(tokens))),
+    user = [Tensor(b.arg("tokens", tokens.shape, index(tokens))),
             Tensor(b.arg("targets", targets.shape, index(targets)))]
-    loss = Lowering(gm, b, parameter_names(module)).run(args)
+    names = parameter_names(module)
+    args = []
+    for kind, what in lifted:  # torch.export passes weights and buffers as inputs
+        if kind == "input":
+            args.append(user[what])
+        elif kind == "param":
+            args.append(Param(names[id(what)], what.shape, ir.elem_type(what.dtype)))
+        else:
+            args.append(Const(what.detach().clone()))
+    loss = Lowering(gm, b, names).run(args)
     b.prune(loss)
     b.assign_names(leaf_modules(module))
     return b.print(loss)
@@ -160,6 +169,9 @@ def main(argv=None):
                          "instead of fresh initialization")
     ap.add_argument("--output", dest="pick", default="loss", metavar="loss|INDEX|KEY",
                     help="which of forward's results is the loss (default: loss)")
+    ap.add_argument("--tracer", choices=("make_fx", "export"),
+                    help="how to trace (default: torch.export on torch >= 2.5, else make_fx; "
+                         "env MAPP_TRACER)")
     a = ap.parse_args(argv)
     try:
         with open(a.config) as f:
@@ -171,8 +183,8 @@ def main(argv=None):
             load_weights(module, a.weights_from)
         tokens, targets = example_inputs(cfg, torch.int64)
         text = export_module(module, tokens, targets, _model_attrs(attrs) if attrs else None,
-                             output=a.pick)
-    except (ExportError, ConfigError, OSError, json.JSONDecodeError) as e:
+                             output=a.pick, tracer=a.tracer)
+    except (ExportError, ConfigError, OSError, ValueError, json.JSONDecodeError) as e:
         print(f"mapp.export: error: {e}", file=sys.stderr)
         return 1
     with open(a.mlir, "w") as f:

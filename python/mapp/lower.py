@@ -41,7 +41,9 @@ def _meta(node):
     """TensorMetadata (shape, dtype) of a node's single tensor result, or None
     (make_fx in real mode records metadata, not values)."""
     m = node.meta.get("tensor_meta")
-    return m if m is not None and hasattr(m, "shape") else None
+    if m is None:
+        m = node.meta.get("val")  # torch.export: a FakeTensor
+    return m if m is not None and hasattr(m, "shape") and hasattr(m, "dtype") else None
 
 
 def _shape(node):

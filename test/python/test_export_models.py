@@ -49,11 +49,17 @@ def build(spec, cfg):
     return getattr(importlib.import_module(mod), cls)(cfg)
 
 
+TRACERS = ["make_fx", pytest.param("export", marks=pytest.mark.skipif(
+    not hasattr(torch, "export"), reason="torch.export needs torch >= 2"))]
+
+
+@pytest.mark.parametrize("tracer", TRACERS)
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_exports_with_fused_ops(name):
+def test_exports_with_fused_ops(name, tracer):
     spec, cfg, out, want = MODELS[name]
     cfg = {**SHAPE, **cfg}
-    text = export_module(build(spec, cfg), *example_inputs(cfg, torch.int64), output=out)
+    text = export_module(build(spec, cfg), *example_inputs(cfg, torch.int64), output=out,
+                         tracer=tracer)
     for op, n in want.items():
         assert text.count(f'"{op}"(') == n, op
     # The attention pattern left nothing of itself behind (hf-gpt2's Conv1D
@@ -214,3 +220,17 @@ def test_weights_from_mismatch_is_an_error(tmp_path):
     torch.save(sd, tmp_path / "shape.pt")
     r = _cli(tmp_path, "--output", "1", "--weights-from", tmp_path / "shape.pt")
     assert r.returncode == 1 and "blocks.0.w3.weight has shape [3, 3]" in r.stderr
+
+
+def test_torch_export_metadata_is_read_back():
+    """torch.export's nn_module_stack / stack_trace spellings -> module path
+    and the user's file:line (testable without torch 2)."""
+    from mapp.trace import _module_path, _stack_source
+    assert _module_path({"a": ("", None), "b": ("m.blocks.0.attn", None)}) == "blocks.0.attn"
+    assert _module_path({"b": ("L['self'].m.h[1].mlp", None)}) == "h.1.mlp"
+    assert _module_path({"b": ("m", None)}) == "" and _module_path(None) == ""
+    trace = (f'  File "{torch.__file__}", line 3, in f\n'
+             f'  File "{__file__}", line 42, in forward\n    x = y\n'
+             f'  File "{torch.__file__}", line 9, in g\n')
+    assert _stack_source(trace) == f"{__file__}:42"
+    assert _stack_source(None) == "<unknown source>"
