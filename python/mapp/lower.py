@@ -151,6 +151,10 @@ class Lowering:
             return Const(step.apply(x.val).clone())
         if isinstance(x, Pending):
             r = x.layout(step, node)
+            if r is None and isinstance(x, att.Scores) and not x.causal:
+                # A product that looked like q @ k^T (probs @ v of a
+                # non-exact attention, say) is just a matmul.
+                return Lazy.of(Tensor(x.materialize(self, node))).then(step)
             if r is None:
                 fail(node, f"applies a layout change to {x.what}")
             return r
@@ -211,6 +215,17 @@ class Lowering:
 
     def op_split_with_sizes(self, node, x, sizes, dim=0):
         return self._split(node, x, sizes, dim)
+
+    def op_unbind(self, node, x, dim=0):
+        dim %= len(x.shape)
+        shape = x.shape[:dim] + x.shape[dim + 1:]
+        out = []
+        for i in range(x.shape[dim]):
+            part = list(x.shape)
+            part[dim] = 1
+            y = self._layout(node, x, Step("slice", tuple(part), node, dim=dim, start=i, end=i + 1))
+            out.append(self._layout(node, y, Step("reshape", shape, node)))
+        return Tuple(out)
 
     def op_getitem(self, node, x, i):
         if not isinstance(x, Tuple):
