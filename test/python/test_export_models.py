@@ -93,10 +93,6 @@ def test_trains_like_pytorch(tmp_path, name):
 
 # ---- what the exporter refuses: the aten op and the user's line ----------
 
-import re
-import subprocess
-import sys
-
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -173,12 +169,22 @@ def test_refused_idioms_name_op_and_line(cls, op, marker, why):
 
 # ---- the CLI: --output and --weights-from ---------------------------------
 
+class _Result:
+    def __init__(self, returncode, stderr):
+        self.returncode, self.stderr = returncode, stderr
+
+
 def _cli(tmp_path, *args):
+    """mapp.export's main in this process (saves a torch import per call)."""
+    import contextlib
+    import io
+    from mapp.export import main
     (tmp_path / "cfg.json").write_text(json.dumps({**SHAPE, **MODELS["llama2c"][1]}))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), HERE]))
-    return subprocess.run([sys.executable, "-m", "mapp.export", "--module", MODELS["llama2c"][0],
-                           "--config", str(tmp_path / "cfg.json"), "-o", str(tmp_path / "m.mlir"),
-                           *map(str, args)], env=env, capture_output=True, text=True)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["--module", MODELS["llama2c"][0], "--config", str(tmp_path / "cfg.json"),
+                   "-o", str(tmp_path / "m.mlir"), *map(str, args)])
+    return _Result(rc, err.getvalue())
 
 
 @pytest.mark.parametrize("output,error", [("0", "not a scalar loss"), ("5", "returns 2 values"),
