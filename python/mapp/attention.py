@@ -322,8 +322,9 @@ def sdpa(ctx, node, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=No
     if len(q.shape) != 4:
         fail(node, "scaled_dot_product_attention on other than [B, heads, T, D] tensors")
     t, d = q.shape[-2:]
-    kt = k if isinstance(k, Lazy) else Lazy.of(k)
-    kt = kt.then(Step("transpose", k.shape[:-2] + (d, k.shape[-2]), node, perm=(0, 1, 3, 2)))
+    # _layout: k may be a pattern value (rotary-embedded) as well as a view.
+    kt = ctx._layout(node, k, Step("transpose", k.shape[:-2] + (d, k.shape[-2]), node,
+                                   perm=(0, 1, 3, 2)))
     s = Scores(q, kt, q.shape[:-1] + (k.shape[-2],), node)
     s.scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     if is_causal:
