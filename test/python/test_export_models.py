@@ -248,3 +248,26 @@ def test_torch_export_metadata_is_read_back():
              f'  File "{torch.__file__}", line 9, in g\n')
     assert _stack_source(trace) == f"{__file__}:42"
     assert _stack_source(None) == "<unknown source>"
+
+
+class UnbindHeads(_Base):
+    """q, k, v = qkv.view(B, T, 3, nh, D).unbind(2) (the sdpa model's idiom)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, tokens, targets):
+        B, T = tokens.shape
+        q, k, v = self.qkv(self.emb(tokens)).view(B, T, 3, 2, 4).unbind(2)
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) / 2.0
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        lg = self.head((s @ v).transpose(1, 2).reshape(B, T, 8))
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+def test_unbind_heads_become_attention():
+    text = export_module(UnbindHeads(SHAPE), *example_inputs(SHAPE, torch.int64))
+    assert text.count('"mapp.attention"(') == 1 and '"mapp.transpose"' not in text
+    assert "scale = 0.5 : f64" in text and "causal" in text
