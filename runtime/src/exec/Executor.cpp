@@ -2,6 +2,7 @@
 #include "mapp/rt/Executor.h"
 #include "TraceSink.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/Shard.h"
 #include "mapp/rt/Weights.h"
 #include "mapp/scan/TraceWriter.h"
 
@@ -68,28 +69,6 @@ mapp::TraceCategory categoryOf(const std::string &c) {
   if (c == "optimizer")
     return mapp::TraceCategory::Optimizer;
   return mapp::TraceCategory::Compute;
-}
-
-/// Copies piece `idx` of `n` between a full tensor and its shard: the full
-/// tensor is [outer, blocks, n, len, inner] around shard dim `dim`, the piece
-/// [outer, blocks, len, inner] (plan.fbs, shard_dim).
-void copyPiece(float *full, float *piece, const Shape &pieceShape, int dim,
-               int blocks, int n, int idx, bool toPiece) {
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < dim; ++i)
-    outer *= pieceShape[i];
-  for (size_t i = dim + 1; i < pieceShape.size(); ++i)
-    inner *= pieceShape[i];
-  int64_t len = pieceShape[dim] / blocks, run = len * inner;
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t b = 0; b < blocks; ++b) {
-      float *f = full + ((o * blocks + b) * n + idx) * run;
-      float *p = piece + (o * blocks + b) * run;
-      if (toPiece)
-        std::memcpy(p, f, run * sizeof(float));
-      else
-        std::memcpy(f, p, run * sizeof(float));
-    }
 }
 
 } // namespace
@@ -267,15 +246,6 @@ int Executor::shardIndex(const Value &v) const {
   return v.shardGroup == "tp" ? prog_->tp : prog_->dp;
 }
 
-namespace {
-Shape fullShapeOf(const Value &v, int n) {
-  Shape s = v.type.shape;
-  if (v.shardDim >= 0)
-    s[v.shardDim] *= n;
-  return s;
-}
-} // namespace
-
 void Executor::initParams(uint64_t seed) {
   for (size_t v = 0; v < prog_->values.size(); ++v) {
     const Value &val = prog_->values[v];
@@ -307,25 +277,31 @@ void Executor::loadParams(const Safetensors &st, const std::string &where) {
     if (it == st.tensors.end())
       fail(where, ": missing tensor '", val.name, "' (shape ",
            shapeStr(val.type.shape), ")");
-    int n = shardCount(val);
-    Shape full = fullShapeOf(val, n);
-    if (it->second.shape != full)
-      fail(where, ": tensor '", val.name, "' has shape ",
-           shapeStr(it->second.shape), ", the plan needs ", shapeStr(full),
-           n > 1 ? " (the full tensor; this rank holds a piece)" : "");
-    if (it->second.dtype == DType::I32 || it->second.dtype == DType::I64)
-      fail(where, ": tensor '", val.name, "' is an integer tensor");
-    std::vector<float> f = it->second.toF32(val.name);
-    if (n == 1) {
-      backend_.copyToStorage(valueData(static_cast<int>(v)), f.data(),
-                             f.size() * 4);
-    } else {
-      std::vector<float> piece(static_cast<size_t>(val.type.numel()));
-      copyPiece(f.data(), piece.data(), val.type.shape, val.shardDim,
-                val.shardBlocks, n, shardIndex(val), true);
-      backend_.copyToStorage(valueData(static_cast<int>(v)), piece.data(),
-                             piece.size() * 4);
-    }
+    loadValue(static_cast<int>(v), it->second, false, where);
+  }
+}
+
+void Executor::loadValue(int v, const StTensor &t, bool piece,
+                         const std::string &where) {
+  const Value &val = prog_->values[v];
+  // Grad and OptState values are cut like the parameter they belong to.
+  const Value &owner = val.param >= 0 ? prog_->values[val.param] : val;
+  int n = piece ? 1 : shardCount(owner);
+  Shape full = piece ? val.type.shape : fullShapeOf(owner, n);
+  if (t.shape != full)
+    fail(where, ": tensor '", val.name, "' has shape ", shapeStr(t.shape),
+         ", the plan needs ", shapeStr(full),
+         n > 1 ? " (the full tensor; this rank holds a piece)" : "");
+  if (t.dtype == DType::I32 || t.dtype == DType::I64)
+    fail(where, ": tensor '", val.name, "' is an integer tensor");
+  std::vector<float> f = t.toF32(val.name);
+  if (n == 1) {
+    backend_.copyToStorage(valueData(v), f.data(), f.size() * 4);
+  } else {
+    std::vector<float> host(static_cast<size_t>(val.type.numel()));
+    copyPiece(f.data(), host.data(), val.type.shape, owner.shardDim,
+              owner.shardBlocks, n, shardIndex(owner), true);
+    backend_.copyToStorage(valueData(v), host.data(), host.size() * 4);
   }
 }
 
@@ -551,6 +527,10 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            ": ", e.what());
     }
     workSinceMark = true;
+    if (nanStep_ == step_ && pr.kind == Prepared::Compute)
+      injectNan(in, slot);
+    if (checkFinite_ && pr.kind == Prepared::Compute)
+      checkOutputsFinite(in, block, mb, slot);
     if (slow && pr.kind == Prepared::Compute) {
       uint64_t d = mapp::MappTraceWriter::nowNs() - slowT0;
       std::this_thread::sleep_for(std::chrono::nanoseconds(
@@ -673,13 +653,16 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
         sink_->appendHost(rec); // a host exchange: host clock
       }
       sq = buf[0];
+      r.lossKnown = buf[2] > 0;
       r.globalLoss =
           buf[2] > 0 ? buf[1] / buf[2] : std::numeric_limits<double>::quiet_NaN();
       r.globalTokens = static_cast<int64_t>(buf[3]);
     } else {
+      r.lossKnown = ln > 0;
       r.globalLoss = ln ? lsum / ln : std::numeric_limits<double>::quiet_NaN();
     }
     ctx.gradNorm = r.gradNorm = std::sqrt(sq);
+    r.skipped = skipNonFinite_ && !stepFinite(r);
   };
   auto runOptimizer = [&](int b) {
     uint64_t t0 = tr ? sink_->mark() : 0;
@@ -693,7 +676,8 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     if (p.blocks[t.block].kind == BlockKind::Optimizer) {
       optimizerInTable = true;
       finishGrads();
-      runOptimizer(t.block);
+      if (!r.skipped)
+        runOptimizer(t.block);
       continue;
     }
     int slot = t.microbatch % p.slots;
@@ -725,7 +709,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       backend_.readScalarAsync(&losses[t.microbatch], valueData(p.loss, slot));
   }
   finishGrads();
-  if (!optimizerInTable)
+  if (!optimizerInTable && !r.skipped)
     for (int b : optimizerBlocks)
       runOptimizer(b);
   backend_.endStep();
