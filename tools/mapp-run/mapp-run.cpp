@@ -574,8 +574,13 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     scope->flush();
   if (!o.save.empty()) {
     Safetensors st = plan.worldSize > 1 ? exec.gatherParams() : exec.saveParams();
-    if (lead)
+    if (lead) {
+      std::string bad = firstNonFiniteTensor(st);
+      if (!bad.empty())
+        fail("--save: refusing to write '", o.save, "': parameter '", bad,
+             "' holds non-finite values");
       writeSafetensors(o.save, st);
+    }
   }
   comm->flush();
   exec.setTraceWriter(nullptr);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -143,6 +144,18 @@ std::vector<uint8_t> readBytes(const std::string &path, const std::string &what)
 
 } // namespace
 
+std::string mapp::rt::firstNonFiniteTensor(const Safetensors &st) {
+  for (const auto &[name, t] : st.tensors) {
+    if (t.dtype != DType::F32)
+      continue;
+    const float *f = reinterpret_cast<const float *>(t.data.data());
+    for (size_t i = 0, n = t.data.size() / 4; i < n; ++i)
+      if (!std::isfinite(f[i]))
+        return name;
+  }
+  return "";
+}
+
 std::string mapp::rt::saveCheckpoint(Executor &exec, const std::string &dir,
                                      const CheckpointMeta &meta, int keep) {
   const Plan &plan = exec.plan();
@@ -166,7 +179,21 @@ std::string mapp::rt::saveCheckpoint(Executor &exec, const std::string &dir,
   }
   comm.barrier();
 
-  std::vector<uint8_t> bytes = serializeSafetensors(exec.saveState());
+  // A non-finite state is never checkpointed (the optimizer's own float
+  // arithmetic can overflow, e.g. AdamW's exp_avg_sq, while the loss and
+  // gradient norm are still finite). All ranks agree before anyone writes.
+  Safetensors state = exec.saveState();
+  std::string bad = firstNonFiniteTensor(state);
+  double anyBad = bad.empty() ? 0 : 1;
+  if (world > 1)
+    comm.allReduce(&anyBad, 1, ReduceOp::Sum, comm.group(Group::World));
+  if (anyBad > 0)
+    fail("refusing to checkpoint step ", step, ": ",
+         bad.empty() ? std::string("another rank's state")
+                     : "tensor '" + bad + "' (rank " + std::to_string(rank) + ")",
+         " holds non-finite values (the previous checkpoint is kept)");
+  std::vector<uint8_t> bytes = serializeSafetensors(state);
+  state = {};
   writeFileAtomic(tmp + "/" + shardFileName(rank), bytes.data(), bytes.size());
   uint64_t mine[2] = {bytes.size(), crcOf(bytes.data(), bytes.size())};
   bytes = {};

@@ -116,9 +116,8 @@ void Executor::checkOutputsFinite(const Instr &in, int block, int mb,
 void mapp::rt::failNonFinite(Executor &exec, const StepResult &r,
                              const Executor::BatchFn &batches) {
   std::ostringstream what;
-  what << "step " << r.step << ": non-finite "
-       << (r.lossKnown && !std::isfinite(r.globalLoss) ? "loss (" : "gradient norm (")
-       << "loss " << r.globalLoss << ", grad norm " << r.gradNorm
+  what << "step " << r.step << ": non-finite loss or gradient (loss "
+       << r.globalLoss << ", grad norm " << r.gradNorm
        << "); the optimizer was skipped, no checkpoint written";
   std::string param = exec.firstNonFiniteParam();
   if (!param.empty())

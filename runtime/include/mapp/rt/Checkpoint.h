@@ -36,9 +36,13 @@ struct CheckpointMeta {
   int64_t dataTokens = -1; // token stream length; -1 = no data
 };
 
+/// The first F32 tensor of `st` holding NaN or inf ("" if none).
+std::string firstNonFiniteTensor(const Safetensors &st);
+
 /// Collective: every rank of the world calls it after the same step. Writes
 /// DIR/step-NNNNNNNN/ (N = exec.stepsDone()), then keeps the newest `keep`
-/// step folders (0 = all). Returns the folder written.
+/// step folders (0 = all). Returns the folder written. A non-finite value
+/// in any rank's state is an Error on every rank, before anything is written.
 std::string saveCheckpoint(Executor &exec, const std::string &dir,
                            const CheckpointMeta &meta, int keep);
 
