@@ -414,3 +414,76 @@ def test_lr_1e6_without_save_dir_names_the_op(tmp_path):
     assert r.returncode != 0
     assert "non-finite" in r.stderr and "op 'linear' (kernel linear)" in r.stderr, r.stderr
     assert not (tmp_path / "w.safetensors").exists()
+
+
+# Loss scaling (--mapp-mixed-precision lowers to the attrs mapp-make-test-plan
+# writes with loss_scale=...; test/Transforms/Train/mixed-precision.mlir
+# checks the pass).
+
+FP16_MAX = 65504.0
+
+
+def scaled_plan(path, *opts, extra_model=()):
+    run([MAKE_PLAN, path, *MODEL, *extra_model, f"microbatches={GLOBAL_MB}", *opts])
+    return path
+
+
+def test_static_power_of_two_scale_is_exact(tmp_path):
+    """Scaling the seed by 2^10 and unscaling in the update is exact in fp32:
+    the same losses, norms and parameters bit for bit."""
+    plain = scaled_plan(tmp_path / "a.mplan")
+    static = scaled_plan(tmp_path / "b.mplan", "loss_scale=static", "loss_scale_init=1024")
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    train(plain, 6, a, ["--save", tmp_path / "a.st"])
+    train(static, 6, b, ["--save", tmp_path / "b.st"])
+    ma, mb = metrics(a), metrics(b)
+    assert [m["loss"] for m in ma] == [m["loss"] for m in mb]
+    assert [m["grad_norm"] for m in ma] == [m["grad_norm"] for m in mb]
+    assert all(m["loss_scale"] == 1024 and not m["skipped"] for m in mb)
+    assert read_st(tmp_path / "a.st") == read_st(tmp_path / "b.st")
+
+
+def test_dynamic_scale_2_40_backs_off_then_trains(tmp_path):
+    """fp16 limits: starting at 2^40 every step whose scaled gradient norm
+    exceeds 65504 is skipped and halves the scale (checked row by row against
+    that rule); the first step under the limit trains. Skipped steps leave the parameters untouched (the run from
+    W0 that only skips saves W0 again, bit for bit)."""
+    plan = scaled_plan(tmp_path / "d.mplan", "loss_scale=dynamic",
+                       f"loss_scale_init={2.0 ** 40}", "loss_scale_backoff=0.5",
+                       f"loss_scale_limit={FP16_MAX}", "loss_scale_growth_interval=1000")
+    w0 = tmp_path / "w0.st"
+    train(scaled_plan(tmp_path / "p.mplan"), 1, tmp_path / "w0.jsonl", ["--save", w0])
+    m = tmp_path / "m.jsonl"
+    r = train(plan, 40, m, ["--weights", w0, "--save", tmp_path / "w.st"])
+    rows = metrics(m)
+    scale = 2.0 ** 40
+    first = None
+    for i, row in enumerate(rows):
+        assert row["loss_scale"] == scale, (i, row)
+        over = row["grad_norm"] * scale > FP16_MAX
+        assert row["skipped"] == over, (i, row)
+        if over:  # also later, when the gradients grow: backs off again
+            scale *= 0.5
+        elif first is None:
+            first = i
+    assert first is not None and first >= 10, first  # 2^40 · |g| ≫ 65504
+    assert sum(not r["skipped"] for r in rows) >= 10  # then it trains
+    # The skipped prefix alone: parameters unchanged.
+    w = tmp_path / "w_skip.st"
+    train(plan, first, tmp_path / "m2.jsonl", ["--weights", w0, "--save", w])
+    assert read_st(w) == read_st(w0)
+    assert "gradient overflow" not in r.stderr  # --quiet
+
+
+def test_dynamic_scale_grows_and_resumes_exactly(tmp_path):
+    """Growth after the interval, and the scale's state survives a resume."""
+    plan = scaled_plan(tmp_path / "d.mplan", "loss_scale=dynamic", "loss_scale_init=4",
+                       "loss_scale_growth_interval=3")
+    a, ck = tmp_path / "a.jsonl", tmp_path / "ck"
+    train(plan, 10, a)
+    assert [m["loss_scale"] for m in metrics(a)] == [4, 4, 4, 8, 8, 8, 16, 16, 16, 32]
+    train(plan, 5, tmp_path / "b1.jsonl", ["--save-dir", ck])
+    train(plan, 10, tmp_path / "b2.jsonl", ["--resume", ck])
+    assert metrics(tmp_path / "b2.jsonl")[0]["loss_scale"] == 8
+    strip = lambda ms: [(m["loss"], m["grad_norm"], m["loss_scale"]) for m in ms]
+    assert strip(metrics(a)) == strip(metrics(tmp_path / "b1.jsonl") + metrics(tmp_path / "b2.jsonl"))

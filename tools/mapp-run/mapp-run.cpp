@@ -538,8 +538,16 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
       scope->beginStep(s);
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = exec.step(loader ? batches : Executor::BatchFn(), gradHook);
-    if (!stepFinite(r))
+    if (r.overflow) {
+      if (lead && !o.quiet)
+        std::fprintf(stderr,
+                     "mapp-run: step %lld: gradient overflow at loss scale %g: "
+                     "skipped, scale now %g\n",
+                     static_cast<long long>(r.step), r.lossScale,
+                     exec.lossScaleState().scale);
+    } else if (!stepFinite(r)) {
       failNonFinite(exec, r, loader ? batches : Executor::BatchFn());
+    }
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
@@ -551,6 +559,8 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     m.tokens = r.globalTokens;
     m.stepMs = ms;
     m.tokensPerS = ms > 0 ? r.globalTokens / (ms / 1000.0) : 0;
+    m.lossScale = r.lossScale;
+    m.skipped = r.skipped;
     if (scope)
       scope->endStep(m);
     if (lead) {

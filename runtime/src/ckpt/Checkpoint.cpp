@@ -243,6 +243,10 @@ std::string mapp::rt::saveCheckpoint(Executor &exec, const std::string &dir,
                        "(seed, step); no generator state to save"},
               {"seed", meta.seed},
               {"step", step}}},
+            {"loss_scale",
+             {{"mode", exec.lossScaleMode()},
+              {"scale", exec.lossScaleState().scale},
+              {"good_steps", exec.lossScaleState().goodSteps}}},
             {"shards", shards}};
   std::string text = m.dump(1);
   writeFileAtomic(tmp + "/" + kManifest, text.data(), text.size());
@@ -517,6 +521,12 @@ int64_t mapp::rt::loadCheckpoint(Executor &exec, const std::string &ckpt,
     exec.loadState(readShard(ckpt, *own), true, own->what);
   else
     exec.loadState(assembleFull(ckpt, shards), false, "checkpoint " + ckpt);
+  if (m.contains("loss_scale") && exec.lossScaleMode() != "none") {
+    const json &ls = m["loss_scale"];
+    if (ls.value("mode", std::string("none")) == exec.lossScaleMode())
+      exec.setLossScaleState({ls.value("scale", 1.0),
+                              ls.value("good_steps", int64_t(0))});
+  }
   exec.setStepsDone(step);
   return step;
 }

@@ -112,6 +112,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
   arena_ = static_cast<uint8_t *>(
       backend.allocate(arenaStride_ * static_cast<uint64_t>(p.slots)));
   backend.bindProgram(p, pool_, arena_);
+  initLossScale();
 
   for (size_t b = 0; b < p.blocks.size(); ++b) {
     std::vector<Prepared> prepared;
@@ -568,6 +569,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.step = step_;
   ctx.numMicrobatches = plan_.numMicrobatches;
   ctx.maxGradNorm = plan_.maxGradNorm;
+  ctx.lossScale = ls_.scale;
   ctx.pool = &backend_.pool();
   ctx.comm = &comm_;
   ctx.probe = probe_;
@@ -661,8 +663,10 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       r.lossKnown = ln > 0;
       r.globalLoss = ln ? lsum / ln : std::numeric_limits<double>::quiet_NaN();
     }
-    ctx.gradNorm = r.gradNorm = std::sqrt(sq);
-    r.skipped = skipNonFinite_ && !stepFinite(r);
+    r.gradNorm = std::sqrt(sq);
+    applyLossScale(r);
+    ctx.gradNorm = r.gradNorm;
+    r.skipped = r.skipped || (skipNonFinite_ && !stepFinite(r));
   };
   auto runOptimizer = [&](int b) {
     uint64_t t0 = tr ? sink_->mark() : 0;
@@ -726,6 +730,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     for (const Instr &in : p.blocks[b].instrs)
       if ((in.kernel == "adamw" || in.kernel == "sgd") && r.lr == 0)
         r.lr = scheduledLr(in.attrs, step_);
+  advanceLossScale(r);
   ++step_;
   return r;
 }

@@ -9,6 +9,7 @@
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -133,4 +134,64 @@ void mapp::rt::failNonFinite(Executor &exec, const StepResult &r,
   }
   fail(what.str(), "; the re-run with per-op checks found no op that wrote a "
        "non-finite value on this rank");
+}
+
+void Executor::initLossScale() {
+  for (const Block &b : prog_->blocks)
+    for (const Instr &in : b.instrs)
+      if (in.attrs.has("loss_scale") && (in.kernel == "adamw" || in.kernel == "sgd")) {
+        lsMode_ = in.attrs.getStr("loss_scale", "none");
+        ls_.scale = in.attrs.getFloat("loss_scale_init", 65536);
+        lsGrowth_ = in.attrs.getFloat("loss_scale_growth", 2);
+        lsBackoff_ = in.attrs.getFloat("loss_scale_backoff", 0.5);
+        lsInterval_ = in.attrs.getInt("loss_scale_growth_interval", 1000);
+        lsMin_ = in.attrs.getFloat("loss_scale_min", 1);
+        // The compute type's largest value: a scaled gradient norm beyond it
+        // would have overflowed there (fp16: 65504); default fp32's range.
+        lsLimit_ = in.attrs.getFloat("loss_scale_limit",
+                                     std::numeric_limits<float>::max());
+        if (lsMode_ != "static" && lsMode_ != "dynamic")
+          fail("plan: loss_scale must be \"static\" or \"dynamic\", got '",
+               lsMode_, "'");
+        if (!(ls_.scale > 0) || !(lsGrowth_ >= 1) || !(lsBackoff_ > 0) ||
+            !(lsBackoff_ < 1) || lsInterval_ < 1 || !(lsMin_ > 0) ||
+            !(lsLimit_ > 0))
+          fail("plan: loss scaling needs loss_scale_init > 0, growth >= 1, "
+               "backoff in (0, 1), growth_interval >= 1, min > 0, limit > 0");
+        // The CUDA kernels do not read ctx.lossScale yet: refuse rather than
+        // train on gradients scaled by 2^16.
+        if (backend_.name() != "cpu")
+          fail("plan: loss scaling runs on the cpu backend only so far "
+               "(backend '", backend_.name(), "')");
+        return;
+      }
+}
+
+void Executor::applyLossScale(StepResult &r) const {
+  if (lsMode_ == "none")
+    return;
+  r.lossScale = ls_.scale;
+  double scaled = r.gradNorm;
+  r.gradNorm = scaled / ls_.scale;
+  if (lsMode_ != "dynamic")
+    return;
+  // At the smallest scale an overflow is what it is: the non-finite path
+  // (or, when finite, training on) decides.
+  bool over = !std::isfinite(scaled) || scaled > lsLimit_;
+  if (over && ls_.scale > lsMin_) {
+    r.overflow = true;
+    r.skipped = true;
+  }
+}
+
+void Executor::advanceLossScale(const StepResult &r) {
+  if (lsMode_ != "dynamic")
+    return;
+  if (r.overflow) {
+    ls_.scale = std::max(lsMin_, ls_.scale * lsBackoff_);
+    ls_.goodSteps = 0;
+  } else if (++ls_.goodSteps >= lsInterval_) {
+    ls_.scale *= lsGrowth_;
+    ls_.goodSteps = 0;
+  }
 }

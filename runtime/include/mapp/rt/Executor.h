@@ -50,6 +50,18 @@ struct StepResult {
   /// The optimizer did not run: the global loss or gradient norm was not
   /// finite and setSkipNonFinite is on (parameters and state untouched).
   bool skipped = false;
+  /// Loss scaling: the scale this step ran with (1 without), and whether
+  /// its scaled gradients overflowed (dynamic: the step is skipped).
+  double lossScale = 1;
+  bool overflow = false;
+};
+
+/// Loss-scaling state (plan: the loss_scale* attrs of the optimizer instrs,
+/// written by --mapp-mixed-precision): the scale of the next step and the
+/// finite steps since it last changed.
+struct LossScaleState {
+  double scale = 1;
+  int64_t goodSteps = 0;
 };
 
 /// Whether the step's global gradient norm and (when known) loss are finite;
@@ -133,6 +145,10 @@ public:
     nanStep_ = step;
     nanOp_ = std::move(op);
   }
+  /// "none", "static" or "dynamic" (the plan's loss scaling).
+  const std::string &lossScaleMode() const { return lsMode_; }
+  LossScaleState lossScaleState() const { return ls_; }
+  void setLossScaleState(LossScaleState s) { ls_ = s; }
   /// The first Param holding a non-finite element ("" if none).
   std::string firstNonFiniteParam() const;
 
@@ -173,6 +189,11 @@ private:
   void loadValue(int v, const StTensor &t, bool piece, const std::string &where);
   void checkOutputsFinite(const Instr &in, int block, int mb, int slot) const;
   void injectNan(const Instr &in, int slot);
+  void initLossScale();
+  /// After the norm: unscales r.gradNorm, flags an overflow (dynamic: skip).
+  void applyLossScale(StepResult &r) const;
+  /// At the step's end: back off after an overflow, grow after an interval.
+  void advanceLossScale(const StepResult &r);
   struct OpenRegion;
   void runBlock(int block, int mb, int slot, KernelContext &ctx);
   /// Host copy of a pool value (storage may be device memory).
@@ -204,6 +225,10 @@ private:
   double slowFactor_ = 1;
   bool skipNonFinite_ = false, checkFinite_ = false;
   int64_t nanStep_ = -1;
+  std::string lsMode_ = "none";
+  LossScaleState ls_;
+  double lsGrowth_ = 2, lsBackoff_ = 0.5, lsLimit_ = 0, lsMin_ = 1;
+  int64_t lsInterval_ = 1000;
   std::string nanOp_;
   mapp::MappTraceWriter *trace_ = nullptr;
   std::unique_ptr<TraceSink> sink_; // non-null iff trace_ is
