@@ -487,3 +487,17 @@ def test_dynamic_scale_grows_and_resumes_exactly(tmp_path):
     assert metrics(tmp_path / "b2.jsonl")[0]["loss_scale"] == 8
     strip = lambda ms: [(m["loss"], m["grad_norm"], m["loss_scale"]) for m in ms]
     assert strip(metrics(a)) == strip(metrics(tmp_path / "b1.jsonl") + metrics(tmp_path / "b2.jsonl"))
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--save-every", 2], "--save-every and --save-interval-s need --save-dir"),
+    (["--save-dir", "ck", "--save-every", 0], "--save-every needs an integer >= 1"),
+    (["--save-dir", "ck", "--save-keep", -1], "--save-keep needs an integer"),
+    (["--resume", "ck", "--weights", "w.st"], "--resume and --weights"),
+    (["--inject-nan", "gelu"], "--inject-nan needs STEP:OP"),
+])
+def test_bad_checkpoint_flags(tmp_path, flags, message):
+    plan = make_plan(tmp_path / "p.mplan")
+    r = run([MAPP_RUN, plan, "--data", CORPUS, "--tokenizer", "bytes", *flags],
+            check=False)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
