@@ -258,7 +258,8 @@ def test_kill_during_plain_save_keeps_previous_file(tmp_path):
     assert out.read_bytes() == before
 
 
-def test_sigterm_finishes_step_saves_exits_0(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_finishes_step_saves_exits_0(tmp_path, sig):
     plan = make_plan(tmp_path / "p.mplan")
     ck, m = tmp_path / "ck", tmp_path / "m.jsonl"
     p = subprocess.Popen([str(a) for a in [MAPP_RUN, *train_args(
@@ -268,7 +269,7 @@ def test_sigterm_finishes_step_saves_exits_0(tmp_path):
     while not (m.exists() and len(m.read_text().splitlines()) >= 3):
         assert p.poll() is None and time.time() < deadline
         time.sleep(0.05)
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(sig)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     steps = len(metrics(m))
@@ -501,3 +502,14 @@ def test_bad_checkpoint_flags(tmp_path, flags, message):
     r = run([MAPP_RUN, plan, "--data", CORPUS, "--tokenizer", "bytes", *flags],
             check=False)
     assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_nan_check_every_step_names_the_op(tmp_path):
+    """--nan-check: the per-op check runs in the step itself (no re-run)."""
+    plan = make_plan(tmp_path / "p.mplan")
+    r = train(plan, 6, tmp_path / "m.jsonl", ["--nan-check", "--inject-nan", "2:gelu"],
+              check=False)
+    assert r.returncode != 0
+    assert "non-finite value: step 2" in r.stderr and "op 'gelu'" in r.stderr, r.stderr
+    assert "re-ran" not in r.stderr
+    assert len(metrics(tmp_path / "m.jsonl")) == 2
