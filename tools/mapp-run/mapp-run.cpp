@@ -91,6 +91,9 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              and generated tokens in a SQLite store
   --probe-control FILE|PORT  MegaScope: take perturbation switch changes from a
                              JSON file or a loopback TCP port (0 = any free)
+  --probe-control-token-file FILE
+                             MegaScope: where the control port's token is
+                             written (mode 0600; default PROBE_DB.control-token)
   --probe-run NAME           MegaScope: run name (ranks of one job share it)
   --generate                 generate text instead of training
   --prompt TEXT              generation prompt (default: the EOT token)
@@ -109,7 +112,8 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
 struct Options {
   std::string plan, backend = "cpu", comm = "local", data, dataFormat = "auto",
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
-                    traceDir, probeDb, probeControl, probeRun, prompt,
+                    traceDir, probeDb, probeControl, probeControlTokenFile,
+                    probeRun, prompt,
                     generateOut, traceSample, injectNan;
   bool generate = false, greedy = false, promptGiven = false, kvCache = true;
   int64_t maxNewTokens = 32, topK = 0;
@@ -172,6 +176,7 @@ Options parseArgs(int argc, char **argv) {
       {"--metrics", &o.metrics},     {"--dump-batches", &o.dumpBatches},
       {"--trace-dir", &o.traceDir},   {"--probe-db", &o.probeDb},
       {"--probe-control", &o.probeControl}, {"--probe-run", &o.probeRun},
+      {"--probe-control-token-file", &o.probeControlTokenFile},
       {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample},
       {"--save-dir", &o.ckpt.saveDir},     {"--resume", &o.ckpt.resume},
       {"--inject-nan", &o.injectNan}};
@@ -413,6 +418,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     ProbeSessionOptions so;
     so.db = o.probeDb;
     so.control = o.probeControl;
+    so.controlTokenFile = o.probeControlTokenFile;
     so.runName = o.probeRun;
     so.plan = o.plan;
     so.mode = o.generate ? "generate" : "train";
@@ -422,6 +428,9 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     scope = std::make_unique<ProbeSession>(exec, so);
     if (!scope->controlEndpoint().empty() && !o.quiet)
       std::cerr << "mapp-run: probe control at " << scope->controlEndpoint()
+                << (scope->controlTokenFile().empty()
+                        ? std::string()
+                        : " (token in " + scope->controlTokenFile() + ")")
                 << "\n";
   }
   if (o.generate) {
