@@ -19,6 +19,7 @@ PKGS=(
   "openmpi-bin=4.1.4-3+b1"
   "libopenblas-dev=0.3.21+ds-4"
   "libsqlite3-dev=3.40.1-2+deb12u2"
+  "zlib1g-dev=1:1.2.13.dfsg-1"
   "nlohmann-json3-dev=3.11.2-2"
   "libcpp-httplib-dev=0.11.4+ds-1+deb12u1"
   "python3-torch=1.13.1+dfsg-4"

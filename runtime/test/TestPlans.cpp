@@ -107,6 +107,18 @@ std::vector<uint8_t> MultiPlanSpec::build() const {
                               b.GetBufferPointer() + b.GetSize());
 }
 
+void mapp::rt::test::setLossScaleAttrs(const MlpOptions &o, Attrs &at) {
+  if (o.lossScale.empty())
+    return;
+  at.setStr("loss_scale", o.lossScale);
+  at.setFloat("loss_scale_init", o.lossScaleInit);
+  at.setFloat("loss_scale_growth", o.lossScaleGrowth);
+  at.setFloat("loss_scale_backoff", o.lossScaleBackoff);
+  at.setInt("loss_scale_growth_interval", o.lossScaleGrowthInterval);
+  if (o.lossScaleLimit > 0)
+    at.setFloat("loss_scale_limit", o.lossScaleLimit);
+}
+
 PlanSpec mapp::rt::test::mlpPlan(const MlpOptions &o) {
   PlanSpec s;
   s.microBatchSize = o.batch;
@@ -164,6 +176,8 @@ PlanSpec mapp::rt::test::mlpPlan(const MlpOptions &o) {
   dims01.setInts("dims", {0, 1});
   Attrs fill;
   fill.setFloat("value", 1.0 / o.microbatches);
+  if (!o.lossScale.empty())
+    fill.setStr("loss_scale", o.lossScale);
   Attrs vocab;
   vocab.setInt("vocab", V);
 
@@ -197,6 +211,7 @@ PlanSpec mapp::rt::test::mlpPlan(const MlpOptions &o) {
   for (P &p : params) {
     Attrs at;
     at.setFloat("lr", o.lr);
+    setLossScaleAttrs(o, at);
     at.setStr("schedule", o.schedule);
     if (o.schedule == "cosine") {
       at.setInt("warmup", 2);
@@ -482,6 +497,8 @@ private:
     case 3: {
       Attrs fill;
       fill.setFloat("value", 1.0 / M);
+      if (!o.lossScale.empty())
+        fill.setStr("loss_scale", o.lossScale);
       int dloss = temp("dloss", {});
       out.push_back(ins("fill", {}, {dloss}, fill));
       out.push_back(ins("cross_entropy_grad",
@@ -555,6 +572,7 @@ private:
     for (auto &[name, pr] : params) {
       Attrs at;
       at.setFloat("lr", o.lr);
+      setLossScaleAttrs(o, at);
       at.setStr("schedule", o.schedule);
       if (o.schedule == "cosine") {
         at.setInt("warmup", 2);

@@ -75,7 +75,17 @@ struct MlpOptions {
   double lr = 0.1;
   double maxGradNorm = 0;
   std::string schedule = "constant";
+  /// Loss scaling as --mapp-mixed-precision lowers it (docs/checkpoints.md,
+  /// "Loss scaling"): "" = none, "dynamic" or "static" on the dloss fill and
+  /// the optimizer instrs, with these attrs on the optimizer instrs.
+  std::string lossScale;
+  double lossScaleInit = 65536, lossScaleGrowth = 2, lossScaleBackoff = 0.5,
+         lossScaleLimit = 0; // 0 = the fp32 range
+  int64_t lossScaleGrowthInterval = 1000;
 };
+
+/// Sets the loss-scale attrs of an optimizer instr (o.lossScale non-empty).
+void setLossScaleAttrs(const MlpOptions &o, Attrs &at);
 
 /// embedding -> linear+gelu -> linear -> cross_entropy, its hand-written
 /// backward (cross_entropy_grad, matmul, reduce_sum, gelu_grad,

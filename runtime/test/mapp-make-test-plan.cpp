@@ -52,6 +52,18 @@ int main(int argc, char **argv) {
       o.maxGradNorm = std::stod(v);
     else if (k == "schedule")
       o.schedule = v;
+    else if (k == "loss_scale")
+      o.lossScale = v;
+    else if (k == "loss_scale_init")
+      o.lossScaleInit = std::stod(v);
+    else if (k == "loss_scale_growth")
+      o.lossScaleGrowth = std::stod(v);
+    else if (k == "loss_scale_backoff")
+      o.lossScaleBackoff = std::stod(v);
+    else if (k == "loss_scale_growth_interval")
+      o.lossScaleGrowthInterval = std::stoll(v);
+    else if (k == "loss_scale_limit")
+      o.lossScaleLimit = std::stod(v);
     else if (k == "tp")
       po.tp = std::stoi(v), parallel = true;
     else if (k == "pp")

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Backend.h"
+#include "mapp/rt/Checkpoint.h"
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Dataset.h"
 #include "mapp/rt/Error.h"
@@ -66,6 +67,21 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --weights FILE             initial parameters (safetensors, by name)
   --save FILE                write parameters after the last step (safetensors)
   --save-grads FILE          write step 0's accumulated gradients (safetensors)
+  --save-dir DIR             whole-state checkpoints (parameters, optimizer
+                             state, step, data position): DIR/step-NNNNNNNN/,
+                             one shard per rank + manifest.json; written after
+                             the last step, and on SIGTERM/SIGINT (the run
+                             finishes the step, saves, exits 0)
+  --save-every N             also every N steps
+  --save-interval-s S        also when S seconds passed since the last save
+  --save-keep K              keep the newest K checkpoints (default 3; 0 = all)
+  --resume DIR               continue from a checkpoint (DIR itself or the
+                             newest in a --save-dir); --steps counts the whole
+                             run; another tp/pp/dp layout reshards
+  --nan-check                check every op's outputs every step (slow); a
+                             non-finite loss or gradient norm always stops the
+                             run and re-runs that step so to name the op
+  --inject-nan STEP:OP       testing: op OP (IR name) writes a NaN at step STEP
   --metrics FILE             one JSON object per step (jsonl)
   --dump-batches FILE        write every microbatch's tokens/targets (jsonl)
   --threads K                CPU worker threads per rank (default: the cores
@@ -98,7 +114,7 @@ struct Options {
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
                     traceDir, probeDb, probeControl, probeControlTokenFile,
                     probeRun, prompt,
-                    generateOut, traceSample;
+                    generateOut, traceSample, injectNan;
   bool generate = false, greedy = false, promptGiven = false, kvCache = true;
   int64_t maxNewTokens = 32, topK = 0;
   double temperature = 1.0;
@@ -108,7 +124,10 @@ struct Options {
   int64_t steps = 1;
   uint64_t seed = 0;
   int threads = 0;
-  bool shuffle = true, quiet = false;
+  bool shuffle = true, quiet = false, nanCheck = false;
+  int64_t nanStep = -1; // --inject-nan STEP:OP
+  std::string nanOp;
+  CheckpointPolicy ckpt;
 };
 
 constexpr int64_t kMaxThreads = 1024;
@@ -158,7 +177,9 @@ Options parseArgs(int argc, char **argv) {
       {"--trace-dir", &o.traceDir},   {"--probe-db", &o.probeDb},
       {"--probe-control", &o.probeControl}, {"--probe-run", &o.probeRun},
       {"--probe-control-token-file", &o.probeControlTokenFile},
-      {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample}};
+      {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample},
+      {"--save-dir", &o.ckpt.saveDir},     {"--resume", &o.ckpt.resume},
+      {"--inject-nan", &o.injectNan}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -173,6 +194,10 @@ Options parseArgs(int argc, char **argv) {
     }
     if (a == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (a == "--nan-check") {
+      o.nanCheck = true;
       continue;
     }
     if (a == "--no-kv-cache") {
@@ -200,7 +225,8 @@ Options parseArgs(int argc, char **argv) {
                  flag == "--threads" || flag == "--inject" ||
                  flag == "--comm-timeout" || flag == "--prompt" ||
                  flag == "--max-new-tokens" || flag == "--temperature" ||
-                 flag == "--top-k";
+                 flag == "--top-k" || flag == "--save-every" ||
+                 flag == "--save-interval-s" || flag == "--save-keep";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
@@ -230,6 +256,12 @@ Options parseArgs(int argc, char **argv) {
         usageError(e.what());
       }
     }
+    else if (flag == "--save-every")
+      o.ckpt.every = parseInt(flag, value, 1);
+    else if (flag == "--save-interval-s")
+      o.ckpt.intervalS = static_cast<double>(parseInt(flag, value, 1));
+    else if (flag == "--save-keep")
+      o.ckpt.keep = static_cast<int>(parseInt(flag, value, 0, 1 << 20));
     else if (flag == "--max-new-tokens")
       o.maxNewTokens = parseInt(flag, value, 0);
     else if (flag == "--top-k")
@@ -257,6 +289,19 @@ Options parseArgs(int argc, char **argv) {
     usageError("--comm must be local, mpi or nccl, got '" + o.comm + "'");
   if (o.comm == "nccl" && o.backend != "cuda")
     usageError("--comm=nccl needs --backend=cuda (NCCL moves device memory)");
+  if (!o.injectNan.empty()) {
+    size_t colon = o.injectNan.find(':');
+    if (colon == std::string::npos || colon + 1 == o.injectNan.size())
+      usageError("--inject-nan needs STEP:OP, got '" + o.injectNan + "'");
+    o.nanStep = parseInt("--inject-nan STEP", o.injectNan.substr(0, colon), 0);
+    o.nanOp = o.injectNan.substr(colon + 1);
+  }
+  if ((o.ckpt.every || o.ckpt.intervalS) && o.ckpt.saveDir.empty())
+    usageError("--save-every and --save-interval-s need --save-dir");
+  if (!o.ckpt.resume.empty() && !o.weights.empty())
+    usageError("--resume and --weights both set the parameters; give one");
+  if (o.generate && (!o.ckpt.resume.empty() || !o.ckpt.saveDir.empty()))
+    usageError("--resume and --save-dir are for training, not --generate");
   if (!o.traceSample.empty()) {
     if (o.traceDir.empty())
       usageError("--trace-sample needs --trace-dir");
@@ -488,13 +533,30 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
       writeSafetensors(o.saveGrads, g);
   };
 
+  CheckpointMeta meta{o.seed, o.shuffle, loader ? loader->numTokens() : -1};
+  TrainControl control(exec, o.ckpt, meta);
+  const int64_t first = control.start();
+  exec.setSkipNonFinite(true); // a non-finite step never touches the state
+  exec.setCheckFinite(o.nanCheck);
+  if (o.nanStep >= 0)
+    exec.setInjectNan(o.nanStep, o.nanOp);
   Progress progress(o.steps, lead && isatty(STDOUT_FILENO) != 0,
                     o.quiet || !lead);
-  for (int64_t s = 0; s < o.steps; ++s) {
+  for (int64_t s = first; s < o.steps; ++s) {
     if (scope)
       scope->beginStep(s);
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = exec.step(loader ? batches : Executor::BatchFn(), gradHook);
+    if (r.overflow) {
+      if (lead && !o.quiet)
+        std::fprintf(stderr,
+                     "mapp-run: step %lld: gradient overflow at loss scale %g: "
+                     "skipped, scale now %g\n",
+                     static_cast<long long>(r.step), r.lossScale,
+                     exec.lossScaleState().scale);
+    } else if (!stepFinite(r)) {
+      failNonFinite(exec, r, loader ? batches : Executor::BatchFn());
+    }
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
@@ -506,13 +568,21 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     m.tokens = r.globalTokens;
     m.stepMs = ms;
     m.tokensPerS = ms > 0 ? r.globalTokens / (ms / 1000.0) : 0;
+    m.lossScale = r.lossScale;
+    m.skipped = r.skipped;
     if (scope)
       scope->endStep(m);
-    if (!lead)
-      continue;
-    if (metrics)
-      metrics->write(m);
-    progress.update(m);
+    if (lead) {
+      if (metrics)
+        metrics->write(m);
+      progress.update(m);
+    }
+    if (control.afterStep(s + 1 == o.steps)) {
+      if (lead && !o.quiet)
+        std::fprintf(stderr, "mapp-run: stop signal: saved step %lld, exiting\n",
+                     static_cast<long long>(exec.stepsDone()));
+      break;
+    }
   }
   progress.finish();
   // One line even with --quiet: bench/gpu/summary.py reads it.
@@ -523,8 +593,13 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     scope->flush();
   if (!o.save.empty()) {
     Safetensors st = plan.worldSize > 1 ? exec.gatherParams() : exec.saveParams();
-    if (lead)
+    if (lead) {
+      std::string bad = firstNonFiniteTensor(st);
+      if (!bad.empty())
+        fail("--save: refusing to write '", o.save, "': parameter '", bad,
+             "' holds non-finite values");
       writeSafetensors(o.save, st);
+    }
   }
   comm->flush();
   exec.setTraceWriter(nullptr);
@@ -557,6 +632,8 @@ int run(const Options &o) {
       rejectDirectory(files.substr(comma + 1), "tokenizer merges");
   }
   Plan plan = loadPlan(o.plan);
+  if (!o.ckpt.saveDir.empty())
+    installStopSignals();
   for (const Injection &i : o.inject) {
     int r = i.kind == Injection::SlowCompute ? i.rank : std::max(i.src, i.dst);
     if (r >= plan.worldSize)

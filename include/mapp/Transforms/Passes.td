@@ -92,6 +92,46 @@ def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
   ];
 }
 
+def MappMixedPrecision : Pass<"mapp-mixed-precision", "::mlir::ModuleOp"> {
+  let summary = "Precision policy and loss scaling (static or dynamic) as IR";
+  let description = [{
+    Runs after --mapp-autodiff and --mapp-optimizer. Records the policy as
+    the module attribute `mapp.precision` ({compute, master, loss_scale})
+    and, with loss scaling, marks the loss-gradient seed (the `mapp.fill`
+    autodiff tags `mapp.loss_seed`) with `loss_scale = "dynamic"|"static"`
+    (the runtime multiplies the seed by the current scale) and every
+    `mapp.adamw` / `mapp.sgd` with `loss_scale` and `loss_scale_init`,
+    `loss_scale_limit` (the compute type's largest value: fp16 65504, bf16
+    and f32 FLT_MAX) and, dynamic, `loss_scale_growth`,
+    `loss_scale_backoff`, `loss_scale_growth_interval`, `loss_scale_min`.
+    The update divides the gradients and its clip norm by the scale. A
+    dynamic step whose scaled global gradient norm is non-finite or above
+    the limit is skipped (parameters and optimizer state untouched) and the
+    scale multiplied by the backoff factor; after growth-interval finite
+    steps it is multiplied by the growth factor. Master weights and
+    optimizer state stay f32 (master=f32 only). compute=bf16|fp16 is
+    recorded; the activation storage type comes from --mapp-plan-memory,
+    and the CPU backend computes in fp32 (fp16's range is applied through
+    the overflow limit). compute=fp8 is rejected (not implemented).
+  }];
+  let options = [
+    Option<"compute", "compute", "std::string", "\"f32\"", "f32 | bf16 | fp16">,
+    Option<"master", "master", "std::string", "\"f32\"", "f32">,
+    Option<"lossScale", "loss-scale", "std::string", "\"none\"",
+           "dynamic | static:S | none">,
+    Option<"initialScale", "initial-scale", "double", "65536.0",
+           "Dynamic: the first step's scale">,
+    Option<"growthInterval", "growth-interval", "int64_t", "1000",
+           "Dynamic: finite steps before the scale grows">,
+    Option<"growthFactor", "growth-factor", "double", "2.0",
+           "Dynamic: scale multiplier after growth-interval finite steps">,
+    Option<"backoffFactor", "backoff-factor", "double", "0.5",
+           "Dynamic: scale multiplier after an overflow">,
+    Option<"minScale", "min-scale", "double", "1.0",
+           "Dynamic: the scale never goes below this">,
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Parallel (Megatron)
 //===----------------------------------------------------------------------===//

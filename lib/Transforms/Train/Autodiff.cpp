@@ -174,6 +174,8 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
     if (loss) {
       auto seed = b.create<FillOp>(loc, loss.getType(),
                                    b.getF64FloatAttr(lossScale));
+      // --mapp-mixed-precision scales this seed by the runtime loss scale.
+      seed->setAttr("mapp.loss_seed", b.getUnitAttr());
       grads[loss] = seed;
       firstBackward = seed;
     }

@@ -1,5 +1,6 @@
 //===- Safetensors.cpp ----------------------------------------------------===//
 #include "mapp/rt/Safetensors.h"
+#include "mapp/rt/AtomicFile.h"
 #include "mapp/rt/Error.h"
 
 #include <nlohmann/json.hpp>
@@ -203,11 +204,7 @@ std::vector<uint8_t> mapp::rt::serializeSafetensors(const Safetensors &st) {
 
 void mapp::rt::writeSafetensors(const std::string &path,
                                 const Safetensors &st) {
+  // Atomic: a kill mid-save leaves the previous file whole (issue 17).
   std::vector<uint8_t> bytes = serializeSafetensors(st);
-  std::ofstream f(path, std::ios::binary);
-  if (!f)
-    fail("cannot write '", path, "'");
-  f.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
-  if (!f)
-    fail("error writing '", path, "'");
+  writeFileAtomic(path, bytes.data(), bytes.size());
 }

@@ -2,6 +2,7 @@
 #include "mapp/rt/Executor.h"
 #include "TraceSink.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/Shard.h"
 #include "mapp/rt/ThreadPool.h"
 #include "mapp/rt/Weights.h"
 #include "mapp/scan/TraceWriter.h"
@@ -72,28 +73,6 @@ mapp::TraceCategory categoryOf(const std::string &c) {
   return mapp::TraceCategory::Compute;
 }
 
-/// Copies piece `idx` of `n` between a full tensor and its shard: the full
-/// tensor is [outer, blocks, n, len, inner] around shard dim `dim`, the piece
-/// [outer, blocks, len, inner] (plan.fbs, shard_dim).
-void copyPiece(float *full, float *piece, const Shape &pieceShape, int dim,
-               int blocks, int n, int idx, bool toPiece) {
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < dim; ++i)
-    outer *= pieceShape[i];
-  for (size_t i = dim + 1; i < pieceShape.size(); ++i)
-    inner *= pieceShape[i];
-  int64_t len = pieceShape[dim] / blocks, run = len * inner;
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t b = 0; b < blocks; ++b) {
-      float *f = full + ((o * blocks + b) * n + idx) * run;
-      float *p = piece + (o * blocks + b) * run;
-      if (toPiece)
-        std::memcpy(p, f, run * sizeof(float));
-      else
-        std::memcpy(f, p, run * sizeof(float));
-    }
-}
-
 } // namespace
 
 Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
@@ -137,6 +116,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
   arena_ = static_cast<uint8_t *>(
       backend.allocate(arenaStride_ * static_cast<uint64_t>(p.slots)));
   backend.bindProgram(p, pool_, arena_);
+  initLossScale();
 
   for (size_t b = 0; b < p.blocks.size(); ++b) {
     std::vector<Prepared> prepared;
@@ -271,15 +251,6 @@ int Executor::shardIndex(const Value &v) const {
   return v.shardGroup == "tp" ? prog_->tp : prog_->dp;
 }
 
-namespace {
-Shape fullShapeOf(const Value &v, int n) {
-  Shape s = v.type.shape;
-  if (v.shardDim >= 0)
-    s[v.shardDim] *= n;
-  return s;
-}
-} // namespace
-
 void Executor::initParams(uint64_t seed) {
   for (size_t v = 0; v < prog_->values.size(); ++v) {
     const Value &val = prog_->values[v];
@@ -311,25 +282,31 @@ void Executor::loadParams(const Safetensors &st, const std::string &where) {
     if (it == st.tensors.end())
       fail(where, ": missing tensor '", val.name, "' (shape ",
            shapeStr(val.type.shape), ")");
-    int n = shardCount(val);
-    Shape full = fullShapeOf(val, n);
-    if (it->second.shape != full)
-      fail(where, ": tensor '", val.name, "' has shape ",
-           shapeStr(it->second.shape), ", the plan needs ", shapeStr(full),
-           n > 1 ? " (the full tensor; this rank holds a piece)" : "");
-    if (it->second.dtype == DType::I32 || it->second.dtype == DType::I64)
-      fail(where, ": tensor '", val.name, "' is an integer tensor");
-    std::vector<float> f = it->second.toF32(val.name);
-    if (n == 1) {
-      backend_.copyToStorage(valueData(static_cast<int>(v)), f.data(),
-                             f.size() * 4);
-    } else {
-      std::vector<float> piece(static_cast<size_t>(val.type.numel()));
-      copyPiece(f.data(), piece.data(), val.type.shape, val.shardDim,
-                val.shardBlocks, n, shardIndex(val), true);
-      backend_.copyToStorage(valueData(static_cast<int>(v)), piece.data(),
-                             piece.size() * 4);
-    }
+    loadValue(static_cast<int>(v), it->second, false, where);
+  }
+}
+
+void Executor::loadValue(int v, const StTensor &t, bool piece,
+                         const std::string &where) {
+  const Value &val = prog_->values[v];
+  // Grad and OptState values are cut like the parameter they belong to.
+  const Value &owner = val.param >= 0 ? prog_->values[val.param] : val;
+  int n = piece ? 1 : shardCount(owner);
+  Shape full = piece ? val.type.shape : fullShapeOf(owner, n);
+  if (t.shape != full)
+    fail(where, ": tensor '", val.name, "' has shape ", shapeStr(t.shape),
+         ", the plan needs ", shapeStr(full),
+         n > 1 ? " (the full tensor; this rank holds a piece)" : "");
+  if (t.dtype == DType::I32 || t.dtype == DType::I64)
+    fail(where, ": tensor '", val.name, "' is an integer tensor");
+  std::vector<float> f = t.toF32(val.name);
+  if (n == 1) {
+    backend_.copyToStorage(valueData(v), f.data(), f.size() * 4);
+  } else {
+    std::vector<float> host(static_cast<size_t>(val.type.numel()));
+    copyPiece(f.data(), host.data(), val.type.shape, owner.shardDim,
+              owner.shardBlocks, n, shardIndex(owner), true);
+    backend_.copyToStorage(valueData(v), host.data(), host.size() * 4);
   }
 }
 
@@ -563,6 +540,10 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     }
     workSinceMark = true;
     uint64_t opCpu = timeCpu ? mapp::MappTraceWriter::threadCpuNs() - cpu0 : 0;
+    if (nanStep_ == step_ && pr.kind == Prepared::Compute)
+      injectNan(in, slot);
+    if (checkFinite_ && pr.kind == Prepared::Compute)
+      checkOutputsFinite(in, block, mb, slot);
     if (slow && pr.kind == Prepared::Compute) {
       if (cpuTimed_) {
         // A slower core: the op costs the thread factor x its CPU time,
@@ -612,6 +593,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.step = step_;
   ctx.numMicrobatches = plan_.numMicrobatches;
   ctx.maxGradNorm = plan_.maxGradNorm;
+  ctx.lossScale = ls_.scale;
   ctx.pool = &backend_.pool();
   ctx.comm = &comm_;
   ctx.probe = probe_;
@@ -697,13 +679,18 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
         sink_->appendHost(rec); // a host exchange: host clock
       }
       sq = buf[0];
+      r.lossKnown = buf[2] > 0;
       r.globalLoss =
           buf[2] > 0 ? buf[1] / buf[2] : std::numeric_limits<double>::quiet_NaN();
       r.globalTokens = static_cast<int64_t>(buf[3]);
     } else {
+      r.lossKnown = ln > 0;
       r.globalLoss = ln ? lsum / ln : std::numeric_limits<double>::quiet_NaN();
     }
-    ctx.gradNorm = r.gradNorm = std::sqrt(sq);
+    r.gradNorm = std::sqrt(sq);
+    applyLossScale(r);
+    ctx.gradNorm = r.gradNorm;
+    r.skipped = r.skipped || (skipNonFinite_ && !stepFinite(r));
   };
   auto runOptimizer = [&](int b) {
     uint64_t t0 = tr ? sink_->mark() : 0;
@@ -717,7 +704,8 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     if (p.blocks[t.block].kind == BlockKind::Optimizer) {
       optimizerInTable = true;
       finishGrads();
-      runOptimizer(t.block);
+      if (!r.skipped)
+        runOptimizer(t.block);
       continue;
     }
     int slot = t.microbatch % p.slots;
@@ -752,7 +740,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       backend_.readScalarAsync(&losses[t.microbatch], valueData(p.loss, slot));
   }
   finishGrads();
-  if (!optimizerInTable)
+  if (!optimizerInTable && !r.skipped)
     for (int b : optimizerBlocks)
       runOptimizer(b);
   backend_.endStep();
@@ -769,6 +757,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     for (const Instr &in : p.blocks[b].instrs)
       if ((in.kernel == "adamw" || in.kernel == "sgd") && r.lr == 0)
         r.lr = scheduledLr(in.attrs, step_);
+  advanceLossScale(r);
   ++step_;
   return r;
 }

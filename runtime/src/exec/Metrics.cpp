@@ -26,7 +26,9 @@ void MetricsWriter::write(const StepMetrics &m) {
                       {"grad_norm", num(m.gradNorm)},
                       {"tokens_per_s", m.tokensPerS},
                       {"step_ms", m.stepMs},
-                      {"tokens", m.tokens}};
+                      {"tokens", m.tokens},
+                      {"loss_scale", m.lossScale},
+                      {"skipped", m.skipped}};
   out_ << j.dump() << "\n";
   out_.flush();
   if (!out_)

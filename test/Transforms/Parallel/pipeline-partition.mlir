@@ -68,7 +68,7 @@
 // GRAD: mapp.embedding_grad
 // GRAD: mapp.grad_accumulate @wte.weight
 // GRAD-LABEL: func.func @backward_s1_c0(
-// GRAD: mapp.fill 2.500000e-01 : tensor<f32>
+// GRAD: mapp.fill 2.500000e-01 {mapp.loss_seed} : tensor<f32>
 // GRAD: mapp.cross_entropy_grad
 // GRAD: mapp.send %{{.*}} to 0 tag 1 {{.*}}: tensor<2x8x16xf32>
 // GRAD: mapp.grad_accumulate @wte.weight

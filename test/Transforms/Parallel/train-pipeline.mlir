@@ -17,7 +17,7 @@
 // CHECK: mapp.grad_sync {{.*}}group = "dp", mode = "reduce_scatter"
 // CHECK: func.func @backward_s1_c1(
 // Loss scale 1/microbatches.
-// CHECK: mapp.fill 2.500000e-01 : tensor<f32>
+// CHECK: mapp.fill 2.500000e-01 {mapp.loss_seed} : tensor<f32>
 // CHECK: func.func @optimizer_step()
 // CHECK: mapp.adamw {{.*}}lr = 1.000000e-03 : f64, mapp.zero_shard = "dp"
 // CHECK: mapp.param_gather
@@ -28,7 +28,7 @@
 // SINGLE: func.func @train_forward(
 // SINGLE-SAME: mapp.loss
 // SINGLE: func.func @train_backward(
-// SINGLE: mapp.fill 5.000000e-01 : tensor<f32>
+// SINGLE: mapp.fill 5.000000e-01 {mapp.loss_seed} : tensor<f32>
 // SINGLE-NOT: mapp.grad_sync
 // SINGLE: func.func @optimizer_step()
 // SINGLE: mapp.schedule "1f1b" {chunks = 1 : i64, microbatches = 2 : i64, tables = {{\[}}[#mapp.task<F, 0, 0>, #mapp.task<B, 0, 0>, #mapp.task<F, 0, 1>, #mapp.task<B, 0, 1>]]}

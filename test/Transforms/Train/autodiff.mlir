@@ -33,7 +33,7 @@ func.func @forward(%tokens: tensor<2x4xi32>, %targets: tensor<2x4xi32>) -> tenso
 // Parameters are re-read, not saved.
 // CHECK-DAG: mapp.param_ref @wte
 // CHECK-DAG: mapp.param_ref @fc.weight
-// CHECK: %[[SEED:.*]] = mapp.fill 5.000000e-01 : tensor<f32>
+// CHECK: %[[SEED:.*]] = mapp.fill 5.000000e-01 {mapp.loss_seed} : tensor<f32>
 // CHECK: mapp.cross_entropy_grad %[[SEED]]
 // The LM head's weight gradient is a weight-gradient op.
 // CHECK: mapp.matmul {{.*}} {mapp.wgrad, transpose_a} : (tensor<8x16xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>

@@ -57,6 +57,7 @@ public:
   BatchLoader(std::vector<int32_t> tokens, int seqLength, uint64_t seed,
               bool shuffle);
   int64_t numSamples() const { return numSamples_; }
+  int64_t numTokens() const { return static_cast<int64_t>(tokens_.size()); }
   int seqLength() const { return seqLength_; }
   /// The g-th sample of the endless shuffled stream (epoch = g / S).
   void sample(int64_t g, int32_t *inputs, int32_t *targets);

@@ -46,7 +46,27 @@ struct StepResult {
   /// dp ranks) and the tokens of the global batch.
   double globalLoss = 0;
   int64_t globalTokens = 0;
+  bool lossKnown = false; // some rank of the world computed a loss
+  /// The optimizer did not run: the global loss or gradient norm was not
+  /// finite and setSkipNonFinite is on (parameters and state untouched).
+  bool skipped = false;
+  /// Loss scaling: the scale this step ran with (1 without), and whether
+  /// its scaled gradients overflowed (dynamic: the step is skipped).
+  double lossScale = 1;
+  bool overflow = false;
 };
+
+/// Loss-scaling state (plan: the loss_scale* attrs of the optimizer instrs,
+/// written by --mapp-mixed-precision): the scale of the next step and the
+/// finite steps since it last changed.
+struct LossScaleState {
+  double scale = 1;
+  int64_t goodSteps = 0;
+};
+
+/// Whether the step's global gradient norm and (when known) loss are finite;
+/// every rank of the world sees the same answer (both are all-reduced).
+bool stepFinite(const StepResult &r);
 
 class Executor {
 public:
@@ -102,6 +122,36 @@ public:
   StepResult step(const BatchFn &batches, const GradHook &afterGrads = {});
   int64_t stepsDone() const { return step_; }
 
+  // Checkpoints and non-finite values (ExecutorState.cpp; the checkpoint
+  // files themselves: mapp/rt/Checkpoint.h).
+  /// This rank's Params (by name) and OptStates (by their value name) as
+  /// stored: pieces of sharded ones.
+  Safetensors saveState() const;
+  /// Every Param and OptState from `st`: pieces = true, this rank's pieces
+  /// as saveState wrote them; false, full tensors, cut like --weights.
+  /// Missing or mis-shaped -> Error naming `where`.
+  void loadState(const Safetensors &st, bool pieces, const std::string &where);
+  /// The next step's index (resume: the checkpoint's step).
+  void setStepsDone(int64_t s) { step_ = s; }
+  /// Leave the optimizer out of a step whose global loss or gradient norm is
+  /// not finite (StepResult::skipped).
+  void setSkipNonFinite(bool on) { skipNonFinite_ = on; }
+  /// After every compute instr, check its outputs: the first non-finite
+  /// element throws an Error naming the instr (IR name, kernel, layer).
+  void setCheckFinite(bool on) { checkFinite_ = on; }
+  /// Fault injection (tests): at step `step`, the instr named `op` writes a
+  /// NaN into element 0 of its first output, after it ran (CPU: f32 storage).
+  void setInjectNan(int64_t step, std::string op) {
+    nanStep_ = step;
+    nanOp_ = std::move(op);
+  }
+  /// "none", "static" or "dynamic" (the plan's loss scaling).
+  const std::string &lossScaleMode() const { return lsMode_; }
+  LossScaleState lossScaleState() const { return ls_; }
+  void setLossScaleState(LossScaleState s) { ls_ = s; }
+  /// The first Param holding a non-finite element ("" if none).
+  std::string firstNonFiniteParam() const;
+
   /// MegaScope: probe sink and perturbation switches for later kernels
   /// (null = off). Not owned.
   /// Samples a device backend still captures go to the old runtime first.
@@ -134,6 +184,16 @@ public:
 
 private:
   struct Prepared;
+  /// One Param/OptState/Grad from a tensor: its piece (piece = true) or the
+  /// full tensor, cut like the parameter it belongs to.
+  void loadValue(int v, const StTensor &t, bool piece, const std::string &where);
+  void checkOutputsFinite(const Instr &in, int block, int mb, int slot) const;
+  void injectNan(const Instr &in, int slot);
+  void initLossScale();
+  /// After the norm: unscales r.gradNorm, flags an overflow (dynamic: skip).
+  void applyLossScale(StepResult &r) const;
+  /// At the step's end: back off after an overflow, grow after an interval.
+  void advanceLossScale(const StepResult &r);
   struct OpenRegion;
   void runBlock(int block, int mb, int slot, KernelContext &ctx);
   /// Host copy of a pool value (storage may be device memory).
@@ -166,6 +226,13 @@ private:
   /// per value: the counted element range (ZeRO-1 slice), {0, -1} = all
   std::vector<std::pair<int64_t, int64_t>> normRange_;
   double slowFactor_ = 1;
+  bool skipNonFinite_ = false, checkFinite_ = false;
+  int64_t nanStep_ = -1;
+  std::string lsMode_ = "none";
+  LossScaleState ls_;
+  double lsGrowth_ = 2, lsBackoff_ = 0.5, lsLimit_ = 0, lsMin_ = 1;
+  int64_t lsInterval_ = 1000;
+  std::string nanOp_;
   mapp::MappTraceWriter *trace_ = nullptr;
   std::unique_ptr<TraceSink> sink_; // non-null iff trace_ is
   int traceEvery_ = 0, traceWindow_ = 1;
@@ -178,6 +245,13 @@ private:
   std::map<std::vector<int>, int64_t> groupSeq_; // collectives issued
   std::vector<OpenRegion> open_;
 };
+
+/// Step `r` came back non-finite (stepFinite false) with setSkipNonFinite
+/// on, so the state is still the step's start: runs the step again with
+/// per-op checks and throws an Error naming the first op (IR name, kernel,
+/// layer) whose output went non-finite. Collective like step().
+[[noreturn]] void failNonFinite(Executor &exec, const StepResult &r,
+                                const Executor::BatchFn &batches);
 
 } // namespace mapp::rt
 

@@ -36,6 +36,10 @@ struct KernelContext {
   double gradNorm = std::numeric_limits<double>::quiet_NaN();
   /// Plan-level max_grad_norm; an instr's `max_norm` attr overrides it.
   double maxGradNorm = 0;
+  /// Loss scaling (--mapp-mixed-precision): a `fill` with attr loss_scale
+  /// multiplies its value by this; an optimizer instr with it divides the
+  /// gradients (and a norm operand) by it. 1 without loss scaling.
+  double lossScale = 1;
   ThreadPool *pool = nullptr;
   Communicator *comm = nullptr;
   /// The backend running the kernel (device backends keep handles, streams

@@ -13,10 +13,12 @@ struct StepMetrics {
   double loss = 0, lr = 0, gradNorm = 0;
   double tokensPerS = 0, stepMs = 0;
   int64_t tokens = 0;
+  double lossScale = 1; // the step's loss scale (1 without loss scaling)
+  bool skipped = false; // the optimizer did not run (a loss-scale overflow)
 };
 
 /// One JSON object per line: step, loss, lr, grad_norm, tokens_per_s,
-/// step_ms, tokens (nan losses are written as null).
+/// step_ms, tokens, loss_scale, skipped (nan losses are written as null).
 class MetricsWriter {
 public:
   explicit MetricsWriter(const std::string &path);

@@ -134,6 +134,8 @@ void cpu::dropout_grad(const KernelArgs &a) { dropout(a); }
 
 void cpu::fill(const KernelArgs &a) {
   double v = a.attrs.getFloat("value", 0);
+  if (a.attrs.has("loss_scale")) // the loss-gradient seed, scaled
+    v *= a.ctx.lossScale;
   const Tensor &o = a.out[0];
   if (o.type.dtype == DType::I32) {
     int32_t *p = o.i32();

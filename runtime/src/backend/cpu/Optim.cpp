@@ -15,13 +15,22 @@ using namespace mapp::rt::cpu;
 
 namespace {
 
-/// min(1, max_norm / (norm + 1e-6)) when clipping is on, else 1.
+/// 1 / the loss scale for an instr under loss scaling, else 1: gradients
+/// arrive scaled (a power of two, so unscaling is exact).
+float unscaleOf(const KernelArgs &a) {
+  return a.attrs.has("loss_scale") ? static_cast<float>(1.0 / a.ctx.lossScale)
+                                   : 1.0f;
+}
+
+/// min(1, max_norm / (norm + 1e-6)) when clipping is on, else 1. The norm
+/// is the unscaled one (ctx.gradNorm is; a norm operand is unscaled here).
 float clipCoef(const KernelArgs &a, int normOperand) {
   double maxNorm = a.attrs.getFloat("max_norm", a.ctx.maxGradNorm);
   if (!(maxNorm > 0))
     return 1.0f;
-  double norm =
-      a.numIn > normOperand ? a.in[normOperand].f32()[0] : a.ctx.gradNorm;
+  double norm = a.numIn > normOperand
+                    ? a.in[normOperand].f32()[0] * unscaleOf(a)
+                    : a.ctx.gradNorm;
   if (std::isnan(norm))
     return 1.0f;
   // clip_grad_norm_ computes the coefficient on float tensors.
@@ -60,7 +69,7 @@ void cpu::adamw(const KernelArgs &a) {
   double beta2 = a.attrs.getFloat("beta2", 0.999);
   double eps = a.attrs.getFloat("eps", 1e-8);
   double wd = a.attrs.getFloat("weight_decay", 0.01);
-  float coef = clipCoef(a, 4);
+  float coef = clipCoef(a, 4), inv = unscaleOf(a);
   double t = static_cast<double>(a.ctx.step + 1);
   double bc1 = 1 - std::pow(beta1, t), bc2 = 1 - std::pow(beta2, t);
   float decay = static_cast<float>(1 - lr * wd);
@@ -72,7 +81,9 @@ void cpu::adamw(const KernelArgs &a) {
   float epsF = static_cast<float>(eps);
   forUpdated(a, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      float gi = coef == 1.0f ? g[i] : g[i] * coef;
+      float gi = inv == 1.0f ? g[i] : g[i] * inv;
+      if (coef != 1.0f)
+        gi *= coef;
       p[i] *= decay;
       m[i] = m[i] * b1 + gi * omb1;
       v[i] = v[i] * b2 + omb2 * gi * gi;
@@ -89,12 +100,14 @@ void cpu::sgd(const KernelArgs &a) {
   float mom = static_cast<float>(a.attrs.getFloat("momentum", 0));
   float damp = static_cast<float>(a.attrs.getFloat("dampening", 0));
   float wd = static_cast<float>(a.attrs.getFloat("weight_decay", 0));
-  float coef = clipCoef(a, 3);
+  float coef = clipCoef(a, 3), inv = unscaleOf(a);
   // torch.optim.SGD starts the momentum buffer as the first gradient.
   bool first = a.ctx.step == 0;
   forUpdated(a, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      float d = coef == 1.0f ? g[i] : g[i] * coef;
+      float d = inv == 1.0f ? g[i] : g[i] * inv;
+      if (coef != 1.0f)
+        d *= coef;
       if (wd != 0)
         d += wd * p[i];
       if (mom != 0) {
