@@ -204,14 +204,22 @@ def _same(idx, expected, shape):
         and torch.equal(idx.reshape(-1), expected.reshape(-1))
 
 
-def heads_operand(x, role):
+def _repeat(idx, group):
+    """Grouped-query attention: each key/value head [B,G,..] repeated for the
+    `group` query heads that share it (repeat_interleave on the head dim)."""
+    return idx if group == 1 else idx.repeat_interleave(group, dim=1)
+
+
+def heads_operand(x, role, group=1):
     """(value [B,T,H] as Lazy/Tensor, heads, rotary_base or None) when x is
-    the head view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T])."""
+    the head view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T]),
+    each head repeated `group` times (k and v of grouped-query attention)."""
     if isinstance(x, Rotated):
         if role == "v":
             return None
         idx = x.view.idx()
-        plain = torch.arange(idx.numel()).reshape(x.src.shape)
+        src = torch.arange(math.prod(x.src.shape)).reshape(x.src.shape)
+        plain = _repeat(src, group) if src.dim() == 4 else src
         want = plain.transpose(-2, -1) if role == "kT" else plain
         if not _same(idx, want, x.shape):
             return None
@@ -226,9 +234,20 @@ def heads_operand(x, role):
         if pidx.dim() != 3 or pidx.shape[-1] % d:
             continue
         nh = pidx.shape[-1] // d
-        if _same(idx, _heads(pidx, nh, role), x.shape):
+        if _same(idx, _repeat(_heads(pidx, nh, role), group), x.shape):
             return x.prefix(k), nh, None
     return None
+
+
+def _groups(nh):
+    return [g for g in range(1, nh + 1) if nh % g == 0]
+
+
+def scores_operands(q, kT):
+    """True when q @ kT is attention scores: q a head view, kT the transposed
+    head view of keys (repeated per query group for grouped-query attention)."""
+    mq = heads_operand(q, "q")
+    return bool(mq) and any(heads_operand(kT, "kT", g) for g in _groups(mq[1]))
 
 
 def is_causal_mask(mask, t, fill):
@@ -248,12 +267,20 @@ def attention(ctx, node, probs, v):
     """probs @ v -> mapp.attention, or None when the operands don't fit."""
     s = probs.scores
     mq = heads_operand(s.q, "q")
-    mk = heads_operand(s.k, "kT")
-    mv = heads_operand(v, "v")
-    if not (mq and mk and mv):
+    if not mq:
+        return None
+    nh = mq[1]
+    # k and v: nh heads, or nh/group heads each repeated group times (GQA).
+    for group in _groups(nh):
+        mk = heads_operand(s.k, "kT", group)
+        mv = heads_operand(v, "v", group)
+        if mk and mv and mk[1] * group == nh and mv[1] * group == nh:
+            break
+    else:
         return None
     (q, nh, rq), (k, nhk, rk), (vv, nhv, rv) = mq, mk, mv
-    if not (nh == nhk == nhv and rq == rk and rv is None and q.shape == k.shape == vv.shape):
+    if not (nhk == nhv and rq == rk and rv is None and k.shape == vv.shape and
+            q.shape[:-1] == k.shape[:-1]):
         return None
     attrs = {"heads": ir.I64(nh), "scale": ir.F64(s.scale)}
     if s.causal:

@@ -358,7 +358,7 @@ bool translateMegatron(Translator &t) {
 }
 
 const char *const kMegatronOnly[] = {
-    "num_query_groups", "group_query_attention", "normalization", "swiglu",
+    "group_query_attention", "normalization", "swiglu",
     "position_embedding_type", "untie_embeddings_and_output_weights",
     "add_bias_linear", "add_qkv_bias", "norm_epsilon", "padded_vocab_size",
     "kv_channels", "init_method_std", "openai_gelu", "global_batch_size",
@@ -391,7 +391,7 @@ bool mapp::translateConfigFormat(const json::Object &raw, ConfigTranslation &out
                                            "mistral; or Megatron-LM arguments)");
   }
   for (const char *k : kMegatronOnly)
-    if (in.get(k)) {
+    if (in.get(k) && !in.get("variant")) {
       out.format = "Megatron-LM";
       return translateMegatron(t);
     }
