@@ -144,3 +144,40 @@ def test_tensor_parallel_splits_kv_heads(tmp_path):
     r = run([tool("mapp-opt"), model, *pipe(4)], ok=False)
     assert r.returncode != 0
     assert "tp=4 does not divide the 2 key/value heads (num_query_groups)" in r.stderr
+
+
+def test_kv_cache_generation_gqa(tmp_path):
+    """Greedy generation with the KV cache (only key/value heads cached)
+    equals the full re-forward per token and PyTorch's greedy continuation."""
+    import numpy as np
+    from scope_ref import reference_logits
+    cfg = CONFIGS["llama-gqa"]
+    export(tmp_path, cfg)
+    mplan = plan(tmp_path, tmp_path / "model.mlir",
+                 ["-mapp-autodiff", f"-mapp-optimizer={OPT}"], "gen")
+    train(tmp_path, mplan, "trained", "--save", tmp_path / "trained.safetensors")
+    prompt = "The ma"
+    n = cfg["seq_length"] - len(prompt) + 1
+
+    def generate(tag, *extra):
+        out = tmp_path / f"{tag}.jsonl"
+        run([tool("mapp-run"), mplan, "--generate", "--weights",
+             tmp_path / "trained.safetensors", "--tokenizer", "bytes",
+             "--generate-out", out, "--quiet", "--prompt", prompt, "--greedy",
+             "--max-new-tokens", n, *extra])
+        return [json.loads(l) for l in out.read_text().splitlines()]
+
+    cached, full = generate("cached"), generate("full", "--no-kv-cache")
+    assert len(cached) == len(full) == n
+    assert [t["token"] for t in cached] == [t["token"] for t in full]
+    model = GPT(cfg)
+    model.load_state_dict(safetensors.load(tmp_path / "trained.safetensors")[0])
+    model.eval()
+    ctx = list(prompt.encode())
+    for t in cached:
+        with torch.no_grad():
+            logits = reference_logits(model, torch.tensor([ctx]))[0, -1]
+        scale = logits.abs().max().item()
+        assert np.abs(np.array(t["logits"]) - logits.numpy()).max() <= 1e-5 * scale
+        assert t["token"] == int(torch.argmax(logits))
+        ctx.append(t["token"])
