@@ -204,14 +204,22 @@ def _same(idx, expected, shape):
         and torch.equal(idx.reshape(-1), expected.reshape(-1))
 
 
-def heads_operand(x, role, merged=False):
+def _repeat(idx, group):
+    """Grouped-query attention: each key/value head [B,G,..] repeated for the
+    `group` query heads that share it (repeat_interleave on the head dim)."""
+    return idx if group == 1 else idx.repeat_interleave(group, dim=1)
+
+
+def heads_operand(x, role, merged=False, group=1):
     """(value [B,T,H] as Lazy/Tensor, heads, rotary_base or None) when x is
-    the head view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T])."""
+    the head view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T]),
+    each head repeated `group` times (k and v of grouped-query attention)."""
     if isinstance(x, Rotated):
         if role == "v":
             return None
         idx = x.view.idx()
-        plain = torch.arange(idx.numel()).reshape(x.src.shape)
+        src = torch.arange(math.prod(x.src.shape)).reshape(x.src.shape)
+        plain = _repeat(src, group) if src.dim() == 4 else src
         want = plain.transpose(-2, -1) if role == "kT" else plain
         if not _same(idx, want, x.shape):
             return None
@@ -220,7 +228,7 @@ def heads_operand(x, role, merged=False):
     if not isinstance(x, Lazy) or isinstance(x.base, Virtual) or len(x.shape) < 3 or not x.steps:
         return None
     if merged:
-        return _merged_heads(x, role)
+        return _merged_heads(x, role) if group == 1 else None
     d = x.shape[-2] if role == "kT" else x.shape[-1]
     idx = x.idx()
     for k in range(len(x.steps) + 1):  # shortest first: the most original [B,T,H]
@@ -228,9 +236,9 @@ def heads_operand(x, role, merged=False):
         if pidx.dim() != 3 or pidx.shape[-1] % d:
             continue
         nh = pidx.shape[-1] // d
-        if _same(idx, _heads(pidx, nh, role), x.shape):
+        if _same(idx, _repeat(_heads(pidx, nh, role), group), x.shape):
             return x.prefix(k), nh, None
-    return _merged_heads(x, role)
+    return _merged_heads(x, role) if group == 1 else None
 
 
 def _merged_heads(x, role):
@@ -257,6 +265,17 @@ def _merged_heads(x, role):
     return None
 
 
+def _groups(nh):
+    return [g for g in range(1, nh + 1) if nh % g == 0]
+
+
+def scores_operands(q, kT):
+    """True when q @ kT is attention scores: q a head view, kT the transposed
+    head view of keys (repeated per query group for grouped-query attention)."""
+    mq = heads_operand(q, "q")
+    return bool(mq) and any(heads_operand(kT, "kT", group=g) for g in _groups(mq[1]))
+
+
 def is_causal_mask(mask, t, fill):
     """mask (bool, masked_fill) or additive (float) causal mask over [.., T, T]."""
     m = mask.val
@@ -275,22 +294,26 @@ def is_causal_mask(mask, t, fill):
 def attention(ctx, node, probs, v):
     """probs @ v -> mapp.attention, or None when the operands don't fit."""
     s = probs.scores
-
-    def fits(mq, mk, mv):
-        if not (mq and mk and mv):
-            return False
-        (q, nh, rq), (k, nhk, rk), (vv, nhv, rv) = mq, mk, mv
-        return nh == nhk == nhv and rq == rk and rv is None and q.shape == k.shape == vv.shape
-
     # Plain splits of [B,T,H] values first; else merge the [B,nh,T,D] views.
+    # k and v: nh heads, or nh/group heads each repeated group times (GQA).
     for merged in (False, True):
-        ms = (heads_operand(s.q, "q", merged), heads_operand(s.k, "kT", merged),
-              heads_operand(v, "v", merged))
-        if fits(*ms):
+        mq = heads_operand(s.q, "q", merged)
+        if not mq:
+            continue
+        nh = mq[1]
+        for group in _groups(nh) if not merged else [1]:
+            mk = heads_operand(s.k, "kT", merged, group)
+            mv = heads_operand(v, "v", merged, group)
+            if mk and mv and mk[1] * group == nh and mv[1] * group == nh:
+                break
+        else:
+            continue
+        (q, nh, rq), (k, nhk, rk), (vv, nhv, rv) = mq, mk, mv
+        if nhk == nhv and rq == rk and rv is None and k.shape == vv.shape and \
+                q.shape[:-1] == k.shape[:-1]:
             break
     else:
         return None
-    (q, nh, rq), (k, _, _), (vv, _, _) = ms
     attrs = {"heads": ir.I64(nh), "scale": ir.F64(s.scale)}
     if s.causal:
         attrs["causal"] = ir.Unit()

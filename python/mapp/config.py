@@ -13,6 +13,7 @@ ALIASES = {
     "num_hidden_layers": "num_layers",
     "n_embd": "hidden_size",
     "n_head": "num_attention_heads",
+    "num_key_value_heads": "num_query_groups",
     "n_inner": "ffn_hidden_size",
     "intermediate_size": "ffn_hidden_size",
     "n_positions": "seq_length",
@@ -28,6 +29,7 @@ REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "v
 # key -> (type, default or None when derived from other keys)
 OPTIONAL = {
     "variant": (str, "gpt"),
+    "num_query_groups": (int, None),  # key/value heads; num_attention_heads
     "ffn_hidden_size": (int, None),  # 4 * hidden_size
     "micro_batch_size": (int, 1),
     "tie_embeddings": (bool, None),  # gpt: true, llama: false
@@ -43,7 +45,8 @@ OPTIONAL = {
 
 # Order of keys in a normalized config (and in the `mapp.model` attribute).
 KEY_ORDER = (
-    "variant", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+    "variant", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+    "ffn_hidden_size",
     "seq_length", "vocab_size", "micro_batch_size", "tie_embeddings", "dtype",
     "layernorm_epsilon", "gelu_approximate", "rotary_base", "hidden_dropout",
     "attention_dropout", "make_vocab_size_divisible_by", "seed",
@@ -96,15 +99,20 @@ def normalize_config(raw):
         raise ConfigError(f"config key 'variant': must be \"gpt\" or \"llama\", got \"{variant}\"")
     h = cfg["hidden_size"]
     cfg.setdefault("ffn_hidden_size", 4 * h)
+    cfg.setdefault("num_query_groups", cfg["num_attention_heads"])
     cfg.setdefault("tie_embeddings", variant == "gpt")
     cfg.setdefault("layernorm_epsilon", 1e-5)
-    for key in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+    for key in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+                "ffn_hidden_size",
                 "seq_length", "vocab_size", "micro_batch_size", "make_vocab_size_divisible_by"):
         if cfg[key] <= 0:
             raise ConfigError(f"config key '{key}': must be positive, got {cfg[key]}")
     if h % cfg["num_attention_heads"]:
         raise ConfigError(f"config key 'num_attention_heads': {cfg['num_attention_heads']} "
                           f"does not divide hidden_size {h}")
+    if cfg["num_attention_heads"] % cfg["num_query_groups"]:
+        raise ConfigError(f"config key 'num_query_groups': {cfg['num_query_groups']} key/value "
+                          f"heads do not divide num_attention_heads {cfg['num_attention_heads']}")
     if variant == "llama" and (h // cfg["num_attention_heads"]) % 2:
         raise ConfigError("config key 'num_attention_heads': rotary embeddings need an even "
                           f"head dim, got {h // cfg['num_attention_heads']}")

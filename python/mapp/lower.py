@@ -302,7 +302,7 @@ class Lowering:
             y = att.attention(self, node, a, b)
             if y is not None:
                 return y
-        elif att.heads_operand(a, "q") and att.heads_operand(b, "kT"):
+        elif att.scores_operands(a, b):
             return att.Scores(a, b, _shape(node), node)
         return self.emit(node, "mapp.matmul", [a, b], _shape(node))
 

@@ -67,7 +67,10 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal multi-head self-attention with a fused qkv projection."""
+    """Causal multi-head self-attention with a fused qkv projection; with
+    grouped-query attention (num_query_groups < heads) separate q, k, v
+    projections, k and v of num_query_groups heads, query head i using
+    key/value head i // (heads / num_query_groups)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -75,22 +78,39 @@ class Attention(nn.Module):
         bias = cfg["variant"] == "gpt"
         self.heads = cfg["num_attention_heads"]
         self.head_dim = h // self.heads
-        self.qkv = nn.Linear(h, 3 * h, bias=bias)
+        self.kv_heads = cfg.get("num_query_groups", self.heads)
+        if self.kv_heads != self.heads:
+            kv = self.kv_heads * self.head_dim
+            self.q = nn.Linear(h, h, bias=bias)
+            self.k = nn.Linear(h, kv, bias=bias)
+            self.v = nn.Linear(h, kv, bias=bias)
+        else:
+            self.qkv = nn.Linear(h, 3 * h, bias=bias)
         self.proj = nn.Linear(h, h, bias=bias)
         self.rotary = Rotary(self.head_dim, cfg["rotary_base"]) if cfg["variant"] == "llama" else None
         self.attn_dropout = cfg["attention_dropout"]
 
     def forward(self, x):
         b, t, h = x.shape
-        q, k, v = self.qkv(x).split(h, dim=2)
+        if self.kv_heads != self.heads:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        else:
+            q, k, v = self.qkv(x).split(h, dim=2)
         # [B, T, H] -> [B, heads, T, D]: head i owns columns i*D .. i*D+D-1.
         q = q.view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        v = v.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary is not None:
             cos, sin = self.rotary.tables(t, x.device)
             q = self.rotary(q, cos, sin)
             k = self.rotary(k, cos, sin)
+        if self.kv_heads != self.heads:
+            # repeat_interleave on the head dim, as expand + reshape.
+            shape = (b, self.heads, t, self.head_dim)
+            k = k[:, :, None].expand(b, self.kv_heads, self.heads // self.kv_heads,
+                                     t, self.head_dim).reshape(shape)
+            v = v[:, :, None].expand(b, self.kv_heads, self.heads // self.kv_heads,
+                                     t, self.head_dim).reshape(shape)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
@@ -185,8 +205,12 @@ class GPT(nn.Module):
 
     def mapp_model_attrs(self):
         """The `mapp.model` module attributes the exporter writes (the
-        normalized config, identical to what mapp-translate's importer writes)."""
-        return dict(self.config)
+        normalized config, identical to what mapp-translate's importer writes:
+        num_query_groups only for grouped-query models)."""
+        attrs = dict(self.config)
+        if attrs["num_query_groups"] == attrs["num_attention_heads"]:
+            del attrs["num_query_groups"]
+        return attrs
 
     def forward(self, tokens, targets):
         b, t = tokens.shape

@@ -387,8 +387,9 @@ std::vector<Case> cases() {
     add(c);
   }
   auto attn = [&](std::string n, int64_t b, int64_t t, int64_t heads, int64_t d,
-                  bool causal, bool rotary, bool grad, bool saved) {
-    int64_t h = heads * d;
+                  bool causal, bool rotary, bool grad, bool saved,
+                  int64_t kvHeads = 0) {
+    int64_t h = heads * d, hk = (kvHeads ? kvHeads : heads) * d;
     Attrs at;
     at.setInt("heads", heads);
     at.setFloat("scale", 1.0 / std::sqrt(double(d)));
@@ -401,14 +402,14 @@ std::vector<Case> cases() {
     c.gemm = true;
     c.tol16 = 2e-2;
     if (grad) {
-      c.ins = {{f32({b, t, h})}, {f32({b, t, h})}, {f32({b, t, h})}, {f32({b, t, h})}};
-      c.outs = {f32({b, t, h}), f32({b, t, h}), f32({b, t, h})};
+      c.ins = {{f32({b, t, h})}, {f32({b, t, h})}, {f32({b, t, hk})}, {f32({b, t, hk})}};
+      c.outs = {f32({b, t, h}), f32({b, t, hk}), f32({b, t, hk})};
       if (saved) {
         c.before = "attention";
         c.beforeAttrs = at;
       }
     } else {
-      c.ins = {{f32({b, t, h})}, {f32({b, t, h})}, {f32({b, t, h})}};
+      c.ins = {{f32({b, t, h})}, {f32({b, t, hk})}, {f32({b, t, hk})}};
       c.outs = {f32({b, t, h})};
     }
     add(c);
@@ -423,6 +424,12 @@ std::vector<Case> cases() {
   attn("attention_grad D128 causal saved", 1, 300, 2, 128, true, false, true, true);
   attn("attention_grad D64 full saved", 2, 130, 2, 64, false, false, true, true);
   attn("attention_grad D64 rotary", 1, 96, 2, 64, true, true, true, false);
+  // Grouped-query (4 query heads on 2 key/value heads) and multi-query.
+  attn("attention GQA 4/2 D64 causal rotary", 2, 96, 4, 64, true, true, false, false, 2);
+  attn("attention MQA 4/1 D16 (generic)", 1, 37, 4, 16, true, false, false, false, 1);
+  attn("attention_grad GQA 4/2 D64 rotary", 2, 96, 4, 64, true, true, true, false, 2);
+  attn("attention_grad GQA 4/2 D128 saved", 1, 130, 4, 128, true, false, true, true, 2);
+  attn("attention_grad MQA 4/1 D16 (generic)", 1, 37, 4, 16, true, false, true, false, 1);
   {
     Case c{"reshape", "reshape", {}, {{f32({B, T, H})}}, {f32({B * T, H})}};
     add(c);

@@ -76,10 +76,20 @@ struct Heads {
         x[ti * d + i + half] = x1 * c + x0 * s;
       }
   }
-  void store(const Doubles &v, Doubles &out, int64_t bi, int64_t hi) const {
+  void store(const Doubles &v, Doubles &out, int64_t bi, int64_t hi,
+             bool add = false) const {
     for (int64_t ti = 0; ti < t; ++ti)
-      for (int64_t di = 0; di < d; ++di)
-        out[(bi * t + ti) * h + hi * d + di] = v[ti * d + di];
+      for (int64_t di = 0; di < d; ++di) {
+        double &o = out[(bi * t + ti) * h + hi * d + di];
+        o = add ? o + v[ti * d + di] : v[ti * d + di];
+      }
+  }
+  /// The key/value view of grouped-query attention: k, v [B,T,Hk].
+  Heads kv(const TensorType &k) const {
+    Heads g = *this;
+    g.h = k.dim(2);
+    g.heads = g.h / d;
+    return g;
   }
   /// Softmax probabilities P[T,T] (masked entries 0).
   Doubles probs(const Doubles &q, const Doubles &k) const {
@@ -118,14 +128,16 @@ Heads headsOf(const Attrs &at, const TensorType &q) {
   return g;
 }
 
-void attentionRef(const Attrs &at, const TensorType &qt, const float *q,
-                  const float *k, const float *v, Doubles &o) {
-  Heads g = headsOf(at, qt);
+// Query head hi reads key/value head hi / (heads / kv heads).
+void attentionRef(const Attrs &at, const TensorType &qt, const TensorType &kt,
+                  const float *q, const float *k, const float *v, Doubles &o) {
+  Heads g = headsOf(at, qt), gk = g.kv(kt);
+  int64_t group = g.heads / gk.heads;
   o.assign(qt.numel(), 0.0);
   for (int64_t bi = 0; bi < g.b; ++bi)
     for (int64_t hi = 0; hi < g.heads; ++hi) {
-      Doubles Q = g.load(q, bi, hi, true), K = g.load(k, bi, hi, true),
-              V = g.load(v, bi, hi, false), O(g.t * g.d, 0.0);
+      Doubles Q = g.load(q, bi, hi, true), K = gk.load(k, bi, hi / group, true),
+              V = gk.load(v, bi, hi / group, false), O(g.t * g.d, 0.0);
       Doubles P = g.probs(Q, K);
       for (int64_t i = 0; i < g.t; ++i)
         for (int64_t j = 0; j < g.t; ++j)
@@ -135,17 +147,21 @@ void attentionRef(const Attrs &at, const TensorType &qt, const float *q,
     }
 }
 
-void attentionGradRef(const Attrs &at, const TensorType &qt, const float *dout,
-                      const float *q, const float *k, const float *v,
+void attentionGradRef(const Attrs &at, const TensorType &qt,
+                      const TensorType &kt, const float *dout, const float *q,
+                      const float *k, const float *v,
                       std::vector<Doubles> &out) {
-  Heads g = headsOf(at, qt);
-  for (auto &x : out)
-    x.assign(qt.numel(), 0.0);
+  Heads g = headsOf(at, qt), gk = g.kv(kt);
+  int64_t group = g.heads / gk.heads;
+  out[0].assign(qt.numel(), 0.0);
+  out[1].assign(kt.numel(), 0.0);
+  out[2].assign(kt.numel(), 0.0);
   int64_t T = g.t, D = g.d;
   for (int64_t bi = 0; bi < g.b; ++bi)
     for (int64_t hi = 0; hi < g.heads; ++hi) {
-      Doubles Q = g.load(q, bi, hi, true), K = g.load(k, bi, hi, true),
-              V = g.load(v, bi, hi, false), dO = g.load(dout, bi, hi, false);
+      Doubles Q = g.load(q, bi, hi, true), K = gk.load(k, bi, hi / group, true),
+              V = gk.load(v, bi, hi / group, false),
+              dO = g.load(dout, bi, hi, false);
       Doubles P = g.probs(Q, K);
       Doubles dQ(T * D, 0.0), dK(T * D, 0.0), dV(T * D, 0.0), dS(T * T, 0.0);
       for (int64_t i = 0; i < T; ++i) {
@@ -172,8 +188,8 @@ void attentionGradRef(const Attrs &at, const TensorType &qt, const float *dout,
         g.rot(dK, true);
       }
       g.store(dQ, out[0], bi, hi);
-      g.store(dK, out[1], bi, hi);
-      g.store(dV, out[2], bi, hi);
+      gk.store(dK, out[1], bi, hi / group, /*add=*/true);
+      gk.store(dV, out[2], bi, hi / group, /*add=*/true);
     }
 }
 
@@ -196,11 +212,12 @@ bool mapp::test::fp64Reference(const std::string &kernel, const Attrs &attrs,
     return true;
   }
   if (kernel == "attention") {
-    attentionRef(attrs, inTypes[0], in[0], in[1], in[2], out[0]);
+    attentionRef(attrs, inTypes[0], inTypes[1], in[0], in[1], in[2], out[0]);
     return true;
   }
   if (kernel == "attention_grad") {
-    attentionGradRef(attrs, inTypes[1], in[0], in[1], in[2], in[3], out);
+    attentionGradRef(attrs, inTypes[1], inTypes[2], in[0], in[1], in[2], in[3],
+                     out);
     return true;
   }
   return false;

@@ -36,6 +36,7 @@ const KeyInfo kKeys[] = {
     {"num_layers", Kind::Int, true},
     {"hidden_size", Kind::Int, true},
     {"num_attention_heads", Kind::Int, true},
+    {"num_query_groups", Kind::Int, false},
     {"ffn_hidden_size", Kind::Int, false},
     {"seq_length", Kind::Int, true},
     {"vocab_size", Kind::Int, true},
@@ -56,6 +57,7 @@ const std::pair<const char *, const char *> kAliases[] = {
     {"num_hidden_layers", "num_layers"},
     {"n_embd", "hidden_size"},
     {"n_head", "num_attention_heads"},
+    {"num_key_value_heads", "num_query_groups"},
     {"n_inner", "ffn_hidden_size"},
     {"intermediate_size", "ffn_hidden_size"},
     {"n_positions", "seq_length"},
@@ -147,20 +149,29 @@ struct Parser {
 } // namespace
 
 bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
-                          GPTConfigError &err) {
+                          GPTConfigError &err, const GPTImportOptions &opts,
+                          ConfigTranslation *translation) {
   llvm::Expected<json::Value> parsed = json::parse(text);
   if (!parsed) {
     err.key.clear();
     err.message = "not valid JSON: " + llvm::toString(parsed.takeError());
     return false;
   }
-  const json::Object *obj = parsed->getAsObject();
-  if (!obj) {
+  const json::Object *raw = parsed->getAsObject();
+  if (!raw) {
     err.key.clear();
     err.message = "config must be a JSON object";
     return false;
   }
+  ConfigTranslation local;
+  ConfigTranslation &tr = translation ? *translation : local;
+  if (!translateConfigFormat(*raw, tr, err, opts))
+    return false;
+  const json::Object *obj = &tr.canonical;
   Parser p{err, {}};
+  json::Value seqOverride(opts.seqLength.value_or(0));
+  json::Value mbsOverride(opts.microBatchSize.value_or(0));
+  json::Value divOverride(opts.vocabDivisor.value_or(0));
   // json::Object is unordered: sort keys so the first error is stable.
   std::vector<std::string> keys;
   for (const auto &kv : *obj)
@@ -179,10 +190,23 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
       return p.fail(key, "given twice (as '" + canon + "')");
     p.given[canon] = {key, obj->get(key)};
   }
+  // Command-line training shape wins over the config's.
+  if (opts.seqLength)
+    p.given["seq_length"] = {"--seq-length", &seqOverride};
+  if (opts.microBatchSize)
+    p.given["micro_batch_size"] = {"--micro-batch-size", &mbsOverride};
+  if (opts.vocabDivisor)
+    p.given["make_vocab_size_divisible_by"] = {"--make-vocab-size-divisible-by",
+                                               &divOverride};
   for (const KeyInfo &k : kKeys)
     if (k.required && !p.has(k.name))
       return p.fail(k.name, "missing");
 
+  if (opts.noDropout) {
+    for (const char *k : {"hidden_dropout", "attention_dropout"})
+      if (p.given.erase(k))
+        tr.ignored.push_back(k);
+  }
   if (!p.getString("variant", c.variant) ||
       !p.getInt("num_layers", c.numLayers) ||
       !p.getInt("hidden_size", c.hiddenSize) ||
@@ -197,6 +221,9 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
       !p.getFloat("attention_dropout", c.attentionDropout) ||
       !p.getInt("make_vocab_size_divisible_by", c.vocabDivisor) ||
       !p.getInt("seed", c.seed))
+    return false;
+  c.numQueryGroups = c.numHeads;
+  if (!p.getInt("num_query_groups", c.numQueryGroups))
     return false;
   c.ffnHiddenSize = 4 * c.hiddenSize;
   c.tieEmbeddings = c.variant == "gpt";
@@ -213,6 +240,7 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
       {"num_layers", c.numLayers},
       {"hidden_size", c.hiddenSize},
       {"num_attention_heads", c.numHeads},
+      {"num_query_groups", c.numQueryGroups},
       {"ffn_hidden_size", c.ffnHiddenSize},
       {"seq_length", c.seqLength},
       {"vocab_size", c.vocabSize},
@@ -225,6 +253,11 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
     return p.fail("num_attention_heads",
                   llvm::Twine(c.numHeads) + " does not divide hidden_size " +
                       llvm::Twine(c.hiddenSize));
+  if (c.numHeads % c.numQueryGroups)
+    return p.fail("num_query_groups",
+                  llvm::Twine(c.numQueryGroups) +
+                      " key/value heads do not divide num_attention_heads " +
+                      llvm::Twine(c.numHeads));
   if (c.isLlama() && (c.hiddenSize / c.numHeads) % 2)
     return p.fail("num_attention_heads",
                   "rotary embeddings need an even head dim, got " +

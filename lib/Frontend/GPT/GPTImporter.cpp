@@ -18,6 +18,8 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/SourceMgr.h"
 
 #include <cmath>
@@ -132,15 +134,25 @@ Value GraphBuilder::layer(Value x, int64_t l) {
   const int64_t B = c.microBatchSize, T = c.seqLength, H = c.hiddenSize;
   const bool bias = !c.isLlama();
 
-  // Attention: fused qkv, three slices, one mapp.attention, projection.
-  Value qkv = linear(norm(x, p + ".ln1"), p + ".attn.qkv", 3 * H, bias);
+  // Attention: fused qkv and three slices; with grouped-query attention
+  // three projections (k and v have numQueryGroups heads), which tensor
+  // parallelism splits like Megatron's query groups.
+  const int64_t KV = c.numQueryGroups * c.headDim();
   Value qkvs[3];
-  const char *sliceNames[3] = {".attn.slice", ".attn.slice_1", ".attn.slice_2"};
-  for (int i = 0; i < 3; ++i)
-    qkvs[i] = op<SliceOp>(p + sliceNames[i], {qkv}, {B, T, H},
-                          {i64("dim", 2), i64("start", i * H),
-                           i64("end", (i + 1) * H)});
-  int64_t headDim = H / c.numHeads;
+  Value normed = norm(x, p + ".ln1");
+  if (c.isGQA()) {
+    qkvs[0] = linear(normed, p + ".attn.q", H, bias);
+    qkvs[1] = linear(normed, p + ".attn.k", KV, bias);
+    qkvs[2] = linear(normed, p + ".attn.v", KV, bias);
+  } else {
+    Value qkv = linear(normed, p + ".attn.qkv", 3 * H, bias);
+    const char *sliceNames[3] = {".attn.slice", ".attn.slice_1", ".attn.slice_2"};
+    for (int i = 0; i < 3; ++i)
+      qkvs[i] = op<SliceOp>(p + sliceNames[i], {qkv}, {B, T, H},
+                            {i64("dim", 2), i64("start", i * H),
+                             i64("end", (i + 1) * H)});
+  }
+  int64_t headDim = c.headDim();
   SmallVector<NamedAttribute> attrs{i64("heads", c.numHeads),
                                     f64("scale", 1.0 / std::sqrt(double(headDim))),
                                     b.getNamedAttr("causal", b.getUnitAttr())};
@@ -193,6 +205,9 @@ DictionaryAttr GraphBuilder::modelAttrs() {
       f64("attention_dropout", c.attentionDropout),
       i64("make_vocab_size_divisible_by", c.vocabDivisor),
       i64("seed", c.seed)};
+  // Only grouped-query models carry it, so MHA graphs stay as exported.
+  if (c.isGQA())
+    a.push_back(i64("num_query_groups", c.numQueryGroups));
   return b.getDictionaryAttr(a);
 }
 
@@ -216,7 +231,14 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
         declare(p + n + ".bias", {s.front()});
     };
     decl(".ln1", {H}, gpt);
-    decl(".attn.qkv", {3 * H, H}, gpt);
+    if (c.isGQA()) {
+      const int64_t KV = c.numQueryGroups * c.headDim();
+      decl(".attn.q", {H, H}, gpt);
+      decl(".attn.k", {KV, H}, gpt);
+      decl(".attn.v", {KV, H}, gpt);
+    } else {
+      decl(".attn.qkv", {3 * H, H}, gpt);
+    }
     decl(".attn.proj", {H, H}, gpt);
     decl(".ln2", {H}, gpt);
     if (gpt) {
@@ -280,10 +302,12 @@ OwningOpRef<ModuleOp> mapp::buildGPTModule(const GPTConfig &config,
 }
 
 OwningOpRef<ModuleOp> mapp::importGPTConfig(StringRef json, MLIRContext *ctx,
-                                            StringRef bufferName) {
+                                            StringRef bufferName,
+                                            const GPTImportOptions &opts) {
   GPTConfig config;
   GPTConfigError err;
-  if (!parseGPTConfig(json, config, err)) {
+  ConfigTranslation tr;
+  if (!parseGPTConfig(json, config, err, opts, &tr)) {
     emitError(keyLocation(ctx, json, bufferName, err.key)) << err.message;
     return nullptr;
   }
@@ -293,6 +317,14 @@ OwningOpRef<ModuleOp> mapp::importGPTConfig(StringRef json, MLIRContext *ctx,
            "(mapp.attention has no dropout)";
     return nullptr;
   }
+  if (!tr.ignored.empty()) {
+    std::sort(tr.ignored.begin(), tr.ignored.end());
+    tr.ignored.erase(std::unique(tr.ignored.begin(), tr.ignored.end()),
+                     tr.ignored.end());
+    llvm::errs() << "mapp-translate: " << tr.format
+                 << " config: ignored keys (no effect on the training graph): "
+                 << llvm::join(tr.ignored, ", ") << "\n";
+  }
   OwningOpRef<ModuleOp> module = buildGPTModule(config, ctx);
   if (failed(verify(*module)))
     return nullptr;
@@ -300,13 +332,52 @@ OwningOpRef<ModuleOp> mapp::importGPTConfig(StringRef json, MLIRContext *ctx,
 }
 
 void mapp::registerGPTImportTranslation() {
+  // Function statics: registered with the tool that calls this, before
+  // mlirTranslateMain parses the command line.
+  static llvm::cl::opt<int64_t> seqLength(
+      "seq-length",
+      llvm::cl::desc("with --import-gpt-config: training sequence length "
+                     "(default: the config's seq_length or maximum positions)"),
+      llvm::cl::init(0));
+  static llvm::cl::opt<int64_t> microBatch(
+      "micro-batch-size",
+      llvm::cl::desc("with --import-gpt-config: micro-batch size (default: "
+                     "the config's micro_batch_size, else 1)"),
+      llvm::cl::init(0));
+  static llvm::cl::opt<int64_t> vocabDivisor(
+      "make-vocab-size-divisible-by",
+      llvm::cl::desc("with --import-gpt-config: pad vocab_size to a multiple "
+                     "(Megatron pads to 128·tp so the vocab splits over tp)"),
+      llvm::cl::init(0));
+  static llvm::cl::opt<bool> noDropout(
+      "no-dropout",
+      llvm::cl::desc("with --import-gpt-config: train without dropout "
+                     "(the config's dropout keys are reported as ignored)"),
+      llvm::cl::init(false));
   static TranslateToMLIRRegistration reg(
       "import-gpt-config",
       "build the forward graph of the reference GPT from a config JSON",
       [](llvm::SourceMgr &sourceMgr, MLIRContext *ctx) -> OwningOpRef<Operation *> {
         const llvm::MemoryBuffer *buf =
             sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
-        return importGPTConfig(buf->getBuffer(), ctx, buf->getBufferIdentifier());
+        GPTImportOptions opts;
+        opts.noDropout = noDropout;
+        for (auto [opt, dst, name] :
+             {std::tuple{&seqLength, &opts.seqLength, "--seq-length"},
+              std::tuple{&microBatch, &opts.microBatchSize, "--micro-batch-size"},
+              std::tuple{&vocabDivisor, &opts.vocabDivisor,
+                         "--make-vocab-size-divisible-by"}}) {
+          if (opt->getNumOccurrences() == 0)
+            continue;
+          if (*opt <= 0) {
+            emitError(UnknownLoc::get(ctx))
+                << name << " must be positive, got " << opt->getValue();
+            return nullptr;
+          }
+          *dst = opt->getValue();
+        }
+        return importGPTConfig(buf->getBuffer(), ctx, buf->getBufferIdentifier(),
+                               opts);
       },
       [](DialectRegistry &registry) {
         registry.insert<MappDialect, func::FuncDialect>();

@@ -172,6 +172,17 @@ struct TensorParallelPass
       return fail(attn, "attention output must feed the x operand of a "
                         "linear with a parameter weight");
 
+    // Grouped-query attention: each rank holds kv_heads/tp whole key/value
+    // heads (Megatron's query groups); a key/value head split across ranks
+    // would be wrong, and replication for tp > kv_heads is not built.
+    int64_t kvHidden = tensorTy(attn.getK()).getShape().back();
+    int64_t kvHeads = kvHidden / (hidden / heads);
+    if (kvHeads != heads && kvHeads % tp != 0)
+      return fail(attn, "tp=" + std::to_string(tp) + " does not divide the " +
+                            std::to_string(kvHeads) +
+                            " key/value heads (num_query_groups); replicating "
+                            "key/value heads across tp ranks is not supported");
+
     // q, k, v: slices of one fused linear, or three linears.
     auto sq = attn.getQ().getDefiningOp<SliceOp>();
     auto sk = attn.getK().getDefiningOp<SliceOp>();

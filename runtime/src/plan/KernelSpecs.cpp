@@ -212,20 +212,30 @@ void checkAttention(const Attrs &a, const TTs &in, const TTs &out) {
   int64_t heads = a.requireInt("heads");
   a.getFloat("scale", 1);
   a.getFloat("rotary_base", 10000);
+  // q (and dout) [B,T,H]; k and v [B,T,Hk], Hk = key/value heads · D.
+  const TT &q = in.size() == 4 ? in[1] : in[0];
+  const TT &k = in.size() == 4 ? in[2] : in[1];
   for (const TT &t : in) {
     wantF32(t, "attention operand");
     if (t.rank() != 3)
       fail("attention operands must be [B,T,H], got ", desc(t));
-    wantShape(t, in.back().shape, "attention operand");
   }
-  int64_t h = in[0].dim(2);
+  int64_t h = q.dim(2);
   if (heads <= 0 || h % heads != 0)
     fail("heads=", heads, " must divide H=", h);
-  if (a.flag("rotary") && (h / heads) % 2 != 0)
-    fail("rotary needs an even head dim, got ", h / heads);
-  for (const TT &t : out) {
-    wantF32(t, "attention result");
-    wantShape(t, in[0].shape, "attention result");
+  int64_t d = h / heads, hk = k.dim(2);
+  if (hk % d != 0 || hk == 0 || heads % (hk / d) != 0)
+    fail("k and v must hold a divisor of heads=", heads, " key/value heads of ",
+         d, " columns, got ", desc(k));
+  for (size_t i = 0; i < in.size(); ++i) {
+    bool kv = in.size() == 4 ? i >= 2 : i >= 1;
+    wantShape(in[i], kv ? k.shape : q.shape, "attention operand");
+  }
+  if (a.flag("rotary") && d % 2 != 0)
+    fail("rotary needs an even head dim, got ", d);
+  for (size_t i = 0; i < out.size(); ++i) {
+    wantF32(out[i], "attention result");
+    wantShape(out[i], i == 0 ? q.shape : k.shape, "attention result");
   }
 }
 // q, k, v [B,S,H]; positions i32 [B,S]; key/value caches [B,Tmax,H],
@@ -240,8 +250,8 @@ void checkCachedAttention(const Attrs &a, const TTs &in, const TTs &out) {
     const char *what = i == 4 ? "key cache" : "value cache";
     wantF32(in[i], what);
     if (in[i].rank() != 3 || in[i].dim(0) != in[0].dim(0) ||
-        in[i].dim(2) != in[0].dim(2) || in[i].dim(1) < in[0].dim(1))
-      fail(what, " must be [B,Tmax,H] with Tmax >= S for q ", desc(in[0]),
+        in[i].dim(2) != in[1].dim(2) || in[i].dim(1) < in[0].dim(1))
+      fail(what, " must be [B,Tmax,Hk] with Tmax >= S for k ", desc(in[1]),
            ", got ", desc(in[i]));
   }
 }

@@ -227,8 +227,24 @@ func.func @attention_rank(%q: tensor<8x16xf32>) {
 // -----
 
 func.func @attention_types(%q: tensor<2x8x16xf32>, %k: tensor<2x4x16xf32>) {
-  // expected-error @+1 {{q, k, v and the result must have one type}}
+  // expected-error @+1 {{k and v must be one type [batch, seq, kv_hidden] and the result q's type}}
   %0 = mapp.attention %q, %k, %k {heads = 2 : i64, scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_kv_heads(%q: tensor<2x8x16xf32>, %k: tensor<2x8x12xf32>) {
+  // expected-error @+1 {{k/v width 12 must be a number of key/value heads of 4 columns dividing heads (4)}}
+  %0 = mapp.attention %q, %k, %k {heads = 4 : i64, scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x12xf32>, tensor<2x8x12xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_kv_width(%q: tensor<2x8x16xf32>, %k: tensor<2x8x6xf32>) {
+  // expected-error @+1 {{k/v width 6 must be a number of key/value heads of 4 columns dividing heads (4)}}
+  %0 = mapp.attention %q, %k, %k {heads = 4 : i64, scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x6xf32>, tensor<2x8x6xf32>) -> tensor<2x8x16xf32>
   return
 }
 

@@ -15,6 +15,10 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <optional>
+#include <vector>
 
 #include <cstdint>
 #include <string>
@@ -28,6 +32,7 @@ struct GPTConfig {
   int64_t numLayers = 0;
   int64_t hiddenSize = 0;
   int64_t numHeads = 0;
+  int64_t numQueryGroups = 0; // key/value heads; == numHeads without GQA
   int64_t ffnHiddenSize = 0;
   int64_t seqLength = 0;
   int64_t vocabSize = 0; // padded
@@ -43,6 +48,8 @@ struct GPTConfig {
   int64_t seed = 0;
 
   bool isLlama() const { return variant == "llama"; }
+  bool isGQA() const { return numQueryGroups != numHeads; }
+  int64_t headDim() const { return hiddenSize / numHeads; }
 };
 
 /// An error in a config, naming the offending key (empty for JSON syntax).
@@ -51,8 +58,34 @@ struct GPTConfigError {
   std::string message; // "config key 'k': ..."
 };
 
-/// Parses and validates a config. On failure returns false and fills `err`.
-bool parseGPTConfig(llvm::StringRef json, GPTConfig &config, GPTConfigError &err);
+/// Training-shape settings a model config does not hold
+/// (mapp-translate --seq-length, --micro-batch-size,
+/// --make-vocab-size-divisible-by, --no-dropout).
+struct GPTImportOptions {
+  std::optional<int64_t> seqLength;
+  std::optional<int64_t> microBatchSize;
+  std::optional<int64_t> vocabDivisor; // pad vocab like Megatron for tp
+  bool noDropout = false;
+};
+
+/// A config rewritten into mapp's canonical keys (ConfigFormats.cpp).
+struct ConfigTranslation {
+  std::string format; // "mapp", "gpt2", "llama", "mistral", "Megatron-LM"
+  llvm::json::Object canonical;
+  std::vector<std::string> ignored; // keys that change nothing, sorted
+};
+
+/// Recognizes a Hugging Face config (by model_type) or Megatron-LM
+/// arguments and rewrites it; a mapp config passes through unchanged.
+bool translateConfigFormat(const llvm::json::Object &raw, ConfigTranslation &out,
+                           GPTConfigError &err, const GPTImportOptions &opts);
+
+/// Parses and validates a config in any format translateConfigFormat knows.
+/// On failure returns false and fills `err`. `ignored` (optional) receives the
+/// keys that were accepted without effect.
+bool parseGPTConfig(llvm::StringRef json, GPTConfig &config, GPTConfigError &err,
+                    const GPTImportOptions &opts = {},
+                    ConfigTranslation *translation = nullptr);
 
 /// Builds the forward-graph module for `config`.
 mlir::OwningOpRef<mlir::ModuleOp> buildGPTModule(const GPTConfig &config,
@@ -63,7 +96,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGPTModule(const GPTConfig &config,
 /// found) and returns null.
 mlir::OwningOpRef<mlir::ModuleOp> importGPTConfig(llvm::StringRef json,
                                                   mlir::MLIRContext *ctx,
-                                                  llvm::StringRef bufferName = "<config>");
+                                                  llvm::StringRef bufferName = "<config>",
+                                                  const GPTImportOptions &opts = {});
 
 /// Registers `--import-gpt-config` with mlir-translate's registry.
 void registerGPTImportTranslation();

@@ -167,9 +167,9 @@ LogicalResult SoftmaxOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
 
 LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
                                          SmallVectorImpl<Value> &grads) {
-  Type t = getQ().getType();
+  Type t = getQ().getType(), kv = getK().getType();
   auto g = b.create<AttentionGradOp>(
-      getLoc(), TypeRange{t, t, t}, dys[0], getQ(), getK(), getV(),
+      getLoc(), TypeRange{t, kv, kv}, dys[0], getQ(), getK(), getV(),
       getHeadsAttr(), getScaleAttr(), getCausalAttr(), getRotaryAttr(),
       getRotaryBaseAttr());
   grads.append({g.getDq(), g.getDk(), g.getDv()});

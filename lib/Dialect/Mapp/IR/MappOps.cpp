@@ -354,13 +354,22 @@ LogicalResult AttentionOp::verify() {
   ArrayRef<int64_t> q = shapeOf(getQ());
   if (q.size() != 3)
     return emitOpError("q must be [batch, seq, hidden], got ") << shapeStr(q);
-  if (shapeOf(getK()) != q || shapeOf(getV()) != q ||
+  ArrayRef<int64_t> k = shapeOf(getK());
+  if (k.size() != 3 || k[0] != q[0] || k[1] != q[1] || shapeOf(getV()) != k ||
+      getK().getType() != getV().getType() ||
       getResult().getType() != getQ().getType())
-    return emitOpError("q, k, v and the result must have one type");
+    return emitOpError("k and v must be one type [batch, seq, kv_hidden] "
+                       "and the result q's type");
   int64_t heads = getHeadsAttr().getInt();
   if (heads <= 0 || q[2] % heads != 0)
     return emitOpError("heads (")
            << heads << ") must be > 0 and divide hidden (" << q[2] << ")";
+  // Grouped-query attention: k and v hold kv_heads heads of the same D.
+  int64_t d = q[2] / heads;
+  if (k[2] == 0 || k[2] % d != 0 || heads % (k[2] / d) != 0)
+    return emitOpError("k/v width ")
+           << k[2] << " must be a number of key/value heads of " << d
+           << " columns dividing heads (" << heads << ")";
   if (getRotary() && (q[2] / heads) % 2 != 0)
     return emitOpError("rotary needs an even head dim, got ") << q[2] / heads;
   if (getScale().convertToDouble() <= 0)

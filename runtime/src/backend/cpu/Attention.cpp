@@ -1,4 +1,4 @@
-//===- Attention.cpp - fused multi-head attention and its gradient --------===//
+//===- Attention.cpp - fused multi-head / grouped-query attention ---------===//
 //
 // One (batch, head) pair per work item: S = scale·Q·Kᵀ (+ causal mask),
 // P = softmax(S), O = P·V, all through cblas_sgemm on strided views of the
@@ -23,18 +23,24 @@ namespace {
 
 struct Dims {
   int64_t b, t, h, heads, d;
+  int64_t hk, kvHeads, group; // k/v width, key/value heads, q heads per kv head
   float scale;
   bool causal, rotary;
   double base;
 };
 
-Dims dimsOf(const KernelArgs &a, const Tensor &q) {
+// Grouped-query attention: k and v are [B,T,Hk] with Hk = kvHeads·D; query
+// head i reads key/value head i / (heads / kvHeads), as in Megatron and HF.
+Dims dimsOf(const KernelArgs &a, const Tensor &q, const Tensor &k) {
   Dims d;
   d.b = q.dim(0);
   d.t = q.dim(1);
   d.h = q.dim(2);
   d.heads = a.attrs.getInt("heads", 1);
   d.d = d.h / d.heads;
+  d.hk = k.dim(2);
+  d.kvHeads = d.d ? d.hk / d.d : 1;
+  d.group = d.kvHeads ? d.heads / d.kvHeads : 1;
   d.scale = static_cast<float>(a.attrs.getFloat("scale", 1.0));
   d.causal = a.attrs.flag("causal");
   d.rotary = a.attrs.flag("rotary");
@@ -101,13 +107,14 @@ void softmaxRows(float *s, int64_t T, bool causal) {
 /// to one thread meanwhile so the head-parallel GEMMs do not oversubscribe.
 template <typename Fn>
 void forEachHead(const KernelArgs &a, const Dims &d, size_t scratchFloats,
-                 Fn fn) {
+                 Fn fn, bool kvHeads = false) {
   int threads = a.ctx.pool ? a.ctx.pool->size() : 1;
-  bool parallel = threads > 1 && d.b * d.heads > 1;
+  int64_t items = d.b * (kvHeads ? d.kvHeads : d.heads);
+  bool parallel = threads > 1 && items > 1;
   if (parallel)
     openblas_set_num_threads(1);
   try {
-    parFor(a, d.b * d.heads, 1, [&](int64_t b, int64_t e) {
+    parFor(a, items, 1, [&](int64_t b, int64_t e) {
       std::vector<float> scratch(scratchFloats);
       for (int64_t bh = b; bh < e; ++bh)
         fn(bh, scratch.data());
@@ -128,10 +135,10 @@ struct HeadView {
 };
 
 HeadView headQK(const Dims &d, const Rotary &rot, const float *base,
-                float *rotBuf) {
+                float *rotBuf, int64_t ld) {
   if (!d.rotary)
-    return {base, d.h};
-  rot.apply(base, d.h, rotBuf, d.t, d.d, /*inverse=*/false);
+    return {base, ld};
+  rot.apply(base, ld, rotBuf, d.t, d.d, /*inverse=*/false);
   return {rotBuf, d.d};
 }
 
@@ -145,7 +152,7 @@ void probs(const Dims &d, HeadView q, HeadView k, float *s) {
 } // namespace
 
 void cpu::attention(const KernelArgs &a) {
-  Dims d = dimsOf(a, a.in[0]);
+  Dims d = dimsOf(a, a.in[0], a.in[1]);
   Rotary rot(d);
   const float *q = a.in[0].f32(), *k = a.in[1].f32(), *v = a.in[2].f32();
   float *o = a.out[0].f32();
@@ -154,16 +161,20 @@ void cpu::attention(const KernelArgs &a) {
   size_t tt = d.t * d.t, td = d.t * d.d;
   forEachHead(a, d, tt + 2 * td, [&](int64_t bh, float *scratch) {
     int64_t off = (bh / d.heads) * d.t * d.h + (bh % d.heads) * d.d;
+    int64_t koff = (bh / d.heads) * d.t * d.hk + (bh % d.heads) / d.group * d.d;
     float *s = scratch, *qr = scratch + tt, *kr = qr + td;
-    HeadView qv = headQK(d, rot, q + off, qr), kv = headQK(d, rot, k + off, kr);
+    HeadView qv = headQK(d, rot, q + off, qr, d.h),
+             kv = headQK(d, rot, k + koff, kr, d.hk);
     probs(d, qv, kv, s);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f,
-                s, d.t, v + off, d.h, 0.0f, o + off, d.h);
+                s, d.t, v + koff, d.hk, 0.0f, o + off, d.h);
   });
 }
 
+// One work item per (batch, key/value head): dK and dV sum over the query
+// heads of the group, so no two items write the same columns.
 void cpu::attention_grad(const KernelArgs &a) {
-  Dims d = dimsOf(a, a.in[1]);
+  Dims d = dimsOf(a, a.in[1], a.in[2]);
   Rotary rot(d);
   const float *dout = a.in[0].f32(), *q = a.in[1].f32(), *k = a.in[2].f32(),
               *v = a.in[3].f32();
@@ -171,47 +182,53 @@ void cpu::attention_grad(const KernelArgs &a) {
   if (d.t == 0 || d.d == 0)
     return;
   size_t tt = d.t * d.t, td = d.t * d.d;
-  forEachHead(a, d, 2 * tt + 4 * td, [&](int64_t bh, float *scratch) {
-    int64_t off = (bh / d.heads) * d.t * d.h + (bh % d.heads) * d.d;
+  auto unrotate = [&](const float *src, float *dst, int64_t ld, float *tmp) {
+    rot.apply(src, d.d, tmp, d.t, d.d, /*inverse=*/true);
+    for (int64_t t = 0; t < d.t; ++t)
+      std::copy(tmp + t * d.d, tmp + (t + 1) * d.d, dst + t * ld);
+  };
+  forEachHead(a, d, 2 * tt + 5 * td, [&](int64_t bk, float *scratch) {
+    int64_t b = bk / d.kvHeads, kvh = bk % d.kvHeads;
+    int64_t koff = b * d.t * d.hk + kvh * d.d;
     float *p = scratch, *dp = p + tt, *qr = dp + tt, *kr = qr + td,
-          *dqr = kr + td, *dkr = dqr + td;
-    HeadView qv = headQK(d, rot, q + off, qr), kv = headQK(d, rot, k + off, kr);
-    probs(d, qv, kv, p);
-    // dV = Pᵀ·dO ; dP = dO·Vᵀ
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f, p,
-                d.t, dout + off, d.h, 0.0f, dv + off, d.h);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, d.t, d.d, 1.0f,
-                dout + off, d.h, v + off, d.h, 0.0f, dp, d.t);
-    // dS = P ∘ (dP − rowsum(dP ∘ P)); masked entries have P = 0.
-    for (int64_t i = 0; i < d.t; ++i) {
-      float *pr = p + i * d.t, *dpr = dp + i * d.t;
-      double dot = 0;
-      for (int64_t j = 0; j < d.t; ++j)
-        dot += static_cast<double>(dpr[j]) * pr[j];
-      for (int64_t j = 0; j < d.t; ++j)
-        dpr[j] = static_cast<float>(pr[j] * (dpr[j] - dot));
-    }
-    // dQ = scale·dS·K ; dK = scale·dSᵀ·Q (w.r.t. the rotated operands).
-    float *dqDst = d.rotary ? dqr : dq + off,
-          *dkDst = d.rotary ? dkr : dk + off;
-    int64_t ldDst = d.rotary ? d.d : d.h;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, d.t,
-                d.scale, dp, d.t, kv.p, kv.ld, 0.0f, dqDst, ldDst);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, d.scale,
-                dp, d.t, qv.p, qv.ld, 0.0f, dkDst, ldDst);
-    if (d.rotary) {
+          *dqr = kr + td, *dkr = dqr + td, *tmp = dkr + td;
+    HeadView kv = headQK(d, rot, k + koff, kr, d.hk);
+    float *dkDst = d.rotary ? dkr : dk + koff;
+    int64_t ldK = d.rotary ? d.d : d.hk;
+    for (int64_t g = 0; g < d.group; ++g) {
+      int64_t head = kvh * d.group + g;
+      int64_t off = b * d.t * d.h + head * d.d;
+      float beta = g == 0 ? 0.0f : 1.0f;
+      HeadView qv = headQK(d, rot, q + off, qr, d.h);
+      probs(d, qv, kv, p);
+      // dV += Pᵀ·dO ; dP = dO·Vᵀ
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f,
+                  p, d.t, dout + off, d.h, beta, dv + koff, d.hk);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, d.t, d.d, 1.0f,
+                  dout + off, d.h, v + koff, d.hk, 0.0f, dp, d.t);
+      // dS = P ∘ (dP − rowsum(dP ∘ P)); masked entries have P = 0.
+      for (int64_t i = 0; i < d.t; ++i) {
+        float *pr = p + i * d.t, *dpr = dp + i * d.t;
+        double dot = 0;
+        for (int64_t j = 0; j < d.t; ++j)
+          dot += static_cast<double>(dpr[j]) * pr[j];
+        for (int64_t j = 0; j < d.t; ++j)
+          dpr[j] = static_cast<float>(pr[j] * (dpr[j] - dot));
+      }
+      // dQ = scale·dS·K ; dK += scale·dSᵀ·Q (w.r.t. the rotated operands).
+      float *dqDst = d.rotary ? dqr : dq + off;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, d.t,
+                  d.scale, dp, d.t, kv.p, kv.ld, 0.0f, dqDst,
+                  d.rotary ? d.d : d.h);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t,
+                  d.scale, dp, d.t, qv.p, qv.ld, beta, dkDst, ldK);
       // The rotation is orthogonal: its gradient is the inverse rotation.
-      std::vector<float> tmp(td);
-      rot.apply(dqr, d.d, tmp.data(), d.t, d.d, /*inverse=*/true);
-      for (int64_t t = 0; t < d.t; ++t)
-        std::copy(tmp.data() + t * d.d, tmp.data() + (t + 1) * d.d,
-                  dq + off + t * d.h);
-      rot.apply(dkr, d.d, tmp.data(), d.t, d.d, /*inverse=*/true);
-      for (int64_t t = 0; t < d.t; ++t)
-        std::copy(tmp.data() + t * d.d, tmp.data() + (t + 1) * d.d,
-                  dk + off + t * d.h);
+      if (d.rotary)
+        unrotate(dqr, dq + off, d.h, tmp);
     }
-  });
+    if (d.rotary)
+      unrotate(dkr, dk + koff, d.hk, tmp);
+  }, /*kvHeads=*/true);
 }
 
 // The key/value cache variant (KV-cache generation, runtime/README.md): the S
@@ -220,7 +237,7 @@ void cpu::attention_grad(const KernelArgs &a) {
 // [B,Tmax,H], then query i attends to cache rows 0..p0+i. With p0 = 0 and
 // S = T this is `attention` on the same operands, value for value.
 void cpu::cached_attention(const KernelArgs &a) {
-  Dims d = dimsOf(a, a.in[0]);
+  Dims d = dimsOf(a, a.in[0], a.in[1]);
   const float *q = a.in[0].f32(), *k = a.in[1].f32(), *v = a.in[2].f32();
   const int32_t *pos = a.in[3].i32();
   float *kc = a.in[4].f32(), *vc = a.in[5].f32(), *o = a.out[0].f32();
@@ -241,14 +258,15 @@ void cpu::cached_attention(const KernelArgs &a) {
     if (first[b] < 0 || first[b] + d.t > tmax)
       fail("cached_attention: positions ", first[b], "..", first[b] + d.t - 1,
            " outside the cache of ", tmax);
-    int64_t row = (b * tmax + first[b]) * d.h, src = b * d.t * d.h;
-    std::copy(v + src, v + src + d.t * d.h, vc + row);
+    // The caches hold only the key/value heads: [B,Tmax,Hk].
+    int64_t row = (b * tmax + first[b]) * d.hk, src = b * d.t * d.hk;
+    std::copy(v + src, v + src + d.t * d.hk, vc + row);
     if (!d.rotary) {
-      std::copy(k + src, k + src + d.t * d.h, kc + row);
+      std::copy(k + src, k + src + d.t * d.hk, kc + row);
       continue;
     }
-    for (int64_t h = 0; h < d.heads; ++h)
-      rot.applyAt(k + src + h * d.d, d.h, kc + row + h * d.d, d.h, d.t, d.d,
+    for (int64_t h = 0; h < d.kvHeads; ++h)
+      rot.applyAt(k + src + h * d.d, d.hk, kc + row + h * d.d, d.hk, d.t, d.d,
                   /*inverse=*/false, first[b]);
   }
   int64_t nmax = 0;
@@ -258,8 +276,8 @@ void cpu::cached_attention(const KernelArgs &a) {
     int64_t b = bh / d.heads, head = bh % d.heads, p0 = first[b];
     int64_t n = p0 + d.t; // cache rows visible to the last query
     int64_t off = b * d.t * d.h + head * d.d;
-    const float *kh = kc + b * tmax * d.h + head * d.d;
-    const float *vh = vc + b * tmax * d.h + head * d.d;
+    const float *kh = kc + b * tmax * d.hk + head / d.group * d.d;
+    const float *vh = vc + b * tmax * d.hk + head / d.group * d.d;
     float *s = scratch, *qr = scratch + d.t * n;
     HeadView qv{q + off, d.h};
     if (d.rotary) {
@@ -267,7 +285,7 @@ void cpu::cached_attention(const KernelArgs &a) {
       qv = {qr, d.d};
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, n, d.d, d.scale,
-                qv.p, qv.ld, kh, d.h, 0.0f, s, n);
+                qv.p, qv.ld, kh, d.hk, 0.0f, s, n);
     // Query i sees rows 0..p0+i: the causal mask shifted by p0.
     for (int64_t i = 0; i < d.t; ++i) {
       float *row = s + i * n;
@@ -284,6 +302,6 @@ void cpu::cached_attention(const KernelArgs &a) {
         row[j] = 0.0f;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, n, 1.0f,
-                s, n, vh, d.h, 0.0f, o + off, d.h);
+                s, n, vh, d.hk, 0.0f, o + off, d.h);
   });
 }

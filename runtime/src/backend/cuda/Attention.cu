@@ -198,6 +198,44 @@ __global__ void attnDkvGeneric(DView dout, DView q, DView k, DView v,
   }
 }
 
+// Grouped-query attention runs on the multi-head kernels: k and v are
+// repeated to every query head (head i reads key/value head i / group) and
+// the full-width dK, dV are summed back over each group.
+__global__ void repeatKV(DView src, DView dst, int64_t rows, int64_t hk,
+                         int64_t h, int64_t d, int64_t group) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * h;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / h, c = i % h;
+    dst.st(i, src.ld(r * hk + (c / d) / group * d + c % d));
+  }
+}
+
+__global__ void sumKVGroups(DView src, DView dst, int64_t rows, int64_t hk,
+                            int64_t h, int64_t d, int64_t group) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * hk;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / hk, c = i % hk, kvh = c / d, e = c % d;
+    float s = 0;
+    for (int64_t g = 0; g < group; ++g)
+      s += src.ld(r * h + (kvh * group + g) * d + e);
+    dst.st(i, s);
+  }
+}
+
+/// k or v widened to H columns in scratch slot `slot` (itself when H wide).
+DView repeatedKV(CudaBackend &be, const Tensor &t, int64_t H, int64_t D,
+                 int slot) {
+  DView v = view(t);
+  int64_t hk = t.dim(2), rows = t.dim(0) * t.dim(1);
+  if (hk == H)
+    return v;
+  DView out{be.scratch(rows * H * (v.bf16 ? 2 : 4), slot), v.bf16};
+  repeatKV<<<gridFor(rows * H, 256), 256, 0, be.stream()>>>(v, out, rows, hk, H,
+                                                            D, H / hk);
+  MAPP_CUDA_LAUNCHED();
+  return out;
+}
+
 Geo geoOf(const KernelArgs &a, const Tensor &q) {
   Geo g;
   g.B = q.dim(0);
@@ -255,11 +293,14 @@ void forwardInto(CudaBackend &be, const KernelArgs &a, const Geo &g, QK qk,
   MAPP_CUDA_LAUNCHED();
 }
 
-void checkGeo(const Geo &g, const char *k) {
+void checkGeo(const Geo &g, const Tensor &k, const char *what) {
+  if (g.D && (k.dim(2) % g.D || k.dim(2) == 0 || g.heads % (k.dim(2) / g.D)))
+    fail(what, ": k/v width ", k.dim(2), " is not a divisor of heads ", g.heads,
+         " key/value heads of ", g.D);
   if (g.D > 32 * kMaxDPL)
-    fail(k, ": head dim ", g.D, " exceeds the CUDA backend's ", 32 * kMaxDPL);
+    fail(what, ": head dim ", g.D, " exceeds the CUDA backend's ", 32 * kMaxDPL);
   if (g.heads <= 0 || g.D * g.heads != g.H)
-    fail(k, ": heads ", g.heads, " does not divide hidden ", g.H);
+    fail(what, ": heads ", g.heads, " does not divide hidden ", g.H);
 }
 
 } // namespace
@@ -267,7 +308,7 @@ void checkGeo(const Geo &g, const char *k) {
 void cuda::attention(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
   Geo g = geoOf(a, a.in[0]);
-  checkGeo(g, "attention");
+  checkGeo(g, a.in[1], "attention");
   if (!g.T || !g.D || !g.B)
     return;
   int64_t rows = g.B * g.heads * g.T, n = g.B * g.T * g.H;
@@ -275,8 +316,10 @@ void cuda::attention(const KernelArgs &a) {
   sv.q = a.in[0].data;
   sv.k = a.in[1].data;
   sv.v = a.in[2].data;
-  QK qk = rotated(be, a, g, view(a.in[0]), view(a.in[1]), 0, 3);
-  forwardInto(be, a, g, qk, view(a.in[2]), view(a.out[0]), sv.lse);
+  DView k = repeatedKV(be, a.in[1], g.H, g.D, 6);
+  DView v = repeatedKV(be, a.in[2], g.H, g.D, 7);
+  QK qk = rotated(be, a, g, view(a.in[0]), k, 0, 3);
+  forwardInto(be, a, g, qk, v, view(a.out[0]), sv.lse);
   MAPP_CUDA_CHECK(cudaMemcpyAsync(sv.o, a.out[0].data, n * storedSize(a.out[0]),
                                   cudaMemcpyDeviceToDevice, be.stream()));
 }
@@ -284,13 +327,15 @@ void cuda::attention(const KernelArgs &a) {
 void cuda::attention_grad(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
   Geo g = geoOf(a, a.in[1]);
-  checkGeo(g, "attention_grad");
+  checkGeo(g, a.in[2], "attention_grad");
   if (!g.T || !g.D || !g.B)
     return;
   int64_t rows = g.B * g.heads * g.T, n = g.B * g.T * g.H;
   bool rotary = a.attrs.flag("rotary");
-  QK qk = rotated(be, a, g, view(a.in[1]), view(a.in[2]), 0, 3);
-  DView dout = view(a.in[0]), v = view(a.in[3]);
+  const bool gqa = a.in[2].dim(2) != g.H;
+  QK qk = rotated(be, a, g, view(a.in[1]), repeatedKV(be, a.in[2], g.H, g.D, 6),
+                  0, 3);
+  DView dout = view(a.in[0]), v = repeatedKV(be, a.in[3], g.H, g.D, 7);
   AttnSaved *sv = be.findAttn(a.in[1].data, a.in[2].data, a.in[3].data);
   const float *lse;
   DView o;
@@ -308,13 +353,31 @@ void cuda::attention_grad(const KernelArgs &a) {
     lse = l;
   }
   DView dq = view(a.out[0]), dk = view(a.out[1]), dv = view(a.out[2]);
+  // GQA: full-width fp32 dK, dV in scratch, summed per group at the end.
+  DView dkOut = dk, dvOut = dv;
+  if (gqa) {
+    dk = {be.scratch(n * 4, 8), 0};
+    dv = {be.scratch(n * 4, 9), 0};
+  }
+  auto reduceGroups = [&] {
+    if (!gqa)
+      return;
+    int64_t rowsBT = g.B * g.T, hk = a.in[2].dim(2);
+    for (auto [src, dst] : {std::pair{dk, dkOut}, std::pair{dv, dvOut}}) {
+      sumKVGroups<<<gridFor(rowsBT * hk, 256), 256, 0, be.stream()>>>(
+          src, dst, rowsBT, hk, g.H, g.D, g.H / hk);
+      MAPP_CUDA_LAUNCHED();
+    }
+  };
   // cuDNN's fused backward takes bf16 everything and computes rowsum(dO∘O)
   // itself; with rotary the gradients go through fp32 scratch, so own kernels.
   if (!rotary && o.bf16 && dq.bf16 && dk.bf16 && dv.bf16 &&
       flashSupported(g.D, qk.q, qk.k, v, dout) &&
       cudnnAttnBackward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, dout.p, lse, dq.p,
-                        dk.p, dv.p))
+                        dk.p, dv.p)) {
+    reduceGroups();
     return;
+  }
   // Slot 1: delta, then (with rotary) fp32 gradients w.r.t. the rotated q
   // and k, rotated back into dq/dk at the end.
   float *buf = static_cast<float *>(be.scratch(rows * 4 + (rotary ? 2 * n * 4 : 0), 1));
@@ -347,4 +410,5 @@ void cuda::attention_grad(const KernelArgs &a) {
                                                               g.H, g.D, base, 1);
     MAPP_CUDA_LAUNCHED();
   }
+  reduceGroups();
 }

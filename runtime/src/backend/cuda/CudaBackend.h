@@ -183,7 +183,7 @@ private:
     void *p = nullptr;
     size_t bytes = 0;
   };
-  Scratch scratch_[6];
+  Scratch scratch_[10]; // 6..9: grouped-query attention's repeated k/v, dk/dv
 
   bool bf16Storage_ = true;
   // Per bound program: which values are stored bf16, and the shadows.

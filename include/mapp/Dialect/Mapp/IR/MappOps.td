@@ -321,7 +321,10 @@ def Mapp_SoftmaxGradOp : Mapp_ComputeOp<"softmax_grad", [SameOperandsAndResultTy
 def Mapp_AttentionOp : Mapp_DiffOp<"attention"> {
   let summary = "fused multi-head (causal) attention";
   let description = [{
-    q, k, v are [B, T, H]; `heads` splits H into heads of D = H/heads.
+    q is [B, T, H]; `heads` splits H into heads of D = H/heads. k and v are
+    [B, T, G·D] with G key/value heads dividing `heads` (G < heads is
+    grouped-query attention, G = 1 multi-query); query head i attends with
+    key/value head i / (heads/G).
     Per head: softmax(scale·q·kᵀ + causal mask)·v. With `rotary`, q and k are
     rotated first (rotate-half form, base `rotary_base`).
   }];
