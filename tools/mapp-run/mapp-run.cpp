@@ -9,6 +9,7 @@
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Dataset.h"
+#include "mapp/rt/Fbd.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Faults.h"
@@ -355,8 +356,23 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   std::unique_ptr<Communicator> comm =
       withLinkFaults(std::move(commIn), o.inject);
   const int rank = comm->rank();
-  std::unique_ptr<Backend> backend =
-      createBackend(o.backend, sh.threadsPerRank, comm->deviceOrdinal());
+  // MegaFBD: the plan's placement picks this rank's backend and device.
+  std::string backendName = o.backend;
+  int device = comm->deviceOrdinal();
+  for (const Program &p : plan.programs)
+    if (p.rank == rank) {
+      backendName = placedBackend(p, o.backend);
+      device = placedDevice(p, device);
+    }
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = createBackend(backendName, sh.threadsPerRank, device);
+  } catch (const Error &e) {
+    if (!isFbdPlan(plan))
+      throw;
+    fail("placement of rank ", rank, " on ", backendName, ":", device, ": ",
+         e.what());
+  }
   Executor exec(plan, *backend, *comm);
   exec.setSlowCompute(slowComputeFactor(o.inject, rank));
   const Program &prog = exec.program();
@@ -525,6 +541,11 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
 
 void printCoords(const Plan &plan, int rank, int threads) {
   Layout l{plan.tp, plan.dp, plan.pp};
+  if (rank >= l.world()) { // MegaFBD forward side: see the placement table
+    std::printf("mapp-run: rank %d = forward side of world %d, %d CPU "
+                "thread(s)\n", rank, plan.worldSize, threads);
+    return;
+  }
   std::printf("mapp-run: rank %d = (dp %d, pp %d, tp %d) of world %d "
               "(tp %d, dp %d, pp %d), %d CPU thread(s)\n",
               rank, l.dpOf(rank), l.ppOf(rank), l.tpOf(rank), plan.worldSize,
@@ -555,6 +576,12 @@ int run(const Options &o) {
            plan.worldSize);
   }
   Shared sh{o, plan, {}, false, o.threads};
+  if (isFbdPlan(plan)) {
+    checkPlacements(plan, o.backend);
+    if (!o.quiet)
+      std::printf("mapp-run: placement (MegaFBD, %d ranks)\n%s",
+                  plan.worldSize, placementTable(plan, o.backend).c_str());
+  }
 
   if (o.comm == "mpi") {
     std::unique_ptr<Communicator> comm = createMpiComm();
@@ -566,7 +593,16 @@ int run(const Options &o) {
                          std::to_string(plan.worldSize) + " but mpirun started " +
                          std::to_string(comm->worldSize()) +
                          " process(es) (use mpirun -np " +
-                         std::to_string(plan.worldSize) + ")\n";
+                         std::to_string(plan.worldSize) +
+                         (isFbdPlan(plan)
+                              ? "; a split plan: " +
+                                    std::to_string(plan.tp * plan.dp * plan.pp) +
+                                    " backward + " +
+                                    std::to_string(plan.worldSize -
+                                                   plan.tp * plan.dp * plan.pp) +
+                                    " forward ranks"
+                              : std::string()) +
+                         ")\n";
       comm.reset();
       mpiFinalize();
       return 1;
