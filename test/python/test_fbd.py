@@ -14,10 +14,11 @@ import subprocess
 
 import pytest
 
-from test_parallel_e2e import (CFG, GLOBAL_ROWS, MBS, MPIRUN, OPT, check,
-                               prepare, to_plan, tool, train)
+from test_parallel_e2e import (CFG, CORPUS, GLOBAL_ROWS, MBS, MPIRUN, OPT,
+                               check, prepare, to_plan, tool, train)
 
 MICRO = GLOBAL_ROWS // MBS
+DATA = ["--data", CORPUS, "--tokenizer", "bytes"]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_mpi_matches_single_rank(setup, tmp_path, pp, fwd_tp, bwd_tp, transfer):
 def test_placement_table_printed(setup, tmp_path):
     d, model, weights, ref, opt = setup
     plan, world = fbd_plan(tmp_path, model, 2, 1, 2, "recompute")
-    r = subprocess.run([tool("mapp-run"), plan, "--steps", "0", "--comm=local"],
+    r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     rows = [l.split() for l in r.stdout.splitlines() if l[:4].strip().isdigit()]
@@ -89,7 +90,7 @@ def test_missing_device(setup, tmp_path):
     for extra, want in [("fwd-device=cuda fwd-index=7", "rank 2 is placed on cuda:7"),
                         ("bwd-index=3", "rank 0 is placed on cpu:3, which does not exist")]:
         plan, world = fbd_plan(tmp_path, model, 1, 1, 2, "recompute", extra)
-        r = subprocess.run([tool("mapp-run"), plan, "--steps", "1", "--comm=local"],
+        r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode != 0
         # Without a GPU (or without the CUDA backend) the error still names
@@ -103,7 +104,7 @@ def test_wrong_process_count(setup, tmp_path):
     d, model, weights, ref, opt = setup
     plan, world = fbd_plan(tmp_path, model, 1, 1, 2, "recompute")
     r = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2",
-                        tool("mapp-run"), plan, "--steps", "1", "--comm=mpi"],
+                        tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=mpi"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "plan is for world_size 3 but mpirun started 2 process(es)" in r.stderr
