@@ -49,6 +49,9 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              nccl: rank threads, rank r on GPU r (--backend=cuda)
   --comm-timeout S           fail a wait for another rank after S seconds
                              (default 300; 0 = never)
+  --coordinator=on|off       MegaFBD plans: match the step-end parameter
+                             transfers through the bit-vector coordinator
+                             (default on; docs/megafbd.md)
   --trace-dir DIR            MegaScan trace: DIR/rank-{r}.trace.jsonl per rank
   --trace-sample E:W         trace steps with step % E < W (E = 0: every step),
                              overriding the plan's trace_every:trace_window
@@ -92,6 +95,7 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
 )";
 
 struct Options {
+  std::string coordinator = "on"; // MegaFBD step-end transfers (on | off)
   std::string plan, backend = "cpu", comm = "local", data, dataFormat = "auto",
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
                     traceDir, probeDb, probeControl, probeRun, prompt,
@@ -154,7 +158,8 @@ Options parseArgs(int argc, char **argv) {
       {"--metrics", &o.metrics},     {"--dump-batches", &o.dumpBatches},
       {"--trace-dir", &o.traceDir},   {"--probe-db", &o.probeDb},
       {"--probe-control", &o.probeControl}, {"--probe-run", &o.probeRun},
-      {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample}};
+      {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample},
+      {"--coordinator", &o.coordinator}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -375,6 +380,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   }
   Executor exec(plan, *backend, *comm);
   exec.setSlowCompute(slowComputeFactor(o.inject, rank));
+  exec.setCoordinator(o.coordinator == "on");
   const Program &prog = exec.program();
 
   // MegaScope: probe store and live switches, when asked for (every rank
@@ -576,6 +582,8 @@ int run(const Options &o) {
            plan.worldSize);
   }
   Shared sh{o, plan, {}, false, o.threads};
+  if (o.coordinator != "on" && o.coordinator != "off")
+    usageError("--coordinator must be on or off, got '" + o.coordinator + "'");
   if (isFbdPlan(plan)) {
     checkPlacements(plan, o.backend);
     if (!o.quiet)

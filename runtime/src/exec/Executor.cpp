@@ -741,7 +741,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       runOptimizer(b);
   // MegaFBD: the forward ranks get this step's update before the next.
   if (isFbdPlan(plan_))
-    syncFbdParams(*this);
+    syncFbdParams(*this, coordinator_);
   backend_.endStep();
   backend_.synchronize();
   if (sink_)

@@ -2,6 +2,7 @@
 // the backward ranks to the forward ranks after each update.
 #include "mapp/rt/Fbd.h"
 #include "mapp/rt/Backend.h"
+#include "mapp/rt/Coordinator.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 
@@ -123,10 +124,22 @@ std::string mapp::rt::placementTable(const Plan &plan,
   return os.str();
 }
 
-void mapp::rt::syncFbdParams(Executor &exec) {
+void mapp::rt::syncFbdParams(Executor &exec, bool coordinated) {
   const Plan &plan = exec.plan();
   const Program &me = exec.program();
   Communicator &comm = exec.comm();
+  // Every (backward, forward) pair of one (stage, dp), in rank order: the
+  // same list on every rank, so its index is the coordinator's op id.
+  std::vector<std::pair<const Program *, const Program *>> pairs;
+  for (const Program &b : plan.programs)
+    for (const Program &f : plan.programs)
+      if (b.placement.role == "bwd" && f.placement.role == "fwd" &&
+          b.pp == f.pp && b.dp == f.dp)
+        pairs.push_back({&b, &f});
+  std::sort(pairs.begin(), pairs.end(), [](const auto &x, const auto &y) {
+    return std::make_pair(x.first->rank, x.second->rank) <
+           std::make_pair(y.first->rank, y.second->rank);
+  });
   // The backward programs of this rank's stage and dp index, by tp.
   std::vector<const Program *> bwds;
   for (const Program &q : plan.programs)
@@ -134,46 +147,63 @@ void mapp::rt::syncFbdParams(Executor &exec) {
       bwds.push_back(&q);
   std::sort(bwds.begin(), bwds.end(),
             [](const Program *a, const Program *b) { return a->tp < b->tp; });
-  if (me.placement.role == "bwd") {
-    for (const Program &f : plan.programs) {
-      if (f.placement.role != "fwd" || f.pp != me.pp || f.dp != me.dp)
-        continue;
-      std::vector<float> buf;
-      for (const Value &fv : f.values) {
-        if (fv.kind != ValueKind::Param)
-          continue;
-        int v = findParam(me, fv.name);
-        if (v < 0)
-          fail("fbd: forward rank ", f.rank, " holds parameter '", fv.name,
-               "' that backward rank ", me.rank, " does not");
-        const Value &val = me.values[v];
-        if (!sends(me, val))
-          continue;
-        std::vector<float> h = exec.readFloats(v, 0, 0, val.type.numel());
-        buf.insert(buf.end(), h.begin(), h.end());
-      }
-      comm.send(buf.data(), buf.size() * sizeof(float), f.rank, kParamTag);
+  int n = static_cast<int>(bwds.size());
+  std::vector<std::vector<float>> bufs(n);
+  std::vector<CoordinatedOp> ops;
+  for (size_t id = 0; id < pairs.size(); ++id) {
+    const Program &b = *pairs[id].first, &f = *pairs[id].second;
+    if (b.rank == me.rank) {
+      ops.push_back({static_cast<int>(id), {b.rank, f.rank}, [&, fp = &f] {
+                       std::vector<float> buf;
+                       for (const Value &fv : fp->values) {
+                         if (fv.kind != ValueKind::Param)
+                           continue;
+                         int v = findParam(me, fv.name);
+                         if (v < 0)
+                           fail("fbd: forward rank ", fp->rank,
+                                " holds parameter '", fv.name,
+                                "' that backward rank ", me.rank, " does not");
+                         const Value &val = me.values[v];
+                         if (!sends(me, val))
+                           continue;
+                         std::vector<float> h =
+                             exec.readFloats(v, 0, 0, val.type.numel());
+                         buf.insert(buf.end(), h.begin(), h.end());
+                       }
+                       comm.send(buf.data(), buf.size() * sizeof(float),
+                                 fp->rank, kParamTag);
+                     }});
+    } else if (f.rank == me.rank) {
+      int i = b.tp;
+      ops.push_back({static_cast<int>(id), {b.rank, f.rank}, [&, bp = &b, i] {
+                       size_t count = 0;
+                       for (const Value &fv : me.values)
+                         if (fv.kind == ValueKind::Param) {
+                           int v = findParam(*bp, fv.name);
+                           if (v < 0)
+                             fail("fbd: backward rank ", bp->rank,
+                                  " lacks parameter '", fv.name, "'");
+                           if (sends(*bp, bp->values[v]))
+                             count += bp->values[v].type.numel();
+                         }
+                       bufs[i].resize(count);
+                       comm.recv(bufs[i].data(), count * sizeof(float),
+                                 bp->rank, kParamTag);
+                     }});
     }
-    return;
+  }
+  if (coordinated) {
+    std::vector<int> all(comm.worldSize());
+    for (int r = 0; r < comm.worldSize(); ++r)
+      all[r] = r;
+    coordinate(comm, CommGroup{"world", all}, static_cast<int>(pairs.size()),
+               std::move(ops));
+  } else {
+    for (CoordinatedOp &op : ops)
+      op.run();
   }
   if (me.placement.role != "fwd")
     return;
-  int n = static_cast<int>(bwds.size());
-  std::vector<std::vector<float>> bufs(n);
-  for (int i = 0; i < n; ++i) {
-    size_t count = 0;
-    for (const Value &fv : me.values)
-      if (fv.kind == ValueKind::Param) {
-        int v = findParam(*bwds[i], fv.name);
-        if (v < 0)
-          fail("fbd: backward rank ", bwds[i]->rank, " lacks parameter '",
-               fv.name, "'");
-        if (sends(*bwds[i], bwds[i]->values[v]))
-          count += bwds[i]->values[v].type.numel();
-      }
-    bufs[i].resize(count);
-    comm.recv(bufs[i].data(), count * sizeof(float), bwds[i]->rank, kParamTag);
-  }
   std::vector<size_t> at(n, 0);
   for (size_t mv = 0; mv < me.values.size(); ++mv) {
     const Value &mine = me.values[mv];

@@ -96,6 +96,9 @@ public:
   void flushTrace();
   /// Upper bound of the trace events one step records (ring sizing).
   size_t traceEventsPerStep() const;
+  /// MegaFBD: run the step-end parameter transfers through the
+  /// coordinator (default: on for split plans).
+  void setCoordinator(bool on) { coordinator_ = on; }
   /// Fault injection: sleep (factor-1) x each compute instr's time.
   void setSlowCompute(double factor) { slowFactor_ = factor; }
 
@@ -163,6 +166,7 @@ private:
   /// per value: the counted element range (ZeRO-1 slice), {0, -1} = all
   std::vector<std::pair<int64_t, int64_t>> normRange_;
   double slowFactor_ = 1;
+  bool coordinator_ = true;
   mapp::MappTraceWriter *trace_ = nullptr;
   std::unique_ptr<TraceSink> sink_; // non-null iff trace_ is
   int traceEvery_ = 0, traceWindow_ = 1;

@@ -36,8 +36,10 @@ void checkPlacements(const Plan &plan, const std::string &fallback);
 std::string placementTable(const Plan &plan, const std::string &fallback);
 /// Sends (backward side) or receives and reshards (forward side) the
 /// parameters updated this step. Every rank of a split plan calls it once
-/// per step after the optimizer.
-void syncFbdParams(Executor &exec);
+/// per step after the optimizer. `coordinated`: the transfers (one per
+/// backward/forward pair) go through the coordinator (Coordinator.h), so a
+/// pair whose other side never posts is an error naming it, not a hang.
+void syncFbdParams(Executor &exec, bool coordinated);
 
 } // namespace mapp::rt
 
