@@ -85,17 +85,25 @@ def test_placement_table_printed(setup, tmp_path):
     assert [x[6] for x in rows] == ["4", "4", "5", "5", "0", "2"]
 
 
-def test_missing_device(setup, tmp_path):
+def test_bad_placements(setup, tmp_path):
     d, model, weights, ref, opt = setup
-    for extra, want in [("fwd-device=cuda fwd-index=7", "rank 2 is placed on cuda:7"),
-                        ("bwd-index=3", "rank 0 is placed on cpu:3, which does not exist")]:
+    cases = [
+        # A GPU that does not exist: on a GPU machine rank 2 on cuda:7 fails
+        # ("device 7 does not exist"); without a GPU the first CUDA rank.
+        ("fwd-device=cuda fwd-index=7 bwd-device=cuda", "placement of rank "),
+        ("bwd-index=3", "placement of rank 0 on cpu:3: no such device"),
+        ("fwd-device=cuda", "the plan places ranks on both cpu and cuda: run them as processes"),
+    ]
+    for extra, want in cases:
         plan, world = fbd_plan(tmp_path, model, 1, 1, 2, "recompute", extra)
         r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode != 0
-        # Without a GPU (or without the CUDA backend) the error still names
-        # the rank and its placement.
-        assert want in r.stderr or "placement of rank 2 on cuda:7" in r.stderr, r.stderr
+        assert want in r.stderr, r.stderr
+        if "cuda:7" in extra:
+            assert ("cuda:7: --backend=cuda: device 7 does not exist" in r.stderr
+                    or "no usable CUDA device" in r.stderr
+                    or "built without the CUDA backend" in r.stderr), r.stderr
 
 
 def test_wrong_process_count(setup, tmp_path):

@@ -586,6 +586,16 @@ int run(const Options &o) {
     usageError("--coordinator must be on or off, got '" + o.coordinator + "'");
   if (isFbdPlan(plan)) {
     checkPlacements(plan, o.backend);
+    // Rank threads of one process share device pointers (the CUDA backend
+    // moves payloads itself): a CPU rank cannot read them.
+    bool cpu = false, cuda = false;
+    for (const Program &p : plan.programs)
+      (placedBackend(p, o.backend) == "cuda" ? cuda : cpu) = true;
+    if (cpu && cuda && o.comm != "mpi")
+      fail("the plan places ranks on both cpu and cuda: run them as "
+           "processes, mpirun -np ", plan.worldSize,
+           " mapp-run PLAN --comm=mpi (CUDA ranks stage their transfers "
+           "through host memory)");
     if (!o.quiet)
       std::printf("mapp-run: placement (MegaFBD, %d ranks)\n%s",
                   plan.worldSize, placementTable(plan, o.backend).c_str());

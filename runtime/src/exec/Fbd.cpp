@@ -86,16 +86,15 @@ int mapp::rt::placedDevice(const Program &p, int fallback) {
 void mapp::rt::checkPlacements(const Plan &plan, const std::string &fallback) {
   for (const Program &p : plan.programs) {
     std::string b = placedBackend(p, fallback);
+    std::string where = "plan: placement of rank " + std::to_string(p.rank) +
+                        " on " + b + ":" +
+                        std::to_string(std::max(0, p.placement.device));
     if (b != "cpu" && b != "cuda")
-      fail("plan: rank ", p.rank, " is placed on unknown backend '", b,
-           "' (cpu | cuda)");
+      fail(where, ": unknown backend '", b, "' (cpu | cuda)");
     if (b == "cuda" && !cudaBackendBuilt())
-      fail("plan: rank ", p.rank, " is placed on cuda:",
-           std::max(0, p.placement.device),
-           ", but this runtime is built without the CUDA backend");
+      fail(where, ": this runtime is built without the CUDA backend");
     if (b == "cpu" && p.placement.device > 0)
-      fail("plan: rank ", p.rank, " is placed on cpu:", p.placement.device,
-           ", which does not exist (the CPU backend has device 0 only)");
+      fail(where, ": no such device (the CPU backend has device 0 only)");
   }
 }
 
