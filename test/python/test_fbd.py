@@ -34,10 +34,9 @@ def fbd_plan(d, model, pp, fwd_tp, bwd_tp, transfer, extra=""):
 
 
 # (pp, fwd-tp, bwd-tp, transfer)
-CONFIGS = [(1, 1, 2, "recompute"), (1, 2, 1, "recompute"), (1, 2, 2, "activations"),
-           (2, 1, 2, "recompute"), (2, 2, 1, "recompute"), (2, 1, 1, "activations"),
-           (2, 2, 2, "activations")]
-MPI_CONFIGS = [(2, 1, 2, "recompute"), (2, 2, 2, "activations"), (1, 2, 1, "recompute")]
+CONFIGS = [(1, 1, 2, "recompute"), (1, 2, 2, "activations"), (2, 1, 2, "recompute"),
+           (2, 2, 1, "recompute"), (2, 1, 1, "activations")]
+MPI_CONFIGS = [(2, 1, 2, "recompute"), (2, 2, 2, "activations")]
 
 
 def ids(cs):

@@ -591,11 +591,14 @@ int run(const Options &o) {
     bool cpu = false, cuda = false;
     for (const Program &p : plan.programs)
       (placedBackend(p, o.backend) == "cuda" ? cuda : cpu) = true;
-    if (cpu && cuda && o.comm != "mpi")
+    const char *cudaComm = std::getenv("MAPP_CUDA_COMM");
+    bool hostStaged = cudaComm && std::string(cudaComm) == "host";
+    if (cpu && cuda && o.comm != "mpi" && !(o.comm == "local" && hostStaged))
       fail("the plan places ranks on both cpu and cuda: run them as "
            "processes, mpirun -np ", plan.worldSize,
-           " mapp-run PLAN --comm=mpi (CUDA ranks stage their transfers "
-           "through host memory)");
+           " mapp-run PLAN --comm=mpi, or as threads with MAPP_CUDA_COMM=host "
+           "--comm=local (CUDA ranks then stage their transfers through host "
+           "memory)");
     if (!o.quiet)
       std::printf("mapp-run: placement (MegaFBD, %d ranks)\n%s",
                   plan.worldSize, placementTable(plan, o.backend).c_str());
