@@ -105,6 +105,15 @@ def test_bad_placements(setup, tmp_path):
                     or "built without the CUDA backend" in r.stderr), r.stderr
 
 
+def test_nccl_refused(setup, tmp_path):
+    d, model, weights, ref, opt = setup
+    plan, world = fbd_plan(tmp_path, model, 1, 1, 2, "recompute")
+    r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=nccl",
+                        "--backend=cuda"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "MegaFBD plans run over --comm=local or --comm=mpi, not nccl" in r.stderr, r.stderr
+
+
 def test_wrong_process_count(setup, tmp_path):
     if not have_mpi():
         pytest.skip("no mpirun or mapp-run built without MPI")

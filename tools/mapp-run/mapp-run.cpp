@@ -586,6 +586,8 @@ int run(const Options &o) {
     usageError("--coordinator must be on or off, got '" + o.coordinator + "'");
   if (isFbdPlan(plan)) {
     checkPlacements(plan, o.backend);
+    if (o.comm == "nccl") // NCCL puts rank r on GPU r; placements decide here
+      fail("MegaFBD plans run over --comm=local or --comm=mpi, not nccl");
     // Rank threads of one process share device pointers (the CUDA backend
     // moves payloads itself): a CPU rank cannot read them.
     bool cpu = false, cuda = false;
