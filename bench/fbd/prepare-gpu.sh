@@ -2,10 +2,18 @@
 # Fills build/fbd-gpu (git-ignored) for the mixed CPU/GPU MegaFBD check on
 # the GPU machine: mapp-run (xz), the plans, initial weights, the corpus and
 # run.sh. Then, from the repository root there: bash build/fbd-gpu/run.sh
-# (carry build/fbd-gpu). Usage: bench/fbd/prepare-gpu.sh [BUILD]
+# (carry build/fbd-gpu). Usage: bench/fbd/prepare-gpu.sh [RUNTIME_BUILD]
+# RUNTIME_BUILD (default build-gpu-rt) is a runtime-only build without MPI
+# (the GPU machine has no libmpi of ours), configured here if missing:
+#   cmake -S runtime -B build-gpu-rt -G Ninja -DMAPP_ENABLE_CUDA=ON -DMAPP_ENABLE_MPI=OFF
+# mapp-opt / mapp-translate come from build/bin.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BIN=${1:-$ROOT/build}/bin
+BIN=$ROOT/build/bin
+RT=${1:-$ROOT/build-gpu-rt}
+[ -f "$RT/build.ninja" ] || cmake -S "$ROOT/runtime" -B "$RT" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DMAPP_ENABLE_CUDA=ON -DMAPP_ENABLE_MPI=OFF >/dev/null
+ninja -C "$RT" -j2 mapp-run
 D=$ROOT/build/fbd-gpu
 rm -rf "$D" && mkdir -p "$D"
 echo '{"variant":"gpt","num_layers":4,"hidden_size":128,"num_attention_heads":4,"seq_length":64,"vocab_size":256,"micro_batch_size":4,"tie_embeddings":true}' > "$D/cfg.json"
@@ -22,6 +30,6 @@ plan mixed-rec "tp=1 fbd=true fwd-tp=1 fwd-device=cpu bwd-device=cuda transfer=r
 plan mixed-act "tp=1 fbd=true fwd-tp=1 fwd-device=cpu bwd-device=cuda transfer=activations"
 rm "$D/model.mlir"
 cp "$ROOT/data/gpt/news-1k.jsonl" "$D/"
-xz -T1 -c "$BIN/mapp-run" > "$D/mapp-run.xz"
+xz -T1 -c "$RT/bin/mapp-run" > "$D/mapp-run.xz"
 cp "$ROOT/bench/fbd/run-gpu.sh" "$D/run.sh"
 du -sh "$D"

@@ -17,7 +17,7 @@ for m in mixed-rec mixed-act; do
   MAPP_CUDA_COMM=host $RUN $(args $m) --comm=local || echo "$m (local) FAILED"
   cp $OUTD/$m.jsonl $OUTD/$m-local.jsonl 2>/dev/null
   # One process per rank (needs mpirun that matches the binary's Open MPI).
-  if command -v mpirun >/dev/null; then
+  if command -v mpirun >/dev/null && $RUN --help | grep -q "local, mpi"; then
     mpirun --allow-run-as-root --oversubscribe -np 4 $RUN $(args $m) --comm=mpi \
       || echo "$m (mpi) FAILED"
     cp $OUTD/$m.jsonl $OUTD/$m-mpi.jsonl 2>/dev/null
