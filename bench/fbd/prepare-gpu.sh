@@ -30,6 +30,8 @@ plan mixed-rec "tp=1 fbd=true fwd-tp=1 fwd-device=cpu bwd-device=cuda transfer=r
 plan mixed-act "tp=1 fbd=true fwd-tp=1 fwd-device=cpu bwd-device=cuda transfer=activations"
 rm "$D/model.mlir"
 cp "$ROOT/data/gpt/news-1k.jsonl" "$D/"
-xz -T1 -c "$RT/bin/mapp-run" > "$D/mapp-run.xz"
+RUNBIN=$RT/bin/mapp-run
+[ -x "$RUNBIN" ] || RUNBIN=$RT/mapp-run # a runtime-only build puts it at the top
+xz -T1 -c "$RUNBIN" > "$D/mapp-run.xz"
 cp "$ROOT/bench/fbd/run-gpu.sh" "$D/run.sh"
 du -sh "$D"
