@@ -10,6 +10,7 @@
 #include "mapp/rt/Checkpoint.h"
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Dataset.h"
+#include "mapp/rt/Fbd.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Faults.h"
@@ -49,6 +50,9 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              nccl: rank threads, rank r on GPU r (--backend=cuda)
   --comm-timeout S           fail a wait for another rank after S seconds
                              (default 300; 0 = never)
+  --coordinator=on|off       MegaFBD plans: match the step-end parameter
+                             transfers through the bit-vector coordinator
+                             (default on; docs/megafbd.md)
   --trace-dir DIR            MegaScan trace: DIR/rank-{r}.trace.jsonl per rank
   --trace-sample E:W         trace steps with step % E < W (E = 0: every step),
                              overriding the plan's trace_every:trace_window
@@ -110,6 +114,7 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
 )";
 
 struct Options {
+  std::string coordinator = "on"; // MegaFBD step-end transfers (on | off)
   std::string plan, backend = "cpu", comm = "local", data, dataFormat = "auto",
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
                     traceDir, probeDb, probeControl, probeControlTokenFile,
@@ -179,7 +184,8 @@ Options parseArgs(int argc, char **argv) {
       {"--probe-control-token-file", &o.probeControlTokenFile},
       {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample},
       {"--save-dir", &o.ckpt.saveDir},     {"--resume", &o.ckpt.resume},
-      {"--inject-nan", &o.injectNan}};
+      {"--inject-nan", &o.injectNan},
+      {"--coordinator", &o.coordinator}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -405,10 +411,26 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   std::unique_ptr<Communicator> comm =
       withLinkFaults(std::move(commIn), o.inject);
   const int rank = comm->rank();
-  std::unique_ptr<Backend> backend =
-      createBackend(o.backend, sh.threadsPerRank, comm->deviceOrdinal());
+  // MegaFBD: the plan's placement picks this rank's backend and device.
+  std::string backendName = o.backend;
+  int device = comm->deviceOrdinal();
+  for (const Program &p : plan.programs)
+    if (p.rank == rank) {
+      backendName = placedBackend(p, o.backend);
+      device = placedDevice(p, device);
+    }
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = createBackend(backendName, sh.threadsPerRank, device);
+  } catch (const Error &e) {
+    if (!isFbdPlan(plan))
+      throw;
+    fail("placement of rank ", rank, " on ", backendName, ":", device, ": ",
+         e.what());
+  }
   Executor exec(plan, *backend, *comm);
   exec.setSlowCompute(slowComputeFactor(o.inject, rank));
+  exec.setCoordinator(o.coordinator == "on");
   const Program &prog = exec.program();
 
   // MegaScope: probe store and live switches, when asked for (every rank
@@ -609,6 +631,11 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
 
 void printCoords(const Plan &plan, int rank, int threads) {
   Layout l{plan.tp, plan.dp, plan.pp};
+  if (rank >= l.world()) { // MegaFBD forward side: see the placement table
+    std::printf("mapp-run: rank %d = forward side of world %d, %d CPU "
+                "thread(s)\n", rank, plan.worldSize, threads);
+    return;
+  }
   std::printf("mapp-run: rank %d = (dp %d, pp %d, tp %d) of world %d "
               "(tp %d, dp %d, pp %d), %d CPU thread(s)\n",
               rank, l.dpOf(rank), l.ppOf(rank), l.tpOf(rank), plan.worldSize,
@@ -641,6 +668,29 @@ int run(const Options &o) {
            plan.worldSize);
   }
   Shared sh{o, plan, {}, false, o.threads};
+  if (o.coordinator != "on" && o.coordinator != "off")
+    usageError("--coordinator must be on or off, got '" + o.coordinator + "'");
+  if (isFbdPlan(plan)) {
+    checkPlacements(plan, o.backend);
+    if (o.comm == "nccl") // NCCL puts rank r on GPU r; placements decide here
+      fail("MegaFBD plans run over --comm=local or --comm=mpi, not nccl");
+    // Rank threads of one process share device pointers (the CUDA backend
+    // moves payloads itself): a CPU rank cannot read them.
+    bool cpu = false, cuda = false;
+    for (const Program &p : plan.programs)
+      (placedBackend(p, o.backend) == "cuda" ? cuda : cpu) = true;
+    const char *cudaComm = std::getenv("MAPP_CUDA_COMM");
+    bool hostStaged = cudaComm && std::string(cudaComm) == "host";
+    if (cpu && cuda && o.comm != "mpi" && !(o.comm == "local" && hostStaged))
+      fail("the plan places ranks on both cpu and cuda: run them as "
+           "processes, mpirun -np ", plan.worldSize,
+           " mapp-run PLAN --comm=mpi, or as threads with MAPP_CUDA_COMM=host "
+           "--comm=local (CUDA ranks then stage their transfers through host "
+           "memory)");
+    if (!o.quiet)
+      std::printf("mapp-run: placement (MegaFBD, %d ranks)\n%s",
+                  plan.worldSize, placementTable(plan, o.backend).c_str());
+  }
 
   if (o.comm == "mpi") {
     std::unique_ptr<Communicator> comm = createMpiComm();
@@ -652,7 +702,16 @@ int run(const Options &o) {
                          std::to_string(plan.worldSize) + " but mpirun started " +
                          std::to_string(comm->worldSize()) +
                          " process(es) (use mpirun -np " +
-                         std::to_string(plan.worldSize) + ")\n";
+                         std::to_string(plan.worldSize) +
+                         (isFbdPlan(plan)
+                              ? "; a split plan: " +
+                                    std::to_string(plan.tp * plan.dp * plan.pp) +
+                                    " backward + " +
+                                    std::to_string(plan.worldSize -
+                                                   plan.tp * plan.dp * plan.pp) +
+                                    " forward ranks"
+                              : std::string()) +
+                         ")\n";
       comm.reset();
       mpiFinalize();
       return 1;

@@ -446,4 +446,76 @@ def MappLowerToPlan : Pass<"mapp-lower-to-plan", "::mlir::ModuleOp"> {
   }];
 }
 
+
+//===----------------------------------------------------------------------===//
+// MegaFBD
+//===----------------------------------------------------------------------===//
+
+def MappFbdKeepSource : Pass<"mapp-fbd-keep-source", "::mlir::ModuleOp"> {
+  let summary = "Keep a copy of the forward graph for a forward side of another tp";
+  let description = [{
+    Runs on the forward graph, before --mapp-tensor-parallel. Copies the
+    whole module (parameters, @forward, module attributes) into a nested
+    `module @fbd_source` that the other passes do not look into, so that
+    --mapp-split-fwd-bwd can tensor-parallelize the forward side with its
+    own degree (fwd-tp ≠ bwd-tp). --mapp-train-pipeline with fbd=true runs
+    it first. Running it twice is an error.
+  }];
+  let dependentDialects = ["::mapp::MappDialect", "::mlir::func::FuncDialect"];
+}
+
+def MappSplitFwdBwd : Pass<"mapp-split-fwd-bwd", "::mlir::ModuleOp"> {
+  let summary = "MegaFBD: forward and backward of each stage as separately placed subgraphs";
+  let description = [{
+    Runs on a training step (after autodiff, the optimizer, data parallelism
+    and the schedule; chunks = 1). Each pipeline stage s becomes a forward
+    subgraph on its own ranks and a backward subgraph on the module's ranks:
+
+    - `mapp.subgraph @fbd_forward_s<s> "forward" stage s at #mapp.placement<
+      rank = first global rank, device, index, tp = fwd-tp, dp, pp>` holds a
+      nested module with the stage's forward (its parameters at fwd-tp).
+      The forward ranks follow the backward ranks: global rank =
+      tp·dp·pp + s·fwd-tp·dp + d·fwd-tp + j.
+    - `mapp.subgraph @fbd_backward_s<s> "backward" ...` marks the placement of
+      the stage's top-level functions (forward block, backward, optimizer),
+      which keep the module's tp (= bwd-tp) on ranks [0, tp·dp·pp).
+
+    `transfer=activations`: the forward side sends the loss and every saved
+    activation the backward reads (`fbd_cross` sends, tags 1000 + i), the
+    backward side's forward block only receives them. Needs fwd-tp = bwd-tp.
+    `transfer=recompute` (MegatronApp's way): the forward side sends only
+    the stage input (stage > 0); the backward side re-runs the forward on
+    it instead of receiving it from the previous backward stage. With
+    fwd-tp ≠ bwd-tp the forward side is built from `module @fbd_source`
+    (--mapp-fbd-keep-source) by --mapp-tensor-parallel and
+    --mapp-pipeline-partition at fwd-tp; the stage input is replicated over
+    tp, so forward rank j sends it to backward ranks j, j + fwd-tp, ...
+
+    Parameters stay exact: the backward ranks own them and update them;
+    after every step's update the runtime copies them to the forward ranks
+    (resharded from bwd-tp to fwd-tp), so step k+1's forward uses step k's
+    update (docs/megafbd.md). The module gets `mapp.fbd` (the options and
+    the rank counts); --mapp-lower-to-plan emits one Program per rank of
+    both sides with its Placement.
+  }];
+  let dependentDialects = ["::mapp::MappDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"fwdTp", "fwd-tp", "int64_t", "0",
+           "Tensor-parallel degree of the forward side (0: the module's tp)">,
+    Option<"bwdTp", "bwd-tp", "int64_t", "0",
+           "Tensor-parallel degree of the backward side (0: the module's tp; "
+           "must equal it)">,
+    Option<"fwdDevice", "fwd-device", "std::string", "\"cpu\"",
+           "Device kind of the forward ranks: cpu | cuda">,
+    Option<"bwdDevice", "bwd-device", "std::string", "\"cpu\"",
+           "Device kind of the backward ranks: cpu | cuda">,
+    Option<"fwdIndex", "fwd-index", "int64_t", "0",
+           "Device index of the forward ranks">,
+    Option<"bwdIndex", "bwd-index", "int64_t", "0",
+           "Device index of the backward ranks">,
+    Option<"transfer", "transfer", "std::string", "\"recompute\"",
+           "activations | recompute">,
+  ];
+}
+
 #endif // MAPP_TRANSFORMS_PASSES_TD

@@ -1,5 +1,6 @@
 // Lowers a training module to one plan Program per global rank.
 #include "mapp/Target/Plan/PlanBuilder.h"
+#include "FbdPlan.h"
 #include "mapp/Analysis/MemoryPlan.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Target/Plan/plan_generated.h"
@@ -506,11 +507,15 @@ private:
           return failure();
       }
     } else {
+      // A forward-only stage (a MegaFBD forward side) has no backward.
+      bool backward = false;
+      for (auto &[b, i] : index)
+        backward |= b->phase == Phase::Backward;
       for (int64_t mb = 0; mb < mbs; ++mb) {
         for (int64_t c = 0; c < step.layout.chunks; ++c)
           if (failed(push(Phase::Forward, c, mb)))
             return failure();
-        for (int64_t c = step.layout.chunks - 1; c >= 0; --c)
+        for (int64_t c = step.layout.chunks - 1; backward && c >= 0; --c)
           if (failed(push(Phase::Backward, c, mb)))
             return failure();
       }
@@ -553,8 +558,12 @@ void fillModelFields(ModuleOp module, const StepStructure &step,
           plan.seq_length = shape[1];
         }
       }
+  // MegaFBD forward sides (nested modules in mapp.subgraph) are sharded at
+  // their own degree: read the module's own ops only.
   if (!plan.vocab_size)
     module.walk([&](EmbeddingOp op) {
+      if (op->getParentOfType<SubgraphOp>())
+        return;
       plan.vocab_size = cast<RankedTensorType>(op.getTable().getType())
                             .getShape()[0];
     });
@@ -575,6 +584,12 @@ void fillModelFields(ModuleOp module, const StepStructure &step,
 }
 
 } // namespace
+
+LogicalResult mapp::buildStageProgram(ModuleOp module, const StepStructure &step,
+                                      const StageMemory &mem,
+                                      fb::ProgramT &prog) {
+  return ProgramBuilder(module, step, mem, prog).build();
+}
 
 FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
                                                        bool aliasReshapes) {
@@ -619,5 +634,8 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
       return failure();
     plan->programs.push_back(std::move(prog));
   }
+  if (module->hasAttr("mapp.fbd") &&
+      failed(addFbdPrograms(module, *plan, aliasReshapes)))
+    return failure();
   return plan;
 }

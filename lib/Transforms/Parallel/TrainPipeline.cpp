@@ -69,9 +69,26 @@ struct TrainPipelineOptions
   Option<int64_t> warmup{*this, "warmup", llvm::cl::init(0)};
   Option<int64_t> totalSteps{*this, "total-steps", llvm::cl::init(0)};
   Option<double> minLr{*this, "min-lr", llvm::cl::init(0.0)};
+  // MegaFBD (--mapp-split-fwd-bwd; tp= is the backward side's degree).
+  Option<bool> fbd{*this, "fbd",
+                   llvm::cl::desc("Split forward and backward (MegaFBD)"),
+                   llvm::cl::init(false)};
+  Option<int64_t> fwdTp{*this, "fwd-tp",
+                        llvm::cl::desc("Forward side's tp (0: tp)"),
+                        llvm::cl::init(0)};
+  Option<std::string> fwdDevice{*this, "fwd-device", llvm::cl::init("cpu")};
+  Option<std::string> bwdDevice{*this, "bwd-device", llvm::cl::init("cpu")};
+  Option<int64_t> fwdIndex{*this, "fwd-index", llvm::cl::init(0)};
+  Option<int64_t> bwdIndex{*this, "bwd-index", llvm::cl::init(0)};
+  Option<std::string> transfer{*this, "transfer",
+                               llvm::cl::desc("activations | recompute"),
+                               llvm::cl::init("recompute")};
 };
 
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
+  // A forward side of another degree is built again from the forward graph.
+  if (o.fbd && o.fwdTp > 0 && o.fwdTp != o.tp)
+    pm.addPass(mapp::createMappFbdKeepSource());
   mapp::MappTensorParallelOptions tpOpts;
   tpOpts.tp = o.tp;
   tpOpts.sequenceParallel = o.sequenceParallel;
@@ -126,6 +143,18 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   pm.addPass(mapp::createMappPipelineSchedule(schedOpts));
   pm.addPass(mapp::createMappVerifySchedule());
 
+  if (o.fbd) {
+    mapp::MappSplitFwdBwdOptions fbdOpts;
+    fbdOpts.fwdTp = o.fwdTp;
+    fbdOpts.bwdTp = o.tp;
+    fbdOpts.fwdDevice = o.fwdDevice;
+    fbdOpts.bwdDevice = o.bwdDevice;
+    fbdOpts.fwdIndex = o.fwdIndex;
+    fbdOpts.bwdIndex = o.bwdIndex;
+    fbdOpts.transfer = o.transfer;
+    pm.addPass(mapp::createMappSplitFwdBwd(fbdOpts));
+  }
+
   // The plan follows: --mapp-plan-memory and --mapp-lower-to-plan (or
   // mapp-translate --mapp-to-plan); test/python/test_parallel_e2e.py runs
   // the result against the single-rank step.
@@ -138,6 +167,7 @@ void mapp::registerMappPipelines() {
       "mapp-train-pipeline",
       "Forward graph → parallel training step: tensor-parallel, "
       "pipeline-partition, autodiff (loss-scale 1/microbatches), optimizer, "
-      "data-parallel, pipeline-schedule, verify-schedule",
+      "data-parallel, pipeline-schedule, verify-schedule (fbd=true: then "
+      "split-fwd-bwd)",
       buildTrainPipeline);
 }

@@ -119,6 +119,20 @@ std::string CommGroup::str() const {
 }
 
 CommGroup Communicator::group(Group g) const {
+  if (secondBase_ >= 0 && layout_.world() == secondBase_ &&
+      secondBase_ + second_.world() == worldSize()) {
+    CommGroup out{groupName(g), {}};
+    if (g == Group::World) {
+      for (int r = 0; r < worldSize(); ++r)
+        out.members.push_back(r);
+    } else if (rank() < secondBase_) {
+      out.members = layout_.members(g, rank());
+    } else {
+      for (int r : second_.members(g, rank() - secondBase_))
+        out.members.push_back(r + secondBase_);
+    }
+    return out;
+  }
   Layout l = layout_;
   if (l.world() != worldSize())
     l = Layout{worldSize(), 1, 1};

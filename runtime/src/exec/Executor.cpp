@@ -1,5 +1,6 @@
 //===- Executor.cpp -------------------------------------------------------===//
 #include "mapp/rt/Executor.h"
+#include "mapp/rt/Fbd.h"
 #include "TraceSink.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Shard.h"
@@ -87,10 +88,15 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
                                     std::to_string(plan.worldSize) + ")"
                               : std::string());
   Layout layout{plan.tp, plan.dp, plan.pp};
-  if (layout.world() != plan.worldSize)
+  // MegaFBD: the forward side's ranks follow the layout's (docs/megafbd.md).
+  Layout fwdLayout = fbdForwardLayout(plan);
+  if (layout.world() + fwdLayout.world() * isFbdPlan(plan) != plan.worldSize)
     fail("plan: tp ", plan.tp, " x dp ", plan.dp, " x pp ", plan.pp,
+         isFbdPlan(plan) ? " + the forward side's ranks" : "",
          " != world_size ", plan.worldSize);
   comm.setLayout(layout);
+  if (isFbdPlan(plan))
+    comm.setSecondLayout(fwdLayout, layout.world());
   for (const Program &p : plan.programs)
     if (p.rank == comm.rank())
       prog_ = &p;
@@ -102,12 +108,14 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
   }
   const Program &p = *prog_;
   int r = comm.rank();
+  // A forward-side rank's coordinates are its side's.
+  const Layout &cl = p.placement.role == "fwd" ? fwdLayout : layout;
+  int cr = p.placement.role == "fwd" ? r - layout.world() : r;
   if (plan.worldSize > 1 &&
-      (p.tp != layout.tpOf(r) || p.dp != layout.dpOf(r) ||
-       p.pp != layout.ppOf(r)))
+      (p.tp != cl.tpOf(cr) || p.dp != cl.dpOf(cr) || p.pp != cl.ppOf(cr)))
     fail("plan: program of rank ", r, " has coordinates (dp ", p.dp, ", pp ",
-         p.pp, ", tp ", p.tp, "), Megatron order gives (dp ", layout.dpOf(r),
-         ", pp ", layout.ppOf(r), ", tp ", layout.tpOf(r), ")");
+         p.pp, ", tp ", p.tp, "), Megatron order gives (dp ", cl.dpOf(cr),
+         ", pp ", cl.ppOf(cr), ", tp ", cl.tpOf(cr), ")");
   pool_ = static_cast<uint8_t *>(backend.allocate(p.persistentBytes));
   // Slots start 64-byte aligned whatever arena_bytes is: with an odd
   // arena_bytes every value of slot 1 was misaligned (found by
@@ -242,7 +250,9 @@ std::vector<float> Executor::readFloats(int v, int slot, int64_t offset,
 int Executor::shardCount(const Value &v) const {
   if (v.shardDim < 0)
     return 1;
-  return v.shardGroup == "tp" ? plan_.tp : plan_.dp;
+  if (v.shardGroup == "tp")
+    return prog_->placement.tp > 0 ? prog_->placement.tp : plan_.tp;
+  return plan_.dp;
 }
 
 int Executor::shardIndex(const Value &v) const {
@@ -345,7 +355,8 @@ Safetensors Executor::gatherParams(bool grads) {
   std::map<std::pair<std::string, int>, Src> src;
   std::vector<const Program *> progs;
   for (const Program &q : plan_.programs)
-    progs.push_back(&q);
+    if (q.placement.role != "fwd") // MegaFBD: copies of the backward side's
+      progs.push_back(&q);
   std::sort(progs.begin(), progs.end(),
             [](const Program *a, const Program *b) { return a->rank < b->rank; });
   for (const Program *q : progs)
@@ -658,7 +669,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       // last stage's tp-index-0 ranks, and the tokens of the first stage's
       // tp-index-0 ranks (each dp rank's batch counted once).
       bool lossHere = p.loss >= 0 && p.tp == 0;
-      bool tokHere = p.pp == 0 && p.tp == 0;
+      bool tokHere = p.pp == 0 && p.tp == 0 && p.placement.role != "fwd";
       double buf[4] = {sq, lossHere ? lsum : 0, lossHere ? double(ln) : 0,
                        tokHere ? double(r.tokens) : 0};
       CommGroup world = comm_.group(Group::World);
@@ -743,6 +754,9 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   if (!optimizerInTable && !r.skipped)
     for (int b : optimizerBlocks)
       runOptimizer(b);
+  // MegaFBD: the forward ranks get this step's update before the next.
+  if (isFbdPlan(plan_))
+    syncFbdParams(*this, coordinator_);
   backend_.endStep();
   backend_.synchronize();
   if (sink_)

@@ -145,6 +145,7 @@ Program decodeProgram(const fb::Program &p, int index) {
     prog.placement.device = pl->device();
     prog.placement.role = str(pl->role());
     prog.placement.peerRank = pl->peer_rank();
+    prog.placement.tp = pl->tp();
   }
   return prog;
 }

@@ -87,6 +87,12 @@ public:
   /// The layout named groups resolve against (default: tp = world).
   void setLayout(const Layout &l) { layout_ = l; }
   const Layout &layout() const { return layout_; }
+  /// MegaFBD: ranks [base, base + l.world()) form a second world of layout
+  /// `l` (the forward side); the world group spans both.
+  void setSecondLayout(const Layout &l, int base) {
+    second_ = l;
+    secondBase_ = base;
+  }
   CommGroup group(Group g) const;
   /// Number of ranks in `g` that this rank belongs to.
   int groupSize(Group g) const { return group(g).size(); }
@@ -140,6 +146,8 @@ public:
 
 protected:
   Layout layout_;
+  Layout second_;
+  int secondBase_ = -1; // -1: no second layout
   double timeoutS_ = 300;
 };
 

@@ -116,6 +116,9 @@ public:
   void flushTrace();
   /// Upper bound of the trace events one step records (ring sizing).
   size_t traceEventsPerStep() const;
+  /// MegaFBD: run the step-end parameter transfers through the
+  /// coordinator (default: on for split plans).
+  void setCoordinator(bool on) { coordinator_ = on; }
   /// Fault injection: sleep (factor-1) x each compute instr's time.
   void setSlowCompute(double factor) { slowFactor_ = factor; }
 
@@ -233,6 +236,7 @@ private:
   double lsGrowth_ = 2, lsBackoff_ = 0.5, lsLimit_ = 0, lsMin_ = 1;
   int64_t lsInterval_ = 1000;
   std::string nanOp_;
+  bool coordinator_ = true;
   mapp::MappTraceWriter *trace_ = nullptr;
   std::unique_ptr<TraceSink> sink_; // non-null iff trace_ is
   int traceEvery_ = 0, traceWindow_ = 1;

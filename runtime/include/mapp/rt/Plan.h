@@ -91,6 +91,7 @@ struct Placement {
   int device = -1;     ///< -1: the rank's default device
   std::string role;    ///< "" | "fwd" | "bwd"
   int peerRank = -1;   ///< the rank holding the other half of the stage
+  int tp = 0;          ///< tp degree of this program's side (0: Plan.tp)
 };
 
 /// MegaDPP's run-time switch (plan.fbs AdaptivePolicy).
