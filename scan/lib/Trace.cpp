@@ -104,6 +104,13 @@ std::vector<int> getMembers(const json &j) {
   return m;
 }
 
+/// "... rank R, the header's: this file holds another rank's events".
+std::string notThisRank(int rank, const std::string &what) {
+  return what + " rank " + std::to_string(rank) +
+         ", the header's: this file holds events of another rank (a header "
+         "swapped or a file renamed?)";
+}
+
 void parseHeader(const json &j, Header &h) {
   if (getStr(j, "format", true) != "mapp-trace")
     throw LineError{"header 'format' is not \"mapp-trace\""};
@@ -124,6 +131,8 @@ void parseHeader(const json &j, Header &h) {
   h.clock = getStr(j, "clock", false);
   h.monoStartNs = getInt(j, "mono_start_ns", 0, false);
   h.wallStartNs = getInt(j, "wall_start_ns", 0, false);
+  h.runId = getStr(j, "run_id", false);
+  h.plan = getStr(j, "plan", false);
   if (h.world <= 0)
     throw LineError{"header 'world' must be positive"};
   if (h.rank < 0 || h.rank >= h.world)
@@ -232,6 +241,12 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
             throw LineError{"group member " + std::to_string(m) +
                             " outside world size " +
                             std::to_string(out.hdr.world)};
+        if (std::find(g.members.begin(), g.members.end(), out.hdr.rank) ==
+            g.members.end())
+          throw LineError{notThisRank(out.hdr.rank, "group " +
+                                                        std::to_string(id) +
+                                                        " (" + g.kind + ")" +
+                                                        " does not contain")};
         out.groups[id] = g;
       } else if (type == "footer") {
         out.dropped = getInt(j, "dropped", 0, false);
@@ -244,9 +259,18 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
           throw LineError{"peer " + std::to_string(e.peer) +
                           " outside world size " +
                           std::to_string(out.hdr.world)};
+        if (e.peer == out.hdr.rank)
+          throw LineError{notThisRank(out.hdr.rank,
+                                      std::string(opName(e.op)) +
+                                          " with itself as peer: not")};
         if (isCollective(e.op) && e.group < 0) {
           // Inline form: "group_kind" + "members" instead of a group id.
           Group g{getStr(j, "group_kind", true), getMembers(j)};
+          if (std::find(g.members.begin(), g.members.end(), out.hdr.rank) ==
+              g.members.end())
+            throw LineError{notThisRank(out.hdr.rank,
+                                        "inline group (" + g.kind +
+                                            ") does not contain")};
           std::string key = g.kind;
           for (int m : g.members)
             key += "," + std::to_string(m);
@@ -329,6 +353,7 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
   // than as whatever it contains that this world cannot hold.
   Header first;
   std::string firstPath;
+  std::map<std::string, std::vector<std::string>> byRun; // "run_id plan"
   for (auto &[r, path] : files) {
     std::ifstream in(path);
     std::string line;
@@ -342,6 +367,11 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
     } catch (...) { // LineError or json::exception: reported below
       continue;
     }
+    std::string base = path.substr(path.rfind('/') + 1);
+    byRun[h.runId.empty() ? std::string("(none)")
+                          : "'" + h.runId + "' (plan " +
+                                (h.plan.empty() ? "-" : h.plan) + ")"]
+        .push_back(base);
     if (firstPath.empty()) {
       first = h;
       firstPath = path;
@@ -353,6 +383,18 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
                firstPath + " (world " + std::to_string(first.world) + ")";
       return false;
     }
+  }
+  if (byRun.size() > 1) {
+    std::string msg = dir + ": traces of different runs cannot be merged:";
+    for (auto &[run, names] : byRun) {
+      msg += " run_id " + run + " in ";
+      for (size_t i = 0; i < names.size(); ++i)
+        msg += (i ? ", " : "") + names[i];
+      msg += ";";
+    }
+    msg.back() = '.';
+    *error = msg + " Keep one run's files in one directory.";
+    return false;
   }
   std::vector<RankTrace> ranks;
   for (auto &[r, path] : files) {
@@ -406,6 +448,10 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
     if (rt.dropped)
       out.warnings.push_back(rt.path + ": recorder dropped " +
                              std::to_string(rt.dropped) + " events");
+    if (!rt.hasFooter)
+      out.warnings.push_back(rt.path + ": no footer: the trace was not "
+                                       "closed (the run crashed, is still "
+                                       "running, or the file was cut)");
   }
   return true;
 }

@@ -56,6 +56,9 @@ struct Header {
   int dp = 0, pp = 0, tp = 0, dpSize = 1, ppSize = 1, tpSize = 1;
   std::string host, device, clock;
   int64_t monoStartNs = 0, wallStartNs = 0;
+  // Run identity (docs/trace-format.md): shared by every rank of one job;
+  // empty in traces written before it existed.
+  std::string runId, plan;
 };
 
 struct RankTrace {
@@ -101,7 +104,9 @@ struct ReadOptions {
 };
 
 /// Reads DIR/rank-*.trace.jsonl. On failure returns false with a message
-/// naming the file and line in *error.
+/// naming the file and line in *error: among others when the files are of
+/// different runs (run_id, plan), a rank is missing, or a file holds events
+/// that cannot be its header's rank's (a group without it, a send to itself).
 bool readTraceDir(const std::string &dir, const ReadOptions &opts, Trace &out,
                   std::string *error);
 /// Parses one rank file; exposed for tests.
