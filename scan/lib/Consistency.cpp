@@ -72,6 +72,8 @@ Consistency mapp::scan::checkConsistency(const Trace &t, const Matches &m,
                        : std::accumulate(d.stepNs.begin(), d.stepNs.end(), 0.0) /
                              d.stepNs.size();
   char buf[256];
+  if (!opts.checkAlignment)
+    return c;
   if (meanStep > 0 && a.collRmsNs > opts.maxResidualFraction * meanStep) {
     std::snprintf(buf, sizeof buf,
                   "alignment residual %.3f ms rms (max %.3f ms) is %.1f%% of "

@@ -386,7 +386,13 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
   }
   if (byRun.size() > 1) {
     std::string msg = dir + ": traces of different runs cannot be merged:";
-    for (auto &[run, names] : byRun) {
+    // The majority first: the odd files out come last.
+    std::vector<std::pair<std::string, std::vector<std::string>>> runs(
+        byRun.begin(), byRun.end());
+    std::stable_sort(runs.begin(), runs.end(), [](auto &x, auto &y) {
+      return x.second.size() > y.second.size();
+    });
+    for (auto &[run, names] : runs) {
       msg += " run_id " + run + " in ";
       for (size_t i = 0; i < names.size(); ++i)
         msg += (i ? ", " : "") + names[i];
@@ -448,10 +454,7 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
     if (rt.dropped)
       out.warnings.push_back(rt.path + ": recorder dropped " +
                              std::to_string(rt.dropped) + " events");
-    if (!rt.hasFooter)
-      out.warnings.push_back(rt.path + ": no footer: the trace was not "
-                                       "closed (the run crashed, is still "
-                                       "running, or the file was cut)");
+
   }
   return true;
 }

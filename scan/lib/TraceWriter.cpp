@@ -3,6 +3,8 @@
 #include "mapp/scan/TraceWriter.h"
 
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <cstring>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -95,6 +97,19 @@ static void appendInt(std::string &out, const char *key, long long v) {
   out.append(buf, n);
 }
 
+std::string mapp::newRunId() {
+  uint64_t x = 0;
+  try {
+    std::random_device rd;
+    x = (uint64_t(rd()) << 32) ^ rd();
+  } catch (const std::exception &) {
+  }
+  x ^= MappTraceWriter::nowNs() * 0x9E3779B97F4A7C15ull ^ uint64_t(getpid()) << 17;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)x);
+  return buf;
+}
+
 static std::string headerLine(const TraceHeader &h, uint64_t mono,
                               uint64_t wall) {
   std::string host = h.host;
@@ -121,6 +136,14 @@ static std::string headerLine(const TraceHeader &h, uint64_t mono,
   s += ",\"clock\":\"steady\"";
   appendInt(s, "mono_start_ns", (long long)mono);
   appendInt(s, "wall_start_ns", (long long)wall);
+  if (!h.runId.empty()) {
+    s += ",\"run_id\":";
+    appendEscaped(s, h.runId.c_str());
+  }
+  if (!h.plan.empty()) {
+    s += ",\"plan\":";
+    appendEscaped(s, h.plan.c_str());
+  }
   s += "}\n";
   return s;
 }

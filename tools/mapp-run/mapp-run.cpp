@@ -337,7 +337,29 @@ struct Shared {
   std::vector<int32_t> tokens;
   bool haveTokens = false;
   int threadsPerRank = 0;
+  /// Trace run identity: one per job (docs/trace-format.md).
+  std::string runId = mapp::newRunId();
 };
+
+/// Every MPI rank drew its own run id; rank 0's wins. 64 bits as four 16-bit
+/// pieces summed in doubles (exact), the other ranks adding zeros.
+void shareRunId(Communicator &comm, std::string &runId) {
+  uint64_t own = std::stoull(runId, nullptr, 16);
+  double parts[4] = {0, 0, 0, 0};
+  if (comm.rank() == 0)
+    for (int i = 0; i < 4; ++i)
+      parts[i] = static_cast<double>((own >> (16 * i)) & 0xffff);
+  CommGroup world{"world", {}};
+  for (int r = 0; r < comm.worldSize(); ++r)
+    world.members.push_back(r);
+  comm.allReduce(parts, 4, ReduceOp::Sum, world);
+  uint64_t id = 0;
+  for (int i = 0; i < 4; ++i)
+    id |= static_cast<uint64_t>(parts[i]) << (16 * i);
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+  runId = buf;
+}
 
 std::vector<int32_t> readTokens(const Options &o) {
   std::unique_ptr<Tokenizer> tok;
@@ -419,6 +441,10 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     h.ppSize = plan.pp;
     h.tpSize = plan.tp;
     h.device = o.backend == "cuda" ? "cuda:0" : o.backend;
+    h.runId = sh.runId;
+    char planHash[16];
+    std::snprintf(planHash, sizeof planHash, "0x%08x", plan.checksum);
+    h.plan = planHash;
     // The ring holds two steps of events: with CUDA timestamps a step's
     // events arrive together after the step (runtime/README.md, "Tracing").
     size_t capacity = size_t(1) << 16;
@@ -579,6 +605,8 @@ int run(const Options &o) {
     try {
       if (!o.quiet)
         printCoords(plan, rank, sh.threadsPerRank), std::fflush(stdout);
+      if (!o.traceDir.empty())
+        shareRunId(*comm, sh.runId);
       runRank(sh, std::move(comm));
     } catch (const std::exception &e) {
       // One write, so ranks' messages do not interleave mid-line.

@@ -168,6 +168,7 @@ int main(int argc, char **argv) {
   s.matches = matchEvents(s.trace);
   s.align = alignClocks(s.trace, s.matches, ao);
   s.diag = diagnose(s.trace, s.matches, dopt);
+  copt.checkAlignment = ao.enabled;
   s.consistency = checkConsistency(s.trace, s.matches, s.align, s.diag, copt);
   if (!allowInconsistent)
     withholdFindings(s);

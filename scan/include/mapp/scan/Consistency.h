@@ -22,6 +22,8 @@ struct ConsistencyOptions {
   /// Receives ending before their send began, after repair, above this
   /// share of the matched pairs (and above 1).
   double maxViolationFraction = 0.01;
+  /// Off with --no-align: wall clocks are not expected to fit.
+  bool checkAlignment = true;
 };
 
 /// What cannot be one run's trace at all (files of different runs, a group

@@ -69,7 +69,15 @@ struct TraceHeader {
   std::string device; // e.g. "cpu" or "cuda:0"
   // Clock readings at open; 0 = read the real clocks (simulators set them).
   uint64_t monoStartNs = 0, wallStartNs = 0;
+  // Run identity (docs/trace-format.md): the same on every rank of one job,
+  // so mapp-scan can refuse files of different runs. Empty: not written.
+  std::string runId; // e.g. 16 hex digits from newRunId()
+  std::string plan;  // the plan's seal checksum, "0x%08x"
 };
+
+/// A fresh run id: 16 hex digits from the OS's random source (mixed with the
+/// clock and pid should it fail). One per job: rank 0's, shared by all.
+std::string newRunId();
 
 class MappTraceWriter {
 public:
