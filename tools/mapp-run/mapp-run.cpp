@@ -24,7 +24,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -63,7 +65,9 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --steps N                  training steps (default 1)
   --seed S                   parameter init and data shuffle seed (default 0)
   --no-shuffle               visit samples in corpus order
-  --weights FILE             initial parameters (safetensors, by name)
+  --weights FILE             initial parameters (safetensors, by name);
+                             a NaN/inf value is an error naming the tensor
+  --allow-nonfinite-weights  load --weights holding NaN/inf anyway
   --save FILE                write parameters after the last step (safetensors)
   --save-grads FILE          write step 0's accumulated gradients (safetensors)
   --metrics FILE             one JSON object per step (jsonl)
@@ -104,7 +108,7 @@ struct Options {
   int64_t steps = 1;
   uint64_t seed = 0;
   int threads = 0;
-  bool shuffle = true, quiet = false;
+  bool shuffle = true, quiet = false, allowNonfiniteWeights = false;
 };
 
 constexpr int64_t kMaxThreads = 1024;
@@ -168,6 +172,10 @@ Options parseArgs(int argc, char **argv) {
     }
     if (a == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (a == "--allow-nonfinite-weights") {
+      o.allowNonfiniteWeights = true;
       continue;
     }
     if (a == "--no-kv-cache") {
@@ -297,11 +305,76 @@ void rejectDirectory(const std::string &path, const char *what) {
     fail(what, ": '", path, "' is a directory, not a file");
 }
 
+/// --weights, refusing NaN/inf unless --allow-nonfinite-weights: a NaN
+/// parameter trains to NaN without a word about where it came from.
+Safetensors readWeights(const Options &o) {
+  Safetensors st = readSafetensors(o.weights);
+  if (!o.allowNonfiniteWeights)
+    checkFinite(st, "--weights " + o.weights);
+  return st;
+}
+
+/// Every output path is checked before the work starts, so that an
+/// unwritable --save is not found after the last step. A file may exist
+/// (it is not touched here) but must be a writable regular file; a new
+/// one needs a writable directory. A directory output is created.
+void checkOutputFile(const std::string &path, const char *flag) {
+  if (path.empty())
+    return;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      fail(flag, ": '", path, "' is a directory, not a file");
+    if (::access(path.c_str(), W_OK) != 0)
+      fail(flag, ": cannot write '", path, "' (", std::strerror(errno), ")");
+    return;
+  }
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "."
+                    : slash == 0               ? "/"
+                                               : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail(flag, ": cannot create '", path, "': directory '", dir,
+         "' does not exist");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    fail(flag, ": cannot create '", path, "' in '", dir, "' (",
+         std::strerror(errno), ")");
+}
+
+void checkOutputDir(const std::string &path, const char *flag) {
+  if (path.empty())
+    return;
+  std::string prefix;
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = path.find('/', pos + 1);
+    prefix = path.substr(0, pos);
+    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0777) != 0 &&
+        errno != EEXIST)
+      fail(flag, ": cannot create directory '", prefix, "' (",
+           std::strerror(errno), ")");
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail(flag, ": '", path, "' is not a directory");
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    fail(flag, ": cannot write in '", path, "' (", std::strerror(errno), ")");
+}
+
+void checkOutputs(const Options &o) {
+  checkOutputFile(o.save, "--save");
+  checkOutputFile(o.saveGrads, "--save-grads");
+  checkOutputFile(o.metrics, "--metrics");
+  checkOutputFile(o.dumpBatches, "--dump-batches");
+  checkOutputFile(o.generateOut, "--generate-out");
+  checkOutputFile(o.probeDb, "--probe-db");
+  checkOutputDir(o.traceDir, "--trace-dir");
+}
+
 /// --generate: weights, tokenizer, then the sampling loop (Generate.h).
 int runGenerate(const Options &o, Executor &exec, ProbeSession *scope) {
   if (o.weights.empty())
     fail("--generate needs --weights FILE (trained parameters)");
-  exec.loadParams(readSafetensors(o.weights), o.weights);
+  exec.loadParams(readWeights(o), o.weights);
   std::unique_ptr<Tokenizer> tok =
       createTokenizer(o.tokenizer.empty() ? "bytes" : o.tokenizer);
   GenerateOptions g;
@@ -425,7 +498,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   }
 
   if (!o.weights.empty())
-    exec.loadParams(readSafetensors(o.weights), o.weights);
+    exec.loadParams(readWeights(o), o.weights);
   else
     exec.initParams(o.seed);
 
@@ -563,6 +636,7 @@ int hardwareThreads() {
 }
 
 int run(const Options &o) {
+  checkOutputs(o);
   rejectDirectory(o.plan, "plan");
   rejectDirectory(o.data, "data");
   rejectDirectory(o.weights, "weights");
