@@ -169,6 +169,7 @@ def run_scenario(sc, work):
                             "fn": sum(1 for x in truth - found if x[0] == k)}
                         for k in ("slow-rank", "slow-link")},
             "step_ms": rep["step_time_ms"]["mean"], "run_s": round(t_run, 2),
+            "compute_clock": rep["compute_clock"],
             # What a false or missed slow-rank finding is judged from.
             "ranks": [{k: round(x[k], 3) if isinstance(x[k], float) else x[k]
                        for k in ("rank", "compute_ratio",

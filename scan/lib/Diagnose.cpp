@@ -37,6 +37,12 @@ static std::string fmt(const char *f, double a, double b = 0) {
 
 static bool isComputeLike(const Event &e) { return e.cat != Cat::Comm; }
 
+// What a compute op cost: its thread CPU time when every op has one, else
+// its span on the aligned timeline.
+static double costOf(const Event &e, bool cpuClock) {
+  return cpuClock ? static_cast<double>(e.cpu) : e.ge - e.gb;
+}
+
 // Events that enclose another event of their stream: regions around ops
 // (e.g. `optimizer` around the adamw ops of the rank's stage). Their time is
 // their children's, counted there, and one region name wraps different work
@@ -122,7 +128,7 @@ static double peerReference(const DurationsByRank &perRank, bool symmetric) {
 // peers' lockstep ops of the name where at least two ranks have some.
 static std::vector<std::vector<OpRatio>>
 rateComputeOps(const Trace &t, const std::vector<std::vector<char>> &container,
-               bool symmetric) {
+               bool symmetric, bool cpuClock) {
   std::vector<std::vector<OpRatio>> ops(t.world);
   std::map<std::string, DurationsByRank> all, lockstep;
   for (int r = 0; r < t.world; ++r) {
@@ -143,9 +149,9 @@ rateComputeOps(const Trace &t, const std::vector<std::vector<char>> &container,
       if (container[r][i])
         continue;
       ops[r].push_back({i, 1, 0, afterCollective});
-      all[e.name][r].push_back(e.ge - e.gb);
+      all[e.name][r].push_back(costOf(e, cpuClock));
       if (afterCollective)
-        lockstep[e.name][r].push_back(e.ge - e.gb);
+        lockstep[e.name][r].push_back(costOf(e, cpuClock));
     }
   }
   std::map<std::string, std::pair<double, double>> ref; // all, lockstep
@@ -163,7 +169,7 @@ rateComputeOps(const Trace &t, const std::vector<std::vector<char>> &container,
       double x = o.lockstep && refLockstep > 0 ? refLockstep : refAll;
       if (x <= 0)
         continue;
-      o.ratio = (e.ge - e.gb) / x;
+      o.ratio = costOf(e, cpuClock) / x;
       o.weight = x;
       rated.push_back(o);
     }
@@ -227,6 +233,50 @@ static double lowerQuartileKindRatio(const Trace &t, int rank,
     return 1;
   std::sort(kinds.begin(), kinds.end());
   return kinds[(kinds.size() - 1) / 4];
+}
+
+// Whether every leaf compute event carries its thread CPU time.
+static bool hasCpuTimes(const Trace &t,
+                        const std::vector<std::vector<char>> &container) {
+  bool any = false;
+  for (int r = 0; r < t.world; ++r)
+    for (size_t i = 0; i < t.ranks[r].events.size(); ++i) {
+      const Event &e = t.ranks[r].events[i];
+      if (!isComputeLike(e) || container[r][i])
+        continue;
+      if (e.cpu < 0)
+        return false;
+      any = true;
+    }
+  return any;
+}
+
+// A rank whose thread was often off its core shared the host with more
+// runnable work than cores: its wall times (and its peers' waits on it) say
+// little about its hardware. Said in the report, not judged.
+static void noteOffCpuRanks(const Trace &t,
+                            const std::vector<std::vector<char>> &container,
+                            Diagnosis &d) {
+  for (int r = 0; r < t.world; ++r) {
+    double wall = 0, cpu = 0;
+    for (size_t i = 0; i < t.ranks[r].events.size(); ++i) {
+      const Event &e = t.ranks[r].events[i];
+      if (!isComputeLike(e) || container[r][i])
+        continue;
+      wall += e.ge - e.gb;
+      cpu += static_cast<double>(e.cpu);
+    }
+    if (wall <= 0)
+      continue;
+    double off = std::clamp(1 - cpu / wall, 0.0, 1.0);
+    d.ranks[r].offCpuFraction = off;
+    if (off > 0.25)
+      d.warnings.push_back(
+          fmt("rank %.0f was off its core for %.0f%% of its compute time: "
+              "the host ran more threads than cores; compute was compared "
+              "by CPU time",
+              r, 100 * off));
+  }
 }
 
 // Time spent waiting for peers vs moving bytes, per comm event.
@@ -379,10 +429,13 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   }
   d.steps = stepEnd.size();
 
+  d.cpuClock = opts.cpuClock && hasCpuTimes(t, container);
+  if (d.cpuClock)
+    noteOffCpuRanks(t, container, d);
   std::vector<std::vector<OpRatio>> ratios =
-      rateComputeOps(t, container, /*symmetric=*/false);
+      rateComputeOps(t, container, /*symmetric=*/false, d.cpuClock);
   std::vector<std::vector<OpRatio>> symmetricRatios =
-      rateComputeOps(t, container, /*symmetric=*/true);
+      rateComputeOps(t, container, /*symmetric=*/true, d.cpuClock);
   std::vector<double> all, deviations;
   for (int r = 0; r < R; ++r) {
     RankStats &rs = d.ranks[r];

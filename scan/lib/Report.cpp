@@ -77,7 +77,8 @@ json mapp::scan::reportJson(const ScanResult &s) {
                      {"compute_ratio", r.computeRatio},
                      {"slower_op_fraction", r.consistency},
                      {"kind_ratio_lower_quartile", r.kindRatioLowerQuartile},
-                     {"compared_ops", r.compared}});
+                     {"compared_ops", r.compared},
+                     {"off_cpu_fraction", r.offCpuFraction}});
   j["ranks"] = ranks;
   json links = json::array();
   for (const LinkStats &l : s.diag.links)
@@ -125,7 +126,11 @@ json mapp::scan::reportJson(const ScanResult &s) {
                    {"unmatched_sends", s.matches.unmatchedSends},
                    {"unmatched_recvs", s.matches.unmatchedRecvs},
                    {"incomplete_collectives", s.matches.incompleteColls}};
-  j["warnings"] = t.warnings;
+  j["compute_clock"] = s.diag.cpuClock ? "thread-cpu" : "span";
+  json warnings = t.warnings;
+  for (const std::string &w : s.diag.warnings)
+    warnings.push_back(w);
+  j["warnings"] = warnings;
   if (s.haveWhatIf) {
     const WhatIfResult &w = s.whatIf;
     j["what_if"] = {{"measured_step_ms", w.measuredStepMs},
@@ -160,6 +165,8 @@ std::string mapp::scan::textSummary(const ScanResult &s) {
                 s.align.violationsAfter);
   out += buf;
   for (const std::string &w : t.warnings)
+    out += "warning: " + w + "\n";
+  for (const std::string &w : s.diag.warnings)
     out += "warning: " + w + "\n";
   for (const std::string &p : s.consistency.problems)
     out += "inconsistent: " + p + "\n";

@@ -164,6 +164,9 @@ void parseEvent(const json &j, Event &e) {
   e.layer = getI32(j, "layer", -1, false);
   e.chunk = getI32(j, "chunk", -1, false);
   e.bytes = getInt(j, "bytes", 0, false);
+  // Two clocks read back to back: CPU time can pass the span by a reading's
+  // cost, never more than the span means anything.
+  e.cpu = std::min<int64_t>(getInt(j, "cpu", -1, false), e.e - e.b);
   e.peer = getI32(j, "peer", -1, false);
   e.tag = getInt(j, "tag", -1, false);
   e.group = getI32(j, "group", -1, false);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <random>
 #include <cstring>
+#include <ctime>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,6 +72,13 @@ uint64_t MappTraceWriter::nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+uint64_t MappTraceWriter::threadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<uint64_t>(ts.tv_nsec);
 }
 
 static void appendEscaped(std::string &out, const char *s) {
@@ -284,6 +292,8 @@ size_t MappTraceWriter::drain(std::string &buf) {
       appendInt(buf, "chunk", r.chunk);
     if (r.bytes)
       appendInt(buf, "bytes", (long long)r.bytes);
+    if (r.cpuNs)
+      appendInt(buf, "cpu", (long long)r.cpuNs);
     if (r.peer >= 0)
       appendInt(buf, "peer", r.peer);
     if (r.tag >= 0)

@@ -65,6 +65,7 @@ def test_page_renders_and_controls_the_job(tmp_path):
         line = server.stdout.readline()
         assert line.startswith("mapp-scope: serving http://127.0.0.1:"), line
         url = line.split()[-1]
+        assert "/?token=" in url  # the page trades it for an HttpOnly cookie
         shot = os.environ.get("MAPP_SCOPE_SCREENSHOT", str(tmp_path / "page.png"))
         r = subprocess.run(["node", "scope-page.mjs", url, shot],
                            cwd=BROWSER_DIR, capture_output=True, text=True, timeout=180)

@@ -96,10 +96,15 @@ def test_control_port_reaches_the_running_job(tmp_path):
                 pass  # the job is still creating the tables
         assert endpoint.startswith("tcp:127.0.0.1:"), endpoint
         port = int(endpoint.rsplit(":", 1)[1])
+        # The token is in a file only the user can read, beside the store.
+        cred_file = tmp_path / "p.sqlite.control-token"
+        assert cred_file.stat().st_mode & 0o777 == 0o600
+        cred = json.loads(cred_file.read_text())
+        assert cred["port"] == port and len(cred["token"]) == 64
 
         def ask(req):
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.sendall((json.dumps(req) + "\n").encode())
+                s.sendall((json.dumps(dict(req, token=cred["token"])) + "\n").encode())
                 return json.loads(s.makefile().readline())
         assert ask({"op": "set", "switch": 3, "enabled": True}) == {
             "ok": False, "error": "no perturbation switch 3 in this plan"}

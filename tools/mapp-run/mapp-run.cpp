@@ -79,6 +79,9 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              and generated tokens in a SQLite store
   --probe-control FILE|PORT  MegaScope: take perturbation switch changes from a
                              JSON file or a loopback TCP port (0 = any free)
+  --probe-control-token-file FILE
+                             MegaScope: where the control port's token is
+                             written (mode 0600; default PROBE_DB.control-token)
   --probe-run NAME           MegaScope: run name (ranks of one job share it)
   --generate                 generate text instead of training
   --prompt TEXT              generation prompt (default: the EOT token)
@@ -97,7 +100,8 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
 struct Options {
   std::string plan, backend = "cpu", comm = "local", data, dataFormat = "auto",
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
-                    traceDir, probeDb, probeControl, probeRun, prompt,
+                    traceDir, probeDb, probeControl, probeControlTokenFile,
+                    probeRun, prompt,
                     generateOut, traceSample;
   bool generate = false, greedy = false, promptGiven = false, kvCache = true;
   int64_t maxNewTokens = 32, topK = 0;
@@ -157,6 +161,7 @@ Options parseArgs(int argc, char **argv) {
       {"--metrics", &o.metrics},     {"--dump-batches", &o.dumpBatches},
       {"--trace-dir", &o.traceDir},   {"--probe-db", &o.probeDb},
       {"--probe-control", &o.probeControl}, {"--probe-run", &o.probeRun},
+      {"--probe-control-token-file", &o.probeControlTokenFile},
       {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -463,6 +468,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     ProbeSessionOptions so;
     so.db = o.probeDb;
     so.control = o.probeControl;
+    so.controlTokenFile = o.probeControlTokenFile;
     so.runName = o.probeRun;
     so.plan = o.plan;
     so.mode = o.generate ? "generate" : "train";
@@ -472,6 +478,9 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     scope = std::make_unique<ProbeSession>(exec, so);
     if (!scope->controlEndpoint().empty() && !o.quiet)
       std::cerr << "mapp-run: probe control at " << scope->controlEndpoint()
+                << (scope->controlTokenFile().empty()
+                        ? std::string()
+                        : " (token in " + scope->controlTokenFile() + ")")
                 << "\n";
   }
   if (o.generate) {

@@ -22,15 +22,17 @@ static const char *kUsage =
     "                 [--html report.html] [--steps A:B] [--ranks LIST]\n"
     "                 [--max-mb N] [--what-if] [--no-align]\n"
     "                 [--rank-threshold T] [--link-threshold T]\n"
-    "                 [--allow-truncated] [--allow-inconsistent]\n"
-    "                 [--max-residual-fraction F] [--max-violation-fraction F]\n"
-    "                 [-q]\n"
+    "                 [--compute-clock auto|span] [--allow-truncated]\n"
+    "                 [--allow-inconsistent] [--max-residual-fraction F]\n"
+    "                 [--max-violation-fraction F] [-q]\n"
     "  DIR holds rank-{r}.trace.jsonl files (docs/trace-format.md).\n"
     "  --steps A:B      merged trace keeps steps A..B-1 (A: or :B open)\n"
     "  --ranks LIST     merged trace keeps these ranks, e.g. 0,2,4-7\n"
     "  --max-mb N       merged trace stops adding steps past N MiB\n"
     "  --what-if        replay with the findings repaired, predict the saving\n"
     "  --no-align       trust the headers' wall clocks (for comparison)\n"
+    "  --compute-clock  auto: compare compute by thread CPU time where the\n"
+    "                   trace has it (default); span: by wall span\n"
     "  Inconsistent data (a trace cut short, lost events, clocks that do not\n"
     "  align; docs/mapp-scan.md) withholds the findings and exits 3;\n"
     "  --allow-inconsistent reports them anyway and exits 0.\n";
@@ -124,6 +126,11 @@ int main(int argc, char **argv) {
       if (!parseNumber(next(), dopt.linkThreshold) || dopt.linkThreshold <= 0 ||
           dopt.linkThreshold >= 1)
         return fail("--link-threshold expects a number in (0, 1)");
+    } else if (a == "--compute-clock") {
+      std::string v = next();
+      if (v != "auto" && v != "span")
+        return fail("--compute-clock expects auto or span, got '" + v + "'");
+      dopt.cpuClock = v == "auto";
     } else if (a == "--max-residual-fraction") {
       if (!parseNumber(next(), copt.maxResidualFraction) ||
           !(copt.maxResidualFraction > 0))

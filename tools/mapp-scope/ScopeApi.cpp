@@ -3,20 +3,14 @@
 #include "Pca.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/ProbeControl.h"
+#include "mapp/rt/ProbeStore.h"
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
-#include <arpa/inet.h>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sstream>
-#include <sys/socket.h>
-#include <unistd.h>
 
 using namespace mapp::scope;
 using mapp::rt::fail;
@@ -111,82 +105,39 @@ std::string phaseParam(const Request &r) {
   fail("parameter 'phase' must be train or generate");
 }
 
-std::string sendLine(int port, const std::string &line) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a)) {
-    if (fd >= 0)
-      close(fd);
-    fail("the job's control port ", port, " does not answer (job ended?)");
-  }
-  std::string msg = line + "\n";
-  (void)!write(fd, msg.data(), msg.size());
-  std::string reply;
-  char buf[4096];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 3000) <= 0)
-      break;
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n <= 0)
-      break;
-    reply.append(buf, n);
-  }
-  close(fd);
-  return reply;
-}
-
 } // namespace
 
-ScopeApi::ScopeApi(const std::string &db, const std::string &webDir)
-    : path_(db), web_(webDir) {
-  if (sqlite3_open_v2(db.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) !=
-      SQLITE_OK) {
+std::map<std::string, std::string>
+mapp::scope::parseQuery(const std::string &q) {
+  httplib::Params params;
+  httplib::detail::parse_query_text(q, params);
+  return {params.begin(), params.end()};
+}
+
+ScopeApi::ScopeApi(const std::string &db, ControlOptions control)
+    : path_(db), control_(std::move(control)) {
+  // Read-only and mutex-serialized: cpp-httplib answers on several threads,
+  // and mapp-scope never writes to the store.
+  if (sqlite3_open_v2(db.c_str(), &db_,
+                      SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
     std::string m = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
     fail("cannot open probe db '", db, "': ", m);
   }
   sqlite3_busy_timeout(db_, 5000);
-  try {
-    Query q(db_, "SELECT value FROM meta WHERE key='schema'");
-    if (!q.step() || q.s(0) != "1")
-      fail("unknown schema version");
-  } catch (const mapp::rt::Error &e) {
+  std::string why = mapp::rt::probeStoreProblem(db_, /*deepCheck=*/true);
+  if (!why.empty()) {
     sqlite3_close(db_);
     db_ = nullptr;
-    fail("'", db, "' is not a mapp probe database (", e.what(), ")");
+    fail("'", db, "' is not a mapp probe database (", why, ")");
   }
 }
 
 ScopeApi::~ScopeApi() { sqlite3_close(db_); }
 
-Response ScopeApi::file(const std::string &name, const char *type) {
-  std::ifstream in(web_ + "/" + name, std::ios::binary);
-  if (!in)
-    return {404, "application/json", "{\"error\":\"not found\"}"};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return {200, type, ss.str()};
-}
-
 Response ScopeApi::handle(const Request &r) {
-  // Static files: a fixed list, never a path taken from the request.
-  static const std::map<std::string, std::pair<const char *, const char *>>
-      files = {{"/", {"index.html", "text/html; charset=utf-8"}},
-               {"/index.html", {"index.html", "text/html; charset=utf-8"}},
-               {"/app.js", {"app.js", "text/javascript; charset=utf-8"}},
-               {"/plots.js", {"plots.js", "text/javascript; charset=utf-8"}},
-               {"/style.css", {"style.css", "text/css; charset=utf-8"}}};
-  auto f = files.find(r.path);
-  if (f != files.end()) {
-    if (r.method != "GET")
-      return {405, "application/json", "{\"error\":\"GET only\"}"};
-    return file(f->second.first, f->second.second);
-  }
   if (r.path.rfind("/api/", 0) == 0)
     return api(r);
   return {404, "application/json", "{\"error\":\"not found\"}"};
@@ -417,74 +368,12 @@ std::string ScopeApi::control(const std::string &body) {
   int64_t run = j["run"];
   json cmd = j;
   cmd.erase("run");
-  // Typed validation by the runtime's own parser: switch id, bool, number.
+  // Typed validation by the runtime's own parser: switch id, bool, bounded
+  // number; the job checks the bound of the switch's kind again.
   mapp::rt::SwitchCommand c = mapp::rt::parseSwitchCommand(cmd.dump(), "ui");
-  json clean = {{"switch", c.id}};
-  if (c.enabled)
-    clean["enabled"] = *c.enabled;
-  if (c.magnitude)
-    clean["magnitude"] = *c.magnitude;
-  std::string ep = controlEndpoint(run);
-  if (ep.rfind("tcp:127.0.0.1:", 0) == 0) {
-    clean["op"] = "set";
-    int port = std::stoi(ep.substr(14));
-    json reply = json::parse(sendLine(port, clean.dump()), nullptr, false);
-    if (reply.is_discarded())
-      fail("the job gave no answer");
-    return reply.dump();
-  }
-  if (ep.rfind("file:", 0) == 0) {
-    std::string path = ep.substr(5);
-    json state = json::object();
-    {
-      std::ifstream in(path);
-      if (in)
-        state = json::parse(in, nullptr, false);
-    }
-    if (state.is_discarded() || !state.is_object())
-      state = json::object();
-    if (!state.contains("switches") || !state["switches"].is_array())
-      state["switches"] = json::array();
-    bool found = false;
-    for (json &e : state["switches"])
-      if (e.is_object() && e.value("id", int64_t(-1)) == c.id) {
-        for (auto &[k, v] : clean.items())
-          if (k != "switch")
-            e[k] = v;
-        found = true;
-      }
-    if (!found) {
-      json e = clean;
-      e.erase("switch");
-      e["id"] = c.id;
-      state["switches"].push_back(e);
-    }
-    // Write then rename, so the job never reads half a file.
-    std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << state.dump() << "\n";
-      if (!out)
-        fail("cannot write the control file");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      fail("cannot replace the control file");
-    return json({{"ok", true}}).dump();
-  }
-  fail("run ", run, " has no control endpoint (start mapp-run with "
-                    "--probe-control FILE|PORT)");
+  return control_.set(controlEndpoint(run), c);
 }
 
 std::string ScopeApi::live(int64_t run) {
-  std::string ep = controlEndpoint(run);
-  if (ep.rfind("tcp:127.0.0.1:", 0) != 0)
-    return "null";
-  try {
-    json reply =
-        json::parse(sendLine(std::stoi(ep.substr(14)), "{\"op\":\"state\"}"),
-                    nullptr, false);
-    return reply.is_discarded() ? "null" : reply.dump();
-  } catch (const mapp::rt::Error &) {
-    return "null"; // the job has ended: the view shows stored data only
-  }
+  return control_.state(controlEndpoint(run));
 }

@@ -2,29 +2,53 @@
 //
 // Every endpoint takes typed parameters (integers, fixed reduction names)
 // and answers JSON; the only write is POST /api/control, which validates a
-// switch command and forwards it to the run's control endpoint (a loopback
-// port or the control file). No request is ever evaluated as code.
+// switch command and forwards it to the run's job (ScopeControl.h): never to
+// a port or file the store names. No request is ever evaluated as code. The
+// HTTP side (token, Host/Origin, limits, static files) is ScopeServer.h.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_SCOPE_SCOPEAPI_H
 #define MAPP_SCOPE_SCOPEAPI_H
 
-#include "HttpServer.h"
+#include "ScopeControl.h"
+
+#include <map>
+#include <string>
 
 struct sqlite3;
 
 namespace mapp::scope {
 
+/// One API request, already decoded (by cpp-httplib or the get/post CLI).
+struct Request {
+  std::string method, path;
+  std::map<std::string, std::string> query;
+  std::string body;
+};
+
+struct Response {
+  int status = 200;
+  std::string contentType = "application/json";
+  std::string body;
+};
+
+/// Splits "a=1&b=x%20y" into decoded pairs (cpp-httplib's decoder).
+std::map<std::string, std::string> parseQuery(const std::string &q);
+
 class ScopeApi {
 public:
-  /// Opens `db` read-only; Error when it is not a mapp probe database.
-  ScopeApi(const std::string &db, const std::string &webDir);
+  /// Opens `db` read-only and validates it (ProbeStore.h's
+  /// probeStoreProblem: tables, columns, schema version, quick_check);
+  /// Error naming the file when it is corrupt or not a mapp probe store.
+  ScopeApi(const std::string &db, ControlOptions control);
   ~ScopeApi();
+  ScopeApi(const ScopeApi &) = delete;
+  ScopeApi &operator=(const ScopeApi &) = delete;
+  /// Answers /api/... (Error becomes a 400 with its message).
   Response handle(const Request &r);
 
 private:
   Response api(const Request &r);
-  Response file(const std::string &name, const char *type);
   std::string runs();
   std::string probes(int64_t run);
   std::string series(int64_t run, int64_t probe, const std::string &red);
@@ -38,7 +62,8 @@ private:
   std::string controlEndpoint(int64_t run);
 
   sqlite3 *db_ = nullptr;
-  std::string path_, web_;
+  std::string path_;
+  ControlClient control_;
 };
 
 } // namespace mapp::scope

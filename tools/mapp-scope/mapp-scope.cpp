@@ -1,15 +1,16 @@
 //===- mapp-scope.cpp - MegaScope web UI server ---------------------------===//
 //
-//   mapp-scope serve --db probes.sqlite [--port P] [--host 127.0.0.1]
-//                    [--web DIR]
+//   mapp-scope serve --db probes.sqlite [--port P] [--host 127.0.0.1] ...
 //   mapp-scope get --db probes.sqlite '/api/steps?run=1'   (one request,
 //                    printed: the API without a browser, for scripts/tests)
 //
 //===----------------------------------------------------------------------===//
-#include "HttpServer.h"
 #include "ScopeApi.h"
+#include "ScopeServer.h"
+#include "mapp/rt/ControlFiles.h"
 #include "mapp/rt/Error.h"
 
+#include <arpa/inet.h>
 #include <csignal>
 #include <iostream>
 
@@ -17,13 +18,26 @@ using namespace mapp::scope;
 
 static const char *kUsage =
     R"(usage: mapp-scope serve --db FILE [--port P] [--host ADDR] [--web DIR]
+                        [--rate-limit N] [--control-token-file FILE]
+                        [--control-file FILE]
        mapp-scope get --db FILE PATH?QUERY
        mapp-scope post --db FILE PATH BODY
 
-  --db FILE     probe store written by mapp-run --probe-db
+  --db FILE     probe store written by mapp-run --probe-db (opened read-only)
   --port P      port to listen on (default 8765; 0 = any free port)
-  --host ADDR   address to bind (default 127.0.0.1)
+  --host ADDR   IPv4 address to bind (default 127.0.0.1)
   --web DIR     web UI files (default: the source tree's tools/mapp-scope/web)
+  --rate-limit N  requests per second per client (default 50, bursts of 2N;
+                0 = no limit)
+  --control-token-file FILE  the job's control token (written by mapp-run
+                --probe-control PORT; default FILE.control-token of --db)
+  --control-file FILE  the control file of a job run with --probe-control
+                FILE: the only file mapp-scope writes (never one the store
+                names)
+
+serve prints http://ADDR:PORT/?token=TOKEN: every request needs that token
+(the page keeps it in an HttpOnly cookie; scripts send
+Authorization: Bearer TOKEN). docs/megascope.md, "Security".
 )";
 
 int main(int argc, char **argv) {
@@ -31,44 +45,60 @@ int main(int argc, char **argv) {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;
   }
-  std::string cmd = argv[1], db, host = "127.0.0.1", web = MAPP_SCOPE_WEB_DIR;
-  int port = 8765;
+  std::string cmd = argv[1], db, tokenFile, controlFile;
+  ServeOptions so;
+  so.webDir = MAPP_SCOPE_WEB_DIR;
+  bool tokenFileGiven = false;
   std::vector<std::string> rest;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << "mapp-scope: " << a << " needs a value\n";
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--db")
-      db = value();
-    else if (a == "--host")
-      host = value();
-    else if (a == "--web")
-      web = value();
-    else if (a == "--port") {
-      std::string v = value();
-      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos ||
-          std::stoi(v) > 65535) {
-        std::cerr << "mapp-scope: --port needs 0..65535, got '" << v << "'\n";
-        return 2;
-      }
-      port = std::stoi(v);
-    } else if (a.rfind("--", 0) == 0) {
-      std::cerr << "mapp-scope: unknown flag '" << a << "'\n" << kUsage;
-      return 2;
-    } else
-      rest.push_back(a);
+  try {
+    for (int i = 2; i < argc; ++i) {
+      std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc)
+          mapp::rt::fail(a, " needs a value");
+        return argv[++i];
+      };
+      if (a == "--db")
+        db = value();
+      else if (a == "--host") {
+        so.host = value();
+        in_addr addr;
+        if (inet_pton(AF_INET, so.host.c_str(), &addr) != 1)
+          mapp::rt::fail("--host must be an IPv4 address, got '", so.host,
+                         "'");
+      } else if (a == "--web")
+        so.webDir = value();
+      else if (a == "--port")
+        so.port = mapp::rt::parsePort("--port", value());
+      else if (a == "--rate-limit") {
+        std::string v = value();
+        if (v.empty() || v.size() > 6 ||
+            v.find_first_not_of("0123456789") != std::string::npos)
+          mapp::rt::fail("--rate-limit needs 0..999999 requests a second, "
+                         "got '", v, "'");
+        so.ratePerSecond = std::stod(v);
+      } else if (a == "--control-token-file") {
+        tokenFile = value();
+        tokenFileGiven = true;
+      } else if (a == "--control-file")
+        controlFile = value();
+      else if (a.rfind("--", 0) == 0)
+        mapp::rt::fail("unknown flag '", a, "'");
+      else
+        rest.push_back(a);
+    }
+  } catch (const mapp::rt::Error &e) {
+    std::cerr << "mapp-scope: " << e.what() << "\n" << kUsage;
+    return 2;
   }
   if (db.empty() || (cmd != "serve" && cmd != "get" && cmd != "post")) {
     std::cerr << kUsage;
     return 2;
   }
+  if (!tokenFileGiven)
+    tokenFile = mapp::rt::defaultControlTokenFile(db);
   try {
-    ScopeApi api(db, web);
+    ScopeApi api(db, ControlOptions{tokenFile, controlFile});
     if (cmd == "get" || cmd == "post") {
       if (rest.size() != (cmd == "get" ? 1u : 2u)) {
         std::cerr << kUsage;
@@ -82,16 +112,27 @@ int main(int argc, char **argv) {
         r.query = parseQuery(rest[0].substr(q + 1));
       if (cmd == "post")
         r.body = rest[1];
-      Response resp = api.handle(r);
+      Response resp;
+      try {
+        resp = api.handle(r);
+      } catch (const mapp::rt::Error &e) {
+        std::cerr << "mapp-scope: " << e.what() << "\n";
+        return 1;
+      }
       std::cout << resp.body << "\n";
       return resp.status == 200 ? 0 : 1;
     }
     std::signal(SIGPIPE, SIG_IGN);
-    int fd;
-    int bound = listenOn(host, port, fd);
-    std::cout << "mapp-scope: serving http://" << host << ":" << bound << "/"
-              << std::endl;
-    serve(fd, [&](const Request &r) { return api.handle(r); });
+    so.token = mapp::rt::randomToken();
+    if (so.host != "127.0.0.1")
+      std::cerr << "mapp-scope: warning: listening on " << so.host
+                << ", not loopback: reachable from other machines (the "
+                   "token still guards every request)\n";
+    serve(api, so, [&](int port) {
+      std::string shown = so.host == "0.0.0.0" ? "127.0.0.1" : so.host;
+      std::cout << "mapp-scope: serving http://" << shown << ":" << port
+                << "/?token=" << so.token << std::endl;
+    });
   } catch (const std::exception &e) {
     std::cerr << "mapp-scope: " << e.what() << "\n";
     return 1;

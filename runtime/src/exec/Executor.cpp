@@ -2,6 +2,7 @@
 #include "mapp/rt/Executor.h"
 #include "TraceSink.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/ThreadPool.h"
 #include "mapp/rt/Weights.h"
 #include "mapp/scan/TraceWriter.h"
 
@@ -31,6 +32,7 @@ struct Executor::OpenRegion {
   int64_t id;
   const Instr *begin;
   uint64_t t0;
+  uint64_t cpu0; // thread CPU clock at t0 (cpuTimed_ only)
   int mb, chunk;
   mapp::TraceOp op = mapp::TraceOp::None;
   int group = -1;
@@ -96,7 +98,9 @@ void copyPiece(float *full, float *piece, const Shape &pieceShape, int dim,
 
 Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
     : plan_(plan), backend_(backend), comm_(comm),
-      traceEvery_(plan.traceEvery), traceWindow_(plan.traceWindow) {
+      traceEvery_(plan.traceEvery), traceWindow_(plan.traceWindow),
+      cpuTimed_(backend.name() == "cpu" && !backend.traceMarksDeferred() &&
+                backend.pool().size() == 1) {
   if (plan.worldSize != comm.worldSize())
     fail("plan is for world_size ", plan.worldSize, " but communicator '",
          comm.name(), "' has ", comm.worldSize(), " rank(s)",
@@ -471,9 +475,12 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
   for (Prepared &pr : blocks_[block]) {
     const Instr &in = *pr.instr;
     if (pr.kind == Prepared::TraceBegin) {
-      if (tr)
-        open_.push_back(
-            {in.attrs.getInt("id", -1), &in, mark(), mb, blk.chunk});
+      if (tr) {
+        uint64_t t = mark();
+        open_.push_back({in.attrs.getInt("id", -1), &in, t,
+                         cpuTimed_ ? mapp::MappTraceWriter::threadCpuNs() : 0,
+                         mb, blk.chunk});
+      }
       continue;
     }
     if (pr.kind == Prepared::TraceEnd) {
@@ -504,6 +511,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         if (rec.op != mapp::TraceOp::None)
           rec.cat = mapp::TraceCategory::Comm;
         rec.beginNs = o.t0;
+        if (rec.cat != mapp::TraceCategory::Comm)
+          rec.cpuNs = cpuSince(o.cpu0);
         rec.endNs = mark();
         sink_->appendMarked(rec);
         break;
@@ -535,6 +544,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         }
     }
     uint64_t t0 = autoTrace ? mark() : 0;
+    const bool timeCpu = (autoTrace && cpuTimed_) || (slow && cpuTimed_);
+    uint64_t cpu0 = timeCpu ? mapp::MappTraceWriter::threadCpuNs() : 0;
     uint64_t slowT0 = slow ? mapp::MappTraceWriter::nowNs() : 0;
     KernelArgs args{pr.instr->attrs,
                     pr.ins[slot].data(),
@@ -551,10 +562,21 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            ": ", e.what());
     }
     workSinceMark = true;
+    uint64_t opCpu = timeCpu ? mapp::MappTraceWriter::threadCpuNs() - cpu0 : 0;
     if (slow && pr.kind == Prepared::Compute) {
-      uint64_t d = mapp::MappTraceWriter::nowNs() - slowT0;
-      std::this_thread::sleep_for(std::chrono::nanoseconds(
-          static_cast<int64_t>(static_cast<double>(d) * (slowFactor_ - 1))));
+      if (cpuTimed_) {
+        // A slower core: the op costs the thread factor x its CPU time,
+        // whatever else shares the host.
+        uint64_t until = cpu0 + static_cast<uint64_t>(
+                                    static_cast<double>(opCpu) * slowFactor_);
+        while (mapp::MappTraceWriter::threadCpuNs() < until) {
+        }
+        opCpu = mapp::MappTraceWriter::threadCpuNs() - cpu0;
+      } else {
+        uint64_t d = mapp::MappTraceWriter::nowNs() - slowT0;
+        std::this_thread::sleep_for(std::chrono::nanoseconds(
+            static_cast<int64_t>(static_cast<double>(d) * (slowFactor_ - 1))));
+      }
     }
     if (autoTrace) {
       mapp::TraceRecord rec;
@@ -568,6 +590,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       rec.microbatch = blk.kind == BlockKind::Optimizer ? -1 : mb;
       rec.chunk = blk.chunk;
       rec.layer = in.layer;
+      if (pr.kind != Prepared::Comm && cpuTimed_)
+        rec.cpuNs = std::max<uint64_t>(opCpu, 1);
       if (pr.kind == Prepared::Comm) {
         rec.bytes = pr.bytes;
         rec.group = group;
@@ -701,6 +725,8 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       slotMb[slot] = t.microbatch;
       if ((p.tokens >= 0 || p.targets >= 0) && batches) {
         uint64_t t0 = tr ? mapp::MappTraceWriter::nowNs() : 0;
+        uint64_t cpu0 =
+            tr && cpuTimed_ ? mapp::MappTraceWriter::threadCpuNs() : 0;
         // A rank may hold only tokens (first stage) or only targets (last).
         // Filled in host memory, then copied into storage (maybe a device).
         size_t nt = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
@@ -717,7 +743,8 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
         // Host work (reading and queueing the batch): host clock.
         if (tr)
           traceRegion("data", static_cast<int>(mapp::TraceCategory::Data),
-                      t.microbatch, t0, mapp::MappTraceWriter::nowNs(), false);
+                      t.microbatch, t0, mapp::MappTraceWriter::nowNs(), false,
+                      cpuSince(cpu0));
       }
     }
     runBlock(t.block, t.microbatch, slot, ctx);

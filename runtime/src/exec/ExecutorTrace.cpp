@@ -10,6 +10,8 @@
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 
+#include <algorithm>
+
 using namespace mapp::rt;
 
 void Executor::setTraceWriter(mapp::MappTraceWriter *w) {
@@ -73,8 +75,15 @@ int Executor::traceGroup(const CommGroup &g) {
   return id;
 }
 
+uint64_t Executor::cpuSince(uint64_t cpu0) const {
+  if (!cpuTimed_)
+    return 0;
+  // At least 1: a record without "cpu" means "not measured".
+  return std::max<uint64_t>(mapp::MappTraceWriter::threadCpuNs() - cpu0, 1);
+}
+
 void Executor::traceRegion(const char *name, int cat, int mb, uint64_t b,
-                           uint64_t e, bool marked) {
+                           uint64_t e, bool marked, uint64_t cpuNs) {
   mapp::TraceRecord rec;
   rec.setName(name);
   rec.cat = static_cast<mapp::TraceCategory>(cat);
@@ -82,6 +91,7 @@ void Executor::traceRegion(const char *name, int cat, int mb, uint64_t b,
   rec.microbatch = mb;
   rec.beginNs = b;
   rec.endNs = e;
+  rec.cpuNs = cpuNs;
   if (marked)
     sink_->appendMarked(rec);
   else

@@ -131,6 +131,22 @@ Program decodeProgram(const fb::Program &p, int index) {
   if (p.tasks())
     for (const fb::Task *t : *p.tasks())
       prog.tasks.push_back({t->block(), t->microbatch()});
+  if (p.schedule_tables())
+    for (const fb::ScheduleTable *st : *p.schedule_tables()) {
+      ScheduleTable table;
+      table.name = str(st->name());
+      if (st->tasks())
+        for (const fb::Task *t : *st->tasks())
+          table.tasks.push_back({t->block(), t->microbatch()});
+      prog.scheduleTables.push_back(std::move(table));
+    }
+  prog.stashBytes = p.stash_bytes();
+  if (const fb::Placement *pl = p.placement()) {
+    prog.placement.backend = str(pl->backend());
+    prog.placement.device = pl->device();
+    prog.placement.role = str(pl->role());
+    prog.placement.peerRank = pl->peer_rank();
+  }
   return prog;
 }
 
@@ -168,6 +184,11 @@ Plan mapp::rt::parsePlan(const uint8_t *data, size_t fileSize) {
   plan.maxGradNorm = p->max_grad_norm();
   plan.traceEvery = p->trace_every();
   plan.traceWindow = p->trace_window();
+  if (const fb::AdaptivePolicy *a = p->adaptive()) {
+    plan.adaptive.memCapBytes = a->mem_cap_bytes();
+    plan.adaptive.slowLinkRatio = a->slow_link_ratio();
+    plan.adaptive.bandwidthSmoothing = a->bandwidth_smoothing();
+  }
   if (p->programs())
     for (unsigned i = 0; i < p->programs()->size(); ++i)
       plan.programs.push_back(decodeProgram(*p->programs()->Get(i), i));

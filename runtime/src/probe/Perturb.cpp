@@ -1,6 +1,7 @@
 //===- Perturb.cpp - perturbation kinds of the perturb kernel -------------===//
 #include "ProbeRng.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/ProbeControl.h"
 #include "mapp/rt/ProbeReduce.h"
 
 #include <algorithm>
@@ -33,6 +34,9 @@ void mapp::rt::checkPerturbAttrs(const Attrs &a,
   if (std::find_if(std::begin(kinds), std::end(kinds),
                    [&](const char *s) { return k == s; }) == std::end(kinds))
     fail("perturb: unknown kind '", k, "'");
+  std::string why = magnitudeProblem(k, a.getFloat("magnitude", 0));
+  if (!why.empty())
+    fail("perturb: ", why);
   double p = a.getFloat("p", 0);
   if (!(p >= 0 && p <= 1))
     fail("perturb: p must be in [0, 1]");

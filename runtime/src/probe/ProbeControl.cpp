@@ -1,22 +1,28 @@
 //===- ProbeControl.cpp - control file and loopback socket ----------------===//
 #include "mapp/rt/ProbeControl.h"
+#include "mapp/rt/ControlFiles.h"
 #include "mapp/rt/Error.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstring>
-#include <fstream>
+#include <fcntl.h>
+#include <iostream>
+#include <memory>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sstream>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 using namespace mapp::rt;
 using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -39,10 +45,13 @@ SwitchCommand fromObject(const json &j, const std::string &source) {
     c.enabled = j["enabled"].get<bool>();
   }
   if (j.contains("magnitude")) {
-    if (!j["magnitude"].is_number() ||
-        !std::isfinite(j["magnitude"].get<double>()))
-      fail("\"magnitude\" must be a finite number");
-    c.magnitude = j["magnitude"].get<double>();
+    if (!j["magnitude"].is_number())
+      fail("\"magnitude\" must be a number");
+    double m = j["magnitude"].get<double>();
+    std::string why = magnitudeProblem("", m);
+    if (!why.empty())
+      fail(why);
+    c.magnitude = m;
   }
   for (auto it = j.begin(); it != j.end(); ++it)
     if (it.key() != "switch" && it.key() != "id" && it.key() != "enabled" &&
@@ -53,6 +62,37 @@ SwitchCommand fromObject(const json &j, const std::string &source) {
 
 } // namespace
 
+std::string mapp::rt::magnitudeProblem(const std::string &kind, double m) {
+  std::ostringstream os;
+  if (!std::isfinite(m) || std::fabs(m) > kMaxMagnitude) {
+    os << "\"magnitude\" " << m << " is out of bounds: it must be finite and "
+       << "within [-" << kMaxMagnitude << ", " << kMaxMagnitude << "]";
+    return os.str();
+  }
+  if (kind == "gaussian" && m < 0) {
+    os << "\"magnitude\" " << m
+       << " is out of bounds for gaussian: the noise's standard deviation "
+          "must be in [0, "
+       << kMaxMagnitude << "]";
+    return os.str();
+  }
+  if (kind == "uniform" && (m < 0 || m > 1)) {
+    os << "\"magnitude\" " << m
+       << " is out of bounds for uniform: the relative spread must be in "
+          "[0, 1]";
+    return os.str();
+  }
+  return "";
+}
+
+int mapp::rt::parsePort(const std::string &flag, const std::string &text) {
+  // Digits only, and at most 5 of them before any conversion: no exception
+  // and no wrap-around for 99999999999.
+  if (!allDigits(text) || text.size() > 5 || std::stol(text) > 65535)
+    fail(flag, ": '", text, "' is not a port (0..65535)");
+  return static_cast<int>(std::stol(text));
+}
+
 SwitchCommand mapp::rt::parseSwitchCommand(const std::string &text,
                                            const std::string &source) {
   json j = json::parse(text, nullptr, false);
@@ -62,7 +102,7 @@ SwitchCommand mapp::rt::parseSwitchCommand(const std::string &text,
 }
 
 ProbeControl::ProbeControl(
-    const std::string &endpoint,
+    const std::string &endpoint, const std::string &tokenFile,
     std::function<std::string(const SwitchCommand &)> validate,
     std::function<std::string()> state)
     : validate_(std::move(validate)), state_(std::move(state)) {
@@ -71,10 +111,12 @@ ProbeControl::ProbeControl(
     readFile();
     return;
   }
-  int port = std::stoi(endpoint);
-  if (port > 65535)
-    fail("--probe-control: port ", port, " out of range");
-  listenFd_ = socket(AF_INET, SOCK_STREAM, 0);
+  int port = parsePort("--probe-control", endpoint);
+  if (tokenFile.empty())
+    fail("--probe-control ", port,
+         ": the control token needs a file: give --probe-db or "
+         "--probe-control-token-file FILE");
+  listenFd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(listenFd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
@@ -84,7 +126,7 @@ ProbeControl::ProbeControl(
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (listenFd_ < 0 ||
       bind(listenFd_, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
-      listen(listenFd_, 8) != 0) {
+      listen(listenFd_, 16) != 0) {
     int e = errno;
     if (listenFd_ >= 0)
       close(listenFd_);
@@ -94,6 +136,14 @@ ProbeControl::ProbeControl(
   socklen_t len = sizeof addr;
   getsockname(listenFd_, reinterpret_cast<sockaddr *>(&addr), &len);
   port_ = ntohs(addr.sin_port);
+  token_ = randomToken();
+  try {
+    writePrivateFile(tokenFile, formatControlCredentials({port_, token_}));
+  } catch (const Error &e) {
+    close(listenFd_);
+    fail("--probe-control: the token file: ", e.what());
+  }
+  tokenFile_ = tokenFile;
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -103,6 +153,8 @@ ProbeControl::~ProbeControl() {
     thread_.join();
   if (listenFd_ >= 0)
     close(listenFd_);
+  if (!tokenFile_.empty())
+    ::unlink(tokenFile_.c_str()); // the token dies with the port
 }
 
 std::string ProbeControl::endpoint() const {
@@ -110,19 +162,47 @@ std::string ProbeControl::endpoint() const {
                        : "file:" + file_;
 }
 
+void ProbeControl::log(const std::string &msg) {
+  // Bounded: a client looping on bad requests cannot flood the job's log.
+  constexpr int kMaxLogged = 100;
+  if (logged_ < kMaxLogged)
+    std::cerr << "mapp-run: probe control: " << msg << "\n";
+  else if (logged_ == kMaxLogged)
+    std::cerr << "mapp-run: probe control: further messages suppressed\n";
+  ++logged_;
+}
+
 void ProbeControl::readFile() {
   struct stat st;
   if (stat(file_.c_str(), &st) != 0)
     return; // not written yet: nothing to apply
+  // Whoever can write the file controls the job: only the user may.
+  if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+    if (!fileWarned_)
+      std::cerr << "mapp-run: probe control: ignoring '" << file_
+                << "': it must be owned by this user and not writable by "
+                   "group or others\n";
+    fileWarned_ = true;
+    return;
+  }
+  fileWarned_ = false;
   int64_t stamp = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
                   st.st_mtim.tv_nsec + st.st_size;
   if (stamp == fileStamp_)
     return;
   fileStamp_ = stamp;
-  std::ifstream in(file_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
+  // Bounded read: a control file is a few switches, not megabytes (and
+  // O_NONBLOCK: a FIFO planted at the path cannot stall the job).
+  std::string text;
+  int fd = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 20))
+    text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  json j = json::parse(text, nullptr, false);
   // A half-written file (no atomic rename by the writer) is retried later.
   if (j.is_discarded() || !j.is_object() || !j.contains("switches") ||
       !j["switches"].is_array()) {
@@ -133,10 +213,15 @@ void ProbeControl::readFile() {
   for (const json &e : j["switches"]) {
     try {
       SwitchCommand c = fromObject(e, "file");
-      if (validate_(c).empty())
+      std::string why = validate_(c);
+      if (why.empty())
         pending_.push_back(c);
-    } catch (const Error &) {
-      // Malformed entries are skipped; the rest still apply.
+      else
+        std::cerr << "mapp-run: probe control: " << file_ << ": " << why
+                  << "\n";
+    } catch (const Error &err) {
+      std::cerr << "mapp-run: probe control: " << file_ << ": " << err.what()
+                << "\n";
     }
   }
 }
@@ -150,37 +235,35 @@ std::vector<SwitchCommand> ProbeControl::poll() {
   return out;
 }
 
-void ProbeControl::serve() {
-  while (!stop_) {
-    pollfd p{listenFd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0)
-      continue;
-    int fd = accept(listenFd_, nullptr, nullptr);
-    if (fd >= 0) {
-      handle(fd);
-      close(fd);
-    }
+struct ProbeControl::Client {
+  int fd = -1;
+  std::string peer, in, out;
+  size_t sent = 0;
+  bool answered = false;
+  Clock::time_point deadline;
+  ~Client() {
+    if (fd >= 0)
+      ::close(fd);
   }
-}
+};
 
-void ProbeControl::handle(int fd) {
-  // One request line of at most 4 KiB, read within one second.
-  std::string line;
-  char buf[512];
-  while (line.size() < 4096 && line.find('\n') == std::string::npos) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 1000) <= 0)
-      break;
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n <= 0)
-      break;
-    line.append(buf, n);
-  }
+std::string ProbeControl::answer(const std::string &line,
+                                 const std::string &peer) {
   json reply;
   try {
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object())
       fail("not a JSON object");
+    if (!j.contains("token") || !j["token"].is_string() ||
+        !tokensEqual(j["token"].get<std::string>(), token_)) {
+      log("refused a request from " + peer + " without the right token");
+      return json({{"ok", false},
+                   {"error", "unauthorized: the request needs the token "
+                             "from the job's control token file"}})
+                 .dump() +
+             "\n";
+    }
+    j.erase("token");
     std::string op = j.value("op", "set");
     if (op == "state") {
       reply = json::parse(state_());
@@ -199,6 +282,91 @@ void ProbeControl::handle(int fd) {
   } catch (const std::exception &e) {
     reply = {{"ok", false}, {"error", e.what()}};
   }
-  std::string out = reply.dump() + "\n";
-  (void)!write(fd, out.data(), out.size());
+  return reply.dump() + "\n";
+}
+
+void ProbeControl::serve() {
+  std::vector<std::unique_ptr<Client>> clients;
+  while (!stop_) {
+    std::vector<pollfd> fds;
+    fds.push_back({listenFd_, POLLIN, 0});
+    for (auto &c : clients)
+      fds.push_back(
+          {c->fd, static_cast<short>(c->answered ? POLLOUT : POLLIN), 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR)
+      break;
+    Clock::time_point now = Clock::now();
+    // Serve the connections we have before taking new ones.
+    for (size_t i = 0; i < clients.size(); ++i) {
+      Client &c = *clients[i];
+      short ev = fds[i + 1].revents;
+      std::string drop; // why this client goes, "" = keep, "done" = served
+      if (!c.answered && (ev & (POLLIN | POLLHUP | POLLERR))) {
+        char buf[1024];
+        ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+          c.in.append(buf, static_cast<size_t>(n));
+        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+          // nothing yet
+        } else if (n < 0) {
+          drop = std::string("connection error before a full request (") +
+                 std::strerror(errno) + ")";
+        } else if (c.in.empty()) {
+          drop = "done"; // connected and left: nothing to log
+        }
+        // n == 0 with data: the client closed its side; answer what it sent.
+        size_t nl = c.in.find('\n');
+        if (drop.empty() && (nl != std::string::npos || n == 0)) {
+          c.out = answer(c.in.substr(0, nl), c.peer);
+          c.answered = true;
+        } else if (drop.empty() && c.in.size() > kMaxRequest) {
+          c.out = json({{"ok", false}, {"error", "request line too long"}})
+                      .dump() +
+                  "\n";
+          c.answered = true;
+          log("request from " + c.peer + " longer than " +
+              std::to_string(kMaxRequest) + " bytes");
+        }
+      }
+      if (drop.empty() && c.answered && c.sent < c.out.size()) {
+        ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0)
+          c.sent += static_cast<size_t>(n);
+        else if (n < 0 && errno != EAGAIN && errno != EINTR)
+          drop = std::string("connection error while answering (") +
+                 std::strerror(errno) + ")";
+      }
+      if (drop.empty() && c.answered && c.sent == c.out.size())
+        drop = "done";
+      if (drop.empty() && now > c.deadline)
+        drop = "timed out after " + std::to_string(kRequestMs) + " ms";
+      if (!drop.empty()) {
+        if (drop != "done")
+          log("dropped client " + c.peer + ": " + drop);
+        clients[i].reset();
+      }
+    }
+    clients.erase(std::remove(clients.begin(), clients.end(), nullptr),
+                  clients.end());
+    if (fds[0].revents & POLLIN) {
+      sockaddr_in a{};
+      socklen_t len = sizeof a;
+      int fd = ::accept4(listenFd_, reinterpret_cast<sockaddr *>(&a), &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        auto c = std::make_unique<Client>();
+        c->fd = fd;
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+        c->peer = std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+        c->deadline = now + std::chrono::milliseconds(kRequestMs);
+        if (clients.size() >= static_cast<size_t>(kMaxClients))
+          log("refused client " + c->peer + ": " +
+              std::to_string(kMaxClients) + " connections already open");
+        else
+          clients.push_back(std::move(c));
+      }
+    }
+  }
 }

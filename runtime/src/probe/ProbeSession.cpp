@@ -1,5 +1,6 @@
 //===- ProbeSession.cpp - store, switches and control for one rank --------===//
 #include "mapp/rt/ProbeSession.h"
+#include "mapp/rt/ControlFiles.h"
 #include "mapp/rt/Error.h"
 
 #include <nlohmann/json.hpp>
@@ -61,16 +62,30 @@ ProbeSession::ProbeSession(Executor &exec, const ProbeSessionOptions &o)
         s.point = in.attrs.getStr("point", "");
         switches_.emplace(in.attrs.getInt("switch_id", 0), s);
       }
-  if (!o.control.empty())
+  // The store first: a foreign or corrupt file fails before a control
+  // port or token file exists.
+  if (!o.db.empty())
+    store_ = std::make_unique<ProbeStore>(
+        o.db, RankInfo{p.rank, p.dp, p.pp, p.tp});
+  if (!o.control.empty()) {
+    std::string tokenFile = o.controlTokenFile;
+    if (!tokenFile.empty() && p.rank > 0)
+      tokenFile += ".rank" + std::to_string(p.rank);
+    else if (tokenFile.empty() && !o.db.empty())
+      tokenFile = defaultControlTokenFile(o.db, p.rank);
     control_ = std::make_unique<ProbeControl>(
-        o.control,
+        o.control, tokenFile,
         [this](const SwitchCommand &c) -> std::string {
-          if (!switches_.count(c.id))
+          auto it = switches_.find(c.id);
+          if (it == switches_.end())
             return "no perturbation switch " + std::to_string(c.id) +
                    " in this plan";
+          if (c.magnitude)
+            return magnitudeProblem(it->second.kind, *c.magnitude);
           return "";
         },
         [this] { return stateJson(); });
+  }
   json meta = json::parse(o.extraMeta, nullptr, false);
   if (!meta.is_object())
     meta = json::object();
@@ -84,9 +99,7 @@ ProbeSession::ProbeSession(Executor &exec, const ProbeSessionOptions &o)
   meta["seq_length"] = plan.seqLength;
   meta["vocab_size"] = plan.vocabSize;
   meta["control"] = control_ ? control_->endpoint() : "";
-  if (!o.db.empty()) {
-    store_ = std::make_unique<ProbeStore>(
-        o.db, RankInfo{p.rank, p.dp, p.pp, p.tp});
+  if (store_) {
     store_->beginRun(o.runName, meta.dump());
     registerPlan(meta.dump());
   }

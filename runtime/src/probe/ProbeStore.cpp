@@ -6,6 +6,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <set>
+#include <vector>
 
 using namespace mapp::rt;
 
@@ -40,6 +43,47 @@ CREATE TABLE IF NOT EXISTS generations(run_id INT, rank INT, position INT,
   PRIMARY KEY(run_id, rank, position));
 )sql";
 
+/// Runs `sql` and collects the first column of every row as text; Error
+/// with sqlite's message (the first read is where a foreign or corrupt
+/// file shows).
+std::vector<std::string> column0(sqlite3 *db, const std::string &sql) {
+  sqlite3_stmt *st = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+    std::string m = sqlite3_errmsg(db);
+    sqlite3_finalize(st);
+    fail(m);
+  }
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    out.push_back(t ? reinterpret_cast<const char *>(t) : "");
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    fail(sqlite3_errmsg(db));
+  return out;
+}
+
+/// The tables and columns of kSchema, read back from an in-memory database
+/// built from it: one source of truth for what a store must contain.
+const std::map<std::string, std::set<std::string>> &expectedSchema() {
+  static const std::map<std::string, std::set<std::string>> tables = [] {
+    sqlite3 *mem = nullptr;
+    sqlite3_open(":memory:", &mem);
+    sqlExec(mem, kSchema);
+    std::map<std::string, std::set<std::string>> t;
+    for (const std::string &name :
+         column0(mem, "SELECT name FROM sqlite_master WHERE type='table'"))
+      for (const std::string &c :
+           column0(mem, "SELECT name FROM pragma_table_info('" + name + "')"))
+        t[name].insert(c);
+    sqlite3_close(mem);
+    return t;
+  }();
+  return tables;
+}
+
 std::string shapeJson(const Shape &s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i)
@@ -67,6 +111,46 @@ void mapp::rt::sqlExec(sqlite3 *db, const std::string &sql) {
   }
 }
 
+std::string mapp::rt::probeStoreProblem(sqlite3 *db, bool deepCheck) {
+  try {
+    std::set<std::string> have;
+    for (const std::string &t :
+         column0(db, "SELECT name FROM sqlite_master WHERE type='table'"))
+      have.insert(t);
+    if (have.empty())
+      return "an empty database: no mapp tables";
+    if (!have.count("meta"))
+      return "no table 'meta': a SQLite database of another program";
+    for (const auto &[table, columns] : expectedSchema()) {
+      if (!have.count(table))
+        return "no table '" + table + "'";
+      std::set<std::string> cols;
+      for (const std::string &c : column0(
+               db, "SELECT name FROM pragma_table_info('" + table + "')"))
+        cols.insert(c);
+      for (const std::string &c : columns)
+        if (!cols.count(c))
+          return "table '" + table + "' has no column '" + c + "'";
+    }
+    std::vector<std::string> v =
+        column0(db, "SELECT value FROM meta WHERE key='schema'");
+    if (v.empty())
+      return "no schema version in table 'meta'";
+    if (v[0] != std::to_string(kSchemaVersion))
+      return "schema version " + v[0] + ", this build reads " +
+             std::to_string(kSchemaVersion);
+    if (deepCheck) {
+      std::vector<std::string> r = column0(db, "PRAGMA quick_check(1)");
+      if (r.empty() || r[0] != "ok")
+        return "corrupt: " + (r.empty() ? std::string("quick_check failed")
+                                        : r[0]);
+    }
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
 ProbeStore::ProbeStore(const std::string &path, RankInfo rank,
                        size_t queueBytes)
     : path_(path), rank_(rank), capBytes_(queueBytes) {
@@ -81,25 +165,41 @@ ProbeStore::ProbeStore(const std::string &path, RankInfo rank,
   }
   sqlite3_busy_timeout(db_, 15000);
   try {
-    // The first read of the header is where a foreign or corrupt file shows.
+    // Read before writing anything: a file with tables must already be a
+    // mapp store, so a foreign database is left exactly as it was.
+    auto tables = [&] {
+      return column0(db_, "SELECT count(*) FROM sqlite_master")[0];
+    };
+    if (tables() != "0") {
+      std::string why = probeStoreProblem(db_);
+      if (!why.empty())
+        fail(why);
+    } else {
+      // A new (or empty) file: create the schema under the write lock;
+      // ranks sharing the file may race here, the statements are
+      // idempotent and the re-check sees a rank that won.
+      sqlExec(db_, "BEGIN IMMEDIATE");
+      try {
+        if (tables() != "0") {
+          std::string why = probeStoreProblem(db_);
+          if (!why.empty())
+            fail(why);
+        }
+        sqlExec(db_, kSchema);
+        sqlExec(db_, "INSERT OR IGNORE INTO meta VALUES('schema','" +
+                         std::to_string(kSchemaVersion) + "')");
+        sqlExec(db_, "COMMIT");
+      } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+      }
+    }
     sqlExec(db_, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
-    sqlExec(db_, kSchema);
-    sqlite3_stmt *st = nullptr;
-    sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE key='schema'", -1,
-                       &st, nullptr);
-    int have = 0;
-    if (st && sqlite3_step(st) == SQLITE_ROW)
-      have = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    if (have && have != kSchemaVersion)
-      fail("schema version ", have, ", this mapp-run writes ", kSchemaVersion);
-    sqlExec(db_, "INSERT OR IGNORE INTO meta VALUES('schema','" +
-                     std::to_string(kSchemaVersion) + "')");
   } catch (const Error &e) {
     sqlite3_close(db_);
     db_ = nullptr;
     fail("probe db '", path, "': ", e.what(),
-         " (not a mapp probe database, or corrupt)");
+         " (not a mapp probe database, or corrupt; the file was not changed)");
   }
   writer_ = std::thread([this] { writerLoop(); });
 }

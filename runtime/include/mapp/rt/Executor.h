@@ -145,7 +145,10 @@ private:
   int traceGroup(const CommGroup &g);
   /// An executor region (data, optimizer); `marked`: b/e are backend marks.
   void traceRegion(const char *name, int cat, int mb, uint64_t b, uint64_t e,
-                   bool marked);
+                   bool marked, uint64_t cpuNs = 0);
+  /// A record's `cpuNs`: the thread CPU time since `cpu0` (0 unless
+  /// cpuTimed_).
+  uint64_t cpuSince(uint64_t cpu0) const;
 
   const Plan &plan_;
   const Program *prog_ = nullptr;
@@ -166,6 +169,10 @@ private:
   mapp::MappTraceWriter *trace_ = nullptr;
   std::unique_ptr<TraceSink> sink_; // non-null iff trace_ is
   int traceEvery_ = 0, traceWindow_ = 1;
+  // Host compute on one thread (CPU backend, a pool of one): compute ops
+  // are timed by the thread's CPU clock too, and an injected slow compute
+  // burns CPU time rather than sleeping (docs/trace-format.md "cpu").
+  bool cpuTimed_ = false;
   bool planHasTrace_ = false;
   std::map<std::vector<int>, int> traceGroups_;
   std::map<std::vector<int>, int64_t> groupSeq_; // collectives issued

@@ -79,6 +79,28 @@ struct Task {
   int microbatch = 0;
 };
 
+/// MegaDPP: one alternative order of a program's tasks (plan.fbs).
+struct ScheduleTable {
+  std::string name; ///< "dfc" | "bfc"
+  std::vector<Task> tasks;
+};
+
+/// MegaFBD: where a program runs (plan.fbs Placement). Empty backend: the
+/// job's --backend.
+struct Placement {
+  std::string backend; ///< "" | "cpu" | "cuda"
+  int device = -1;     ///< -1: the rank's default device
+  std::string role;    ///< "" | "fwd" | "bwd"
+  int peerRank = -1;   ///< the rank holding the other half of the stage
+};
+
+/// MegaDPP's run-time switch (plan.fbs AdaptivePolicy).
+struct AdaptivePolicy {
+  uint64_t memCapBytes = 0; ///< 0: the backend's free memory
+  double slowLinkRatio = 1.5;
+  double bandwidthSmoothing = 0.25;
+};
+
 struct Program {
   int rank = 0;
   int dp = 0, pp = 0, tp = 0;
@@ -90,6 +112,9 @@ struct Program {
   int slots = 1;
   int tokens = -1, targets = -1, loss = -1;
   uint64_t peakBytes = 0;
+  std::vector<ScheduleTable> scheduleTables; ///< adaptive plans only
+  uint64_t stashBytes = 0; ///< activations one (chunk, mb) keeps to its B
+  Placement placement;
 };
 
 struct Plan {
@@ -105,6 +130,7 @@ struct Plan {
   double maxGradNorm = 0;
   /// MegaScan sampling: trace_window steps out of every trace_every (0: all).
   int traceEvery = 0, traceWindow = 1;
+  AdaptivePolicy adaptive; ///< meaningful iff schedule == "adaptive"
   std::vector<Program> programs;
   /// The file's seal checksum (CRC-32 of body and seal header): identifies
   /// the plan in trace headers (docs/trace-format.md, "Run identity").

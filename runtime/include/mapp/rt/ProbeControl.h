@@ -1,13 +1,19 @@
 //===- ProbeControl.h - live perturbation switches --------------*- C++ -*-===//
 //
 // A running job takes switch changes from a control file (re-read when it
-// changes) or a loopback TCP port (one JSON request per connection). Changes
-// are queued and applied between steps, so a step never sees half of an
-// update. Requests are typed JSON; nothing received is ever executed.
+// changes) or a loopback TCP port (one JSON request line per connection).
+// Changes are queued and applied between steps, so a step never sees half
+// of an update. Requests are typed JSON; nothing received is ever executed.
 //
 //   file:  {"switches": [{"id": 0, "enabled": true, "magnitude": 0.5}, ...]}
-//   tcp:   {"op": "set", "switch": 0, "enabled": false, "magnitude": 0.2}
-//          {"op": "state"}   -> step, switches, latest scalar samples
+//   tcp:   {"token": T, "op": "set", "switch": 0, "enabled": false, "magnitude": 0.2}
+//          {"token": T, "op": "state"}   -> step, switches, latest scalar samples
+//
+// The port requires the token the job writes to its token file (0600,
+// ControlFiles.h); a request without it is refused and logged. The server
+// is one poll() loop over at most kMaxClients connections, each with a
+// deadline: a slow or vanished client costs nothing to the others and never
+// a signal (sends use MSG_NOSIGNAL).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_PROBECONTROL_H
@@ -31,12 +37,25 @@ struct SwitchCommand {
   std::string source; // "file" or "tcp"
 };
 
+/// Bounds on a switch's magnitude (docs/megascope.md): any kind at most
+/// kMaxMagnitude in absolute value; gaussian (the noise's standard
+/// deviation) >= 0; uniform (the relative spread) in [0, 1].
+constexpr double kMaxMagnitude = 1000.0;
+/// "" when `m` is allowed for a perturbation of `kind` ("" = kind unknown:
+/// only the common bound), else why not.
+std::string magnitudeProblem(const std::string &kind, double m);
+
 class ProbeControl {
 public:
-  /// `endpoint` is a file path or a port number (0 = any free port). The
-  /// validator returns "" or why a command is refused (unknown switch);
-  /// `state` answers {"op":"state"} with a JSON object.
-  ProbeControl(const std::string &endpoint,
+  static constexpr int kMaxClients = 16;
+  static constexpr int kRequestMs = 3000; // to send the request line
+  static constexpr size_t kMaxRequest = 4096;
+
+  /// `endpoint` is a file path or a port number (0 = any free port). For a
+  /// port, the token is written to `tokenFile`. The validator returns "" or
+  /// why a command is refused (unknown switch); `state` answers
+  /// {"op":"state"} with a JSON object.
+  ProbeControl(const std::string &endpoint, const std::string &tokenFile,
                std::function<std::string(const SwitchCommand &)> validate,
                std::function<std::string()> state);
   ~ProbeControl();
@@ -47,26 +66,36 @@ public:
   std::vector<SwitchCommand> poll();
   /// "file:PATH" or "tcp:127.0.0.1:PORT" (the bound port).
   std::string endpoint() const;
+  /// The token file of a port endpoint ("" for a file endpoint).
+  const std::string &tokenFile() const { return tokenFile_; }
 
 private:
+  struct Client;
   void serve();
-  void handle(int fd);
+  std::string answer(const std::string &line, const std::string &peer);
+  void log(const std::string &msg);
   void readFile();
 
-  std::string file_;
+  std::string file_, tokenFile_, token_;
   int listenFd_ = -1, port_ = 0;
   std::function<std::string(const SwitchCommand &)> validate_;
   std::function<std::string()> state_;
   std::mutex mu_;
   std::vector<SwitchCommand> pending_;
   int64_t fileStamp_ = -1;
+  bool fileWarned_ = false;
+  int logged_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
-/// Parses one control request line; Error on anything malformed.
+/// Parses one control request line; Error on anything malformed (unknown
+/// keys, wrong types, a magnitude outside the common bound).
 SwitchCommand parseSwitchCommand(const std::string &json,
                                  const std::string &source);
+
+/// A port number "0".."65535"; Error naming `flag` otherwise.
+int parsePort(const std::string &flag, const std::string &text);
 
 } // namespace mapp::rt
 

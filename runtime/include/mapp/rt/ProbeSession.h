@@ -22,6 +22,8 @@ namespace mapp::rt {
 struct ProbeSessionOptions {
   std::string db;      // --probe-db ("" = no store)
   std::string control; // --probe-control FILE|PORT ("" = none)
+  /// --probe-control-token-file ("" = ControlFiles.h's default beside db)
+  std::string controlTokenFile;
   std::string runName; // --probe-run (ranks of one job share a name)
   std::string plan;    // recorded in the run's metadata
   std::string mode = "train";
@@ -46,6 +48,10 @@ public:
   /// Commits everything; rethrows store errors.
   void flush();
   std::string controlEndpoint() const;
+  /// Where the control port's token was written ("" = no port).
+  std::string controlTokenFile() const {
+    return control_ ? control_->tokenFile() : "";
+  }
   ProbeStore *store() { return store_.get(); }
 
   void record(ProbeSample &&s) override;

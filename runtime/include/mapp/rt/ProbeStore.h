@@ -33,6 +33,9 @@ class ProbeStore {
 public:
   /// Opens or creates `path`; Error naming the file when it is not a
   /// usable mapp probe database (corrupt, foreign schema, unwritable).
+  /// Nothing is written to an existing file before it is known to be an
+  /// empty SQLite file or a mapp store: a foreign database stays
+  /// byte-identical (no tables added, journal mode unchanged).
   ProbeStore(const std::string &path, RankInfo rank,
              size_t queueBytes = 64u << 20);
   ~ProbeStore();
@@ -74,6 +77,13 @@ private:
   uint64_t stalls_ = 0;
   std::thread writer_;
 };
+
+/// "" when `db` holds a mapp probe store (every table and column of the
+/// schema, meta.schema = the version this build writes), else why not
+/// ("file is not a database", "no table 'samples'", ...). Only reads.
+/// `deepCheck` adds PRAGMA quick_check (reads every page: mapp-scope's
+/// start, not every rank of a job).
+std::string probeStoreProblem(sqlite3 *db, bool deepCheck = false);
 
 /// Prepared-statement helper shared by the store and mapp-scope: binds and
 /// steps, throwing Error with sqlite's message on failure.

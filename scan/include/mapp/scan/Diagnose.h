@@ -25,6 +25,9 @@ struct RankStats {
   double consistency = 0; // share of those ops slower than 1 + threshold/2
   double kindRatioLowerQuartile = 1; // over op names of the name's ratio
   size_t compared = 0;
+  // Share of its compute spans the rank's thread was off its core (wall
+  // time without CPU time; -1: the trace has no CPU times).
+  double offCpuFraction = -1;
 };
 
 struct LinkStats {
@@ -55,6 +58,9 @@ struct DiagnoseOptions {
   double rankThreshold = 0.10; // flag compute >= (1 + t) x peers' median
   double linkThreshold = 0.30; // flag bandwidth <= (1 - t) x peer links
   size_t evidence = 6;
+  // Compare compute by thread CPU time when the trace has it (false: by
+  // span always, as before the traces carried CPU time).
+  bool cpuClock = true;
 };
 
 struct Diagnosis {
@@ -65,6 +71,10 @@ struct Diagnosis {
   double rankNoise = 0; // robust spread of compute ratios (symmetric refs)
   double linkNoise = 0; // largest link noise excursion / reference, over classes
   int steps = 0;
+  // Compute ops compared by their thread CPU time (every leaf compute event
+  // carries one): a rank descheduled by other work on its host is not slow.
+  bool cpuClock = false;
+  std::vector<std::string> warnings;
 };
 
 Diagnosis diagnose(const Trace &t, const Matches &m,

@@ -42,6 +42,7 @@ struct Event {
   int64_t tag = -1, seq = -1;
   uint64_t bytes = 0;
   int64_t b = 0, e = 0;  // the rank's own clock, ns
+  int64_t cpu = -1;      // thread CPU time of a host compute op (-1: none)
   double gb = 0, ge = 0; // aligned global time, ns (set by align())
   int line = 0;          // source line, for messages
 };

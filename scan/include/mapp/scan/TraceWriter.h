@@ -56,6 +56,10 @@ struct TraceRecord {
   int64_t seq = -1;   // collectives: per-group issue number; -1 = assign
   uint64_t bytes = 0;
   uint64_t beginNs = 0, endNs = 0; // MappTraceWriter::nowNs() clock
+  // Host compute on a single-threaded rank: the thread's CPU time between
+  // begin and end (0: not measured). What the op cost the core, without the
+  // time the thread was descheduled (docs/trace-format.md).
+  uint64_t cpuNs = 0;
 
   void setName(const char *n);
   void setStream(const char *s);
@@ -91,6 +95,8 @@ public:
 
   /// The clock every begin/end must come from (steady, nanoseconds).
   static uint64_t nowNs();
+  /// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), nanoseconds.
+  static uint64_t threadCpuNs();
 
   /// Declares a communicator; returns the id events put in `group`.
   /// `kind` is "tp", "dp", "pp", "mp", "world", ... Thread-safe.

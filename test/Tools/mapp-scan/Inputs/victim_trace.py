@@ -9,6 +9,11 @@ waits (victims) or one rank's device is slow (a culprit).
   victim_trace.py DIR --culprit R    rank R runs every op 1.5x slower
   ... --culprit-sends                and its sends take 1.5x longer too
   (both at once: rank R is a culprit and, if 5 or 7, a victim too)
+  ... --cpu                          compute ops carry their thread CPU time
+  victim_trace.py DIR --cpu --descheduled R
+                                     rank R's op spans are FACTOR longer
+                                     (its thread shared a core) but its CPU
+                                     times are its peers'
 
 The victim pattern is what a bandwidth-capped link did to its two ends on
 an oversubscribed host (docs/benchmarks.md, "MegaScan scenarios"): their
@@ -53,12 +58,16 @@ def main():
     ap.add_argument("--culprit", type=int)
     ap.add_argument("--culprit-sends", action="store_true",
                     help="the culprit's sends take FACTOR longer too")
+    ap.add_argument("--cpu", action="store_true",
+                    help="compute ops carry 'cpu' (thread CPU time)")
+    ap.add_argument("--descheduled", type=int,
+                    help="this rank's spans are FACTOR longer, not its CPU")
     ap.add_argument("--pp", type=int, default=PP,
                     help="pipeline stages (2: a 4-rank world, where the "
                     "culprit and its DP twin are half the ranks)")
     a = ap.parse_args()
-    if not a.victims and a.culprit is None:
-        ap.error("give --victims, --culprit R or both")
+    if not a.victims and a.culprit is None and a.descheduled is None:
+        ap.error("give --victims, --culprit R, --descheduled R or both")
     rng = random.Random(7)
     PP = a.pp
     WORLD = TP * PP * DP
@@ -70,10 +79,13 @@ def main():
         f = 1 + rng.uniform(-0.03, 0.03)
         if rk.r == a.culprit or (rk.r in victims and not lockstep):
             f *= FACTOR
+        span = base * f * (FACTOR if rk.r == a.descheduled else 1)
         rk.t += GAP_NS
-        rk.add(name=name, cat=cat, b=rk.t, e=rk.t + int(base * f), step=step,
-               mb=mb)
-        rk.t += int(base * f)
+        e = rk.add(name=name, cat=cat, b=rk.t, e=rk.t + int(span), step=step,
+                   mb=mb)
+        if a.cpu:
+            e["cpu"] = int(base * f)
+        rk.t += int(span)
 
     def send(src, dst, name, step, mb, tag, inbox):
         rk = ranks[src]
