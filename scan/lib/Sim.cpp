@@ -1,7 +1,7 @@
 //===- Sim.cpp - Discrete-event engine and trace output -------------------===//
 
 #include "mapp/scan/Sim.h"
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <nlohmann/json.hpp>
 

@@ -15,32 +15,6 @@
 using namespace mapp::scan;
 using json = nlohmann::json;
 
-static const char *kCats[] = {"compute", "comm", "memcpy", "data", "optimizer"};
-static const char *kOps[] = {"",           "send",       "recv",
-                             "all_reduce", "all_gather", "reduce_scatter",
-                             "all_to_all", "broadcast",  "barrier"};
-
-const char *mapp::scan::catName(Cat c) { return kCats[(int)c]; }
-const char *mapp::scan::opName(Op o) { return kOps[(int)o]; }
-
-bool mapp::scan::parseCat(const std::string &s, Cat &c) {
-  for (int i = 0; i < 5; ++i)
-    if (s == kCats[i]) {
-      c = (Cat)i;
-      return true;
-    }
-  return false;
-}
-
-bool mapp::scan::parseOp(const std::string &s, Op &o) {
-  for (int i = 0; i < 9; ++i)
-    if (s == kOps[i]) {
-      o = (Op)i;
-      return true;
-    }
-  return false;
-}
-
 std::string Trace::rankLabel(int r) const {
   const Header &h = ranks[r].hdr;
   return "DP" + std::to_string(h.dp) + "-PP" + std::to_string(h.pp) + "-TP" +
@@ -115,9 +89,10 @@ void parseHeader(const json &j, Header &h) {
   if (getStr(j, "format", true) != "mapp-trace")
     throw LineError{"header 'format' is not \"mapp-trace\""};
   int64_t v = getInt(j, "version", 0, true);
-  if (v != 1)
+  if (v != mapp::trace::kFormatVersion)
     throw LineError{"unsupported trace version " + std::to_string(v) +
-                    " (this mapp-scan reads version 1)"};
+                    " (this mapp-scan reads version " +
+                    std::to_string(mapp::trace::kFormatVersion) + ")"};
   h.rank = getI32(j, "rank", 0, true);
   h.world = getI32(j, "world", 0, true);
   h.dp = getI32(j, "dp", 0, false);
@@ -150,7 +125,7 @@ void parseEvent(const json &j, Event &e) {
   e.id = getInt(j, "id", 0, true);
   e.name = getStr(j, "name", true);
   std::string cat = getStr(j, "cat", true);
-  if (!parseCat(cat, e.cat))
+  if (!parseCategory(cat, e.cat))
     throw LineError{"unknown category '" + cat + "'"};
   std::string op = getStr(j, "op", false);
   if (!parseOp(op, e.op))

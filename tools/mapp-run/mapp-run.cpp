@@ -17,7 +17,7 @@
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Safetensors.h"
 #include "mapp/rt/Tokenizer.h"
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <nlohmann/json.hpp>
 

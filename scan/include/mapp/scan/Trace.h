@@ -7,6 +7,8 @@
 #ifndef MAPP_SCAN_TRACE_H
 #define MAPP_SCAN_TRACE_H
 
+#include "mapp/trace/TraceFormat.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -14,23 +16,14 @@
 
 namespace mapp::scan {
 
-enum class Cat { Compute, Comm, Memcpy, Data, Optimizer };
-enum class Op {
-  None,
-  Send,
-  Recv,
-  AllReduce,
-  AllGather,
-  ReduceScatter,
-  AllToAll,
-  Broadcast,
-  Barrier
-};
-const char *catName(Cat c);
-const char *opName(Op o);
-bool parseCat(const std::string &s, Cat &c);
-bool parseOp(const std::string &s, Op &o);
-inline bool isCollective(Op o) { return o >= Op::AllReduce; }
+// The vocabulary is the trace-format library's (mapp/trace/TraceFormat.h).
+using Cat = mapp::trace::Category;
+using Op = mapp::trace::Op;
+using mapp::trace::categoryName;
+using mapp::trace::isCollective;
+using mapp::trace::opName;
+using mapp::trace::parseCategory;
+using mapp::trace::parseOp;
 
 struct Event {
   int64_t id = 0;
