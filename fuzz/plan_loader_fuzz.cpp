@@ -8,8 +8,9 @@
 // plans); the built-in MLP test plans are always added. Each iteration
 // mutates one input in one of three ways and runs mapp::rt::parsePlan
 // (FlatBuffers Verifier + PlanVerify + KernelSpecs) on it:
-//   * bytes: flips, inserts, deletes, splices, truncation (mostly stopped by
-//     the identifier check and the FlatBuffers Verifier);
+//   * bytes: flips, inserts, deletes, splices, truncation, of the sealed file
+//     (stopped by the seal's checksum) or of the body, re-sealed (mostly
+//     stopped by the identifier check and the FlatBuffers Verifier);
 //   * fields: interesting integers/floats written at the offsets of real
 //     FlatBuffers fields, vector lengths, vtable entries and uoffsets of a
 //     valid plan (found by walking the tables), so the buffer stays
@@ -170,8 +171,24 @@ Bytes serialize(const Plan &p) {
   plb.add_max_grad_norm(p.maxGradNorm);
   plb.add_programs(pv);
   b.Finish(plb.Finish(), fb::PlanIdentifier());
-  return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+  return sealPlan(b.GetBufferPointer(), b.GetSize());
 }
+
+// ---- the seal (plan.fbs PlanSeal) ------------------------------------------
+// Mutating a sealed file only tests the checksum; to reach the FlatBuffers
+// Verifier and the semantic checks, most mutations edit the body and re-seal
+// it, as a buggy compiler would.
+
+Bytes bodyOf(const Bytes &file) {
+  uint32_t magic = 0;
+  if (file.size() >= kPlanSealBytes)
+    std::memcpy(&magic, file.data() + file.size() - kPlanSealBytes, 4);
+  if (magic != static_cast<uint32_t>(fb::SealMagic::MPSL))
+    return file;
+  return Bytes(file.begin(), file.end() - kPlanSealBytes);
+}
+
+Bytes sealed(const Bytes &body) { return sealPlan(body.data(), body.size()); }
 
 // ---- field sites of a valid buffer -----------------------------------------
 
@@ -959,15 +976,22 @@ int main(int argc, char **argv) {
     int kind = static_cast<int>(rng.below(10));
     kind = kind < 3 ? 0 : kind < 6 ? 1 : 2;
     ++byKind[kind];
-    if (kind == 0) { // bytes
+    if (kind == 0) { // bytes: of the file (the seal) or of the body
       cur = rng.pick(corpus).data;
-      mutateBytes(rng, cur, allBytes, kMaxLen);
+      if (rng.chance(30))
+        mutateBytes(rng, cur, allBytes, kMaxLen);
+      else {
+        cur = bodyOf(cur);
+        mutateBytes(rng, cur, allBytes, kMaxLen);
+        cur = sealed(cur);
+      }
     } else if (kind == 1) { // fields of a valid plan
       const Entry &e = corpus[rng.pick(validIdx)];
-      cur = e.data;
+      cur = bodyOf(e.data);
       tweakField(rng, cur, e.sites);
       if (rng.chance(10))
         mutateBytes(rng, cur, allBytes, kMaxLen);
+      cur = sealed(cur);
     } else { // structure
       Plan p = corpus[rng.pick(validIdx)].plan;
       mutatePlan(rng, p);

@@ -103,8 +103,7 @@ std::vector<uint8_t> MultiPlanSpec::build() const {
       b.CreateString(schedule), b.CreateString(f.optimizer), f.maxGradNorm,
       b.CreateVector(progs), traceEvery, traceWindow);
   fb::FinishPlanBuffer(b, plan);
-  return std::vector<uint8_t>(b.GetBufferPointer(),
-                              b.GetBufferPointer() + b.GetSize());
+  return sealPlan(b.GetBufferPointer(), b.GetSize());
 }
 
 void mapp::rt::test::setLossScaleAttrs(const MlpOptions &o, Attrs &at) {

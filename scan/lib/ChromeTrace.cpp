@@ -37,7 +37,7 @@ struct Writer {
   long long flowId = 0;
 
   int tid(int r, const Event &e) {
-    std::string key = e.stream.empty() ? catName(e.cat) : e.stream;
+    std::string key = e.stream.empty() ? categoryName(e.cat) : e.stream;
     auto it = tids.find({r, key});
     if (it != tids.end())
       return it->second;
@@ -54,7 +54,7 @@ struct Writer {
     o += "{\"name\":";
     esc(o, e.name);
     o += ",\"cat\":\"";
-    o += catName(e.cat);
+    o += categoryName(e.cat);
     o += "\",\"ph\":\"X\",\"pid\":" + std::to_string(r) +
          ",\"tid\":" + std::to_string(tid(r, e)) + ",\"ts\":" + ts(e.gb);
     char b[48];

@@ -12,6 +12,31 @@ static double perStep(const ScanResult &s, double ns) {
   return ns * 1e-6 / std::max(1, s.diag.steps);
 }
 
+void mapp::scan::withholdFindings(ScanResult &s) {
+  if (s.consistency.consistent())
+    return;
+  s.withheld = std::move(s.diag.findings);
+  s.diag.findings.clear();
+}
+
+static json findingJson(const Trace &t, const Finding &f) {
+  json x = {{"kind", f.kind},
+            {"confidence", f.confidence},
+            {"ratio", f.ratio},
+            {"magnitude", f.magnitude},
+            {"evidence", f.evidence}};
+  if (f.kind == "slow-rank") {
+    x["rank"] = f.rank;
+    x["label"] = t.rankLabel(f.rank);
+    x["victims"] = f.victims;
+  } else {
+    x["src"] = f.src;
+    x["dst"] = f.dst;
+    x["link"] = {f.src, f.dst};
+  }
+  return x;
+}
+
 json mapp::scan::reportJson(const ScanResult &s) {
   const Trace &t = s.trace;
   json j;
@@ -29,25 +54,16 @@ json mapp::scan::reportJson(const ScanResult &s) {
                 s.diag.stepNs.size();
   j["step_time_ms"] = {{"mean", mean * 1e-6}, {"per_step", st}};
 
-  json findings = json::array();
-  for (const Finding &f : s.diag.findings) {
-    json x = {{"kind", f.kind},
-              {"confidence", f.confidence},
-              {"ratio", f.ratio},
-              {"magnitude", f.magnitude},
-              {"evidence", f.evidence}};
-    if (f.kind == "slow-rank") {
-      x["rank"] = f.rank;
-      x["label"] = t.rankLabel(f.rank);
-      x["victims"] = f.victims;
-    } else {
-      x["src"] = f.src;
-      x["dst"] = f.dst;
-      x["link"] = {f.src, f.dst};
-    }
-    findings.push_back(x);
-  }
+  json findings = json::array(), withheld = json::array();
+  for (const Finding &f : s.diag.findings)
+    findings.push_back(findingJson(t, f));
+  for (const Finding &f : s.withheld)
+    withheld.push_back(findingJson(t, f));
   j["findings"] = findings;
+  j["consistent"] = s.consistency.consistent();
+  j["inconsistencies"] = s.consistency.problems;
+  if (!s.withheld.empty())
+    j["withheld_findings"] = withheld;
 
   json ranks = json::array();
   for (const RankStats &r : s.diag.ranks)
@@ -152,7 +168,13 @@ std::string mapp::scan::textSummary(const ScanResult &s) {
     out += "warning: " + w + "\n";
   for (const std::string &w : s.diag.warnings)
     out += "warning: " + w + "\n";
-  if (s.diag.findings.empty())
+  for (const std::string &p : s.consistency.problems)
+    out += "inconsistent: " + p + "\n";
+  if (!s.consistency.consistent() && s.diag.findings.empty())
+    out += "findings: withheld, the data is inconsistent (" +
+           std::to_string(s.withheld.size()) +
+           " set aside; --allow-inconsistent shows them)\n";
+  else if (s.diag.findings.empty())
     out += "findings: none\n";
   for (const Finding &f : s.diag.findings) {
     if (f.kind == "slow-rank")

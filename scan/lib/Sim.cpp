@@ -1,12 +1,13 @@
 //===- Sim.cpp - Discrete-event engine and trace output -------------------===//
 
 #include "mapp/scan/Sim.h"
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <fstream>
 #include <set>
@@ -186,6 +187,15 @@ bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
                                 std::string *error) {
   std::vector<SimClock> clocks = makeClocks(c);
   const double wall0 = 1.7e18; // a fixed, plausible epoch time
+  // One run id per simulated job, a function of what was simulated (config,
+  // faults, seed all show in the times), so reruns are byte-identical.
+  uint64_t id = 1469598103934665603ull;
+  for (const auto &rank : times.ops)
+    for (const auto &[b, e] : rank)
+      for (double v : {b, e})
+        id = (id ^ static_cast<uint64_t>(std::llround(v))) * 1099511628211ull;
+  char runId[32];
+  std::snprintf(runId, sizeof runId, "sim-%016llx", (unsigned long long)id);
   for (int r = 0; r < job.world; ++r) {
     const SimClock &k = clocks[r];
     auto local = [&](double t) {
@@ -205,6 +215,7 @@ bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
     h.device = "sim:" + std::to_string(r % gpn);
     h.monoStartNs = local(0);
     h.wallStartNs = (uint64_t)(wall0 + k.wallErrorNs);
+    h.runId = runId;
     auto w =
         mapp::MappTraceWriter::open(dir, h, error, job.programs[r].size() + 64);
     if (!w)

@@ -33,10 +33,10 @@ bool mapp::scan::parseFault(const std::string &s, int world, Fault &f,
       size_t used = 0;
       std::string v = item.substr(eq + 1);
       kv[item.substr(0, eq)] = std::stod(v, &used);
-      if (used != v.size())
+      if (used != v.size() || !std::isfinite(kv[item.substr(0, eq)]))
         throw std::invalid_argument(v);
     } catch (const std::exception &) {
-      return fail("'" + item + "' needs a numeric value");
+      return fail("'" + item + "' needs a finite numeric value");
     }
   }
   auto need = [&](const char *k, double &out) {

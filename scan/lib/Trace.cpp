@@ -15,32 +15,6 @@
 using namespace mapp::scan;
 using json = nlohmann::json;
 
-static const char *kCats[] = {"compute", "comm", "memcpy", "data", "optimizer"};
-static const char *kOps[] = {"",           "send",       "recv",
-                             "all_reduce", "all_gather", "reduce_scatter",
-                             "all_to_all", "broadcast",  "barrier"};
-
-const char *mapp::scan::catName(Cat c) { return kCats[(int)c]; }
-const char *mapp::scan::opName(Op o) { return kOps[(int)o]; }
-
-bool mapp::scan::parseCat(const std::string &s, Cat &c) {
-  for (int i = 0; i < 5; ++i)
-    if (s == kCats[i]) {
-      c = (Cat)i;
-      return true;
-    }
-  return false;
-}
-
-bool mapp::scan::parseOp(const std::string &s, Op &o) {
-  for (int i = 0; i < 9; ++i)
-    if (s == kOps[i]) {
-      o = (Op)i;
-      return true;
-    }
-  return false;
-}
-
 std::string Trace::rankLabel(int r) const {
   const Header &h = ranks[r].hdr;
   return "DP" + std::to_string(h.dp) + "-PP" + std::to_string(h.pp) + "-TP" +
@@ -104,13 +78,21 @@ std::vector<int> getMembers(const json &j) {
   return m;
 }
 
+/// "... rank R, the header's: this file holds another rank's events".
+std::string notThisRank(int rank, const std::string &what) {
+  return what + " rank " + std::to_string(rank) +
+         ", the header's: this file holds events of another rank (a header "
+         "swapped or a file renamed?)";
+}
+
 void parseHeader(const json &j, Header &h) {
   if (getStr(j, "format", true) != "mapp-trace")
     throw LineError{"header 'format' is not \"mapp-trace\""};
   int64_t v = getInt(j, "version", 0, true);
-  if (v != 1)
+  if (v != mapp::trace::kFormatVersion)
     throw LineError{"unsupported trace version " + std::to_string(v) +
-                    " (this mapp-scan reads version 1)"};
+                    " (this mapp-scan reads version " +
+                    std::to_string(mapp::trace::kFormatVersion) + ")"};
   h.rank = getI32(j, "rank", 0, true);
   h.world = getI32(j, "world", 0, true);
   h.dp = getI32(j, "dp", 0, false);
@@ -124,6 +106,8 @@ void parseHeader(const json &j, Header &h) {
   h.clock = getStr(j, "clock", false);
   h.monoStartNs = getInt(j, "mono_start_ns", 0, false);
   h.wallStartNs = getInt(j, "wall_start_ns", 0, false);
+  h.runId = getStr(j, "run_id", false);
+  h.plan = getStr(j, "plan", false);
   if (h.world <= 0)
     throw LineError{"header 'world' must be positive"};
   if (h.rank < 0 || h.rank >= h.world)
@@ -141,7 +125,7 @@ void parseEvent(const json &j, Event &e) {
   e.id = getInt(j, "id", 0, true);
   e.name = getStr(j, "name", true);
   std::string cat = getStr(j, "cat", true);
-  if (!parseCat(cat, e.cat))
+  if (!parseCategory(cat, e.cat))
     throw LineError{"unknown category '" + cat + "'"};
   std::string op = getStr(j, "op", false);
   if (!parseOp(op, e.op))
@@ -235,6 +219,12 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
             throw LineError{"group member " + std::to_string(m) +
                             " outside world size " +
                             std::to_string(out.hdr.world)};
+        if (std::find(g.members.begin(), g.members.end(), out.hdr.rank) ==
+            g.members.end())
+          throw LineError{notThisRank(out.hdr.rank, "group " +
+                                                        std::to_string(id) +
+                                                        " (" + g.kind + ")" +
+                                                        " does not contain")};
         out.groups[id] = g;
       } else if (type == "footer") {
         out.dropped = getInt(j, "dropped", 0, false);
@@ -247,9 +237,18 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
           throw LineError{"peer " + std::to_string(e.peer) +
                           " outside world size " +
                           std::to_string(out.hdr.world)};
+        if (e.peer == out.hdr.rank)
+          throw LineError{notThisRank(out.hdr.rank,
+                                      std::string(opName(e.op)) +
+                                          " with itself as peer: not")};
         if (isCollective(e.op) && e.group < 0) {
           // Inline form: "group_kind" + "members" instead of a group id.
           Group g{getStr(j, "group_kind", true), getMembers(j)};
+          if (std::find(g.members.begin(), g.members.end(), out.hdr.rank) ==
+              g.members.end())
+            throw LineError{notThisRank(out.hdr.rank,
+                                        "inline group (" + g.kind +
+                                            ") does not contain")};
           std::string key = g.kind;
           for (int m : g.members)
             key += "," + std::to_string(m);
@@ -332,6 +331,7 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
   // than as whatever it contains that this world cannot hold.
   Header first;
   std::string firstPath;
+  std::map<std::string, std::vector<std::string>> byRun; // "run_id plan"
   for (auto &[r, path] : files) {
     std::ifstream in(path);
     std::string line;
@@ -345,6 +345,11 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
     } catch (...) { // LineError or json::exception: reported below
       continue;
     }
+    std::string base = path.substr(path.rfind('/') + 1);
+    byRun[h.runId.empty() ? std::string("(none)")
+                          : "'" + h.runId + "' (plan " +
+                                (h.plan.empty() ? "-" : h.plan) + ")"]
+        .push_back(base);
     if (firstPath.empty()) {
       first = h;
       firstPath = path;
@@ -356,6 +361,24 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
                firstPath + " (world " + std::to_string(first.world) + ")";
       return false;
     }
+  }
+  if (byRun.size() > 1) {
+    std::string msg = dir + ": traces of different runs cannot be merged:";
+    // The majority first: the odd files out come last.
+    std::vector<std::pair<std::string, std::vector<std::string>>> runs(
+        byRun.begin(), byRun.end());
+    std::stable_sort(runs.begin(), runs.end(), [](auto &x, auto &y) {
+      return x.second.size() > y.second.size();
+    });
+    for (auto &[run, names] : runs) {
+      msg += " run_id " + run + " in ";
+      for (size_t i = 0; i < names.size(); ++i)
+        msg += (i ? ", " : "") + names[i];
+      msg += ";";
+    }
+    msg.back() = '.';
+    *error = msg + " Keep one run's files in one directory.";
+    return false;
   }
   std::vector<RankTrace> ranks;
   for (auto &[r, path] : files) {
@@ -409,6 +432,7 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
     if (rt.dropped)
       out.warnings.push_back(rt.path + ": recorder dropped " +
                              std::to_string(rt.dropped) + " events");
+
   }
   return true;
 }

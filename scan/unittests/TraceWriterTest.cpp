@@ -1,6 +1,6 @@
 //===- TraceWriterTest.cpp - MappTraceWriter round trip and concurrency ---===//
 
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 #include "mapp/scan/Trace.h"
 
 #include <gtest/gtest.h>

@@ -22,7 +22,7 @@
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <cuda_runtime.h>
 #include <nlohmann/json.hpp>

@@ -106,3 +106,62 @@ TEST(Safetensors, CorruptFilesAreErrors) {
   std::memcpy(big.data(), &huge, 8);
   expectError(big, "exceeds the file size");
 }
+
+// Issue 17: both were accepted without a word (the second "t" replaced the
+// first; two names read the same bytes).
+TEST(Safetensors, DuplicateKeysAndOverlappingRangesAreErrors) {
+  auto errorOf = [](const std::vector<uint8_t> &b) -> std::string {
+    try {
+      parseSafetensors(b, "f");
+    } catch (const Error &e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  std::string dup = errorOf(withHeader(
+      R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+      R"("t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+      8));
+  EXPECT_NE(dup.find("f: tensor 't' appears twice in the header"),
+            std::string::npos)
+      << dup;
+  std::string overlap = errorOf(withHeader(
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+      12));
+  EXPECT_NE(overlap.find("f: tensors 'a' [0, 8) and 'b' [4, 12) overlap"),
+            std::string::npos)
+      << overlap;
+  // Adjacent ranges, empty tensors and a duplicate key inside __metadata__'s
+  // own object (not a tensor name) are fine.
+  EXPECT_EQ(errorOf(withHeader(
+                R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                8)),
+            "<no error>");
+}
+
+TEST(Safetensors, CheckFiniteNamesTheTensor) {
+  Safetensors st;
+  float good[3] = {1, -2, 3};
+  st.tensors["ok"] = StTensor::fromF32({3}, good);
+  EXPECT_NO_THROW(checkFinite(st, "w.st"));
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    float v[3] = {0, bad, 0};
+    Safetensors b = st;
+    b.tensors["layer.weight"] = StTensor::fromF32({3}, v);
+    try {
+      checkFinite(b, "w.st");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("w.st: tensor 'layer.weight' element 1 is "),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // Integer tensors have no NaN.
+  int32_t ids[2] = {1, 2};
+  st.tensors["ids"] = StTensor::fromI32({2}, ids);
+  EXPECT_NO_THROW(checkFinite(st, "w.st"));
+}

@@ -16,7 +16,7 @@
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

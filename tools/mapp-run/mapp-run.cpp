@@ -19,14 +19,16 @@
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Safetensors.h"
 #include "mapp/rt/Tokenizer.h"
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -68,7 +70,9 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --steps N                  training steps (default 1)
   --seed S                   parameter init and data shuffle seed (default 0)
   --no-shuffle               visit samples in corpus order
-  --weights FILE             initial parameters (safetensors, by name)
+  --weights FILE             initial parameters (safetensors, by name);
+                             a NaN/inf value is an error naming the tensor
+  --allow-nonfinite-weights  load --weights holding NaN/inf anyway
   --save FILE                write parameters after the last step (safetensors)
   --save-grads FILE          write step 0's accumulated gradients (safetensors)
   --save-dir DIR             whole-state checkpoints (parameters, optimizer
@@ -129,7 +133,8 @@ struct Options {
   int64_t steps = 1;
   uint64_t seed = 0;
   int threads = 0;
-  bool shuffle = true, quiet = false, nanCheck = false;
+  bool shuffle = true, quiet = false, nanCheck = false,
+       allowNonfiniteWeights = false;
   int64_t nanStep = -1; // --inject-nan STEP:OP
   std::string nanOp;
   CheckpointPolicy ckpt;
@@ -204,6 +209,10 @@ Options parseArgs(int argc, char **argv) {
     }
     if (a == "--nan-check") {
       o.nanCheck = true;
+      continue;
+    }
+    if (a == "--allow-nonfinite-weights") {
+      o.allowNonfiniteWeights = true;
       continue;
     }
     if (a == "--no-kv-cache") {
@@ -353,11 +362,76 @@ void rejectDirectory(const std::string &path, const char *what) {
     fail(what, ": '", path, "' is a directory, not a file");
 }
 
+/// --weights, refusing NaN/inf unless --allow-nonfinite-weights: a NaN
+/// parameter trains to NaN without a word about where it came from.
+Safetensors readWeights(const Options &o) {
+  Safetensors st = readSafetensors(o.weights);
+  if (!o.allowNonfiniteWeights)
+    checkFinite(st, "--weights " + o.weights);
+  return st;
+}
+
+/// Every output path is checked before the work starts, so that an
+/// unwritable --save is not found after the last step. A file may exist
+/// (it is not touched here) but must be a writable regular file; a new
+/// one needs a writable directory. A directory output is created.
+void checkOutputFile(const std::string &path, const char *flag) {
+  if (path.empty())
+    return;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      fail(flag, ": '", path, "' is a directory, not a file");
+    if (::access(path.c_str(), W_OK) != 0)
+      fail(flag, ": cannot write '", path, "' (", std::strerror(errno), ")");
+    return;
+  }
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "."
+                    : slash == 0               ? "/"
+                                               : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail(flag, ": cannot create '", path, "': directory '", dir,
+         "' does not exist");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    fail(flag, ": cannot create '", path, "' in '", dir, "' (",
+         std::strerror(errno), ")");
+}
+
+void checkOutputDir(const std::string &path, const char *flag) {
+  if (path.empty())
+    return;
+  std::string prefix;
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = path.find('/', pos + 1);
+    prefix = path.substr(0, pos);
+    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0777) != 0 &&
+        errno != EEXIST)
+      fail(flag, ": cannot create directory '", prefix, "' (",
+           std::strerror(errno), ")");
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail(flag, ": '", path, "' is not a directory");
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    fail(flag, ": cannot write in '", path, "' (", std::strerror(errno), ")");
+}
+
+void checkOutputs(const Options &o) {
+  checkOutputFile(o.save, "--save");
+  checkOutputFile(o.saveGrads, "--save-grads");
+  checkOutputFile(o.metrics, "--metrics");
+  checkOutputFile(o.dumpBatches, "--dump-batches");
+  checkOutputFile(o.generateOut, "--generate-out");
+  checkOutputFile(o.probeDb, "--probe-db");
+  checkOutputDir(o.traceDir, "--trace-dir");
+}
+
 /// --generate: weights, tokenizer, then the sampling loop (Generate.h).
 int runGenerate(const Options &o, Executor &exec, ProbeSession *scope) {
   if (o.weights.empty())
     fail("--generate needs --weights FILE (trained parameters)");
-  exec.loadParams(readSafetensors(o.weights), o.weights);
+  exec.loadParams(readWeights(o), o.weights);
   std::unique_ptr<Tokenizer> tok =
       createTokenizer(o.tokenizer.empty() ? "bytes" : o.tokenizer);
   GenerateOptions g;
@@ -393,7 +467,29 @@ struct Shared {
   std::vector<int32_t> tokens;
   bool haveTokens = false;
   int threadsPerRank = 0;
+  /// Trace run identity: one per job (docs/trace-format.md).
+  std::string runId = mapp::newRunId();
 };
+
+/// Every MPI rank drew its own run id; rank 0's wins. 64 bits as four 16-bit
+/// pieces summed in doubles (exact), the other ranks adding zeros.
+void shareRunId(Communicator &comm, std::string &runId) {
+  uint64_t own = std::stoull(runId, nullptr, 16);
+  double parts[4] = {0, 0, 0, 0};
+  if (comm.rank() == 0)
+    for (int i = 0; i < 4; ++i)
+      parts[i] = static_cast<double>((own >> (16 * i)) & 0xffff);
+  CommGroup world{"world", {}};
+  for (int r = 0; r < comm.worldSize(); ++r)
+    world.members.push_back(r);
+  comm.allReduce(parts, 4, ReduceOp::Sum, world);
+  uint64_t id = 0;
+  for (int i = 0; i < 4; ++i)
+    id |= static_cast<uint64_t>(parts[i]) << (16 * i);
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+  runId = buf;
+}
 
 std::vector<int32_t> readTokens(const Options &o) {
   std::unique_ptr<Tokenizer> tok;
@@ -479,7 +575,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   }
 
   if (!o.weights.empty())
-    exec.loadParams(readSafetensors(o.weights), o.weights);
+    exec.loadParams(readWeights(o), o.weights);
   else
     exec.initParams(o.seed);
 
@@ -495,6 +591,10 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     h.ppSize = plan.pp;
     h.tpSize = plan.tp;
     h.device = o.backend == "cuda" ? "cuda:0" : o.backend;
+    h.runId = sh.runId;
+    char planHash[16];
+    std::snprintf(planHash, sizeof planHash, "0x%08x", plan.checksum);
+    h.plan = planHash;
     // The ring holds two steps of events: with CUDA timestamps a step's
     // events arrive together after the step (runtime/README.md, "Tracing").
     size_t capacity = size_t(1) << 16;
@@ -648,6 +748,7 @@ int hardwareThreads() {
 }
 
 int run(const Options &o) {
+  checkOutputs(o);
   rejectDirectory(o.plan, "plan");
   rejectDirectory(o.data, "data");
   rejectDirectory(o.weights, "weights");
@@ -724,6 +825,8 @@ int run(const Options &o) {
     try {
       if (!o.quiet)
         printCoords(plan, rank, sh.threadsPerRank), std::fflush(stdout);
+      if (!o.traceDir.empty())
+        shareRunId(*comm, sh.runId);
       runRank(sh, std::move(comm));
     } catch (const std::exception &e) {
       // One write, so ranks' messages do not interleave mid-line.

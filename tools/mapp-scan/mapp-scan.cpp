@@ -8,6 +8,7 @@
 
 #include "mapp/scan/Report.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -21,7 +22,9 @@ static const char *kUsage =
     "                 [--html report.html] [--steps A:B] [--ranks LIST]\n"
     "                 [--max-mb N] [--what-if] [--no-align]\n"
     "                 [--rank-threshold T] [--link-threshold T]\n"
-    "                 [--compute-clock auto|span] [--allow-truncated] [-q]\n"
+    "                 [--compute-clock auto|span] [--allow-truncated]\n"
+    "                 [--allow-inconsistent] [--max-residual-fraction F]\n"
+    "                 [--max-violation-fraction F] [-q]\n"
     "  DIR holds rank-{r}.trace.jsonl files (docs/trace-format.md).\n"
     "  --steps A:B      merged trace keeps steps A..B-1 (A: or :B open)\n"
     "  --ranks LIST     merged trace keeps these ranks, e.g. 0,2,4-7\n"
@@ -29,7 +32,10 @@ static const char *kUsage =
     "  --what-if        replay with the findings repaired, predict the saving\n"
     "  --no-align       trust the headers' wall clocks (for comparison)\n"
     "  --compute-clock  auto: compare compute by thread CPU time where the\n"
-    "                   trace has it (default); span: by wall span\n";
+    "                   trace has it (default); span: by wall span\n"
+    "  Inconsistent data (a trace cut short, lost events, clocks that do not\n"
+    "  align; docs/mapp-scan.md) withholds the findings and exits 3;\n"
+    "  --allow-inconsistent reports them anyway and exits 0.\n";
 
 static int fail(const std::string &msg) {
   std::fprintf(stderr, "mapp-scan: error: %s\n", msg.c_str());
@@ -62,10 +68,11 @@ static bool parseRanks(const std::string &s, std::set<int> &out) {
   return !out.empty();
 }
 
+/// A finite number (strtod also takes "nan" and "inf", which no option wants).
 static bool parseNumber(const char *s, double &v) {
   char *end;
   v = std::strtod(s, &end);
-  return end != s && !*end;
+  return end != s && !*end && std::isfinite(v);
 }
 
 int main(int argc, char **argv) {
@@ -74,7 +81,8 @@ int main(int argc, char **argv) {
   ReadOptions ro;
   AlignOptions ao;
   DiagnoseOptions dopt;
-  bool doWhatIf = false, quiet = false;
+  ConsistencyOptions copt;
+  bool doWhatIf = false, quiet = false, allowInconsistent = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char * {
@@ -123,7 +131,17 @@ int main(int argc, char **argv) {
       if (v != "auto" && v != "span")
         return fail("--compute-clock expects auto or span, got '" + v + "'");
       dopt.cpuClock = v == "auto";
-    } else if (a == "--what-if")
+    } else if (a == "--max-residual-fraction") {
+      if (!parseNumber(next(), copt.maxResidualFraction) ||
+          !(copt.maxResidualFraction > 0))
+        return fail("--max-residual-fraction expects a positive number");
+    } else if (a == "--max-violation-fraction") {
+      if (!parseNumber(next(), copt.maxViolationFraction) ||
+          !(copt.maxViolationFraction >= 0) || copt.maxViolationFraction > 1)
+        return fail("--max-violation-fraction expects a number in [0, 1]");
+    } else if (a == "--allow-inconsistent")
+      allowInconsistent = true;
+    else if (a == "--what-if")
       doWhatIf = true;
     else if (a == "--no-align")
       ao.enabled = false;
@@ -157,6 +175,10 @@ int main(int argc, char **argv) {
   s.matches = matchEvents(s.trace);
   s.align = alignClocks(s.trace, s.matches, ao);
   s.diag = diagnose(s.trace, s.matches, dopt);
+  copt.checkAlignment = ao.enabled;
+  s.consistency = checkConsistency(s.trace, s.matches, s.align, s.diag, copt);
+  if (!allowInconsistent)
+    withholdFindings(s);
   if (doWhatIf) {
     if (!whatIf(s.trace, s.matches, s.diag, s.whatIf, &err))
       return fail("what-if replay: " + err);
@@ -179,5 +201,10 @@ int main(int argc, char **argv) {
     return fail(err);
   if (!quiet)
     std::fputs(textSummary(s).c_str(), stdout);
-  return 0;
+  if (s.consistency.consistent())
+    return 0;
+  for (const std::string &p : s.consistency.problems)
+    std::fprintf(stderr, "mapp-scan: warning: inconsistent data: %s\n",
+                 p.c_str());
+  return allowInconsistent ? 0 : 3;
 }

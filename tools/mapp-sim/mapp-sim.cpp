@@ -185,10 +185,16 @@ int main(int argc, char **argv) {
     else if (a == "--seed") {
       std::string v = next();
       try {
-        seed = std::stoull(v);
+        size_t used = 0;
+        // stoull takes "-1" (as 2^64-1) and stops at "12abc": neither is a seed.
+        if (v.empty() || v[0] == '-' || v[0] == '+')
+          throw std::invalid_argument(v);
+        seed = std::stoull(v, &used);
+        if (used != v.size())
+          throw std::invalid_argument(v);
         haveSeed = true;
       } catch (const std::exception &) {
-        return fail("--seed expects an integer, got '" + v + "'");
+        return fail("--seed expects an integer >= 0, got '" + v + "'");
       }
     } else if (a == "-q")
       quiet = true;

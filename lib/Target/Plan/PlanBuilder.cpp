@@ -598,7 +598,7 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
     return failure();
   const ParallelLayout &l = step->layout;
   auto plan = std::make_unique<fb::PlanT>();
-  plan->version = kPlanSchemaVersion;
+  plan->version = static_cast<uint32_t>(plan::SchemaVersion::Current);
   plan->world_size = l.worldSize();
   plan->tp = l.tp;
   plan->pp = l.pp;

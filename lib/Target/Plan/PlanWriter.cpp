@@ -5,7 +5,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/Support/CRC.h"
 #include "llvm/Support/CommandLine.h"
+
+#include <cstring>
 
 using namespace mlir;
 
@@ -24,8 +27,18 @@ LogicalResult mapp::writePlan(ModuleOp module, llvm::raw_ostream &os,
     return failure();
   flatbuffers::FlatBufferBuilder fbb;
   fbb.Finish(plan::Plan::Pack(fbb, p->get()), plan::PlanIdentifier());
-  os.write(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
-           fbb.GetSize());
+  llvm::ArrayRef<uint8_t> body(fbb.GetBufferPointer(), fbb.GetSize());
+  // The seal (plan.fbs PlanSeal): CRC-32 (llvm::crc32 is zlib's, which the
+  // runtime uses) over the body and the seal's first 16 bytes.
+  const uint32_t magic = static_cast<uint32_t>(plan::SealMagic::MPSL);
+  const uint32_t version = static_cast<uint32_t>(plan::SchemaVersion::Current);
+  plan::PlanSeal head(magic, version, body.size(), 0, 0);
+  uint8_t raw[sizeof(plan::PlanSeal)];
+  std::memcpy(raw, &head, sizeof raw);
+  uint32_t crc = llvm::crc32(llvm::crc32(body), llvm::ArrayRef(raw, 16));
+  plan::PlanSeal seal(magic, version, body.size(), crc, 0);
+  os.write(reinterpret_cast<const char *>(body.data()), body.size());
+  os.write(reinterpret_cast<const char *>(&seal), sizeof seal);
   return success();
 }
 

@@ -2,6 +2,8 @@
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Faults.h"
 
+#include <cmath>
+
 #include <chrono>
 #include <map>
 #include <thread>
@@ -45,8 +47,9 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
     try {
       size_t used;
       double v = std::stod(it->second, &used);
-      if (used != it->second.size() || v < lo ||
-          (integer && v != static_cast<double>(static_cast<int64_t>(v))))
+      // !isfinite first: NaN passes `v < lo`, and casting 1e300 is UB.
+      if (used != it->second.size() || !std::isfinite(v) || v < lo ||
+          (integer && (v > 2147483647.0 || v != std::floor(v))))
         throw std::invalid_argument(it->second);
       kv.erase(it);
       return v;

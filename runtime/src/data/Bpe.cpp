@@ -131,24 +131,69 @@ private:
         fail("tokenizer: vocab '", path, "' lacks the token for byte ", b);
   }
 
+  // Bounds on merges.txt: GPT-2's is 456 KB with lines under 40 bytes, so a
+  // file past these is not a merges file (/dev/zero would grow a single
+  // getline line without end).
+  static constexpr size_t kMaxMergesBytes = size_t(256) << 20;
+  static constexpr size_t kMaxMergeLine = 4096;
+
   void loadMerges(const std::string &path) {
-    std::ifstream f(path);
+    std::ifstream f(path, std::ios::binary);
     if (!f)
       fail("tokenizer: cannot open merges '", path, "'");
+    auto bad = [&](int lineNo, const std::string &why) {
+      fail("tokenizer: merges '", path, "' line ", lineNo, ": ", why,
+           " (not a GPT-2 merges.txt?)");
+    };
     std::string line;
     int rank = 0, lineNo = 0;
-    while (std::getline(f, line)) {
+    size_t total = 0;
+    char buf[kMaxMergeLine + 1];
+    while (true) {
+      // getline into a fixed buffer: a line that does not fit is an error,
+      // never a growing string.
+      f.getline(buf, sizeof buf);
+      std::streamsize got = f.gcount();
+      if (got == 0 && !f)
+        break;
       ++lineNo;
+      total += static_cast<size_t>(got);
+      if (f.fail() && !f.eof())
+        bad(lineNo, "longer than " + std::to_string(kMaxMergeLine) + " bytes");
+      if (total > kMaxMergesBytes)
+        fail("tokenizer: merges '", path, "' is larger than ",
+             kMaxMergesBytes >> 20, " MiB: not a merges file");
+      line.assign(buf);
+      if (line.size() + (f.eof() ? 0 : 1) != static_cast<size_t>(got))
+        bad(lineNo, "contains a NUL byte");
       if (!line.empty() && line.back() == '\r')
         line.pop_back();
-      if (line.empty() || line.rfind("#version", 0) == 0)
+      if (line.empty() || line.rfind("#version", 0) == 0) {
+        if (f.eof())
+          break;
         continue;
+      }
       size_t sp = line.find(' ');
-      if (sp == std::string::npos || sp == 0 || sp + 1 == line.size())
+      if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() ||
+          line.find(' ', sp + 1) != std::string::npos)
         fail("tokenizer: merges '", path, "' line ", lineNo,
              ": expected two symbols separated by a space");
+      // Both symbols and their merge are tokens: anything else is a file
+      // of another tokenizer (or none), which would silently tokenize wrong.
+      std::string a = line.substr(0, sp), b = line.substr(sp + 1);
+      for (const std::string *sym : {&a, &b})
+        if (!vocab_.count(*sym))
+          bad(lineNo, "symbol '" + *sym + "' is not in the vocab");
+      if (!vocab_.count(a + b))
+        bad(lineNo, "the merge '" + a + b + "' is not in the vocab");
       ranks_.emplace(line, rank++);
+      if (f.eof())
+        break;
     }
+    if (rank == 0)
+      fail("tokenizer: merges '", path, "' holds no merges (",
+           lineNo ? "only comments and blank lines" : "empty file",
+           "): BPE would silently be byte-level");
   }
 
   std::vector<int32_t> bpe(const std::string &piece) const {

@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <set>
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 
@@ -113,16 +116,33 @@ Safetensors mapp::rt::parseSafetensors(const std::vector<uint8_t> &bytes,
   if (n > bytes.size() - 8)
     fail(where, ": header length ", n, " exceeds the file size ", bytes.size());
   json header;
+  // nlohmann keeps the last of duplicate keys: watch the top level's keys,
+  // since a second "x" would silently replace the first tensor.
+  std::set<std::string> keys;
+  std::string duplicate;
+  auto watchKeys = [&](int depth, json::parse_event_t ev, json &parsed) {
+    if (ev == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+        parsed.is_string() && !keys.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + n);
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + n, watchKeys);
   } catch (const std::exception &e) {
     fail(where, ": header is not valid JSON (", e.what(), ")");
   }
+  if (!duplicate.empty())
+    fail(where, ": tensor '", duplicate, "' appears twice in the header");
   if (!header.is_object())
     fail(where, ": header is not a JSON object");
   const uint8_t *dataStart = bytes.data() + 8 + n;
   uint64_t dataSize = bytes.size() - 8 - n;
   Safetensors st;
+  struct Range {
+    uint64_t b, e;
+    std::string name;
+  };
+  std::vector<Range> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string &name = it.key();
     const json &e = it.value();
@@ -158,12 +178,37 @@ Safetensors mapp::rt::parseSafetensors(const std::vector<uint8_t> &bytes,
       if (en - b != count * dtypeSize(t.dtype))
         fail(at, ": ", en - b, " bytes for ", dt, shapeStr(t.shape));
       t.data.assign(dataStart + b, dataStart + en);
+      if (en > b)
+        ranges.push_back({b, en, name});
       st.tensors[name] = std::move(t);
     } catch (const json::exception &ex) {
       fail(at, ": malformed entry (", ex.what(), ")");
     }
   }
+  // Tensors own disjoint bytes (the format's rule): an overlap means two
+  // names share, or a writer bug.
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range &x, const Range &y) { return x.b < y.b; });
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].b < ranges[i - 1].e)
+      fail(where, ": tensors '", ranges[i - 1].name, "' [", ranges[i - 1].b,
+           ", ", ranges[i - 1].e, ") and '", ranges[i].name, "' [",
+           ranges[i].b, ", ", ranges[i].e, ") overlap in the data region");
   return st;
+}
+
+void mapp::rt::checkFinite(const Safetensors &st, const std::string &where) {
+  for (const auto &[name, t] : st.tensors) {
+    if (t.dtype != DType::F32 && t.dtype != DType::BF16 &&
+        t.dtype != DType::F16)
+      continue;
+    std::vector<float> v = t.toF32(name);
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
+        fail(where, ": tensor '", name, "' element ", i, " is ",
+             std::isnan(v[i]) ? "NaN" : v[i] > 0 ? "+inf" : "-inf",
+             " (--allow-nonfinite-weights loads it anyway)");
+  }
 }
 
 Safetensors mapp::rt::readSafetensors(const std::string &path) {

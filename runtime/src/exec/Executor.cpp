@@ -6,7 +6,7 @@
 #include "mapp/rt/Shard.h"
 #include "mapp/rt/ThreadPool.h"
 #include "mapp/rt/Weights.h"
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <algorithm>
 #include <chrono>
@@ -46,32 +46,20 @@ struct Executor::OpenRegion {
 
 namespace {
 
-mapp::TraceOp traceOpOf(const std::string &k) {
-  if (k == "send")
-    return mapp::TraceOp::Send;
-  if (k == "recv")
-    return mapp::TraceOp::Recv;
-  if (k == "all_reduce")
-    return mapp::TraceOp::AllReduce;
-  if (k == "all_gather")
-    return mapp::TraceOp::AllGather;
-  if (k == "reduce_scatter")
-    return mapp::TraceOp::ReduceScatter;
-  if (k == "all_to_all")
-    return mapp::TraceOp::AllToAll;
-  return mapp::TraceOp::None;
+// Communication kernels are named as the trace ops they record (the trace
+// vocabulary, mapp/trace/TraceFormat.h); the plan's trace instrs name a
+// category the same way.
+mapp::TraceOp traceOpOf(const std::string &kernel) {
+  mapp::TraceOp op;
+  if (!mapp::trace::parseOp(kernel, op) || op > mapp::TraceOp::AllToAll)
+    return mapp::TraceOp::None;
+  return op;
 }
 
 mapp::TraceCategory categoryOf(const std::string &c) {
-  if (c == "comm")
-    return mapp::TraceCategory::Comm;
-  if (c == "memcpy")
-    return mapp::TraceCategory::Memcpy;
-  if (c == "data")
-    return mapp::TraceCategory::Data;
-  if (c == "optimizer")
-    return mapp::TraceCategory::Optimizer;
-  return mapp::TraceCategory::Compute;
+  mapp::TraceCategory cat;
+  return mapp::trace::parseCategory(c, cat) ? cat
+                                            : mapp::TraceCategory::Compute;
 }
 
 } // namespace

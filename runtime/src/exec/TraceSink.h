@@ -14,7 +14,7 @@
 #define MAPP_RT_EXEC_TRACESINK_H
 
 #include "mapp/rt/Backend.h"
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <condition_variable>
 #include <mutex>

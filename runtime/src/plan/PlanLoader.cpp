@@ -1,8 +1,9 @@
 //===- PlanLoader.cpp - FlatBuffers artifact -> Plan ----------------------===//
 //
-// Order matters: the identifier is checked on raw bytes, then the FlatBuffers
-// Verifier proves every offset is inside the buffer, and only then are fields
-// read. Semantic checks follow in PlanVerify.cpp.
+// Order matters: the seal (PlanSeal.cpp) proves the bytes are the ones the
+// compiler wrote, the identifier is checked on raw bytes, then the
+// FlatBuffers Verifier proves every offset is inside the buffer, and only then
+// are fields read. Semantic checks follow in PlanVerify.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
@@ -152,9 +153,9 @@ Program decodeProgram(const fb::Program &p, int index) {
 
 } // namespace
 
-Plan mapp::rt::parsePlan(const uint8_t *data, size_t size) {
-  if (size < 8)
-    fail("plan: file too small (", size, " bytes) to be a mapp plan");
+Plan mapp::rt::parsePlan(const uint8_t *data, size_t fileSize) {
+  uint32_t checksum = 0;
+  size_t size = checkPlanSeal(data, fileSize, checksum);
   if (!flatbuffers::BufferHasIdentifier(data, fb::PlanIdentifier()))
     fail("plan: not a mapp plan (file identifier is not \"MPLN\")");
   // Generous table limit: a large model has many instrs, each a few tables.
@@ -164,11 +165,12 @@ Plan mapp::rt::parsePlan(const uint8_t *data, size_t size) {
     fail("plan: corrupt or truncated plan (FlatBuffers verification failed)");
   const fb::Plan *p = fb::GetPlan(data);
   if (p->version() != kPlanSchemaVersion)
-    fail("plan: schema version ", p->version(), " but this runtime reads ",
-         kPlanSchemaVersion, "; rebuild the plan with a matching compiler");
+    fail("plan: corrupt plan: the body says schema version ", p->version(),
+         " but its seal says ", kPlanSchemaVersion);
 
   Plan plan;
   plan.version = p->version();
+  plan.checksum = checksum;
   plan.worldSize = p->world_size();
   plan.tp = p->tp();
   plan.pp = p->pp();

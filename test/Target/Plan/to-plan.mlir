@@ -2,9 +2,12 @@
 // RUN: mapp-opt %s -mapp-autodiff="loss-scale=0.5" -mapp-optimizer="lr=1e-3 max-grad-norm=1.0" | mapp-translate --mapp-to-plan -o %t/p.mplan
 // RUN: flatc --json --raw-binary --strict-json --defaults-json -o %t %mapp_src/runtime/schema/plan.fbs -- %t/p.mplan
 // RUN: FileCheck %s < %t/p.json
+// The seal after the body (plan.fbs PlanSeal), checked with Python's zlib.
+// RUN: python3 -c "import struct, sys, zlib; b = open(sys.argv[1], 'rb').read(); m, v, n, c, r = struct.unpack('<IIQII', b[-24:]); print('seal', hex(m), v, n == len(b) - 24, c == zlib.crc32(b[:-8]), r)" %t/p.mplan | FileCheck %s --check-prefix=SEAL
+// SEAL: seal 0x4c53504d 2 True True 0
 
 // The serialized plan, read back by flatc (independent of our writer).
-// CHECK: "version": 1,
+// CHECK: "version": 2,
 // CHECK: "world_size": 1,
 // CHECK: "micro_batch_size": 2,
 // CHECK: "num_microbatches": 1,

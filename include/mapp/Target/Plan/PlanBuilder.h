@@ -18,15 +18,13 @@ namespace plan {
 struct PlanT;
 } // namespace plan
 
-/// Schema version written into every plan; the runtime refuses others.
-constexpr uint32_t kPlanSchemaVersion = 1;
-
 /// One Program per global rank; fails with located diagnostics.
 /// `aliasReshapes`: see planStageMemory.
 mlir::FailureOr<std::unique_ptr<plan::PlanT>>
 buildPlan(mlir::ModuleOp module, bool aliasReshapes = true);
 
-/// Serializes with the "MPLN" file identifier.
+/// Serializes with the "MPLN" file identifier, followed by the PlanSeal
+/// (plan.fbs: schema version, body size, CRC-32) the runtime checks.
 mlir::LogicalResult writePlan(mlir::ModuleOp module, llvm::raw_ostream &os,
                               bool aliasReshapes = true);
 

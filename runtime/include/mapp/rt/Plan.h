@@ -17,8 +17,9 @@
 
 namespace mapp::rt {
 
-/// Must equal Plan.version in the artifact; bump with schema/plan.fbs.
-constexpr uint32_t kPlanSchemaVersion = 1;
+/// The plan schema version this runtime reads: SchemaVersion.Current of
+/// schema/plan.fbs (defined there once; PlanSeal.cpp exports it).
+extern const uint32_t kPlanSchemaVersion;
 
 enum class ValueKind : uint8_t {
   Temp = 0,
@@ -132,9 +133,22 @@ struct Plan {
   int traceEvery = 0, traceWindow = 1;
   AdaptivePolicy adaptive; ///< meaningful iff schedule == "adaptive"
   std::vector<Program> programs;
+  /// The file's seal checksum (CRC-32 of body and seal header): identifies
+  /// the plan in trace headers (docs/trace-format.md, "Run identity").
+  uint32_t checksum = 0;
 };
 
-/// Parses and verifies a plan held in memory. Throws Error("plan: ...").
+/// Size of the PlanSeal trailer after the FlatBuffers body (plan.fbs).
+constexpr size_t kPlanSealBytes = 24;
+/// Appends the seal to a FlatBuffers Plan body: the bytes of a .mplan file.
+std::vector<uint8_t> sealPlan(const uint8_t *body, size_t size);
+/// Checks the seal of a .mplan file held in memory and returns the body's
+/// size (the body starts at `data`); `checksum` receives the seal's checksum.
+/// Throws Error("plan: corrupt plan: ...") on any mismatch.
+size_t checkPlanSeal(const uint8_t *data, size_t size, uint32_t &checksum);
+
+/// Parses and verifies a sealed plan held in memory (8-byte aligned).
+/// Throws Error("plan: ...").
 Plan parsePlan(const uint8_t *data, size_t size);
 /// Reads `path` and parses it. Throws Error naming the file on I/O failure.
 Plan loadPlan(const std::string &path);

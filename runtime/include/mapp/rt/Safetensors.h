@@ -40,6 +40,9 @@ Safetensors parseSafetensors(const std::vector<uint8_t> &bytes,
                              const std::string &where);
 Safetensors readSafetensors(const std::string &path);
 std::vector<uint8_t> serializeSafetensors(const Safetensors &st);
+/// Throws Error naming the first float tensor (and element) that holds a NaN
+/// or an infinity; `where` (file name) prefixes it.
+void checkFinite(const Safetensors &st, const std::string &where);
 void writeSafetensors(const std::string &path, const Safetensors &st);
 
 /// "F32" etc. <-> DType.

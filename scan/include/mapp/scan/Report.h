@@ -8,6 +8,7 @@
 #define MAPP_SCAN_REPORT_H
 
 #include "mapp/scan/Align.h"
+#include "mapp/scan/Consistency.h"
 #include "mapp/scan/Diagnose.h"
 #include "mapp/scan/Replay.h"
 
@@ -22,9 +23,16 @@ struct ScanResult {
   Matches matches;
   AlignResult align;
   Diagnosis diag;
+  Consistency consistency;
+  /// Findings set aside because the data is inconsistent (withholdFindings).
+  std::vector<Finding> withheld;
   bool haveWhatIf = false;
   WhatIfResult whatIf;
 };
+
+/// Moves the findings to `withheld` when the data is inconsistent: no
+/// confident finding on data that cannot support one.
+void withholdFindings(ScanResult &s);
 
 nlohmann::json reportJson(const ScanResult &s);
 std::string textSummary(const ScanResult &s);

@@ -7,6 +7,8 @@
 #ifndef MAPP_SCAN_TRACE_H
 #define MAPP_SCAN_TRACE_H
 
+#include "mapp/trace/TraceFormat.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -14,23 +16,14 @@
 
 namespace mapp::scan {
 
-enum class Cat { Compute, Comm, Memcpy, Data, Optimizer };
-enum class Op {
-  None,
-  Send,
-  Recv,
-  AllReduce,
-  AllGather,
-  ReduceScatter,
-  AllToAll,
-  Broadcast,
-  Barrier
-};
-const char *catName(Cat c);
-const char *opName(Op o);
-bool parseCat(const std::string &s, Cat &c);
-bool parseOp(const std::string &s, Op &o);
-inline bool isCollective(Op o) { return o >= Op::AllReduce; }
+// The vocabulary is the trace-format library's (mapp/trace/TraceFormat.h).
+using Cat = mapp::trace::Category;
+using Op = mapp::trace::Op;
+using mapp::trace::categoryName;
+using mapp::trace::isCollective;
+using mapp::trace::opName;
+using mapp::trace::parseCategory;
+using mapp::trace::parseOp;
 
 struct Event {
   int64_t id = 0;
@@ -57,6 +50,9 @@ struct Header {
   int dp = 0, pp = 0, tp = 0, dpSize = 1, ppSize = 1, tpSize = 1;
   std::string host, device, clock;
   int64_t monoStartNs = 0, wallStartNs = 0;
+  // Run identity (docs/trace-format.md): shared by every rank of one job;
+  // empty in traces written before it existed.
+  std::string runId, plan;
 };
 
 struct RankTrace {
@@ -102,7 +98,9 @@ struct ReadOptions {
 };
 
 /// Reads DIR/rank-*.trace.jsonl. On failure returns false with a message
-/// naming the file and line in *error.
+/// naming the file and line in *error: among others when the files are of
+/// different runs (run_id, plan), a rank is missing, or a file holds events
+/// that cannot be its header's rank's (a group without it, a send to itself).
 bool readTraceDir(const std::string &dir, const ReadOptions &opts, Trace &out,
                   std::string *error);
 /// Parses one rank file; exposed for tests.

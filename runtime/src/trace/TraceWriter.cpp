@@ -1,54 +1,16 @@
 //===- TraceWriter.cpp - Per-rank trace recorder output -------------------===//
 
-#include "mapp/scan/TraceWriter.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <cstring>
 #include <ctime>
 #include <sys/stat.h>
 #include <unistd.h>
 
 using namespace mapp;
-
-const char *mapp::traceCategoryName(TraceCategory c) {
-  switch (c) {
-  case TraceCategory::Compute:
-    return "compute";
-  case TraceCategory::Comm:
-    return "comm";
-  case TraceCategory::Memcpy:
-    return "memcpy";
-  case TraceCategory::Data:
-    return "data";
-  case TraceCategory::Optimizer:
-    return "optimizer";
-  }
-  return "compute";
-}
-
-const char *mapp::traceOpName(TraceOp o) {
-  switch (o) {
-  case TraceOp::None:
-    return "";
-  case TraceOp::Send:
-    return "send";
-  case TraceOp::Recv:
-    return "recv";
-  case TraceOp::AllReduce:
-    return "all_reduce";
-  case TraceOp::AllGather:
-    return "all_gather";
-  case TraceOp::ReduceScatter:
-    return "reduce_scatter";
-  case TraceOp::AllToAll:
-    return "all_to_all";
-  case TraceOp::Broadcast:
-    return "broadcast";
-  case TraceOp::Barrier:
-    return "barrier";
-  }
-  return "";
-}
 
 static void copyTruncated(char *dst, size_t cap, const char *src) {
   size_t n = src ? std::strlen(src) : 0;
@@ -103,6 +65,19 @@ static void appendInt(std::string &out, const char *key, long long v) {
   out.append(buf, n);
 }
 
+std::string mapp::newRunId() {
+  uint64_t x = 0;
+  try {
+    std::random_device rd;
+    x = (uint64_t(rd()) << 32) ^ rd();
+  } catch (const std::exception &) {
+  }
+  x ^= MappTraceWriter::nowNs() * 0x9E3779B97F4A7C15ull ^ uint64_t(getpid()) << 17;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)x);
+  return buf;
+}
+
 static std::string headerLine(const TraceHeader &h, uint64_t mono,
                               uint64_t wall) {
   std::string host = h.host;
@@ -112,7 +87,8 @@ static std::string headerLine(const TraceHeader &h, uint64_t mono,
       host = buf;
   }
   std::string s =
-      "{\"type\":\"header\",\"format\":\"mapp-trace\",\"version\":1";
+      "{\"type\":\"header\",\"format\":\"mapp-trace\"";
+  appendInt(s, "version", trace::kFormatVersion);
   appendInt(s, "rank", h.rank);
   appendInt(s, "world", h.world);
   appendInt(s, "dp", h.dp);
@@ -129,6 +105,14 @@ static std::string headerLine(const TraceHeader &h, uint64_t mono,
   s += ",\"clock\":\"steady\"";
   appendInt(s, "mono_start_ns", (long long)mono);
   appendInt(s, "wall_start_ns", (long long)wall);
+  if (!h.runId.empty()) {
+    s += ",\"run_id\":";
+    appendEscaped(s, h.runId.c_str());
+  }
+  if (!h.plan.empty()) {
+    s += ",\"plan\":";
+    appendEscaped(s, h.plan.c_str());
+  }
   s += "}\n";
   return s;
 }
@@ -250,11 +234,11 @@ size_t MappTraceWriter::drain(std::string &buf) {
     buf += ",\"name\":";
     appendEscaped(buf, r.name);
     buf += ",\"cat\":\"";
-    buf += traceCategoryName(r.cat);
+    buf += trace::categoryName(r.cat);
     buf += '"';
     if (r.op != TraceOp::None) {
       buf += ",\"op\":\"";
-      buf += traceOpName(r.op);
+      buf += trace::opName(r.op);
       buf += '"';
     }
     appendInt(buf, "b", (long long)r.beginNs);

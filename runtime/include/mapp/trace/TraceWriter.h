@@ -1,8 +1,9 @@
 //===- TraceWriter.h - Per-rank trace recorder output -----------*- C++ -*-===//
 //
 // MappTraceWriter writes one rank's trace in the format of
-// docs/trace-format.md. It depends only on the standard library so the
-// runtime can link it without the analysis code.
+// docs/trace-format.md. Part of the trace-format library (MappTrace) at the
+// bottom of the build: the runtime writes through it, mapp-scan and mapp-sim
+// link it; it depends only on the standard library.
 //
 // Hot path: append() copies a fixed-size record into a preallocated ring
 // (a bounded lock-free queue); a background thread formats JSON lines and
@@ -10,8 +11,10 @@
 // than stalling the training step; the footer reports the count.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MAPP_SCAN_TRACEWRITER_H
-#define MAPP_SCAN_TRACEWRITER_H
+#ifndef MAPP_TRACE_TRACEWRITER_H
+#define MAPP_TRACE_TRACEWRITER_H
+
+#include "mapp/trace/TraceFormat.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -26,21 +29,9 @@
 
 namespace mapp {
 
-enum class TraceCategory : uint8_t { Compute, Comm, Memcpy, Data, Optimizer };
-enum class TraceOp : uint8_t {
-  None,
-  Send,
-  Recv,
-  AllReduce,
-  AllGather,
-  ReduceScatter,
-  AllToAll,
-  Broadcast,
-  Barrier
-};
-
-const char *traceCategoryName(TraceCategory c);
-const char *traceOpName(TraceOp o);
+/// The writer's names for the shared vocabulary (TraceFormat.h).
+using TraceCategory = trace::Category;
+using TraceOp = trace::Op;
 
 /// One event as the recorder hands it over. Fixed size so the ring needs no
 /// allocation; names longer than the buffer are truncated.
@@ -73,7 +64,15 @@ struct TraceHeader {
   std::string device; // e.g. "cpu" or "cuda:0"
   // Clock readings at open; 0 = read the real clocks (simulators set them).
   uint64_t monoStartNs = 0, wallStartNs = 0;
+  // Run identity (docs/trace-format.md): the same on every rank of one job,
+  // so mapp-scan can refuse files of different runs. Empty: not written.
+  std::string runId; // e.g. 16 hex digits from newRunId()
+  std::string plan;  // the plan's seal checksum, "0x%08x"
 };
+
+/// A fresh run id: 16 hex digits from the OS's random source (mixed with the
+/// clock and pid should it fail). One per job: rank 0's, shared by all.
+std::string newRunId();
 
 class MappTraceWriter {
 public:
@@ -151,4 +150,4 @@ private:
 
 } // namespace mapp
 
-#endif // MAPP_SCAN_TRACEWRITER_H
+#endif // MAPP_TRACE_TRACEWRITER_H

@@ -1,0 +1,44 @@
+//===- TraceFormat.h - The trace vocabulary, defined once -------*- C++ -*-===//
+//
+// The bottom of the MegaScan stack (docs/trace-format.md): the categories and
+// communication ops of trace events and their names in the files. The
+// runtime's writer (TraceWriter.h) and mapp-scan's reader (scan/Trace.h) both
+// use these; nothing here depends on anything but the standard library.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_TRACE_TRACEFORMAT_H
+#define MAPP_TRACE_TRACEFORMAT_H
+
+#include <cstdint>
+#include <string>
+
+namespace mapp::trace {
+
+/// Trace format version written in every header ("version").
+constexpr int kFormatVersion = 1;
+
+/// "cat" of an event.
+enum class Category : uint8_t { Compute, Comm, Memcpy, Data, Optimizer };
+/// "op" of a communication event (None: not one). Collectives are the ops
+/// from AllReduce on.
+enum class Op : uint8_t {
+  None,
+  Send,
+  Recv,
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Broadcast,
+  Barrier
+};
+
+const char *categoryName(Category c); // "compute", "comm", ...
+const char *opName(Op o);             // "" for None, "send", "all_reduce", ...
+bool parseCategory(const std::string &s, Category &out);
+bool parseOp(const std::string &s, Op &out); // "" parses as None
+inline bool isCollective(Op o) { return o >= Op::AllReduce; }
+
+} // namespace mapp::trace
+
+#endif // MAPP_TRACE_TRACEFORMAT_H
