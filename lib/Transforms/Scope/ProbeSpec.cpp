@@ -12,6 +12,7 @@ bool mapp::scope::isKnownReduction(llvm::StringRef r) {
   return llvm::StringSwitch<bool>(r)
       .Cases("max", "min", "mean", "std", "absmax", "sparsity", true)
       .Cases("hist", "topk", "sketch", "raw", "attn", true)
+      .Case("lens", true)
       .Default(false);
 }
 
