@@ -89,6 +89,18 @@ def test_lens_selected_positions(model_dir):
     assert (ids == ref.indices[[1, 7], :3].numpy()).all()
     p = np.frombuffer(data, np.float32).reshape(2, 3)
     assert np.abs(p - ref.values[[1, 7], :3].numpy()).max() <= 1e-5
+    # mapp-scope serves it per layer with the selected positions.
+    run_id = sqlite3.connect(db).execute("SELECT id FROM runs").fetchone()[0]
+    got = json.loads(run([tool("mapp-scope"), "get", "--db", db,
+                          f"/api/lens?run={run_id}&step=0&phase=generate"]).stdout)
+    assert [g["point"] for g in got] == ["layers.1"]
+    rows = got[0]["rows"]
+    assert [r["position"] for r in rows] == [1, 7]
+    assert [[t["id"] for t in r["top"]] for r in rows] == ids.tolist()
+    assert np.abs(np.array([[t["p"] for t in r["top"]] for r in rows]) - p).max() < 1e-7
+    bad = subprocess.run([tool("mapp-scope"), "get", "--db", db,
+                          f"/api/lens?run={run_id}&step=x"], capture_output=True, text=True)
+    assert "must be an integer" in bad.stdout + bad.stderr
 
 
 @pytest.mark.parametrize("entry,message", [
