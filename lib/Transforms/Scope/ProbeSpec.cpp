@@ -198,7 +198,7 @@ llvm::Error parseProbe(const json::Value &v, Locator &loc, size_t index,
                  "probe '" + p.name + "': unknown reduction " +
                      (s ? "'" + s->str() + "'" : std::string("(not a string)")) +
                      " (expected max, min, mean, std, absmax, sparsity, hist, "
-                     "topk, sketch, raw or attn)");
+                     "topk, sketch, raw, attn or lens)");
     if (!llvm::is_contained(p.reduce, *s))
       p.reduce.push_back(s->str());
   }
