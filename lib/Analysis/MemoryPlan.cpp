@@ -45,6 +45,34 @@ int64_t mapp::inFlightMicrobatches(ModuleOp module, int64_t stage) {
   return best;
 }
 
+int64_t mapp::peakStashed(ScheduleOp sched, int64_t stage) {
+  if (stage >= (int64_t)sched.getTables().size())
+    return 0;
+  int64_t now = 0, peak = 0;
+  for (Attribute a : cast<ArrayAttr>(sched.getTables()[stage])) {
+    TaskKind k = cast<TaskAttr>(a).getKind();
+    if (k == TaskKind::Forward)
+      peak = std::max(peak, ++now);
+    else if (k == TaskKind::Backward || k == TaskKind::BackwardWeight)
+      --now;
+  }
+  return peak;
+}
+
+LogicalResult mapp::checkMemCap(ModuleOp module, const ParallelLayout &layout,
+                                const StageMemory &mem) {
+  if (!layout.adaptive || layout.adaptive->memCapBytes == 0)
+    return success();
+  uint64_t cap = layout.adaptive->memCapBytes,
+           need = mem.persistentBytes + mem.arenaBytes;
+  if (cap >= need)
+    return success();
+  return module.emitError("adaptive schedule: mem-cap ")
+         << cap << " B is below one microbatch on stage " << mem.stage
+         << ": persistent " << mem.persistentBytes << " B + one arena slot "
+         << mem.arenaBytes << " B = " << need << " B";
+}
+
 /// Whether `op` may write the storage of one of its operands. Compute ops
 /// are pure (their results are fresh values); collectives, send, probe and
 /// grad_accumulate only read their operands (they write fresh results, a
@@ -291,5 +319,26 @@ FailureOr<StageMemory> mapp::planStageMemory(ModuleOp module,
   for (auto &[result, storage] : mem.aliasOf)
     mem.offsets[result] = mem.offsets.lookup(storage);
   mem.slots = inFlightMicrobatches(module, stage);
+
+  // The stash: what each forward returns for its backward.
+  for (const StepBlock *b : blocks) {
+    if (b->phase != Phase::Forward)
+      continue;
+    auto ret = cast<func::ReturnOp>(b->func.getBody().front().getTerminator());
+    llvm::DenseSet<Value> owners;
+    uint64_t bytes = 0;
+    for (Value v : ret.getOperands().drop_front(b->hasLoss ? 1 : 0)) {
+      v = step.canonical(v);
+      if (auto a = mem.aliasOf.find(v); a != mem.aliasOf.end())
+        v = a->second;
+      auto it = live.find(v);
+      if (it != live.end() && owners.insert(v).second)
+        bytes += it->second.bytes;
+    }
+    mem.stashBytes = std::max(mem.stashBytes, bytes);
+  }
+  for (auto sched : module.getOps<ScheduleOp>())
+    mem.stashPeaks.push_back(
+        {sched.getKind().str(), peakStashed(sched, stage)});
   return mem;
 }

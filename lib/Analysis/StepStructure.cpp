@@ -24,6 +24,20 @@ static FailureOr<ParallelLayout> readLayout(ModuleOp module) {
   if (dict)
     if (auto s = dict.getAs<StringAttr>("schedule"))
       l.schedule = s.str();
+  if (l.schedule == "adaptive") {
+    auto a = module->getAttrOfType<DictionaryAttr>(kAdaptiveAttr);
+    if (!a)
+      return module.emitError("schedule \"adaptive\" needs the ")
+             << kAdaptiveAttr << " policy (run --mapp-pipeline-schedule)";
+    AdaptiveLayout al;
+    if (auto cap = a.getAs<IntegerAttr>("mem_cap_bytes"))
+      al.memCapBytes = cap.getInt();
+    if (auto r = a.getAs<FloatAttr>("slow_link_ratio"))
+      al.slowLinkRatio = r.getValueAsDouble();
+    if (auto w = a.getAs<FloatAttr>("bandwidth_smoothing"))
+      al.bandwidthSmoothing = w.getValueAsDouble();
+    l.adaptive = al;
+  }
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.chunks < 1 || l.microbatches < 1)
     return module.emitError("mapp.parallel degrees, chunks and microbatches "
                             "must be >= 1");

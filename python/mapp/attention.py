@@ -204,7 +204,7 @@ def _same(idx, expected, shape):
         and torch.equal(idx.reshape(-1), expected.reshape(-1))
 
 
-def heads_operand(x, role):
+def heads_operand(x, role, merged=False):
     """(value [B,T,H] as Lazy/Tensor, heads, rotary_base or None) when x is
     the head view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T])."""
     if isinstance(x, Rotated):
@@ -215,10 +215,12 @@ def heads_operand(x, role):
         want = plain.transpose(-2, -1) if role == "kT" else plain
         if not _same(idx, want, x.shape):
             return None
-        m = heads_operand(x.src, "q")
+        m = heads_operand(x.src, "q", merged)
         return (m[0], m[1], x.base_freq) if m and m[2] is None else None
-    if not isinstance(x, Lazy) or isinstance(x.base, Virtual) or len(x.shape) < 3:
+    if not isinstance(x, Lazy) or isinstance(x.base, Virtual) or len(x.shape) < 3 or not x.steps:
         return None
+    if merged:
+        return _merged_heads(x, role)
     d = x.shape[-2] if role == "kT" else x.shape[-1]
     idx = x.idx()
     for k in range(len(x.steps) + 1):  # shortest first: the most original [B,T,H]
@@ -228,6 +230,30 @@ def heads_operand(x, role):
         nh = pidx.shape[-1] // d
         if _same(idx, _heads(pidx, nh, role), x.shape):
             return x.prefix(k), nh, None
+    return _merged_heads(x, role)
+
+
+def _merged_heads(x, role):
+    """Any [B,nh,T,D] head view (kT: [B,nh,D,T]) that is no plain split of a
+    [B,T,H] value (heads interleaved with q/k/v, a [B,T,3,nh,D] permute):
+    merge the heads back with a transpose + reshape, which mapp emits as
+    real ops (simplified away where they cancel)."""
+    idx = x.idx()
+    for k in range(len(x.steps), -1, -1):  # the last 4-d view with the same element order
+        pidx = x.idx(upto=k)
+        shape = tuple(pidx.shape)
+        while len(shape) > 4 and shape[0] == 1:  # qkv[i] of a [3,B,nh,T,D] view
+            shape = shape[1:]
+        if len(shape) != 4 or not torch.equal(pidx.reshape(-1), idx.reshape(-1)) \
+                or shape[-2:] != tuple(x.shape[-2:]):
+            continue
+        b, nh, r, c = shape
+        t, d = (c, r) if role == "kT" else (r, c)
+        perm = (0, 3, 1, 2) if role == "kT" else (0, 2, 1, 3)
+        node = x.steps[-1].node
+        merged = Lazy.of(x.prefix(k)).then(Step("reshape", shape, node))
+        merged = merged.then(Step("transpose", (b, t, nh, d), node, perm=perm))
+        return merged.then(Step("reshape", (b, t, nh * d), node)), nh, None
     return None
 
 
@@ -239,7 +265,9 @@ def is_causal_mask(mask, t, fill):
     upper = torch.ones(t, t, dtype=torch.bool).triu(1)
     m = m.reshape(-1, t, t)
     if fill is not None:  # masked_fill(mask, fill)
-        return math.isinf(fill) and fill < 0 and m.dtype == torch.bool and bool((m == upper).all())
+        # A finite fill <= -1e4 (GPT-2's -1e4, finfo.min) gives the same fp32
+        # softmax: exp(-1e4) underflows to 0 like exp(-inf).
+        return fill <= -1e4 and m.dtype == torch.bool and bool((m == upper).all())
     want = torch.zeros(t, t, dtype=m.dtype).masked_fill(upper, float("-inf"))
     return m.is_floating_point() and bool((m == want).all())
 
@@ -247,14 +275,22 @@ def is_causal_mask(mask, t, fill):
 def attention(ctx, node, probs, v):
     """probs @ v -> mapp.attention, or None when the operands don't fit."""
     s = probs.scores
-    mq = heads_operand(s.q, "q")
-    mk = heads_operand(s.k, "kT")
-    mv = heads_operand(v, "v")
-    if not (mq and mk and mv):
+
+    def fits(mq, mk, mv):
+        if not (mq and mk and mv):
+            return False
+        (q, nh, rq), (k, nhk, rk), (vv, nhv, rv) = mq, mk, mv
+        return nh == nhk == nhv and rq == rk and rv is None and q.shape == k.shape == vv.shape
+
+    # Plain splits of [B,T,H] values first; else merge the [B,nh,T,D] views.
+    for merged in (False, True):
+        ms = (heads_operand(s.q, "q", merged), heads_operand(s.k, "kT", merged),
+              heads_operand(v, "v", merged))
+        if fits(*ms):
+            break
+    else:
         return None
-    (q, nh, rq), (k, nhk, rk), (vv, nhv, rv) = mq, mk, mv
-    if not (nh == nhk == nhv and rq == rk and rv is None and q.shape == k.shape == vv.shape):
-        return None
+    (q, nh, rq), (k, _, _), (vv, _, _) = ms
     attrs = {"heads": ir.I64(nh), "scale": ir.F64(s.scale)}
     if s.causal:
         attrs["causal"] = ir.Unit()
@@ -274,3 +310,36 @@ def attention(ctx, node, probs, v):
                  Step("reshape", probs.shape[:-1] + (h // nh,), node)):
         lazy = lazy.then(step)
     return lazy
+
+
+# ---- F.scaled_dot_product_attention (torch >= 2.0) -----------------------
+
+def sdpa(ctx, node, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """[B,nh,T,D] q, k, v -> mapp.attention (as the written-out pattern
+    would be), or an error naming what does not fit."""
+    if dropout_p:
+        fail(node, "scaled_dot_product_attention with dropout_p > 0 (mapp.attention has no dropout)")
+    if len(q.shape) != 4:
+        fail(node, "scaled_dot_product_attention on other than [B, heads, T, D] tensors")
+    t, d = q.shape[-2:]
+    # _layout: k may be a pattern value (rotary-embedded) as well as a view.
+    kt = ctx._layout(node, k, Step("transpose", k.shape[:-2] + (d, k.shape[-2]), node,
+                                   perm=(0, 1, 3, 2)))
+    s = Scores(q, kt, q.shape[:-1] + (k.shape[-2],), node)
+    s.scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    if is_causal:
+        s.causal = True
+    if mask is not None:
+        if not hasattr(mask, "val"):
+            fail(node, "scaled_dot_product_attention with a mask that is not a constant")
+        m = mask.val
+        keep = m if m.dtype == torch.bool else None
+        if keep is not None and is_causal_mask(type(mask)(~keep), t, float("-inf")) \
+                or keep is None and is_causal_mask(mask, t, None):
+            s.causal = True
+        else:
+            fail(node, "scaled_dot_product_attention with a mask other than the causal one")
+    y = attention(ctx, node, Probs(s, s.shape), v)
+    if y is None:
+        fail(node, "scaled_dot_product_attention on q/k/v that are no head views mapp can merge")
+    return y

@@ -156,6 +156,17 @@ class Builder:
     def param_ref(self, name, shape, elem):
         return self.op("mapp.param_ref", [], shape, elem, {"param": SymRef(name)}, named=False)
 
+    def prune(self, result):
+        """Drops ops whose value nothing uses: multi-op patterns (tanh gelu)
+        are recognized after their first ops were emitted."""
+        used = {id(result)}
+        kept = []
+        for op in reversed(self.ops):
+            if id(op.result) in used:
+                kept.append(op)
+                used.update(id(v) for v in op.operands)
+        self.ops = kept[::-1]
+
     def assign_names(self, leaf_modules):
         """mapp.name: the module path when the op is the only op of a leaf
         module (nn.Linear -> "layers.0.attn.qkv"); otherwise path + "." +

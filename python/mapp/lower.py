@@ -41,7 +41,9 @@ def _meta(node):
     """TensorMetadata (shape, dtype) of a node's single tensor result, or None
     (make_fx in real mode records metadata, not values)."""
     m = node.meta.get("tensor_meta")
-    return m if m is not None and hasattr(m, "shape") else None
+    if m is None:
+        m = node.meta.get("val")  # torch.export: a FakeTensor
+    return m if m is not None and hasattr(m, "shape") and hasattr(m, "dtype") else None
 
 
 def _shape(node):
@@ -149,6 +151,10 @@ class Lowering:
             return Const(step.apply(x.val).clone())
         if isinstance(x, Pending):
             r = x.layout(step, node)
+            if r is None and isinstance(x, att.Scores) and not x.causal:
+                # A product that looked like q @ k^T (probs @ v of a
+                # non-exact attention, say) is just a matmul.
+                return Lazy.of(Tensor(x.materialize(self, node))).then(step)
             if r is None:
                 fail(node, f"applies a layout change to {x.what}")
             return r
@@ -210,6 +216,17 @@ class Lowering:
     def op_split_with_sizes(self, node, x, sizes, dim=0):
         return self._split(node, x, sizes, dim)
 
+    def op_unbind(self, node, x, dim=0):
+        dim %= len(x.shape)
+        shape = x.shape[:dim] + x.shape[dim + 1:]
+        out = []
+        for i in range(x.shape[dim]):
+            part = list(x.shape)
+            part[dim] = 1
+            y = self._layout(node, x, Step("slice", tuple(part), node, dim=dim, start=i, end=i + 1))
+            out.append(self._layout(node, y, Step("reshape", shape, node)))
+        return Tuple(out)
+
     def op_getitem(self, node, x, i):
         if not isinstance(x, Tuple):
             fail(node, "indexing a non-tuple value")
@@ -227,6 +244,17 @@ class Lowering:
 
     def op_embedding(self, node, table, ids, padding_idx=-1, *rest):
         shape = _shape(node)
+        if isinstance(ids, Const):
+            # Position ids from torch.arange: rows start..start+n of the table.
+            flat = ids.val.reshape(-1).long()
+            n = flat.numel()
+            if n == 0 or not torch.equal(flat, torch.arange(n) + flat[0]) \
+                    or flat[0] < 0 or flat[0] + n > table.shape[0]:
+                fail(node, "embedding of constant ids other than a range (torch.arange)")
+            start = int(flat[0])
+            rows = self._layout(node, table, Step("slice", (n,) + table.shape[1:], node,
+                                                  dim=0, start=start, end=start + n))
+            return self._layout(node, rows, Step("reshape", shape, node))
         return self.emit(node, "mapp.embedding", [table, ids], shape, elem=table.elem)
 
     def op_native_layer_norm(self, node, x, normalized_shape, w, b, eps):
@@ -279,10 +307,21 @@ class Lowering:
         return self.emit(node, "mapp.matmul", [a, b], _shape(node))
 
     def op_masked_fill(self, node, x, mask, value):
+        if isinstance(value, Const) and value.shape == ():
+            value = value.uniform()
         if isinstance(x, att.Scores) and isinstance(mask, Const) and not x.causal \
+                and isinstance(value, (int, float)) \
                 and att.is_causal_mask(mask, x.shape[-1], float(value)):
             return x.copy(causal=True)
-        fail(node, "masked_fill is only supported as the causal mask of attention scores")
+        fail(node, "masked_fill is only supported as the causal mask of attention scores "
+                   "(mask = triu(ones(T, T), 1), fill -inf or <= -1e4)")
+
+    def op_where(self, node, cond, a, b=None):
+        # torch.where(tril_mask, scores, fill) == scores.masked_fill(~tril_mask, fill)
+        if isinstance(cond, Const) and cond.val.dtype == torch.bool and isinstance(a, att.Scores):
+            return self.op_masked_fill(node, a, Const(~cond.val), b)
+        fail(node, "torch.where is only supported as the causal mask of attention scores "
+                   "(where(tril(ones(T, T)), scores, fill))")
 
     def op__softmax(self, node, x, dim, half_to_float=False):
         if dim % len(x.shape) != len(x.shape) - 1:
@@ -302,6 +341,29 @@ class Lowering:
         return Tuple([pat.cross_entropy(self, node, x, target, reduction, ignore_index),
                       Unused("nll_loss total weight")])
 
+    # torch >= 2.0: F.scaled_dot_product_attention, as traced on CPU.
+    def op_scaled_dot_product_attention(self, node, q, k, v, attn_mask=None, dropout_p=0.0,
+                                        is_causal=False, scale=None, **kw):
+        return att.sdpa(self, node, q, k, v, attn_mask, dropout_p, is_causal, scale)
+
+    def op__scaled_dot_product_flash_attention_for_cpu(self, node, q, k, v, dropout_p=0.0,
+                                                       is_causal=False, attn_mask=None,
+                                                       scale=None, **kw):
+        y = att.sdpa(self, node, q, k, v, attn_mask, dropout_p, is_causal, scale)
+        return Tuple([y, Unused("attention logsumexp")])
+
+    def op__scaled_dot_product_flash_attention(self, node, q, k, v, dropout_p=0.0,
+                                               is_causal=False, return_debug_mask=False,
+                                               scale=None, **kw):
+        y = att.sdpa(self, node, q, k, v, None, dropout_p, is_causal, scale)
+        return Tuple([y] + [Unused("flash attention statistics")] * 8)
+
+    def op__scaled_dot_product_efficient_attention(self, node, q, k, v, attn_bias=None,
+                                                   compute_log_sumexp=False, dropout_p=0.0,
+                                                   is_causal=False, scale=None, **kw):
+        y = att.sdpa(self, node, q, k, v, attn_bias, dropout_p, is_causal, scale)
+        return Tuple([y] + [Unused("efficient attention statistics")] * 3)
+
     def op_gelu(self, node, x, approximate="none"):
         return self._rowwise(node, "mapp.gelu", x, {"approximate": approximate})
 
@@ -320,9 +382,53 @@ class Lowering:
     def _scalar(self, node, x, factor):
         if isinstance(x, att.Scores) and factor > 0:
             return x.copy(scale=x.scale * factor)
+        if isinstance(x, (pat.Cube, pat.GeluStage)):
+            g = self._gelu_scalar(node, x, factor)
+            if g is not None:
+                return g
         if factor == 1:
             return x
-        return self._rowwise(node, "mapp.scale", x, {"factor": ir.F64(factor)})
+        y = self._rowwise(node, "mapp.scale", x, {"factor": ir.F64(factor)})
+        y.scaled_from = (x, factor)  # for 0.5 * x * (1 + tanh(...))
+        return y
+
+    def _plain_scale(self, x, factor, node):
+        return lambda ctx, user: self._rowwise(node, "mapp.scale", x, {"factor": ir.F64(factor)}) \
+            .materialize(ctx, user)
+
+    def _gelu_scalar(self, node, x, factor):
+        if isinstance(x, pat.Cube):
+            return pat.GeluStage("cube_scaled", x.x, c=factor, plain=self._plain_scale(x, factor, node))
+        if x.kind == "inner":
+            return pat.GeluStage("inner_scaled", x.x, c=x.c, s=factor,
+                                 plain=self._plain_scale(x, factor, node))
+        if x.kind == "half_missing" and factor == 0.5 and x.is_tanh_gelu():
+            return self._rowwise(node, "mapp.gelu", x.x, {"approximate": "tanh"})
+        return None
+
+    def _gelu_binary(self, node, name, a, b):
+        """The tanh-gelu stages completed by an add or mul, else None."""
+        for x, y in ((a, b), (b, a)):
+            if not isinstance(x, pat.GeluStage):
+                continue
+            if name == "add" and x.kind == "cube_scaled" and _same_value(y, x.x):
+                return pat.GeluStage("inner", x.x, c=x.c, plain=lambda ctx, user, a=a, b=b:
+                                     self._binary(node, "mapp.add", a, b).materialize(ctx, user))
+            if name == "add" and x.kind == "tanh" and isinstance(y, (int, float)) and y == 1:
+                return pat.GeluStage("one_plus", x.x, c=x.c, s=x.s)
+            if name == "mul" and x.kind == "one_plus" and x.is_tanh_gelu():
+                src = getattr(y, "scaled_from", None)
+                if src is not None and src[1] == 0.5 and _same_value(src[0], x.x):
+                    return self._rowwise(node, "mapp.gelu", x.x, {"approximate": "tanh"})
+                if _same_value(y, x.x):
+                    return pat.GeluStage("half_missing", x.x, c=x.c, s=x.s)
+        return None
+
+    def op_tanh(self, node, x):
+        if isinstance(x, pat.GeluStage) and x.kind == "inner_scaled":
+            return pat.GeluStage("tanh", x.x, c=x.c, s=x.s)
+        fail(node, "tanh is only supported inside the tanh gelu "
+                   "0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))")
 
     def _binary(self, node, name, a, b):
         """mapp.add / mapp.mul with the trailing-broadcast rule."""
@@ -347,6 +453,11 @@ class Lowering:
             return self._scalar(node, a, float(b))
         if isinstance(a, (int, float)):
             return self._scalar(node, b, float(a))
+        g = self._gelu_binary(node, "mul", a, b)
+        if g is not None:
+            return g
+        if _same_value(a, b) and isinstance(a, (Lazy, Tensor, Param)):
+            return pat.Square(a)  # x * x of an rms norm (or a plain product)
         for x, y in ((a, b), (b, a)):
             if isinstance(y, pat.InvRms) and x.shape == y.x.shape and _same_value(x, y.x):
                 return pat.Normalized(y.x, y.eps)
@@ -369,6 +480,8 @@ class Lowering:
         if isinstance(a, pat.KeepMask) and not a.scaled and isinstance(b, (int, float)) \
                 and abs(b - a.keep) < 1e-12:
             return pat.KeepMask(a.keep, a.shape, scaled=True)
+        if isinstance(b, Const) and b.shape == () and b.uniform() is not None:
+            b = float(b.uniform())
         if isinstance(b, (int, float)):
             return self._scalar(node, a, 1.0 / float(b))
         fail(node, "division by a tensor is not supported")
@@ -383,6 +496,9 @@ class Lowering:
         r = att.rotary(node, a, b)
         if r is not None:
             return r
+        g = self._gelu_binary(node, "add", a, b)
+        if g is not None:
+            return g
         for x, y in ((a, b), (b, a)):
             if isinstance(x, att.Scores) and isinstance(y, Const) and not x.causal \
                     and att.is_causal_mask(y, x.shape[-1], None):
@@ -410,7 +526,10 @@ class Lowering:
     def op_pow(self, node, x, e):
         if e == 2:
             return pat.Square(x)
-        fail(node, f"pow with exponent {e} (only x.pow(2) of an rms norm is supported)")
+        if e == 3:
+            return pat.Cube(x)
+        fail(node, f"pow with exponent {e} (only x.pow(2) of an rms norm and x.pow(3) of a "
+                   "tanh gelu are supported)")
 
     def op_mean(self, node, x, dims, keepdim=False, dtype=None):
         if isinstance(x, pat.Square) and [d % len(x.shape) for d in dims] == [len(x.shape) - 1] \

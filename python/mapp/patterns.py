@@ -101,3 +101,53 @@ def cross_entropy(ctx, node, logsm, targets, reduction, ignore_index):
         fail(node, f"cross entropy of logits {list(lv.shape)} and targets {list(tv.shape)}")
     return Tensor(ctx.b.op("mapp.cross_entropy", [lv, tv], (), lv.elem,
                            {"ignore_index": ir.I64(ignore_index)}, module=ctx.module(node)))
+
+
+# tanh gelu written out:
+#   0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))
+# Every stage before tanh emits its plain ops when used elsewhere (mapp has
+# mul/scale/add); from tanh on, mapp has no op, so only the whole pattern
+# exports.  Ops emitted for stages the pattern then consumed are dead and
+# dropped by Builder.prune.
+
+GELU_C = 0.044715
+GELU_S = (2.0 / 3.141592653589793) ** 0.5
+
+
+def _near(a, b):
+    return abs(a - b) <= 1e-6 * abs(b)
+
+
+class Cube(Pending):
+    what = "x ** 3"
+
+    def __init__(self, x):
+        self.x, self.shape, self.elem = x, x.shape, x.elem
+
+    def materialize(self, ctx, user):
+        v = self.x.materialize(ctx, user)
+        mod = user.meta.get("mapp_module", "")
+        sq = ctx.b.op("mapp.mul", [v, v], v.shape, v.elem, module=mod)
+        return ctx.b.op("mapp.mul", [sq, v], v.shape, v.elem, module=mod)
+
+
+class GeluStage(Pending):
+    """One stage of the tanh gelu of x: kind in cube_scaled (c*x^3), inner
+    (x + c*x^3), inner_scaled (s*(x + c*x^3)), tanh, one_plus (1 + tanh),
+    half_missing (x * (1 + tanh), the 0.5 still to come)."""
+
+    def __init__(self, kind, x, c=None, s=None, plain=None):
+        self.kind, self.x, self.c, self.s, self.plain = kind, x, c, s, plain
+        self.shape, self.elem = x.shape, x.elem
+        self.what = f"part of a tanh gelu ({kind})" + (
+            "; mapp has tanh only inside 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))"
+            if kind in ("tanh", "one_plus", "half_missing") else "")
+
+    def materialize(self, ctx, user):
+        if self.plain is None:
+            return Pending.materialize(self, ctx, user)
+        return self.plain(ctx, user)
+
+    def is_tanh_gelu(self):
+        return self.c is not None and self.s is not None and _near(self.c, GELU_C) \
+            and _near(self.s, GELU_S)

@@ -1,4 +1,6 @@
-"""Trace an nn.Module to an aten-level torch.fx graph (make_fx, torch 1.13).
+"""Trace an nn.Module to an aten-level torch.fx graph: make_fx (torch 1.13,
+and on request any later torch), or torch.export (torch >= 2.5 by default;
+`MAPP_TRACER=make_fx|export` overrides).
 
 make_fx in torch 1.13 records neither the nn.Module path nor the Python
 source of a node, and the exporter needs both: the module path names the mapp
@@ -12,6 +14,7 @@ tracing we keep a stack of module paths (forward hooks) and wrap
 
 import contextlib
 import os
+import re
 import sys
 import sysconfig
 
@@ -66,11 +69,93 @@ def _recording(module):
             h.remove()
 
 
-def trace(module, *inputs):
-    """Returns the fx.GraphModule of module(*inputs) at aten level.  Nodes
-    carry meta["tensor_meta"] (shape and dtype; tracing runs the model once)."""
+def default_tracer():
+    forced = os.environ.get("MAPP_TRACER")
+    if forced:
+        if forced not in ("make_fx", "export"):
+            raise ValueError(f"MAPP_TRACER={forced}: expected make_fx or export")
+        return forced
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return "export" if (major, minor) >= (2, 5) and hasattr(torch, "export") else "make_fx"
+
+
+def trace(module, tokens, targets, pick=lambda out: out, tracer=None):
+    """Returns (fx.GraphModule of pick(module(tokens, targets)) at aten level,
+    lifted): pick selects the loss from what forward returns; lifted lists,
+    per placeholder, ("input", i) or, for graphs whose weights are inputs
+    (torch.export), ("param", tensor) / ("const", tensor).  Nodes carry
+    meta["tensor_meta"] (or meta["val"]) and the mapp_module/mapp_source
+    stamps."""
+    if (tracer or default_tracer()) == "export":
+        if not hasattr(torch, "export"):
+            from .values import ExportError
+            raise ExportError(f"torch {torch.__version__} has no torch.export (use make_fx)")
+        return _export(module, tokens, targets, pick)
     with _recording(module):
-        return make_fx(module)(*inputs)
+        gm = make_fx(lambda t, y: pick(module(t, y)))(tokens, targets)
+    return gm, [("input", 0), ("input", 1)]
+
+
+class _Picked(torch.nn.Module):
+    """module with forward's loss picked (torch.export traces modules)."""
+
+    def __init__(self, module, pick):
+        super().__init__()
+        self.m = module
+        self.pick = pick
+
+    def forward(self, tokens, targets):
+        return self.pick(self.m(tokens, targets))
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _export(module, tokens, targets, pick):
+    wrapper = _Picked(module, pick)
+    ep = torch.export.export(wrapper, (tokens, targets), strict=False)
+    ep = ep.run_decompositions()
+    gm = ep.graph_module
+    lifted, user = [], 0
+    by_name = {spec.arg.name: spec for spec in ep.graph_signature.input_specs}
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        spec = by_name[node.name]
+        kind = spec.kind.name
+        if kind == "USER_INPUT":
+            lifted.append(("input", user))
+            user += 1
+        elif kind == "PARAMETER":
+            lifted.append(("param", wrapper.get_parameter(spec.target)))
+        elif kind in ("BUFFER", "CONSTANT_TENSOR"):
+            t = ep.constants.get(spec.target)
+            lifted.append(("const", t if t is not None else ep.state_dict[spec.target]))
+        else:
+            raise ValueError(f"torch.export input {node.name} of kind {kind}")
+    for node in gm.graph.nodes:
+        node.meta["mapp_module"] = _module_path(node.meta.get("nn_module_stack"))
+        node.meta["mapp_source"] = _stack_source(node.meta.get("stack_trace"))
+    return gm, lifted
+
+
+def _module_path(stack):
+    """Innermost nn_module_stack entry as a path of the user's module."""
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    path = re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(path))
+    path = re.sub(r"\._modules\['([^']+)'\]|\[(\d+)\]", lambda m: "." + (m.group(1) or m.group(2)), path)
+    path = path.lstrip(".")
+    return path[2:] if path.startswith("m.") else ("" if path == "m" else path)
+
+
+def _stack_source(text):
+    for path, line in reversed(_FRAME.findall(text or "")):
+        real = os.path.realpath(path)
+        if not real.startswith(_SKIP_DIRS) and real not in _SKIP_FILES and not path.startswith("<"):
+            return f"{path}:{line}"
+    return "<unknown source>"
 
 
 def parameter_names(module):

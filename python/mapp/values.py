@@ -167,6 +167,10 @@ class Lazy(Abstract):
         if hit is not None:
             return hit
         v = self.base.materialize(ctx, user)
+        if v.elem not in ("f32", "f16", "bf16") and self.steps:
+            fail(self.steps[0].node, f"changes the layout of an integer tensor ({v.elem}; e.g. "
+                 "shifting labels inside forward): mapp layout ops are float-only, and "
+                 "mapp-run already feeds next-token targets")
         for s in self.steps:
             mod = s.node.meta.get("mapp_module", "")
             d = s.data

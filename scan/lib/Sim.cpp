@@ -68,9 +68,18 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
           double &free = linkFree[{r, op.peer}];
           double xfer =
               op.xferNs >= 0 ? op.xferNs : net.p2p(r, op.peer, op.bytes);
-          end = std::max(start, free) + xfer;
-          free = end;
-          inflight[{r, op.peer, op.tag}].push_back({end});
+          if (op.async) {
+            // Latency overlaps the next transfer; the bytes serialize.
+            double begin = std::max(start, free);
+            double latency = op.xferNs >= 0 ? 0 : net.p2p(r, op.peer, 0);
+            free = begin + std::max(0.0, xfer - latency);
+            inflight[{r, op.peer, op.tag}].push_back({begin + xfer});
+            end = start;
+          } else {
+            end = std::max(start, free) + xfer;
+            free = end;
+            inflight[{r, op.peer, op.tag}].push_back({end});
+          }
         } else if (op.kind == SimOp::Recv) {
           auto it = inflight.find({op.peer, r, op.tag});
           if (it == inflight.end() || it->second.empty())

@@ -141,7 +141,11 @@ def check(ref, got, dp, micro):
 CONFIGS = [(tp, pp, dp, 1, "") for tp in (1, 2) for pp in (1, 2) for dp in (1, 2)] + \
           [(1, 2, 1, 2, ""), (2, 2, 2, 2, ""), (1, 1, 2, 1, "zero1=true"),
            (2, 2, 2, 1, "zero1=true"), (2, 1, 1, 1, "sequence-parallel=true"),
-           (2, 2, 1, 1, "schedule=gpipe")]
+           (2, 2, 1, 1, "schedule=gpipe"),
+           # MegaDPP compiler schedules: split backward (Bi/W blocks, the dp
+           # grad_sync moved into W) and breadth-first chunks.
+           (2, 2, 1, 1, "schedule=zb-h1"), (1, 2, 2, 1, "schedule=zb-h1"),
+           (1, 2, 1, 2, "schedule=bfc"), (1, 2, 1, 2, "schedule=adaptive")]
 MPI_CONFIGS = [(2, 1, 1, 1, ""), (1, 2, 2, 1, ""), (2, 2, 2, 2, ""),
                (2, 2, 2, 1, "zero1=true")]
 
@@ -158,7 +162,8 @@ def layout_plan(d, model, tp, pp, dp, chunks, extra, opt=OPT):
 
 
 def ids(cs):
-    return [f"tp{a}-pp{b}-dp{c}-ch{e}" + (f"-{x.split('=')[0]}" if x else "")
+    return [f"tp{a}-pp{b}-dp{c}-ch{e}" +
+            (f"-{x.replace('schedule=', '').split('=')[0]}" if x else "")
             for a, b, c, e, x in cs]
 
 

@@ -9,21 +9,14 @@ torch.optim.AdamW. Every step's loss and every step-0 gradient must agree
 within 1e-5 relative.
 """
 
-import json
-import os
-import pathlib
-import subprocess
-
 import pytest
 import torch
 
-from conftest import ROOT, find_tool
-from mapp import safetensors
 from mapp.reference import GPT
+from train_harness import compile_and_train, train_torch_and_compare
+from mapp import safetensors
 
 STEPS = 50
-LR, BETAS, EPS, WD = 1e-3, (0.9, 0.95), 1e-8, 0.1
-CORPUS = pathlib.Path(ROOT) / "data" / "gpt" / "news-1k.jsonl"
 TOLERANCE = 1e-5
 
 CONFIGS = {
@@ -36,76 +29,14 @@ CONFIGS = {
 }
 
 
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
-
-
-def run(cmd, **kw):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert r.returncode == 0, f"{cmd[0]} failed:\n{r.stderr}"
-    return r
-
-
-def compile_and_train(tmp, cfg):
-    (tmp / "cfg.json").write_text(json.dumps(cfg))
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-    run(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
-         "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
-         "--weights", tmp / "init.safetensors", "--seed", 7], env=env)
-    opt = (f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} "
-           f"weight-decay={WD}")
-    run([tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff",
-         f"-mapp-optimizer={opt}", "-o", tmp / "train.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / "train.mlir",
-         "-o", tmp / "model.mplan"])
-    run([tool("mapp-run"), tmp / "model.mplan", "--backend=cpu",
-         "--data", CORPUS, "--tokenizer", "bytes", "--steps", STEPS,
-         "--seed", 11, "--weights", tmp / "init.safetensors",
-         "--metrics", tmp / "metrics.jsonl", "--dump-batches", tmp / "batches.jsonl",
-         "--save-grads", tmp / "grads.safetensors", "--quiet"])
-    metrics = [json.loads(l) for l in (tmp / "metrics.jsonl").read_text().splitlines()]
-    batches = [json.loads(l) for l in (tmp / "batches.jsonl").read_text().splitlines()]
-    return metrics, batches, safetensors.load(tmp / "grads.safetensors")[0]
-
-
-def relative(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_loss_curve_and_gradients_match_pytorch(tmp_path, name):
     cfg = CONFIGS[name]
-    metrics, batches, mapp_grads = compile_and_train(tmp_path, cfg)
-    assert len(metrics) == STEPS and len(batches) == STEPS
-
+    metrics, batches, mapp_grads = compile_and_train(tmp_path, cfg, STEPS)
     torch.manual_seed(0)
     model = GPT(cfg)
-    model.load_state_dict(safetensors.load(tmp_path / "init.safetensors")[0])
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS,
-                            weight_decay=WD)
-    worst = 0.0
-    for step, batch in enumerate(batches):
-        assert batch["step"] == step
-        tokens = torch.tensor(batch["tokens"], dtype=torch.long)
-        targets = torch.tensor(batch["targets"], dtype=torch.long)
-        opt.zero_grad()
-        loss = model(tokens, targets)
-        loss.backward()
-        if step == 0:
-            for pname, p in model.named_parameters():
-                g = mapp_grads[pname]
-                scale = p.grad.abs().max().item()
-                err = (g - p.grad).abs().max().item() / max(scale, 1e-12)
-                assert err <= TOLERANCE, f"step-0 gradient of {pname}: {err:.2e}"
-        opt.step()
-        err = relative(metrics[step]["loss"], loss.item())
-        worst = max(worst, err)
-        assert err <= TOLERANCE, (
-            f"step {step}: mapp {metrics[step]['loss']:.8f} vs torch "
-            f"{loss.item():.8f} ({err:.2e} relative)")
+    weights = safetensors.load(tmp_path / "init.safetensors")[0]
+    worst = train_torch_and_compare(model, weights, metrics, batches, mapp_grads, TOLERANCE)
     # The run must actually learn: the loss falls.
     assert metrics[-1]["loss"] < metrics[0]["loss"] - 0.5
     print(f"{name}: worst relative loss difference over {STEPS} steps {worst:.2e}")

@@ -2,14 +2,18 @@
 //
 // mapp-sim --config job.json -o DIR [--inject FAULT]... [--seed S]
 // mapp-sim --config job.json --what-if report.json [--inject FAULT]...
+// mapp-sim PLAN.mplan... [--compare S1,S2,...] [cluster options]
 // See docs/mapp-sim.md.
 //
 //===----------------------------------------------------------------------===//
 
 #include "mapp/scan/Sim.h"
+#include "mapp/scan/SimPlan.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
@@ -24,7 +28,14 @@ static const char *kUsage =
     "         link-bandwidth:src=A,dst=B,gbps=G   (repeatable)\n"
     "  -o DIR           write DIR/rank-{r}.trace.jsonl and DIR/sim-truth.json\n"
     "  --what-if FILE   re-simulate with the culprits that a mapp-scan\n"
-    "                   report names removed; print the step time saved\n";
+    "                   report names removed; print the step time saved\n"
+    "       mapp-sim PLAN.mplan... [--compare S1,S2,...] [--steps N]\n"
+    "                [--gbps G] [--latency-us L] [--intra-gbps G]\n"
+    "                [--intra-latency-us L] [--gpus-per-node N]\n"
+    "                [--tflops T] [--mem-gbps M] [--uniform-costs F,B[,Bi,W]]\n"
+    "                [--mem-cap BYTES] [--inject FAULT]... [--json]\n"
+    "  replays the plans' schedules (S: a plan's schedule, dfc, bfc or\n"
+    "  adaptive) and prints step time and peak memory per rank\n";
 
 static int fail(const std::string &msg) {
   std::fprintf(stderr, "mapp-sim: error: %s\n", msg.c_str());
@@ -41,11 +52,118 @@ static double meanMs(const SimConfig &c, bool &ok, std::string &err) {
   return std::accumulate(st.begin(), st.end(), 0.0) / st.size() * 1e-6;
 }
 
+static bool number(const std::string &flag, const std::string &v, double &out,
+                   std::string &err) {
+  try {
+    size_t used = 0;
+    out = std::stod(v, &used);
+    if (used == v.size() && std::isfinite(out) && out >= 0)
+      return true;
+  } catch (const std::exception &) {
+  }
+  err = flag + " expects a non-negative number, got '" + v + "'";
+  return false;
+}
+
+static std::vector<std::string> splitList(const std::string &s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    out.push_back(item);
+  return out;
+}
+
+/// Plan mode: replay each requested schedule, print them side by side.
+static int runPlans(const std::vector<std::string> &paths,
+                    const std::vector<std::string> &compare,
+                    const PlanCluster &cluster, bool json) {
+  std::vector<mapp::rt::Plan> plans;
+  for (const std::string &path : paths) {
+    try {
+      plans.push_back(mapp::rt::loadPlan(path));
+    } catch (const std::exception &e) {
+      return fail(e.what());
+    }
+  }
+  for (size_t i = 1; i < plans.size(); ++i)
+    if (plans[i].worldSize != plans[0].worldSize ||
+        plans[i].numMicrobatches != plans[0].numMicrobatches)
+      return fail(paths[i] + ": world size / microbatches differ from " +
+                  paths[0] + " (compare plans of one job)");
+  std::vector<std::pair<std::string, size_t>> runs; // schedule, plan index
+  if (compare.empty()) {
+    for (size_t i = 0; i < plans.size(); ++i)
+      runs.push_back({plans[i].schedule, i});
+  } else {
+    for (const std::string &name : compare) {
+      size_t found = plans.size();
+      std::string offered;
+      for (size_t i = 0; i < plans.size() && found == plans.size(); ++i)
+        for (const std::string &s : planSchedules(plans[i])) {
+          offered += (offered.empty() ? "" : ", ") + s;
+          if (s == name) {
+            found = i;
+            break;
+          }
+        }
+      if (found == plans.size())
+        return fail("no plan offers schedule '" + name + "' (the plans offer " +
+                    offered + ")");
+      runs.push_back({name, found});
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  if (!json) {
+    const mapp::rt::Plan &p = plans[0];
+    std::printf("mapp-sim: %d ranks (tp %d, pp %d, dp %d), %d microbatches, "
+                "%d step(s)\n",
+                p.worldSize, p.tp, p.pp, p.dp, p.numMicrobatches,
+                cluster.steps);
+    for (const Fault &f : cluster.faults)
+      std::printf("  fault %s\n", f.text.c_str());
+    std::printf("%-12s %12s %12s  %s\n", "schedule", "step_us",
+                "peak_MiB", "per rank: peak MiB (in flight)");
+  }
+  for (auto &[name, pi] : runs) {
+    PlanSimResult r;
+    std::string err;
+    if (!simulatePlan(plans[pi], name, cluster, r, &err))
+      return fail(paths[pi] + ": " + err);
+    uint64_t peak = *std::max_element(r.peakBytes.begin(), r.peakBytes.end());
+    if (json) {
+      out.push_back({{"schedule", r.schedule},
+                     {"chosen", r.chosen},
+                     {"reason", r.reason},
+                     {"plan", paths[pi]},
+                     {"step_us", r.stepUs},
+                     {"peak_bytes", r.peakBytes},
+                     {"peak_in_flight", r.peakInFlight}});
+      continue;
+    }
+    std::printf("%-12s %12.3f %12.3f  ", name.c_str(), r.stepUs,
+                peak / 1048576.0);
+    for (size_t i = 0; i < r.peakBytes.size(); ++i)
+      std::printf("%s%.3f (%lld)", i ? ", " : "", r.peakBytes[i] / 1048576.0,
+                  (long long)r.peakInFlight[i]);
+    std::printf("\n");
+    if (!r.reason.empty())
+      std::printf("%-12s ran %s: %s\n", "", r.chosen.c_str(),
+                  r.reason.c_str());
+  }
+  if (json)
+    std::printf("%s\n", out.dump(1).c_str());
+  return 0;
+}
+
 int main(int argc, char **argv) {
   std::string config, outDir, whatIf;
   std::vector<std::string> inject;
-  bool quiet = false, haveSeed = false;
+  bool quiet = false, haveSeed = false, json = false;
   uint64_t seed = 0;
+  std::vector<std::string> plans, compare;
+  PlanCluster cluster;
+  std::string err;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -74,15 +192,82 @@ int main(int argc, char **argv) {
       }
     } else if (a == "-q")
       quiet = true;
+    else if (a == "--json")
+      json = true;
+    else if (a == "--compare") {
+      compare = splitList(next());
+      if (compare.empty())
+        return fail("--compare expects a list like 1f1b,dfc,bfc,adaptive");
+    } else if (a == "--steps") {
+      double v;
+      if (!number(a, next(), v, err) || v < 1 || v != (int)v)
+        return fail(err.empty() ? "--steps expects an integer >= 1" : err);
+      cluster.steps = int(v);
+    } else if (a == "--gbps" || a == "--latency-us" || a == "--intra-gbps" ||
+               a == "--intra-latency-us" || a == "--tflops" ||
+               a == "--mem-gbps" || a == "--gpus-per-node" ||
+               a == "--mem-cap") {
+      double v;
+      if (!number(a, next(), v, err))
+        return fail(err);
+      bool positive = a != "--latency-us" && a != "--intra-latency-us" &&
+                      a != "--mem-cap";
+      if (positive && v <= 0)
+        return fail(a + " must be positive");
+      if (a == "--gpus-per-node") {
+        if (v != (int)v)
+          return fail("--gpus-per-node expects an integer");
+        cluster.gpusPerNode = int(v);
+      } else if (a == "--mem-cap") {
+        cluster.memCapBytes = uint64_t(v);
+      } else {
+        (a == "--gbps"               ? cluster.gbps
+         : a == "--latency-us"       ? cluster.latencyUs
+         : a == "--intra-gbps"       ? cluster.intraGbps
+         : a == "--intra-latency-us" ? cluster.intraLatencyUs
+         : a == "--tflops"           ? cluster.deviceTflops
+                                     : cluster.memGBps) = v;
+      }
+    } else if (a == "--uniform-costs") {
+      std::vector<std::string> c = splitList(next());
+      std::vector<double> v(c.size());
+      for (size_t k = 0; k < c.size(); ++k)
+        if (!number(a, c[k], v[k], err))
+          return fail(err);
+      if (c.size() != 2 && c.size() != 4)
+        return fail("--uniform-costs expects F,B or F,B,Bi,W (microseconds)");
+      cluster.forwardUs = v[0];
+      cluster.backwardUs = v[1];
+      cluster.backwardInputUs = c.size() == 4 ? v[2] : v[1] / 2;
+      cluster.backwardWeightUs = c.size() == 4 ? v[3] : v[1] / 2;
+    }
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (a.size() > 6 && a.substr(a.size() - 6) == ".mplan")
-      return fail("reading schedules from a plan is not supported yet; "
-                  "describe the job with --config");
+      plans.push_back(a);
     else
       return fail("unknown argument '" + a + "'\n" + kUsage);
   }
+  if (!plans.empty()) {
+    if (!config.empty())
+      return fail("give either --config or .mplan files, not both");
+    int world = 0;
+    try {
+      world = mapp::rt::loadPlan(plans[0]).worldSize;
+    } catch (const std::exception &e) {
+      return fail(e.what());
+    }
+    for (const std::string &f : inject) {
+      Fault fault;
+      if (!parseFault(f, world, fault, &err))
+        return fail(err);
+      cluster.faults.push_back(fault);
+    }
+    return runPlans(plans, compare, cluster, json);
+  }
+  if (!compare.empty())
+    return fail("--compare needs .mplan files");
   if (config.empty()) {
     std::fputs(kUsage, stderr);
     return 2;
@@ -93,7 +278,6 @@ int main(int argc, char **argv) {
   std::stringstream ss;
   ss << in.rdbuf();
   SimConfig c;
-  std::string err;
   if (!parseSimConfig(ss.str(), c, &err))
     return fail(config + ": " + err);
   if (haveSeed)

@@ -9,6 +9,7 @@
 #define MAPP_ANALYSIS_MEMORYPLAN_H
 
 #include "mapp/Analysis/StepStructure.h"
+#include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "llvm/ADT/MapVector.h"
 
 namespace mapp {
@@ -44,6 +45,13 @@ struct StageMemory {
   uint64_t naiveArenaBytes = 0; // without reuse, for the report
   uint64_t persistentBytes = 0;
   int64_t slots = 1;
+  /// Activations one (chunk, microbatch) keeps from its forward to its
+  /// backward: the forward's saved results (their storage, aliases counted
+  /// once), the largest over the stage's chunks (plan.fbs stash_bytes).
+  uint64_t stashBytes = 0;
+  /// Per mapp.schedule op (in module order): its kind and the most
+  /// (chunk, microbatch) activations this stage holds at once under it.
+  std::vector<std::pair<std::string, int64_t>> stashPeaks;
   uint64_t peakBytes() const { return persistentBytes + slots * arenaBytes; }
 };
 
@@ -64,6 +72,16 @@ mlir::FailureOr<StageMemory> planStageMemory(mlir::ModuleOp module,
 /// Microbatches whose activations are alive at once on `stage`, from the
 /// module's mapp.schedule table (1 without one).
 int64_t inFlightMicrobatches(mlir::ModuleOp module, int64_t stage);
+
+/// The most (chunk, microbatch) activations `stage` holds at once under the
+/// table of `sched`: from a forward to its backward (B, or W when split).
+int64_t peakStashed(ScheduleOp sched, int64_t stage);
+
+/// schedule=adaptive: a located error when the policy's memory cap cannot
+/// hold one microbatch of `mem` (persistent pool plus one arena slot).
+mlir::LogicalResult checkMemCap(mlir::ModuleOp module,
+                                const ParallelLayout &layout,
+                                const StageMemory &mem);
 
 /// The module attribute that selects activation storage, and its values.
 constexpr llvm::StringLiteral kActivationStorageAttr = "mapp.activation_storage";

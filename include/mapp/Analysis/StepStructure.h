@@ -10,6 +10,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include <optional>
 
 namespace mapp {
 
@@ -29,9 +30,22 @@ struct StepBlock {
 };
 
 /// Parallel layout from the module's `mapp.parallel` dictionary (defaults 1).
+/// The module attribute of schedule=adaptive (--mapp-pipeline-schedule):
+/// {mem_cap_bytes, slow_link_ratio, bandwidth_smoothing}, plan.fbs
+/// AdaptivePolicy.
+inline constexpr llvm::StringLiteral kAdaptiveAttr = "mapp.adaptive";
+
+struct AdaptiveLayout {
+  uint64_t memCapBytes = 0; // 0: the backend's free memory
+  double slowLinkRatio = 1.5;
+  double bandwidthSmoothing = 0.25;
+};
+
 struct ParallelLayout {
   int64_t tp = 1, pp = 1, dp = 1, chunks = 1, microbatches = 1;
   std::string schedule = "sequential";
+  /// Set iff schedule == "adaptive" (from mapp.adaptive).
+  std::optional<AdaptiveLayout> adaptive;
   int64_t worldSize() const { return tp * pp * dp; }
 };
 

@@ -42,6 +42,24 @@ def MappAutodiff : Pass<"mapp-autodiff", "::mlir::ModuleOp"> {
   ];
 }
 
+def MappSplitBackward : Pass<"mapp-split-backward", "::mlir::ModuleOp"> {
+  let summary = "Split each backward into input-gradient (Bi) and weight-gradient (W) functions";
+  let description = [{
+    For zero-bubble schedules (`zb-h1`): every backward function
+    (`mapp.phase = "backward"`) keeps what the previous pipeline stage
+    waits for — the input gradient, its sends and collectives — and gets
+    `mapp.split = "input"`; a new `@<name>_weight` (`mapp.split =
+    "weight"`) takes the parameter gradients: every `mapp.grad_accumulate`
+    and `mapp.grad_sync` and the pure ops only they use. The input part
+    returns the values the weight part reads (its arguments), so the memory
+    plan keeps them alive from Bi to W. Run it after --mapp-data-parallel
+    (so the gradient syncs move with the accumulations) and before
+    --mapp-pipeline-schedule=schedule=zb-h1; --mapp-train-pipeline does so
+    for `schedule=zb-h1`.
+  }];
+  let dependentDialects = ["::mapp::MappDialect", "::mlir::func::FuncDialect"];
+}
+
 def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
   let summary = "Optimizer step over every parameter's accumulated gradient";
   let description = [{
@@ -179,32 +197,63 @@ def MappDataParallel : Pass<"mapp-data-parallel", "::mlir::ModuleOp"> {
 }
 
 def MappPipelineSchedule : Pass<"mapp-pipeline-schedule", "::mlir::ModuleOp"> {
-  let summary = "Pipeline task tables (gpipe, 1f1b, interleaved) as mapp.schedule";
+  let summary = "Pipeline task tables (gpipe, 1f1b, interleaved, dfc, bfc, zb-h1, adaptive) as mapp.schedule";
   let description = [{
-    Emits one `mapp.schedule` op with a task table per pipeline rank
-    (replacing any existing one):
+    Emits `mapp.schedule` ops with a task table per pipeline rank
+    (replacing any existing ones). With p stages, v chunks per stage
+    (chunk c on rank r is virtual stage c·p + r) and m microbatches:
 
     * `gpipe`: every forward, then every backward;
     * `1f1b`: rank r runs min(p − r − 1, m) warm-up forwards, then one
-      forward / one backward, then the remaining backwards;
-    * `interleaved`: Megatron's interleaved 1F1B over `chunks` virtual
-      chunks per rank (chunk c on rank r is virtual stage c·p + r), needs
-      m % p == 0.
+      forward / one backward, then the remaining backwards (p − r
+      microbatches in flight on rank r);
+    * `interleaved` with `group=N` (Megatron's
+      microbatch_group_size_per_vp_stage, default p; p ≤ N ≤ m and
+      m % N == 0): forwards walk groups of N microbatches, each group
+      through chunk 0 … v − 1, backwards the same order with the chunks
+      reversed; rank r warms up with 2(p − r − 1) + (v − 1)·N forwards
+      (capped at m·v);
+    * `dfc` (depth-first chunks): interleaved with N = p, m % p == 0;
+    * `bfc` (breadth-first chunks): interleaved with N = m — every
+      microbatch through a chunk before the next chunk (the order of
+      PyTorch's ScheduleLoopedBFS, with a 1F1B steady state);
+    * `zb-h1` (one chunk): 1F1B with the backward split into input-gradient
+      (Bi) and weight-gradient (W) tasks; rank r defers up to r W tasks,
+      which fill the cool-down: bubble (p − 1)(F + Bi − W) instead of
+      (p − 1)(F + Bi + W). Needs split backward blocks
+      (--mapp-split-backward) before the plan is built;
+    * `adaptive`: two ops, `dfc` (the static fallback, the plan's task
+      table) then `bfc` (same tasks, breadth-first), and the module's
+      `mapp.adaptive = {mem_cap_bytes, slow_link_ratio,
+      bandwidth_smoothing}`: the runtime runs breadth-first while a link is
+      slow and the extra activations fit under the cap, depth-first
+      otherwise (plan.fbs AdaptivePolicy).
 
-    `pp` and `chunks` default to the module's `mapp.pp` / `mapp.chunks`
-    (set by --mapp-pipeline-partition), else 1. The generated tables go
-    through the schedule verifier.
+    With one chunk per stage, interleaved, dfc and bfc give the 1F1B
+    order. `pp` and `chunks` default to the module's `mapp.pp` /
+    `mapp.chunks` (set by --mapp-pipeline-partition), else 1. An
+    infeasible combination (group outside [p, m], a microbatch count the
+    schedule cannot take, a bad policy option) is an error naming the
+    constraint. The generated tables go through the schedule verifier.
   }];
   let dependentDialects = ["::mapp::MappDialect"];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"1f1b\"",
-           "gpipe | 1f1b | interleaved">,
+           "gpipe | 1f1b | interleaved | dfc | bfc | zb-h1 | adaptive">,
     Option<"microbatches", "microbatches", "int64_t", "1",
            "Microbatches per step">,
     Option<"pp", "pp", "int64_t", "0",
            "Pipeline stages (0: the module's mapp.pp, else 1)">,
     Option<"chunks", "chunks", "int64_t", "0",
            "Virtual chunks per stage (0: the module's mapp.chunks, else 1)">,
+    Option<"group", "group", "int64_t", "0",
+           "interleaved: microbatches per group N, p <= N <= m (0: p)">,
+    Option<"memCap", "mem-cap", "std::string", "\"\"",
+           "adaptive: device memory cap in bytes (K/M/G suffixes; empty or 0: the free memory)">,
+    Option<"slowLinkRatio", "slow-link-ratio", "double", "1.5",
+           "adaptive: a link is slow when its bandwidth is this many times below its best (> 1)">,
+    Option<"bandwidthSmoothing", "bandwidth-smoothing", "double", "0.25",
+           "adaptive: EMA weight of the newest transfer's bandwidth, in (0, 1]">,
   ];
 }
 
@@ -221,8 +270,15 @@ def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
     `mapp.send` must have exactly one `mapp.recv` on its peer stage with
     the same tag and type, and vice versa. With `report`, a remark gives
     the simulated makespan,
-    the bubble fraction (idle / total rank time) and per rank the number of
-    warm-up forwards and the peak of microbatches in flight.
+    the bubble fraction (idle / total rank time) and per rank the bubble
+    fraction (idle / makespan), the number of warm-up forwards and the
+    peak of (chunk, microbatch) activations in flight (a forward's
+    activations are held until its B, or its W when the backward is
+    split), under the cost model's per-chunk F, B, Bi and W durations
+    (the options, or with `cost-model` the mean FLOPs of the module's
+    forward, backward and split backward functions relative to the
+    forward). Every `mapp.schedule` op is checked (an adaptive module has
+    two).
   }];
   let dependentDialects = ["::mapp::MappDialect"];
   let options = [
@@ -236,6 +292,8 @@ def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
            "Duration of a backward-input (Bi) task">,
     Option<"backwardWeightCost", "backward-weight-cost", "double", "1.0",
            "Duration of a backward-weight (W) task">,
+    Option<"costModel", "cost-model", "bool", "false",
+           "Take F, B, Bi, W from the IR's cost model (mean FLOPs of the forward / backward / split functions, F = 1) instead of the options">,
   ];
 }
 

@@ -2,7 +2,9 @@
 //
 // Pipeline schedules as per-rank task tables (the contents of a
 // `mapp.schedule` op), the generators of the standard ones (GPipe, 1F1B,
-// Megatron's interleaved 1F1B) and a verifier that simulates the tables.
+// Megatron's interleaved 1F1B with any microbatch group N, its depth-first
+// (N = p) and breadth-first (N = m) extremes, ZB-H1) and a verifier that
+// simulates the tables.
 //
 // Pipeline model: with p ranks and v chunks per rank, virtual stage
 // s = chunk·p + rank (Megatron's interleaved assignment). F(s, m) receives
@@ -39,11 +41,26 @@ struct Schedule {
   std::vector<std::vector<Task>> ranks;
 };
 
-/// Builds a standard schedule: "gpipe", "1f1b" or "interleaved" (chunks > 1
-/// allowed only for interleaved; it needs microbatches % stages == 0).
-/// Returns false with a message in `error` for invalid parameters.
+/// The schedules `generate` knows, for messages.
+constexpr const char *kScheduleKinds = "gpipe, 1f1b, interleaved, dfc, bfc, "
+                                       "zb-h1 or adaptive";
+
+/// Builds a standard schedule:
+///  * "gpipe", "1f1b", "zb-h1" (one chunk per stage);
+///  * "interleaved" with microbatch group `group` (0: p), p <= N <= m and
+///    m % N == 0 when chunks > 1 (Megatron's
+///    microbatch_group_size_per_vp_stage); "dfc" is N = p, "bfc" N = m.
+///    With one chunk these are 1F1B.
+/// Returns false with a message naming the violated constraint in `error`.
+/// ("adaptive" is a pair of tables: see generateAdaptive.)
 bool generate(llvm::StringRef kind, int64_t stages, int64_t chunks,
-              int64_t microbatches, Schedule &out, std::string &error);
+              int64_t microbatches, Schedule &out, std::string &error,
+              int64_t group = 0);
+
+/// The two tables of an adaptive schedule: depth-first ("dfc", the static
+/// fallback) and breadth-first ("bfc"), same tasks in another order.
+bool generateAdaptive(int64_t stages, int64_t chunks, int64_t microbatches,
+                      Schedule &dfc, Schedule &bfc, std::string &error);
 
 /// Reads a `mapp.schedule` op's tables.
 Schedule fromOp(ScheduleOp op);
@@ -58,6 +75,8 @@ struct Stats {
   /// min(p − r − 1, m) warm-up forwards plus the first steady one).
   std::vector<int64_t> warmupForwards;
   std::vector<int64_t> peakInFlight;   // per rank: max forwards awaiting their backward
+  /// Per rank: idle fraction of the makespan, 1 − busy_r / makespan.
+  std::vector<double> rankBubble;
 };
 
 /// Task durations for the simulation (per chunk, i.e. per virtual stage).
@@ -74,6 +93,9 @@ bool verify(const Schedule &s, const Costs &costs, Stats &stats,
             std::string &error);
 
 std::string taskStr(const Task &t);
+
+/// Whether two schedules run the same multiset of tasks on every rank.
+bool sameTasks(const Schedule &a, const Schedule &b);
 
 } // namespace sched
 } // namespace mapp

@@ -93,6 +93,7 @@ public:
     prog.persistent_bytes = mem.persistentBytes;
     prog.slots = mem.slots;
     prog.peak_bytes = mem.peakBytes();
+    prog.stash_bytes = mem.stashBytes;
     return addTasks(blockIndex);
   }
 
@@ -439,9 +440,31 @@ private:
     return success();
   }
 
-  /// The rank's task table: the schedule op's, or forward/backward per
-  /// microbatch in order; the optimizer runs last, once.
+  /// The rank's task table: the (first) schedule op's, or forward/backward
+  /// per microbatch in order; the optimizer runs last, once. An adaptive
+  /// plan also carries every schedule op's order as a ScheduleTable named
+  /// by its kind (the first, "dfc", is Program.tasks too).
   LogicalResult addTasks(llvm::DenseMap<const StepBlock *, int32_t> &index) {
+    auto scheds = llvm::to_vector(module.getOps<ScheduleOp>());
+    if (scheds.empty())
+      return tasksOf(nullptr, index, prog.tasks);
+    if (failed(tasksOf(scheds.front(), index, prog.tasks)))
+      return failure();
+    if (!step.layout.adaptive)
+      return success();
+    for (ScheduleOp sched : scheds) {
+      auto table = std::make_unique<fb::ScheduleTableT>();
+      table->name = sched.getKind().str();
+      if (failed(tasksOf(sched, index, table->tasks)))
+        return failure();
+      prog.schedule_tables.push_back(std::move(table));
+    }
+    return success();
+  }
+
+  LogicalResult tasksOf(ScheduleOp sched,
+                        llvm::DenseMap<const StepBlock *, int32_t> &index,
+                        std::vector<fb::Task> &tasks) {
     auto find = [&](Phase ph, int64_t chunk) -> int32_t {
       for (auto &[b, i] : index)
         if (b->phase == ph && (ph == Phase::Optimizer || b->chunk == chunk))
@@ -453,13 +476,18 @@ private:
       int32_t b = find(ph, chunk);
       if (b < 0)
         return module.emitError("plan: stage ")
-               << mem.stage << " has no block for chunk " << chunk;
-      prog.tasks.emplace_back(b, (int32_t)mb);
+               << mem.stage << " has no "
+               << (ph == Phase::BackwardInput    ? "backward-input "
+                   : ph == Phase::BackwardWeight ? "backward-weight "
+                                                 : "")
+               << "block for chunk " << chunk
+               << (ph == Phase::BackwardInput || ph == Phase::BackwardWeight
+                       ? " (split the backward: --mapp-split-backward)"
+                       : "");
+      tasks.emplace_back(b, (int32_t)mb);
       return success();
     };
-    auto scheds = module.getOps<ScheduleOp>();
-    if (!scheds.empty()) {
-      ScheduleOp sched = *scheds.begin();
+    if (sched) {
       if ((int64_t)sched.getTables().size() != step.layout.pp)
         return sched.emitError("plan: schedule has ")
                << sched.getTables().size() << " tables for pp = "
@@ -563,13 +591,19 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
   plan->chunks = l.chunks;
   plan->num_microbatches = l.microbatches;
   plan->schedule = l.schedule;
+  if (l.adaptive) {
+    plan->adaptive = std::make_unique<fb::AdaptivePolicyT>();
+    plan->adaptive->mem_cap_bytes = l.adaptive->memCapBytes;
+    plan->adaptive->slow_link_ratio = l.adaptive->slowLinkRatio;
+    plan->adaptive->bandwidth_smoothing = l.adaptive->bandwidthSmoothing;
+  }
   fillModelFields(module, *step, *plan);
 
   SmallVector<StageMemory> stages;
   for (int64_t s = 0; s < l.pp; ++s) {
     FailureOr<StageMemory> mem =
         planStageMemory(module, *step, s, aliasReshapes);
-    if (failed(mem))
+    if (failed(mem) || failed(checkMemCap(module, l, *mem)))
       return failure();
     stages.push_back(std::move(*mem));
   }

@@ -1,7 +1,10 @@
 // Generators of the standard pipeline schedules (task tables per rank).
 #include "mapp/Transforms/Schedules.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+
+#include <tuple>
 
 using namespace mlir;
 using namespace mapp;
@@ -39,40 +42,86 @@ static void oneFOneB(Schedule &s) {
   }
 }
 
+static Task bwdInput(int64_t m) { return {TaskKind::BackwardInput, 0, m}; }
+static Task bwdWeight(int64_t m) { return {TaskKind::BackwardWeight, 0, m}; }
+
 /// Megatron's interleaved 1F1B
 /// (megatron/core/pipeline_parallel/schedules.py,
-/// forward_backward_pipelining_with_interleaving, with
-/// microbatch_group_size_per_vp_stage = p): the k-th forward of a rank runs
-/// chunk (k mod p·v) / p on microbatch (k / p·v)·p + k mod p; the k-th
-/// backward runs the chunks in reverse order. Warm-up: (p − r − 1)·2 +
-/// (v − 1)·p forwards, capped at m·v (Megatron-Core; older Megatron-LM
-/// also ran every forward first when m = p).
-static void interleaved(Schedule &s) {
+/// forward_backward_pipelining_with_interleaving and get_schedule_table)
+/// with microbatch_group_size_per_vp_stage = N: forwards walk groups of N
+/// microbatches, each group through chunk 0 … v − 1; the k-th backward
+/// runs the k-th forward's (chunk, microbatch) with the chunk reversed.
+/// Warm-up: 2(p − r − 1) + (v − 1)·N forwards, capped at m·v. N = p is the
+/// depth-first extreme (DFC, Megatron's default), N = m the breadth-first
+/// one (BFC: every microbatch through a chunk before the next chunk, the
+/// order of PyTorch's ScheduleLoopedBFS, with the 1F1B steady state).
+static void interleaved(Schedule &s, int64_t group) {
   int64_t p = s.stages, v = s.chunks, m = s.microbatches, total = m * v;
-  auto chunkOf = [&](int64_t k, bool forward) {
-    int64_t c = (k % (p * v)) / p;
-    return forward ? c : v - 1 - c;
+  std::vector<std::pair<int64_t, int64_t>> order; // (chunk, microbatch)
+  for (int64_t lo = 0; lo < m; lo += group)
+    for (int64_t c = 0; c < v; ++c)
+      for (int64_t mb = lo; mb < std::min(lo + group, m); ++mb)
+        order.push_back({c, mb});
+  auto f = [&](int64_t k) { return fwd(order[k].first, order[k].second); };
+  auto b = [&](int64_t k) {
+    return bwd(v - 1 - order[k].first, order[k].second);
   };
-  auto mbOf = [&](int64_t k) { return (k / (p * v)) * p + k % p; };
   for (int64_t r = 0; r < p; ++r) {
     auto &table = s.ranks[r];
-    int64_t warmup = std::min((p - r - 1) * 2 + (v - 1) * p, total);
+    int64_t warmup = std::min(2 * (p - r - 1) + (v - 1) * group, total);
     for (int64_t k = 0; k < warmup; ++k)
-      table.push_back(fwd(chunkOf(k, true), mbOf(k)));
+      table.push_back(f(k));
     for (int64_t i = 0; i < total - warmup; ++i) {
-      int64_t k = warmup + i;
-      table.push_back(fwd(chunkOf(k, true), mbOf(k)));
-      table.push_back(bwd(chunkOf(i, false), mbOf(i)));
+      table.push_back(f(warmup + i));
+      table.push_back(b(i));
     }
     for (int64_t i = total - warmup; i < total; ++i)
-      table.push_back(bwd(chunkOf(i, false), mbOf(i)));
+      table.push_back(b(i));
   }
 }
 
+/// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023): 1F1B with
+/// the backward split into the input gradient Bi (on the critical path to
+/// the previous stage) and the weight gradient W (local). Rank r defers up
+/// to r weight gradients and runs them once more are pending, the rest at
+/// the end: the later ranks' W fill the cool-down bubbles, which shrink
+/// from (p − 1)(F + B) to (p − 1)(F + Bi − W) with B = Bi + W, while no
+/// rank holds more than p microbatches (1F1B's peak on rank 0).
+static void zeroBubbleH1(Schedule &s) {
+  int64_t p = s.stages, m = s.microbatches;
+  for (int64_t r = 0; r < p; ++r) {
+    auto &table = s.ranks[r];
+    int64_t warmup = std::min(p - r - 1, m), next = 0;
+    auto backward = [&](int64_t i) {
+      table.push_back(bwdInput(i));
+      while (i + 1 - next > r)
+        table.push_back(bwdWeight(next++));
+    };
+    for (int64_t i = 0; i < warmup; ++i)
+      table.push_back(fwd(0, i));
+    for (int64_t i = 0; i < m - warmup; ++i) {
+      table.push_back(fwd(0, warmup + i));
+      backward(i);
+    }
+    for (int64_t i = m - warmup; i < m; ++i)
+      backward(i);
+    while (next < m)
+      table.push_back(bwdWeight(next++));
+  }
+}
+
+static std::string str(int64_t x) { return std::to_string(x); }
+
 bool sched::generate(StringRef kind, int64_t stages, int64_t chunks,
-                     int64_t microbatches, Schedule &out, std::string &error) {
+                     int64_t microbatches, Schedule &out, std::string &error,
+                     int64_t group) {
   if (stages < 1 || chunks < 1 || microbatches < 1) {
     error = "stages, chunks and microbatches must be >= 1";
+    return false;
+  }
+  if (group < 0) {
+    error = "group must be >= 0 (0: the default of the schedule), got " +
+            str(group);
     return false;
   }
   out = Schedule();
@@ -81,28 +130,90 @@ bool sched::generate(StringRef kind, int64_t stages, int64_t chunks,
   out.chunks = chunks;
   out.microbatches = microbatches;
   out.ranks.assign(stages, {});
-  if (kind == "gpipe" || kind == "1f1b") {
+  int64_t p = stages, m = microbatches;
+  bool grouped = kind == "interleaved" || kind == "dfc" || kind == "bfc";
+  if (group && !grouped) {
+    error = "group=" + str(group) + " applies to interleaved schedules, not '" +
+            kind.str() + "'";
+    return false;
+  }
+  if (kind == "gpipe" || kind == "1f1b" || kind == "zb-h1") {
     if (chunks != 1) {
       error = "schedule '" + kind.str() + "' runs one chunk per stage, got "
-              "chunks=" + std::to_string(chunks) + " (use interleaved)";
+              "chunks=" + str(chunks) + " (use interleaved, dfc or bfc)";
       return false;
     }
-    kind == "gpipe" ? gpipe(out) : oneFOneB(out);
+    kind == "gpipe" ? gpipe(out) : kind == "1f1b" ? oneFOneB(out)
+                                                  : zeroBubbleH1(out);
     return true;
   }
-  if (kind == "interleaved") {
-    if (microbatches % stages != 0) {
-      error = "interleaved schedule needs microbatches (" +
-              std::to_string(microbatches) + ") to be a multiple of the "
-              "pipeline stages (" + std::to_string(stages) + ")";
+  if (!grouped) {
+    error = "unknown schedule '" + kind.str() + "' (expected " +
+            kScheduleKinds + ")";
+    return false;
+  }
+  int64_t n = kind == "bfc" ? m : kind == "dfc" ? p : group ? group : p;
+  if (kind == "dfc" && group && group != p) {
+    error = "dfc is group=p (" + str(p) + "), got group=" + str(group);
+    return false;
+  }
+  if (kind == "bfc" && group && group != m) {
+    error = "bfc is group=m (" + str(m) + "), got group=" + str(group);
+    return false;
+  }
+  if (group && (group < p || group > m)) {
+    error = "interleaved group=" + str(group) + " is outside [p, m] = [" +
+            str(p) + ", " + str(m) + "]";
+    return false;
+  }
+  // One chunk per rank: every group size gives the 1F1B order.
+  if (chunks == 1) {
+    oneFOneB(out);
+    return true;
+  }
+  if (m < p) {
+    error = "schedule '" + kind.str() + "' with " + str(chunks) +
+            " chunks needs at least as many microbatches (" + str(m) +
+            ") as pipeline stages (" + str(p) + ")";
+    return false;
+  }
+  if (m % n != 0) {
+    error = "schedule '" + kind.str() + "' needs microbatches (" + str(m) +
+            ") to be a multiple of its group N = " + str(n) +
+            (n == p ? " (= p)" : "");
+    return false;
+  }
+  interleaved(out, n);
+  return true;
+}
+
+bool sched::generateAdaptive(int64_t stages, int64_t chunks,
+                             int64_t microbatches, Schedule &dfc,
+                             Schedule &bfc, std::string &error) {
+  return generate("dfc", stages, chunks, microbatches, dfc, error) &&
+         generate("bfc", stages, chunks, microbatches, bfc, error);
+}
+
+bool sched::sameTasks(const Schedule &a, const Schedule &b) {
+  if (a.ranks.size() != b.ranks.size())
+    return false;
+  auto key = [](const Task &t) {
+    return std::make_tuple((int)t.kind, t.chunk, t.microbatch);
+  };
+  for (auto [x, y] : llvm::zip(a.ranks, b.ranks)) {
+    if (x.size() != y.size())
       return false;
-    }
-    interleaved(out);
-    return true;
+    std::vector<std::tuple<int, int64_t, int64_t>> kx, ky;
+    for (const Task &t : x)
+      kx.push_back(key(t));
+    for (const Task &t : y)
+      ky.push_back(key(t));
+    llvm::sort(kx);
+    llvm::sort(ky);
+    if (kx != ky)
+      return false;
   }
-  error = "unknown schedule '" + kind.str() +
-          "' (expected gpipe, 1f1b or interleaved)";
-  return false;
+  return true;
 }
 
 Schedule sched::fromOp(ScheduleOp op) {

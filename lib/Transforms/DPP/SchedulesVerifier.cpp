@@ -191,5 +191,8 @@ bool sched::verify(const Schedule &s, const Costs &costs, Stats &stats,
     total += busy[r];
   }
   stats.bubble = stats.makespan > 0 ? 1.0 - total / (p * stats.makespan) : 0;
+  for (int64_t r = 0; r < p; ++r)
+    stats.rankBubble.push_back(
+        stats.makespan > 0 ? 1.0 - busy[r] / stats.makespan : 0);
   return true;
 }

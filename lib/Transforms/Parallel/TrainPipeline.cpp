@@ -36,8 +36,22 @@ struct TrainPipelineOptions
                                llvm::cl::desc("Microbatches per step"),
                                llvm::cl::init(1)};
   Option<std::string> schedule{
-      *this, "schedule", llvm::cl::desc("gpipe | 1f1b | interleaved"),
+      *this, "schedule",
+      llvm::cl::desc("gpipe | 1f1b | interleaved | dfc | bfc | zb-h1 | "
+                     "adaptive (--mapp-pipeline-schedule)"),
       llvm::cl::init("1f1b")};
+  Option<int64_t> group{*this, "group",
+                        llvm::cl::desc("interleaved: microbatch group N"),
+                        llvm::cl::init(0)};
+  Option<std::string> memCap{*this, "mem-cap",
+                             llvm::cl::desc("adaptive: memory cap (bytes)"),
+                             llvm::cl::init("")};
+  Option<double> slowLinkRatio{*this, "slow-link-ratio",
+                               llvm::cl::desc("adaptive: slow-link ratio"),
+                               llvm::cl::init(1.5)};
+  Option<double> bandwidthSmoothing{
+      *this, "bandwidth-smoothing",
+      llvm::cl::desc("adaptive: bandwidth EMA weight"), llvm::cl::init(0.25)};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("adamw | sgd"),
                                 llvm::cl::init("adamw")};
@@ -98,9 +112,17 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   dpOpts.zero1 = o.zero1;
   pm.addPass(mapp::createMappDataParallel(dpOpts));
 
+  // Zero-bubble schedules run the weight gradients as their own tasks.
+  if (o.schedule == "zb-h1")
+    pm.addPass(mapp::createMappSplitBackward());
+
   mapp::MappPipelineScheduleOptions schedOpts;
   schedOpts.schedule = o.schedule;
   schedOpts.microbatches = o.microbatches;
+  schedOpts.group = o.group;
+  schedOpts.memCap = o.memCap;
+  schedOpts.slowLinkRatio = o.slowLinkRatio;
+  schedOpts.bandwidthSmoothing = o.bandwidthSmoothing;
   pm.addPass(mapp::createMappPipelineSchedule(schedOpts));
   pm.addPass(mapp::createMappVerifySchedule());
 

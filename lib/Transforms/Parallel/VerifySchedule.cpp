@@ -1,5 +1,6 @@
 // --mapp-verify-schedule: runs the schedule verifier on every mapp.schedule
 // op and optionally reports what the simulation measured.
+#include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/Passes.h"
 #include "mapp/Transforms/Schedules.h"
 
@@ -76,6 +77,44 @@ struct VerifySchedulePass
     return success();
   }
 
+  /// Per-chunk task costs from the IR's cost model: the mean FLOPs of the
+  /// module's forward, backward, backward-input and backward-weight
+  /// functions (CostOpInterface), relative to the forward's.
+  LogicalResult costsFromIR(ModuleOp module, sched::Costs &costs) {
+    std::map<std::string, std::pair<double, int>> flops; // kind → sum, count
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      auto phase = fn->getAttrOfType<StringAttr>("mapp.phase");
+      if (!phase || phase.getValue() == "optimizer")
+        continue;
+      std::string kind = phase.str();
+      if (auto split = fn->getAttrOfType<StringAttr>("mapp.split"))
+        kind += "." + split.str();
+      double f = 0;
+      fn.walk([&](CostOpInterface op) { f += op.getFlops(); });
+      flops[kind].first += f;
+      flops[kind].second += 1;
+    }
+    auto mean = [&](const char *k) {
+      auto it = flops.find(k);
+      return it == flops.end() ? 0.0 : it->second.first / it->second.second;
+    };
+    double f = mean("forward");
+    if (f <= 0)
+      return module.emitError("mapp-verify-schedule: cost-model=true needs "
+                              "forward functions with FLOPs (run "
+                              "--mapp-autodiff first)");
+    costs.forward = 1;
+    costs.backward = mean("backward") / f;
+    costs.backwardInput = mean("backward.input") / f;
+    costs.backwardWeight = mean("backward.weight") / f;
+    // An unsplit step's B stands for Bi + W (half each) and vice versa.
+    if (costs.backward == 0)
+      costs.backward = costs.backwardInput + costs.backwardWeight;
+    if (costs.backwardInput == 0 && costs.backwardWeight == 0)
+      costs.backwardInput = costs.backwardWeight = costs.backward / 2;
+    return success();
+  }
+
   void runOnOperation() override {
     if (failed(checkTransfers(getOperation())))
       return signalPassFailure();
@@ -84,6 +123,8 @@ struct VerifySchedulePass
     costs.backward = backwardCost;
     costs.backwardInput = backwardInputCost;
     costs.backwardWeight = backwardWeightCost;
+    if (costModel && failed(costsFromIR(getOperation(), costs)))
+      return signalPassFailure();
     bool failed = false;
     getOperation().walk([&](ScheduleOp op) {
       sched::Schedule s = sched::fromOp(op);
@@ -98,13 +139,19 @@ struct VerifySchedulePass
         return;
       std::string text;
       llvm::raw_string_ostream os(text);
+      if (costModel)
+        os << "costs from the IR (per chunk, F = 1): B "
+           << llvm::format("%.3f", costs.backward) << ", Bi "
+           << llvm::format("%.3f", costs.backwardInput) << ", W "
+           << llvm::format("%.3f", costs.backwardWeight) << "; ";
       os << "schedule " << s.kind << ": " << s.stages << " stage(s) x "
          << s.chunks << " chunk(s), " << s.microbatches
          << " microbatch(es): makespan " << llvm::format("%g", stats.makespan)
          << ", bubble " << llvm::format("%.4f", stats.bubble);
       for (int64_t r = 0; r < s.stages; ++r)
         os << "; rank " << r << ": F before first B " << stats.warmupForwards[r]
-           << ", peak in flight " << stats.peakInFlight[r];
+           << ", peak in flight " << stats.peakInFlight[r] << ", bubble "
+           << llvm::format("%.4f", stats.rankBubble[r]);
       emitRemark(op.getLoc(), text);
     });
     if (failed)

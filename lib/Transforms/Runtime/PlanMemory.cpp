@@ -42,8 +42,15 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
     SmallVector<Attribute> stages;
     for (int64_t s = 0; s < step->layout.pp; ++s) {
       FailureOr<StageMemory> mem = planStageMemory(module, *step, s);
-      if (failed(mem))
+      if (failed(mem) || failed(checkMemCap(module, step->layout, *mem)))
         return signalPassFailure();
+      // Per schedule table: the activations it stashes at its peak.
+      std::string stash;
+      llvm::raw_string_ostream os(stash);
+      os << "; stash " << mem->stashBytes << " B per (chunk, microbatch)";
+      for (auto &[kind, n] : mem->stashPeaks)
+        os << "; " << kind << ": " << n << " in flight, "
+           << n * mem->stashBytes << " B stashed";
       emitRemark(module.getLoc()) << "memory plan, stage " << s << ": peak "
                           << mem->peakBytes() << " B (" << mib(mem->peakBytes())
                           << ") = persistent " << mem->persistentBytes
@@ -52,7 +59,8 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
                           << " B without reuse); reshapes: "
                           << mem->aliasOf.size() << " aliased, "
                           << mem->copiedReshapes << " copied; "
-                          << mem->bf16.size() << " values stored bf16";
+                          << mem->bf16.size() << " values stored bf16"
+                          << stash;
       stages.push_back(b.getDictionaryAttr({
           b.getNamedAttr("stage", b.getI64IntegerAttr(s)),
           b.getNamedAttr("arena_bytes", b.getI64IntegerAttr(mem->arenaBytes)),
@@ -60,6 +68,7 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
                          b.getI64IntegerAttr(mem->persistentBytes)),
           b.getNamedAttr("slots", b.getI64IntegerAttr(mem->slots)),
           b.getNamedAttr("peak_bytes", b.getI64IntegerAttr(mem->peakBytes())),
+          b.getNamedAttr("stash_bytes", b.getI64IntegerAttr(mem->stashBytes)),
       }));
     }
     module->setAttr("mapp.memory", b.getArrayAttr(stages));

@@ -9,7 +9,9 @@
 #include "mapp/rt/Kernels.h"
 #include "mapp/rt/Plan.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 using namespace mapp::rt;
 
@@ -231,6 +233,74 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
   }
 }
 
+/// MegaDPP's alternative orders (plan.fbs ScheduleTable): each names an
+/// existing block and microbatch in every task and runs exactly the tasks
+/// of Program.tasks, so a scheduler switching tables neither skips nor
+/// repeats work.
+void verifyScheduleTables(const Plan &plan, const Program &p,
+                          const std::string &where) {
+  if (p.stashBytes > p.arenaBytes)
+    fail(where, ": stash_bytes ", p.stashBytes, " exceeds arena_bytes ",
+         p.arenaBytes, " (the stash lives in the arena slot)");
+  bool adaptive = plan.schedule == "adaptive";
+  if (!adaptive && !p.scheduleTables.empty())
+    fail(where, ": schedule_tables are for adaptive plans, but the schedule "
+         "is '", plan.schedule, "'");
+  if (adaptive)
+    for (const char *name : {"dfc", "bfc"}) {
+      bool found = false;
+      for (const ScheduleTable &t : p.scheduleTables)
+        found |= t.name == name;
+      if (!found)
+        fail(where, ": adaptive plan has no '", name, "' schedule table");
+    }
+  auto key = [](const Task &t) {
+    return (int64_t(t.block) << 32) | uint32_t(t.microbatch);
+  };
+  std::vector<int64_t> want;
+  for (const Task &t : p.tasks)
+    want.push_back(key(t));
+  std::sort(want.begin(), want.end());
+  for (size_t i = 0; i < p.scheduleTables.size(); ++i) {
+    const ScheduleTable &table = p.scheduleTables[i];
+    std::string at = where + ": schedule table '" + table.name + "'";
+    if (table.name != "dfc" && table.name != "bfc")
+      fail(at, ": unknown name (expected dfc or bfc)");
+    for (size_t j = 0; j < i; ++j)
+      if (p.scheduleTables[j].name == table.name)
+        fail(at, " appears twice");
+    for (size_t t = 0; t < table.tasks.size(); ++t) {
+      const Task &task = table.tasks[t];
+      if (task.block < 0 || static_cast<size_t>(task.block) >= p.blocks.size())
+        fail(at, ": task ", t, " names block ", task.block,
+             ", which does not exist (program has ", p.blocks.size(),
+             " blocks)");
+      if (task.microbatch < 0 || task.microbatch >= plan.numMicrobatches)
+        fail(at, ": task ", t, ": microbatch ", task.microbatch,
+             " out of range (num_microbatches ", plan.numMicrobatches, ")");
+    }
+    std::vector<int64_t> got;
+    for (const Task &t : table.tasks)
+      got.push_back(key(t));
+    std::sort(got.begin(), got.end());
+    if (got == want)
+      continue;
+    // Name the first task whose count differs.
+    size_t a = 0, b = 0;
+    while (a < want.size() && b < got.size() && want[a] == got[b])
+      ++a, ++b;
+    int64_t k = a < want.size() && (b >= got.size() || want[a] < got[b])
+                    ? want[a]
+                    : got[b];
+    auto count = [&](const std::vector<int64_t> &v) {
+      return std::count(v.begin(), v.end(), k);
+    };
+    fail(at, " is not a permutation of the program's tasks: (block ",
+         int(k >> 32), ", microbatch ", int(uint32_t(k)), ") appears ",
+         count(got), " time(s), ", count(want), " in tasks");
+  }
+}
+
 void verifyProgram(const Plan &plan, const Program &p, size_t pi) {
   std::string where = "plan: program " + std::to_string(pi);
   if (p.rank < 0 || p.rank >= plan.worldSize)
@@ -267,6 +337,7 @@ void verifyProgram(const Plan &plan, const Program &p, size_t pi) {
       fail(where, ": task ", t, ": microbatch ", task.microbatch,
            " out of range (num_microbatches ", plan.numMicrobatches, ")");
   }
+  verifyScheduleTables(plan, p, where);
   auto checkSpecial = [&](int v, const char *what, ValueKind kind,
                           const Shape &shape, DType dt) {
     if (v == -1)
@@ -314,6 +385,15 @@ void mapp::rt::verifyPlan(const Plan &plan) {
     fail("plan: max_grad_norm = ", plan.maxGradNorm, " (must be >= 0)");
   if (plan.programs.empty())
     fail("plan: no programs");
+  if (plan.schedule == "adaptive") {
+    const AdaptivePolicy &a = plan.adaptive;
+    if (!(a.slowLinkRatio > 1))
+      fail("plan: adaptive slow_link_ratio = ", a.slowLinkRatio,
+           " (must be > 1)");
+    if (!(a.bandwidthSmoothing > 0 && a.bandwidthSmoothing <= 1))
+      fail("plan: adaptive bandwidth_smoothing = ", a.bandwidthSmoothing,
+           " (must be in (0, 1])");
+  }
   for (size_t i = 0; i < plan.programs.size(); ++i)
     verifyProgram(plan, plan.programs[i], i);
   // One program per rank: the executor would silently pick one of several.

@@ -5,7 +5,9 @@
 #include "mapp/rt/ProbeReduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <sstream>
 
 using namespace mapp::rt;
 namespace rng = mapp::rt::probe_rng;
@@ -24,6 +26,31 @@ float roundFp8E4M3(float x) {
 }
 
 } // namespace
+
+// Here rather than in ProbeControl.cpp: the plan verifier (MappPlan) checks
+// perturb attributes with it, without the control server.
+std::string mapp::rt::magnitudeProblem(const std::string &kind, double m) {
+  std::ostringstream os;
+  if (!std::isfinite(m) || std::fabs(m) > kMaxMagnitude) {
+    os << "\"magnitude\" " << m << " is out of bounds: it must be finite and "
+       << "within [-" << kMaxMagnitude << ", " << kMaxMagnitude << "]";
+    return os.str();
+  }
+  if (kind == "gaussian" && m < 0) {
+    os << "\"magnitude\" " << m
+       << " is out of bounds for gaussian: the noise's standard deviation "
+          "must be in [0, "
+       << kMaxMagnitude << "]";
+    return os.str();
+  }
+  if (kind == "uniform" && (m < 0 || m > 1)) {
+    os << "\"magnitude\" " << m
+       << " is out of bounds for uniform: the relative spread must be in "
+          "[0, 1]";
+    return os.str();
+  }
+  return "";
+}
 
 void mapp::rt::checkPerturbAttrs(const Attrs &a,
                                  const std::vector<TensorType> &in) {

@@ -62,29 +62,6 @@ SwitchCommand fromObject(const json &j, const std::string &source) {
 
 } // namespace
 
-std::string mapp::rt::magnitudeProblem(const std::string &kind, double m) {
-  std::ostringstream os;
-  if (!std::isfinite(m) || std::fabs(m) > kMaxMagnitude) {
-    os << "\"magnitude\" " << m << " is out of bounds: it must be finite and "
-       << "within [-" << kMaxMagnitude << ", " << kMaxMagnitude << "]";
-    return os.str();
-  }
-  if (kind == "gaussian" && m < 0) {
-    os << "\"magnitude\" " << m
-       << " is out of bounds for gaussian: the noise's standard deviation "
-          "must be in [0, "
-       << kMaxMagnitude << "]";
-    return os.str();
-  }
-  if (kind == "uniform" && (m < 0 || m > 1)) {
-    os << "\"magnitude\" " << m
-       << " is out of bounds for uniform: the relative spread must be in "
-          "[0, 1]";
-    return os.str();
-  }
-  return "";
-}
-
 int mapp::rt::parsePort(const std::string &flag, const std::string &text) {
   // Digits only, and at most 5 of them before any conversion: no exception
   // and no wrap-around for 99999999999.

@@ -6,7 +6,7 @@
 // Persistent: the parameter and its gradient (no optimizer): 2 x 16 KiB.
 
 // CHECK: remark: memory plan, stage 0: peak 164864 B (0.16 MiB) = persistent 32768 B + 1 slot(s) x arena 132096 B (264448 B without reuse)
-// CHECK: mapp.memory = [{arena_bytes = 132096 : i64, peak_bytes = 164864 : i64, persistent_bytes = 32768 : i64, slots = 1 : i64, stage = 0 : i64}]
+// CHECK: mapp.memory = [{arena_bytes = 132096 : i64, peak_bytes = 164864 : i64, persistent_bytes = 32768 : i64, slots = 1 : i64, stage = 0 : i64, stash_bytes = 0 : i64}]
 
 mapp.param @w : tensor<64x64xf32>
 func.func @f(%t: tensor<4x64xi32> {mapp.input = "tokens"}, %g: tensor<4x64xi32> {mapp.input = "targets"}) -> tensor<f32> attributes {mapp.phase = "forward"} {

@@ -38,6 +38,10 @@ struct SimOp {
   int group = -1; // index into SimJob::groups
   int64_t seq = -1;
   int64_t srcId = -1; // replay: the trace event id this op came from
+  /// Send: posted without blocking the sender (a non-blocking isend): the
+  /// link carries it after the link's previous transfer's bytes, it
+  /// arrives latency + bytes/bandwidth later, and the sender goes on.
+  bool async = false;
 };
 
 struct SimGroup {

@@ -1,0 +1,421 @@
+//===- SimPlan.cpp - replay a compiled plan's schedule on a model ---------===//
+
+#include "mapp/scan/SimPlan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+using namespace mapp::scan;
+namespace rt = mapp::rt;
+
+std::vector<std::string> mapp::scan::planSchedules(const rt::Plan &plan) {
+  std::vector<std::string> out;
+  if (!plan.schedule.empty())
+    out.push_back(plan.schedule);
+  bool dfc = false, bfc = false;
+  if (!plan.programs.empty())
+    for (const rt::ScheduleTable &t : plan.programs[0].scheduleTables) {
+      if (std::find(out.begin(), out.end(), t.name) == out.end())
+        out.push_back(t.name);
+      dfc |= t.name == "dfc";
+      bfc |= t.name == "bfc";
+    }
+  if (dfc && bfc && std::find(out.begin(), out.end(), "adaptive") == out.end())
+    out.push_back("adaptive");
+  return out;
+}
+
+namespace {
+
+int64_t numel(const rt::Value &v) {
+  int64_t n = 1;
+  for (int64_t d : v.type.shape)
+    n *= d;
+  return n;
+}
+
+/// FLOPs of the instructions that dominate (matrix products, attention);
+/// every other kernel is charged its bytes.
+double flopsOf(const rt::Program &p, const rt::Instr &in) {
+  auto val = [&](int i) -> const rt::Value & { return p.values[i]; };
+  if (in.outputs.empty() || in.inputs.size() < 2)
+    return 0;
+  const rt::Value &out = val(in.outputs[0]);
+  if (in.kernel == "linear") {
+    const rt::Value &x = val(in.inputs[0]);
+    return x.type.shape.empty() ? 0 : 2.0 * numel(out) * x.type.shape.back();
+  }
+  if (in.kernel == "matmul") {
+    // a [.., M, K] · b [.., K, N]: K² · batch = |a|·|b| / |out|.
+    double batch = 1;
+    for (size_t d = 0; d + 2 < out.type.shape.size(); ++d)
+      batch *= out.type.shape[d];
+    double k2 = double(numel(val(in.inputs[0]))) * numel(val(in.inputs[1])) /
+                (double(numel(out)) * batch);
+    return 2.0 * numel(out) * std::sqrt(std::max(k2, 0.0));
+  }
+  if (in.kernel == "attention" || in.kernel == "attention_grad") {
+    const rt::Value &q = val(in.inputs[0]); // [B, T, H]
+    if (q.type.shape.size() != 3)
+      return 0;
+    double t = q.type.shape[1];
+    return (in.kernel == "attention" ? 4.0 : 8.0) * numel(q) * t;
+  }
+  return 0;
+}
+
+bool isCollective(const std::string &k) {
+  return k == "all_reduce" || k == "all_gather" || k == "reduce_scatter" ||
+         k == "all_to_all" || k == "grad_sync" || k == "param_gather";
+}
+
+Op collOp(const std::string &k, const rt::Attrs &a) {
+  if (k == "all_gather" || k == "param_gather")
+    return Op::AllGather;
+  if (k == "reduce_scatter")
+    return Op::ReduceScatter;
+  if (k == "all_to_all")
+    return Op::AllToAll;
+  if (k == "grad_sync" && a.getStr("mode", "all_reduce") == "reduce_scatter")
+    return Op::ReduceScatter;
+  return Op::AllReduce;
+}
+
+const std::vector<rt::Task> *tableOf(const rt::Program &p,
+                                     const rt::Plan &plan,
+                                     const std::string &name) {
+  for (const rt::ScheduleTable &t : p.scheduleTables)
+    if (t.name == name)
+      return &t.tasks;
+  if (name == plan.schedule)
+    return &p.tasks;
+  return nullptr;
+}
+
+/// Builds the engine's programs for one table name.
+class JobBuilder {
+public:
+  JobBuilder(const rt::Plan &plan, const PlanCluster &c) : plan(plan), c(c) {}
+
+  bool build(const std::string &table, SimJob &job,
+             std::vector<int64_t> &peakInFlight, std::string *error) {
+    job = SimJob();
+    job.world = plan.worldSize;
+    job.tp = plan.tp;
+    job.pp = plan.pp;
+    job.dp = plan.dp;
+    job.programs.assign(job.world, {});
+    peakInFlight.assign(plan.programs.size(), 0);
+    for (const Fault &f : c.faults)
+      if (f.kind == Fault::SlowCompute)
+        speed[f.rank] = f.value;
+    for (size_t pi = 0; pi < plan.programs.size(); ++pi) {
+      const rt::Program &p = plan.programs[pi];
+      const std::vector<rt::Task> *tasks = tableOf(p, plan, table);
+      if (!tasks) {
+        *error = "plan has no schedule table '" + table + "' (it has: ";
+        for (const std::string &s : planSchedules(plan))
+          *error += s + " ";
+        error->back() = ')';
+        return false;
+      }
+      std::vector<rt::Task> order = *tasks;
+      if (order.empty()) // plan.fbs: every non-optimizer block per microbatch
+        for (int mb = 0; mb < plan.numMicrobatches; ++mb)
+          for (size_t b = 0; b < p.blocks.size(); ++b)
+            if (p.blocks[b].kind != rt::BlockKind::Optimizer)
+              order.push_back({int(b), mb});
+      int64_t inFlight = 0;
+      for (const rt::Task &t : order) {
+        rt::BlockKind k = p.blocks[t.block].kind;
+        if (k == rt::BlockKind::Forward)
+          peakInFlight[pi] = std::max(peakInFlight[pi], ++inFlight);
+        else if (k == rt::BlockKind::Backward ||
+                 k == rt::BlockKind::BackwardWeight)
+          --inFlight;
+      }
+      for (int step = 0; step < c.steps; ++step)
+        for (const rt::Task &t : order)
+          addTask(p, t, step, job.programs[p.rank], job);
+    }
+    return true;
+  }
+
+private:
+  double computeNs(const rt::Program &p, const rt::Instr &in) {
+    double bytes = 0;
+    for (int i : in.inputs)
+      bytes += p.values[i].bytes;
+    for (int i : in.outputs)
+      bytes += p.values[i].bytes;
+    double ns = std::max(flopsOf(p, in) / (c.deviceTflops * 1e3),
+                         bytes / c.memGBps);
+    return ns;
+  }
+
+  double uniformUs(rt::BlockKind k) const {
+    switch (k) {
+    case rt::BlockKind::Forward:
+      return c.forwardUs;
+    case rt::BlockKind::Backward:
+      return c.backwardUs;
+    case rt::BlockKind::BackwardInput:
+      return c.backwardInputUs;
+    case rt::BlockKind::BackwardWeight:
+      return c.backwardWeightUs;
+    case rt::BlockKind::Optimizer:
+      return 0;
+    }
+    return 0;
+  }
+
+  int group(const rt::Program &p, const rt::Instr &in, SimJob &job) {
+    std::vector<int> members;
+    if (in.attrs.has("ranks")) {
+      for (int64_t r : in.attrs.getInts("ranks"))
+        members.push_back(int(r));
+    } else {
+      std::string g = in.attrs.getStr(
+          "group", in.kernel == "grad_sync" || in.kernel == "param_gather"
+                       ? "dp"
+                       : "tp");
+      for (int r = 0; r < plan.worldSize; ++r) {
+        int tp = r % plan.tp, dp = (r / plan.tp) % plan.dp,
+            pp = r / (plan.tp * plan.dp);
+        if (g == "tp" ? (dp == p.dp && pp == p.pp)
+                      : (tp == p.tp && pp == p.pp))
+          members.push_back(r);
+      }
+    }
+    std::sort(members.begin(), members.end());
+    auto it = groupIds.find(members);
+    if (it != groupIds.end())
+      return it->second;
+    job.groups.push_back({in.kernel, members});
+    return groupIds[members] = int(job.groups.size() - 1);
+  }
+
+  void addTask(const rt::Program &p, const rt::Task &t, int step,
+               std::vector<SimOp> &ops, SimJob &job) {
+    const rt::Block &blk = p.blocks[t.block];
+    bool opt = blk.kind == rt::BlockKind::Optimizer;
+    double factor = speed.count(p.rank) ? speed[p.rank] : 1.0;
+    double uniform = uniformUs(blk.kind);
+    size_t taskStart = ops.size();
+    auto base = [&](const std::string &name) {
+      SimOp op;
+      op.name = name;
+      op.step = step;
+      op.mb = opt ? -1 : t.microbatch;
+      op.chunk = blk.chunk;
+      return op;
+    };
+    auto compute = [&](double ns) {
+      if (ops.size() > taskStart && ops.back().kind == SimOp::Compute) {
+        ops.back().durNs += ns;
+        return;
+      }
+      SimOp op = base(blockName(blk));
+      op.kind = SimOp::Compute;
+      op.cat = opt ? Cat::Optimizer : Cat::Compute;
+      op.durNs = ns;
+      ops.push_back(op);
+    };
+    // Uniform costs: the task receives, computes for its whole cost, then
+    // sends (the closed forms' model); else every instruction in order.
+    bool uniformCost = uniform >= 0 && c.forwardUs >= 0;
+    auto p2p = [&](const rt::Instr &in) {
+      SimOp op = base(in.kernel);
+      bool send = in.kernel == "send";
+      op.kind = send ? SimOp::Send : SimOp::Recv;
+      op.async = send; // isend: the sender does not wait for the wire
+      op.cat = Cat::Comm;
+      op.op = send ? Op::Send : Op::Recv;
+      op.peer = int(in.attrs.getInt("peer", -1));
+      op.bytes = p.values[send ? in.inputs[0] : in.outputs[0]].bytes;
+      int64_t tag = in.attrs.getInt("tag", 0);
+      op.tag = (tag * (plan.numMicrobatches + 1) + t.microbatch) *
+                   (c.steps + 1) + step;
+      ops.push_back(op);
+    };
+    auto collective = [&](const rt::Instr &in) {
+      // Gradient buffers are synced on the step's last microbatch only.
+      if (in.kernel == "grad_sync" && t.microbatch != plan.numMicrobatches - 1)
+        return;
+      int g = group(p, in, job);
+      if (job.groups[g].members.size() < 2)
+        return;
+      SimOp op = base(in.kernel);
+      op.kind = SimOp::Coll;
+      op.cat = Cat::Comm;
+      op.op = collOp(in.kernel, in.attrs);
+      for (int i : in.inputs)
+        op.bytes += p.values[i].bytes;
+      op.group = g;
+      op.seq = seq[{p.rank, g}]++;
+      ops.push_back(op);
+    };
+    if (uniformCost) {
+      for (const rt::Instr &in : blk.instrs)
+        if (in.kernel == "recv")
+          p2p(in);
+      if (uniform > 0)
+        compute(uniform * 1e3 * factor);
+      for (const rt::Instr &in : blk.instrs)
+        if (isCollective(in.kernel))
+          collective(in);
+        else if (in.kernel == "send")
+          p2p(in);
+      return;
+    }
+    for (const rt::Instr &in : blk.instrs) {
+      if (in.kernel == "send" || in.kernel == "recv")
+        p2p(in);
+      else if (isCollective(in.kernel))
+        collective(in);
+      else
+        compute(computeNs(p, in) * factor);
+    }
+  }
+
+  static std::string blockName(const rt::Block &b) {
+    return std::string(rt::blockKindName(b.kind)) + ".c" +
+           std::to_string(b.chunk);
+  }
+
+  const rt::Plan &plan;
+  const PlanCluster &c;
+  std::map<int, double> speed;
+  std::map<std::vector<int>, int> groupIds;
+  std::map<std::pair<int, int>, int64_t> seq;
+};
+
+SimConfig networkConfig(const rt::Plan &plan, const PlanCluster &c,
+                        bool faults) {
+  SimConfig sc;
+  sc.tp = plan.tp;
+  sc.pp = plan.pp;
+  sc.dp = plan.dp;
+  sc.gpusPerNode = c.gpusPerNode;
+  sc.interGbps = c.gbps;
+  sc.interLatencyUs = c.latencyUs;
+  sc.intraGbps = c.intraGbps;
+  sc.intraLatencyUs = c.intraLatencyUs;
+  if (faults)
+    sc.faults = c.faults;
+  return sc;
+}
+
+bool replay(const rt::Plan &plan, const std::string &table,
+            const PlanCluster &c, PlanSimResult &out, std::string *error) {
+  SimJob job;
+  JobBuilder jb(plan, c);
+  if (!jb.build(table, job, out.peakInFlight, error))
+    return false;
+  SimTimes times;
+  if (!runSim(job, makeNetwork(networkConfig(plan, c, true)), times, error)) {
+    *error = "schedule '" + table + "': " + *error;
+    return false;
+  }
+  std::vector<double> st = stepTimesNs(job, times);
+  out.stepUs = st.empty() ? 0
+                          : std::accumulate(st.begin(), st.end(), 0.0) /
+                                st.size() * 1e-3;
+  out.peakBytes.clear();
+  for (size_t i = 0; i < plan.programs.size(); ++i) {
+    const rt::Program &p = plan.programs[i];
+    int64_t extra = std::max<int64_t>(0, out.peakInFlight[i] - 1);
+    out.peakBytes.push_back(p.persistentBytes + p.arenaBytes +
+                            uint64_t(extra) * p.stashBytes);
+  }
+  out.chosen = table;
+  return true;
+}
+
+/// The slowest ratio (faulted / nominal transfer time) over the links the
+/// plan's sends use, with the largest message each.
+double slowestLink(const rt::Plan &plan, const PlanCluster &c, int &src,
+                   int &dst) {
+  SimNetwork nominal = makeNetwork(networkConfig(plan, c, false)),
+             faulted = makeNetwork(networkConfig(plan, c, true));
+  std::map<std::pair<int, int>, uint64_t> links;
+  for (const rt::Program &p : plan.programs)
+    for (const rt::Block &b : p.blocks)
+      for (const rt::Instr &in : b.instrs)
+        if (in.kernel == "send") {
+          uint64_t &bytes =
+              links[{p.rank, int(in.attrs.getInt("peer", -1))}];
+          bytes = std::max<uint64_t>(bytes, p.values[in.inputs[0]].bytes);
+        }
+  double worst = 1;
+  for (auto &[link, bytes] : links) {
+    double t0 = nominal.p2p(link.first, link.second, bytes);
+    double t1 = faulted.p2p(link.first, link.second, bytes);
+    if (t0 > 0 && t1 / t0 > worst) {
+      worst = t1 / t0;
+      src = link.first;
+      dst = link.second;
+    }
+  }
+  return worst;
+}
+
+} // namespace
+
+bool mapp::scan::simulatePlan(const rt::Plan &plan, const std::string &schedule,
+                              const PlanCluster &cluster, PlanSimResult &out,
+                              std::string *error) {
+  out = PlanSimResult();
+  out.schedule = schedule;
+  if (cluster.steps < 1) {
+    *error = "steps must be >= 1";
+    return false;
+  }
+  if (schedule != "adaptive")
+    return replay(plan, schedule, cluster, out, error);
+  std::vector<std::string> names = planSchedules(plan);
+  if (std::find(names.begin(), names.end(), "adaptive") == names.end()) {
+    *error = "schedule 'adaptive' needs a plan compiled with "
+             "schedule=adaptive (dfc and bfc tables)";
+    return false;
+  }
+  // The adaptive policy: breadth-first while a link is slow and its
+  // activations fit, depth-first otherwise.
+  PlanSimResult bfc;
+  if (!replay(plan, "bfc", cluster, bfc, error))
+    return false;
+  uint64_t cap = cluster.memCapBytes ? cluster.memCapBytes
+                                     : plan.adaptive.memCapBytes;
+  int src = -1, dst = -1;
+  double ratio = slowestLink(plan, cluster, src, dst);
+  uint64_t peak = *std::max_element(bfc.peakBytes.begin(), bfc.peakBytes.end());
+  bool slow = ratio >= plan.adaptive.slowLinkRatio;
+  bool fits = cap == 0 || peak <= cap;
+  char why[256];
+  if (slow && fits) {
+    std::snprintf(why, sizeof why,
+                  "link %d->%d is %.2fx slower (>= %.2f) and bfc's peak %llu B "
+                  "fits the cap",
+                  src, dst, ratio, plan.adaptive.slowLinkRatio,
+                  (unsigned long long)peak);
+    out = bfc;
+  } else {
+    if (!replay(plan, "dfc", cluster, out, error))
+      return false;
+    if (!slow)
+      std::snprintf(why, sizeof why,
+                    "no link is %.2fx slower than nominal (slowest %.2fx)",
+                    plan.adaptive.slowLinkRatio, ratio);
+    else
+      std::snprintf(why, sizeof why,
+                    "link %d->%d is slow but bfc's peak %llu B exceeds the cap "
+                    "%llu B",
+                    src, dst, (unsigned long long)peak,
+                    (unsigned long long)cap);
+  }
+  out.schedule = "adaptive";
+  out.reason = why;
+  return true;
+}
