@@ -16,6 +16,7 @@
 #include "mapp/rt/Faults.h"
 #include "mapp/rt/Generate.h"
 #include "mapp/rt/Metrics.h"
+#include "mapp/rt/Patch.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Safetensors.h"
 #include "mapp/rt/Tokenizer.h"
@@ -113,6 +114,10 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              sliding window) instead of prefill + KV-cache
                              decode steps
   --generate-out FILE        one JSON object per generated token (jsonl)
+  --patch SPEC               activation patching: into=A.txt,from=B.txt,
+                             site=resid|attn|mlp|PATH,layer=L,pos=P,target=TOK:
+                             A's last-position logit of TOK with and without
+                             B's site activation at (L, P); one JSON line
   --quiet                    no progress output
   --help                     this text
 )";
@@ -122,7 +127,7 @@ struct Options {
   std::string plan, backend = "cpu", comm = "local", data, dataFormat = "auto",
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
                     traceDir, probeDb, probeControl, probeControlTokenFile,
-                    probeRun, prompt,
+                    probeRun, prompt, patch,
                     generateOut, traceSample, injectNan;
   bool generate = false, greedy = false, promptGiven = false, kvCache = true;
   int64_t maxNewTokens = 32, topK = 0;
@@ -190,7 +195,7 @@ Options parseArgs(int argc, char **argv) {
       {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample},
       {"--save-dir", &o.ckpt.saveDir},     {"--resume", &o.ckpt.resume},
       {"--inject-nan", &o.injectNan},
-      {"--coordinator", &o.coordinator}};
+      {"--coordinator", &o.coordinator}, {"--patch", &o.patch}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -298,6 +303,8 @@ Options parseArgs(int argc, char **argv) {
     usageError("no plan given");
   if (!o.generate && (o.promptGiven || !o.generateOut.empty() || !o.kvCache))
     usageError("--prompt, --generate-out and --no-kv-cache need --generate");
+  if (!o.patch.empty() && o.generate)
+    usageError("--patch and --generate are different modes; give one");
   if (o.promptGiven && o.prompt.empty())
     usageError("--prompt is empty (leave it out to start from the EOT token)");
   if (o.comm != "local" && o.comm != "mpi" && o.comm != "nccl")
@@ -550,6 +557,30 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
                         ? std::string()
                         : " (token in " + scope->controlTokenFile() + ")")
                 << "\n";
+  }
+  if (!o.patch.empty()) {
+    PatchOptions po = parsePatchSpec(o.patch);
+    if (o.weights.empty())
+      fail("--patch needs --weights FILE (trained parameters)");
+    exec.loadParams(readSafetensors(o.weights), o.weights);
+    std::unique_ptr<Tokenizer> tok =
+        createTokenizer(o.tokenizer.empty() ? "bytes" : o.tokenizer);
+    PatchResult r = runPatch(exec, *tok, po);
+    nlohmann::json j = {{"value", r.value},
+                        {"layer", po.layer},
+                        {"pos", po.pos},
+                        {"target", r.target},
+                        {"position", r.lastA},
+                        {"clean_logit", r.cleanLogit},
+                        {"patched_logit", r.patchedLogit},
+                        {"source_logit", r.sourceLogit},
+                        {"delta", r.patchedLogit - r.cleanLogit}};
+    std::cout << j.dump(-1, ' ', false,
+                        nlohmann::json::error_handler_t::replace)
+              << "\n";
+    if (scope)
+      scope->flush();
+    return;
   }
   if (o.generate) {
     if (plan.worldSize != 1)

@@ -87,13 +87,13 @@ std::string reductionParam(const Request &r) {
   auto it = r.query.find("reduction");
   static const char *known[] = {"max",      "min",  "mean", "std",
                                 "absmax",   "sparsity", "hist", "topk",
-                                "sketch",   "raw",  "attn"};
+                                "sketch",   "raw",  "attn", "lens"};
   if (it != r.query.end())
     for (const char *k : known)
       if (it->second == k)
         return k;
   fail("parameter 'reduction' must be one of max, min, mean, std, absmax, "
-       "sparsity, hist, topk, sketch, raw, attn");
+       "sparsity, hist, topk, sketch, raw, attn, lens");
 }
 
 std::string phaseParam(const Request &r) {
@@ -163,6 +163,8 @@ Response ScopeApi::api(const Request &r) {
     out = sample(r);
   else if (p == "/api/steps")
     out = steps(intParam(r, "run"));
+  else if (p == "/api/lens")
+    out = lens(r);
   else if (p == "/api/pca")
     out = pca(intParam(r, "run"), intParam(r, "step"), phaseParam(r));
   else if (p == "/api/generation")
@@ -244,6 +246,53 @@ std::string ScopeApi::sample(const Request &r) {
               {"data", q.blob<float>(2)},
               {"index", q.blob<int64_t>(3)},
               {"value", q.num(4)}};
+  return out.dump();
+}
+
+std::string ScopeApi::lens(const Request &r) {
+  // Every lens probe (one per layer) of one step: per position the top-k
+  // token ids and probabilities, rows in the probe's `tokens` order.
+  int64_t run = intParam(r, "run"), step = intParam(r, "step");
+  int64_t rank = r.query.count("rank") ? intParam(r, "rank") : 0;
+  std::string phase = phaseParam(r);
+  json out = json::array();
+  Query q(db_, "SELECT s.probe_id, p.point, p.attrs, s.shape, s.data, s.idx "
+               "FROM samples s JOIN probes p ON p.run_id=s.run_id AND "
+               "p.probe_id=s.probe_id AND p.rank=s.rank WHERE s.run_id=? AND "
+               "s.reduction='lens' AND s.step=? AND s.phase=? AND s.rank=? "
+               "AND s.microbatch=0 ORDER BY s.probe_id");
+  q.bind(1, run).bind(2, step).bind(3, phase).bind(4, rank);
+  while (q.step()) {
+    json shape = json::parse(q.s(3), nullptr, false);
+    std::vector<float> p = q.blob<float>(4);
+    std::vector<int64_t> ids = q.blob<int64_t>(5);
+    if (!shape.is_array() || shape.size() != 2 || !shape[0].is_number() ||
+        !shape[1].is_number())
+      fail("lens sample of probe ", q.i(0), " has a malformed shape");
+    int64_t R = shape[0], K = shape[1];
+    if (R < 0 || K < 0 || p.size() != static_cast<size_t>(R * K) ||
+        ids.size() != p.size())
+      fail("lens sample of probe ", q.i(0), " does not match its shape");
+    json attrs = json::parse(q.s(2), nullptr, false);
+    json positions = json::array();
+    if (attrs.is_object() && attrs.contains("tokens") && attrs["tokens"].is_array())
+      positions = attrs["tokens"];
+    // A decode step (KV cache) sees the new token only: its row has no
+    // recorded position, the step names it.
+    if (positions.size() != static_cast<size_t>(R)) {
+      positions = json::array();
+      for (int64_t i = 0; i < R; ++i)
+        positions.push_back(i);
+    }
+    json rows = json::array();
+    for (int64_t i = 0; i < R; ++i) {
+      json top = json::array();
+      for (int64_t j = 0; j < K; ++j)
+        top.push_back({{"id", ids[i * K + j]}, {"p", p[i * K + j]}});
+      rows.push_back({{"position", positions[i]}, {"top", top}});
+    }
+    out.push_back({{"probe", q.i(0)}, {"point", q.s(1)}, {"rows", rows}});
+  }
   return out.dump();
 }
 

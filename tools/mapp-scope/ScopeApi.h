@@ -53,6 +53,7 @@ private:
   std::string probes(int64_t run);
   std::string series(int64_t run, int64_t probe, const std::string &red);
   std::string sample(const Request &r);
+  std::string lens(const Request &r);
   std::string steps(int64_t run);
   std::string pca(int64_t run, int64_t step, const std::string &phase);
   std::string generation(int64_t run);

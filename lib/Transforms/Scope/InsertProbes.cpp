@@ -360,6 +360,8 @@ struct InsertProbesPass
       return mlir::emitError(module.getLoc()) << p.pos.str() << ": 'attn' needs a "
                                    "layers.N.attn.probs target, not '"
                                 << name << "'";
+    if (llvm::is_contained(p.reduce, "lens"))
+      return insertLens(module, t, name, p, id);
     std::string reduce = llvm::join(p.reduce, ",");
     for (Value v : t.values) {
       auto ty = cast<RankedTensorType>(v.getType());
@@ -399,6 +401,76 @@ struct InsertProbesPass
         setI("cap", p.rawCap);
       if (!toks.empty())
         probe->setAttr("tokens", DenseI64ArrayAttr::get(ctx, toks));
+      if (failed(mlir::verify(probe)))
+        return failure();
+    }
+    return success();
+  }
+
+  /// Logit lens: the probe reads the residual stream and the parameters of
+  /// the final norm and of the unembedding, as `lm_head` reads them. Fresh
+  /// param_refs next to the probe keep the residual's lifetime short.
+  LogicalResult insertLens(ModuleOp module, Target &t, StringRef name,
+                           const ProbeEntry &p, int64_t &id) {
+    auto err = [&]() {
+      return mlir::emitError(module.getLoc()) << p.pos.str() << ": ";
+    };
+    if (p.reduce.size() != 1)
+      return err() << "'lens' is the only reduction of its probe";
+    LinearOp head;
+    module.walk([&](LinearOp op) {
+      auto n = op->getAttrOfType<StringAttr>("mapp.name");
+      if (!head && n && n.getValue() == "lm_head")
+        head = op;
+    });
+    Operation *norm = head ? head.getX().getDefiningOp() : nullptr;
+    SmallVector<Value> weights;
+    StringRef normKind;
+    double eps = 0;
+    if (auto ln = dyn_cast_or_null<LayerNormOp>(norm)) {
+      weights = {ln.getGamma(), ln.getBeta()};
+      normKind = "layer_norm";
+      eps = ln.getEps().convertToDouble();
+    } else if (auto rn = dyn_cast_or_null<RMSNormOp>(norm)) {
+      weights = {rn.getGamma()};
+      normKind = "rms_norm";
+      eps = rn.getEps().convertToDouble();
+    } else {
+      return err() << "'lens' needs an 'lm_head' linear (no bias) fed by the "
+                      "final layer_norm or rms_norm";
+    }
+    if (head.getBias())
+      return err() << "'lens' needs an 'lm_head' without bias";
+    weights.push_back(head.getW());
+    for (Value w : weights)
+      if (!w.getDefiningOp<ParamRefOp>())
+        return err() << "'lens' reads the final norm and 'lm_head' weights "
+                        "as parameters (an unsharded plan)";
+    auto hidden = cast<RankedTensorType>(head.getW().getType()).getShape()[1];
+    for (Value v : t.values) {
+      auto ty = cast<RankedTensorType>(v.getType());
+      if (!ty.getElementType().isF32() || ty.getRank() != 3 ||
+          ty.getShape()[2] != hidden)
+        return err() << "'lens' needs a residual stream [B,T," << hidden
+                     << "] f32, '" << name << "' is " << ty;
+      SmallVector<int64_t> toks;
+      if (failed(tokenPositions(module, p, ty, name, toks)))
+        return failure();
+      OpBuilder b(&getContext());
+      if (Operation *def = v.getDefiningOp())
+        b.setInsertionPointAfter(def);
+      else
+        b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+      SmallVector<Value> ins{v};
+      for (Value w : weights)
+        ins.push_back(b.clone(*w.getDefiningOp())->getResult(0));
+      auto probe = b.create<ProbeOp>(v.getLoc(), ins, id++, name, "lens",
+                                     p.every);
+      probe->setAttr("k", b.getI64IntegerAttr(p.k));
+      probe->setAttr("norm", b.getStringAttr(normKind));
+      probe->setAttr("eps", b.getF64FloatAttr(eps));
+      if (!toks.empty())
+        probe->setAttr("tokens", DenseI64ArrayAttr::get(&getContext(), toks));
       if (failed(mlir::verify(probe)))
         return failure();
     }

@@ -12,6 +12,7 @@ bool mapp::scope::isKnownReduction(llvm::StringRef r) {
   return llvm::StringSwitch<bool>(r)
       .Cases("max", "min", "mean", "std", "absmax", "sparsity", true)
       .Cases("hist", "topk", "sketch", "raw", "attn", true)
+      .Case("lens", true)
       .Default(false);
 }
 
@@ -197,7 +198,7 @@ llvm::Error parseProbe(const json::Value &v, Locator &loc, size_t index,
                  "probe '" + p.name + "': unknown reduction " +
                      (s ? "'" + s->str() + "'" : std::string("(not a string)")) +
                      " (expected max, min, mean, std, absmax, sparsity, hist, "
-                     "topk, sketch, raw or attn)");
+                     "topk, sketch, raw, attn or lens)");
     if (!llvm::is_contained(p.reduce, *s))
       p.reduce.push_back(s->str());
   }

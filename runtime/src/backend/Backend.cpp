@@ -18,6 +18,12 @@ void Backend::readFloats(const Program &, int, const void *src,
                   static_cast<size_t>(n) * sizeof(float));
 }
 
+void Backend::writeFloats(const Program &, int, void *dst, int64_t offset,
+                          int64_t n, const float *src) {
+  copyToStorage(static_cast<float *>(dst) + offset, src,
+                static_cast<size_t>(n) * sizeof(float));
+}
+
 void Backend::copyFromStorage(void *dst, const void *src, size_t bytes) {
   if (bytes)
     std::memcpy(dst, src, bytes);

@@ -228,6 +228,11 @@ float *Executor::valueData(int v, int slot) const {
   return reinterpret_cast<float *>(base + val.offset);
 }
 
+void Executor::writeFloats(int v, int slot, int64_t offset, const float *src,
+                           int64_t n) {
+  backend_.writeFloats(*prog_, v, valueData(v, slot), offset, n, src);
+}
+
 std::vector<float> Executor::readFloats(int v, int slot, int64_t offset,
                                         int64_t n) const {
   std::vector<float> out(static_cast<size_t>(n));
@@ -537,6 +542,12 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            pr.instr->name.empty() ? std::string() : " '" + pr.instr->name + "'",
            ": ", e.what());
     }
+    if (instrHook_ && hookBlock_) {
+      // The hook reads and writes storage from the host: the device must
+      // have finished the instr (a no-op on the CPU).
+      backend_.synchronize();
+      instrHook_(*this, *pr.instr);
+    }
     workSinceMark = true;
     uint64_t opCpu = timeCpu ? mapp::MappTraceWriter::threadCpuNs() - cpu0 : 0;
     if (nanStep_ == step_ && pr.kind == Prepared::Compute)
@@ -791,6 +802,13 @@ void Executor::runBlockOnce(int block, int64_t step) {
   ctx.comm = &comm_;
   ctx.probe = probe_;
   ctx.backend = &backend_;
-  runBlock(block, 0, 0, ctx);
+  hookBlock_ = true;
+  try {
+    runBlock(block, 0, 0, ctx);
+  } catch (...) {
+    hookBlock_ = false;
+    throw;
+  }
+  hookBlock_ = false;
   backend_.synchronize();
 }

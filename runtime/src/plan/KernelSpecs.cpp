@@ -546,7 +546,7 @@ const std::vector<KernelSpec> kSpecs = {
     {"grad_sync", 1, -1, 0, -1, checkBucket, true},
     {"param_gather", 1, -1, 0, 0, checkBucket, true},
     {"recv", 0, 0, 1, 1, checkSendRecv, false},
-    {"probe", 1, 3, 0, 0, checkProbe, false},
+    {"probe", 1, 4, 0, 0, checkProbe, false},
     {"perturb", 1, 1, 1, 1, checkPerturb, false},
     // MegaScan region marks, run by the executor itself (no backend kernel).
     {"trace_begin", 0, 0, 0, 0, checkTrace, false},

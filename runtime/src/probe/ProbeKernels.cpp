@@ -27,6 +27,11 @@ void mapp::rt::cpu::probe(const KernelArgs &a) {
     samples.push_back(attentionProbsCached(a.attrs, x.f32(), a.in[1].f32(),
                                            a.in[2].i32(), x.shape(),
                                            a.in[1].dim(1)));
+  } else if (a.attrs.getStr("reduce", "") == "lens") {
+    const float *beta = a.numIn == 4 ? a.in[2].f32() : nullptr;
+    const Tensor &w = a.in[a.numIn - 1];
+    samples.push_back(logitLens(a.attrs, x.f32(), a.in[1].f32(), beta,
+                                w.f32(), x.shape(), w.dim(0)));
   } else if (a.attrs.getStr("reduce", "") == "attn") {
     samples.push_back(
         attentionProbs(a.attrs, x.f32(), a.in[1].f32(), x.shape()));

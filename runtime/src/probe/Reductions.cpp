@@ -294,7 +294,7 @@ void mapp::rt::checkProbeAttrs(const Attrs &a,
   for (const std::string &r : reds) {
     static const char *known[] = {"max",  "min",  "mean",   "std", "absmax",
                                   "sparsity", "hist", "topk", "sketch",
-                                  "raw", "attn"};
+                                  "raw", "attn", "lens"};
     if (std::find_if(std::begin(known), std::end(known), [&](const char *k) {
           return r == k;
         }) == std::end(known))
@@ -309,6 +309,22 @@ void mapp::rt::checkProbeAttrs(const Attrs &a,
       int64_t heads = a.requireInt("heads");
       if (heads < 1 || in[0].dim(2) % heads)
         fail("probe: heads must divide H");
+    } else if (r == "lens") {
+      // x [B,T,H], gamma [H], (beta [H] for layer_norm), w [vocab, H].
+      bool rms = a.getStr("norm", "layer_norm") == "rms_norm";
+      if (!rms && a.getStr("norm", "layer_norm") != "layer_norm")
+        fail("probe: lens norm must be layer_norm or rms_norm");
+      size_t want = rms ? 3 : 4;
+      if (reds.size() != 1 || in.size() != want || in[0].rank() != 3)
+        fail("probe: lens is the only reduction of its probe and needs x "
+             "[B,T,H], the final norm's weights and the unembedding");
+      int64_t H = in[0].dim(2);
+      const TensorType &w = in.back();
+      if (in[1].shape != Shape{H} || (!rms && in[2].shape != Shape{H}) ||
+          w.rank() != 2 || w.dim(1) != H)
+        fail("probe: lens weights do not match the hidden size ", H);
+      if (a.getInt("k", 10) < 1)
+        fail("probe: 'lens' needs a positive size");
     } else if (r == "attn") {
       if (in.size() != 2 || in[0].rank() != 3 || in[0].shape != in[1].shape)
         fail("probe: attn needs q and k of one [B,T,H] shape");

@@ -569,7 +569,7 @@ func.func @grad_sync_empty() {
 // -----
 
 func.func @probe_no_input() {
-  // expected-error @+1 {{takes one input (two for 'attn'), got 0}}
+  // expected-error @+1 {{takes one input (two for 'attn', 3-4 for 'lens'), got 0}}
   "mapp.probe"() {probe_id = 0 : i64, point = "x", reduce = "max"} : () -> ()
   return
 }
@@ -585,7 +585,7 @@ func.func @probe_no_reduction(%x: tensor<2x4xf32>) {
 // -----
 
 func.func @probe_unknown(%x: tensor<2x4xf32>) {
-  // expected-error @+1 {{'mapp.probe' op unknown reduction 'p99' (expected max, min, mean, std, absmax, sparsity, hist, topk, sketch, raw or attn)}}
+  // expected-error @+1 {{'mapp.probe' op unknown reduction 'p99' (expected max, min, mean, std, absmax, sparsity, hist, topk, sketch, raw, attn or lens)}}
   mapp.probe %x {probe_id = 0 : i64, point = "x", reduce = "p99"} : tensor<2x4xf32>
   return
 }

@@ -15,12 +15,14 @@ static bool isKnownReduction(StringRef r) {
   return llvm::StringSwitch<bool>(r)
       .Cases("max", "min", "mean", "std", "absmax", "sparsity", true)
       .Cases("hist", "topk", "sketch", "raw", "attn", true)
+      .Case("lens", true)
       .Default(false);
 }
 
 LogicalResult ProbeOp::verify() {
-  if (getInputs().empty() || getInputs().size() > 2)
-    return emitOpError("takes one input (two for 'attn'), got ")
+  if (getInputs().empty() || getInputs().size() > 4)
+    return emitOpError("takes one input (two for 'attn', 3-4 for 'lens'), "
+                       "got ")
            << getInputs().size();
   if (getEvery() < 1)
     return emitOpError("every must be >= 1, got ") << getEvery();
@@ -34,8 +36,29 @@ LogicalResult ProbeOp::verify() {
       return emitOpError("unknown reduction '")
              << r
              << "' (expected max, min, mean, std, absmax, sparsity, hist, "
-                "topk, sketch, raw or attn)";
+                "topk, sketch, raw, attn or lens)";
     attn |= r == "attn";
+  }
+  if (llvm::is_contained(parts, "lens")) {
+    // x, the final norm's gamma (and beta), the unembedding [vocab, H].
+    auto x = dyn_cast<RankedTensorType>(getInputs()[0].getType());
+    size_t want = getOperation()->getAttrOfType<StringAttr>("norm") &&
+                          getOperation()->getAttrOfType<StringAttr>("norm")
+                                  .getValue() == "rms_norm"
+                      ? 3
+                      : 4;
+    if (parts.size() != 1 || getInputs().size() != want || !x ||
+        x.getRank() != 3)
+      return emitOpError("'lens' is the only reduction of a probe on x "
+                         "[B,T,H], the final norm's weights and the "
+                         "unembedding");
+    auto w = dyn_cast<RankedTensorType>(getInputs().back().getType());
+    if (!w || w.getRank() != 2 || w.getShape()[1] != x.getShape()[2])
+      return emitOpError("'lens' unembedding must be [vocab, H]");
+    auto k = (*this)->getAttrOfType<IntegerAttr>("k");
+    if (!k || k.getInt() < 1)
+      return emitOpError("'lens' needs k >= 1");
+    return success();
   }
   if (attn && (parts.size() != 1 || getInputs().size() != 2))
     return emitOpError("'attn' is the only reduction of a probe on q and k");

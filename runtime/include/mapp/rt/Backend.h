@@ -61,6 +61,10 @@ public:
   /// is at `src`, as fp32 on the host (a backend may store it in bf16).
   virtual void readFloats(const Program &p, int value, const void *src,
                           int64_t offset, int64_t n, float *dst);
+  /// The inverse of readFloats: `n` host fp32 values into value `value`
+  /// from element `offset` (rounded to bf16 where the backend stores bf16).
+  virtual void writeFloats(const Program &p, int value, void *dst,
+                           int64_t offset, int64_t n, const float *src);
 
   /// Whether the backend stores values planned as bf16 (storage_bf16) as
   /// bf16 in their planned bytes; otherwise the executor runs such a program

@@ -184,8 +184,18 @@ public:
   /// to the host as fp32 whatever the backend stores (bf16 on CUDA).
   std::vector<float> readFloats(int v, int slot, int64_t offset,
                                 int64_t n) const;
+  /// The inverse of readFloats (activation patching writes a value).
+  void writeFloats(int v, int slot, int64_t offset, const float *src,
+                   int64_t n);
+  /// Called after each instr of a block run by runForward/runBlockOnce
+  /// (slot 0) has executed: activation patching reads or rewrites the
+  /// instr's outputs there. Null = off; not called for training steps.
+  using InstrHook = std::function<void(Executor &, const Instr &)>;
+  void setInstrHook(InstrHook h) { instrHook_ = std::move(h); }
 
 private:
+  InstrHook instrHook_;
+  bool hookBlock_ = false; // inside runBlockOnce
   struct Prepared;
   /// One Param/OptState/Grad from a tensor: its piece (piece = true) or the
   /// full tensor, cut like the parameter it belongs to.

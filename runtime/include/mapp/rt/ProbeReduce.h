@@ -37,6 +37,15 @@ ProbeSample attentionProbsCached(const Attrs &a, const float *q,
                                  const float *kcache, const int32_t *positions,
                                  const Shape &qShape, int64_t tmax);
 
+/// The `lens` reduction (logit lens): batch row 0 of the residual stream
+/// x [B,T,H] through the final norm (attr `norm` = layer_norm with gamma and
+/// beta, or rms_norm with gamma and beta null; `eps`) and the unembedding
+/// w [vocab,H]; per selected position (`tokens`, default all) the `k` most
+/// likely token ids (index) and their softmax probabilities (data), [R, k].
+ProbeSample logitLens(const Attrs &a, const float *x, const float *gamma,
+                      const float *beta, const float *w, const Shape &xShape,
+                      int64_t vocab);
+
 /// Load-time checks of a probe instr (reductions known, parameters valid);
 /// throws Error without a location prefix.
 void checkProbeAttrs(const Attrs &a, const std::vector<TensorType> &in);

@@ -272,6 +272,18 @@ void CudaBackend::readFloats(const Program &p, int value, const void *src,
     dst[i] = bf16ToFloat(h[i]);
 }
 
+void CudaBackend::writeFloats(const Program &p, int value, void *dst,
+                              int64_t offset, int64_t n, const float *src) {
+  bool bf16 = prog_ == &p && valueBf16_.size() > static_cast<size_t>(value) &&
+              valueBf16_[value];
+  if (!bf16)
+    return copyToStorage(static_cast<float *>(dst) + offset, src, n * 4);
+  std::vector<uint16_t> h(n);
+  for (int64_t i = 0; i < n; ++i)
+    h[i] = floatToBf16(src[i]);
+  copyToStorage(static_cast<uint16_t *>(dst) + offset, h.data(), n * 2);
+}
+
 void CudaBackend::readScalarAsync(float *dst, const void *src) {
   if (scalarDst_.size() == kScalarCap)
     synchronize();

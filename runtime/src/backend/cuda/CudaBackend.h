@@ -110,6 +110,8 @@ public:
   void flushProbes();
   void readFloats(const Program &p, int value, const void *src, int64_t offset,
                   int64_t n, float *dst) override;
+  void writeFloats(const Program &p, int value, void *dst, int64_t offset,
+                   int64_t n, const float *src) override;
 
   // --- for kernels
   cudaStream_t stream() const { return stream_; }

@@ -7,7 +7,7 @@
 // statistics and sketches accumulate in double (in another order, so within
 // fp32 rounding), histogram bins use the same double arithmetic, top-k keys
 // order (value, lower index) exactly. `attn` (recomputed attention
-// probabilities) is staged through the host and reduced by the CPU code: it
+// probabilities) and `lens` (logit lens) are staged through the host and reduced by the CPU code: it
 // is meant for a few sampled steps.
 //
 // The step issues ~2,000 launches in 25 ms, so a probe call's host work and
@@ -64,6 +64,24 @@ void stagedAttention(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
   std::vector<float> q = hostFloats(be, a.in[0]), k = hostFloats(be, a.in[1]);
   ProbeSample s = attentionProbs(a.attrs, q.data(), k.data(), a.in[0].shape());
+  s.probeId = a.attrs.getInt("probe_id", 0);
+  s.step = a.ctx.step;
+  s.microbatch = a.ctx.microbatch;
+  a.ctx.probe->record(std::move(s));
+}
+
+/// `lens`: the residual stream, final norm weights and unembedding copied
+/// to the host and reduced by LogitLens.cpp (the unembedding is
+/// vocab x hidden floats per call, so lens probes are for sampled steps).
+void stagedLens(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  std::vector<float> x = hostFloats(be, a.in[0]), g = hostFloats(be, a.in[1]),
+                     w = hostFloats(be, a.in[a.numIn - 1]), b;
+  if (a.numIn == 4)
+    b = hostFloats(be, a.in[2]);
+  ProbeSample s = logitLens(a.attrs, x.data(), g.data(),
+                            b.empty() ? nullptr : b.data(), w.data(),
+                            a.in[0].shape(), a.in[a.numIn - 1].dim(0));
   s.probeId = a.attrs.getInt("probe_id", 0);
   s.step = a.ctx.step;
   s.microbatch = a.ctx.microbatch;
@@ -131,7 +149,7 @@ std::shared_ptr<ProbeCallPlan> buildPlan(const KernelArgs &a, ProbeCapture &cap,
   p.probeId = a.attrs.getInt("probe_id", 0);
   p.every = a.attrs.getInt("every", 1);
   std::vector<std::string> reds = splitList(a.attrs.getStr("reduce", ""));
-  if (reds.size() == 1 && reds[0] == "attn") {
+  if (reds.size() == 1 && (reds[0] == "attn" || reds[0] == "lens")) {
     p.staged = true;
     return plan;
   }
@@ -317,7 +335,8 @@ void cuda::probe(const KernelArgs &a) {
   if (!rt->generating() && a.ctx.step % p.every != 0)
     return;
   if (p.staged)
-    return stagedAttention(a);
+    return p.attrs.getStr("reduce", "") == "lens" ? stagedLens(a)
+                                                  : stagedAttention(a);
   rd::Selection sel = p.sel;
   sel.src = view(x);
   uint8_t *slot = cap.reserve(p.bytes);
