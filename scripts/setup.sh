@@ -21,7 +21,6 @@ PKGS=(
   "libsqlite3-dev=3.40.1-2+deb12u2"
   "zlib1g-dev=1:1.2.13.dfsg-1"
   "nlohmann-json3-dev=3.11.2-2"
-  "zlib1g-dev=1:1.2.13.dfsg-1+deb12u1"
   "libcpp-httplib-dev=0.11.4+ds-1+deb12u1"
   "python3-torch=1.13.1+dfsg-4"
   "python3-numpy=1:1.24.2-1+deb12u1"
