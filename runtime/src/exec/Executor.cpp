@@ -293,7 +293,10 @@ void Executor::loadValue(int v, const StTensor &t, bool piece,
                          const std::string &where) {
   const Value &val = prog_->values[v];
   // Grad and OptState values are cut like the parameter they belong to.
-  const Value &owner = val.param >= 0 ? prog_->values[val.param] : val;
+  // (Only theirs: the loader checks `param` of those kinds alone.)
+  const bool owned =
+      val.kind == ValueKind::Grad || val.kind == ValueKind::OptState;
+  const Value &owner = owned ? prog_->values[val.param] : val;
   int n = piece ? 1 : shardCount(owner);
   Shape full = piece ? val.type.shape : fullShapeOf(owner, n);
   if (t.shape != full)

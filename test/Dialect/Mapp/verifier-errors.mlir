@@ -592,6 +592,30 @@ func.func @probe_unknown(%x: tensor<2x4xf32>) {
 
 // -----
 
+func.func @probe_lens_operands(%x: tensor<1x3x4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>, %w: tensor<7x4xf32>) {
+  // expected-error @+1 {{'mapp.probe' op 'lens' is the only reduction of a probe on x [B,T,H], the final norm's weights and the unembedding}}
+  mapp.probe %x, %g, %b, %w {probe_id = 0 : i64, point = "x", reduce = "lens,max", k = 2 : i64} : tensor<1x3x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<7x4xf32>
+  return
+}
+
+// -----
+
+func.func @probe_lens_unembedding(%x: tensor<1x3x4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>, %w: tensor<7x5xf32>) {
+  // expected-error @+1 {{'mapp.probe' op 'lens' unembedding must be [vocab, H]}}
+  mapp.probe %x, %g, %b, %w {probe_id = 0 : i64, point = "x", reduce = "lens", k = 2 : i64} : tensor<1x3x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<7x5xf32>
+  return
+}
+
+// -----
+
+func.func @probe_lens_k(%x: tensor<1x3x4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>, %w: tensor<7x4xf32>) {
+  // expected-error @+1 {{'mapp.probe' op 'lens' needs k >= 1}}
+  mapp.probe %x, %g, %b, %w {probe_id = 0 : i64, point = "x", reduce = "lens", k = 0 : i64} : tensor<1x3x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<7x4xf32>
+  return
+}
+
+// -----
+
 func.func @probe_two_inputs(%x: tensor<2x4xf32>) {
   // expected-error @+1 {{takes one input unless it records 'attn'}}
   mapp.probe %x, %x {probe_id = 0 : i64, point = "x", reduce = "max"} : tensor<2x4xf32>, tensor<2x4xf32>
