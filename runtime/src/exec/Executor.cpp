@@ -192,6 +192,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
     blocks_.push_back(std::move(prepared));
     blockWritesLoss_.push_back(writesLoss);
   }
+  setScheduler({});
 
   // Which Grad values this rank counts in the global norm: every gradient
   // once in the world. Replicas over tp (params not sharded over tp) count on
@@ -232,6 +233,23 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
                  lowestStage[par.name] == p.pp;
     countInNorm_[v] = count;
   }
+}
+
+void Executor::setScheduler(const SchedOptions &o) {
+  std::string mode = o.mode.empty()
+                         ? (plan_.schedule == "adaptive" ? "adaptive" : "static")
+                         : o.mode;
+  // Posted receives land in host buffers and are copied into storage as
+  // they are: storage must hold the payload's fp32 as is.
+  if (mode == "adaptive" && backend_.storesBf16() && hasBf16Storage(*prog_))
+    fail("adaptive scheduling: backend '", backend_.name(),
+         "' stores activations as bf16; the posted receives carry fp32 "
+         "(use --schedule=static)");
+  SchedOptions so = o;
+  so.mode = mode;
+  if (!so.deviceFreeBytes)
+    so.deviceFreeBytes = backend_.freeDeviceBytes();
+  sched_ = createScheduler(plan_, *prog_, comm_, so);
 }
 
 Executor::~Executor() {
@@ -462,6 +480,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
   const bool shareMarks = tr && sink_->deferred();
   uint64_t lastMark = 0;
   bool workSinceMark = true;
+  int recvIndex = 0; // k-th recv of the block: the scheduler's posted one
   auto mark = [&] {
     if (!shareMarks || workSinceMark)
       lastMark = sink_->mark();
@@ -543,7 +562,17 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
                     static_cast<int>(pr.outs[slot].size()),
                     ctx};
     try {
-      pr.fn(args);
+      const void *got = pr.op == mapp::TraceOp::Recv && sched_
+                            ? sched_->received({block, mb}, recvIndex++)
+                            : nullptr;
+      if (got) {
+        const Tensor &out = pr.outs[slot][0];
+        backend_.copyToStorage(out.data, got,
+                               static_cast<size_t>(out.numel()) *
+                                   dtypeSize(out.type.dtype));
+      } else {
+        pr.fn(args);
+      }
     } catch (const Error &e) {
       fail("step ", step_, ", microbatch ", mb, ", block ", block, ", ",
            pr.instr->kernel,
@@ -596,20 +625,12 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     sink_->beginStep(step_);
   const bool tr = tracing();
   open_.clear();
+  comm_.setStep(step_);
   backend_.beginStep(step_);
 
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.values[v].kind == ValueKind::Grad)
       backend_.zeroStorage(valueData(static_cast<int>(v)), p.values[v].bytes);
-
-  // Default schedule when the table is empty: every non-optimizer block in
-  // order for each microbatch.
-  std::vector<Task> tasks = p.tasks;
-  if (tasks.empty())
-    for (int mb = 0; mb < plan_.numMicrobatches; ++mb)
-      for (size_t b = 0; b < p.blocks.size(); ++b)
-        if (p.blocks[b].kind != BlockKind::Optimizer)
-          tasks.push_back({static_cast<int>(b), mb});
 
   StepResult r;
   r.step = step_;
@@ -689,11 +710,14 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
                   -1, t0, sink_->mark(), true);
   };
 
-  for (const Task &t : tasks) {
+  sched_->beginStep(step_);
+  Task t;
+  while (sched_->next(t)) {
     if (p.blocks[t.block].kind == BlockKind::Optimizer) {
       optimizerInTable = true;
       finishGrads();
       runOptimizer(t.block);
+      sched_->finished(t);
       continue;
     }
     int slot = t.microbatch % p.slots;
@@ -723,7 +747,9 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     runBlock(t.block, t.microbatch, slot, ctx);
     if (blockWritesLoss_[t.block])
       backend_.readScalarAsync(&losses[t.microbatch], valueData(p.loss, slot));
+    sched_->finished(t);
   }
+  traceSwitches();
   finishGrads();
   if (!optimizerInTable)
     for (int b : optimizerBlocks)
