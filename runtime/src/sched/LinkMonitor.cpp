@@ -24,12 +24,17 @@ void LinkMonitor::taskTime(double ns) {
   taskNs_ = taskNs_ > 0 ? 0.9 * taskNs_ + 0.1 * ns : ns;
 }
 
-bool LinkMonitor::slow(int self, std::string &why) const {
+bool LinkMonitor::slow(int self, std::string &why) {
   double worst = 0;
   int peer = -1;
-  for (const auto &[p, l] : links_) {
+  for (auto &[p, l] : links_) {
     double excess = l.transit - l.best;
-    if (l.n < 2 || l.transit <= ratio_ * l.best || excess <= taskNs_)
+    if (l.slow)
+      l.slow = excess > 0.5 * taskNs_ &&
+               l.transit > (1 + 0.5 * (ratio_ - 1)) * l.best;
+    else
+      l.slow = l.n >= 2 && l.transit > ratio_ * l.best && excess > taskNs_;
+    if (!l.slow)
       continue;
     if (excess > worst) {
       worst = excess;

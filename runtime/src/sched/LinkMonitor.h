@@ -7,7 +7,9 @@
 // slow when its average transit exceeds ratio x its best AND the excess is
 // longer than one mean task: a delay shorter than a task any schedule hides,
 // and over MPI a completion is only seen between tasks, so shorter excesses
-// are measurement noise.
+// are measurement noise. Hysteresis: a slow link counts as recovered only
+// once its excess is below half of both bars, so noise around the bar does
+// not flip the policy back and forth.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_SCHED_LINK_MONITOR_H
@@ -29,7 +31,7 @@ public:
   void taskTime(double ns);
   /// The slowest incoming link that counts as slow; false if none. `why`
   /// then names it ("link 2->3 transit 21 ms, 40x its best 0.5 ms").
-  bool slow(int self, std::string &why) const;
+  bool slow(int self, std::string &why);
   std::vector<std::pair<int, double>> transitNs() const;
   std::vector<std::pair<int, double>> bytesPerS() const;
 
@@ -37,6 +39,7 @@ private:
   struct Link {
     double transit = 0, best = 0, bps = 0;
     int64_t n = 0;
+    bool slow = false;
   };
   double ratio_, alpha_;
   double taskNs_ = 0;
