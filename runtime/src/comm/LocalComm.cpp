@@ -610,6 +610,7 @@ void ThreadComm::recv(void *buf, size_t bytes, int peer, int64_t tag) {
   P2PHandle r = irecv(buf, bytes, peer, tag);
   try {
     Communicator::wait(*r);
+    lastRecvNs_ = r->completedNs;
   } catch (...) {
     cancel(*r); // nobody may write into `buf` once we have given up
     throw;

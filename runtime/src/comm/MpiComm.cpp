@@ -159,6 +159,7 @@ public:
     P2PHandle r = irecv(buf, bytes, peer, tag);
     try {
       wait(*r);
+      lastRecvNs_ = r->completedNs;
     } catch (...) {
       cancel(*r);
       throw;

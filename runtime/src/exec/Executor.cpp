@@ -606,6 +606,13 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       }
       rec.beginNs = t0;
       rec.endNs = mark();
+      // A blocking recv ends when its bytes were complete, not when the
+      // waiting thread got the core back (host marks share that clock).
+      if (pr.op == mapp::TraceOp::Recv && !sink_->deferred()) {
+        uint64_t got = comm_.lastRecvCompletedNs();
+        if (got > rec.beginNs && got < rec.endNs)
+          rec.endNs = got;
+      }
       sink_->appendMarked(rec);
     }
   }

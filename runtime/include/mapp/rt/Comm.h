@@ -163,6 +163,10 @@ public:
   virtual void cancel(P2PRequest &) {}
   /// The training step now running (time-windowed fault injection).
   virtual void setStep(int64_t) {}
+  /// When the payload of this rank's last blocking recv was complete here
+  /// (p2pNowNs clock; 0 = unknown): the trace ends the recv there, not when
+  /// the waiting thread woke up.
+  uint64_t lastRecvCompletedNs() const { return lastRecvNs_; }
 
   virtual void barrier() = 0;
   /// Waits until every buffered send of this rank has been delivered.
@@ -194,6 +198,7 @@ public:
 protected:
   Layout layout_;
   double timeoutS_ = 300;
+  uint64_t lastRecvNs_ = 0;
 };
 
 /// The group of a communication instr: `ranks` (explicit global ranks) when
