@@ -85,7 +85,8 @@ def train(plan, comm, steps, fault, d, tag):
     ms = [json.loads(l)["step_ms"] for l in metrics.read_text().splitlines()]
     losses = [json.loads(l)["loss"] for l in metrics.read_text().splitlines()]
     peaks = [int(x) for x in re.findall(r"peak stash (\d+) bytes", r.stderr)]
-    switches = len(re.findall(r"scheduler (?:dfc|bfc) -> ", r.stderr))
+    sw = re.search(r"rank 0 scheduler \w+: .*?, (\d+) switches", r.stderr)
+    switches = int(sw.group(1)) if sw else 0
     return statistics.median(ms[2:]), max(peaks) if peaks else 0, losses[-1], switches
 
 
