@@ -49,12 +49,12 @@ echo "== MegaScan: merged trace and diagnosis"
 echo "== outputs in $OUT: metrics.jsonl, final.safetensors, traces/ (Perfetto:"
 echo "   merged.json), report.html, probes.sqlite (view: $BIN/mapp-scope serve --db $OUT/probes.sqlite)"
 
-# MegaDPP: a short 4-rank pipeline (pp=2, 2 chunks, 4 microbatches) whose
+# MegaDPP: a short 2-rank pipeline (pp=2, 2 chunks, 4 microbatches) whose
 # link 1 -> 0 is slowed by 20 ms in steps 3..5. The adaptive scheduler runs
 # depth-first, switches to breadth-first while the link is slow and back
 # once it recovers; each switch is printed with its reason and recorded as an
 # instant event on the MegaScan trace's "sched" track (docs/megadpp.md).
-echo "== MegaDPP: adaptive pipeline schedule under a slow link (4 rank-threads)"
+echo "== MegaDPP: adaptive pipeline schedule under a slow link (pp=2 x 2 chunks, rank-threads)"
 DPP=$OUT/dpp
 mkdir -p "$DPP"
 /usr/bin/python3 - "$DPP/gpt.json" <<'PY'
