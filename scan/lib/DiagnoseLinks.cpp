@@ -49,7 +49,6 @@ Direction directionOf(const Trace &t, int src, int dst) {
 
 struct LinkSamples {
   std::map<int, double> stepMin; // step -> fastest transfer (ns) in it
-  std::map<int, double> stepMinBlocked; // the same over blocked receives
   std::vector<double> bytes;
   std::vector<std::pair<double, size_t>> transfers; // (ns, pair index)
   Direction dir = Other;
@@ -60,15 +59,14 @@ struct LinkSamples {
 
 void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
                                const DiagnoseOptions &opts, Diagnosis &d) {
-  // Per transfer, min(send end, recv end) - send begin: the bytes cannot
-  // have left before the send began nor arrived after either end finished,
-  // so this bounds the transfer's cost from above whether sends are eager
-  // or wait for the receiver; noise (scheduling, a late receiver) only
-  // makes it larger. An eager send ends before its bytes arrive over a slow
-  // link, though: a receive that blocked (it lasted well beyond the send)
-  // returned when the bytes arrived, so its end is the bound, and a step
-  // with blocked receives takes its fastest transfer among those (the
-  // others' send end says nothing about the wire).
+  // Per transfer, the wire time. A recv that records when its payload was
+  // complete (`arrived`, the runtime's P2P request time) gives it exactly:
+  // arrived - send begin, both on the aligned timeline (the recv's clock
+  // offset maps `arrived`). Without it (device marks, simulated or older
+  // traces), min(send end, recv end) - send begin: the bytes cannot have
+  // left before the send began nor arrived after either end finished, so
+  // this bounds the cost from above whether sends are eager or wait for
+  // the receiver; noise (scheduling, a late receiver) only makes it larger.
   std::map<std::pair<int, int>, LinkSamples> samples;
   std::map<std::pair<int, int>, LinkStats> links;
   for (size_t k = 0; k < m.p2p.size(); ++k) {
@@ -81,23 +79,18 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     ls.intraHost = t.ranks[p.src].hdr.host == t.ranks[p.dst].hdr.host;
     ++ls.messages;
     ls.bytes += s.bytes;
-    bool blocked = rv.ge > s.ge &&
-                   rv.ge - rv.gb > std::max(50e3, 2 * (s.ge - s.gb));
-    double ns = (blocked ? rv.ge : std::min(s.ge, rv.ge)) - s.gb;
+    double ns = rv.arrived >= 0 ? double(rv.arrived) + (rv.gb - rv.b) - s.gb
+                                : std::min(s.ge, rv.ge) - s.gb;
     if (ns <= 0 || !s.bytes)
       continue;
     LinkSamples &ss = samples[{p.src, p.dst}];
-    auto &mins = blocked ? ss.stepMinBlocked : ss.stepMin;
-    auto [it, fresh] = mins.try_emplace(s.step, ns);
+    auto [it, fresh] = ss.stepMin.try_emplace(s.step, ns);
     if (!fresh)
       it->second = std::min(it->second, ns);
     ss.bytes.push_back(double(s.bytes));
     ss.transfers.push_back({ns, k});
     ls.pairs.push_back(k);
   }
-  for (auto &[key, ss] : samples)
-    for (auto &[step, ns] : ss.stepMinBlocked)
-      ss.stepMin[step] = ns;
   for (auto &[key, ss] : samples) {
     LinkStats &ls = links[key];
     std::vector<double> mins;

@@ -151,11 +151,13 @@ public:
                   int64_t tag) override {
     return c_->isend(buf, bytes, peer, tag);
   }
+  bool exactArrival() const override { return c_->exactArrival(); }
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
     P2PHandle r = irecv(buf, bytes, peer, tag);
     try {
       wait(*r);
       lastRecvNs_ = r->completedNs;
+      lastRecvSentNs_ = r->sentNs;
     } catch (...) {
       cancel(*r);
       throw;

@@ -241,6 +241,7 @@ class ThreadComm final : public Communicator {
 public:
   ThreadComm(ThreadWorld &w, int rank) : world_(w), rank_(rank) {}
   std::string name() const override { return "local"; }
+  bool exactArrival() const override { return true; }
   int rank() const override { return rank_; }
   int worldSize() const override;
   void allReduce(float *buf, int64_t count, ReduceOp op,
@@ -611,6 +612,7 @@ void ThreadComm::recv(void *buf, size_t bytes, int peer, int64_t tag) {
   try {
     Communicator::wait(*r);
     lastRecvNs_ = r->completedNs;
+    lastRecvSentNs_ = r->sentNs;
   } catch (...) {
     cancel(*r); // nobody may write into `buf` once we have given up
     throw;

@@ -160,6 +160,7 @@ public:
     try {
       wait(*r);
       lastRecvNs_ = r->completedNs;
+      lastRecvSentNs_ = r->sentNs;
     } catch (...) {
       cancel(*r);
       throw;

@@ -38,6 +38,7 @@ struct Executor::OpenRegion {
   int peer = -1;
   int64_t tag = -1;
   uint64_t bytes = 0;
+  uint64_t sentNs = 0, arrivedNs = 0; // recv: the message's P2P times
 };
 
 namespace {
@@ -524,6 +525,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
           rec.cat = mapp::TraceCategory::Comm;
         rec.beginNs = o.t0;
         rec.endNs = mark();
+        rec.sentNs = o.sentNs;
+        rec.arrivedNs = o.arrivedNs;
         sink_->appendMarked(rec);
         break;
       }
@@ -561,9 +564,14 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
                     pr.outs[slot].data(),
                     static_cast<int>(pr.outs[slot].size()),
                     ctx};
+    // recv: when its message was sent and when it was complete here
+    // (p2pNowNs, the trace's steady clock); the host trace records them so
+    // mapp-scan sees the wire time even when the bytes beat the receiver.
+    uint64_t sentNs = 0, arrivedNs = 0;
     try {
       const void *got = pr.op == mapp::TraceOp::Recv && sched_
-                            ? sched_->received({block, mb}, recvIndex++)
+                            ? sched_->received({block, mb}, recvIndex++,
+                                               &sentNs, &arrivedNs)
                             : nullptr;
       if (got) {
         const Tensor &out = pr.outs[slot][0];
@@ -571,7 +579,13 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
                                static_cast<size_t>(out.numel()) *
                                    dtypeSize(out.type.dtype));
       } else {
+        if (pr.op == mapp::TraceOp::Recv)
+          comm_.forgetLastRecv();
         pr.fn(args);
+        if (pr.op == mapp::TraceOp::Recv) {
+          sentNs = comm_.lastRecvSentNs();
+          arrivedNs = comm_.lastRecvCompletedNs();
+        }
       }
     } catch (const Error &e) {
       fail("step ", step_, ", microbatch ", mb, ", block ", block, ", ",
@@ -580,6 +594,17 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            ": ", e.what());
     }
     workSinceMark = true;
+    // Kept when the time is the payload's landing (a thread world's
+    // sender stamps it); MPI only notices a payload when its progress runs,
+    // which a busy receiver's or sender's compute delays. Device marks:
+    // another timeline.
+    if (!arrivedNs || !tr || sink_->deferred() || !comm_.exactArrival())
+      sentNs = arrivedNs = 0;
+    if (tr && pr.op == mapp::TraceOp::Recv)
+      for (OpenRegion &o : open_) {
+        o.sentNs = sentNs;
+        o.arrivedNs = arrivedNs;
+      }
     if (slow && pr.kind == Prepared::Compute) {
       uint64_t d = mapp::MappTraceWriter::nowNs() - slowT0;
       std::this_thread::sleep_for(std::chrono::nanoseconds(
@@ -609,9 +634,10 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       // A blocking recv ends when its bytes were complete, not when the
       // waiting thread got the core back (host marks share that clock).
       if (pr.op == mapp::TraceOp::Recv && !sink_->deferred()) {
-        uint64_t got = comm_.lastRecvCompletedNs();
-        if (got > rec.beginNs && got < rec.endNs)
-          rec.endNs = got;
+        if (arrivedNs > rec.beginNs && arrivedNs < rec.endNs)
+          rec.endNs = arrivedNs;
+        rec.sentNs = sentNs;
+        rec.arrivedNs = arrivedNs;
       }
       sink_->appendMarked(rec);
     }

@@ -359,14 +359,20 @@ public:
          t.microbatch, ") was not handed out");
   }
 
-  const void *received(const Task &t, int k) override {
+  const void *received(const Task &t, int k, uint64_t *sentNs,
+                       uint64_t *arrivedNs) override {
     for (TaskInfo &ti : tasks_)
       if (ti.running && ti.task.block == t.block &&
           ti.task.microbatch == t.microbatch) {
         if (k < 0 || k >= static_cast<int>(ti.recvs.size()))
           fail("adaptive scheduler: recv ", k, " of block ", t.block,
                " was not posted");
-        return ti.recvs[k].buf.data();
+        const auto &r = ti.recvs[k];
+        if (sentNs)
+          *sentNs = r.handle ? r.handle->sentNs : 0;
+        if (arrivedNs)
+          *arrivedNs = r.handle ? r.handle->completedNs : 0;
+        return r.buf.data();
       }
     return nullptr;
   }

@@ -167,6 +167,15 @@ public:
   /// (p2pNowNs clock; 0 = unknown): the trace ends the recv there, not when
   /// the waiting thread woke up.
   uint64_t lastRecvCompletedNs() const { return lastRecvNs_; }
+  /// When the sender of that recv called send (p2pNowNs clock, the
+  /// sender's; 0 = unknown): with lastRecvCompletedNs() the wire time.
+  uint64_t lastRecvSentNs() const { return lastRecvSentNs_; }
+  /// Whether completedNs is when the payload landed even if this rank was
+  /// busy then (thread world: the sender stamps it), rather than when this
+  /// rank's progress noticed it (MPI: exact only while it waits).
+  virtual bool exactArrival() const { return false; }
+  /// Clears both, so a recv that does not set them reads as unknown.
+  void forgetLastRecv() { lastRecvNs_ = lastRecvSentNs_ = 0; }
 
   virtual void barrier() = 0;
   /// Waits until every buffered send of this rank has been delivered.
@@ -198,7 +207,7 @@ public:
 protected:
   Layout layout_;
   double timeoutS_ = 300;
-  uint64_t lastRecvNs_ = 0;
+  uint64_t lastRecvNs_ = 0, lastRecvSentNs_ = 0;
 };
 
 /// The group of a communication instr: `ranks` (explicit global ranks) when

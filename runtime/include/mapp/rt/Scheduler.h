@@ -77,8 +77,13 @@ public:
   /// The executor finished `t`.
   virtual void finished(const Task &t) = 0;
   /// Adaptive: the received payload for the `k`-th recv instr of `t`'s block
-  /// (null: the recv kernel receives itself).
-  virtual const void *received(const Task &, int /*k*/) { return nullptr; }
+  /// (null: the recv kernel receives itself). `sentNs`/`arrivedNs`, when
+  /// given, get the message's P2PRequest times (p2pNowNs clock).
+  virtual const void *received(const Task &, int /*k*/,
+                               uint64_t * /*sentNs*/ = nullptr,
+                               uint64_t * /*arrivedNs*/ = nullptr) {
+    return nullptr;
+  }
   /// Policy switches since the last call.
   virtual std::vector<SchedSwitch> takeSwitches() { return {}; }
   virtual SchedStats stats() const = 0;

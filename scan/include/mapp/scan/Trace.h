@@ -43,6 +43,9 @@ struct Event {
   uint64_t bytes = 0;
   int64_t b = 0, e = 0;  // the rank's own clock, ns
   double gb = 0, ge = 0; // aligned global time, ns (set by align())
+  // recv: the sender's send call (its clock) and when the payload was
+  // complete here (this rank's clock); -1 = not recorded.
+  int64_t sent = -1, arrived = -1;
   int line = 0;          // source line, for messages
 };
 

@@ -56,6 +56,9 @@ struct TraceRecord {
   int64_t seq = -1;   // collectives: per-group issue number; -1 = assign
   uint64_t bytes = 0;
   uint64_t beginNs = 0, endNs = 0; // MappTraceWriter::nowNs() clock
+  // recv: when the sender called send and when the payload was complete
+  // here (the P2PRequest's times, same steady clock; 0 = unknown).
+  uint64_t sentNs = 0, arrivedNs = 0;
 
   void setName(const char *n);
   void setStream(const char *s);
