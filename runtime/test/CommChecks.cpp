@@ -178,6 +178,34 @@ void mapp::rt::test::runCommChecks(Communicator &c) {
     for (float v : gb)
       near(v, prev + 1000, "recv tag 6" + at);
   }
+  // Asynchronous: receives posted before the sends (any dtype: int32 and
+  // double payloads), completed through waitAny in whatever order, with the
+  // sender's time stamp; a deadline on a receive that never comes.
+  if (n > 1) {
+    int next = (r + 1) % n, prev = (r + n - 1) % n;
+    int32_t gi = -1;
+    double gd = -1;
+    P2PHandle hi = c.irecv(&gi, 4, prev, 7), hd = c.irecv(&gd, 8, prev, 8);
+    c.barrier();
+    int32_t si = 40 + r;
+    double sd = 0.5 + r;
+    c.isend(&sd, 8, next, 8);
+    c.isend(&si, 4, next, 7);
+    std::vector<P2PRequest *> left = {hi.get(), hd.get()};
+    while (!left.empty()) {
+      int k = c.waitAny(left);
+      expect(k >= 0, "waitAny without a deadline returns a request" + at);
+      left.erase(left.begin() + k);
+    }
+    near(gi, 40 + prev, "irecv int32" + at);
+    near(gd, 0.5 + prev, "irecv double" + at);
+    expect(hi->sentNs > 0 && hi->completedNs > 0, "irecv time stamps" + at);
+    int32_t never = 0;
+    P2PHandle hn = c.irecv(&never, 4, prev, 9);
+    expect(c.waitAny({hn.get()}, p2pNowNs() + 2000000) == -1,
+           "waitAny honours its deadline" + at);
+    c.cancel(*hn);
+  }
   c.barrier();
   c.flush();
 }

@@ -75,11 +75,23 @@ flatbuffers::Offset<fb::Program> buildProgram(flatbuffers::FlatBufferBuilder &b,
   std::vector<fb::Task> ts;
   for (auto [blk, mb] : ps.tasks)
     ts.emplace_back(blk, mb);
+  std::vector<flatbuffers::Offset<fb::ScheduleTable>> tables;
+  for (const auto &[name, tasks] : ps.scheduleTables) {
+    std::vector<fb::Task> tt;
+    for (auto [blk, mb] : tasks)
+      tt.emplace_back(blk, mb);
+    tables.push_back(fb::CreateScheduleTable(b, b.CreateString(name),
+                                             b.CreateVectorOfStructs(tt)));
+  }
   return fb::CreateProgram(b, ps.rank, ps.dp, ps.pp, ps.tp,
                            b.CreateVector(vals), b.CreateVector(blks),
                            b.CreateVectorOfStructs(ts), arena, pool, ps.slots,
                            ps.tokens, ps.targets, ps.loss,
-                           arena * ps.slots + pool);
+                           arena * ps.slots + pool,
+                           tables.empty() ? 0 : b.CreateVector(tables),
+                           ps.stashBytes ? ps.stashBytes
+                                         : arena / std::max<uint64_t>(
+                                                       1, ps.chunksHint));
 }
 
 } // namespace
@@ -101,7 +113,12 @@ std::vector<uint8_t> MultiPlanSpec::build() const {
       b, f.version, static_cast<int>(programs.size()), tp, pp, dp, chunks,
       f.microBatchSize, f.numMicrobatches, f.seqLength, f.vocabSize,
       b.CreateString(schedule), b.CreateString(f.optimizer), f.maxGradNorm,
-      b.CreateVector(progs), traceEvery, traceWindow);
+      b.CreateVector(progs), traceEvery, traceWindow,
+      schedule == "adaptive"
+          ? fb::CreateAdaptivePolicy(b, adaptive.memCapBytes,
+                                     adaptive.slowLinkRatio,
+                                     adaptive.bandwidthSmoothing)
+          : 0);
   fb::FinishPlanBuffer(b, plan);
   return sealPlan(b.GetBufferPointer(), b.GetSize());
 }
@@ -305,6 +322,29 @@ public:
     // Schedule.
     auto F_ = [&](int c, int m) { s.tasks.push_back({fwdBlock[c], m}); };
     auto B_ = [&](int c, int m) { s.tasks.push_back({bwdBlock[c], m}); };
+    s.chunksHint = po.chunks;
+    s.stashBytes = po.stashBytes;
+    if (!po.dpp.empty()) {
+      std::vector<std::pair<int, int>> order[2];
+      for (const ChunkTask &t :
+           interleavedOrder(po.pp, ppi, po.chunks, M, po.pp))
+        order[0].push_back({(t.backward ? bwdBlock : fwdBlock)[t.chunk], t.mb});
+      for (int c = 0; c < po.chunks; ++c)
+        for (int m = 0; m < M; ++m)
+          order[1].push_back({fwdBlock[c], m});
+      for (int c = po.chunks - 1; c >= 0; --c)
+        for (int m = 0; m < M; ++m)
+          order[1].push_back({bwdBlock[c], m});
+      for (auto &o : order) {
+        if (sync >= 0)
+          o.push_back({sync, M - 1});
+        o.push_back({opt, 0});
+      }
+      s.tasks = order[po.dpp == "bfc" ? 1 : 0];
+      if (po.dpp == "adaptive")
+        s.scheduleTables = {{"dfc", order[0]}, {"bfc", order[1]}};
+      return s;
+    }
     if (po.pp == 1 && po.chunks == 1) {
       for (int m = 0; m < M; ++m)
         F_(0, m), B_(0, m);
@@ -627,7 +667,42 @@ MultiPlanSpec mapp::rt::test::parallelMlpPlan(const MlpOptions &o,
   m.traceEvery = p.traceEvery;
   m.traceWindow = p.traceWindow;
   m.schedule = p.pp == 1 ? "gpipe" : p.chunks > 1 ? "interleaved" : "1f1b";
+  if (!p.dpp.empty()) {
+    if (p.dpp != "dfc" && p.dpp != "bfc" && p.dpp != "adaptive")
+      throw std::invalid_argument("parallelMlpPlan: dpp must be dfc, bfc or "
+                                  "adaptive");
+    if (p.chunks > 1 && o.microbatches % p.pp)
+      throw std::invalid_argument("parallelMlpPlan: dpp with chunks > 1 "
+                                  "needs microbatches % pp == 0");
+    m.schedule = p.dpp;
+    m.adaptive = p.adaptive;
+  }
   for (int r = 0; r < p.tp * p.pp * p.dp; ++r)
     m.programs.push_back(ParallelMlp(o, p, r).build());
   return m;
+}
+
+std::vector<mapp::rt::test::ChunkTask>
+mapp::rt::test::interleavedOrder(int p, int r, int v, int m, int n) {
+  int total = m * v;
+  auto at = [&](int k, bool backward) {
+    int group = k / (n * v), inGroup = k % (n * v);
+    int chunk = inGroup / n;
+    if (backward)
+      chunk = v - 1 - chunk;
+    return ChunkTask{chunk, group * n + inGroup % n, backward};
+  };
+  int warm = v == 1 ? std::min(total, p - r - 1)
+                    : std::min(total, 2 * (p - r - 1) + (v - 1) * n);
+  std::vector<ChunkTask> out;
+  int f = 0, b = 0;
+  for (; f < warm; ++f)
+    out.push_back(at(f, false));
+  for (; f < total; ++f, ++b) {
+    out.push_back(at(f, false));
+    out.push_back(at(b, true));
+  }
+  for (; b < total; ++b)
+    out.push_back(at(b, true));
+  return out;
 }

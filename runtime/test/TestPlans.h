@@ -49,6 +49,11 @@ struct PlanSpec {
   std::vector<TValue> values;
   std::vector<TBlock> blocks;
   std::vector<std::pair<int, int>> tasks; // (block, microbatch)
+  /// MegaDPP (plan.fbs ScheduleTable): (name, tasks) and the stash size.
+  std::vector<std::pair<std::string, std::vector<std::pair<int, int>>>>
+      scheduleTables;
+  uint64_t stashBytes = 0; ///< 0: arena bytes / chunksHint
+  int chunksHint = 1;
   int tokens = -1, targets = -1, loss = -1;
   uint32_t version = kPlanSchemaVersion;
   int rank = 0, tp = 0, dp = 0, pp = 0; // this program's coordinates
@@ -65,6 +70,8 @@ struct MultiPlanSpec {
   int tp = 1, pp = 1, dp = 1, chunks = 1;
   int traceEvery = 0, traceWindow = 1;
   std::string schedule = "1f1b";
+  /// Written as Plan.adaptive when schedule == "adaptive".
+  AdaptivePolicy adaptive;
   std::vector<PlanSpec> programs;
   std::vector<uint8_t> build() const;
 };
@@ -111,8 +118,27 @@ struct ParallelOptions {
   int tp = 1, pp = 1, dp = 1, chunks = 1;
   bool traceInstrs = false;
   int traceEvery = 0, traceWindow = 1;
+  /// MegaDPP: "" (the tables above), "dfc" or "bfc" (static, that order),
+  /// "adaptive" (table = dfc, schedule_tables {dfc, bfc}, Plan.adaptive).
+  /// dfc is Megatron's interleaved order with group N = pp (1F1B for one
+  /// chunk); bfc is the looped breadth-first order (all forwards by (chunk,
+  /// mb), then all backwards by (chunk descending, mb)). Needs
+  /// microbatches % pp == 0 when chunks > 1.
+  std::string dpp;
+  AdaptivePolicy adaptive;
+  uint64_t stashBytes = 0; ///< 0: the arena's bytes / chunks
 };
 MultiPlanSpec parallelMlpPlan(const MlpOptions &o, const ParallelOptions &p);
+
+/// Megatron's interleaved order of (chunk, microbatch, isBackward) for
+/// pipeline rank r of p with v chunks, m microbatches and group n
+/// (p <= n <= m, m % n == 0): warm-up 2(p-r-1) + (v-1)n forwards, then
+/// one forward one backward, then the remaining backwards.
+struct ChunkTask {
+  int chunk, mb;
+  bool backward;
+};
+std::vector<ChunkTask> interleavedOrder(int p, int r, int v, int m, int n);
 
 } // namespace mapp::rt::test
 

@@ -4,7 +4,8 @@
 // hidden, ffn, batch, seq, microbatches, optimizer (sgd|adamw), lr,
 // max_grad_norm, schedule (constant|cosine), and for the multi-rank variant
 // (parallelMlpPlan) tp, pp, dp, chunks, trace (0|1), trace_every,
-// trace_window. Used by
+// trace_window, and MegaDPP's dpp (dfc|bfc|adaptive), mem_cap, stash
+// (TestPlans.h ParallelOptions). Used by
 // test/python/test_kernels_e2e.py to compare mapp-run with PyTorch.
 //
 //===----------------------------------------------------------------------===//
@@ -78,6 +79,12 @@ int main(int argc, char **argv) {
       po.traceEvery = std::stoi(v), parallel = true;
     else if (k == "trace_window")
       po.traceWindow = std::stoi(v), parallel = true;
+    else if (k == "dpp")
+      po.dpp = v, parallel = true;
+    else if (k == "mem_cap")
+      po.adaptive.memCapBytes = std::stoull(v), parallel = true;
+    else if (k == "stash")
+      po.stashBytes = std::stoull(v), parallel = true;
     else {
       std::cerr << "unknown key '" << k << "'\n";
       return 2;

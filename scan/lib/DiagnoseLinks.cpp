@@ -59,11 +59,14 @@ struct LinkSamples {
 
 void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
                                const DiagnoseOptions &opts, Diagnosis &d) {
-  // Per transfer, min(send end, recv end) - send begin: the bytes cannot
-  // have left before the send began nor arrived after either end finished,
-  // so this bounds the transfer's cost from above whether sends are eager
-  // or wait for the receiver; noise (scheduling, a late receiver) only
-  // makes it larger.
+  // Per transfer, the wire time. A recv that records when its payload was
+  // complete (`arrived`, the runtime's P2P request time) gives it exactly:
+  // arrived - send begin, both on the aligned timeline (the recv's clock
+  // offset maps `arrived`). Without it (device marks, simulated or older
+  // traces), min(send end, recv end) - send begin: the bytes cannot have
+  // left before the send began nor arrived after either end finished, so
+  // this bounds the cost from above whether sends are eager or wait for
+  // the receiver; noise (scheduling, a late receiver) only makes it larger.
   std::map<std::pair<int, int>, LinkSamples> samples;
   std::map<std::pair<int, int>, LinkStats> links;
   for (size_t k = 0; k < m.p2p.size(); ++k) {
@@ -76,7 +79,8 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     ls.intraHost = t.ranks[p.src].hdr.host == t.ranks[p.dst].hdr.host;
     ++ls.messages;
     ls.bytes += s.bytes;
-    double ns = std::min(s.ge, rv.ge) - s.gb;
+    double ns = rv.arrived >= 0 ? double(rv.arrived) + (rv.gb - rv.b) - s.gb
+                                : std::min(s.ge, rv.ge) - s.gb;
     if (ns <= 0 || !s.bytes)
       continue;
     LinkSamples &ss = samples[{p.src, p.dst}];

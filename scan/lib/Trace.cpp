@@ -147,6 +147,13 @@ void parseEvent(const json &j, Event &e) {
   e.group = getI32(j, "group", -1, false);
   e.seq = getInt(j, "seq", -1, false);
   e.stream = getStr(j, "stream", false);
+  e.sent = getInt(j, "sent", -1, false);
+  e.arrived = getInt(j, "arrived", -1, false);
+  if ((j.contains("sent") && e.sent < 0) ||
+      (j.contains("arrived") && e.arrived < 0))
+    throw LineError{"'sent' and 'arrived' must be non-negative"};
+  if ((e.sent >= 0 || e.arrived >= 0) && e.op != Op::Recv)
+    throw LineError{"'sent' and 'arrived' are recv fields"};
   if ((e.op == Op::Send || e.op == Op::Recv) && e.peer < 0)
     throw LineError{std::string(opName(e.op)) + " event without 'peer'"};
   if (isCollective(e.op) && e.seq < 0)

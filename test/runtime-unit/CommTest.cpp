@@ -196,28 +196,110 @@ TEST(Faults, ParseInjection) {
   EXPECT_DOUBLE_EQ(b.us, 50);
   Injection c = parseInjection("link-bandwidth:src=0,dst=4,gbps=1.5");
   EXPECT_DOUBLE_EQ(c.gbps, 1.5);
-  EXPECT_DOUBLE_EQ(slowComputeFactor({a, a, b}, 3), 6.25);
+  EXPECT_DOUBLE_EQ(slowComputeFactor({a, a, b}, 3, 0), 6.25);
+  Injection w = parseInjection(
+      "slow-compute:rank=1,factor=3,from-step=2,to-step=4");
+  EXPECT_DOUBLE_EQ(slowComputeFactor({w}, 1, 1), 1);
+  EXPECT_DOUBLE_EQ(slowComputeFactor({w}, 1, 2), 3);
+  EXPECT_DOUBLE_EQ(slowComputeFactor({w}, 1, 3), 3);
+  EXPECT_DOUBLE_EQ(slowComputeFactor({w}, 1, 4), 1);
+  Injection d = parseInjection("link-delay:src=0,dst=1,us=5,from-step=3");
+  EXPECT_EQ(d.fromStep, 3);
+  EXPECT_EQ(d.toStep, -1);
+  EXPECT_THROW(parseInjection("link-delay:src=0,dst=1,us=5,from-step=3,"
+                              "to-step=3"),
+               Error);
+  EXPECT_THROW(parseInjection("link-delay:src=1,dst=1,us=5"), Error);
+  EXPECT_THROW(parseInjection("link-delay:src=0,dst=1,us=5,from-step=-1"),
+               Error);
   EXPECT_THROW(parseInjection("slow-disk:rank=1"), Error);
   EXPECT_THROW(parseInjection("slow-compute:rank=1"), Error);
   EXPECT_THROW(parseInjection("slow-compute:rank=x,factor=2"), Error);
   EXPECT_THROW(parseInjection("link-delay:src=1,dst=2,us=5,extra=1"), Error);
 }
 
-TEST(Faults, LinkDelaySlowsOnlyThatLink) {
+// A link delay acts on the transfer: the sender returns at once, the
+// receiver gets the message no earlier than U after it was sent; the other
+// direction is untouched; outside its step window the link is fast.
+TEST(Faults, LinkDelayActsOnTheTransfer) {
   std::unique_ptr<LocalWorld> w = createLocalWorld(2);
-  auto c0 = withLinkFaults(w->connect(0),
-                           {parseInjection("link-delay:src=0,dst=1,us=20000")});
-  auto c1 = withLinkFaults(w->connect(1),
-                           {parseInjection("link-delay:src=0,dst=1,us=20000")});
-  float x = 1;
-  auto t0 = std::chrono::steady_clock::now();
-  c0->send(&x, 4, 1, 0);
-  double d01 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  t0 = std::chrono::steady_clock::now();
-  c1->send(&x, 4, 0, 0);
-  double d10 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_GE(d01, 0.02);
-  EXPECT_LT(d10, 0.02);
+  std::vector<Injection> inj = {
+      parseInjection("link-delay:src=0,dst=1,us=60000,from-step=1,to-step=2")};
+  auto c0 = withLinkFaults(w->connect(0), inj);
+  auto c1 = withLinkFaults(w->connect(1), inj);
+  using C = std::chrono::steady_clock;
+  auto secs = [](C::time_point a) {
+    return std::chrono::duration<double>(C::now() - a).count();
+  };
+  float x = 1, y = 0;
+  for (int64_t step : {0, 1, 2}) {
+    c0->setStep(step);
+    c1->setStep(step);
+    auto t0 = C::now();
+    c0->send(&x, 4, 1, step);
+    double sendS = secs(t0);
+    c1->recv(&y, 4, 0, step);
+    double recvS = secs(t0);
+    EXPECT_LT(sendS, 0.03) << "the sender must not wait (step " << step << ")";
+    if (step == 1)
+      EXPECT_GE(recvS, 0.06) << "delivered before the delay passed";
+    else
+      EXPECT_LT(recvS, 0.03) << "fault active outside its window, step "
+                             << step;
+  }
+  // The reverse direction is a clean link, and a posted irecv completes
+  // only after the delay too.
+  c0->setStep(1);
+  c1->setStep(1);
+  auto t0 = C::now();
+  c1->send(&x, 4, 0, 9);
+  c0->recv(&y, 4, 1, 9);
+  EXPECT_LT(secs(t0), 0.03);
+  P2PHandle r = c1->irecv(&y, 4, 0, 10);
+  t0 = C::now();
+  c0->send(&x, 4, 1, 10);
+  EXPECT_FALSE(c1->test(*r));
+  c1->wait(*r);
+  EXPECT_GE(secs(t0), 0.06);
+  EXPECT_GE(r->completedNs - r->sentNs, 60000000u);
+}
+
+// Posted receives: matched in posting order, into the caller's buffer, any
+// dtype (bytes), waitAny returns the one that completed.
+TEST(Comm, AsyncPostedReceives) {
+  auto err = onWorld(2, Layout{2, 1, 1}, 30, [&](Communicator &c) {
+    if (c.rank() == 0) {
+      int32_t a = 7;
+      double b = 2.5;
+      c.barrier(); // rank 1 has posted
+      c.isend(&b, 8, 1, 2);
+      c.isend(&a, 4, 1, 1);
+      c.send(&a, 4, 1, 1);
+    } else {
+      int32_t a1 = 0, a2 = 0;
+      double b = 0;
+      P2PHandle ra = c.irecv(&a1, 4, 0, 1), rb = c.irecv(&b, 8, 0, 2),
+                ra2 = c.irecv(&a2, 4, 0, 1);
+      c.barrier();
+      std::vector<P2PRequest *> all = {ra.get(), rb.get(), ra2.get()};
+      int done = 0;
+      while (done < 3) {
+        int i = c.waitAny(all);
+        if (i < 0)
+          fail("waitAny without deadline returned -1");
+        all.erase(all.begin() + i);
+        ++done;
+      }
+      if (a1 != 7 || a2 != 7 || b != 2.5)
+        fail("payload wrong");
+      P2PHandle never = c.irecv(&a1, 4, 0, 99);
+      if (c.waitAny({never.get()}, p2pNowNs() + 1000000) != -1)
+        fail("deadline not honoured");
+      c.cancel(*never);
+    }
+  });
+  for (auto &s : err)
+    EXPECT_EQ(s, "");
 }
 
 // Sharded parameters: init and load slice the full tensor, gatherParams

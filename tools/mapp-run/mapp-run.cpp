@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -63,6 +65,16 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                                slow-compute:rank=R,factor=F
                                link-delay:src=A,dst=B,us=U
                                link-bandwidth:src=A,dst=B,gbps=G
+                             each with optional ,from-step=K,to-step=L
+                             (active in steps K <= step < L); a link fault
+                             delays the transfer, not the sender
+  --schedule static|adaptive MegaDPP task scheduler (default: adaptive for
+                             plans compiled with schedule=adaptive, else
+                             static = the plan's table in order)
+  --mem-cap BYTES            adaptive: cap on in-flight activation stash per
+                             rank (suffix K, M, G allowed; default the plan's
+                             mem_cap_bytes, else none on CPU / free device
+                             memory on CUDA)
   --data FILE                corpus: .jsonl ("text" field), .txt, or a Megatron
                              indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx)
   --data-format F            auto|jsonl|text|megatron (default auto: by extension,
@@ -128,7 +140,7 @@ struct Options {
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
                     traceDir, probeDb, probeControl, probeControlTokenFile,
                     probeRun, prompt, patch,
-                    generateOut, traceSample, injectNan;
+                    generateOut, traceSample, injectNan, schedule, memCap;
   bool generate = false, greedy = false, promptGiven = false, kvCache = true;
   int64_t maxNewTokens = 32, topK = 0;
   double temperature = 1.0;
@@ -195,7 +207,8 @@ Options parseArgs(int argc, char **argv) {
       {"--generate-out", &o.generateOut}, {"--trace-sample", &o.traceSample},
       {"--save-dir", &o.ckpt.saveDir},     {"--resume", &o.ckpt.resume},
       {"--inject-nan", &o.injectNan},
-      {"--coordinator", &o.coordinator}, {"--patch", &o.patch}};
+      {"--coordinator", &o.coordinator}, {"--patch", &o.patch},
+      {"--schedule", &o.schedule}, {"--mem-cap", &o.memCap}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -466,6 +479,51 @@ int runGenerate(const Options &o, Executor &exec, ProbeSession *scope) {
   return 0;
 }
 
+/// --mem-cap: bytes with an optional K/M/G (binary) suffix; "" = 0.
+uint64_t parseBytes(const std::string &flag, const std::string &v) {
+  if (v.empty())
+    return 0;
+  uint64_t mul = 1;
+  std::string num = v;
+  char last = static_cast<char>(std::toupper(static_cast<unsigned char>(v.back())));
+  if (last == 'K' || last == 'M' || last == 'G') {
+    mul = last == 'K' ? 1ull << 10 : last == 'M' ? 1ull << 20 : 1ull << 30;
+    num = v.substr(0, v.size() - 1);
+  }
+  return static_cast<uint64_t>(parseInt(flag, num, 1)) * mul;
+}
+
+/// MegaDPP: each rank names its policy switches on stderr (the first 20 of
+/// the run; all of them are instant events in the trace).
+void reportSwitches(Executor &exec, int rank, bool quiet) {
+  static std::atomic<int> shown{0};
+  for (const SchedSwitch &s : exec.takeSchedSwitches()) {
+    if (quiet || shown.fetch_add(1) >= 20 * exec.plan().worldSize)
+      continue;
+    std::fprintf(stderr, "mapp-run: rank %d step %lld: scheduler %s -> %s (%s)\n",
+                 rank, static_cast<long long>(s.step), s.from.c_str(),
+                 s.to.c_str(), s.reason.c_str());
+  }
+}
+
+/// One line per rank at the end of an adaptive run (tests and bench/dpp
+/// read it).
+void reportScheduler(Executor &exec, int rank) {
+  SchedStats st = exec.schedStats();
+  if (st.mode != "adaptive" && !st.stashBytes)
+    return;
+  std::fprintf(stderr,
+               "mapp-run: rank %d scheduler %s: peak stash %llu bytes "
+               "(cap %llu, stash %llu per chunk), %lld switches, %lld "
+               "decisions, policy now %s\n",
+               rank, st.mode.c_str(),
+               static_cast<unsigned long long>(st.peakStashBytes),
+               static_cast<unsigned long long>(st.capBytes),
+               static_cast<unsigned long long>(st.stashBytes),
+               static_cast<long long>(st.switches),
+               static_cast<long long>(st.decisions), st.policy.c_str());
+}
+
 /// What every rank of this process shares: the plan, the token stream
 /// (read once), rank 0's outputs.
 struct Shared {
@@ -534,6 +592,12 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   Executor exec(plan, *backend, *comm);
   exec.setSlowCompute(slowComputeFactor(o.inject, rank));
   exec.setCoordinator(o.coordinator == "on");
+  if (!o.schedule.empty() || !o.memCap.empty()) {
+    SchedOptions so;
+    so.mode = o.schedule;
+    so.memCapBytes = parseBytes("--mem-cap", o.memCap);
+    exec.setScheduler(so);
+  }
   const Program &prog = exec.program();
 
   // MegaScope: probe store and live switches, when asked for (every rank
@@ -698,6 +762,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   for (int64_t s = first; s < o.steps; ++s) {
     if (scope)
       scope->beginStep(s);
+    exec.setSlowCompute(slowComputeFactor(o.inject, rank, s));
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = exec.step(loader ? batches : Executor::BatchFn(), gradHook);
     if (r.overflow) {
@@ -710,6 +775,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     } else if (!stepFinite(r)) {
       failNonFinite(exec, r, loader ? batches : Executor::BatchFn());
     }
+    reportSwitches(exec, rank, o.quiet);
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
@@ -738,6 +804,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     }
   }
   progress.finish();
+  reportScheduler(exec, rank);
   // One line even with --quiet: bench/gpu/summary.py reads it.
   if (lead && exec.backend().peakDeviceGiB() > 0)
     std::fprintf(stderr, "mapp-run: peak device memory %.2f GiB\n",

@@ -75,29 +75,53 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
     in.gbps = num("gbps", 1e-9, false);
     break;
   }
+  if (kv.count("from-step"))
+    in.fromStep = static_cast<int64_t>(num("from-step", 0, true));
+  if (kv.count("to-step")) {
+    in.toStep = static_cast<int64_t>(num("to-step", 0, true));
+    if (in.toStep <= in.fromStep)
+      fail("--inject '", spec, "': to-step (", in.toStep,
+           ") must be greater than from-step (", in.fromStep, ")");
+  }
   if (!kv.empty())
-    fail("--inject '", spec, "': unknown key '", kv.begin()->first, "'");
+    fail("--inject '", spec, "': unknown key '", kv.begin()->first,
+         "' (keys of ", kind, ": ",
+         in.kind == Injection::SlowCompute ? "rank, factor"
+         : in.kind == Injection::LinkDelay ? "src, dst, us"
+                                           : "src, dst, gbps",
+         ", from-step, to-step)");
+  if (in.kind != Injection::SlowCompute && in.src == in.dst)
+    fail("--inject '", spec, "': src and dst are the same rank (", in.src,
+         ")");
   return in;
 }
 
 double mapp::rt::slowComputeFactor(const std::vector<Injection> &inj,
-                                   int rank) {
+                                   int rank, int64_t step) {
   double f = 1;
   for (const Injection &i : inj)
-    if (i.kind == Injection::SlowCompute && i.rank == rank)
+    if (i.kind == Injection::SlowCompute && i.rank == rank && i.activeAt(step))
       f *= i.factor;
   return f;
 }
 
 namespace {
 
-/// Forwards everything to the wrapped communicator; sends to a faulty link
-/// first sleep for the link's delay plus bytes / bandwidth.
+/// A receive over a faulty link: complete once the inner receive is and the
+/// message's delivery time (computed from its send time) has passed.
+struct FaultRecv : P2PRequest {
+  P2PHandle inner;
+  bool timed = false;
+  uint64_t deliverNs = 0;
+};
+
+/// Forwards everything to the wrapped communicator; messages arriving over a
+/// faulty link are held back until sentNs + the link's delay (+ the bytes'
+/// serialization behind the previous message at the link's bandwidth).
 class FaultComm final : public Communicator {
 public:
-  FaultComm(std::unique_ptr<Communicator> c, std::map<int, double> delayUs,
-            std::map<int, double> gbps)
-      : c_(std::move(c)), delayUs_(std::move(delayUs)), gbps_(std::move(gbps)) {
+  FaultComm(std::unique_ptr<Communicator> c, std::vector<Injection> links)
+      : c_(std::move(c)), links_(std::move(links)) {
     timeoutS_ = c_->timeout();
   }
   std::string name() const override { return c_->name(); }
@@ -124,17 +148,84 @@ public:
     c_->allToAll(in, out, bytes, g);
   }
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override {
-    double s = 0;
-    if (auto it = delayUs_.find(peer); it != delayUs_.end())
-      s += it->second * 1e-6;
-    if (auto it = gbps_.find(peer); it != gbps_.end())
-      s += static_cast<double>(bytes) * 8 / (it->second * 1e9);
-    if (s > 0)
-      std::this_thread::sleep_for(std::chrono::duration<double>(s));
     c_->send(buf, bytes, peer, tag);
   }
+  P2PHandle isend(const void *buf, size_t bytes, int peer,
+                  int64_t tag) override {
+    return c_->isend(buf, bytes, peer, tag);
+  }
+  bool exactArrival() const override { return c_->exactArrival(); }
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
-    c_->recv(buf, bytes, peer, tag);
+    P2PHandle r = irecv(buf, bytes, peer, tag);
+    try {
+      wait(*r);
+      lastRecvNs_ = r->completedNs;
+      lastRecvSentNs_ = r->sentNs;
+    } catch (...) {
+      cancel(*r);
+      throw;
+    }
+  }
+  P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override {
+    auto r = std::make_shared<FaultRecv>();
+    r->isRecv = true;
+    r->buf = buf;
+    r->bytes = bytes;
+    r->peer = peer;
+    r->tag = tag;
+    r->inner = c_->irecv(buf, bytes, peer, tag);
+    return r;
+  }
+  bool test(P2PRequest &base) override {
+    if (base.done.load())
+      return true;
+    auto *r = dynamic_cast<FaultRecv *>(&base);
+    if (!r)
+      return c_->test(base);
+    if (!arrived(*r))
+      return false;
+    if (p2pNowNs() < r->deliverNs)
+      return false;
+    r->done = true;
+    return true;
+  }
+  int waitAny(const std::vector<P2PRequest *> &reqs,
+              uint64_t deadlineNs) override {
+    for (;;) {
+      std::vector<P2PRequest *> inner;
+      std::vector<int> innerIdx;
+      uint64_t next = deadlineNs; // earliest delivery of an arrived message
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        if (test(*reqs[i]))
+          return static_cast<int>(i);
+        auto *r = dynamic_cast<FaultRecv *>(reqs[i]);
+        if (r && r->timed) {
+          next = next ? std::min(next, r->deliverNs) : r->deliverNs;
+        } else {
+          inner.push_back(r ? r->inner.get() : reqs[i]);
+          innerIdx.push_back(static_cast<int>(i));
+        }
+      }
+      if (deadlineNs && p2pNowNs() >= deadlineNs)
+        return -1;
+      if (inner.empty()) {
+        uint64_t now = p2pNowNs();
+        if (next > now)
+          std::this_thread::sleep_for(std::chrono::nanoseconds(next - now));
+        continue;
+      }
+      int k = c_->waitAny(inner, next);
+      if (k >= 0 && !dynamic_cast<FaultRecv *>(reqs[innerIdx[k]]))
+        return innerIdx[k];
+    }
+  }
+  void cancel(P2PRequest &base) override {
+    auto *r = dynamic_cast<FaultRecv *>(&base);
+    c_->cancel(r ? *r->inner : base);
+  }
+  void setStep(int64_t step) override {
+    step_ = step;
+    c_->setStep(step);
   }
   void barrier() override { c_->barrier(); }
   void flush() override { c_->flush(); }
@@ -144,8 +235,43 @@ public:
   int deviceOrdinal() const override { return c_->deviceOrdinal(); }
 
 private:
+  /// Once the inner receive completed: when the message is deliverable.
+  bool arrived(FaultRecv &r) {
+    if (r.timed)
+      return true;
+    c_->setTimeout(timeoutS_);
+    if (!c_->test(*r.inner))
+      return false;
+    r.sentNs = r.inner->sentNs;
+    r.completedNs = r.inner->completedNs;
+    double delayS = 0, gbps = 0;
+    for (const Injection &i : links_)
+      if (i.src == r.peer && i.activeAt(step_)) {
+        if (i.kind == Injection::LinkDelay)
+          delayS += i.us * 1e-6;
+        else
+          gbps = gbps > 0 ? std::min(gbps, i.gbps) : i.gbps;
+      }
+    uint64_t deliver = std::max(r.sentNs, r.completedNs);
+    if (gbps > 0) {
+      // The wire is busy with earlier messages of this link first.
+      uint64_t &free = linkFreeNs_[r.peer];
+      uint64_t start = std::max(r.sentNs, free);
+      free = start + static_cast<uint64_t>(static_cast<double>(r.bytes) * 8 /
+                                           (gbps * 1e9) * 1e9);
+      deliver = std::max(deliver, free);
+    }
+    deliver = std::max(deliver, r.sentNs + static_cast<uint64_t>(delayS * 1e9));
+    r.deliverNs = deliver;
+    r.completedNs = std::max(r.completedNs, deliver);
+    r.timed = true;
+    return true;
+  }
+
   std::unique_ptr<Communicator> c_;
-  std::map<int, double> delayUs_, gbps_;
+  std::vector<Injection> links_; // link faults whose dst is this rank
+  std::map<int, uint64_t> linkFreeNs_;
+  int64_t step_ = 0;
 };
 
 } // namespace
@@ -153,17 +279,11 @@ private:
 std::unique_ptr<Communicator>
 mapp::rt::withLinkFaults(std::unique_ptr<Communicator> c,
                          const std::vector<Injection> &inj) {
-  std::map<int, double> delay, gbps;
-  for (const Injection &i : inj) {
-    if (i.src != c->rank())
-      continue;
-    if (i.kind == Injection::LinkDelay)
-      delay[i.dst] += i.us;
-    else if (i.kind == Injection::LinkBandwidth)
-      gbps[i.dst] = gbps.count(i.dst) ? std::min(gbps[i.dst], i.gbps) : i.gbps;
-  }
-  if (delay.empty() && gbps.empty())
+  std::vector<Injection> links;
+  for (const Injection &i : inj)
+    if (i.kind != Injection::SlowCompute && i.dst == c->rank())
+      links.push_back(i);
+  if (links.empty())
     return c;
-  return std::make_unique<FaultComm>(std::move(c), std::move(delay),
-                                     std::move(gbps));
+  return std::make_unique<FaultComm>(std::move(c), std::move(links));
 }

@@ -157,6 +157,48 @@ CommGroup mapp::rt::resolveGroup(const Communicator &c,
   return c.group(k);
 }
 
+uint64_t mapp::rt::p2pNowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+P2PHandle Communicator::isend(const void *buf, size_t bytes, int peer,
+                              int64_t tag) {
+  auto r = std::make_shared<P2PRequest>();
+  r->buf = const_cast<void *>(buf);
+  r->bytes = bytes;
+  r->peer = peer;
+  r->tag = tag;
+  r->sentNs = p2pNowNs();
+  send(buf, bytes, peer, tag);
+  r->completedNs = p2pNowNs();
+  r->done = true;
+  return r;
+}
+
+P2PHandle Communicator::irecv(void *, size_t, int peer, int64_t tag) {
+  fail("irecv from rank ", peer, " (tag ", tag, "): communicator '", name(),
+       "' has no asynchronous receives");
+}
+
+bool Communicator::test(P2PRequest &r) {
+  if (!r.error.empty())
+    fail(r.error);
+  return r.done.load();
+}
+
+int Communicator::waitAny(const std::vector<P2PRequest *> &reqs,
+                          uint64_t deadlineNs) {
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (test(*reqs[i]))
+      return static_cast<int>(i);
+  if (deadlineNs)
+    return -1;
+  fail("waitAny: communicator '", name(), "' has no asynchronous receives");
+}
+
 namespace {
 
 /// World of one rank: every group is {0}, so reductions leave the buffer as
@@ -213,6 +255,7 @@ class ThreadComm final : public Communicator {
 public:
   ThreadComm(ThreadWorld &w, int rank) : world_(w), rank_(rank) {}
   std::string name() const override { return "local"; }
+  bool exactArrival() const override { return true; }
   int rank() const override { return rank_; }
   int worldSize() const override;
   void allReduce(float *buf, int64_t count, ReduceOp op,
@@ -231,8 +274,12 @@ public:
                 const CommGroup &g) override;
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override;
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override;
+  P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override;
+  int waitAny(const std::vector<P2PRequest *> &reqs,
+              uint64_t deadlineNs) override;
   void barrier() override;
   bool sharesAddressSpace() const override { return true; }
+  void cancel(P2PRequest &r) override;
 
 private:
   template <typename T>
@@ -296,10 +343,17 @@ public:
     return *s;
   }
 
+  /// A message nobody had posted a receive for yet.
+  struct Mail {
+    std::vector<uint8_t> data;
+    uint64_t sentNs = 0, arrivedNs = 0;
+  };
+  using Key = std::tuple<int, int, int64_t>; // src, dst, tag
   std::mutex mailMu_;
   std::condition_variable mailCv_;
-  std::map<std::tuple<int, int, int64_t>, std::deque<std::vector<uint8_t>>>
-      mail_;
+  std::map<Key, std::deque<Mail>> mail_;
+  /// Receives posted before their message came, in posting order.
+  std::map<Key, std::deque<P2PHandle>> posted_;
 
 private:
   int n_;
@@ -442,46 +496,108 @@ void ThreadComm::barrier() {
   wait(s, g, "barrier"); // nobody republishes before all checked counts
 }
 
+// The sender copies straight into a posted receive's buffer when there is
+// one (a posted receive into a preallocated buffer), else into the mailbox.
 void ThreadComm::send(const void *buf, size_t bytes, int peer, int64_t tag) {
   if (peer < 0 || peer >= world_.size() || peer == rank_)
     fail("send from rank ", rank_, " to rank ", peer, " (tag ", tag,
          "): no such peer in a world of ", world_.size());
   world_.checkAbort(rank_, "send to rank " + std::to_string(peer));
-  std::vector<uint8_t> msg(static_cast<const uint8_t *>(buf),
-                           static_cast<const uint8_t *>(buf) + bytes);
+  uint64_t now = p2pNowNs();
+  ThreadWorld::Key key{rank_, peer, tag};
   {
     std::lock_guard<std::mutex> lk(world_.mailMu_);
-    world_.mail_[{rank_, peer, tag}].push_back(std::move(msg));
+    auto it = world_.posted_.find(key);
+    if (it != world_.posted_.end() && !it->second.empty()) {
+      P2PHandle r = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty())
+        world_.posted_.erase(it);
+      if (r->bytes != bytes)
+        r->error = "recv on rank " + std::to_string(peer) + " from rank " +
+                   std::to_string(rank_) + " (tag " + std::to_string(tag) +
+                   "): message has " + std::to_string(bytes) +
+                   " bytes, expected " + std::to_string(r->bytes) +
+                   " (mismatched plan)";
+      else
+        std::memcpy(r->buf, buf, bytes);
+      r->sentNs = now;
+      r->completedNs = p2pNowNs();
+      r->done = true;
+    } else {
+      ThreadWorld::Mail m;
+      m.data.assign(static_cast<const uint8_t *>(buf),
+                    static_cast<const uint8_t *>(buf) + bytes);
+      m.sentNs = now;
+      m.arrivedNs = p2pNowNs();
+      world_.mail_[key].push_back(std::move(m));
+    }
   }
   world_.mailCv_.notify_all();
 }
 
-void ThreadComm::recv(void *buf, size_t bytes, int peer, int64_t tag) {
+P2PHandle ThreadComm::irecv(void *buf, size_t bytes, int peer, int64_t tag) {
   if (peer < 0 || peer >= world_.size() || peer == rank_)
     fail("recv on rank ", rank_, " from rank ", peer, " (tag ", tag,
          "): no such peer in a world of ", world_.size());
-  std::string what = "recv on rank " + std::to_string(rank_) + " from rank " +
-                     std::to_string(peer) + " (tag " + std::to_string(tag) +
-                     ")";
+  auto r = std::make_shared<P2PRequest>();
+  r->isRecv = true;
+  r->buf = buf;
+  r->bytes = bytes;
+  r->peer = peer;
+  r->tag = tag;
+  ThreadWorld::Key key{peer, rank_, tag};
+  std::lock_guard<std::mutex> lk(world_.mailMu_);
+  auto it = world_.mail_.find(key);
+  if (it != world_.mail_.end() && !it->second.empty()) {
+    ThreadWorld::Mail m = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty())
+      world_.mail_.erase(it);
+    if (m.data.size() != bytes)
+      r->error = "recv on rank " + std::to_string(rank_) + " from rank " +
+                 std::to_string(peer) + " (tag " + std::to_string(tag) +
+                 "): message has " + std::to_string(m.data.size()) +
+                 " bytes, expected " + std::to_string(bytes) +
+                 " (mismatched plan)";
+    else
+      std::memcpy(buf, m.data.data(), bytes);
+    r->sentNs = m.sentNs;
+    r->completedNs = m.arrivedNs;
+    r->done = true;
+  } else {
+    world_.posted_[key].push_back(r);
+  }
+  return r;
+}
+
+int ThreadComm::waitAny(const std::vector<P2PRequest *> &reqs,
+                        uint64_t deadlineNs) {
   auto start = Clock::now();
+  auto scan = [&]() -> int {
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (test(*reqs[i]))
+        return static_cast<int>(i);
+    return -1;
+  };
   std::unique_lock<std::mutex> lk(world_.mailMu_);
-  auto key = std::make_tuple(peer, rank_, tag);
   for (;;) {
-    auto it = world_.mail_.find(key);
-    if (it != world_.mail_.end() && !it->second.empty()) {
-      std::vector<uint8_t> msg = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty())
-        world_.mail_.erase(it);
-      lk.unlock();
-      if (msg.size() != bytes)
-        fail(what, ": message has ", msg.size(), " bytes, expected ", bytes,
-             " (mismatched plan)");
-      std::memcpy(buf, msg.data(), bytes);
-      return;
-    }
-    world_.mailCv_.wait_for(lk, std::chrono::milliseconds(20));
+    int i = scan();
+    if (i >= 0)
+      return i;
+    uint64_t now = p2pNowNs();
+    if (deadlineNs && now >= deadlineNs)
+      return -1;
+    auto wait = std::chrono::milliseconds(20);
+    if (deadlineNs)
+      wait = std::min<std::chrono::milliseconds>(
+          wait, std::chrono::milliseconds((deadlineNs - now) / 1000000 + 1));
+    world_.mailCv_.wait_for(lk, wait);
     lk.unlock();
+    std::string what = "recv on rank " + std::to_string(rank_);
+    if (!reqs.empty())
+      what += " from rank " + std::to_string(reqs[0]->peer) + " (tag " +
+              std::to_string(reqs[0]->tag) + ")";
     world_.checkAbort(rank_, what);
     double waited =
         std::chrono::duration<double>(Clock::now() - start).count();
@@ -489,6 +605,31 @@ void ThreadComm::recv(void *buf, size_t bytes, int peer, int64_t tag) {
       fail(what, ": timed out after ", timeoutS_,
            " s (the sender is dead or the plan has no matching send)");
     lk.lock();
+  }
+}
+
+void ThreadComm::cancel(P2PRequest &r) {
+  std::lock_guard<std::mutex> lk(world_.mailMu_);
+  auto it = world_.posted_.find({r.peer, rank_, r.tag});
+  if (it == world_.posted_.end())
+    return;
+  auto &q = it->second;
+  q.erase(std::remove_if(q.begin(), q.end(),
+                         [&](const P2PHandle &h) { return h.get() == &r; }),
+          q.end());
+  if (q.empty())
+    world_.posted_.erase(it);
+}
+
+void ThreadComm::recv(void *buf, size_t bytes, int peer, int64_t tag) {
+  P2PHandle r = irecv(buf, bytes, peer, tag);
+  try {
+    Communicator::wait(*r);
+    lastRecvNs_ = r->completedNs;
+    lastRecvSentNs_ = r->sentNs;
+  } catch (...) {
+    cancel(*r); // nobody may write into `buf` once we have given up
+    throw;
   }
 }
 

@@ -16,7 +16,10 @@
 //
 // send copies the bytes into an owned buffer and posts MPI_Isend (buffered
 // semantics, as the local communicator); completed sends are reaped on
-// later calls and all are waited for by flush().
+// later calls and all are waited for by flush(). Every message carries an
+// 8-byte trailer, the sender's steady-clock send time (P2PRequest.sentNs);
+// irecv posts MPI_Irecv into a staging buffer of bytes + 8 and copies the
+// payload into the caller's buffer when test() finds it complete.
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Comm.h"
@@ -142,30 +145,107 @@ public:
     pending_.emplace_back();
     Pending &p = pending_.back();
     p.what = what;
-    p.data.assign(static_cast<const uint8_t *>(buf),
-                  static_cast<const uint8_t *>(buf) + bytes);
-    check(MPI_Isend(p.data.data(), asInt(bytes), MPI_BYTE, peer,
+    p.data.resize(bytes + sizeof(uint64_t));
+    if (bytes)
+      std::memcpy(p.data.data(), buf, bytes);
+    uint64_t now = p2pNowNs();
+    std::memcpy(p.data.data() + bytes, &now, sizeof now);
+    check(MPI_Isend(p.data.data(), asInt(p.data.size()), MPI_BYTE, peer,
                     static_cast<int>(tag), MPI_COMM_WORLD, &p.req),
           what);
   }
 
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
-    std::string what = "recv on rank " + std::to_string(rank_) +
-                       " from rank " + std::to_string(peer) + " (tag " +
-                       std::to_string(tag) + ")";
-    checkPeer(peer, tag, what);
+    P2PHandle r = irecv(buf, bytes, peer, tag);
+    try {
+      wait(*r);
+      lastRecvNs_ = r->completedNs;
+      lastRecvSentNs_ = r->sentNs;
+    } catch (...) {
+      cancel(*r);
+      throw;
+    }
+  }
+
+  P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override {
+    auto r = std::make_shared<MpiRecv>();
+    r->what = "recv on rank " + std::to_string(rank_) + " from rank " +
+              std::to_string(peer) + " (tag " + std::to_string(tag) + ")";
+    checkPeer(peer, tag, r->what);
     reap();
-    MPI_Request r;
-    check(MPI_Irecv(buf, asInt(bytes), MPI_BYTE, peer, static_cast<int>(tag),
-                    MPI_COMM_WORLD, &r),
-          what);
+    r->isRecv = true;
+    r->buf = buf;
+    r->bytes = bytes;
+    r->peer = peer;
+    r->tag = tag;
+    r->staging.resize(bytes + sizeof(uint64_t));
+    check(MPI_Irecv(r->staging.data(), asInt(r->staging.size()), MPI_BYTE,
+                    peer, static_cast<int>(tag), MPI_COMM_WORLD, &r->req),
+          r->what);
+    return r;
+  }
+
+  bool test(P2PRequest &base) override {
+    if (base.done.load())
+      return true;
+    auto *r = dynamic_cast<MpiRecv *>(&base);
+    if (!r)
+      return Communicator::test(base);
+    int done = 0;
     MPI_Status st;
-    waitFor(r, what, &st);
+    int rc = MPI_Test(&r->req, &done, &st);
+    if (rc != MPI_SUCCESS)
+      fail(r->what, ": MPI error: ", mpiError(rc));
+    if (!done)
+      return false;
     int got = 0;
     MPI_Get_count(&st, MPI_BYTE, &got);
-    if (static_cast<size_t>(got) != bytes)
-      fail(what, ": message has ", got, " bytes, expected ", bytes,
-           " (mismatched plan)");
+    if (static_cast<size_t>(got) != r->staging.size())
+      fail(r->what, ": message has ",
+           got - static_cast<int>(sizeof(uint64_t)), " bytes, expected ",
+           r->bytes, " (mismatched plan)");
+    if (r->bytes)
+      std::memcpy(r->buf, r->staging.data(), r->bytes);
+    std::memcpy(&r->sentNs, r->staging.data() + r->bytes, sizeof(uint64_t));
+    r->completedNs = p2pNowNs();
+    r->done = true;
+    return true;
+  }
+
+  int waitAny(const std::vector<P2PRequest *> &reqs,
+              uint64_t deadlineNs) override {
+    auto start = Clock::now();
+    int spins = 0;
+    for (;;) {
+      for (size_t i = 0; i < reqs.size(); ++i)
+        if (test(*reqs[i]))
+          return static_cast<int>(i);
+      if (deadlineNs && p2pNowNs() >= deadlineNs)
+        return -1;
+      // Backed off: MPI has no blocking wait on several requests with a
+      // timeout; 200 us sleeps keep a waiting rank off the cores.
+      if (++spins < 64)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(spins < 1000 ? 20 : 200));
+      double waited =
+          std::chrono::duration<double>(Clock::now() - start).count();
+      if (timeoutS_ > 0 && waited > timeoutS_) {
+        auto *r = reqs.empty() ? nullptr : dynamic_cast<MpiRecv *>(reqs[0]);
+        fail(r ? r->what : std::string("waitAny"), " (rank ", rank_,
+             "): timed out after ", timeoutS_,
+             " s (a peer is dead or the ranks' plans disagree)");
+      }
+    }
+  }
+
+  void cancel(P2PRequest &base) override {
+    auto *r = dynamic_cast<MpiRecv *>(&base);
+    if (!r || r->done.load() || r->req == MPI_REQUEST_NULL)
+      return;
+    MPI_Cancel(&r->req);
+    MPI_Request_free(&r->req);
   }
 
   void barrier() override {
@@ -181,6 +261,11 @@ public:
   }
 
 private:
+  struct MpiRecv : P2PRequest {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<uint8_t> staging; // payload + the sender's time stamp
+    std::string what;
+  };
   struct Pending {
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<uint8_t> data;

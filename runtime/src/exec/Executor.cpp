@@ -42,6 +42,7 @@ struct Executor::OpenRegion {
   int peer = -1;
   int64_t tag = -1;
   uint64_t bytes = 0;
+  uint64_t sentNs = 0, arrivedNs = 0; // recv: the message's P2P times
 };
 
 namespace {
@@ -172,6 +173,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
     blocks_.push_back(std::move(prepared));
     blockWritesLoss_.push_back(writesLoss);
   }
+  setScheduler({});
 
   // Which Grad values this rank counts in the global norm: every gradient
   // once in the world. Replicas over tp (params not sharded over tp) count on
@@ -212,6 +214,23 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
                  lowestStage[par.name] == p.pp;
     countInNorm_[v] = count;
   }
+}
+
+void Executor::setScheduler(const SchedOptions &o) {
+  std::string mode = o.mode.empty()
+                         ? (plan_.schedule == "adaptive" ? "adaptive" : "static")
+                         : o.mode;
+  // Posted receives land in host buffers and are copied into storage as
+  // they are: storage must hold the payload's fp32 as is.
+  if (mode == "adaptive" && backend_.storesBf16() && hasBf16Storage(*prog_))
+    fail("adaptive scheduling: backend '", backend_.name(),
+         "' stores activations as bf16; the posted receives carry fp32 "
+         "(use --schedule=static)");
+  SchedOptions so = o;
+  so.mode = mode;
+  if (!so.deviceFreeBytes)
+    so.deviceFreeBytes = backend_.freeDeviceBytes();
+  sched_ = createScheduler(plan_, *prog_, comm_, so);
 }
 
 Executor::~Executor() {
@@ -450,6 +469,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
   const bool shareMarks = tr && sink_->deferred();
   uint64_t lastMark = 0;
   bool workSinceMark = true;
+  int recvIndex = 0; // k-th recv of the block: the scheduler's posted one
   auto mark = [&] {
     if (!shareMarks || workSinceMark)
       lastMark = sink_->mark();
@@ -498,6 +518,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         if (rec.cat != mapp::TraceCategory::Comm)
           rec.cpuNs = cpuSince(o.cpu0);
         rec.endNs = mark();
+        rec.sentNs = o.sentNs;
+        rec.arrivedNs = o.arrivedNs;
         sink_->appendMarked(rec);
         break;
       }
@@ -537,8 +559,29 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
                     pr.outs[slot].data(),
                     static_cast<int>(pr.outs[slot].size()),
                     ctx};
+    // recv: when its message was sent and when it was complete here
+    // (p2pNowNs, the trace's steady clock); the host trace records them so
+    // mapp-scan sees the wire time even when the bytes beat the receiver.
+    uint64_t sentNs = 0, arrivedNs = 0;
     try {
-      pr.fn(args);
+      const void *got = pr.op == mapp::TraceOp::Recv && sched_
+                            ? sched_->received({block, mb}, recvIndex++,
+                                               &sentNs, &arrivedNs)
+                            : nullptr;
+      if (got) {
+        const Tensor &out = pr.outs[slot][0];
+        backend_.copyToStorage(out.data, got,
+                               static_cast<size_t>(out.numel()) *
+                                   dtypeSize(out.type.dtype));
+      } else {
+        if (pr.op == mapp::TraceOp::Recv)
+          comm_.forgetLastRecv();
+        pr.fn(args);
+        if (pr.op == mapp::TraceOp::Recv) {
+          sentNs = comm_.lastRecvSentNs();
+          arrivedNs = comm_.lastRecvCompletedNs();
+        }
+      }
     } catch (const Error &e) {
       fail("step ", step_, ", microbatch ", mb, ", block ", block, ", ",
            pr.instr->kernel,
@@ -557,6 +600,17 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       injectNan(in, slot);
     if (checkFinite_ && pr.kind == Prepared::Compute)
       checkOutputsFinite(in, block, mb, slot);
+    // Kept when the time is the payload's landing (a thread world's
+    // sender stamps it); MPI only notices a payload when its progress runs,
+    // which a busy receiver's or sender's compute delays. Device marks:
+    // another timeline.
+    if (!arrivedNs || !tr || sink_->deferred() || !comm_.exactArrival())
+      sentNs = arrivedNs = 0;
+    if (tr && pr.op == mapp::TraceOp::Recv)
+      for (OpenRegion &o : open_) {
+        o.sentNs = sentNs;
+        o.arrivedNs = arrivedNs;
+      }
     if (slow && pr.kind == Prepared::Compute) {
       if (cpuTimed_) {
         // A slower core: the op costs the thread factor x its CPU time,
@@ -595,6 +649,14 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       }
       rec.beginNs = t0;
       rec.endNs = mark();
+      // A blocking recv ends when its bytes were complete, not when the
+      // waiting thread got the core back (host marks share that clock).
+      if (pr.op == mapp::TraceOp::Recv && !sink_->deferred()) {
+        if (arrivedNs > rec.beginNs && arrivedNs < rec.endNs)
+          rec.endNs = arrivedNs;
+        rec.sentNs = sentNs;
+        rec.arrivedNs = arrivedNs;
+      }
       sink_->appendMarked(rec);
     }
   }
@@ -615,20 +677,12 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     sink_->beginStep(step_);
   const bool tr = tracing();
   open_.clear();
+  comm_.setStep(step_);
   backend_.beginStep(step_);
 
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.values[v].kind == ValueKind::Grad)
       backend_.zeroStorage(valueData(static_cast<int>(v)), p.values[v].bytes);
-
-  // Default schedule when the table is empty: every non-optimizer block in
-  // order for each microbatch.
-  std::vector<Task> tasks = p.tasks;
-  if (tasks.empty())
-    for (int mb = 0; mb < plan_.numMicrobatches; ++mb)
-      for (size_t b = 0; b < p.blocks.size(); ++b)
-        if (p.blocks[b].kind != BlockKind::Optimizer)
-          tasks.push_back({static_cast<int>(b), mb});
 
   StepResult r;
   r.step = step_;
@@ -713,12 +767,15 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
                   -1, t0, sink_->mark(), true);
   };
 
-  for (const Task &t : tasks) {
+  sched_->beginStep(step_);
+  Task t;
+  while (sched_->next(t)) {
     if (p.blocks[t.block].kind == BlockKind::Optimizer) {
       optimizerInTable = true;
       finishGrads();
       if (!r.skipped)
         runOptimizer(t.block);
+      sched_->finished(t);
       continue;
     }
     int slot = t.microbatch % p.slots;
@@ -751,7 +808,9 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     runBlock(t.block, t.microbatch, slot, ctx);
     if (blockWritesLoss_[t.block])
       backend_.readScalarAsync(&losses[t.microbatch], valueData(p.loss, slot));
+    sched_->finished(t);
   }
+  traceSwitches();
   finishGrads();
   if (!optimizerInTable && !r.skipped)
     for (int b : optimizerBlocks)

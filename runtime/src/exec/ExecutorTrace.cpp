@@ -97,3 +97,21 @@ void Executor::traceRegion(const char *name, int cat, int mb, uint64_t b,
   else
     sink_->appendHost(rec);
 }
+
+// MegaDPP policy switches: zero-length events on a "sched" track whose name
+// carries the new policy and the reason (the record has no free text).
+void Executor::traceSwitches() {
+  std::vector<SchedSwitch> sw = sched_->takeSwitches();
+  if (sink_ && tracing())
+    for (const SchedSwitch &s : sw) {
+      mapp::TraceRecord rec;
+      rec.setName(("dpp " + s.to + ": " + s.reason).c_str());
+      rec.setStream("sched");
+      rec.cat = mapp::TraceCategory::Compute;
+      rec.step = static_cast<int32_t>(s.step);
+      rec.beginNs = rec.endNs = s.ns;
+      sink_->appendHost(rec);
+    }
+  for (SchedSwitch &s : sw)
+    pendingSwitches_.push_back(std::move(s));
+}

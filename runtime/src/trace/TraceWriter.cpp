@@ -259,6 +259,10 @@ size_t MappTraceWriter::drain(std::string &buf) {
       appendInt(buf, "peer", r.peer);
     if (r.tag >= 0)
       appendInt(buf, "tag", r.tag);
+    if (r.sentNs)
+      appendInt(buf, "sent", (long long)r.sentNs);
+    if (r.arrivedNs)
+      appendInt(buf, "arrived", (long long)r.arrivedNs);
     if (r.group >= 0)
       appendInt(buf, "group", r.group);
     if (r.seq >= 0)

@@ -54,6 +54,9 @@ public:
   /// Peak device memory this process added since the backend started, in
   /// GiB, as seen at synchronize points (0 for host backends).
   virtual double peakDeviceGiB() const { return 0; }
+  /// Free device memory in bytes (the adaptive scheduler's default cap);
+  /// 0 for host backends (no cap).
+  virtual uint64_t freeDeviceBytes() const { return 0; }
   /// Waits until every probe sample captured so far reached its
   /// ProbeRuntime (a device backend captures asynchronously).
   virtual void drainProbes() {}

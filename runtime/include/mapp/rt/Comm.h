@@ -29,6 +29,17 @@
 // recv blocks until a message of (peer, tag) arrives. Messages of one
 // (src, dst, tag) are received in send order.
 //
+// Asynchronous point-to-point (MegaDPP, docs/megadpp.md). isend returns a
+// completed handle once the bytes are captured (the sender never waits for
+// the receiver); irecv posts a receive into the caller's preallocated buffer
+// (any dtype: the payload is bytes) and returns at once; test() polls a
+// handle, waitAny() blocks on a condition variable (local) or a backed-off
+// MPI_Test loop (mpi) until one of several completes. Posted receives and
+// blocking recvs of one (src, dst, tag) match messages in posting order.
+// Every message carries its sender's steady-clock send time, so a completed
+// receive knows how long the transfer took (sentNs -> completedNs): the
+// scheduler measures link bandwidth from the transfers themselves.
+//
 // Failure. A blocking call that waits longer than the communicator's
 // timeout, or whose peer has failed, throws Error naming the operation, the
 // group and the ranks that did not arrive — it never hangs.
@@ -39,6 +50,7 @@
 
 #include "mapp/rt/DType.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -76,6 +88,27 @@ struct CommGroup {
   int indexOf(int rank) const;
   std::string str() const;
 };
+
+/// One asynchronous transfer (isend/irecv). `done` once complete; a receive
+/// then holds the payload in `buf`.
+struct P2PRequest {
+  virtual ~P2PRequest() = default;
+  bool isRecv = false;
+  void *buf = nullptr;
+  size_t bytes = 0;
+  int peer = -1;
+  int64_t tag = 0;
+  std::atomic<bool> done{false};
+  /// Steady clock (ns) of the sender's send call and of the moment the
+  /// payload was complete at this rank (0 = unknown).
+  uint64_t sentNs = 0, completedNs = 0;
+  /// Set by the matching side on a mismatch (size): test() throws it.
+  std::string error;
+};
+using P2PHandle = std::shared_ptr<P2PRequest>;
+
+/// Steady-clock nanoseconds, the clock of P2PRequest's stamps.
+uint64_t p2pNowNs();
 
 class Communicator {
 public:
@@ -117,6 +150,39 @@ public:
   /// Buffered send / blocking recv of `bytes` to/from global rank `peer`.
   virtual void send(const void *buf, size_t bytes, int peer, int64_t tag) = 0;
   virtual void recv(void *buf, size_t bytes, int peer, int64_t tag) = 0;
+  /// Asynchronous point-to-point (see the file comment). The defaults:
+  /// isend is send() (buffered, so complete at once); irecv/test/waitAny
+  /// fail, naming the communicator.
+  virtual P2PHandle isend(const void *buf, size_t bytes, int peer,
+                          int64_t tag);
+  virtual P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag);
+  /// True once `r` is complete (throws its error, if any).
+  virtual bool test(P2PRequest &r);
+  /// Blocks until one of `reqs` is complete and returns its index (the
+  /// lowest one done); -1 when `deadlineNs` (p2pNowNs clock, 0 = none)
+  /// passes first. Error after the communicator's timeout.
+  virtual int waitAny(const std::vector<P2PRequest *> &reqs,
+                      uint64_t deadlineNs = 0);
+  void wait(P2PRequest &r) { waitAny({&r}); }
+  /// Withdraws a posted receive that is not complete (its buffer is about
+  /// to go away); no-op for completed ones.
+  virtual void cancel(P2PRequest &) {}
+  /// The training step now running (time-windowed fault injection).
+  virtual void setStep(int64_t) {}
+  /// When the payload of this rank's last blocking recv was complete here
+  /// (p2pNowNs clock; 0 = unknown): the trace ends the recv there, not when
+  /// the waiting thread woke up.
+  uint64_t lastRecvCompletedNs() const { return lastRecvNs_; }
+  /// When the sender of that recv called send (p2pNowNs clock, the
+  /// sender's; 0 = unknown): with lastRecvCompletedNs() the wire time.
+  uint64_t lastRecvSentNs() const { return lastRecvSentNs_; }
+  /// Whether completedNs is when the payload landed even if this rank was
+  /// busy then (thread world: the sender stamps it), rather than when this
+  /// rank's progress noticed it (MPI: exact only while it waits).
+  virtual bool exactArrival() const { return false; }
+  /// Clears both, so a recv that does not set them reads as unknown.
+  void forgetLastRecv() { lastRecvNs_ = lastRecvSentNs_ = 0; }
+
   virtual void barrier() = 0;
   /// Waits until every buffered send of this rank has been delivered.
   virtual void flush() {}
@@ -149,6 +215,7 @@ protected:
   Layout second_;
   int secondBase_ = -1; // -1: no second layout
   double timeoutS_ = 300;
+  uint64_t lastRecvNs_ = 0, lastRecvSentNs_ = 0;
 };
 
 /// The group of a communication instr: `ranks` (explicit global ranks) when

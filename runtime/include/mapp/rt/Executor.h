@@ -2,8 +2,9 @@
 //
 // Storage: a persistent pool (Param, Grad, OptState at their plan offsets)
 // and `slots` arenas of arena_bytes (Temp, Input, Loss; microbatch m uses
-// slot m % slots). A training step zeroes the Grad values, runs the tasks in
-// table order (filling the Input values of a microbatch the first time a
+// slot m % slots). A training step zeroes the Grad values, runs the tasks the
+// scheduler hands out (mapp/rt/Scheduler.h: the table in order, or MegaDPP's
+// adaptive choice; filling the Input values of a microbatch the first time a
 // task of it touches its slot), computes the global gradient norm, runs the
 // Optimizer block(s) once and advances the step counter.
 //
@@ -21,6 +22,7 @@
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Safetensors.h"
+#include "mapp/rt/Scheduler.h"
 
 #include <functional>
 #include <map>
@@ -122,6 +124,18 @@ public:
   /// Fault injection: sleep (factor-1) x each compute instr's time.
   void setSlowCompute(double factor) { slowFactor_ = factor; }
 
+  /// MegaDPP: the task scheduler (runtime/src/sched). The constructor
+  /// installs the plan's default (adaptive for schedule "adaptive", else
+  /// static); Error when the plan cannot serve `o`.
+  void setScheduler(const SchedOptions &o);
+  SchedStats schedStats() const { return sched_->stats(); }
+  /// Policy switches since the last call (also instant events in the trace).
+  std::vector<SchedSwitch> takeSchedSwitches() {
+    std::vector<SchedSwitch> s;
+    s.swap(pendingSwitches_);
+    return s;
+  }
+
   StepResult step(const BatchFn &batches, const GradHook &afterGrads = {});
   int64_t stepsDone() const { return step_; }
 
@@ -215,6 +229,8 @@ private:
   int shardIndex(const Value &v) const;
   int shardCount(const Value &v) const;
   bool tracing() const;
+  /// Moves the scheduler's policy switches into the trace and the queue.
+  void traceSwitches();
   int traceGroup(const CommGroup &g);
   /// An executor region (data, optimizer); `marked`: b/e are backend marks.
   void traceRegion(const char *name, int cat, int mb, uint64_t b, uint64_t e,
@@ -258,6 +274,8 @@ private:
   std::map<std::vector<int>, int> traceGroups_;
   std::map<std::vector<int>, int64_t> groupSeq_; // collectives issued
   std::vector<OpenRegion> open_;
+  std::unique_ptr<TaskScheduler> sched_;
+  std::vector<SchedSwitch> pendingSwitches_;
 };
 
 /// Step `r` came back non-finite (stepFinite false) with setSkipNonFinite

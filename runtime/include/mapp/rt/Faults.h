@@ -3,10 +3,18 @@
 // mapp-run --inject SPEC (repeatable), SPEC one of
 //   slow-compute:rank=R,factor=F      rank R sleeps (F-1) x the measured time
 //                                     of each compute instr after running it
-//   link-delay:src=A,dst=B,us=U       every send from A to B waits U us first
-//   link-bandwidth:src=A,dst=B,gbps=G every send from A to B waits
-//                                     bytes*8 / (G*1e9) s first
-// Delays are taken inside the instr, so traces show them in the op's time.
+//   link-delay:src=A,dst=B,us=U       a message from A to B becomes
+//                                     deliverable U us after it was sent
+//   link-bandwidth:src=A,dst=B,gbps=G the link A->B moves G Gb/s: a message
+//                                     occupies it bytes*8/(G*1e9) s after
+//                                     the previous one left it
+// each optionally followed by ,from-step=K,to-step=L: active in steps
+// K <= step < L only (default: every step), so a run sees a link go slow and
+// recover. A link fault acts on the transfer as a slow wire would: the
+// sender goes on at once, the receiver's recv (or posted irecv) completes
+// only once the message is deliverable, so a schedule can hide the delay.
+// It is applied on the receiving side (the message carries its send time);
+// slow compute is taken inside the instr, so traces show it in the op's time.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_FAULTS_H
@@ -24,14 +32,21 @@ struct Injection {
   enum Kind { SlowCompute, LinkDelay, LinkBandwidth } kind = SlowCompute;
   int rank = -1, src = -1, dst = -1;
   double factor = 1, us = 0, gbps = 0;
+  int64_t fromStep = 0, toStep = -1; ///< active in [fromStep, toStep); -1: no end
+  bool activeAt(int64_t step) const {
+    return step >= fromStep && (toStep < 0 || step < toStep);
+  }
 };
 
 /// Parses one --inject value; Error naming what is wrong.
 Injection parseInjection(const std::string &spec);
-/// Product of the slow-compute factors aimed at `rank` (1 = none).
-double slowComputeFactor(const std::vector<Injection> &inj, int rank);
-/// Wraps `c` so its sends to each peer are delayed per the link faults whose
-/// src is c's rank; returns `c` itself when none applies.
+/// Product of the slow-compute factors aimed at `rank` that are active in
+/// `step` (1 = none).
+double slowComputeFactor(const std::vector<Injection> &inj, int rank,
+                         int64_t step);
+/// Wraps `c` so messages to it over a faulty link (dst = c's rank) become
+/// deliverable only after the link's delay; returns `c` itself when no
+/// fault names c's rank as dst.
 std::unique_ptr<Communicator>
 withLinkFaults(std::unique_ptr<Communicator> c,
                const std::vector<Injection> &inj);

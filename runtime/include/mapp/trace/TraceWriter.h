@@ -51,6 +51,9 @@ struct TraceRecord {
   // begin and end (0: not measured). What the op cost the core, without the
   // time the thread was descheduled (docs/trace-format.md).
   uint64_t cpuNs = 0;
+  // recv: when the sender called send and when the payload was complete
+  // here (the P2PRequest's times, same steady clock; 0 = unknown).
+  uint64_t sentNs = 0, arrivedNs = 0;
 
   void setName(const char *n);
   void setStream(const char *s);

@@ -93,6 +93,13 @@ public:
   double peakDeviceGiB() const override {
     return peakUsed_ > baselineUsed_ ? (peakUsed_ - baselineUsed_) / double(1 << 30) : 0;
   }
+  uint64_t freeDeviceBytes() const override {
+    size_t freeB = 0, total = 0;
+    cudaSetDevice(device_);
+    if (cudaMemGetInfo(&freeB, &total) != cudaSuccess)
+      return 0;
+    return freeB;
+  }
   void bindProgram(const Program &p, void *pool, void *arena) override;
   Tensor operandView(const Program &p, const Instr &in, int value,
                      bool isOutput, const Tensor &t) override;

@@ -143,7 +143,24 @@ public:
   }
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
     inner().recv(buf, bytes, peer, tag);
+    lastRecvNs_ = host_->lastRecvCompletedNs();
+    lastRecvSentNs_ = host_->lastRecvSentNs();
   }
+  // Asynchronous point-to-point of host buffers: the thread world's posted
+  // receives (device payloads are staged by the caller).
+  P2PHandle isend(const void *buf, size_t bytes, int peer,
+                  int64_t tag) override {
+    return inner().isend(buf, bytes, peer, tag);
+  }
+  P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override {
+    return inner().irecv(buf, bytes, peer, tag);
+  }
+  bool test(P2PRequest &r) override { return inner().test(r); }
+  int waitAny(const std::vector<P2PRequest *> &reqs,
+              uint64_t deadlineNs) override {
+    return inner().waitAny(reqs, deadlineNs);
+  }
+  void cancel(P2PRequest &r) override { inner().cancel(r); }
   void barrier() override { inner().barrier(); }
   void flush() override { inner().flush(); }
   bool sharesAddressSpace() const override { return true; }

@@ -37,6 +37,9 @@ struct Event {
   int64_t b = 0, e = 0;  // the rank's own clock, ns
   int64_t cpu = -1;      // thread CPU time of a host compute op (-1: none)
   double gb = 0, ge = 0; // aligned global time, ns (set by align())
+  // recv: the sender's send call (its clock) and when the payload was
+  // complete here (this rank's clock); -1 = not recorded.
+  int64_t sent = -1, arrived = -1;
   int line = 0;          // source line, for messages
 };
 

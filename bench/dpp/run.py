@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""MegaDPP on CPU ranks: static 1F1B, static dfc/bfc and adaptive, with and
+without one slow link, side by side from one run.
+
+Compiles a small GPT (8 layers, hidden 64, seq 64, byte vocab) for pp=4
+(chunks=1: 1F1B; chunks=2: interleaved = dfc; mapp-adaptive-plan makes the
+bfc and adaptive plans), trains STEPS steps of each over --comm=local and
+--comm=mpi (4 ranks), and prints per run the median step time (steps after
+the first two), the peak in-flight activation stash per rank (the scheduler's
+report) and the ratio to static 1F1B. The slow link: link-delay 1->0 (the
+gradients into the first stage) of US microseconds from step 2 on.
+
+usage: bench/dpp/run.py [--steps N] [--us U] [--comms local,mpi] [--out DIR]
+Needs build/bin/{mapp-run,mapp-adaptive-plan} and mapp-opt/mapp-translate
+(build/bin, or MAPP_OPT / MAPP_TRANSLATE).
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("MAPP_BIN", ROOT / "build" / "bin"))
+CORPUS = ROOT / "data" / "gpt" / "news-1k.jsonl"
+CFG = {"variant": "gpt", "num_layers": 8, "hidden_size": 64,
+       "num_attention_heads": 4, "seq_length": 64, "vocab_size": 256,
+       "micro_batch_size": 1, "tie_embeddings": True}
+OPT = "optimizer=adamw lr=0.001"
+MICRO = 8
+
+
+def tool(name, env=None):
+    p = os.environ.get(env) if env else None
+    return p or str(BIN / name)
+
+
+def run(cmd, **kw):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if r.returncode:
+        sys.exit(f"{cmd[0]} failed:\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def compile_plans(d):
+    (d / "cfg.json").write_text(json.dumps(CFG))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    run(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
+         "--config", d / "cfg.json", "-o", d / "model.mlir", "--seed", 7], env=env)
+    plans = {}
+    for chunks, sched, name in [(1, "1f1b", "1f1b"), (2, "interleaved", "dfc")]:
+        pipe = (f"--mapp-train-pipeline=tp=1 pp=4 dp=1 chunks={chunks} "
+                f"microbatches={MICRO} schedule={sched} {OPT}")
+        run([tool("mapp-opt", "MAPP_OPT"), d / "model.mlir", pipe, "-o", d / f"{name}.mlir"])
+        run([tool("mapp-translate", "MAPP_TRANSLATE"), "--mapp-to-plan", d / f"{name}.mlir",
+             "-o", d / f"{name}.mplan"])
+        plans[name] = d / f"{name}.mplan"
+    # dfc through the tool too, so every chunks=2 plan has stash_bytes.
+    for mode in ("dfc", "bfc", "adaptive"):
+        out = d / f"{mode}-t.mplan"
+        run([tool("mapp-adaptive-plan"), plans["dfc"], out, f"mode={mode}"])
+        plans[mode] = out
+    out = d / "1f1b-t.mplan"
+    run([tool("mapp-adaptive-plan"), plans["1f1b"], out, "mode=dfc"])
+    plans["1f1b"] = out
+    return plans
+
+
+def train(plan, comm, steps, fault, d, tag):
+    metrics = d / f"{tag}.jsonl"
+    args = [plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
+            "--seed", 1, "--metrics", metrics, "--threads", 1, "--quiet"]
+    if fault:
+        args += ["--inject", fault]
+    if comm == "mpi":
+        cmd = [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
+               "-np", 4, tool("mapp-run"), *args, "--comm=mpi"]
+    else:
+        cmd = [tool("mapp-run"), *args, "--comm=local"]
+    r = run(cmd, timeout=1200)
+    ms = [json.loads(l)["step_ms"] for l in metrics.read_text().splitlines()]
+    losses = [json.loads(l)["loss"] for l in metrics.read_text().splitlines()]
+    peaks = [int(x) for x in re.findall(r"peak stash (\d+) bytes", r.stderr)]
+    sw = re.search(r"rank 0 scheduler \w+: .*?, (\d+) switches", r.stderr)
+    switches = int(sw.group(1)) if sw else 0
+    return statistics.median(ms[2:]), max(peaks) if peaks else 0, losses[-1], switches
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--us", type=int, default=30000)
+    ap.add_argument("--comms", default="local,mpi")
+    ap.add_argument("--out", default=str(ROOT / "out" / "bench-dpp"))
+    a = ap.parse_args()
+    d = pathlib.Path(a.out)
+    d.mkdir(parents=True, exist_ok=True)
+    plans = compile_plans(d)
+    fault = f"link-delay:src=1,dst=0,us={a.us},from-step=2"
+    comms = [c for c in a.comms.split(",")
+             if c != "mpi" or shutil.which("mpirun")]
+    rows = []
+    for comm in comms:
+        for slow in (False, True):
+            base = None
+            for name in ("1f1b", "dfc", "bfc", "adaptive"):
+                ms, peak, loss, sw = train(plans[name], comm, a.steps,
+                                           fault if slow else None, d,
+                                           f"{comm}-{name}-{int(slow)}")
+                base = base or ms
+                rows.append((comm, "slow 1->0" if slow else "none", name, ms,
+                             base / ms, peak, sw, loss))
+    print(f"pp=4, {MICRO} microbatches, GPT {CFG['num_layers']}L h{CFG['hidden_size']} "
+          f"s{CFG['seq_length']}, {a.steps} steps (median of steps 2..), "
+          f"slow link = {fault}")
+    print(f"{'comm':5} {'fault':10} {'schedule':9} {'step ms':>9} {'vs 1f1b':>8} "
+          f"{'peak stash':>11} {'switches':>8} {'last loss':>10}")
+    for comm, fault_s, name, ms, speed, peak, sw, loss in rows:
+        print(f"{comm:5} {fault_s:10} {name:9} {ms:9.1f} {speed:7.2f}x "
+              f"{peak / 1e6:9.2f}MB {sw:8d} {loss:10.5f}")
+
+
+if __name__ == "__main__":
+    main()

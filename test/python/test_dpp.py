@@ -1,0 +1,153 @@
+"""MegaDPP end to end: the run-time scheduler on compiled GPT plans.
+
+A GPT (8 layers, hidden 32) is compiled with --mapp-train-pipeline
+(interleaved = the depth-first dfc order) for pp=4·chunks=2 with 8
+microbatches and for tp=2·pp=2·dp=2·chunks=2; mapp-adaptive-plan (test
+tooling until the compiler emits adaptive plans) adds the bfc table and the
+adaptive policy. Each trains 20 steps under the static table and under the
+adaptive scheduler, over --comm=local and --comm=mpi (skipped without
+mpirun / an MPI build); every step's loss and grad norm must match the
+single-rank run within 1e-5 relative (test_parallel_e2e's check). Under a
+link delay the adaptive run must switch to bfc (stderr names the switch and
+its reason) and still match; its reported peak in-flight stash must stay
+under --mem-cap; a cap below one microbatch's activations is an error.
+"""
+import re
+import shutil
+
+import pytest
+
+import test_parallel_e2e as pe
+
+STEPS = pe.STEPS
+CFG = dict(pe.CFG, num_layers=8)
+MBS = 1
+ROWS = 8  # global batch rows: 8 microbatches of 1 (pp4) / 2 x 2 dp (tp2pp2dp2)
+
+
+def mpi_ok():
+    if shutil.which("mpirun") is None:
+        return False
+    r = pe.run([pe.tool("mapp-run"), "--help"])
+    return "built with communicators: local, mpi" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dpp")
+    weights = d / "init.safetensors"
+    model = pe.export(d, dict(CFG, micro_batch_size=MBS), MBS, weights)
+    ref_model = pe.export(d, CFG, ROWS)
+    plan = pe.to_plan(d, ref_model, ["-mapp-autodiff", f"-mapp-optimizer={pe.OPT}"], "ref")
+    (d / "ref").mkdir()
+    old = pe.MBS
+    pe.MBS = MBS
+    try:
+        ref = pe.train(plan, d / "ref", 1, "local", weights)
+    finally:
+        pe.MBS = old
+    return d, model, weights, ref
+
+
+def plans(d, model, tp, pp, dp, chunks):
+    micro = ROWS // (MBS * dp)
+    name = f"tp{tp}pp{pp}dp{dp}c{chunks}"
+    pipeline = (f"--mapp-train-pipeline=tp={tp} pp={pp} dp={dp} chunks={chunks} "
+                f"microbatches={micro} schedule=interleaved {pe.OPT}")
+    static = pe.to_plan(d, model, [pipeline], name)
+    adaptive = d / f"{name}-adaptive.mplan"
+    pe.run([pe.tool("mapp-adaptive-plan"), static, adaptive])
+    return static, adaptive, micro
+
+
+def train(plan, out, world, comm, weights, extra=()):
+    """pe.train plus extra flags; returns (metrics, batches, weights, stderr)."""
+    out.mkdir(parents=True, exist_ok=True)
+    metrics, dump, save = out / "m.jsonl", out / "b.jsonl", out / "w.safetensors"
+    args = [plan, "--data", pe.CORPUS, "--tokenizer", "bytes", "--steps", STEPS,
+            "--seed", 11, "--weights", weights, "--metrics", metrics,
+            "--dump-batches", dump, "--save", save, "--threads", 1, *extra]
+    if comm == "mpi":
+        r = pe.run([shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
+                    "-np", world, pe.tool("mapp-run"), *args, "--comm=mpi"])
+    else:
+        r = pe.run([pe.tool("mapp-run"), *args, "--comm=local"])
+    import json
+    from conftest import read_st
+    return ([json.loads(l) for l in metrics.read_text().splitlines()],
+            [json.loads(l) for l in dump.read_text().splitlines()],
+            read_st(save)), r.stderr
+
+
+def check(ref, got, dp, micro):
+    old = pe.MBS
+    pe.MBS = MBS
+    try:
+        return pe.check(ref, got, dp, micro)
+    finally:
+        pe.MBS = old
+
+
+def peaks(stderr):
+    return [(int(a), int(b)) for a, b in re.findall(
+        r"scheduler adaptive: peak stash (\d+) bytes \(cap (\d+)", stderr)]
+
+
+LAYOUTS = [(1, 4, 1, 2), (2, 2, 2, 2)]
+
+
+@pytest.mark.parametrize("comm", ["local", "mpi"])
+@pytest.mark.parametrize("tp,pp,dp,chunks", LAYOUTS,
+                         ids=[f"tp{a}pp{b}dp{c}ch{e}" for a, b, c, e in LAYOUTS])
+def test_static_and_adaptive_match_single_rank(gpt, tmp_path, comm, tp, pp, dp, chunks):
+    if comm == "mpi" and not mpi_ok():
+        pytest.skip("no mpirun, or mapp-run built without MPI")
+    d, model, weights, ref = gpt
+    static, adaptive, micro = plans(tmp_path, model, tp, pp, dp, chunks)
+    world = tp * pp * dp
+    got, _ = train(static, tmp_path / "static", world, comm, weights)
+    check(ref, got, dp, micro)
+    got, err = train(adaptive, tmp_path / "adaptive", world, comm, weights)
+    check(ref, got, dp, micro)
+    assert len(peaks(err)) == world, err
+
+
+def test_slow_link_switches_and_matches(gpt, tmp_path):
+    d, model, weights, ref = gpt
+    static, adaptive, micro = plans(tmp_path, model, 1, 4, 1, 2)
+    # Stage 1 -> stage 0 (backward gradients into the first stage) slowed in
+    # steps 5..14, so the run also sees the link recover.
+    fault = "link-delay:src=1,dst=0,us=20000,from-step=5,to-step=15"
+    got, err = train(adaptive, tmp_path / "slow", 4, "local", weights,
+                     ["--inject", fault])
+    check(ref, got, 1, micro)
+    switches = re.findall(r"rank 0 step (\d+): scheduler dfc -> bfc \(([^)]*)\)", err)
+    assert switches, err
+    step, reason = switches[0]
+    assert int(step) >= 5, err
+    assert "link 1->0 slow" in reason and "best" in reason, reason
+    back = re.findall(r"rank 0 step (\d+): scheduler bfc -> dfc \(no link is slow\)", err)
+    assert back and int(back[-1]) >= 15, err
+
+
+def test_mem_cap_is_kept_and_too_small_a_cap_is_an_error(gpt, tmp_path):
+    d, model, weights, ref = gpt
+    static, adaptive, micro = plans(tmp_path, model, 1, 4, 1, 2)
+    fault = "link-delay:src=1,dst=0,us=20000"
+    # Learn the stash size from an uncapped run, then cap at 3 microbatches.
+    _, err = train(adaptive, tmp_path / "free", 4, "local", weights,
+                   ["--inject", fault])
+    stash = int(re.search(r"stash (\d+) per chunk", err).group(1))
+    cap = 3 * 2 * stash
+    got, err = train(adaptive, tmp_path / "capped", 4, "local", weights,
+                     ["--inject", fault, "--mem-cap", str(cap)])
+    check(ref, got, 1, micro)
+    pk = peaks(err)
+    assert len(pk) == 4 and all(c == cap and p <= cap for p, c in pk), err
+    assert max(p for p, _ in pk) > 0
+    r = pe.subprocess.run([str(pe.tool("mapp-run")), str(adaptive), "--data", str(pe.CORPUS),
+                           "--tokenizer", "bytes", "--steps", "1", "--weights", str(weights),
+                           "--mem-cap", str(2 * stash - 1), "--threads", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "below one microbatch's activations" in r.stderr, r.stderr
