@@ -590,7 +590,6 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
          e.what());
   }
   Executor exec(plan, *backend, *comm);
-  exec.setSlowCompute(slowComputeFactor(o.inject, rank));
   exec.setCoordinator(o.coordinator == "on");
   if (!o.schedule.empty() || !o.memCap.empty()) {
     SchedOptions so;
