@@ -19,6 +19,8 @@
 // breadth-first order has an arena slot per microbatch in flight.
 //
 //===----------------------------------------------------------------------===//
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Plan.h"
 #include "mapp/rt/plan_generated.h"
 
 #include <algorithm>
@@ -30,6 +32,9 @@
 #include <vector>
 
 namespace fb = mapp::plan;
+using mapp::rt::checkPlanSeal;
+using mapp::rt::Error;
+using mapp::rt::sealPlan;
 
 namespace {
 
@@ -91,8 +96,16 @@ int main(int argc, char **argv) {
   std::ifstream in(argv[1], std::ios::binary);
   std::vector<uint8_t> buf((std::istreambuf_iterator<char>(in)),
                            std::istreambuf_iterator<char>());
-  flatbuffers::Verifier ver(buf.data(), buf.size());
-  if (buf.empty() || !fb::VerifyPlanBuffer(ver)) {
+  size_t body = 0;
+  try {
+    uint32_t checksum = 0;
+    body = checkPlanSeal(buf.data(), buf.size(), checksum);
+  } catch (const Error &e) {
+    std::cerr << "mapp-adaptive-plan: " << argv[1] << ": " << e.what() << "\n";
+    return 1;
+  }
+  flatbuffers::Verifier ver(buf.data(), body);
+  if (!fb::VerifyPlanBuffer(ver)) {
     std::cerr << "mapp-adaptive-plan: " << argv[1] << " is not a plan\n";
     return 1;
   }
@@ -132,8 +145,9 @@ int main(int argc, char **argv) {
   }
   flatbuffers::FlatBufferBuilder fbb;
   fb::FinishPlanBuffer(fbb, fb::Plan::Pack(fbb, plan.get()));
+  std::vector<uint8_t> sealed = sealPlan(fbb.GetBufferPointer(), fbb.GetSize());
   std::ofstream out(argv[2], std::ios::binary);
-  out.write(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
-            fbb.GetSize());
+  out.write(reinterpret_cast<const char *>(sealed.data()),
+            static_cast<std::streamsize>(sealed.size()));
   return out ? 0 : 1;
 }
