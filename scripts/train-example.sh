@@ -65,11 +65,10 @@ json.dump({"variant": "gpt", "num_layers": 4, "hidden_size": 64,
 PY
 "$BIN/mapp-translate" --import-gpt-config "$DPP/gpt.json" -o "$DPP/model.mlir"
 "$BIN/mapp-opt" "$DPP/model.mlir" \
-  "--mapp-train-pipeline=tp=1 pp=2 dp=1 chunks=2 microbatches=4 schedule=interleaved optimizer=adamw lr=1e-3" \
-  -o "$DPP/train.mlir"
-"$BIN/mapp-translate" --mapp-to-plan "$DPP/train.mlir" -o "$DPP/interleaved.mplan"
-# Until the compiler emits schedule=adaptive: add the bfc table and policy.
-"$BIN/mapp-adaptive-plan" "$DPP/interleaved.mplan" "$DPP/adaptive.mplan"
+  "--mapp-train-pipeline=tp=1 pp=2 dp=1 chunks=2 microbatches=4 schedule=adaptive optimizer=adamw lr=1e-3" \
+  -o "$DPP/train.mlir" 2>/dev/null
+# The plan carries the depth-first and the breadth-first table and the policy.
+"$BIN/mapp-translate" --mapp-to-plan "$DPP/train.mlir" -o "$DPP/adaptive.mplan"
 "$BIN/mapp-run" "$DPP/adaptive.mplan" --comm=local --threads 1 \
   --data data/gpt/news-1k.jsonl --tokenizer bytes --steps 8 --seed 1 \
   --inject link-delay:src=1,dst=0,us=20000,from-step=3,to-step=6 \
@@ -77,3 +76,16 @@ PY
 grep -E "scheduler" "$DPP/run.log" || true
 echo "   policy switches in the MegaScan trace (sched track):" \
   "$(cat "$DPP"/traces/rank-*.trace.jsonl | grep -c '"dpp ' || true)"
+
+# MegaFBD: the same model with each pipeline stage's forward and backward
+# split into separately placed subgraphs: backward at tp=2 on 4 ranks, the
+# forward at tp=1 on 2 more ranks that ship the stage inputs (recompute), the
+# updated parameters sent back every step (docs/megafbd.md).
+echo "== MegaFBD: forward (tp=1) and backward (tp=2) on separate ranks, pp=2"
+"$BIN/mapp-opt" "$DPP/model.mlir" \
+  "--mapp-train-pipeline=tp=2 pp=2 fbd=true fwd-tp=1 transfer=recompute microbatches=4 schedule=1f1b optimizer=adamw lr=1e-3" \
+  -o "$DPP/fbd.mlir" 2>/dev/null
+"$BIN/mapp-translate" --mapp-to-plan "$DPP/fbd.mlir" -o "$DPP/fbd.mplan"
+"$BIN/mapp-run" "$DPP/fbd.mplan" --comm=local --threads 1 \
+  --data data/gpt/news-1k.jsonl --tokenizer bytes --steps 4 --seed 1 2>&1 |
+  grep -vE "scheduler static" || { echo "MegaFBD run failed"; exit 1; }
