@@ -506,11 +506,11 @@ void reportSwitches(Executor &exec, int rank, bool quiet) {
   }
 }
 
-/// One line per rank at the end of an adaptive run (tests and bench/dpp
-/// read it).
+/// One line per rank at the end of an adaptive run or of a static pipeline
+/// run (tests and bench/dpp read it); nothing for one-stage plans.
 void reportScheduler(Executor &exec, int rank) {
   SchedStats st = exec.schedStats();
-  if (st.mode != "adaptive" && !st.stashBytes)
+  if (st.mode != "adaptive" && (!st.stashBytes || exec.plan().pp == 1))
     return;
   std::fprintf(stderr,
                "mapp-run: rank %d scheduler %s: peak stash %llu bytes "
