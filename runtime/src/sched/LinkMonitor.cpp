@@ -13,6 +13,9 @@ void LinkMonitor::sample(int peer, uint64_t bytes, uint64_t sentNs,
   // Clocks of different hosts may disagree; a negative transit is noise.
   double t = doneNs > sentNs ? static_cast<double>(doneNs - sentNs) : 0;
   Link &l = links_[peer];
+  l.slowRun = l.n && t > ratio_ * l.best && t - l.best > taskNs_
+                  ? l.slowRun + 1
+                  : 0;
   l.transit = l.n ? (1 - alpha_) * l.transit + alpha_ * t : t;
   double bps = t > 0 ? static_cast<double>(bytes) / (t * 1e-9) : 0;
   l.bps = l.n ? (1 - alpha_) * l.bps + alpha_ * bps : bps;
@@ -33,7 +36,8 @@ bool LinkMonitor::slow(int self, std::string &why) {
       l.slow = excess > 0.5 * taskNs_ &&
                l.transit > (1 + 0.5 * (ratio_ - 1)) * l.best;
     else
-      l.slow = l.n >= 2 && l.transit > ratio_ * l.best && excess > taskNs_;
+      l.slow = l.slowRun >= kSlowRun && l.transit > ratio_ * l.best &&
+               excess > taskNs_;
     if (!l.slow)
       continue;
     if (excess > worst) {

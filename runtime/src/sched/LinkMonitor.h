@@ -7,7 +7,10 @@
 // slow when its average transit exceeds ratio x its best AND the excess is
 // longer than one mean task: a delay shorter than a task any schedule hides,
 // and over MPI a completion is only seen between tasks, so shorter excesses
-// are measurement noise. Hysteresis: a slow link counts as recovered only
+// are measurement noise. The last kSlowRun transfers must each have been
+// slow too: one message held up (a sender thread descheduled on a busy host
+// between stamping and delivering it) lifts the average past both bars, a
+// slow link delays every message. Hysteresis: a slow link counts as recovered only
 // once its excess is below half of both bars, so noise around the bar does
 // not flip the policy back and forth.
 //
@@ -39,8 +42,10 @@ private:
   struct Link {
     double transit = 0, best = 0, bps = 0;
     int64_t n = 0;
+    int slowRun = 0; // consecutive transfers slower than both bars
     bool slow = false;
   };
+  static constexpr int kSlowRun = 3;
   double ratio_, alpha_;
   double taskNs_ = 0;
   std::map<int, Link> links_;
