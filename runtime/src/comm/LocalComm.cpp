@@ -189,6 +189,19 @@ bool Communicator::test(P2PRequest &r) {
   return r.done.load();
 }
 
+void Communicator::recvPosted(void *buf, size_t bytes, int peer,
+                              int64_t tag) {
+  P2PHandle r = irecv(buf, bytes, peer, tag);
+  try {
+    wait(*r);
+    lastRecvNs_ = r->completedNs;
+    lastRecvSentNs_ = r->sentNs;
+  } catch (...) {
+    cancel(*r); // nobody may write into `buf` once we have given up
+    throw;
+  }
+}
+
 int Communicator::waitAny(const std::vector<P2PRequest *> &reqs,
                           uint64_t deadlineNs) {
   for (size_t i = 0; i < reqs.size(); ++i)
@@ -622,15 +635,7 @@ void ThreadComm::cancel(P2PRequest &r) {
 }
 
 void ThreadComm::recv(void *buf, size_t bytes, int peer, int64_t tag) {
-  P2PHandle r = irecv(buf, bytes, peer, tag);
-  try {
-    Communicator::wait(*r);
-    lastRecvNs_ = r->completedNs;
-    lastRecvSentNs_ = r->sentNs;
-  } catch (...) {
-    cancel(*r); // nobody may write into `buf` once we have given up
-    throw;
-  }
+  recvPosted(buf, bytes, peer, tag);
 }
 
 } // namespace

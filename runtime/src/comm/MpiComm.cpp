@@ -156,15 +156,7 @@ public:
   }
 
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
-    P2PHandle r = irecv(buf, bytes, peer, tag);
-    try {
-      wait(*r);
-      lastRecvNs_ = r->completedNs;
-      lastRecvSentNs_ = r->sentNs;
-    } catch (...) {
-      cancel(*r);
-      throw;
-    }
+    recvPosted(buf, bytes, peer, tag);
   }
 
   P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override {

@@ -211,6 +211,10 @@ public:
   double timeout() const { return timeoutS_; }
 
 protected:
+  /// A blocking recv as irecv + wait, remembering the request's times (the
+  /// last recv's); the posted receive is withdrawn if the wait fails.
+  void recvPosted(void *buf, size_t bytes, int peer, int64_t tag);
+
   Layout layout_;
   Layout second_;
   int secondBase_ = -1; // -1: no second layout
