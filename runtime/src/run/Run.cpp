@@ -1,0 +1,211 @@
+//===- Run.cpp - a job's world: rank threads or this process as one rank --===//
+#include "RunInternal.h"
+
+#include "mapp/rt/Checkpoint.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Fbd.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+namespace mapp::rt {
+namespace {
+
+void printCoords(const Plan &plan, int rank, int threads) {
+  Layout l{plan.tp, plan.dp, plan.pp};
+  if (rank >= l.world()) { // MegaFBD forward side: see the placement table
+    std::printf("mapp-run: rank %d = forward side of world %d, %d CPU "
+                "thread(s)\n", rank, plan.worldSize, threads);
+    return;
+  }
+  std::printf("mapp-run: rank %d = (dp %d, pp %d, tp %d) of world %d "
+              "(tp %d, dp %d, pp %d), %d CPU thread(s)\n",
+              rank, l.dpOf(rank), l.ppOf(rank), l.tpOf(rank), plan.worldSize,
+              plan.tp, plan.dp, plan.pp, threads);
+}
+
+int hardwareThreads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? static_cast<int>(n) : 1;
+}
+
+/// Every MPI rank drew its own run id; rank 0's wins. 64 bits as four 16-bit
+/// pieces summed in doubles (exact), the other ranks adding zeros.
+void shareRunId(Communicator &comm, std::string &runId) {
+  uint64_t own = std::stoull(runId, nullptr, 16);
+  double parts[4] = {0, 0, 0, 0};
+  if (comm.rank() == 0)
+    for (int i = 0; i < 4; ++i)
+      parts[i] = static_cast<double>((own >> (16 * i)) & 0xffff);
+  CommGroup world{"world", {}};
+  for (int r = 0; r < comm.worldSize(); ++r)
+    world.members.push_back(r);
+  comm.allReduce(parts, 4, ReduceOp::Sum, world);
+  uint64_t id = 0;
+  for (int i = 0; i < 4; ++i)
+    id |= static_cast<uint64_t>(parts[i]) << (16 * i);
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+  runId = buf;
+}
+
+/// Faults name ranks of the plan's world.
+void checkInjections(const RunOptions &o, const Plan &plan) {
+  for (const Injection &i : o.inject) {
+    int r = i.kind == Injection::SlowCompute ? i.rank : std::max(i.src, i.dst);
+    if (r >= plan.worldSize)
+      fail("--inject: rank ", r, " is outside the plan's world of ",
+           plan.worldSize);
+  }
+}
+
+/// MegaFBD: placements must exist and be reachable from this world; the
+/// placement table is printed.
+void checkFbdWorld(const RunOptions &o, const Plan &plan) {
+  checkPlacements(plan, o.backend);
+  if (o.comm == "nccl") // NCCL puts rank r on GPU r; placements decide here
+    fail("MegaFBD plans run over --comm=local or --comm=mpi, not nccl");
+  // Rank threads of one process share device pointers (the CUDA backend
+  // moves payloads itself): a CPU rank cannot read them.
+  bool cpu = false, cuda = false;
+  for (const Program &p : plan.programs)
+    (placedBackend(p, o.backend) == "cuda" ? cuda : cpu) = true;
+  const char *cudaComm = std::getenv("MAPP_CUDA_COMM");
+  bool hostStaged = cudaComm && std::string(cudaComm) == "host";
+  if (cpu && cuda && o.comm != "mpi" && !(o.comm == "local" && hostStaged))
+    fail("the plan places ranks on both cpu and cuda: run them as "
+         "processes, mpirun -np ", plan.worldSize,
+         " mapp-run PLAN --comm=mpi, or as threads with MAPP_CUDA_COMM=host "
+         "--comm=local (CUDA ranks then stage their transfers through host "
+         "memory)");
+  if (!o.quiet)
+    std::printf("mapp-run: placement (MegaFBD, %d ranks)\n%s",
+                plan.worldSize, placementTable(plan, o.backend).c_str());
+}
+
+/// This process is one rank of an mpirun job.
+int runMpiRank(RunShared &sh) {
+  const Plan &plan = sh.plan;
+  std::unique_ptr<Communicator> comm = createMpiComm();
+  int rank = comm->rank();
+  if (comm->worldSize() != plan.worldSize) {
+    // Every rank sees this alike: rank 0 says it, all leave cleanly.
+    if (rank == 0) {
+      std::string split;
+      if (isFbdPlan(plan)) {
+        int bwd = plan.tp * plan.dp * plan.pp;
+        split = "; a split plan: " + std::to_string(bwd) + " backward + " +
+                std::to_string(plan.worldSize - bwd) + " forward ranks";
+      }
+      std::cerr << "mapp-run: plan is for world_size " << plan.worldSize
+                << " but mpirun started " << comm->worldSize()
+                << " process(es) (use mpirun -np " << plan.worldSize << split
+                << ")\n";
+    }
+    comm.reset();
+    mpiFinalize();
+    return 1;
+  }
+  // Processes that share a host share its cores: as many threads each as
+  // leaves one per core, the same split as one process's rank threads.
+  if (!sh.threadsPerRank)
+    sh.threadsPerRank = std::max(1, hardwareThreads() / comm->ranksOnThisHost());
+  try {
+    if (!sh.o.quiet)
+      printCoords(plan, rank, sh.threadsPerRank), std::fflush(stdout);
+    if (!sh.o.traceDir.empty())
+      shareRunId(*comm, sh.runId);
+    runRank(sh, std::move(comm));
+  } catch (const std::exception &e) {
+    // One write, so ranks' messages do not interleave mid-line.
+    std::string msg =
+        "mapp-run: rank " + std::to_string(rank) + ": " + e.what() + "\n";
+    std::fwrite(msg.data(), 1, msg.size(), stderr);
+    std::fflush(stderr);
+    mpiAbort(1);
+    return 1;
+  }
+  mpiFinalize();
+  return 0;
+}
+
+/// Every rank of the plan as a thread of this process (local or NCCL world).
+int runRankThreads(RunShared &sh) {
+  const RunOptions &o = sh.o;
+  int n = sh.plan.worldSize;
+  if (!sh.threadsPerRank)
+    sh.threadsPerRank = std::max(1, hardwareThreads() / n);
+  if (!o.data.empty() && o.steps > 0) {
+    sh.tokens = readTokens(o);
+    sh.haveTokens = true;
+  }
+  if (!o.quiet)
+    for (int r = 0; r < n; ++r)
+      printCoords(sh.plan, r, sh.threadsPerRank);
+  // NCCL_NVLS_ENABLE=0 unless set: NVLink SHARP multicast is not usable on
+  // the lent machines and a failed probe for it costs a hang at init.
+  if (o.comm == "nccl")
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+  std::unique_ptr<LocalWorld> world =
+      o.comm == "nccl" ? createNcclWorld(n) : createLocalWorld(n);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < n; ++r)
+    comms.push_back(world->connect(r));
+  std::mutex errMu;
+  std::vector<std::string> errors(n);
+  int firstFailed = -1;
+  auto failed = [&](int r, const std::string &what) {
+    {
+      std::lock_guard<std::mutex> lk(errMu);
+      errors[r] = what;
+      if (firstFailed < 0)
+        firstFailed = r;
+    }
+    world->abort(r, what);
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        runRank(sh, std::move(comms[r]));
+      } catch (const std::exception &e) {
+        failed(r, e.what());
+      } catch (...) {
+        failed(r, "unknown error");
+      }
+    });
+  for (std::thread &t : threads)
+    t.join();
+  if (firstFailed < 0)
+    return 0;
+  // The root cause first; the others' "rank R failed" follow-ups are noise.
+  std::cerr << "mapp-run: rank " << firstFailed << ": " << errors[firstFailed]
+            << "\n";
+  return 1;
+}
+
+} // namespace
+
+int runJob(const RunOptions &o) {
+  checkInputsAndOutputs(o);
+  Plan plan = loadPlan(o.plan);
+  if (!o.ckpt.saveDir.empty())
+    installStopSignals();
+  checkInjections(o, plan);
+  if (isFbdPlan(plan))
+    checkFbdWorld(o, plan);
+  RunShared sh{o, plan, {}, false, o.threads};
+  if (o.comm == "mpi")
+    return runMpiRank(sh);
+  if (plan.worldSize == 1 && o.comm == "local") {
+    runRank(sh, createLocalComm());
+    return 0;
+  }
+  return runRankThreads(sh);
+}
+
+} // namespace mapp::rt

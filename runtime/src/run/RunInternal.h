@@ -1,0 +1,53 @@
+//===- RunInternal.h - pieces of the run object shared by its files -------===//
+#ifndef MAPP_RT_RUN_INTERNAL_H
+#define MAPP_RT_RUN_INTERNAL_H
+
+#include "mapp/rt/Comm.h"
+#include "mapp/rt/Plan.h"
+#include "mapp/rt/Run.h"
+#include "mapp/rt/Safetensors.h"
+#include "mapp/trace/TraceWriter.h"
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mapp::rt {
+
+/// What every rank of this process shares: the plan, the token stream
+/// (read once), the job's trace identity.
+struct RunShared {
+  const RunOptions &o;
+  const Plan &plan;
+  std::vector<int32_t> tokens;
+  bool haveTokens = false;
+  int threadsPerRank = 0;
+  std::string runId = mapp::newRunId(); // docs/trace-format.md
+};
+
+/// One rank's whole run: executor, data, steps, outputs (rank 0 prints and
+/// writes metrics, batch dumps and checkpoints).
+void runRank(RunShared &sh, std::unique_ptr<Communicator> comm);
+
+// RunIO.cpp: inputs and outputs checked before the work starts.
+void checkInputsAndOutputs(const RunOptions &o);
+Safetensors readWeights(const RunOptions &o);
+std::vector<int32_t> readTokens(const RunOptions &o);
+
+/// --dump-batches: one line per microbatch: {"step", "microbatch",
+/// "dp_rank", "tokens": [[...] x mbs], "targets": [[...] x mbs]}.
+class BatchDump {
+public:
+  explicit BatchDump(const std::string &path);
+  void write(int64_t step, int mb, int dpRank, int mbs, int t,
+             const int32_t *tok, const int32_t *tgt);
+
+private:
+  std::ofstream out_;
+};
+
+} // namespace mapp::rt
+
+#endif // MAPP_RT_RUN_INTERNAL_H
