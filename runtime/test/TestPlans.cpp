@@ -83,6 +83,13 @@ flatbuffers::Offset<fb::Program> buildProgram(flatbuffers::FlatBufferBuilder &b,
     tables.push_back(fb::CreateScheduleTable(b, b.CreateString(name),
                                              b.CreateVectorOfStructs(tt)));
   }
+  const Placement &pl = ps.placement;
+  flatbuffers::Offset<fb::Placement> placement = 0;
+  if (!pl.backend.empty() || pl.device != -1 || !pl.role.empty() ||
+      pl.peerRank != -1 || pl.tp != 0)
+    placement = fb::CreatePlacement(b, b.CreateString(pl.backend), pl.device,
+                                    b.CreateString(pl.role), pl.peerRank,
+                                    pl.tp);
   return fb::CreateProgram(b, ps.rank, ps.dp, ps.pp, ps.tp,
                            b.CreateVector(vals), b.CreateVector(blks),
                            b.CreateVectorOfStructs(ts), arena, pool, ps.slots,
@@ -91,7 +98,8 @@ flatbuffers::Offset<fb::Program> buildProgram(flatbuffers::FlatBufferBuilder &b,
                            tables.empty() ? 0 : b.CreateVector(tables),
                            ps.stashBytes ? ps.stashBytes
                                          : arena / std::max<uint64_t>(
-                                                       1, ps.chunksHint));
+                                                       1, ps.chunksHint),
+                           placement);
 }
 
 } // namespace
@@ -110,7 +118,9 @@ std::vector<uint8_t> MultiPlanSpec::build() const {
     progs.push_back(buildProgram(b, ps));
   const PlanSpec &f = programs.front();
   auto plan = fb::CreatePlan(
-      b, f.version, static_cast<int>(programs.size()), tp, pp, dp, chunks,
+      b, f.version,
+      worldSize ? worldSize : static_cast<int>(programs.size()), tp, pp, dp,
+      chunks,
       f.microBatchSize, f.numMicrobatches, f.seqLength, f.vocabSize,
       b.CreateString(schedule), b.CreateString(f.optimizer), f.maxGradNorm,
       b.CreateVector(progs), traceEvery, traceWindow,

@@ -57,6 +57,7 @@ struct PlanSpec {
   int tokens = -1, targets = -1, loss = -1;
   uint32_t version = kPlanSchemaVersion;
   int rank = 0, tp = 0, dp = 0, pp = 0; // this program's coordinates
+  Placement placement; ///< MegaFBD (plan.fbs Placement); written when set
 
   int add(TValue v) {
     values.push_back(std::move(v));
@@ -73,6 +74,7 @@ struct MultiPlanSpec {
   /// Written as Plan.adaptive when schedule == "adaptive".
   AdaptivePolicy adaptive;
   std::vector<PlanSpec> programs;
+  int worldSize = 0; ///< 0: programs.size()
   std::vector<uint8_t> build() const;
 };
 

@@ -11,11 +11,10 @@
 #define MAPP_SCOPE_SCOPEAPI_H
 
 #include "ScopeControl.h"
+#include "mapp/rt/ProbeStoreReader.h"
 
 #include <map>
 #include <string>
-
-struct sqlite3;
 
 namespace mapp::scope {
 
@@ -37,9 +36,10 @@ std::map<std::string, std::string> parseQuery(const std::string &q);
 
 class ScopeApi {
 public:
-  /// Opens `db` read-only and validates it (ProbeStore.h's
-  /// probeStoreProblem: tables, columns, schema version, quick_check);
-  /// Error naming the file when it is corrupt or not a mapp probe store.
+  /// Opens `db` through the runtime's reader (ProbeStoreReader.h: read-only,
+  /// validated by tables, columns, schema version and quick_check); Error
+  /// naming the file when it is corrupt or not a mapp probe store. The API
+  /// holds no SQL of its own.
   ScopeApi(const std::string &db, ControlOptions control);
   ~ScopeApi();
   ScopeApi(const ScopeApi &) = delete;
@@ -62,8 +62,7 @@ private:
   std::string live(int64_t run);
   std::string controlEndpoint(int64_t run);
 
-  sqlite3 *db_ = nullptr;
-  std::string path_;
+  mapp::rt::ProbeStoreReader store_;
   ControlClient control_;
 };
 

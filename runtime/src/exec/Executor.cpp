@@ -76,13 +76,11 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
          comm.name() == "mpi" ? " (start it with mpirun -np " +
                                     std::to_string(plan.worldSize) + ")"
                               : std::string());
+  // The layout (tp x dp x pp = world, one program per rank at its Megatron
+  // coordinates) was checked by the plan verifier (PlanVerify.cpp).
   Layout layout{plan.tp, plan.dp, plan.pp};
   // MegaFBD: the forward side's ranks follow the layout's (docs/megafbd.md).
   Layout fwdLayout = fbdForwardLayout(plan);
-  if (layout.world() + fwdLayout.world() * isFbdPlan(plan) != plan.worldSize)
-    fail("plan: tp ", plan.tp, " x dp ", plan.dp, " x pp ", plan.pp,
-         isFbdPlan(plan) ? " + the forward side's ranks" : "",
-         " != world_size ", plan.worldSize);
   comm.setLayout(layout);
   if (isFbdPlan(plan))
     comm.setSecondLayout(fwdLayout, layout.world());
@@ -97,14 +95,6 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
   }
   const Program &p = *prog_;
   int r = comm.rank();
-  // A forward-side rank's coordinates are its side's.
-  const Layout &cl = p.placement.role == "fwd" ? fwdLayout : layout;
-  int cr = p.placement.role == "fwd" ? r - layout.world() : r;
-  if (plan.worldSize > 1 &&
-      (p.tp != cl.tpOf(cr) || p.dp != cl.dpOf(cr) || p.pp != cl.ppOf(cr)))
-    fail("plan: program of rank ", r, " has coordinates (dp ", p.dp, ", pp ",
-         p.pp, ", tp ", p.tp, "), Megatron order gives (dp ", cl.dpOf(cr),
-         ", pp ", cl.ppOf(cr), ", tp ", cl.tpOf(cr), ")");
   pool_ = static_cast<uint8_t *>(backend.allocate(p.persistentBytes));
   // Slots start 64-byte aligned whatever arena_bytes is: with an odd
   // arena_bytes every value of slot 1 was misaligned (found by

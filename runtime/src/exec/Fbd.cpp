@@ -61,25 +61,12 @@ bool mapp::rt::isFbdPlan(const Plan &plan) {
 }
 
 Layout mapp::rt::fbdForwardLayout(const Plan &plan) {
+  // Roles, peers and the forward side's one tp were checked by the plan
+  // verifier (PlanVerify.cpp verifyLayout).
   Layout l{0, plan.dp, plan.pp};
-  for (const Program &p : plan.programs) {
-    const std::string &role = p.placement.role;
-    if (!role.empty() && role != "fwd" && role != "bwd")
-      fail("plan: program of rank ", p.rank, " has placement role '", role,
-           "' (\"\", fwd or bwd)");
-    if (p.placement.peerRank >= plan.worldSize)
-      fail("plan: program of rank ", p.rank, " names peer rank ",
-           p.placement.peerRank, " outside the world of ", plan.worldSize);
-  }
   for (const Program &p : plan.programs)
-    if (p.placement.role == "fwd") {
-      if (l.tp && l.tp != p.placement.tp)
-        fail("plan: forward programs disagree on their tp (", l.tp, " and ",
-             p.placement.tp, ")");
+    if (p.placement.role == "fwd")
       l.tp = p.placement.tp;
-    }
-  if (isFbdPlan(plan) && l.tp < 1)
-    fail("plan: a split (MegaFBD) plan without forward programs");
   return l;
 }
 

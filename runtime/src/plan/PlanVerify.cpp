@@ -2,7 +2,9 @@
 //
 // Everything the executor relies on without re-checking: indices in range,
 // storage inside the arena/pool, byte sizes matching dtype x shape, kernel
-// names known, operand counts and shapes as docs/semantics.md states.
+// names known, operand counts and shapes as docs/semantics.md states, and
+// the world's layout (verifyLayout): tp x dp x pp (+ a MegaFBD forward side)
+// = world_size, one program per rank, each at its Megatron coordinates.
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
@@ -358,6 +360,69 @@ void verifyProgram(const Plan &plan, const Program &p, size_t pi) {
   checkSpecial(p.loss, "loss", ValueKind::Loss, {}, DType::F32);
 }
 
+/// The layout checks: the executor sets the communicator's layout from
+/// these fields and indexes programs by rank without looking again.
+void verifyLayout(const Plan &plan) {
+  // MegaFBD (docs/megafbd.md): forward-side programs ("fwd") follow the
+  // backward side's ranks in a layout of their own tp (Placement.tp).
+  bool split = false;
+  int fwdTp = 0;
+  for (const Program &p : plan.programs) {
+    const Placement &pl = p.placement;
+    if (!pl.role.empty() && pl.role != "fwd" && pl.role != "bwd")
+      fail("plan: program of rank ", p.rank, " has placement role '", pl.role,
+           "' (\"\", fwd or bwd)");
+    split |= !pl.role.empty();
+    if (pl.peerRank < -1 || pl.peerRank >= plan.worldSize)
+      fail("plan: program of rank ", p.rank, " names peer rank ", pl.peerRank,
+           " outside the world of ", plan.worldSize);
+    if (pl.role == "fwd") {
+      if (fwdTp && fwdTp != pl.tp)
+        fail("plan: forward programs disagree on their tp (", fwdTp, " and ",
+             pl.tp, ")");
+      fwdTp = pl.tp;
+    }
+  }
+  if (split && fwdTp == 0 &&
+      std::none_of(plan.programs.begin(), plan.programs.end(),
+                   [](const Program &p) { return p.placement.role == "fwd"; }))
+    fail("plan: a split (MegaFBD) plan without forward programs");
+  if (split && fwdTp < 1)
+    fail("plan: forward programs have placement tp ", fwdTp, " (must be >= 1)");
+  // Products in 64 bits: tp/dp/pp are each >= 1 but unbounded by the file.
+  int64_t side = int64_t(plan.tp) * plan.dp * plan.pp;
+  int64_t fwdSide = split ? int64_t(fwdTp) * plan.dp * plan.pp : 0;
+  if (side + fwdSide != plan.worldSize)
+    fail("plan: tp ", plan.tp, " x dp ", plan.dp, " x pp ", plan.pp,
+         split ? " + the forward side's ranks" : "", " != world_size ",
+         plan.worldSize);
+  std::vector<bool> has(plan.worldSize, false);
+  for (const Program &p : plan.programs)
+    has[p.rank] = true; // in range and unique: verifyPlan checked
+  for (int r = 0; r < plan.worldSize; ++r)
+    if (!has[r])
+      fail("plan: no program for rank ", r, " (world_size ", plan.worldSize,
+           ", ", plan.programs.size(), " program(s))");
+  if (plan.worldSize == 1)
+    return; // a lone program's coordinates are not read
+  for (const Program &p : plan.programs) {
+    bool fwd = p.placement.role == "fwd";
+    // Megatron order within the side: rank = tp + TP*(dp + DP*pp).
+    int64_t tp = fwd ? fwdTp : plan.tp;
+    int64_t r = fwd ? p.rank - side : p.rank;
+    if (r < 0 || r >= (fwd ? fwdSide : side))
+      fail("plan: program of rank ", p.rank, " is a ",
+           fwd ? "forward" : "backward", "-side program outside its side's "
+           "ranks [", fwd ? side : 0, ", ", fwd ? side + fwdSide : side, ")");
+    int64_t wantTp = r % tp, wantDp = (r / tp) % plan.dp,
+            wantPp = r / (tp * plan.dp);
+    if (p.tp != wantTp || p.dp != wantDp || p.pp != wantPp)
+      fail("plan: program of rank ", p.rank, " has coordinates (dp ", p.dp,
+           ", pp ", p.pp, ", tp ", p.tp, "), Megatron order gives (dp ",
+           wantDp, ", pp ", wantPp, ", tp ", wantTp, ")");
+  }
+}
+
 } // namespace
 
 void mapp::rt::verifyPlan(const Plan &plan) {
@@ -402,4 +467,5 @@ void mapp::rt::verifyPlan(const Plan &plan) {
       if (plan.programs[i].rank == plan.programs[j].rank)
         fail("plan: programs ", j, " and ", i, " are both for rank ",
              plan.programs[i].rank);
+  verifyLayout(plan);
 }

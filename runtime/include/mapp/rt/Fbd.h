@@ -22,7 +22,7 @@ class Executor;
 /// Whether some program has a Placement role ("fwd" | "bwd").
 bool isFbdPlan(const Plan &plan);
 /// The forward side's layout {Placement.tp, dp, pp}; {0, dp, pp} without
-/// one. Error when the forward programs disagree on their degree.
+/// one. The plan verifier has checked that the forward programs agree.
 Layout fbdForwardLayout(const Plan &plan);
 /// The backend a program runs on: its placement's, else `fallback`.
 std::string placedBackend(const Program &p, const std::string &fallback);
