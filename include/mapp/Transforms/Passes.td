@@ -482,7 +482,12 @@ def MappSplitFwdBwd : Pass<"mapp-split-fwd-bwd", "::mlir::ModuleOp"> {
 
     `transfer=activations`: the forward side sends the loss and every saved
     activation the backward reads (`fbd_cross` sends, tags 1000 + i), the
-    backward side's forward block only receives them. Needs fwd-tp = bwd-tp.
+    backward side's forward block only receives them. With fwd-tp ≠ bwd-tp
+    (one dividing the other) each value is resharded: the forward rank that
+    holds a backward rank's piece sends that slice (`fbd_from`/`fbd_to`),
+    or the backward rank concatenates several forward pieces (`fbd_src`);
+    values TP built differently on the two sides are recomputed from the
+    received ones (docs/megafbd.md, "Resharding").
     `transfer=recompute` (MegatronApp's way): the forward side sends only
     the stage input (stage > 0); the backward side re-runs the forward on
     it instead of receiving it from the previous backward stage. With

@@ -40,14 +40,19 @@ void setPeer(fb::InstrT &in, int64_t peer) {
       a->i = peer;
 }
 
-/// Cross transfers of a backward program: from the forward rank j mod t1.
+/// Cross transfers of a backward program: from the forward tp index its
+/// fbd_src lists for this rank (a resharded activation), else from the
+/// forward rank j mod t1.
 void resolveBackward(const Sides &s, fb::ProgramT &p) {
   int64_t src = s.fwdRank(p.pp, p.dp, p.tp % s.t1);
   for (auto &blk : p.blocks)
     for (auto &in : blk->instrs)
       if (findAttr(*in, "fbd_cross")) {
-        setPeer(*in, src);
-        eraseAttrs(*in, {"fbd_cross", "fbd_q"});
+        const fb::AttrT *from = findAttr(*in, "fbd_src");
+        setPeer(*in, from && p.tp < int64_t(from->ints.size())
+                         ? s.fwdRank(p.pp, p.dp, from->ints[p.tp])
+                         : src);
+        eraseAttrs(*in, {"fbd_cross", "fbd_q", "fbd_src"});
       }
   p.placement = std::make_unique<fb::PlacementT>();
   p.placement->backend = s.bwdBackend;
@@ -65,7 +70,15 @@ void resolveForward(const Sides &s, fb::ProgramT &p) {
     std::vector<std::unique_ptr<fb::InstrT>> kept;
     for (auto &in : blk->instrs) {
       bool p2p = in->kernel == "send" || in->kernel == "recv";
-      if (const fb::AttrT *q = findAttr(*in, "fbd_q")) {
+      if (const fb::AttrT *from = findAttr(*in, "fbd_from")) {
+        // A piece of a resharded activation: only forward tp index
+        // fbd_from slices and sends it, to backward tp index fbd_to.
+        if (from->i != p.tp)
+          continue;
+        if (const fb::AttrT *to = findAttr(*in, "fbd_to"))
+          setPeer(*in, s.bwdRank(p.pp, p.dp, to->i));
+        eraseAttrs(*in, {"fbd_cross", "fbd_from", "fbd_to"});
+      } else if (const fb::AttrT *q = findAttr(*in, "fbd_q")) {
         int64_t t = p.tp + q->i * s.t1;
         if (t >= s.t2)
           continue;

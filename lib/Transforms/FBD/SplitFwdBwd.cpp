@@ -2,6 +2,7 @@
 // own placed subgraph on separate ranks and feeds the backward side, either
 // with the saved activations or with the stage input only (recompute).
 // Passes.td and docs/megafbd.md describe the result; this file builds it.
+#include "Reshard.h"
 #include "mapp/Analysis/StepStructure.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/ParallelAttrs.h"
@@ -34,6 +35,10 @@ struct SplitFwdBwdPass : mapp::impl::MappSplitFwdBwdBase<SplitFwdBwdPass> {
 
   ModuleOp module;
   int64_t T1 = 1, T2 = 1, pp = 1, dp = 1;
+  /// The forward graph's unsharded value types (fwd-tp ≠ bwd-tp).
+  fbd::GlobalTypes globalTypes;
+
+  bool reshards() const { return transfer == "activations" && T1 != T2; }
 
   InFlightDiagnostic fail(Operation *op, const Twine &msg) {
     return op->emitError("mapp-split-fwd-bwd: ") << msg;
@@ -74,11 +79,12 @@ struct SplitFwdBwdPass : mapp::impl::MappSplitFwdBwdBase<SplitFwdBwdPass> {
     if (getParallelInt(module, "chunks", 1) != 1)
       return fail(module, "interleaved chunks are not supported (chunks=")
              << getParallelInt(module, "chunks", 1) << ")";
-    if (T1 != T2 && transfer == "activations")
-      return fail(module, "transfer=activations needs fwd-tp = bwd-tp (got ")
-             << T1 << " and " << T2
-             << "): resharding saved activations between degrees is not "
-                "implemented; use transfer=recompute";
+    if (T1 != T2 && transfer == "activations" && T1 % T2 && T2 % T1)
+      return fail(module, "transfer=activations between fwd-tp=")
+             << T1 << " and bwd-tp=" << T2
+             << " needs one degree to divide the other (a backward rank's "
+                "piece of a saved activation must lie in one forward piece "
+                "or span whole ones)";
     return success();
   }
 
@@ -144,6 +150,7 @@ struct SplitFwdBwdPass : mapp::impl::MappSplitFwdBwdBase<SplitFwdBwdPass> {
     if (!parsed)
       return fail(module, "mapp.fbd_source does not parse");
     ModuleOp nested = parsed.release();
+    fbd::collectGlobalTypes(nested, globalTypes);
     module.getBody()->push_back(nested);
     OpPassManager pm(ModuleOp::getOperationName());
     MappTensorParallelOptions tpo;
@@ -223,12 +230,19 @@ struct SplitFwdBwdPass : mapp::impl::MappSplitFwdBwdBase<SplitFwdBwdPass> {
         sendToBackward(after, r.getLoc(), r.getResult(), stage, kCrossTag + k++);
       }
     }
-    b.create<func::ReturnOp>(ret.getLoc());
+    dropResults(fn);
+    return success();
+  }
+
+  /// The forward side returns nothing: the loss of record is the backward
+  /// side's.
+  void dropResults(func::FuncOp fn) {
+    auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+    OpBuilder(ret).create<func::ReturnOp>(ret.getLoc());
     ret.erase();
     fn.setType(FunctionType::get(&getContext(),
                                  fn.getFunctionType().getInputs(), {}));
     fn->removeAttr("mapp.loss");
-    return success();
   }
 
   /// The backward side's forward block of `stage`.
@@ -308,6 +322,18 @@ struct SplitFwdBwdPass : mapp::impl::MappSplitFwdBwdBase<SplitFwdBwdPass> {
     for (int64_t s = 0; s < pp; ++s) {
       (*fwdMods[s])->setAttr(kParallelAttr, fwdLayout.getDictionary(&getContext()));
       auto fn = *fwdMods[s]->getOps<func::FuncOp>().begin();
+      if (reshards()) {
+        fbd::ReshardOptions ro;
+        ro.fwdTp = T1;
+        ro.bwdTp = T2;
+        ro.stage = s;
+        ro.tagBase = kCrossTag;
+        int64_t n = 0;
+        if (failed(fbd::reshardActivations(fn, bwdFwds[s], globalTypes, ro, n)))
+          return failure();
+        dropResults(fn);
+        continue;
+      }
       if (failed(rewriteForwardSide(fn, s)))
         return failure();
       rewriteBackwardSide(bwdFwds[s], s);

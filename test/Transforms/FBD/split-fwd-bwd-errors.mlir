@@ -1,6 +1,5 @@
 // Bad options and inputs of --mapp-split-fwd-bwd and --mapp-fbd-keep-source.
 // RUN: not mapp-opt %S/../Parallel/Inputs/gpt-4l.mlir --mapp-train-pipeline="tp=2 fbd=true fwd-tp=3" 2>&1 | FileCheck %s --check-prefix=HEADS
-// RUN: not mapp-opt %S/../Parallel/Inputs/gpt-4l.mlir --mapp-train-pipeline="tp=2 fbd=true fwd-tp=1 transfer=activations" 2>&1 | FileCheck %s --check-prefix=ACT
 // RUN: not mapp-opt %S/../Parallel/Inputs/gpt-4l.mlir --mapp-train-pipeline="fbd=true transfer=teleport" 2>&1 | FileCheck %s --check-prefix=TRANSFER
 // RUN: not mapp-opt %S/../Parallel/Inputs/gpt-4l.mlir --mapp-train-pipeline="fbd=true fwd-device=tpu" 2>&1 | FileCheck %s --check-prefix=DEVICE
 // RUN: not mapp-opt %S/../Parallel/Inputs/gpt-4l.mlir --mapp-train-pipeline="pp=2 chunks=2 microbatches=2 schedule=interleaved fbd=true" 2>&1 | FileCheck %s --check-prefix=CHUNKS
@@ -15,7 +14,6 @@
 // The forward side's degree is checked like any tp, at the attention op of
 // the input file.
 // HEADS: gpt-4l.mlir:{{[0-9]+}}:{{[0-9]+}}: error: mapp-tensor-parallel: tp=3 does not divide num_attention_heads=4
-// ACT: error: mapp-split-fwd-bwd: transfer=activations needs fwd-tp = bwd-tp (got 1 and 2)
 // TRANSFER: error: mapp-split-fwd-bwd: transfer must be activations or recompute, got 'teleport'
 // DEVICE: error: mapp-split-fwd-bwd: fwd-device must be cpu or cuda, got 'tpu'
 // CHUNKS: error: mapp-split-fwd-bwd: interleaved chunks are not supported (chunks=2)
