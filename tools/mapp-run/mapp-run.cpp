@@ -15,6 +15,7 @@
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Faults.h"
 #include "mapp/rt/Generate.h"
+#include "mapp/rt/MemoryReport.h"
 #include "mapp/rt/Metrics.h"
 #include "mapp/rt/Patch.h"
 #include "mapp/rt/Plan.h"
@@ -130,6 +131,8 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              site=resid|attn|mlp|PATH,layer=L,pos=P,target=TOK:
                              A's last-position logit of TOK with and without
                              B's site activation at (L, P); one JSON line
+  --report-memory            each rank prints the storage its backend
+                             allocated beside its plan's memory figures
   --quiet                    no progress output
   --help                     this text
 )";
@@ -150,7 +153,7 @@ struct Options {
   int64_t steps = 1;
   uint64_t seed = 0;
   int threads = 0;
-  bool shuffle = true, quiet = false, nanCheck = false,
+  bool shuffle = true, quiet = false, nanCheck = false, reportMemory = false,
        allowNonfiniteWeights = false;
   int64_t nanStep = -1; // --inject-nan STEP:OP
   std::string nanOp;
@@ -223,6 +226,10 @@ Options parseArgs(int argc, char **argv) {
     }
     if (a == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (a == "--report-memory") {
+      o.reportMemory = true;
       continue;
     }
     if (a == "--nan-check") {
@@ -804,6 +811,8 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   }
   progress.finish();
   reportScheduler(exec, rank);
+  if (o.reportMemory)
+    std::fprintf(stderr, "mapp-run: %s\n", memoryReport(exec, rank).c_str());
   // One line even with --quiet: bench/gpu/summary.py reads it.
   if (lead && exec.backend().peakDeviceGiB() > 0)
     std::fprintf(stderr, "mapp-run: peak device memory %.2f GiB\n",

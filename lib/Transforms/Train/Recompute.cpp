@@ -69,8 +69,8 @@ bool isRematerializable(Operation *op) {
 bool isAttentionCore(Operation *op, StringRef rest) {
   if (!rest.starts_with("attn."))
     return false;
-  return isa<AttentionOp, SoftmaxOp, MatmulOp, DropoutOp, ScaleOp,
-             TransposeOp, ReshapeOp>(op);
+  return isa<AttentionOp, SoftmaxOp, MatmulOp, DropoutOp, ScaleOp, TransposeOp,
+             ReshapeOp>(op);
 }
 
 enum class Policy { None, Selective, Full };
@@ -165,13 +165,13 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
       auto it = def ? region.find(def) : region.end();
       if (it == region.end())
         continue;
-      bool output = kind == Policy::Full &&
-                    llvm::any_of(v.getUsers(), [&](Operation *u) {
-                      if (isa<func::ReturnOp>(u))
-                        return false;
-                      std::optional<LayerOf> l = layerOf(u);
-                      return !l || l->index != it->second;
-                    });
+      bool output =
+          kind == Policy::Full && llvm::any_of(v.getUsers(), [&](Operation *u) {
+            if (isa<func::ReturnOp>(u))
+              return false;
+            std::optional<LayerOf> l = layerOf(u);
+            return !l || l->index != it->second;
+          });
       if (!output)
         dropped.insert(v);
     }
@@ -287,8 +287,8 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
     SmallVector<Type> types;
     for (Value v : results)
       types.push_back(v.getType());
-    fwd.setType(FunctionType::get(&getContext(), fbody.getArgumentTypes(),
-                                  types));
+    fwd.setType(
+        FunctionType::get(&getContext(), fbody.getArgumentTypes(), types));
 
     counts.dropped += dropped.size();
     counts.added += added.size();
@@ -355,8 +355,9 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
         for (int64_t p : present)
           have += (have.empty() ? "" : ",") + std::to_string(p);
         module.emitError("mapp-recompute: layers=")
-            << layers << ": the model has no layer " << l << " (layers: "
-            << (have.empty() ? std::string("none") : have) << ")";
+            << layers << ": the model has no layer " << l
+            << " (layers: " << (have.empty() ? std::string("none") : have)
+            << ")";
         return signalPassFailure();
       }
 
@@ -366,8 +367,7 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
         return signalPassFailure();
     if (counts.dropped == 0) {
       module.emitError("mapp-recompute: policy=")
-          << policy << " layers=" << layers
-          << " drops no saved activation (no "
+          << policy << " layers=" << layers << " drops no saved activation (no "
           << (kind == Policy::Full ? "layer ops" : "attention core")
           << " among the saved values)";
       return signalPassFailure();
