@@ -127,16 +127,46 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
   Policy kind = Policy::None;
   Selection selection;
 
+  /// Every forward op's layer: from its mapp.name, or, for the ops passes
+  /// add without one (tensor parallelism's copy_to_group, all_reduce and
+  /// row-parallel partial linears), the layer of its first operand that has
+  /// one.
+  llvm::DenseMap<Operation *, int64_t> layersOf(func::FuncOp fwd) {
+    llvm::DenseMap<Operation *, int64_t> layer;
+    for (Operation &op : fwd.getBody().front().without_terminator()) {
+      if (op.hasAttr("mapp.name")) {
+        if (std::optional<LayerOf> l = layerOf(&op))
+          layer[&op] = l->index;
+        continue;
+      }
+      for (Value o : op.getOperands())
+        if (Operation *def = o.getDefiningOp())
+          if (auto it = layer.find(def); it != layer.end()) {
+            layer[&op] = it->second;
+            break;
+          }
+    }
+    return layer;
+  }
+
   /// op -> its layer, for the ops the policy may recompute.
-  llvm::DenseMap<Operation *, int64_t> regionOf(func::FuncOp fwd) {
+  llvm::DenseMap<Operation *, int64_t>
+  regionOf(func::FuncOp fwd,
+           const llvm::DenseMap<Operation *, int64_t> &layer) {
     llvm::DenseMap<Operation *, int64_t> region;
     for (Operation &op : fwd.getBody().front().without_terminator()) {
-      std::optional<LayerOf> l = layerOf(&op);
-      if (!l || !selection.contains(l->index) || !isMemoryEffectFree(&op) ||
-          isRematerializable(&op) || op.getNumRegions())
+      auto it = layer.find(&op);
+      if (it == layer.end() || !selection.contains(it->second) ||
+          !isMemoryEffectFree(&op) || isRematerializable(&op) ||
+          op.getNumRegions())
         continue;
-      if (kind == Policy::Full || isAttentionCore(&op, l->rest))
-        region[&op] = l->index;
+      if (kind == Policy::Full) {
+        region[&op] = it->second;
+        continue;
+      }
+      std::optional<LayerOf> l = layerOf(&op);
+      if (l && isAttentionCore(&op, l->rest))
+        region[&op] = it->second;
     }
     return region;
   }
@@ -153,7 +183,8 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
              << bwd.getSymName() << " takes " << bwd.getNumArguments()
              << " arguments, @" << fwd.getSymName() << " saves "
              << saved.size();
-    llvm::DenseMap<Operation *, int64_t> region = regionOf(fwd);
+    llvm::DenseMap<Operation *, int64_t> layer = layersOf(fwd);
+    llvm::DenseMap<Operation *, int64_t> region = regionOf(fwd, layer);
 
     // Candidates: saved values made in the region. Under `full`, a layer's
     // outputs (values read by another layer or outside any layer) stay
@@ -169,8 +200,8 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
           kind == Policy::Full && llvm::any_of(v.getUsers(), [&](Operation *u) {
             if (isa<func::ReturnOp>(u))
               return false;
-            std::optional<LayerOf> l = layerOf(u);
-            return !l || l->index != it->second;
+            auto l = layer.find(u);
+            return l == layer.end() || l->second != it->second;
           });
       if (!output)
         dropped.insert(v);
