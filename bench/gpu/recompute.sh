@@ -26,7 +26,7 @@ set -uo pipefail
 
 if [ "${1:-}" = "--prepare" ]; then
   set -e
-  OUTD=$2
+  OUTD=$(mkdir -p "$2" && cd "$2" && pwd)
   CONFIG=${3:-gpt-1.3b}
   MBS=${4:-8}
   BIG=${5:-40}
