@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, find_tool, read_st
 
 CORPUS = pathlib.Path(ROOT) / "data" / "gpt" / "news-1k.jsonl"
-CFG = {"variant": "gpt", "num_layers": 2, "hidden_size": 32,
+CFG = {"variant": "gpt", "num_layers": 4, "hidden_size": 32,
        "num_attention_heads": 4, "seq_length": 16, "vocab_size": 256,
        "micro_batch_size": 2, "tie_embeddings": True}
 STEPS = 6
@@ -113,7 +113,7 @@ def test_single_rank_identical_and_smaller(model, policy):
 
 
 @pytest.mark.parametrize("policy,layers", [("selective", "all"), ("full", "all"),
-                                           ("full", "1")])
+                                           ("full", "3")])
 def test_tp2_pp2_identical_and_smaller(model, policy, layers):
     pipe = "--mapp-train-pipeline=tp=2 pp=2 microbatches=2 schedule=1f1b lr=1e-3"
     plain_plan, plain_mem, _ = compile_plan(model, "pp-plain", [pipe])
@@ -128,7 +128,7 @@ def test_tp2_pp2_identical_and_smaller(model, policy, layers):
     check_allocation(rc, rc_mem, stage_of)
     assert counts["dropped"] > 0
     # Stages holding a recomputed layer shrink; the others are untouched.
-    touched = {1} if layers == "1" else {0, 1}
+    touched = {1} if layers == "3" else {0, 1}  # layers 0-1 | 2-3
     for s in (0, 1):
         if s in touched:
             assert rc_mem[s]["stash_bytes"] < plain_mem[s]["stash_bytes"], s
@@ -138,3 +138,22 @@ def test_tp2_pp2_identical_and_smaller(model, policy, layers):
     for rank in range(4):
         assert plain[2][rank][0] - rc[2][rank][0] == \
             plain_mem[stage_of(rank)]["peak_bytes"] - rc_mem[stage_of(rank)]["peak_bytes"]
+
+
+# Other schedules and layouts: zero-bubble (the recomputing backward split
+# into Bi and W), interleaved virtual stages, sequence parallelism, dp.
+@pytest.mark.parametrize("extra,world", [
+    ("tp=2 pp=2 microbatches=2 schedule=zb-h1", 4),
+    ("pp=2 chunks=2 microbatches=4 schedule=interleaved", 2),
+    ("tp=2 sequence-parallel=true", 2),
+    ("dp=2 microbatches=2", 2)], ids=["zb-h1", "interleaved", "sp", "dp2"])
+def test_schedules_identical(model, extra, world):
+    pipe = f"--mapp-train-pipeline={extra} lr=1e-3"
+    tag = extra.split()[-1].replace("=", "")
+    plain_plan, plain_mem, _ = compile_plan(model, f"s-plain-{tag}", [pipe])
+    rc_plan, rc_mem, _ = compile_plan(model, f"s-full-{tag}", [f"{pipe} recompute=full"])
+    plain = train(model, plain_plan, f"s-plain-{tag}", world=world)
+    rc = train(model, rc_plan, f"s-full-{tag}", world=world)
+    same_training(plain, rc)
+    for s in rc_mem:
+        assert rc_mem[s]["stash_bytes"] < plain_mem[s]["stash_bytes"], s
