@@ -153,4 +153,9 @@ for c in gpt-124m gpt-1.3b; do
   rm "$P.mlir" "$P.f32.mlir" "$P.train.mlir" "$P.noconcat.mlir"
 done
 # --- end planab
+# --- recompute (bench/gpu/recompute.sh): the 1.3B plan without recompute,
+# with policy=selective and policy=full at micro-batch 8, and micro-batch 40
+# (155.6 GiB planned without recompute, 43.1 GiB with full).
+MAPP_BIN="$BIN" bench/gpu/recompute.sh --prepare "$OUT" gpt-1.3b 8 40
+# --- end recompute
 du -sh "$OUT"

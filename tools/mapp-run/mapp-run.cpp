@@ -109,6 +109,8 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              site=resid|attn|mlp|PATH,layer=L,pos=P,target=TOK:
                              A's last-position logit of TOK with and without
                              B's site activation at (L, P); one JSON line
+  --report-memory            each rank prints the storage its backend
+                             allocated beside its plan's memory figures
   --quiet                    no progress output
   --help                     this text
 )";
@@ -195,6 +197,10 @@ RunOptions parseArgs(int argc, char **argv) {
     }
     if (a == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (a == "--report-memory") {
+      o.reportMemory = true;
       continue;
     }
     if (a == "--nan-check") {

@@ -60,6 +60,46 @@ def MappSplitBackward : Pass<"mapp-split-backward", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mapp::MappDialect", "::mlir::func::FuncDialect"];
 }
 
+def MappRecompute : Pass<"mapp-recompute", "::mlir::ModuleOp"> {
+  let summary = "Activation recomputation: fewer saved activations, re-materialized in the backward";
+  let description = [{
+    Runs after --mapp-autodiff, on every forward/backward pair (the single
+    step's @train_forward/@train_backward, or each pipeline stage's
+    @forward_s<S>_c<C>/@backward_s<S>_c<C>). A saved activation that the
+    policy drops is no longer returned by the forward; the backward
+    recomputes it, right before its first use, by cloning the forward ops
+    that produced it from values still saved (the boundary values, which
+    become saved when they were not). Recomputed ops are the forward's own
+    ops with the same operands, so results are bit-identical.
+
+    * `policy=selective` — the attention core (Megatron's selective
+      recompute): `mapp.attention` (and, in an unfused attention, its
+      softmax, dropout, matmul, scale, reshape and transpose ops) in the
+      layer's `attn` scope; q, k and v stay saved.
+    * `policy=full` — whole layers: every pure op of the layer; each layer
+      keeps only its input (the previous layer's output) and the outputs of
+      its collectives (all_reduce, all_gather, ...), so the backward
+      recomputes the layer without communicating.
+
+    A layer is the `<scope>.<N>.` prefix of the ops' `mapp.name`
+    (`layers.N.` for the GPT and LLaMA front ends). `layers=all`, or a list
+    of indices and ranges (`0,1`, `0-3,6`). Ops with side effects (send,
+    recv, collectives, probes, trace marks) are never recomputed. The
+    memory plan (--mapp-plan-memory) shows the saving: the stash per
+    microbatch and the arena shrink. Run it before --mapp-optimizer and
+    the parallel passes that follow autodiff; --mapp-train-pipeline does so
+    for `recompute=selective|full` (`recompute-layers=`). Records
+    `mapp.recompute = {policy, layers, dropped, added}` on the module.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", "\"none\"",
+           "selective | full | none">,
+    Option<"layers", "layers", "std::string", "\"all\"",
+           "all, or indices and ranges: 0,1 | 0-3,6">,
+  ];
+  let dependentDialects = ["::mapp::MappDialect", "::mlir::func::FuncDialect"];
+}
+
 def MappOptimizer : Pass<"mapp-optimizer", "::mlir::ModuleOp"> {
   let summary = "Optimizer step over every parameter's accumulated gradient";
   let description = [{

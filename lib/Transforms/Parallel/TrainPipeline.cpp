@@ -52,6 +52,14 @@ struct TrainPipelineOptions
   Option<double> bandwidthSmoothing{
       *this, "bandwidth-smoothing",
       llvm::cl::desc("adaptive: bandwidth EMA weight"), llvm::cl::init(0.25)};
+  Option<std::string> recompute{
+      *this, "recompute",
+      llvm::cl::desc("none | selective | full (--mapp-recompute policy)"),
+      llvm::cl::init("none")};
+  Option<std::string> recomputeLayers{
+      *this, "recompute-layers",
+      llvm::cl::desc("--mapp-recompute layers: all | 0,1 | 0-3,6"),
+      llvm::cl::init("all")};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("adamw | sgd"),
                                 llvm::cl::init("adamw")};
@@ -104,6 +112,15 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   mapp::MappAutodiffOptions adOpts;
   adOpts.lossScale = 1.0 / std::max<int64_t>(1, o.microbatches);
   pm.addPass(mapp::createMappAutodiff(adOpts));
+
+  // Recomputation rewrites the forward/backward pairs autodiff made, before
+  // data parallelism adds grad_syncs and zb-h1 splits the backward.
+  if (o.recompute != "none") {
+    mapp::MappRecomputeOptions rcOpts;
+    rcOpts.policy = o.recompute;
+    rcOpts.layers = o.recomputeLayers;
+    pm.addPass(mapp::createMappRecompute(rcOpts));
+  }
 
   // The optimizer comes before data parallelism so ZeRO-1 can shard its
   // updates; the grad_syncs it adds still run before the optimizer step.
@@ -166,7 +183,8 @@ void mapp::registerMappPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "mapp-train-pipeline",
       "Forward graph → parallel training step: tensor-parallel, "
-      "pipeline-partition, autodiff (loss-scale 1/microbatches), optimizer, "
+      "pipeline-partition, autodiff (loss-scale 1/microbatches), recompute "
+      "(recompute=selective|full), optimizer, "
       "data-parallel, pipeline-schedule, verify-schedule (fbd=true: then "
       "split-fwd-bwd)",
       buildTrainPipeline);

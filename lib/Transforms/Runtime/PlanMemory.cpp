@@ -38,6 +38,23 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
     FailureOr<StepStructure> step = StepStructure::analyze(module);
     if (failed(step))
       return signalPassFailure();
+    // --mapp-recompute's rewrite (all stages): what left the stashes.
+    if (auto rc = module->getAttrOfType<DictionaryAttr>("mapp.recompute"); rc) {
+      auto get = [&](StringRef k) {
+        auto a = rc.getAs<IntegerAttr>(k);
+        return a ? a.getInt() : 0;
+      };
+      auto str = [&](StringRef k) {
+        auto a = rc.getAs<StringAttr>(k);
+        return a ? a.getValue() : StringRef("?");
+      };
+      emitRemark(module.getLoc())
+          << "recompute " << str("policy") << " (layers " << str("layers")
+          << "): " << get("dropped") << " saved values ("
+          << get("dropped_bytes") << " B) recomputed in the backward, "
+          << get("added") << " boundary values (" << get("added_bytes")
+          << " B) saved instead";
+    }
     Builder b(&getContext());
     SmallVector<Attribute> stages;
     for (int64_t s = 0; s < step->layout.pp; ++s) {

@@ -9,6 +9,7 @@
 #include "mapp/rt/Faults.h"
 #include "mapp/rt/Fbd.h"
 #include "mapp/rt/Generate.h"
+#include "mapp/rt/MemoryReport.h"
 #include "mapp/rt/Metrics.h"
 #include "mapp/rt/Patch.h"
 #include "mapp/rt/ProbeSession.h"
@@ -355,6 +356,8 @@ private:
 
   void finish() {
     reportScheduler(*exec_, rank_);
+    if (o_.reportMemory)
+      std::fprintf(stderr, "mapp-run: %s\n", memoryReport(*exec_, rank_).c_str());
     // One line even with --quiet: bench/gpu/summary.py reads it.
     if (lead_ && exec_->backend().peakDeviceGiB() > 0)
       std::fprintf(stderr, "mapp-run: peak device memory %.2f GiB\n",

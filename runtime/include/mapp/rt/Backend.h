@@ -54,6 +54,12 @@ public:
   /// Peak device memory this process added since the backend started, in
   /// GiB, as seen at synchronize points (0 for host backends).
   virtual double peakDeviceGiB() const { return 0; }
+  /// Storage bytes handed out by allocate() and not yet released: now and
+  /// at the peak since the backend started (counted by the CPU backend,
+  /// which allocates only the pool and the arenas; 0 where not counted).
+  /// mapp-run --report-memory prints them beside the plan's figures.
+  virtual uint64_t allocatedBytes() const { return 0; }
+  virtual uint64_t peakAllocatedBytes() const { return 0; }
   /// Free device memory in bytes (the adaptive scheduler's default cap);
   /// 0 for host backends (no cap).
   virtual uint64_t freeDeviceBytes() const { return 0; }

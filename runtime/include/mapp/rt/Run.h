@@ -38,6 +38,7 @@ struct RunOptions {
   std::pair<int, int> traceSampling{-1, -1}; // --trace-sample E:W
   CheckpointPolicy ckpt;
   bool quiet = false;
+  bool reportMemory = false; // allocated storage beside the plan's figures
 
   // Faults and non-finite values.
   std::vector<Injection> inject;

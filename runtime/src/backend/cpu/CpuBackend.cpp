@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 using namespace mapp::rt;
 
@@ -33,14 +35,39 @@ public:
     if (!p)
       fail("out of host memory allocating ", bytes, " bytes");
     std::memset(p, 0, rounded);
+    std::lock_guard<std::mutex> lock(allocMutex_);
+    sizes_[p] = bytes;
+    allocated_ += bytes;
+    peakAllocated_ = std::max(peakAllocated_, allocated_);
     return p;
   }
-  void release(void *p) override { std::free(p); }
+  void release(void *p) override {
+    if (p) {
+      std::lock_guard<std::mutex> lock(allocMutex_);
+      auto it = sizes_.find(p);
+      if (it != sizes_.end()) {
+        allocated_ -= it->second;
+        sizes_.erase(it);
+      }
+    }
+    std::free(p);
+  }
+  uint64_t allocatedBytes() const override {
+    std::lock_guard<std::mutex> lock(allocMutex_);
+    return allocated_;
+  }
+  uint64_t peakAllocatedBytes() const override {
+    std::lock_guard<std::mutex> lock(allocMutex_);
+    return peakAllocated_;
+  }
   ThreadPool &pool() override { return pool_; }
 
 private:
   ThreadPool pool_;
   std::map<std::string, KernelFn> table_;
+  mutable std::mutex allocMutex_;
+  std::unordered_map<void *, size_t> sizes_;
+  uint64_t allocated_ = 0, peakAllocated_ = 0;
 };
 
 } // namespace
