@@ -15,6 +15,7 @@
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Faults.h"
 #include "mapp/rt/Generate.h"
+#include "mapp/rt/HfNames.h"
 #include "mapp/rt/Metrics.h"
 #include "mapp/rt/Patch.h"
 #include "mapp/rt/Plan.h"
@@ -86,6 +87,14 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --weights FILE             initial parameters (safetensors, by name);
                              a NaN/inf value is an error naming the tensor
   --allow-nonfinite-weights  load --weights holding NaN/inf anyway
+  --weights-format F         auto|mapp|hf: --weights under mapp's or Hugging
+                             Face's names (GPT-2, LLaMA; docs/models.md);
+                             auto (default) detects HF names; hf also makes
+                             --save write HF names
+  --save-format F            mapp|hf: names --save writes (default: mapp, hf
+                             with --weights-format hf)
+  --hf-vocab-size N          --save in HF names keeps N vocabulary rows (drops
+                             mapp's padding; default: as many as --weights had)
   --save FILE                write parameters after the last step (safetensors)
   --save-grads FILE          write step 0's accumulated gradients (safetensors)
   --save-dir DIR             whole-state checkpoints (parameters, optimizer
@@ -152,6 +161,11 @@ struct Options {
   int threads = 0;
   bool shuffle = true, quiet = false, nanCheck = false,
        allowNonfiniteWeights = false;
+  std::string weightsFormat = "auto", saveFormat = "auto";
+  int64_t hfVocabSize = 0;
+  /// --weights-format / --save-format: set after parsing, used by load and
+  /// save (carries what an HF --weights had to the --save).
+  mutable CheckpointNaming naming;
   int64_t nanStep = -1; // --inject-nan STEP:OP
   std::string nanOp;
   CheckpointPolicy ckpt;
@@ -208,7 +222,8 @@ Options parseArgs(int argc, char **argv) {
       {"--save-dir", &o.ckpt.saveDir},     {"--resume", &o.ckpt.resume},
       {"--inject-nan", &o.injectNan},
       {"--coordinator", &o.coordinator}, {"--patch", &o.patch},
-      {"--schedule", &o.schedule}, {"--mem-cap", &o.memCap}};
+      {"--schedule", &o.schedule}, {"--mem-cap", &o.memCap},
+      {"--weights-format", &o.weightsFormat}, {"--save-format", &o.saveFormat}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -259,7 +274,8 @@ Options parseArgs(int argc, char **argv) {
                  flag == "--comm-timeout" || flag == "--prompt" ||
                  flag == "--max-new-tokens" || flag == "--temperature" ||
                  flag == "--top-k" || flag == "--save-every" ||
-                 flag == "--save-interval-s" || flag == "--save-keep";
+                 flag == "--save-interval-s" || flag == "--save-keep" ||
+                 flag == "--hf-vocab-size";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
@@ -295,6 +311,8 @@ Options parseArgs(int argc, char **argv) {
       o.ckpt.intervalS = static_cast<double>(parseInt(flag, value, 1));
     else if (flag == "--save-keep")
       o.ckpt.keep = static_cast<int>(parseInt(flag, value, 0, 1 << 20));
+    else if (flag == "--hf-vocab-size")
+      o.hfVocabSize = parseInt(flag, value, 1);
     else if (flag == "--max-new-tokens")
       o.maxNewTokens = parseInt(flag, value, 0);
     else if (flag == "--top-k")
@@ -337,6 +355,15 @@ Options parseArgs(int argc, char **argv) {
     usageError("--resume and --weights both set the parameters; give one");
   if (o.generate && (!o.ckpt.resume.empty() || !o.ckpt.saveDir.empty()))
     usageError("--resume and --save-dir are for training, not --generate");
+  WeightsFormat load, save;
+  if (!parseWeightsFormat(o.weightsFormat, load))
+    usageError("--weights-format needs auto, mapp or hf, got '" +
+               o.weightsFormat + "'");
+  if (!parseWeightsFormat(o.saveFormat, save))
+    usageError("--save-format needs mapp or hf, got '" + o.saveFormat + "'");
+  if (o.hfVocabSize && save != WeightsFormat::Hf && load != WeightsFormat::Hf)
+    usageError("--hf-vocab-size is for --save in HF names (--save-format hf)");
+  o.naming = CheckpointNaming(load, save, o.hfVocabSize);
   if (!o.traceSample.empty()) {
     if (o.traceDir.empty())
       usageError("--trace-sample needs --trace-dir");
@@ -384,11 +411,12 @@ void rejectDirectory(const std::string &path, const char *what) {
 
 /// --weights, refusing NaN/inf unless --allow-nonfinite-weights: a NaN
 /// parameter trains to NaN without a word about where it came from.
-Safetensors readWeights(const Options &o) {
+/// Hugging Face names become mapp's (--weights-format, HfNames.h).
+Safetensors readWeights(const Options &o, const Plan &plan) {
   Safetensors st = readSafetensors(o.weights);
   if (!o.allowNonfiniteWeights)
     checkFinite(st, "--weights " + o.weights);
-  return st;
+  return o.naming.toMapp(std::move(st), plan, "--weights " + o.weights);
 }
 
 /// Every output path is checked before the work starts, so that an
@@ -451,7 +479,7 @@ void checkOutputs(const Options &o) {
 int runGenerate(const Options &o, Executor &exec, ProbeSession *scope) {
   if (o.weights.empty())
     fail("--generate needs --weights FILE (trained parameters)");
-  exec.loadParams(readWeights(o), o.weights);
+  exec.loadParams(readWeights(o, exec.plan()), o.weights);
   std::unique_ptr<Tokenizer> tok =
       createTokenizer(o.tokenizer.empty() ? "bytes" : o.tokenizer);
   GenerateOptions g;
@@ -669,7 +697,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
   }
 
   if (!o.weights.empty())
-    exec.loadParams(readWeights(o), o.weights);
+    exec.loadParams(readWeights(o, exec.plan()), o.weights);
   else
     exec.initParams(o.seed);
 
@@ -817,7 +845,7 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
       if (!bad.empty())
         fail("--save: refusing to write '", o.save, "': parameter '", bad,
              "' holds non-finite values");
-      writeSafetensors(o.save, st);
+      writeSafetensors(o.save, o.naming.forSave(st));
     }
   }
   comm->flush();
