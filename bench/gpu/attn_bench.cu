@@ -8,7 +8,10 @@
 // reference computed from the same bf16 inputs. Prints one ROW line per
 // (shape, implementation), which bench/gpu/attn.sh joins with PyTorch's
 // numbers, then cuDNN's load/plan report. Exit 1 when a check fails.
-//   mapp-attn-bench [ITERS]
+// --gqa: grouped-query shapes instead (k, v [B,T,kv·D] with kv < heads;
+// bench/gpu/gqa.sh joins them with PyTorch's SDPA enable_gqa and repeat_kv):
+// dK, dV are checked against the fp64 sum over each group's query heads.
+//   mapp-attn-bench [--gqa] [ITERS]
 //   mapp-attn-bench --dry   (no GPU: build cuDNN's graph descriptors only)
 //
 //===----------------------------------------------------------------------===//
@@ -35,12 +38,20 @@ namespace {
 
 struct ShapeCase {
   const char *name;
-  int64_t B, heads, T, D;
+  int64_t B, heads, kv, T, D; // kv: key/value heads (== heads: MHA)
 };
 
 // bench/gpu/configs: gpt-1.3b (micro-batch 8, 16 heads of 128, seq 2048) and
 // gpt-124m (micro-batch 8, 12 heads of 64, seq 1024).
-const ShapeCase kShapes[] = {{"1.3b", 8, 16, 2048, 128}, {"124m", 8, 12, 1024, 64}};
+const ShapeCase kShapes[] = {{"1.3b", 8, 16, 16, 2048, 128},
+                             {"124m", 8, 12, 12, 1024, 64}};
+// --gqa (bench/gpu/gqa_torch.py has the same list): LLaMA-3-8B's attention
+// (32 query heads over 8 key/value heads of 128), one tp=4 rank of it (8/2),
+// a 70B-style tp=8 rank (8 query heads, 1 key/value head), and MQA at D=64.
+const ShapeCase kGqaShapes[] = {{"l3-8b", 2, 32, 8, 2048, 128},
+                                {"l3-8b/tp4", 4, 8, 2, 2048, 128},
+                                {"70b/tp8", 4, 8, 1, 2048, 128},
+                                {"mqa-d64", 4, 16, 1, 1024, 64}};
 
 uint16_t toBf16(float f) {
   uint32_t u;
@@ -77,7 +88,9 @@ std::vector<float> fillRandom(DevBuf &d, std::mt19937_64 &rng) {
   return f;
 }
 
-/// fp64 causal attention and its gradients for one (b, head) slice.
+/// fp64 causal attention and its gradients for batch b: O and dQ of query
+/// head hd, dK and dV of its key/value head hd / (heads/kv), summed over
+/// every query head of that group (one head when kv == heads).
 struct Reference {
   std::vector<double> o, dq, dk, dv; // [T, D]
 };
@@ -85,23 +98,28 @@ struct Reference {
 Reference reference(const ShapeCase &s, int64_t b, int64_t hd, const std::vector<float> &q,
                     const std::vector<float> &k, const std::vector<float> &v,
                     const std::vector<float> &dO) {
-  int64_t T = s.T, D = s.D, H = s.heads * s.D;
+  int64_t T = s.T, D = s.D, H = s.heads * s.D, Hk = s.kv * s.D;
+  int64_t group = s.heads / s.kv, kvh = hd / group;
   double scale = 1.0 / std::sqrt(double(D));
-  auto at = [&](const std::vector<float> &x, int64_t t, int64_t d) {
-    return double(x[(b * T + t) * H + hd * D + d]);
-  };
   Reference r;
-  r.o.assign(T * D, 0);
-  r.dq.assign(T * D, 0);
   r.dk.assign(T * D, 0);
   r.dv.assign(T * D, 0);
   std::vector<double> p(T), dp(T);
+  for (int64_t qh = kvh * group; qh < (kvh + 1) * group; ++qh) {
+  auto at = [&](const std::vector<float> &x, int64_t t, int64_t d) {
+    return double(x[(b * T + t) * H + qh * D + d]);
+  };
+  auto atkv = [&](const std::vector<float> &x, int64_t t, int64_t d) {
+    return double(x[(b * T + t) * Hk + kvh * D + d]);
+  };
+  r.o.assign(T * D, 0);
+  r.dq.assign(T * D, 0);
   for (int64_t i = 0; i < T; ++i) {
     double mx = -INFINITY;
     for (int64_t j = 0; j <= i; ++j) {
       double sdot = 0;
       for (int64_t d = 0; d < D; ++d)
-        sdot += at(q, i, d) * at(k, j, d);
+        sdot += at(q, i, d) * atkv(k, j, d);
       p[j] = sdot * scale;
       mx = std::max(mx, p[j]);
     }
@@ -113,7 +131,7 @@ Reference reference(const ShapeCase &s, int64_t b, int64_t hd, const std::vector
     for (int64_t d = 0; d < D; ++d) {
       double acc = 0;
       for (int64_t j = 0; j <= i; ++j)
-        acc += p[j] * at(v, j, d);
+        acc += p[j] * atkv(v, j, d);
       r.o[i * D + d] = acc;
     }
     // dP = dO·Vᵀ, delta = rowsum(dO∘O), dS = P∘(dP − delta)
@@ -123,22 +141,26 @@ Reference reference(const ShapeCase &s, int64_t b, int64_t hd, const std::vector
     for (int64_t j = 0; j <= i; ++j) {
       double acc = 0;
       for (int64_t d = 0; d < D; ++d)
-        acc += at(dO, i, d) * at(v, j, d);
+        acc += at(dO, i, d) * atkv(v, j, d);
       dp[j] = p[j] * (acc - delta) * scale;
     }
     for (int64_t j = 0; j <= i; ++j)
       for (int64_t d = 0; d < D; ++d) {
-        r.dq[i * D + d] += dp[j] * at(k, j, d);
+        r.dq[i * D + d] += dp[j] * atkv(k, j, d);
         r.dk[j * D + d] += dp[j] * at(q, i, d);
         r.dv[j * D + d] += p[j] * at(dO, i, d);
       }
   }
+  if (qh == hd)
+    break; // hd is the group's last head: O and dQ stay its own
+  }
   return r;
 }
 
-double relErr(const std::vector<float> &got, const ShapeCase &s, int64_t b, int64_t hd,
-              const std::vector<double> &ref) {
-  int64_t T = s.T, D = s.D, H = s.heads * s.D;
+/// Relative L2 error of head hd of batch b in `got` [B, T, heads·D].
+double relErr(const std::vector<float> &got, const ShapeCase &s, int64_t heads, int64_t b,
+              int64_t hd, const std::vector<double> &ref) {
+  int64_t T = s.T, D = s.D, H = heads * s.D;
   double num = 0, den = 0;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t d = 0; d < D; ++d) {
@@ -167,6 +189,11 @@ int main(int argc, char **argv) {
       return 77;
     return ok ? 0 : 1;
   }
+  bool gqa = argc > 1 && std::string(argv[1]) == "--gqa";
+  if (gqa) {
+    --argc;
+    ++argv;
+  }
   int iters = argc > 1 ? std::atoi(argv[1]) : 20;
   if (iters < 1) {
     std::fprintf(stderr, "mapp-attn-bench: ITERS must be a positive count, got '%s'\n", argv[1]);
@@ -184,22 +211,28 @@ int main(int argc, char **argv) {
   cudaEvent_t e0, e1;
   MAPP_CUDA_CHECK(cudaEventCreate(&e0));
   MAPP_CUDA_CHECK(cudaEventCreate(&e1));
-  for (const ShapeCase &s : kShapes) {
+  std::vector<ShapeCase> shapes(std::begin(kShapes), std::end(kShapes));
+  if (gqa)
+    shapes.assign(std::begin(kGqaShapes), std::end(kGqaShapes));
+  for (const ShapeCase &s : shapes) {
     int64_t H = s.heads * s.D, numel = s.B * s.T * H;
-    DevBuf q(numel), k(numel), v(numel), dO(numel), o(numel), dq(numel), dk(numel),
-        dv(numel);
+    int64_t Hk = s.kv * s.D, numelKV = s.B * s.T * Hk;
+    DevBuf q(numel), k(numelKV), v(numelKV), dO(numel), o(numel), dq(numel), dk(numelKV),
+        dv(numelKV);
     auto hq = fillRandom(q, rng), hk = fillRandom(k, rng), hv = fillRandom(v, rng),
          hdO = fillRandom(dO, rng);
-    int64_t b = s.B - 1, hd = s.heads - 1; // the slice checked
+    // The slice checked: the last query head (the last of its group) and
+    // its key/value head.
+    int64_t b = s.B - 1, hd = s.heads - 1, kvh = s.kv - 1;
     Reference ref = reference(s, b, hd, hq, hk, hv, hdO);
     Attrs at;
     at.setInt("heads", s.heads);
     at.setFloat("scale", 1.0 / std::sqrt(double(s.D)));
     at.setInt("causal", 1);
-    TensorType tt{DType::BF16, {s.B, s.T, H}};
-    Tensor fin[3] = {{q.p, tt}, {k.p, tt}, {v.p, tt}}, fout[1] = {{o.p, tt}};
-    Tensor bin[4] = {{dO.p, tt}, {q.p, tt}, {k.p, tt}, {v.p, tt}};
-    Tensor bout[3] = {{dq.p, tt}, {dk.p, tt}, {dv.p, tt}};
+    TensorType tt{DType::BF16, {s.B, s.T, H}}, tk{DType::BF16, {s.B, s.T, Hk}};
+    Tensor fin[3] = {{q.p, tt}, {k.p, tk}, {v.p, tk}}, fout[1] = {{o.p, tt}};
+    Tensor bin[4] = {{dO.p, tt}, {q.p, tt}, {k.p, tk}, {v.p, tk}};
+    Tensor bout[3] = {{dq.p, tt}, {dk.p, tk}, {dv.p, tk}};
     KernelContext ctx;
     ctx.backend = gpu.get();
     ctx.pool = &gpu->pool();
@@ -222,8 +255,8 @@ int main(int argc, char **argv) {
         }
         for (int it = 0; it < iters + 3; ++it) {
           cudaMemset(dq.p, 0xFF, numel * 2); // poison: unwritten → NaN
-          cudaMemset(dk.p, 0xFF, numel * 2);
-          cudaMemset(dv.p, 0xFF, numel * 2);
+          cudaMemset(dk.p, 0xFF, numelKV * 2);
+          cudaMemset(dv.p, 0xFF, numelKV * 2);
           MAPP_CUDA_CHECK(cudaEventRecord(e0, be.stream()));
           fwd({at, fin, 3, fout, 1, ctx});
           bwd({at, bin, 4, bout, 3, ctx});
@@ -242,10 +275,10 @@ int main(int argc, char **argv) {
         std::printf("ROW %s %s unavailable: %s\n", s.name, impl, err.c_str());
         continue;
       }
-      double eo = relErr(o.download(), s, b, hd, ref.o);
-      double eq = relErr(dq.download(), s, b, hd, ref.dq);
-      double ek = relErr(dk.download(), s, b, hd, ref.dk);
-      double ev = relErr(dv.download(), s, b, hd, ref.dv);
+      double eo = relErr(o.download(), s, s.heads, b, hd, ref.o);
+      double eq = relErr(dq.download(), s, s.heads, b, hd, ref.dq);
+      double ek = relErr(dk.download(), s, s.kv, b, kvh, ref.dk);
+      double ev = relErr(dv.download(), s, s.kv, b, kvh, ref.dv);
       bool pass = eo <= 1e-2 && eq <= 2e-2 && ek <= 2e-2 && ev <= 2e-2;
       failures += !pass;
       double mf = median(tf), mfb = median(tfb);

@@ -70,7 +70,7 @@ cp bench/gpu/fuse.sh "$OUT/"
 # --- end fuse
 # --- attn: attention implementations vs PyTorch SDPA (bench/gpu/attn.sh)
 xz -T2 -6 -c "$BUILD/mapp-attn-bench" > "$OUT/bin/mapp-attn-bench.xz"
-cp bench/gpu/attn.sh "$OUT/"
+cp bench/gpu/attn.sh bench/gpu/gqa.sh "$OUT/"
 # --- trace (bench/gpu/trace.sh): the bench plans with op-level trace regions,
 # the gpu-labelled trace test and mapp-scan.
 for c in gpt-124m gpt-1.3b; do

@@ -6,8 +6,10 @@ heads) is exported, differentiated, given AdamW and trained 30 steps by
 mapp-run; PyTorch trains the same module on the batches mapp-run dumped.
 Every loss must agree within 1e-5 relative, every step-0 gradient too.
 Tensor parallelism splits the key/value heads like Megatron's query groups:
-tp=2 with 2 key/value heads equals the single-rank run step for step; tp=4
-with 2 key/value heads (which would need replication) is a clear error.
+tp=2 with 2 key/value heads equals the single-rank run step for step, and so
+does tp=4 with 2 key/value heads (each replicated on 2 ranks); tp=8 compiles;
+a tp that neither divides nor is a multiple of the key/value heads is a
+located error.
 KV-cache generation keeps only the key/value heads in its caches and gives
 the full re-forward's and PyTorch's greedy tokens.
 """
@@ -15,6 +17,7 @@ the full re-forward's and PyTorch's greedy tokens.
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -127,23 +130,62 @@ def test_training_matches_pytorch_gqa(tmp_path, name):
     print(f"{name}: worst relative loss difference over {STEPS} steps {worst:.2e}")
 
 
-def test_tensor_parallel_splits_kv_heads(tmp_path):
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tensor_parallel_kv_heads(tmp_path, tp):
+    """tp=2 splits the 2 key/value heads (one per rank); tp=4 replicates
+    them (ranks 0,1 hold head 0, ranks 2,3 head 1). Both equal the
+    single-rank run step for step, losses and gradient norms."""
     cfg = CONFIGS["llama-gqa"]
     model = export(tmp_path, cfg)
-    pipe = lambda tp: [f"--mapp-train-pipeline=tp={tp} microbatches=1 optimizer=adamw {OPT}"]
     ref = train(tmp_path, plan(tmp_path, model, pipe(1), "tp1"), "tp1")
-    got = train(tmp_path, plan(tmp_path, model, pipe(2), "tp2"), "tp2", "--comm=local")
-    tp2 = (tmp_path / "tp2.mlir").read_text()
-    # Each rank: 2 query heads and 1 key/value head of 8 columns.
-    assert "tensor<2x16x8xf32>, tensor<2x16x8xf32>) -> tensor<2x16x16xf32>" in tp2
+    got = train(tmp_path, plan(tmp_path, model, pipe(tp), f"tp{tp}"), f"tp{tp}",
+                "--comm=local")
+    ir = (tmp_path / f"tp{tp}.mlir").read_text()
+    # Each rank: 4/tp query heads and 1 key/value head of 8 columns.
+    q = 8 * 4 // tp
+    assert f"tensor<2x16x{q}xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>) -> tensor<2x16x{q}xf32>" in ir
+    if tp == 4:
+        # Replicated: the k/v weights stay whole (no shard_dim) and each rank
+        # cuts its head's rows from the heads repeated tp/kv_heads times.
+        line = next(l for l in ir.splitlines() if "mapp.param @layers.0.attn.k.weight" in l)
+        assert "tensor<16x32xf32>" in line and "shard_dim" not in line, line
+        assert "mapp.scatter_to_group" in ir
+    assert len(got[0]) == STEPS
+    worst = 0.0
     for step, (a, b) in enumerate(zip(got[0], ref[0])):
+        worst = max(worst, rel(a["loss"], b["loss"]))
         assert rel(a["loss"], b["loss"]) <= TOLERANCE, (step, a["loss"], b["loss"])
         assert rel(a["grad_norm"], b["grad_norm"]) <= TOLERANCE, step
-    assert len(got[0]) == STEPS
-    # tp=4 > 2 key/value heads would need replicated heads: refused by name.
-    r = run([tool("mapp-opt"), model, *pipe(4)], ok=False)
+    print(f"tp={tp}: worst relative loss difference over {STEPS} steps {worst:.2e}")
+
+
+def pipe(tp, extra=""):
+    return [f"--mapp-train-pipeline=tp={tp} microbatches=1 optimizer=adamw {OPT}{extra}"]
+
+
+def test_replicated_kv_heads_compile_at_tp8(tmp_path):
+    """8 query heads over 2 key/value heads at tp=8 (each head on 4 ranks),
+    with pp=2 too: compiles to a plan, one query head per rank."""
+    cfg = dict(CONFIGS["llama-gqa"], num_attention_heads=8, num_query_groups=2,
+               hidden_size=64)
+    model = export(tmp_path, cfg)
+    plan(tmp_path, model, pipe(8), "tp8")
+    ir = (tmp_path / "tp8.mlir").read_text()
+    assert "tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>) -> tensor<2x16x8xf32>" in ir
+    plan(tmp_path, model, pipe(8, " pp=2"), "tp8pp2")
+
+
+def test_kv_heads_tp_mismatch_is_located(tmp_path):
+    """tp=6 over 12 query heads and 4 key/value heads: tp neither divides
+    the key/value heads nor is a multiple of them; the error names both and
+    points at the attention op."""
+    cfg = dict(CONFIGS["llama-gqa"], num_attention_heads=12, num_query_groups=4,
+               hidden_size=48, ffn_hidden_size=96, vocab_size=96)
+    model = export(tmp_path, cfg)
+    r = run([tool("mapp-opt"), model, *pipe(6)], ok=False)
     assert r.returncode != 0
-    assert "tp=4 does not divide the 2 key/value heads (num_query_groups)" in r.stderr
+    assert "tp=6 and the 4 key/value heads (num_query_groups): tp must divide them" in r.stderr
+    assert re.search(r"model\.mlir:\d+:\d+: error", r.stderr), r.stderr
 
 
 def test_kv_cache_generation_gqa(tmp_path):

@@ -35,8 +35,8 @@ def rnd(*shape, gen):
     return torch.randn(*shape, generator=gen) * 0.2
 
 
-def gpt2_checkpoint(gen):
-    h, v, f = 32, 100, 128
+def gpt2_checkpoint(gen, v=100):
+    h, f = 32, 128
     sd = {"transformer.wte.weight": rnd(v, h, gen=gen),
           "transformer.wpe.weight": rnd(HF_POSITIONS, h, gen=gen)}
     for l in range(2):
@@ -75,8 +75,8 @@ def gpt2_logits(sd, tokens, heads=4):
     return ln(x, "transformer.ln_f") @ sd["lm_head.weight"].t()
 
 
-def llama_checkpoint(gen):
-    h, v, f, kv = 32, 100, 48, 16
+def llama_checkpoint(gen, v=100):
+    h, f, kv = 32, 48, 16
     sd = {"model.embed_tokens.weight": rnd(v, h, gen=gen)}
     for l in range(2):
         p = f"model.layers.{l}."
@@ -186,3 +186,159 @@ def test_mapping_errors_name_the_tensor():
         hf.hf_to_mapp(sd, GPT2)
     with pytest.raises(hf.MappingError, match="fewer than seq_length 16"):
         hf.hf_to_mapp(gpt2_checkpoint(gen), dict(GPT2, seq_length=16))
+
+
+# --- mapp-run --weights-format hf (runtime/src/ckpt/HfNames.cpp) -----------
+
+CORPUS = os.path.join(ROOT, "data", "gpt", "news-1k.jsonl")  # bytes <= 226
+HF_VOCAB = 250  # GPT-2: mapp pads it to 256 (make_vocab_size_divisible_by 128)
+STEPS = 20
+OPT = "lr=1e-3 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
+CLI = {"gpt2": dict(GPT2, vocab_size=HF_VOCAB, make_vocab_size_divisible_by=128),
+       "llama": dict(LLAMA, vocab_size=HF_VOCAB)}
+
+
+def tool(name):
+    from conftest import find_tool
+    path = find_tool(name)
+    if not path:
+        pytest.skip(f"{name} is not built")
+    return path
+
+
+def sh(cmd, ok=True):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    if ok:
+        assert r.returncode == 0, f"{cmd[0]} failed:\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def compile_plan(tmp, cfg, opt=OPT):
+    (tmp / "cfg.json").write_text(json.dumps(cfg))
+    sh(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
+        "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
+        "--weights", tmp / "init.safetensors", "--seed", 7])
+    name = "lr0" if "lr=0 " in opt else "train"
+    sh([tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff", f"-mapp-optimizer={opt}",
+        "-o", tmp / f"{name}.mlir"])
+    sh([tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir", "-o",
+        tmp / f"{name}.mplan"])
+    return tmp / f"{name}.mplan"
+
+
+def mapp_run(mplan, *extra, steps=STEPS, ok=True):
+    return sh([tool("mapp-run"), mplan, "--backend=cpu", "--data", CORPUS, "--tokenizer",
+               "bytes", "--steps", steps, "--seed", 11, "--quiet", "--threads", 1, *extra],
+              ok=ok)
+
+
+def hf_file(tmp, name):
+    gen = torch.Generator().manual_seed(3)
+    sd = (gpt2_checkpoint if name == "gpt2" else llama_checkpoint)(gen, v=HF_VOCAB)
+    safetensors.save({k: v.contiguous() for k, v in sd.items()}, tmp / "hf.safetensors")
+    return sd
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_mapp_run_trains_from_hf_checkpoint(tmp_path, name):
+    """mapp-run --weights under HF names (detected): step 0's loss equals the
+    HF-layout forward written from HF's modeling code; 20 AdamW steps equal
+    the reference module loaded from the same checkpoint."""
+    cfg = CLI[name]
+    mplan = compile_plan(tmp_path, cfg)
+    sd = hf_file(tmp_path, name)
+    mapp_run(mplan, "--weights", tmp_path / "hf.safetensors", "--metrics",
+             tmp_path / "m.jsonl", "--dump-batches", tmp_path / "b.jsonl")
+    metrics = [json.loads(l) for l in (tmp_path / "m.jsonl").read_text().splitlines()]
+    batches = [json.loads(l) for l in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert len(metrics) == STEPS
+    tokens, targets = torch.tensor(batches[0]["tokens"]), torch.tensor(batches[0]["targets"])
+    with torch.no_grad():
+        logits = (gpt2_logits if name == "gpt2" else llama_logits)(sd, tokens)
+        if name == "gpt2":  # mapp's 6 padded vocab rows: zero logits, in the softmax
+            logits = torch.cat([logits, logits.new_zeros(*logits.shape[:-1], 6)], -1)
+        want = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    assert abs(metrics[0]["loss"] - want.item()) <= 1e-5 * want.item(), \
+        (metrics[0]["loss"], want.item())
+    model = GPT(cfg)
+    model.load_state_dict(hf.hf_to_mapp(sd, cfg))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
+                            weight_decay=0.1)
+    for step, batch in enumerate(batches):
+        opt.zero_grad()
+        loss = model(torch.tensor(batch["tokens"]), torch.tensor(batch["targets"]))
+        loss.backward()
+        opt.step()
+        got = metrics[step]["loss"]
+        assert abs(got - loss.item()) <= 1e-5 * loss.item(), (step, got, loss.item())
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_mapp_run_hf_round_trips(tmp_path, name):
+    """With lr=0 the parameters do not move: HF -> mapp-run -> HF gives the
+    checkpoint's own tensors back bit for bit (vocabulary padding dropped,
+    GPT-2's position rows past seq_length kept), and mapp -> HF -> mapp the
+    mapp file's; the HF names written equal python/mapp/hf.py's."""
+    cfg = CLI[name]
+    mplan = compile_plan(tmp_path, cfg, "lr=0 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1")
+    sd = hf_file(tmp_path, name)
+    mapp_run(mplan, "--weights", tmp_path / "hf.safetensors", "--weights-format", "hf",
+             "--save", tmp_path / "hf2.safetensors", steps=1)
+    got = safetensors.load(tmp_path / "hf2.safetensors")[0]
+    # Buffers and GPT-2's tied head (the embedding saved twice) are not written.
+    want = {k: v for k, v in sd.items() if not k.endswith((".attn.bias", "inv_freq"))
+            and not (name == "gpt2" and k == "lm_head.weight")}
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
+
+    init = safetensors.load(tmp_path / "init.safetensors")[0]
+    mapp_run(mplan, "--weights", tmp_path / "init.safetensors", "--save-format", "hf",
+             "--save", tmp_path / "as-hf.safetensors", steps=1)
+    as_hf = safetensors.load(tmp_path / "as-hf.safetensors")[0]
+    py = hf.mapp_to_hf(init, cfg)
+    assert as_hf.keys() == py.keys()
+    for k, v in py.items():
+        assert torch.equal(as_hf[k], v), k
+    mapp_run(mplan, "--weights", tmp_path / "as-hf.safetensors",
+             "--save", tmp_path / "back.safetensors", steps=1)
+    back = safetensors.load(tmp_path / "back.safetensors")[0]
+    assert back.keys() == init.keys()
+    for k, v in init.items():
+        assert torch.equal(back[k], v), k
+    if name == "gpt2":  # --hf-vocab-size drops mapp's padding rows
+        mapp_run(mplan, "--weights", tmp_path / "init.safetensors", "--save-format", "hf",
+                 "--hf-vocab-size", HF_VOCAB, "--save", tmp_path / "v.safetensors", steps=1)
+        v = safetensors.load(tmp_path / "v.safetensors")[0]
+        assert v["transformer.wte.weight"].shape == (HF_VOCAB, 32)
+
+
+def test_mapp_run_hf_errors_name_the_tensor(tmp_path):
+    cfg = CLI["gpt2"]
+    mplan = compile_plan(tmp_path, cfg)
+    sd = hf_file(tmp_path, "gpt2")
+
+    def fails(tensors, *extra):
+        safetensors.save({k: v.contiguous() for k, v in tensors.items()}, tmp_path / "bad.safetensors")
+        r = mapp_run(mplan, "--weights", tmp_path / "bad.safetensors", *extra, steps=1, ok=False)
+        assert r.returncode != 0
+        return r.stderr
+
+    bad = dict(sd)
+    del bad["transformer.h.1.mlp.c_fc.bias"]
+    assert "Hugging Face checkpoint has no 'transformer.h.1.mlp.c_fc.bias' (for mapp's " \
+        "'layers.1.mlp.fc1.bias')" in fails(bad)
+    bad = dict(sd, **{"transformer.h.0.attn.c_attn.lora": torch.zeros(1)})
+    assert "no place for: transformer.h.0.attn.c_attn.lora" in fails(bad)
+    bad = dict(sd, **{"transformer.h.0.attn.c_proj.weight": torch.zeros(32, 16)})
+    assert "for mapp's 'layers.0.attn.proj.weight', the plan needs [32,32]" in fails(bad)
+    bad = dict(sd, **{"lm_head.weight": torch.zeros(HF_VOCAB, 32)})
+    assert "'lm_head.weight' differs from the token embedding" in fails(bad)
+    bad = dict(sd, **{"transformer.wpe.weight": torch.zeros(4, 32)})
+    assert "fewer than seq_length 8" in fails(bad)
+    # A mapp-named file read as HF names.
+    assert "not a Hugging Face GPT-2 or LLaMA checkpoint" in \
+        fails(safetensors.load(tmp_path / "init.safetensors")[0], "--weights-format", "hf")
+    r = mapp_run(mplan, "--weights-format", "meta", steps=1, ok=False)
+    assert r.returncode == 2 and "--weights-format needs auto, mapp or hf" in r.stderr

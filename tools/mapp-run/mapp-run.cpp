@@ -65,6 +65,14 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --weights FILE             initial parameters (safetensors, by name);
                              a NaN/inf value is an error naming the tensor
   --allow-nonfinite-weights  load --weights holding NaN/inf anyway
+  --weights-format F         auto|mapp|hf: --weights under mapp's or Hugging
+                             Face's names (GPT-2, LLaMA; docs/models.md);
+                             auto (default) detects HF names; hf also makes
+                             --save write HF names
+  --save-format F            mapp|hf: names --save writes (default: mapp, hf
+                             with --weights-format hf)
+  --hf-vocab-size N          --save in HF names keeps N vocabulary rows (drops
+                             mapp's padding; default: as many as --weights had)
   --save FILE                write parameters after the last step (safetensors)
   --save-grads FILE          write step 0's accumulated gradients (safetensors)
   --save-dir DIR             whole-state checkpoints (parameters, optimizer
@@ -167,7 +175,8 @@ uint64_t parseBytes(const std::string &flag, const std::string &v) {
 RunOptions parseArgs(int argc, char **argv) {
   RunOptions o;
   // Flags parsed further below, after every flag was read.
-  std::string traceSample, injectNan, coordinator = "on", memCap;
+  std::string traceSample, injectNan, coordinator = "on", memCap,
+      weightsFormat = "auto", saveFormat = "auto";
   bool promptGiven = false;
   std::map<std::string, std::string *> strings = {
       {"--backend", &o.backend},     {"--comm", &o.comm},
@@ -182,7 +191,8 @@ RunOptions parseArgs(int argc, char **argv) {
       {"--save-dir", &o.ckpt.saveDir},     {"--resume", &o.ckpt.resume},
       {"--inject-nan", &injectNan},
       {"--coordinator", &coordinator}, {"--patch", &o.patch},
-      {"--schedule", &o.schedule}, {"--mem-cap", &memCap}};
+      {"--schedule", &o.schedule}, {"--mem-cap", &memCap},
+      {"--weights-format", &weightsFormat}, {"--save-format", &saveFormat}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -237,7 +247,8 @@ RunOptions parseArgs(int argc, char **argv) {
                  flag == "--comm-timeout" || flag == "--prompt" ||
                  flag == "--max-new-tokens" || flag == "--temperature" ||
                  flag == "--top-k" || flag == "--save-every" ||
-                 flag == "--save-interval-s" || flag == "--save-keep";
+                 flag == "--save-interval-s" || flag == "--save-keep" ||
+                 flag == "--hf-vocab-size";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
@@ -273,6 +284,8 @@ RunOptions parseArgs(int argc, char **argv) {
       o.ckpt.intervalS = static_cast<double>(parseInt(flag, value, 1));
     else if (flag == "--save-keep")
       o.ckpt.keep = static_cast<int>(parseInt(flag, value, 0, 1 << 20));
+    else if (flag == "--hf-vocab-size")
+      o.hfVocabSize = parseInt(flag, value, 1);
     else if (flag == "--max-new-tokens")
       o.maxNewTokens = parseInt(flag, value, 0);
     else if (flag == "--top-k")
@@ -315,6 +328,14 @@ RunOptions parseArgs(int argc, char **argv) {
     usageError("--resume and --weights both set the parameters; give one");
   if (o.generate && (!o.ckpt.resume.empty() || !o.ckpt.saveDir.empty()))
     usageError("--resume and --save-dir are for training, not --generate");
+  if (!parseWeightsFormat(weightsFormat, o.weightsFormat))
+    usageError("--weights-format needs auto, mapp or hf, got '" +
+               weightsFormat + "'");
+  if (!parseWeightsFormat(saveFormat, o.saveFormat))
+    usageError("--save-format needs mapp or hf, got '" + saveFormat + "'");
+  if (o.hfVocabSize && o.saveFormat != WeightsFormat::Hf &&
+      o.weightsFormat != WeightsFormat::Hf)
+    usageError("--hf-vocab-size is for --save in HF names (--save-format hf)");
   if (!traceSample.empty()) {
     if (o.traceDir.empty())
       usageError("--trace-sample needs --trace-dir");

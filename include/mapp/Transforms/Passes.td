@@ -190,7 +190,11 @@ def MappTensorParallel : Pass<"mapp-tensor-parallel", "::mlir::ModuleOp"> {
       `mapp.copy_to_group` (f: all-reduce of its gradient);
     * the fused qkv weight is sharded per block (`shard_blocks = 3`): rank
       r holds heads [r·h/tp, (r+1)·h/tp) of each of q, k and v;
-    * attention runs heads/tp heads;
+    * attention runs heads/tp heads; grouped-query k/v linears are
+      column-parallel when tp divides the key/value heads, and replicated
+      when tp is a multiple of them (weights whole on every rank, each rank
+      cutting its head's rows with reshape/concat/scatter_to_group, so the
+      gradient is all-gathered and summed over the replicas);
     * row-parallel (attention proj, fc2, down): weight [N, K/tp],
       `shard_dim = 1`, output all-reduced over tp (g: identity gradient),
       bias added after the reduction;

@@ -127,6 +127,55 @@ struct TensorParallelPass
     return success();
   }
 
+  /// A key/value linear when tp is a multiple of its `kvHeads` heads: the
+  /// parameters stay whole on every rank (they are small: that is what
+  /// grouped-query attention is for); each rank's weight and bias are the
+  /// rows of head r / (tp/kvHeads), the head its query heads read. Built from
+  /// existing ops so autodiff gives the gradient: the head rows repeated
+  /// tp/kvHeads times (reshape, concat, reshape to [tp·D, ...]) and cut with
+  /// scatter_to_group, whose gradient all-gathers every rank's partial
+  /// gradient; the concat's gradient sums the replicas of each head, so every
+  /// rank gets the full, identical gradient of the whole parameter. The input
+  /// enters through copy_to_group as for a column-parallel linear.
+  LogicalResult replicateKV(LinearOp lin, int64_t kvHeads) {
+    int64_t replicas = tp / kvHeads;
+    OpBuilder b(lin);
+    Location loc = lin.getLoc();
+    auto perRank = [&](Value param) -> Value {
+      RankedTensorType full = tensorTy(param);
+      Type elem = full.getElementType();
+      SmallVector<int64_t> rest(full.getShape().drop_front());
+      int64_t rows = full.getShape()[0] / kvHeads, restSize = 1;
+      for (int64_t d : rest)
+        restSize *= d;
+      auto one = b.create<ReshapeOp>(
+          loc, RankedTensorType::get({kvHeads, 1, rows * restSize}, elem),
+          param);
+      SmallVector<Value> copies(replicas, one);
+      auto repeated = b.create<ConcatOp>(
+          loc, RankedTensorType::get({kvHeads, replicas, rows * restSize}, elem),
+          copies, b.getI64IntegerAttr(1));
+      SmallVector<int64_t> tiled{tp * rows}, mine{rows};
+      tiled.append(rest);
+      mine.append(rest);
+      auto flat = b.create<ReshapeOp>(loc, RankedTensorType::get(tiled, elem),
+                                      repeated);
+      return b.create<ScatterToGroupOp>(loc, RankedTensorType::get(mine, elem),
+                                        flat, b.getStringAttr("tp"),
+                                        b.getI64IntegerAttr(0));
+    };
+    lin.getWMutable().assign(perRank(lin.getW()));
+    if (Value bias = lin.getBias()) {
+      if (!paramOf(bias))
+        return fail(lin, "expected a parameter bias on the key/value linear");
+      lin.getBiasMutable().assign(perRank(bias));
+    }
+    lin.getXMutable().assign(copyOf(lin.getX()));
+    setResultType(lin.getResult(),
+                  shrink(tensorTy(lin.getResult()), -1, kvHeads));
+    return success();
+  }
+
   /// Shards a linear's input features; the partial outputs are all-reduced
   /// and the bias is added once, after the reduction.
   LogicalResult rowParallel(LinearOp lin) {
@@ -173,15 +222,20 @@ struct TensorParallelPass
                         "linear with a parameter weight");
 
     // Grouped-query attention: each rank holds kv_heads/tp whole key/value
-    // heads (Megatron's query groups); a key/value head split across ranks
-    // would be wrong, and replication for tp > kv_heads is not built.
+    // heads (Megatron's query groups) when tp divides them; when tp is a
+    // multiple of them, each rank holds the one key/value head its query
+    // heads read (replicateKV). A key/value head split across ranks would be
+    // wrong, so any other combination is refused.
     int64_t kvHidden = tensorTy(attn.getK()).getShape().back();
     int64_t kvHeads = kvHidden / (hidden / heads);
-    if (kvHeads != heads && kvHeads % tp != 0)
-      return fail(attn, "tp=" + std::to_string(tp) + " does not divide the " +
+    bool replicate = kvHeads != heads && kvHeads % tp != 0;
+    if (replicate && tp % kvHeads != 0)
+      return fail(attn, "tp=" + std::to_string(tp) + " and the " +
                             std::to_string(kvHeads) +
-                            " key/value heads (num_query_groups); replicating "
-                            "key/value heads across tp ranks is not supported");
+                            " key/value heads (num_query_groups): tp must "
+                            "divide them (each rank holds kv_heads/tp) or be "
+                            "a multiple of them (each key/value head "
+                            "replicated on tp/kv_heads ranks)");
 
     // q, k, v: slices of one fused linear, or three linears.
     auto sq = attn.getQ().getDefiningOp<SliceOp>();
@@ -221,10 +275,17 @@ struct TensorParallelPass
                             "(sliced) or from one linear each");
       }
       llvm::SmallDenseSet<Operation *> seen;
-      for (Value v : {attn.getQ(), attn.getK(), attn.getV()})
-        if (seen.insert(v.getDefiningOp()).second &&
-            failed(columnParallel(v.getDefiningOp<LinearOp>(), 1)))
+      for (Value v : {attn.getQ(), attn.getK(), attn.getV()}) {
+        auto lin = v.getDefiningOp<LinearOp>();
+        if (!seen.insert(lin).second)
+          continue;
+        if (replicate && v != attn.getQ()) {
+          if (failed(replicateKV(lin, kvHeads)))
+            return failure();
+        } else if (failed(columnParallel(lin, 1))) {
           return failure();
+        }
+      }
     }
     attn.setHeadsAttr(
         IntegerAttr::get(attn.getHeadsAttr().getType(), heads / tp));

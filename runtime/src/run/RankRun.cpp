@@ -65,7 +65,8 @@ void reportScheduler(Executor &exec, int rank) {
 class RankRun {
 public:
   RankRun(RunShared &sh, std::unique_ptr<Communicator> commIn)
-      : sh_(sh), o_(sh.o), plan_(sh.plan) {
+      : sh_(sh), o_(sh.o), plan_(sh.plan),
+        naming_(o_.weightsFormat, o_.saveFormat, o_.hfVocabSize) {
     commIn->setTimeout(o_.commTimeout);
     comm_ = withLinkFaults(std::move(commIn), o_.inject);
     rank_ = comm_->rank();
@@ -81,7 +82,7 @@ public:
       return generateText();
     openData();
     if (!o_.weights.empty())
-      exec_->loadParams(readWeights(o_), o_.weights);
+      exec_->loadParams(readWeights(o_, naming_, plan_), o_.weights);
     else
       exec_->initParams(o_.seed);
     openTrace();
@@ -176,7 +177,7 @@ private:
            plan_.worldSize, ")");
     if (o_.weights.empty())
       fail("--generate needs --weights FILE (trained parameters)");
-    exec_->loadParams(readWeights(o_), o_.weights);
+    exec_->loadParams(readWeights(o_, naming_, plan_), o_.weights);
     std::unique_ptr<Tokenizer> tok = tokenizer();
     GenerateOptions g;
     g.prompt = o_.prompt;
@@ -372,7 +373,7 @@ private:
         if (!bad.empty())
           fail("--save: refusing to write '", o_.save, "': parameter '", bad,
                "' holds non-finite values");
-        writeSafetensors(o_.save, st);
+        writeSafetensors(o_.save, naming_.forSave(st));
       }
     }
     comm_->flush();
@@ -384,6 +385,7 @@ private:
   RunShared &sh_;
   const RunOptions &o_;
   const Plan &plan_;
+  CheckpointNaming naming_; // per rank: the load's HF extras reach the save
   std::unique_ptr<Communicator> comm_;
   int rank_ = 0;
   bool lead_ = false;

@@ -95,11 +95,12 @@ void checkInputsAndOutputs(const RunOptions &o) {
 
 /// --weights, refusing NaN/inf unless --allow-nonfinite-weights: a NaN
 /// parameter trains to NaN without a word about where it came from.
-Safetensors readWeights(const RunOptions &o) {
+Safetensors readWeights(const RunOptions &o, CheckpointNaming &naming,
+                        const Plan &plan) {
   Safetensors st = readSafetensors(o.weights);
   if (!o.allowNonfiniteWeights)
     checkFinite(st, "--weights " + o.weights);
-  return st;
+  return naming.toMapp(std::move(st), plan, "--weights " + o.weights);
 }
 
 std::vector<int32_t> readTokens(const RunOptions &o) {

@@ -3,6 +3,7 @@
 #define MAPP_RT_RUN_INTERNAL_H
 
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/HfNames.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Run.h"
 #include "mapp/rt/Safetensors.h"
@@ -33,7 +34,9 @@ void runRank(RunShared &sh, std::unique_ptr<Communicator> comm);
 
 // RunIO.cpp: inputs and outputs checked before the work starts.
 void checkInputsAndOutputs(const RunOptions &o);
-Safetensors readWeights(const RunOptions &o);
+/// --weights in mapp's names (Hugging Face names mapped by `naming`).
+Safetensors readWeights(const RunOptions &o, CheckpointNaming &naming,
+                        const Plan &plan);
 std::vector<int32_t> readTokens(const RunOptions &o);
 
 /// --dump-batches: one line per microbatch: {"step", "microbatch",

@@ -11,6 +11,7 @@
 
 #include "mapp/rt/Checkpoint.h"
 #include "mapp/rt/Faults.h"
+#include "mapp/rt/HfNames.h"
 
 #include <cstdint>
 #include <string>
@@ -30,6 +31,10 @@ struct RunOptions {
   // Data and parameters.
   std::string data, dataFormat = "auto", tokenizer, weights;
   bool shuffle = true, allowNonfiniteWeights = false;
+  // --weights / --save under mapp's or Hugging Face's names (HfNames.h).
+  WeightsFormat weightsFormat = WeightsFormat::Auto,
+                saveFormat = WeightsFormat::Auto;
+  int64_t hfVocabSize = 0; // HF save: vocabulary rows kept; 0 = as loaded
   uint64_t seed = 0;
   int64_t steps = 1;
 
