@@ -494,7 +494,7 @@ void checkPerturb(const Attrs &a, const TTs &in, const TTs &out) {
   wantSameNumel(in[0], "x", out[0], "y");
 }
 
-const std::vector<KernelSpec> kSpecs = {
+const std::vector<KernelSpec> kBaseSpecs = {
     // name, minIn, maxIn, minOut, maxOut, check, inPlace
     {"embedding", 2, 2, 1, 1, checkEmbedding, false},
     {"embedding_grad", 2, 2, 1, 1, checkEmbeddingGrad, false},
@@ -553,16 +553,27 @@ const std::vector<KernelSpec> kSpecs = {
     {"trace_end", 0, 0, 0, 0, checkTrace, false},
 };
 
+/// The base kernels, then the MoE kernels (MoeKernelSpecs.cpp).
+const std::vector<KernelSpec> &specs() {
+  static const std::vector<KernelSpec> all = [] {
+    std::vector<KernelSpec> v = kBaseSpecs;
+    const std::vector<KernelSpec> &moe = moeKernelSpecs();
+    v.insert(v.end(), moe.begin(), moe.end());
+    return v;
+  }();
+  return all;
+}
+
 } // namespace
 
 const KernelSpec *mapp::rt::findKernelSpec(const std::string &name) {
-  for (const KernelSpec &s : kSpecs)
+  for (const KernelSpec &s : specs())
     if (name == s.name)
       return &s;
   return nullptr;
 }
 
-const std::vector<KernelSpec> &mapp::rt::allKernelSpecs() { return kSpecs; }
+const std::vector<KernelSpec> &mapp::rt::allKernelSpecs() { return specs(); }
 
 bool mapp::rt::isExecutorKernel(const std::string &name) {
   return name == "trace_begin" || name == "trace_end";

@@ -79,6 +79,8 @@ const KernelSpec *findKernelSpec(const std::string &name);
 /// Kernels the executor runs itself, not a backend (trace_begin/trace_end).
 bool isExecutorKernel(const std::string &name);
 const std::vector<KernelSpec> &allKernelSpecs();
+/// The mixture-of-experts kernels (src/plan/MoeKernelSpecs.cpp).
+const std::vector<KernelSpec> &moeKernelSpecs();
 
 /// Checks operand counts and calls the spec's check; messages are prefixed by
 /// the caller with the instruction's location.

@@ -25,7 +25,11 @@ namespace mapp::rt::cpu {
   X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv)  \
   X(probe) X(perturb) X(reduce_max) X(vocab_ce_partials)                     \
   X(vocab_ce_partials_grad) X(ce_from_partials) X(ce_from_partials_grad)      \
-  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)
+  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)         \
+  X(moe_router) X(moe_router_grad) X(moe_assign) X(moe_permute)               \
+  X(moe_permute_grad) X(moe_unpermute) X(moe_unpermute_grad)                 \
+  X(moe_grouped_matmul) X(moe_grouped_matmul_wgrad) X(moe_aux_loss)          \
+  X(moe_aux_loss_grad) X(moe_z_loss) X(moe_z_loss_grad)
 // clang-format on
 
 #define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);

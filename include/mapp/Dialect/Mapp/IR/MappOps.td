@@ -706,5 +706,6 @@ def Mapp_TraceEndOp : Mapp_Op<"trace_end", [MemoryEffects<[MemWrite]>]> {
 }
 
 include "mapp/Dialect/Mapp/IR/MappScopeOps.td"
+include "mapp/Dialect/Mapp/IR/MappMoeOps.td"
 
 #endif // MAPP_OPS_TD
