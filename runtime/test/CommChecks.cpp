@@ -61,6 +61,103 @@ void checkAllReduce(Communicator &c, const CommGroup &g, ReduceOp op,
   }
 }
 
+/// Variable all-to-all: member i sends member j (i + 2j) % 3 floats of value
+/// 1000*i + 10*j + k, received counts given (or exchanged).
+void checkAllToAllv(Communicator &c, const CommGroup &g, bool exchange) {
+  int n = g.size(), me = g.indexOf(c.rank());
+  auto len = [](int i, int j) { return (i + 2 * j) % 3; };
+  std::vector<float> in, out;
+  std::vector<uint64_t> sb(n), rb(n);
+  for (int j = 0; j < n; ++j) {
+    sb[j] = len(me, j) * sizeof(float);
+    rb[j] = len(j, me) * sizeof(float);
+    for (int k = 0; k < len(me, j); ++k)
+      in.push_back(1000.f * me + 10.f * j + k);
+  }
+  if (exchange) {
+    std::vector<uint64_t> got = c.exchangeCounts(sb, g);
+    expect(got == rb, "exchangeCounts over " + g.str());
+  }
+  size_t total = 0;
+  for (uint64_t b : rb)
+    total += b / sizeof(float);
+  out.assign(std::max<size_t>(total, 1), -1.f);
+  c.allToAllv(in.data(), sb, out.data(), rb, g);
+  size_t at = 0;
+  for (int i = 0; i < n; ++i)
+    for (int k = 0; k < len(i, me); ++k)
+      near(out[at++], 1000.0 * i + 10.0 * me + k,
+           "all_to_allv over " + g.str() + " from member " + std::to_string(i) +
+               " on rank " + std::to_string(c.rank()));
+}
+
+/// ep_dispatch then ep_combine over g: 2 experts per member, member i routed
+/// (i + e) % 3 rows of 2 floats to expert e, row k = (v, -v) with v = 1000*i
+/// + 10*e + k. Dispatch groups them by local expert, source member minor;
+/// combine returns x exactly (padding rows zero).
+void checkExpertDispatch(Backend &be, Communicator &c, const CommGroup &g) {
+  int n = g.size(), me = g.indexOf(c.rank());
+  const int perMember = 2, E = perMember * n, H = 2;
+  auto cnt = [](int i, int e) { return (i + e) % 3; };
+  std::vector<float> counts(E), x;
+  for (int e = 0; e < E; ++e) {
+    counts[e] = float(cnt(me, e));
+    for (int k = 0; k < cnt(me, e); ++k) {
+      float v = 1000.f * me + 10.f * e + k;
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  }
+  int64_t rows = static_cast<int64_t>(x.size()) / H + 1; // one padding row
+  x.resize(rows * H, 0.f);
+  int64_t cap = 2 * n * perMember + 1;
+  std::vector<float> y(cap * H, -7.f), local(perMember, -1.f);
+  Attrs at;
+  at.setStr("group", g.kind); // tp, dp, pp or world
+  Tensor ti[2] = {{x.data(), TensorType{DType::F32, {rows, H}}},
+                  {counts.data(), TensorType{DType::F32, {E}}}};
+  Tensor to[2] = {{y.data(), TensorType{DType::F32, {cap, H}}},
+                  {local.data(), TensorType{DType::F32, {perMember}}}};
+  KernelContext ctx;
+  ctx.comm = &c;
+  ctx.pool = &be.pool();
+  PeerBytes pb;
+  ctx.peerBytes = &pb;
+  be.lookup("ep_dispatch")({at, ti, 2, to, 2, ctx});
+  std::string where = " over " + g.str() + " on rank " + std::to_string(c.rank());
+  int64_t row = 0;
+  for (int le = 0; le < perMember; ++le) {
+    int e = me * perMember + le, sum = 0;
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < cnt(i, e); ++k, ++row, ++sum) {
+        near(y[row * H], 1000.0 * i + 10.0 * e + k, "ep_dispatch row" + where);
+        near(y[row * H + 1], -(1000.0 * i + 10.0 * e + k),
+             "ep_dispatch row" + where);
+      }
+    near(local[le], sum, "ep_dispatch local_counts" + where);
+  }
+  for (; row < cap; ++row)
+    near(y[row * H], 0, "ep_dispatch padding is zero" + where);
+  expect(pb.send.size() == size_t(n) && pb.recv.size() == size_t(n),
+         "ep_dispatch peer bytes" + where);
+  for (int j = 0; j < n; ++j) {
+    uint64_t s = 0, r = 0;
+    for (int le = 0; le < perMember; ++le) {
+      s += cnt(me, j * perMember + le);
+      r += cnt(j, me * perMember + le);
+    }
+    expect(pb.send[j] == s * H * 4 && pb.recv[j] == r * H * 4,
+           "ep_dispatch bytes per peer" + where);
+  }
+  std::vector<float> back(rows * H, -7.f);
+  Tensor ci[2] = {{y.data(), TensorType{DType::F32, {cap, H}}},
+                  {counts.data(), TensorType{DType::F32, {E}}}};
+  Tensor co[1] = {{back.data(), TensorType{DType::F32, {rows, H}}}};
+  be.lookup("ep_combine")({at, ci, 2, co, 1, ctx});
+  for (size_t i = 0; i < x.size(); ++i)
+    near(back[i], x[i], "ep_combine returns x" + where);
+}
+
 } // namespace
 
 void mapp::rt::test::runCommChecks(Communicator &c) {
@@ -162,6 +259,14 @@ void mapp::rt::test::runCommChecks(Communicator &c) {
           near(y[m * 2 + i], g.members[m] * 100 + i * 10 + idx,
                "all_to_all over " + g.str() + at);
     }
+  }
+
+  // Variable all-to-all and expert dispatch/combine over every named group.
+  for (Group gk : {Group::TP, Group::DP, Group::PP, Group::World}) {
+    CommGroup g = c.group(gk);
+    checkAllToAllv(c, g, false);
+    checkAllToAllv(c, g, true);
+    checkExpertDispatch(*be, c, g);
   }
 
   // Point-to-point around the ring, two tags received in reverse order.

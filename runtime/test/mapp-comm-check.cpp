@@ -11,12 +11,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 using namespace mapp::rt;
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: mapp-comm-check TP DP PP\n");
+  bool badCounts = argc == 5 && std::string(argv[4]) == "bad-counts";
+  if (argc != 4 && !badCounts) {
+    std::fprintf(stderr, "usage: mapp-comm-check TP DP PP [bad-counts]\n");
     return 2;
   }
   int rank = -1;
@@ -28,6 +30,31 @@ int main(int argc, char **argv) {
       fail("layout ", l.tp, "x", l.dp, "x", l.pp, " != world ", c->worldSize());
     c->setLayout(l);
     c->setTimeout(60);
+    if (badCounts) {
+      // Rank 1 sends rank 2 (of the world) 12 bytes where 2 expects 8:
+      // every rank must fail with the same message before payloads move.
+      CommGroup g = c->group(Group::World);
+      int n = g.size();
+      std::vector<uint64_t> sb(n, 8), rb(n, 8);
+      if (rank == 1)
+        sb[2] = 12;
+      std::vector<float> in(3 * n + 3), out(3 * n + 3);
+      std::string err;
+      try {
+        c->allToAllv(in.data(), sb, out.data(), rb, g);
+      } catch (const Error &e) {
+        err = e.what();
+      }
+      if (err.find("rank 1 sends 12 bytes to rank 2, which expects 8") ==
+          std::string::npos)
+        fail("bad-counts: expected the count disagreement, got '", err, "'");
+      c->barrier();
+      c.reset();
+      if (rank == 0)
+        std::printf("comm-check bad-counts ok\n");
+      mpiFinalize();
+      return 0;
+    }
     test::runCommChecks(*c);
     c.reset();
     if (rank == 0)

@@ -1,6 +1,7 @@
 //===- Report.cpp - report.json and the text summary ----------------------===//
 
 #include "mapp/scan/Report.h"
+#include "mapp/scan/AllToAllLoad.h"
 
 #include <cstdio>
 #include <numeric>
@@ -93,6 +94,17 @@ json mapp::scan::reportJson(const ScanResult &s) {
                      {"class_links", l.peers},
                      {"ratio", l.ratio}});
   j["links"] = links;
+  json a2a = json::array();
+  for (const AllToAllLoad &l : allToAllLoads(t))
+    a2a.push_back({{"rank", l.rank},
+                   {"name", l.name},
+                   {"members", l.members},
+                   {"events", l.events},
+                   {"send_bytes", l.sendBytes},
+                   {"recv_bytes", l.recvBytes},
+                   {"recv_max_over_mean", l.recvImbalance},
+                   {"send_max_over_mean", l.sendImbalance}});
+  j["all_to_all_bytes_per_peer"] = a2a;
 
   const AlignResult &a = s.align;
   json clocks = json::array();
@@ -186,6 +198,20 @@ std::string mapp::scan::textSummary(const ScanResult &s) {
       std::snprintf(buf, sizeof(buf),
                     "finding: slow-link src=%d dst=%d confidence=%.2f: %s\n",
                     f.src, f.dst, f.confidence, f.magnitude.c_str());
+    out += buf;
+  }
+  for (const AllToAllLoad &l : allToAllLoads(t)) {
+    auto list = [](const std::vector<uint64_t> &v) {
+      std::string x = "[";
+      for (size_t i = 0; i < v.size(); ++i)
+        x += (i ? "," : "") + std::to_string(v[i]);
+      return x + "]";
+    };
+    out += "all_to_all " + l.name + " rank " + std::to_string(l.rank) +
+           " (" + std::to_string(l.events) + " events): recv bytes per peer " +
+           list(l.recvBytes) + ", send " + list(l.sendBytes);
+    std::snprintf(buf, sizeof(buf), "; recv max/mean %.2f\n",
+                  l.recvImbalance);
     out += buf;
   }
   if (s.haveWhatIf) {

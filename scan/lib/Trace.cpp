@@ -154,6 +154,25 @@ void parseEvent(const json &j, Event &e) {
     throw LineError{"'sent' and 'arrived' must be non-negative"};
   if ((e.sent >= 0 || e.arrived >= 0) && e.op != Op::Recv)
     throw LineError{"'sent' and 'arrived' are recv fields"};
+  for (const char *key : {"send_bytes", "recv_bytes"}) {
+    if (!j.contains(key))
+      continue;
+    const json &v = j[key];
+    if (!v.is_array())
+      throw LineError{std::string("'") + key + "' must be an array"};
+    std::vector<uint64_t> &out =
+        key[0] == 's' ? e.sendBytes : e.recvBytes;
+    for (const json &x : v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0)
+        throw LineError{std::string("'") + key +
+                        "' must hold non-negative integers"};
+      out.push_back(x.get<uint64_t>());
+    }
+  }
+  if ((!e.sendBytes.empty() || !e.recvBytes.empty()) &&
+      (e.op != Op::AllToAll || e.sendBytes.size() != e.recvBytes.size()))
+    throw LineError{"'send_bytes' and 'recv_bytes' are all_to_all fields of "
+                    "equal length"};
   if ((e.op == Op::Send || e.op == Op::Recv) && e.peer < 0)
     throw LineError{std::string(opName(e.op)) + " event without 'peer'"};
   if (isCollective(e.op) && e.seq < 0)

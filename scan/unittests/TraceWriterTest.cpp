@@ -1,6 +1,7 @@
 //===- TraceWriterTest.cpp - MappTraceWriter round trip and concurrency ---===//
 
 #include "mapp/trace/TraceWriter.h"
+#include "mapp/scan/AllToAllLoad.h"
 #include "mapp/scan/Trace.h"
 
 #include <gtest/gtest.h>
@@ -121,4 +122,47 @@ TEST(TraceWriter, UnwritableDirIsAnError) {
   std::string err;
   EXPECT_FALSE(MappTraceWriter::open("/proc/no/such", h, &err));
   EXPECT_NE(err.find("cannot create"), std::string::npos);
+}
+
+// ep_dispatch's bytes per peer: written beside the record, read back by
+// the reader, summed per (rank, name) with max/mean over the peers. Peer 1
+// receives 3x what peer 0 does: (300 + 300) / mean(200, 600) = 1.5.
+TEST(TraceWriter, AllToAllBytesPerPeerRoundTrip) {
+  std::string dir = tempDir();
+  TraceHeader h;
+  h.world = 2;
+  h.dpSize = 2;
+  std::string err;
+  auto w = MappTraceWriter::open(dir, h, &err);
+  ASSERT_TRUE(w) << err;
+  int g = w->registerGroup("ep", {0, 1});
+  for (int step = 0; step < 2; ++step) {
+    TraceRecord c;
+    c.setName("ep_dispatch");
+    c.cat = TraceCategory::Comm;
+    c.op = TraceOp::AllToAll;
+    c.group = g;
+    c.step = step;
+    c.beginNs = 100 + 1000 * step;
+    c.endNs = 200 + 1000 * step;
+    c.peerBytes = w->storePeerBytes({40, 80}, {100, 300});
+    w->append(c);
+  }
+  w->close();
+  scan::Trace t;
+  t.world = 1;
+  t.ranks.resize(1);
+  ASSERT_TRUE(scan::readRankFile(dir + "/rank-0.trace.jsonl", {}, t.ranks[0],
+                                 &err))
+      << err;
+  ASSERT_EQ(t.ranks[0].events.size(), 2u);
+  EXPECT_EQ(t.ranks[0].events[0].recvBytes, (std::vector<uint64_t>{100, 300}));
+  std::vector<scan::AllToAllLoad> l = scan::allToAllLoads(t);
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0].name, "ep_dispatch");
+  EXPECT_EQ(l[0].events, 2);
+  EXPECT_EQ(l[0].members, (std::vector<int>{0, 1}));
+  EXPECT_EQ(l[0].sendBytes, (std::vector<uint64_t>{80, 160}));
+  EXPECT_EQ(l[0].recvBytes, (std::vector<uint64_t>{200, 600}));
+  EXPECT_DOUBLE_EQ(l[0].recvImbalance, 1.5);
 }

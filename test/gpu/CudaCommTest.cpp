@@ -10,7 +10,10 @@
 //   all_gather / reduce_scatter (dim 1 of a rank-3 tensor), all_to_all
 //   (split 0, concat 1), send/recv (a ring, two tags received in reverse
 //   order) — exact;
+//   ep_dispatch / ep_combine (variable counts per rank and expert) — exact;
 //   a failed rank: the other ranks' next collective is an Error naming it.
+// MAPP_COMM_TEST_NCCL=1 runs only the ep_dispatch/ep_combine case over an
+// NCCL world (rank r on GPU r; ncclSend/ncclRecv groups).
 // Then times an in-place all_reduce of BENCH_MIB (default 256) MiB of fp32
 // and prints the bus bandwidth (nccl-tests' 2(n-1)/n convention).
 // Exit 77 (CTest: skipped) without a GPU; 1 on any failure.
@@ -28,6 +31,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -276,6 +280,84 @@ double benchAllReduce(Rank &r, int64_t bytes, int iters) {
   return s / iters;
 }
 
+// ep_dispatch then ep_combine over the world (docs/expert-parallel.md): 2
+// experts per rank, rank i routes (i + e) % 3 rows of 4 floats to expert e,
+// row k = v + c/8 with v = 1000*i + 10*e + k; dispatch groups them by local
+// expert (source rank minor), zero past the total; combine returns x. Under
+// NCCL the payload moves by ncclSend/ncclRecv; else it is host-staged.
+void testExpertDispatch(Rank &r, int world) {
+  int me = r.comm.rank();
+  const int per = 2, E = per * world, H = 4;
+  auto cnt = [](int i, int e) { return (i + e) % 3; };
+  std::vector<float> counts(E), x;
+  for (int e = 0; e < E; ++e) {
+    counts[e] = float(cnt(me, e));
+    for (int k = 0; k < cnt(me, e); ++k)
+      for (int c = 0; c < H; ++c)
+        x.push_back(1000.f * me + 10.f * e + k + c / 8.f);
+  }
+  int64_t rows = int64_t(x.size()) / H + 1, cap = 2 * world * per + 1;
+  x.resize(rows * H, 0.f);
+  Attrs a;
+  a.setStr("group", "world");
+  Tensor in[2] = {r.upload(x, {rows, H}, false), r.upload(counts, {E}, false)};
+  Tensor out[2] = {r.empty({cap, H}), r.empty({per})};
+  r.be.lookup("ep_dispatch")({a, in, 2, out, 2, r.ctx});
+  std::vector<float> y = r.download(out[0]), local = r.download(out[1]);
+  int64_t bad = 0, row = 0;
+  for (int le = 0; le < per; ++le) {
+    int e = me * per + le, sum = 0;
+    for (int i = 0; i < world; ++i)
+      for (int k = 0; k < cnt(i, e); ++k, ++row, ++sum)
+        for (int c = 0; c < H; ++c)
+          bad += y[row * H + c] != 1000.f * i + 10.f * e + k + c / 8.f;
+    bad += local[le] != float(sum);
+  }
+  for (; row < cap; ++row)
+    for (int c = 0; c < H; ++c)
+      bad += y[row * H + c] != 0.f;
+  check(bad == 0, me, "ep_dispatch: " + std::to_string(bad) + " wrong");
+  Tensor cin[2] = {out[0], in[1]};
+  Tensor cout[1] = {r.empty({rows, H})};
+  r.be.lookup("ep_combine")({a, cin, 2, cout, 1, r.ctx});
+  std::vector<float> back = r.download(cout[0]);
+  bad = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    bad += back[i] != x[i];
+  check(bad == 0, me, "ep_combine: " + std::to_string(bad) + " wrong");
+  for (Tensor *t : {&in[0], &in[1], &out[0], &out[1], &cout[0]})
+    r.be.release(t->data);
+}
+
+// MAPP_COMM_TEST_NCCL=1: the expert dispatch/combine over an NCCL world,
+// rank r on GPU r (needs WORLD GPUs).
+int runNcclWorld(int world) {
+  std::unique_ptr<LocalWorld> lw = createNcclWorld(world);
+  std::vector<std::thread> threads;
+  int before = gFailures.load();
+  for (int rank = 0; rank < world; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        std::unique_ptr<Communicator> comm = lw->connect(rank);
+        comm->setTimeout(60);
+        comm->setLayout({world, 1, 1});
+        std::unique_ptr<Backend> be = createCudaBackend(comm->deviceOrdinal());
+        Rank r{*comm, *be, {}};
+        r.ctx.comm = comm.get();
+        r.ctx.backend = be.get();
+        testExpertDispatch(r, world);
+        be->synchronize();
+        comm->barrier();
+      } catch (const std::exception &e) {
+        check(false, rank, std::string("error: ") + e.what());
+        lw->abort(rank, e.what());
+      }
+    });
+  for (std::thread &t : threads)
+    t.join();
+  return gFailures.load() - before;
+}
+
 int runWorld(int world, int64_t benchBytes) {
   std::unique_ptr<LocalWorld> lw = createLocalWorld(world);
   std::vector<std::thread> threads;
@@ -294,6 +376,7 @@ int runWorld(int world, int64_t benchBytes) {
         testAllReduce(r, world);
         testLayouts(r, world);
         testSendRecv(r, world);
+        testExpertDispatch(r, world);
         if (benchBytes)
           secs[rank] = benchAllReduce(r, benchBytes, 10);
         be->synchronize();
@@ -330,6 +413,16 @@ int main(int argc, char **argv) {
     worlds = {std::atoi(argv[1])};
   int64_t benchMiB = argc > 2 ? std::atoll(argv[2]) : 256;
   int bad = 0;
+  const char *nccl = std::getenv("MAPP_COMM_TEST_NCCL");
+  if (nccl && std::string(nccl) == "1") {
+    for (int w : worlds) {
+      int f = runNcclWorld(w);
+      std::printf("nccl world %d: %s\n", w, f ? "FAIL" : "ok");
+      bad += f;
+    }
+    std::printf("comm-test %s (%d failure(s))\n", bad ? "FAILED" : "ok", bad);
+    return bad ? 1 : 0;
+  }
   for (int w : worlds) {
     int f = runWorld(w, benchMiB << 20);
     std::printf("world %d: %s\n", w, f ? "FAIL" : "ok");

@@ -561,6 +561,35 @@ def test_single_rank_collectives_are_copies(kernel, attrs):
     fwd(kernel, [x], x, attrs)
 
 
+def test_ep_dispatch_combine_single_rank():
+    # One member owns every expert: dispatch keeps the routed rows in order
+    # (sum(counts) of 6), zero-fills the capacity past them, reports the
+    # per-expert counts; combine returns x with its padding row zeroed.
+    x, counts = f32(7, 3), torch.tensor([2., 0., 3., 1.])
+    (y, local), _ = run_kernel("ep_dispatch", [x, counts],
+                               [((9, 3), torch.float32),
+                                ((4,), torch.float32)], {"group": "ep"})
+    want = torch.zeros(9, 3)
+    want[:6] = x[:6]
+    close(y, want, "ep_dispatch")
+    close(local, counts, "ep_dispatch local_counts")
+    (back,), _ = run_kernel("ep_combine", [y, counts],
+                            [((7, 3), torch.float32)], {"group": "ep"})
+    want = x.clone()
+    want[6] = 0
+    close(back, want, "ep_combine")
+
+
+@pytest.mark.parametrize("counts,cap,msg", [
+    ([2., 0., 3., 1.], 5, "y holds 5 (capacity too small)"),
+    ([2., -1., 3., 1.], 9, "is not a row count"),
+    ([5., 0., 3., 1.], 9, "counts add up to 9 rows, x has 7"),
+])
+def test_ep_dispatch_bad_counts(counts, cap, msg):
+    run_kernel("ep_dispatch", [f32(7, 3), torch.tensor(counts)],
+               [((cap, 3), torch.float32)], {"group": "ep"}, expect_error=msg)
+
+
 # ----------------------------------------------------------- load checks --
 
 @pytest.mark.parametrize("kernel,ins,outs,msg", [

@@ -358,3 +358,145 @@ TEST(MultiRank, WorldSizeMismatchIsAnError) {
         << e.what();
   }
 }
+
+namespace {
+/// Runs fn on every rank of a thread world without aborting it on an
+/// error: each rank must fail (or not) on its own, so a check that only
+/// some members notice would show as a timeout on the others.
+std::vector<std::string> onWorldNoAbort(int n, double timeout,
+                                        const std::function<void(Communicator &)> &fn) {
+  std::unique_ptr<LocalWorld> w = createLocalWorld(n);
+  std::vector<std::string> err(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      std::unique_ptr<Communicator> c = w->connect(r);
+      c->setLayout(Layout{n, 1, 1});
+      c->setTimeout(timeout);
+      try {
+        fn(*c);
+      } catch (const std::exception &e) {
+        err[r] = e.what();
+      }
+    });
+  for (auto &t : ts)
+    t.join();
+  return err;
+}
+} // namespace
+
+// Rank 1 sends rank 2 three floats, rank 2 expects two: every member, also
+// 0 and 3 that are not in the pair, fails at once with the same message
+// naming the pair (the 30 s timeout would show as a slow test and a
+// "timed out" message).
+TEST(AllToAllv, DisagreeingCountsFailOnEveryMember) {
+  auto start = std::chrono::steady_clock::now();
+  auto err = onWorldNoAbort(4, 30, [](Communicator &c) {
+    CommGroup g = c.group(Group::TP);
+    std::vector<uint64_t> sb(4, 8), rb(4, 8);
+    if (c.rank() == 1)
+      sb[2] = 12;
+    std::vector<float> in(8), out(8);
+    c.allToAllv(in.data(), sb, out.data(), rb, g);
+  });
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                           start)
+                 .count();
+  EXPECT_LT(s, 10);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(err[r].find("rank 1 sends 12 bytes to rank 2, which expects 8"),
+              std::string::npos)
+        << "rank " << r << ": " << err[r];
+    EXPECT_EQ(err[r], err[0]);
+  }
+}
+
+TEST(AllToAllv, WrongNumberOfCountsIsAnError) {
+  auto err = onWorldNoAbort(2, 5, [](Communicator &c) {
+    std::vector<uint64_t> sb(3, 0), rb(2, 0);
+    c.allToAllv(nullptr, sb, nullptr, rb, c.group(Group::TP));
+  });
+  EXPECT_NE(err[0].find("3 send and 2 receive counts for a group of 2"),
+            std::string::npos)
+      << err[0];
+}
+
+TEST(AllToAllv, DeadPeerTimesOutNamingIt) {
+  auto start = std::chrono::steady_clock::now();
+  auto err = onWorldNoAbort(3, 0.3, [](Communicator &c) {
+    if (c.rank() == 2)
+      return; // dead: never joins
+    std::vector<uint64_t> sb(3, 4), rb(3, 4);
+    std::vector<float> in(3), out(3);
+    c.allToAllv(in.data(), sb, out.data(), rb, c.group(Group::TP));
+  });
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                           start)
+                 .count();
+  EXPECT_LT(s, 10);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(err[r].find("timed out"), std::string::npos) << err[r];
+    EXPECT_NE(err[r].find("rank(s) 2"), std::string::npos) << err[r];
+  }
+}
+
+// The default (padded allToAll) path, as FaultComm-wrapped and NCCL host
+// communicators that do not override it would take, against the closed form.
+TEST(AllToAllv, FaultWrappedCommMovesTheSameBytes) {
+  auto err = onWorldNoAbort(3, 30, [](Communicator &inner) {
+    CommGroup g = inner.group(Group::TP);
+    int me = g.indexOf(inner.rank());
+    std::vector<uint64_t> sb(3), rb(3);
+    std::vector<float> in;
+    for (int j = 0; j < 3; ++j) {
+      sb[j] = 4 * (me + j);
+      rb[j] = 4 * (j + me);
+      for (int k = 0; k < me + j; ++k)
+        in.push_back(100.f * me + j);
+    }
+    std::vector<float> out(3 * me + 3, -1);
+    struct Base : Communicator { // only allToAll: exercises the default
+      Communicator &c;
+      explicit Base(Communicator &c) : c(c) {}
+      std::string name() const override { return "base"; }
+      int rank() const override { return c.rank(); }
+      int worldSize() const override { return c.worldSize(); }
+      void allReduce(float *b, int64_t n, ReduceOp o, const CommGroup &g) override { c.allReduce(b, n, o, g); }
+      void allReduce(double *b, int64_t n, ReduceOp o, const CommGroup &g) override { c.allReduce(b, n, o, g); }
+      void allGather(const float *i, float *o, int64_t n, const CommGroup &g) override { c.allGather(i, o, n, g); }
+      void reduceScatter(const float *i, float *o, int64_t n, ReduceOp op, const CommGroup &g) override { c.reduceScatter(i, o, n, op, g); }
+      void allToAll(const void *i, void *o, size_t b, const CommGroup &g) override { c.allToAll(i, o, b, g); }
+      void send(const void *b, size_t n, int p, int64_t t) override { c.send(b, n, p, t); }
+      void recv(void *b, size_t n, int p, int64_t t) override { c.recv(b, n, p, t); }
+      void barrier() override { c.barrier(); }
+    } base(inner);
+    base.allToAllv(in.data(), sb, out.data(), rb, g);
+    size_t at = 0;
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < i + me; ++k)
+        if (out[at++] != 100.f * i + me)
+          fail("default all_to_allv: wrong value from member ", i);
+  });
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(err[r], "") << "rank " << r;
+}
+
+TEST(ExpertDispatch, ExpertsNotDivisibleByTheGroupIsAnError) {
+  auto err = onWorldNoAbort(2, 5, [](Communicator &c) {
+    std::unique_ptr<Backend> be = createCpuBackend(1);
+    std::vector<float> x(6, 1), counts = {1, 1, 1}, y(12);
+    Tensor ti[2] = {{x.data(), TensorType{DType::F32, {3, 2}}},
+                    {counts.data(), TensorType{DType::F32, {3}}}};
+    Tensor to[1] = {{y.data(), TensorType{DType::F32, {6, 2}}}};
+    KernelContext ctx;
+    ctx.comm = &c;
+    ctx.pool = &be->pool();
+    Attrs at;
+    at.setStr("group", "tp");
+    be->lookup("ep_dispatch")({at, ti, 2, to, 1, ctx});
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(err[r].find("3 experts cannot be split evenly over 2 members"),
+              std::string::npos)
+        << err[r];
+}

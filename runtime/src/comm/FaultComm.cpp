@@ -147,6 +147,11 @@ public:
                 const CommGroup &g) override {
     c_->allToAll(in, out, bytes, g);
   }
+  void allToAllv(const void *in, const std::vector<uint64_t> &sendBytes,
+                 void *out, const std::vector<uint64_t> &recvBytes,
+                 const CommGroup &g) override {
+    c_->allToAllv(in, sendBytes, out, recvBytes, g);
+  }
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override {
     c_->send(buf, bytes, peer, tag);
   }

@@ -285,6 +285,9 @@ public:
                      const CommGroup &g) override;
   void allToAll(const void *in, void *out, size_t bytes,
                 const CommGroup &g) override;
+  void allToAllv(const void *in, const std::vector<uint64_t> &sendBytes,
+                 void *out, const std::vector<uint64_t> &recvBytes,
+                 const CommGroup &g) override;
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override;
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override;
   P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override;
@@ -500,6 +503,34 @@ void ThreadComm::allToAll(const void *in, void *out, size_t bytes,
     std::memcpy(static_cast<uint8_t *>(out) + i * bytes,
                 static_cast<const uint8_t *>(s.in[i]) + idx * bytes, bytes);
   wait(s, g, "all_to_all");
+}
+
+// Counts agreed first (every member then knows every block's offset in
+// every sender's buffer), so only the input pointers are published.
+void ThreadComm::allToAllv(const void *in,
+                           const std::vector<uint64_t> &sendBytes, void *out,
+                           const std::vector<uint64_t> &recvBytes,
+                           const CommGroup &g) {
+  std::vector<uint64_t> rows = agreeCounts(sendBytes, recvBytes, g);
+  int n = g.size();
+  if (n == 1) {
+    if (in != out && sendBytes[0])
+      std::memmove(out, in, sendBytes[0]);
+    return;
+  }
+  int idx;
+  GroupState &s = enter(g, "all_to_allv", in, nullptr, n, idx);
+  uint8_t *dst = static_cast<uint8_t *>(out);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t *row = rows.data() + static_cast<size_t>(i) * 2 * n;
+    uint64_t off = 0;
+    for (int k = 0; k < idx; ++k)
+      off += row[k];
+    if (row[idx])
+      std::memcpy(dst, static_cast<const uint8_t *>(s.in[i]) + off, row[idx]);
+    dst += recvBytes[i];
+  }
+  wait(s, g, "all_to_allv"); // every sender's buffer read
 }
 
 void ThreadComm::barrier() {

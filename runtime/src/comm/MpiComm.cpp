@@ -136,6 +136,37 @@ public:
     waitFor(r, "all_to_all over " + g.str());
   }
 
+  // Counts agreed on every member first (agreeCounts), so MPI never sees a
+  // receive shorter than its message.
+  void allToAllv(const void *in, const std::vector<uint64_t> &sendBytes,
+                 void *out, const std::vector<uint64_t> &recvBytes,
+                 const CommGroup &g) override {
+    agreeCounts(sendBytes, recvBytes, g);
+    int n = g.size();
+    if (n == 1) {
+      if (in != out && sendBytes[0])
+        std::memmove(out, in, sendBytes[0]);
+      return;
+    }
+    MPI_Comm c = commOf(g, "all_to_allv");
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    int64_t so = 0, ro = 0;
+    for (int i = 0; i < n; ++i) {
+      sc[i] = asInt(static_cast<int64_t>(sendBytes[i]));
+      sd[i] = asInt(so);
+      so += static_cast<int64_t>(sendBytes[i]);
+      rc[i] = asInt(static_cast<int64_t>(recvBytes[i]));
+      rd[i] = asInt(ro);
+      ro += static_cast<int64_t>(recvBytes[i]);
+    }
+    std::string what = "all_to_allv over " + g.str();
+    MPI_Request r;
+    check(MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(),
+                         rd.data(), MPI_BYTE, c, &r),
+          what);
+    waitFor(r, what);
+  }
+
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override {
     std::string what = "send from rank " + std::to_string(rank_) +
                        " to rank " + std::to_string(peer) + " (tag " +

@@ -43,6 +43,7 @@ struct Executor::OpenRegion {
   int64_t tag = -1;
   uint64_t bytes = 0;
   uint64_t sentNs = 0, arrivedNs = 0; // recv: the message's P2P times
+  int32_t peerBytes = -1; // variable all_to_all: MappTraceWriter's entry
 };
 
 namespace {
@@ -52,6 +53,9 @@ namespace {
 // category the same way.
 mapp::TraceOp traceOpOf(const std::string &kernel) {
   mapp::TraceOp op;
+  // Expert-parallel dispatch/combine are variable all_to_alls.
+  if (kernel == "ep_dispatch" || kernel == "ep_combine")
+    return mapp::TraceOp::AllToAll;
   if (!mapp::trace::parseOp(kernel, op) || op > mapp::TraceOp::AllToAll)
     return mapp::TraceOp::None;
   return op;
@@ -510,6 +514,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         rec.endNs = mark();
         rec.sentNs = o.sentNs;
         rec.arrivedNs = o.arrivedNs;
+        rec.peerBytes = o.peerBytes;
         sink_->appendMarked(rec);
         break;
       }
@@ -553,6 +558,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     // (p2pNowNs, the trace's steady clock); the host trace records them so
     // mapp-scan sees the wire time even when the bytes beat the receiver.
     uint64_t sentNs = 0, arrivedNs = 0;
+    PeerBytes peers; // filled by a variable all_to_all when traced
     try {
       const void *got = pr.op == mapp::TraceOp::Recv && sched_
                             ? sched_->received({block, mb}, recvIndex++,
@@ -566,7 +572,9 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       } else {
         if (pr.op == mapp::TraceOp::Recv)
           comm_.forgetLastRecv();
+        ctx.peerBytes = tr && pr.op == mapp::TraceOp::AllToAll ? &peers : nullptr;
         pr.fn(args);
+        ctx.peerBytes = nullptr;
         if (pr.op == mapp::TraceOp::Recv) {
           sentNs = comm_.lastRecvSentNs();
           arrivedNs = comm_.lastRecvCompletedNs();
@@ -596,6 +604,9 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     // another timeline.
     if (!arrivedNs || !tr || sink_->deferred() || !comm_.exactArrival())
       sentNs = arrivedNs = 0;
+    if (tr && !peers.send.empty() && !autoTrace)
+      for (OpenRegion &o : open_)
+        o.peerBytes = trace_->storePeerBytes(peers.send, peers.recv);
     if (tr && pr.op == mapp::TraceOp::Recv)
       for (OpenRegion &o : open_) {
         o.sentNs = sentNs;
@@ -632,6 +643,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         rec.cpuNs = std::max<uint64_t>(opCpu, 1);
       if (pr.kind == Prepared::Comm) {
         rec.bytes = pr.bytes;
+        if (!peers.send.empty())
+          rec.peerBytes = trace_->storePeerBytes(peers.send, peers.recv);
         rec.group = group;
         rec.seq = seq;
         rec.peer = peer;

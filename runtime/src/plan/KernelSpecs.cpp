@@ -475,6 +475,28 @@ void checkCollective(const Attrs &a, const TTs &in, const TTs &out) {
   wantF32(out[0], "y");
   a.getStr("group", "dp");
 }
+// ep_dispatch / ep_combine (backend/cpu/ExpertComm.cpp): [rows, ...] f32
+// rows and a counts vector (one per global expert).
+void checkExpertComm(const Attrs &a, const TTs &in, const TTs &out) {
+  wantF32(in[0], "x");
+  wantF32(out[0], "y");
+  wantRankAtLeast(in[0], 1, "x");
+  wantRankAtLeast(out[0], 1, "y");
+  if (in[0].shape.size() != out[0].shape.size() ||
+      !std::equal(in[0].shape.begin() + 1, in[0].shape.end(),
+                  out[0].shape.begin() + 1))
+    fail("x ", shapeStr(in[0].shape), " and y ", shapeStr(out[0].shape),
+         " must be [rows, ...] alike past the row dimension");
+  if (in[1].dtype != DType::F32 && in[1].dtype != DType::I32 &&
+      in[1].dtype != DType::I64)
+    fail("counts must be f32, i32 or i64, got ", dtypeName(in[1].dtype));
+  if (in[1].shape.size() != 1 || in[1].shape[0] < 1)
+    fail("counts must be a vector with one count per expert, got ",
+         shapeStr(in[1].shape));
+  if (out.size() > 1 && out[1].shape.size() != 1)
+    fail("local_counts must be a vector, got ", shapeStr(out[1].shape));
+  a.getStr("group", "ep");
+}
 void checkSendRecv(const Attrs &a, const TTs &, const TTs &) {
   a.requireInt("peer");
 }
@@ -535,6 +557,8 @@ const std::vector<KernelSpec> kBaseSpecs = {
     {"all_gather", 1, 1, 1, 1, checkCollective, false},
     {"reduce_scatter", 1, 1, 1, 1, checkCollective, false},
     {"all_to_all", 1, 1, 1, 1, checkCollective, false},
+    {"ep_dispatch", 2, 2, 1, 2, checkExpertComm, false},
+    {"ep_combine", 2, 2, 1, 1, checkExpertComm, false},
     {"send", 1, 1, 0, 0, checkSendRecv, false},
     {"reduce_max", 1, 1, 1, 1, checkReduceMax, false},
     {"vocab_ce_partials", 3, 3, 1, 1, checkVocabCe, false},

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <sys/stat.h>
@@ -174,6 +175,28 @@ int64_t MappTraceWriter::nextSeq(int group) {
   return groups[group].nextSeq.fetch_add(1);
 }
 
+int32_t MappTraceWriter::storePeerBytes(const std::vector<uint64_t> &send,
+                                        const std::vector<uint64_t> &recv) {
+  std::lock_guard<std::mutex> lock(peerMutex);
+  int32_t id = nextPeerBytes;
+  nextPeerBytes = nextPeerBytes == INT32_MAX ? 0 : nextPeerBytes + 1;
+  peerBytes[id] = {send, recv};
+  return id;
+}
+
+static void appendArray(std::string &out, const char *key,
+                        const std::vector<uint64_t> &v) {
+  out += ",\"";
+  out += key;
+  out += "\":[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i)
+      out += ',';
+    out += std::to_string(v[i]);
+  }
+  out += ']';
+}
+
 int64_t MappTraceWriter::append(const TraceRecord &r) {
   // Vyukov's bounded queue: a slot whose seq equals the ticket is free.
   uint64_t pos = head.load(std::memory_order_relaxed);
@@ -192,6 +215,10 @@ int64_t MappTraceWriter::append(const TraceRecord &r) {
         continue;
       }
       droppedCount.fetch_add(1, std::memory_order_relaxed);
+      if (r.peerBytes >= 0) {
+        std::lock_guard<std::mutex> lock(peerMutex);
+        peerBytes.erase(r.peerBytes);
+      }
       return -1;
     } else {
       pos = head.load(std::memory_order_relaxed);
@@ -267,6 +294,15 @@ size_t MappTraceWriter::drain(std::string &buf) {
       appendInt(buf, "group", r.group);
     if (r.seq >= 0)
       appendInt(buf, "seq", r.seq);
+    if (r.peerBytes >= 0) {
+      std::lock_guard<std::mutex> lock(peerMutex);
+      auto it = peerBytes.find(r.peerBytes);
+      if (it != peerBytes.end()) {
+        appendArray(buf, "send_bytes", it->second.first);
+        appendArray(buf, "recv_bytes", it->second.second);
+        peerBytes.erase(it);
+      }
+    }
     if (r.stream[0]) {
       buf += ",\"stream\":";
       appendEscaped(buf, r.stream);

@@ -147,6 +147,32 @@ public:
   /// out's block i comes from member i.
   virtual void allToAll(const void *in, void *out, size_t bytes,
                         const CommGroup &g) = 0;
+  /// Variable all-to-all (expert-parallel dispatch and combine, docs/
+  /// expert-parallel.md). `in` holds size() consecutive blocks, block j of
+  /// sendBytes[j] bytes for member j; `out` gets size() consecutive blocks,
+  /// block i of recvBytes[i] bytes from member i (recvBytes as given, or
+  /// from exchangeCounts). Before any payload moves every member sees every
+  /// member's counts (agreeCounts), so counts that disagree between two
+  /// members fail on every member with the same Error naming the pair — not
+  /// a hang, not a short read. A dead member is a timeout Error.
+  /// The default packs the blocks to the largest one and runs allToAll; the
+  /// thread world copies straight from the senders' memory, MPI runs
+  /// MPI_Ialltoallv.
+  virtual void allToAllv(const void *in, const std::vector<uint64_t> &sendBytes,
+                         void *out, const std::vector<uint64_t> &recvBytes,
+                         const CommGroup &g);
+  /// The receive counts of a variable all-to-all: element i of the result is
+  /// what member i sends this rank (an all_to_all of the counts).
+  std::vector<uint64_t> exchangeCounts(const std::vector<uint64_t> &sendBytes,
+                                       const CommGroup &g);
+  /// Every member's (send, recv) count rows, gathered with allToAll and
+  /// checked: member i's send to j must equal j's recv from i. Returns the
+  /// gathered rows (n x 2n) so callers can compute offsets; Error naming
+  /// the first disagreeing pair otherwise (the same on every member).
+  std::vector<uint64_t> agreeCounts(const std::vector<uint64_t> &sendBytes,
+                                    const std::vector<uint64_t> &recvBytes,
+                                    const CommGroup &g);
+
   /// Buffered send / blocking recv of `bytes` to/from global rank `peer`.
   virtual void send(const void *buf, size_t bytes, int peer, int64_t tag) = 0;
   virtual void recv(void *buf, size_t bytes, int peer, int64_t tag) = 0;

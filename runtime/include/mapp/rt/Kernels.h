@@ -26,6 +26,13 @@ class ProbeRuntime;
 
 /// Per-call state that is not an operand: the optimizer step (dropout masks,
 /// bias correction, lr schedule), the clipping inputs and the workers.
+/// What a variable all-to-all kernel (ep_dispatch / ep_combine) moved, per
+/// member of its group, for the MegaScan record (docs/trace-format.md
+/// send_bytes / recv_bytes): an unbalanced expert shows as one large entry.
+struct PeerBytes {
+  std::vector<uint64_t> send, recv;
+};
+
 struct KernelContext {
   int64_t step = 0; // 0-based training step
   int microbatch = 0;
@@ -47,6 +54,9 @@ struct KernelContext {
   Backend *backend = nullptr;
   /// MegaScope sink and switches (mapp/rt/Probe.h); null = probes off.
   ProbeRuntime *probe = nullptr;
+  /// Set by the executor around a traced variable all-to-all; the kernel
+  /// fills it (null: nobody asks).
+  PeerBytes *peerBytes = nullptr;
 };
 
 struct KernelArgs {

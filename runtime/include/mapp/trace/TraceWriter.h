@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <deque>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -54,6 +55,10 @@ struct TraceRecord {
   // recv: when the sender called send and when the payload was complete
   // here (the P2PRequest's times, same steady clock; 0 = unknown).
   uint64_t sentNs = 0, arrivedNs = 0;
+  // Variable all-to-all (ep_dispatch / ep_combine): the bytes this rank
+  // sent to and received from each member, held by the writer
+  // (storePeerBytes) so the ring's records keep a fixed size; -1 = none.
+  int32_t peerBytes = -1;
 
   void setName(const char *n);
   void setStream(const char *s);
@@ -99,6 +104,12 @@ public:
   /// so every member numbers the same collective alike.
   int64_t nextSeq(int group);
 
+  /// Keeps per-member byte counts for one record (TraceRecord::peerBytes);
+  /// the event line then carries "send_bytes" and "recv_bytes" arrays in
+  /// group member order. Thread-safe.
+  int32_t storePeerBytes(const std::vector<uint64_t> &send,
+                         const std::vector<uint64_t> &recv);
+
   /// Queues an event. Returns its id (unique per rank, increasing in append
   /// order), or -1 when the ring was full and the event was dropped.
   int64_t append(const TraceRecord &r);
@@ -140,6 +151,11 @@ private:
   std::atomic<uint64_t> written{0};
   std::atomic<uint64_t> droppedCount{0};
   bool blockWhenFull = false;
+
+  std::mutex peerMutex;
+  std::map<int32_t, std::pair<std::vector<uint64_t>, std::vector<uint64_t>>>
+      peerBytes;
+  int32_t nextPeerBytes = 0;
 
   std::mutex groupMutex;
   std::deque<Group> groups;

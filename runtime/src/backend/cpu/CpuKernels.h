@@ -29,7 +29,8 @@ namespace mapp::rt::cpu {
   X(moe_router) X(moe_router_grad) X(moe_assign) X(moe_permute)               \
   X(moe_permute_grad) X(moe_unpermute) X(moe_unpermute_grad)                 \
   X(moe_grouped_matmul) X(moe_grouped_matmul_wgrad) X(moe_aux_loss)          \
-  X(moe_aux_loss_grad) X(moe_z_loss) X(moe_z_loss_grad)
+  X(moe_aux_loss_grad) X(moe_z_loss) X(moe_z_loss_grad)  \
+  X(ep_dispatch) X(ep_combine)
 // clang-format on
 
 #define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);

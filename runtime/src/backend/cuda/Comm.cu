@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "../cpu/CpuKernels.h"
+#include "../cpu/ExpertRoute.h"
 #include "CudaBackend.h"
 #include "DeviceComm.h"
 
@@ -341,6 +342,96 @@ void cuda::all_to_all(const KernelArgs &a) {
   dc->allToAll(sendBuf, got, pn, g);
   permute(got, view(y), pc.outer, n, pc.mid * pc.inner, false, be.stream());
 }
+
+// ep_dispatch / ep_combine (semantics in backend/cpu/ExpertComm.cpp). The
+// counts come to the host (the route sizes every transfer), the payload
+// moves device to device through DeviceComm::allToAllv (NCCL), and the
+// regrouping between member-major and expert-major rows is one device copy
+// per (member, local expert) block. Without a device all_to_allv (thread
+// world on one device, mpi, bf16 storage) the CPU kernel runs staged.
+namespace {
+
+void expertComm(const KernelArgs &a, bool dispatch) {
+  const char *k = dispatch ? "ep_dispatch" : "ep_combine";
+  DeviceComm *dc = deviceCommOf(a, k);
+  const Tensor &src = a.in[0], &dst = a.out[0];
+  KernelFn cpuFn = dispatch ? cpu::ep_dispatch : cpu::ep_combine;
+  if (!dc || isBf16(src) || isBf16(dst))
+    return staged(a, cpuFn);
+  CudaBackend &be = backendOf(a);
+  Communicator &c = *a.ctx.comm;
+  CommGroup g = cpu::expertGroup(a, c);
+  std::vector<uint8_t> hc = toHost(be, a.in[1]);
+  std::vector<int64_t> counts =
+      cpu::readCounts(hostView(hc, a.in[1]), k);
+  const Tensor &rowsT = dispatch ? src : dst, &capT = dispatch ? dst : src;
+  int64_t h = rowsT.type.shape[0] ? rowsT.numel() / rowsT.type.shape[0] : 0;
+  cpu::ExpertRoute r =
+      cpu::routeExperts(c, g, counts, rowsT.type.shape[0], k);
+  if (r.recvTotal > capT.type.shape[0])
+    fail(k, " over ", g.str(), " (rank ", c.rank(), "): ", r.recvTotal,
+         " rows for this rank's experts, the buffer holds ",
+         capT.type.shape[0], " (capacity too small)");
+  std::vector<int64_t> sendE(r.members), recvE(r.members);
+  std::vector<uint64_t> sendB(r.members), recvB(r.members);
+  for (int i = 0; i < r.members; ++i) {
+    sendE[i] = (dispatch ? r.sendRows[i] : r.recvRows[i]) * h;
+    recvE[i] = (dispatch ? r.recvRows[i] : r.sendRows[i]) * h;
+    sendB[i] = static_cast<uint64_t>(sendE[i]) * 4;
+    recvB[i] = static_cast<uint64_t>(recvE[i]) * 4;
+  }
+  c.agreeCounts(sendB, recvB, g);
+  DView staging = flatScratch(be, r.recvTotal * h, 0);
+  auto regroup = [&](bool toExpertMajor, float *expert) {
+    for (int i = 0; i < r.members; ++i)
+      for (int64_t e = 0; e < r.localExperts; ++e) {
+        int64_t n = r.got[i * r.localExperts + e];
+        if (!n)
+          continue;
+        float *mm = static_cast<float *>(staging.p) + r.memberMajor(i, e) * h;
+        float *em = expert + r.expertMajor(i, e) * h;
+        MAPP_CUDA_CHECK(cudaMemcpyAsync(toExpertMajor ? em : mm,
+                                        toExpertMajor ? mm : em, n * h * 4,
+                                        cudaMemcpyDeviceToDevice, be.stream()));
+      }
+  };
+  float *out = static_cast<float *>(dst.data);
+  int64_t kept = (dispatch ? r.recvTotal : r.sentTotal) * h;
+  if (dispatch) {
+    if (!dc->allToAllv(view(src), sendE, staging, recvE, g))
+      return staged(a, cpuFn);
+    regroup(true, out);
+  } else {
+    regroup(false, static_cast<float *>(src.data));
+    if (!dc->allToAllv(staging, sendE, view(dst), recvE, g))
+      return staged(a, cpuFn);
+  }
+  if (dst.numel() > kept)
+    MAPP_CUDA_CHECK(cudaMemsetAsync(out + kept, 0,
+                                    (dst.numel() - kept) * 4, be.stream()));
+  if (dispatch && a.numOut > 1) {
+    std::vector<uint8_t> hl = toHost(be, a.out[1]);
+    Tensor lt = hostView(hl, a.out[1]);
+    if (lt.numel() != r.localExperts)
+      fail(k, ": local_counts has ", lt.numel(), " elements, ",
+           r.localExperts, " local experts");
+    for (int64_t e = 0; e < r.localExperts; ++e) {
+      if (lt.type.dtype == DType::I32)
+        static_cast<int32_t *>(lt.data)[e] = static_cast<int32_t>(r.localCounts[e]);
+      else if (lt.type.dtype == DType::I64)
+        static_cast<int64_t *>(lt.data)[e] = r.localCounts[e];
+      else
+        static_cast<float *>(lt.data)[e] = static_cast<float>(r.localCounts[e]);
+    }
+    fromHost(be, hl, a.out[1]);
+  }
+  cpu::notePeerBytes(a, r, static_cast<uint64_t>(h) * 4, dispatch);
+}
+
+} // namespace
+
+void cuda::ep_dispatch(const KernelArgs &a) { expertComm(a, true); }
+void cuda::ep_combine(const KernelArgs &a) { expertComm(a, false); }
 
 void cuda::send(const KernelArgs &a) {
   DeviceComm *dc = deviceCommOf(a, "send");

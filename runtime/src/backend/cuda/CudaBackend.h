@@ -43,7 +43,8 @@ class DeviceComm;
   X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv) \
   X(probe) X(perturb) X(reduce_max) X(vocab_ce_partials)                      \
   X(vocab_ce_partials_grad) X(ce_from_partials) X(ce_from_partials_grad)      \
-  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)
+  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)      \
+  X(ep_dispatch) X(ep_combine)
 
 #define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
 MAPP_CUDA_KERNELS(MAPP_DECLARE_KERNEL)

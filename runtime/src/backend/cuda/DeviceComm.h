@@ -21,6 +21,7 @@
 #include "mapp/rt/Comm.h"
 
 #include <memory>
+#include <vector>
 
 namespace mapp::rt::cuda {
 
@@ -43,6 +44,16 @@ public:
   /// comes from member i.
   virtual void allToAll(DView in, DView out, int64_t n,
                         const CommGroup &g) = 0;
+  /// Variable all-to-all of fp32 elements (ep_dispatch / ep_combine): in
+  /// holds size() consecutive blocks, block j of sendElems[j] for member j;
+  /// out gets block i of recvElems[i] from member i. The counts are already
+  /// agreed (Communicator::agreeCounts). False: not supported here, the
+  /// caller stages through the host communicator.
+  virtual bool allToAllv(DView /*in*/, const std::vector<int64_t> & /*sendElems*/,
+                         DView /*out*/, const std::vector<int64_t> & /*recvElems*/,
+                         const CommGroup & /*g*/) {
+    return false;
+  }
   /// Eager send of n float elements to global rank `peer`: returns once the
   /// payload is captured (the caller may overwrite `in` afterwards).
   virtual void send(DView in, int64_t n, int peer, int64_t tag) = 0;

@@ -138,6 +138,11 @@ public:
                 const CommGroup &g) override {
     inner().allToAll(in, out, bytes, g);
   }
+  void allToAllv(const void *in, const std::vector<uint64_t> &sendBytes,
+                 void *out, const std::vector<uint64_t> &recvBytes,
+                 const CommGroup &g) override {
+    inner().allToAllv(in, sendBytes, out, recvBytes, g);
+  }
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override {
     inner().send(buf, bytes, peer, tag);
   }
@@ -278,6 +283,35 @@ public:
     end();
     if (out.bf16)
       copyConvert(fo, out, n * m, be_.stream());
+  }
+
+  // One ncclSend/ncclRecv pair per member in a group call, sizes per pair
+  // (zero-sized pairs skipped: NCCL matches sends and receives by count).
+  bool allToAllv(DView in, const std::vector<int64_t> &sendElems, DView out,
+                 const std::vector<int64_t> &recvElems,
+                 const CommGroup &g) override {
+    // bf16 operands and ep groups that are not a layout group (ep < dp:
+    // explicit ranks) are staged by the caller.
+    if (in.bf16 || out.bf16 || !comms_.count(g.members))
+      return false;
+    ncclComm_t c = commOf(g, "all_to_allv");
+    int m = g.size();
+    begin();
+    MAPP_NCCL_CHECK(ncclGroupStart());
+    int64_t so = 0, ro = 0;
+    for (int i = 0; i < m; ++i) {
+      if (sendElems[i])
+        MAPP_NCCL_CHECK(ncclSend(offsetView(in, so).p, sendElems[i], ncclFloat,
+                                 i, c, stream_));
+      if (recvElems[i])
+        MAPP_NCCL_CHECK(ncclRecv(offsetView(out, ro).p, recvElems[i],
+                                 ncclFloat, i, c, stream_));
+      so += sendElems[i];
+      ro += recvElems[i];
+    }
+    MAPP_NCCL_CHECK(ncclGroupEnd());
+    end();
+    return true;
   }
 
   // Point-to-point through the host world (see the file comment).

@@ -40,6 +40,9 @@ struct Event {
   // recv: the sender's send call (its clock) and when the payload was
   // complete here (this rank's clock); -1 = not recorded.
   int64_t sent = -1, arrived = -1;
+  // Variable all_to_all (ep_dispatch / ep_combine): bytes sent to and
+  // received from each group member, member order; empty = not recorded.
+  std::vector<uint64_t> sendBytes, recvBytes;
   int line = 0;          // source line, for messages
 };
 
