@@ -15,6 +15,7 @@
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Faults.h"
 #include "mapp/rt/Generate.h"
+#include "mapp/rt/LiveMonitor.h"
 #include "mapp/rt/Metrics.h"
 #include "mapp/rt/Patch.h"
 #include "mapp/rt/Plan.h"
@@ -59,12 +60,18 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              transfers through the bit-vector coordinator
                              (default on; docs/megafbd.md)
   --trace-dir DIR            MegaScan trace: DIR/rank-{r}.trace.jsonl per rank
+  --monitor FILE             MegaScan live: rank 0 diagnoses every step's
+                             summaries of all ranks and writes slow-rank /
+                             slow-link / recovered alerts to FILE (JSON lines;
+                             "-" = stdout) and one line each to stderr
+                             (docs/mapp-scan.md, "Live monitor")
   --trace-sample E:W         trace steps with step % E < W (E = 0: every step),
                              overriding the plan's trace_every:trace_window
   --inject SPEC              fault injection, repeatable:
                                slow-compute:rank=R,factor=F
                                link-delay:src=A,dst=B,us=U
                                link-bandwidth:src=A,dst=B,gbps=G
+                               monitor-silence:rank=R (--monitor testing)
                              each with optional ,from-step=K,to-step=L
                              (active in steps K <= step < L); a link fault
                              delays the transfer, not the sender
@@ -140,7 +147,8 @@ struct Options {
                     tokenizer, weights, save, saveGrads, metrics, dumpBatches,
                     traceDir, probeDb, probeControl, probeControlTokenFile,
                     probeRun, prompt, patch,
-                    generateOut, traceSample, injectNan, schedule, memCap;
+                    generateOut, traceSample, injectNan, schedule, memCap,
+                    monitor;
   bool generate = false, greedy = false, promptGiven = false, kvCache = true;
   int64_t maxNewTokens = 32, topK = 0;
   double temperature = 1.0;
@@ -208,7 +216,8 @@ Options parseArgs(int argc, char **argv) {
       {"--save-dir", &o.ckpt.saveDir},     {"--resume", &o.ckpt.resume},
       {"--inject-nan", &o.injectNan},
       {"--coordinator", &o.coordinator}, {"--patch", &o.patch},
-      {"--schedule", &o.schedule}, {"--mem-cap", &o.memCap}};
+      {"--schedule", &o.schedule}, {"--mem-cap", &o.memCap},
+      {"--monitor", &o.monitor}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -342,6 +351,10 @@ Options parseArgs(int argc, char **argv) {
       usageError("--trace-sample needs --trace-dir");
     o.traceSampling = parseTraceSample(o.traceSample);
   }
+  if (!o.monitor.empty() && !o.traceSample.empty())
+    usageError("--monitor summarizes every step; leave out --trace-sample");
+  if (!o.monitor.empty() && o.generate)
+    usageError("--monitor is for training, not --generate");
   return o;
 }
 
@@ -444,6 +457,8 @@ void checkOutputs(const Options &o) {
   checkOutputFile(o.dumpBatches, "--dump-batches");
   checkOutputFile(o.generateOut, "--generate-out");
   checkOutputFile(o.probeDb, "--probe-db");
+  if (o.monitor != "-")
+    checkOutputFile(o.monitor, "--monitor");
   checkOutputDir(o.traceDir, "--trace-dir");
 }
 
@@ -702,6 +717,10 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     if (o.traceSampling.first >= 0)
       exec.setTraceSampling(o.traceSampling.first, o.traceSampling.second);
   }
+  // MegaScan live: after the trace writer, so it is detached first.
+  std::unique_ptr<LiveMonitor> live =
+      attachLiveMonitor(exec, *comm, o.monitor, o.inject,
+                        backendName == "cuda", device, trace.get());
   // Detaches the writer (appending what the executor still holds) before
   // the writer closes, also when a step throws.
   struct DetachTrace {
@@ -775,6 +794,8 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
       failNonFinite(exec, r, loader ? batches : Executor::BatchFn());
     }
     reportSwitches(exec, rank, o.quiet);
+    if (live)
+      live->afterStep(r.step);
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
@@ -820,6 +841,10 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
       writeSafetensors(o.save, st);
     }
   }
+  if (live) {
+    exec.flushTrace();
+    live->finish();
+  }
   comm->flush();
   exec.setTraceWriter(nullptr);
   if (trace)
@@ -860,7 +885,9 @@ int run(const Options &o) {
   if (!o.ckpt.saveDir.empty())
     installStopSignals();
   for (const Injection &i : o.inject) {
-    int r = i.kind == Injection::SlowCompute ? i.rank : std::max(i.src, i.dst);
+    int r = i.kind == Injection::SlowCompute || i.kind == Injection::MonitorSilence
+                ? i.rank
+                : std::max(i.src, i.dst);
     if (r >= plan.worldSize)
       fail("--inject: rank ", r, " is outside the plan's world of ",
            plan.worldSize);
