@@ -222,8 +222,27 @@ void WindowDiagnoser::judgeRanks(int64_t step,
     double ref = v.size() >= 3 ? medianOf(v) : std::min(v[0], v[1]);
     if (ref <= 0)
       continue;
+    // Per op bucket (ops by name hash), the member's time against the
+    // bucket's reference; the rank's ratio is the lesser of its whole
+    // compute's and the lower quartile over buckets: three kinds of op in
+    // four must be slower, as a slow device makes them.
+    std::vector<double> bucketRef(kOpBuckets, 0);
+    for (int b = 0; b < kOpBuckets; ++b) {
+      std::vector<double> vb;
+      for (const StepSummary *s : members)
+        vb.push_back(s->bucketNs[b]);
+      bucketRef[b] = vb.size() >= 3 ? medianOf(vb) : std::min(vb[0], vb[1]);
+    }
     for (size_t i = 0; i < members.size(); ++i) {
       double q = v[i] / ref;
+      std::vector<double> qb;
+      for (int b = 0; b < kOpBuckets; ++b)
+        if (bucketRef[b] > 0 && members[i]->bucketOps[b])
+          qb.push_back(members[i]->bucketNs[b] / bucketRef[b]);
+      if (qb.size() >= 4) {
+        std::sort(qb.begin(), qb.end());
+        q = std::min(q, qb[(qb.size() - 1) / 4]);
+      }
       rankHistory_[slot(step, members[i]->rank)] = q;
       rated.push_back({members[i], q, ref, members.size(), cpu});
     }

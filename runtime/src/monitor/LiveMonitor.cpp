@@ -68,6 +68,7 @@ void LiveMonitor::onGroup(int id, const std::string &kind,
 
 void LiveMonitor::onRecord(const mapp::TraceRecord &r) {
   monitor::SummaryEvent e;
+  e.name = r.name;
   e.step = r.step;
   e.cat = r.cat;
   e.op = r.op;

@@ -38,6 +38,13 @@ uint32_t mapp::monitor::hostHash(const std::string &host) {
   return h;
 }
 
+int mapp::monitor::opBucketOf(const char *name) {
+  uint32_t h = 2166136261u;
+  for (const char *p = name; p && *p; ++p)
+    h = (h ^ static_cast<unsigned char>(*p)) * 16777619u;
+  return static_cast<int>(h % kOpBuckets);
+}
+
 SyncClass mapp::monitor::syncClassOfGroupKind(const std::string &kind) {
   if (kind == "tp")
     return SyncTp;
@@ -97,6 +104,9 @@ void Summarizer::add(const SummaryEvent &e) {
     s.wallNs[c] += span;
     s.cpuNs[c] += static_cast<double>(e.cpuNs);
     ++s.ops[c];
+    int b = opBucketOf(e.name);
+    s.bucketNs[b] += e.cpuNs ? static_cast<double>(e.cpuNs) : span;
+    ++s.bucketOps[b];
     if (e.cpuNs)
       s.flags |= StepSummary::HasCpu;
     return;

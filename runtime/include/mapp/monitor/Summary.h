@@ -50,6 +50,10 @@ struct PeerStats {
 };
 
 constexpr int kMaxPeers = 8;
+/// Compute ops by a hash of their name: a slow device slows every kind of
+/// op, host noise (cache contention, another job's burst) a few.
+constexpr int kOpBuckets = 16;
+int opBucketOf(const char *name);
 
 struct StepSummary {
   enum Flags : uint16_t {
@@ -67,6 +71,8 @@ struct StepSummary {
   double cpuNs[kOpClasses] = {0, 0, 0, 0};
   double wallNs[kOpClasses] = {0, 0, 0, 0};
   uint32_t ops[kOpClasses] = {0, 0, 0, 0};
+  double bucketNs[kOpBuckets] = {}; // CPU time where measured, else wall
+  uint32_t bucketOps[kOpBuckets] = {};
   double syncNs[kSyncClasses] = {0, 0, 0, 0, 0};
   uint32_t syncOps[kSyncClasses] = {0, 0, 0, 0, 0};
   PeerStats recvFrom[kMaxPeers];
@@ -87,6 +93,7 @@ static_assert(std::is_trivially_copyable<StepSummary>::value,
 
 /// One trace event, whatever wrote it (times in ns on one rank clock).
 struct SummaryEvent {
+  const char *name = ""; // op name (buckets)
   int step = -1;
   trace::Category cat = trace::Category::Compute;
   trace::Op op = trace::Op::None;
