@@ -142,3 +142,45 @@ def test_bad_monitor_flags(plan, tmp_path):
     assert r.returncode == 2 and "--trace-sample" in r.stderr, r.stderr
     r = run(plan, tmp_path / "a.jsonl", 2, "--inject", "monitor-silence:rank=99")
     assert r.returncode != 0 and "rank 99" in r.stderr, r.stderr
+
+
+MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
+
+
+@pytest.mark.skipif(not MAPP_SCAN, reason="mapp-scan not built")
+def test_follow_matches_in_run_monitor(plan, tmp_path):
+    """mapp-scan --follow on the growing trace of a run that also monitors
+    itself: the same diagnosis on the same events gives the same verdicts."""
+    tr = tmp_path / "tr"
+    tr.mkdir()
+    follow_out = tmp_path / "follow.jsonl"
+    f = subprocess.Popen([MAPP_SCAN, "--follow", str(tr), "--alerts",
+                          str(follow_out), "--follow-timeout", "20"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    out = tmp_path / "alerts.jsonl"
+    r = run(plan, out, 20, "--trace-dir", tr, "--inject",
+            "slow-compute:rank=2,factor=3,from-step=10,to-step=15")
+    assert r.returncode == 0, r.stderr
+    _, err = f.communicate(timeout=60)
+    assert f.returncode == 0, err
+    # It stopped on the footers, not on the timeout.
+    assert "8 ranks, 20 steps diagnosed" in err and "stopped" not in err, err
+    live = [(x["kind"], x.get("of"), x.get("rank"), x["step"])
+            for x in alerts(out)]
+    followed = [(x["kind"], x.get("of"), x.get("rank"), x["step"])
+                for x in alerts(follow_out)]
+    assert live == followed, (live, followed)
+    assert live[0][0] == "slow-rank" and live[0][2] == 2 and live[0][3] <= 13
+
+
+@pytest.mark.skipif(not MAPP_SCAN, reason="mapp-scan not built")
+def test_follow_bad_input(tmp_path):
+    r = subprocess.run([MAPP_SCAN, "--follow", str(tmp_path / "nope")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "nope" in r.stderr, r.stderr
+    (tmp_path / "rank-0.trace.jsonl").write_text("{not json\n")
+    r = subprocess.run([MAPP_SCAN, "--follow", str(tmp_path),
+                        "--follow-timeout", "2"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "rank-0.trace.jsonl:1" in r.stderr, r.stderr
