@@ -10,6 +10,7 @@
 #include "mapp/scan/Report.h"
 
 #include <cmath>
+#include <memory>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -27,6 +28,7 @@ static const char *kUsage =
     "                 [--allow-inconsistent] [--max-residual-fraction F]\n"
     "                 [--max-violation-fraction F] [-q]\n"
     "       mapp-scan --follow DIR [--alerts FILE] [--follow-timeout S]\n"
+    "       mapp-scan --replay-summaries FILE [--alerts FILE]\n"
     "  DIR holds rank-{r}.trace.jsonl files (docs/trace-format.md).\n"
     "  --steps A:B      merged trace keeps steps A..B-1 (A: or :B open)\n"
     "  --ranks LIST     merged trace keeps these ranks, e.g. 0,2,4-7\n"
@@ -42,7 +44,9 @@ static const char *kUsage =
     "                   --monitor's diagnosis: alerts as JSON lines to\n"
     "                   --alerts FILE (default stdout), one line each to\n"
     "                   stderr; stops when every rank file has its footer\n"
-    "                   or nothing grew for --follow-timeout S (default 60)\n";
+    "                   or nothing grew for --follow-timeout S (default 60)\n"
+    "  --replay-summaries  the monitor rank's diagnosis on recorded step\n"
+    "                   summaries (mapp-sim --summaries), timed per step\n";
 
 static int fail(const std::string &msg) {
   std::fprintf(stderr, "mapp-scan: error: %s\n", msg.c_str());
@@ -91,6 +95,7 @@ int main(int argc, char **argv) {
   ConsistencyOptions copt;
   bool doWhatIf = false, quiet = false, allowInconsistent = false;
   bool followMode = false;
+  std::string replay;
   FollowOptions fo;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -152,6 +157,8 @@ int main(int argc, char **argv) {
       allowInconsistent = true;
     else if (a == "--follow")
       followMode = true;
+    else if (a == "--replay-summaries")
+      replay = next();
     else if (a == "--alerts")
       fo.alerts = next();
     else if (a == "--follow-timeout") {
@@ -174,6 +181,29 @@ int main(int argc, char **argv) {
       dir = a;
     else
       return fail("more than one trace directory given");
+  }
+  if (!replay.empty()) {
+    if (!dir.empty() || followMode)
+      return fail("--replay-summaries takes no trace directory");
+    std::vector<mapp::monitor::StepSummary> recs;
+    ReplayStats st;
+    std::string rerr;
+    if (!mapp::monitor::readSummaries(replay, recs, &rerr) ||
+        !replaySummaries(recs, fo.diagnosis, st, &rerr))
+      return fail(rerr);
+    std::unique_ptr<mapp::monitor::AlertLog> log =
+        mapp::monitor::AlertLog::open(fo.alerts, "mapp-scan", &rerr);
+    if (!log)
+      return fail("--alerts: " + rerr);
+    for (const mapp::monitor::Alert &a : st.alerts)
+      log->write(a);
+    std::fprintf(stderr,
+                 "mapp-scan --replay-summaries: %d ranks, %d steps: per-step "
+                 "diagnosis max %.1f ms, median %.1f ms; all steps %.2f s; "
+                 "window memory %.1f MiB; %zu alert line(s)\n",
+                 st.world, st.steps, st.maxStepMs, st.medianStepMs, st.totalS,
+                 st.memoryBytes / 1048576.0, st.alerts.size());
+    return 0;
   }
   if (dir.empty()) {
     std::fputs(kUsage, stderr);

@@ -2,6 +2,9 @@
 #include "mapp/monitor/Summary.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 using namespace mapp::monitor;
 using mapp::trace::Category;
@@ -136,6 +139,8 @@ void Summarizer::add(const SummaryEvent &e) {
     }
     ++p->count;
     p->bytes += e.bytes;
+    if (e.wireUnknown)
+      return;
     p->sumWireNs += wire;
     p->minWireNs = p->minWireNs < 0 ? wire : std::min(p->minWireNs, wire);
     return;
@@ -162,4 +167,55 @@ std::vector<int> Summarizer::openSteps() {
   for (auto &[s, sum] : open_)
     v.push_back(s);
   return v;
+}
+
+bool mapp::monitor::writeSummaries(const std::string &path,
+                                   const std::vector<StepSummary> &records,
+                                   std::string *error) {
+  std::FILE *f = std::fopen(path.c_str(), "wb");
+  if (!f) {
+    if (error)
+      *error = "cannot write '" + path + "' (" + std::strerror(errno) + ")";
+    return false;
+  }
+  size_t n = records.empty()
+                 ? 0
+                 : std::fwrite(records.data(), sizeof(StepSummary),
+                               records.size(), f);
+  bool ok = n == records.size() && std::fclose(f) == 0;
+  if (!ok && error)
+    *error = "'" + path + "': short write";
+  return ok;
+}
+
+bool mapp::monitor::readSummaries(const std::string &path,
+                                  std::vector<StepSummary> &out,
+                                  std::string *error) {
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    if (error)
+      *error = "cannot read '" + path + "' (" + std::strerror(errno) + ")";
+    return false;
+  }
+  StepSummary s;
+  size_t k = 0;
+  size_t n;
+  while ((n = std::fread(&s, 1, sizeof s, f)) == sizeof s) {
+    if (s.magic != kSummaryMagic) {
+      std::fclose(f);
+      if (error)
+        *error = "'" + path + "': record " + std::to_string(k) +
+                 " is not a step summary (bad magic)";
+      return false;
+    }
+    out.push_back(s);
+    ++k;
+  }
+  std::fclose(f);
+  if (n != 0) {
+    if (error)
+      *error = "'" + path + "': cut off inside record " + std::to_string(k);
+    return false;
+  }
+  return true;
 }

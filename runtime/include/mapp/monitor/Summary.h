@@ -103,6 +103,7 @@ struct SummaryEvent {
   uint64_t beginNs = 0, endNs = 0;
   uint64_t cpuNs = 0;               // 0: not measured
   uint64_t sentNs = 0, arrivedNs = 0; // recv stamps; 0: unknown
+  bool wireUnknown = false; // recv: neither stamps nor a usable span
 };
 
 uint32_t hostHash(const std::string &host);
@@ -128,6 +129,15 @@ private:
   std::map<int, SyncClass> groupClass_;
   std::map<int, StepSummary> open_;
 };
+
+/// A summaries file: the raw records back to back (as they travel), in
+/// the order a monitor would receive them. False with *error naming the
+/// path on I/O failure or a record that is not a summary.
+bool writeSummaries(const std::string &path,
+                    const std::vector<StepSummary> &records,
+                    std::string *error);
+bool readSummaries(const std::string &path, std::vector<StepSummary> &out,
+                   std::string *error);
 
 } // namespace mapp::monitor
 

@@ -41,6 +41,19 @@ struct FollowResult {
 /// world that does not fit, no rank file within idleTimeoutS.
 bool follow(const FollowOptions &opts, FollowResult &out, std::string *error);
 
+/// The monitor rank's work on recorded summaries (mapp-sim --summaries):
+/// each step's records go to a WindowDiagnoser as they would arrive, and
+/// the time of each step's add + diagnosis is measured.
+struct ReplayStats {
+  int world = 0, steps = 0;
+  double maxStepMs = 0, medianStepMs = 0, totalS = 0;
+  size_t memoryBytes = 0;
+  std::vector<monitor::Alert> alerts;
+};
+bool replaySummaries(const std::vector<monitor::StepSummary> &records,
+                     const monitor::MonitorOptions &opts, ReplayStats &out,
+                     std::string *error);
+
 } // namespace mapp::scan
 
 #endif
