@@ -4,6 +4,7 @@
 #include "mapp/rt/Executor.h"
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <unistd.h>
 
@@ -95,6 +96,7 @@ void LiveMonitor::send(const StepSummary &s) {
   if (s.step >= 0 && silent(s.step))
     return;
   if (rank_ == 0) {
+    count(s);
     diag_->add(s);
     return;
   }
@@ -133,6 +135,7 @@ void LiveMonitor::receive(bool wait) {
           ended_[r] = 1;
           break;
         }
+        count(s);
         diag_->add(s);
         posted_[r] =
             comm_.irecv(&inbox_[r], sizeof(StepSummary), r, kMonitorTag);
@@ -142,6 +145,14 @@ void LiveMonitor::receive(bool wait) {
     if (!wait || all || std::chrono::steady_clock::now() >= deadline)
       return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void LiveMonitor::count(const StepSummary &s) {
+  ++received_;
+  if (s.flags & StepSummary::HasNvml) {
+    ++withNvml_;
+    lastNvml_ = s;
   }
 }
 
@@ -173,6 +184,24 @@ void LiveMonitor::finish() {
   receive(true);
   emit(diag_->poll());
   emit(diag_->finish());
+  // One line even with --quiet (test/gpu/monitor.sh reads it).
+  std::string msg = "mapp-run: monitor: " + std::to_string(received_) +
+                    " summaries of " + std::to_string(world_) + " ranks, " +
+                    std::to_string(log_->written()) + " alert line(s)";
+  if (withNvml_) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "; GPU signals in %zu (rank %d step %d: SM %.0f/%.0f MHz, "
+                  "%.0f W, %.0f C, throttle %s)",
+                  withNvml_, lastNvml_.rank, lastNvml_.step,
+                  lastNvml_.smClockMhz, lastNvml_.smClockMaxMhz,
+                  lastNvml_.powerW, lastNvml_.temperatureC,
+                  monitor::throttleReasonNames(lastNvml_.throttleReasons)
+                      .c_str());
+    msg += buf;
+  }
+  msg += "\n";
+  std::fwrite(msg.data(), 1, msg.size(), stderr);
   for (P2PHandle &h : posted_)
     if (h) {
       comm_.cancel(*h);

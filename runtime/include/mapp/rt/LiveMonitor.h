@@ -91,6 +91,9 @@ private:
   std::vector<monitor::StepSummary> inbox_; // one posted buffer per rank
   std::vector<P2PHandle> posted_;
   std::vector<char> ended_;
+  size_t received_ = 0, withNvml_ = 0;
+  monitor::StepSummary lastNvml_;
+  void count(const monitor::StepSummary &s);
 };
 
 class Executor;
