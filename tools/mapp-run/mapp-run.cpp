@@ -38,12 +38,18 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              transfers through the bit-vector coordinator
                              (default on; docs/megafbd.md)
   --trace-dir DIR            MegaScan trace: DIR/rank-{r}.trace.jsonl per rank
+  --monitor FILE             MegaScan live: rank 0 diagnoses every step's
+                             summaries of all ranks and writes slow-rank /
+                             slow-link / recovered alerts to FILE (JSON lines;
+                             "-" = stdout) and one line each to stderr
+                             (docs/mapp-scan.md, "Live monitor")
   --trace-sample E:W         trace steps with step % E < W (E = 0: every step),
                              overriding the plan's trace_every:trace_window
   --inject SPEC              fault injection, repeatable:
                                slow-compute:rank=R,factor=F
                                link-delay:src=A,dst=B,us=U
                                link-bandwidth:src=A,dst=B,gbps=G
+                               monitor-silence:rank=R (--monitor testing)
                              each with optional ,from-step=K,to-step=L
                              (active in steps K <= step < L); a link fault
                              delays the transfer, not the sender
@@ -192,6 +198,7 @@ RunOptions parseArgs(int argc, char **argv) {
       {"--inject-nan", &injectNan},
       {"--coordinator", &coordinator}, {"--patch", &o.patch},
       {"--schedule", &o.schedule}, {"--mem-cap", &memCap},
+      {"--monitor", &o.monitor},
       {"--weights-format", &weightsFormat}, {"--save-format", &saveFormat}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -341,6 +348,10 @@ RunOptions parseArgs(int argc, char **argv) {
       usageError("--trace-sample needs --trace-dir");
     o.traceSampling = parseTraceSample(traceSample);
   }
+  if (!o.monitor.empty() && !traceSample.empty())
+    usageError("--monitor summarizes every step; leave out --trace-sample");
+  if (!o.monitor.empty() && o.generate)
+    usageError("--monitor is for training, not --generate");
   if (coordinator != "on" && coordinator != "off")
     usageError("--coordinator must be on or off, got '" + coordinator + "'");
   o.coordinator = coordinator == "on";

@@ -6,9 +6,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mapp/scan/Follow.h"
 #include "mapp/scan/Report.h"
 
 #include <cmath>
+#include <memory>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -25,6 +27,8 @@ static const char *kUsage =
     "                 [--compute-clock auto|span] [--allow-truncated]\n"
     "                 [--allow-inconsistent] [--max-residual-fraction F]\n"
     "                 [--max-violation-fraction F] [-q]\n"
+    "       mapp-scan --follow DIR [--alerts FILE] [--follow-timeout S]\n"
+    "       mapp-scan --replay-summaries FILE [--alerts FILE]\n"
     "  DIR holds rank-{r}.trace.jsonl files (docs/trace-format.md).\n"
     "  --steps A:B      merged trace keeps steps A..B-1 (A: or :B open)\n"
     "  --ranks LIST     merged trace keeps these ranks, e.g. 0,2,4-7\n"
@@ -35,7 +39,14 @@ static const char *kUsage =
     "                   trace has it (default); span: by wall span\n"
     "  Inconsistent data (a trace cut short, lost events, clocks that do not\n"
     "  align; docs/mapp-scan.md) withholds the findings and exits 3;\n"
-    "  --allow-inconsistent reports them anyway and exits 0.\n";
+    "  --allow-inconsistent reports them anyway and exits 0.\n"
+    "  --follow         diagnose DIR's files as they grow, with mapp-run\n"
+    "                   --monitor's diagnosis: alerts as JSON lines to\n"
+    "                   --alerts FILE (default stdout), one line each to\n"
+    "                   stderr; stops when every rank file has its footer\n"
+    "                   or nothing grew for --follow-timeout S (default 60)\n"
+    "  --replay-summaries  the monitor rank's diagnosis on recorded step\n"
+    "                   summaries (mapp-sim --summaries), timed per step\n";
 
 static int fail(const std::string &msg) {
   std::fprintf(stderr, "mapp-scan: error: %s\n", msg.c_str());
@@ -83,6 +94,9 @@ int main(int argc, char **argv) {
   DiagnoseOptions dopt;
   ConsistencyOptions copt;
   bool doWhatIf = false, quiet = false, allowInconsistent = false;
+  bool followMode = false;
+  std::string replay;
+  FollowOptions fo;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char * {
@@ -141,7 +155,16 @@ int main(int argc, char **argv) {
         return fail("--max-violation-fraction expects a number in [0, 1]");
     } else if (a == "--allow-inconsistent")
       allowInconsistent = true;
-    else if (a == "--what-if")
+    else if (a == "--follow")
+      followMode = true;
+    else if (a == "--replay-summaries")
+      replay = next();
+    else if (a == "--alerts")
+      fo.alerts = next();
+    else if (a == "--follow-timeout") {
+      if (!parseNumber(next(), fo.idleTimeoutS) || fo.idleTimeoutS <= 0)
+        return fail("--follow-timeout expects a positive number of seconds");
+    } else if (a == "--what-if")
       doWhatIf = true;
     else if (a == "--no-align")
       ao.enabled = false;
@@ -159,10 +182,53 @@ int main(int argc, char **argv) {
     else
       return fail("more than one trace directory given");
   }
+  if (!replay.empty()) {
+    if (!dir.empty() || followMode)
+      return fail("--replay-summaries takes no trace directory");
+    std::vector<mapp::monitor::StepSummary> recs;
+    ReplayStats st;
+    std::string rerr;
+    if (!mapp::monitor::readSummaries(replay, recs, &rerr) ||
+        !replaySummaries(recs, fo.diagnosis, st, &rerr))
+      return fail(rerr);
+    std::unique_ptr<mapp::monitor::AlertLog> log =
+        mapp::monitor::AlertLog::open(fo.alerts, "mapp-scan", &rerr);
+    if (!log)
+      return fail("--alerts: " + rerr);
+    for (const mapp::monitor::Alert &a : st.alerts)
+      log->write(a);
+    std::fprintf(stderr,
+                 "mapp-scan --replay-summaries: %d ranks, %d steps: per-step "
+                 "diagnosis max %.1f ms, median %.1f ms; all steps %.2f s; "
+                 "window memory %.1f MiB; %zu alert line(s)\n",
+                 st.world, st.steps, st.maxStepMs, st.medianStepMs, st.totalS,
+                 st.memoryBytes / 1048576.0, st.alerts.size());
+    return 0;
+  }
   if (dir.empty()) {
     std::fputs(kUsage, stderr);
     return 2;
   }
+
+  if (followMode) {
+    fo.dir = dir;
+    FollowResult fr;
+    std::string ferr;
+    if (!follow(fo, fr, &ferr))
+      return fail(ferr);
+    if (!quiet) {
+      std::fprintf(stderr,
+                   "mapp-scan --follow: %d ranks, %lld steps diagnosed, %zu "
+                   "alert line(s), window memory %.1f MiB%s\n",
+                   fr.world, static_cast<long long>(fr.steps), fr.alerts,
+                   fr.peakMemoryBytes / 1048576.0,
+                   fr.complete ? "" : "; stopped: nothing grew for the "
+                                      "--follow-timeout");
+    }
+    return 0;
+  }
+  if (!fo.alerts.empty() && fo.alerts != "-")
+    return fail("--alerts needs --follow");
 
   ScanResult s;
   std::string err;

@@ -27,6 +27,8 @@ static const char *kUsage =
     "  FAULT: slow-compute:rank=R,factor=F | link-delay:src=A,dst=B,us=U |\n"
     "         link-bandwidth:src=A,dst=B,gbps=G   (repeatable)\n"
     "  -o DIR           write DIR/rank-{r}.trace.jsonl and DIR/sim-truth.json\n"
+    "  --summaries F    write the live monitor's step summaries of every\n"
+    "                   rank to F (mapp-scan --replay-summaries F)\n"
     "  --what-if FILE   re-simulate with the culprits that a mapp-scan\n"
     "                   report names removed; print the step time saved\n"
     "       mapp-sim PLAN.mplan... [--compare S1,S2,...] [--steps N]\n"
@@ -157,7 +159,7 @@ static int runPlans(const std::vector<std::string> &paths,
 }
 
 int main(int argc, char **argv) {
-  std::string config, outDir, whatIf;
+  std::string config, outDir, whatIf, summariesOut;
   std::vector<std::string> inject;
   bool quiet = false, haveSeed = false, json = false;
   uint64_t seed = 0;
@@ -178,6 +180,8 @@ int main(int argc, char **argv) {
       config = next();
     else if (a == "-o")
       outDir = next();
+    else if (a == "--summaries")
+      summariesOut = next();
     else if (a == "--inject")
       inject.push_back(next());
     else if (a == "--what-if")
@@ -344,6 +348,12 @@ int main(int argc, char **argv) {
     return fail(err);
   if (!runSim(job, makeNetwork(c), times, &err))
     return fail(err);
+  if (!summariesOut.empty()) {
+    std::vector<mapp::monitor::StepSummary> recs;
+    if (!simSummaries(c, job, times, recs, &err) ||
+        !mapp::monitor::writeSummaries(summariesOut, recs, &err))
+      return fail(err);
+  }
   if (!outDir.empty() && !writeSimTraces(outDir, c, job, times, &err))
     return fail(err);
   if (!quiet) {

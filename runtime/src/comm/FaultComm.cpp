@@ -20,9 +20,12 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
     in.kind = Injection::LinkDelay;
   else if (kind == "link-bandwidth")
     in.kind = Injection::LinkBandwidth;
+  else if (kind == "monitor-silence")
+    in.kind = Injection::MonitorSilence;
   else
     fail("--inject '", spec,
-         "': unknown fault (slow-compute, link-delay, link-bandwidth)");
+         "': unknown fault (slow-compute, link-delay, link-bandwidth, "
+         "monitor-silence)");
   std::map<std::string, std::string> kv;
   if (colon != std::string::npos) {
     std::string rest = spec.substr(colon + 1);
@@ -74,6 +77,9 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
     in.dst = static_cast<int>(num("dst", 0, true));
     in.gbps = num("gbps", 1e-9, false);
     break;
+  case Injection::MonitorSilence:
+    in.rank = static_cast<int>(num("rank", 0, true));
+    break;
   }
   if (kv.count("from-step"))
     in.fromStep = static_cast<int64_t>(num("from-step", 0, true));
@@ -86,11 +92,13 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
   if (!kv.empty())
     fail("--inject '", spec, "': unknown key '", kv.begin()->first,
          "' (keys of ", kind, ": ",
-         in.kind == Injection::SlowCompute ? "rank, factor"
-         : in.kind == Injection::LinkDelay ? "src, dst, us"
-                                           : "src, dst, gbps",
+         in.kind == Injection::SlowCompute      ? "rank, factor"
+         : in.kind == Injection::MonitorSilence ? "rank"
+         : in.kind == Injection::LinkDelay      ? "src, dst, us"
+                                                : "src, dst, gbps",
          ", from-step, to-step)");
-  if (in.kind != Injection::SlowCompute && in.src == in.dst)
+  if (in.kind != Injection::SlowCompute &&
+      in.kind != Injection::MonitorSilence && in.src == in.dst)
     fail("--inject '", spec, "': src and dst are the same rank (", in.src,
          ")");
   return in;
@@ -278,7 +286,8 @@ mapp::rt::withLinkFaults(std::unique_ptr<Communicator> c,
                          const std::vector<Injection> &inj) {
   std::vector<Injection> links;
   for (const Injection &i : inj)
-    if (i.kind != Injection::SlowCompute && i.dst == c->rank())
+    if ((i.kind == Injection::LinkDelay || i.kind == Injection::LinkBandwidth) &&
+        i.dst == c->rank())
       links.push_back(i);
   if (links.empty())
     return c;

@@ -9,6 +9,7 @@
 #include "mapp/rt/Faults.h"
 #include "mapp/rt/Fbd.h"
 #include "mapp/rt/Generate.h"
+#include "mapp/rt/LiveMonitor.h"
 #include "mapp/rt/MemoryReport.h"
 #include "mapp/rt/Metrics.h"
 #include "mapp/rt/Patch.h"
@@ -86,6 +87,9 @@ public:
     else
       exec_->initParams(o_.seed);
     openTrace();
+    // MegaScan live: after the trace writer, so it is detached first.
+    live_ = attachLiveMonitor(*exec_, *comm_, o_.monitor, o_.inject,
+                              backendName_ == "cuda", device_, trace_.get());
     // Detaches the writer (appending what the executor still holds) before
     // the writer closes, also when a step throws.
     struct DetachTrace {
@@ -99,8 +103,10 @@ public:
 private:
   /// MegaFBD: the plan's placement picks this rank's backend and device.
   void createExecutor() {
-    std::string backendName = o_.backend;
-    int device = comm_->deviceOrdinal();
+    std::string &backendName = backendName_;
+    int &device = device_;
+    backendName = o_.backend;
+    device = comm_->deviceOrdinal();
     for (const Program &p : plan_.programs)
       if (p.rank == rank_) {
         backendName = placedBackend(p, o_.backend);
@@ -324,6 +330,8 @@ private:
         failNonFinite(*exec_, r, batches);
       }
       reportSwitches(*exec_, rank_, o_.quiet);
+      if (live_)
+        live_->afterStep(r.step);
       double ms = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - t0)
                       .count();
@@ -376,6 +384,10 @@ private:
         writeSafetensors(o_.save, naming_.forSave(st));
       }
     }
+    if (live_) {
+      exec_->flushTrace();
+      live_->finish();
+    }
     comm_->flush();
     exec_->setTraceWriter(nullptr);
     if (trace_)
@@ -389,12 +401,15 @@ private:
   std::unique_ptr<Communicator> comm_;
   int rank_ = 0;
   bool lead_ = false;
+  std::string backendName_; // this rank's, after MegaFBD placement
+  int device_ = 0;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<ProbeSession> scope_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<BatchDump> dump_;
   std::unique_ptr<mapp::MappTraceWriter> trace_;
+  std::unique_ptr<LiveMonitor> live_;
   std::vector<int32_t> otherTok_, otherTgt_;
 };
 

@@ -56,7 +56,10 @@ void shareRunId(Communicator &comm, std::string &runId) {
 /// Faults name ranks of the plan's world.
 void checkInjections(const RunOptions &o, const Plan &plan) {
   for (const Injection &i : o.inject) {
-    int r = i.kind == Injection::SlowCompute ? i.rank : std::max(i.src, i.dst);
+    int r = i.kind == Injection::SlowCompute ||
+                    i.kind == Injection::MonitorSilence
+                ? i.rank
+                : std::max(i.src, i.dst);
     if (r >= plan.worldSize)
       fail("--inject: rank ", r, " is outside the plan's world of ",
            plan.worldSize);

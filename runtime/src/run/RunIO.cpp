@@ -80,6 +80,8 @@ void checkInputsAndOutputs(const RunOptions &o) {
   checkOutputFile(o.dumpBatches, "--dump-batches");
   checkOutputFile(o.generateOut, "--generate-out");
   checkOutputFile(o.probeDb, "--probe-db");
+  if (o.monitor != "-")
+    checkOutputFile(o.monitor, "--monitor");
   checkOutputDir(o.traceDir, "--trace-dir");
   rejectDirectory(o.plan, "plan");
   rejectDirectory(o.data, "data");

@@ -154,7 +154,22 @@ MappTraceWriter::MappTraceWriter(std::FILE *f, std::string path,
       mask(capacity - 1) {
   for (size_t i = 0; i < capacity; ++i)
     slots[i].seq.store(i, std::memory_order_relaxed);
-  worker = std::thread([this] { run(); });
+  if (file)
+    worker = std::thread([this] { run(); });
+}
+
+std::unique_ptr<MappTraceWriter> MappTraceWriter::openTapOnly(TraceTap *tap) {
+  std::unique_ptr<MappTraceWriter> w(new MappTraceWriter(nullptr, "", 1));
+  w->tap_ = tap;
+  return w;
+}
+
+void MappTraceWriter::setTap(TraceTap *tap) {
+  std::lock_guard<std::mutex> lock(groupMutex);
+  tap_ = tap;
+  if (tap_)
+    for (size_t i = 0; i < groups.size(); ++i)
+      tap_->onGroup((int)i, groups[i].kind, groups[i].members);
 }
 
 MappTraceWriter::~MappTraceWriter() { close(); }
@@ -165,6 +180,8 @@ int MappTraceWriter::registerGroup(const std::string &kind,
   groups.emplace_back();
   groups.back().kind = kind;
   groups.back().members = members;
+  if (tap_)
+    tap_->onGroup((int)groups.size() - 1, kind, members);
   return (int)groups.size() - 1;
 }
 
@@ -198,6 +215,10 @@ static void appendArray(std::string &out, const char *key,
 }
 
 int64_t MappTraceWriter::append(const TraceRecord &r) {
+  if (tap_)
+    tap_->onRecord(r);
+  if (!file)
+    return tapOnlyIds.fetch_add(1, std::memory_order_relaxed);
   // Vyukov's bounded queue: a slot whose seq equals the ticket is free.
   uint64_t pos = head.load(std::memory_order_relaxed);
   Slot *slot;
@@ -342,6 +363,8 @@ void MappTraceWriter::run() {
 }
 
 void MappTraceWriter::flush() {
+  if (!file)
+    return;
   uint64_t target = head.load();
   std::unique_lock<std::mutex> lock(mu);
   if (closed)
@@ -359,6 +382,10 @@ void MappTraceWriter::close() {
     if (closed)
       return;
     stopping = true;
+    if (!file) {
+      closed = true;
+      return;
+    }
   }
   wake.notify_one();
   worker.join();

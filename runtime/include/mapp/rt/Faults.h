@@ -8,6 +8,9 @@
 //   link-bandwidth:src=A,dst=B,gbps=G the link A->B moves G Gb/s: a message
 //                                     occupies it bytes*8/(G*1e9) s after
 //                                     the previous one left it
+//   monitor-silence:rank=R            testing mapp-run --monitor: rank R
+//                                     stops sending its step summaries
+//                                     (the job itself goes on)
 // each optionally followed by ,from-step=K,to-step=L: active in steps
 // K <= step < L only (default: every step), so a run sees a link go slow and
 // recover. A link fault acts on the transfer as a slow wire would: the
@@ -29,7 +32,8 @@
 namespace mapp::rt {
 
 struct Injection {
-  enum Kind { SlowCompute, LinkDelay, LinkBandwidth } kind = SlowCompute;
+  enum Kind { SlowCompute, LinkDelay, LinkBandwidth, MonitorSilence } kind =
+      SlowCompute;
   int rank = -1, src = -1, dst = -1;
   double factor = 1, us = 0, gbps = 0;
   int64_t fromStep = 0, toStep = -1; ///< active in [fromStep, toStep); -1: no end

@@ -40,6 +40,7 @@ struct RunOptions {
 
   // Outputs.
   std::string save, saveGrads, metrics, dumpBatches, traceDir;
+  std::string monitor; // MegaScan live alerts ("-" = stdout)
   std::pair<int, int> traceSampling{-1, -1}; // --trace-sample E:W
   CheckpointPolicy ckpt;
   bool quiet = false;

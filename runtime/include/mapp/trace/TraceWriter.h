@@ -82,6 +82,18 @@ struct TraceHeader {
 /// clock and pid should it fail). One per job: rank 0's, shared by all.
 std::string newRunId();
 
+/// Sees every record as it is appended (and every group as it is
+/// declared), on the appending thread: MegaScan live's summaries
+/// (mapp/monitor/Summary.h) are built this way. Must be cheap and
+/// thread-safe; it is not owned.
+class TraceTap {
+public:
+  virtual ~TraceTap() = default;
+  virtual void onGroup(int id, const std::string &kind,
+                       const std::vector<int> &members) = 0;
+  virtual void onRecord(const TraceRecord &r) = 0;
+};
+
 class MappTraceWriter {
 public:
   /// Opens DIR/rank-{rank}.trace.jsonl (creating DIR) and writes the header.
@@ -90,7 +102,14 @@ public:
                                                const TraceHeader &header,
                                                std::string *error,
                                                size_t capacity = 1 << 16);
+  /// A writer without a file: records go to `tap` only (mapp-run --monitor
+  /// without --trace-dir). No background thread, nothing is queued.
+  static std::unique_ptr<MappTraceWriter> openTapOnly(TraceTap *tap);
   ~MappTraceWriter();
+
+  /// Also hands every record to `tap` (null: none). Set before the first
+  /// append; groups declared before are replayed to it.
+  void setTap(TraceTap *tap);
 
   /// The clock every begin/end must come from (steady, nanoseconds).
   static uint64_t nowNs();
@@ -142,7 +161,9 @@ private:
     std::atomic<int64_t> nextSeq{0};
   };
 
-  std::FILE *file;
+  std::FILE *file; // null: tap only
+  TraceTap *tap_ = nullptr;
+  std::atomic<int64_t> tapOnlyIds{0};
   std::string filePath;
   std::unique_ptr<Slot[]> slots;
   uint64_t mask;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include "mapp/monitor/Summary.h"
 #include <vector>
 
 namespace mapp::scan {
@@ -130,6 +131,13 @@ std::vector<SimClock> makeClocks(const SimConfig &c);
 bool writeSimTraces(const std::string &dir, const SimConfig &c,
                     const SimJob &job, const SimTimes &times,
                     std::string *error);
+
+/// The live monitor's step summaries of the simulated job (what each rank
+/// would send the monitor rank), step-major: step 0 of every rank, then
+/// step 1, ... (mapp-sim --summaries FILE; docs/mapp-scan.md).
+bool simSummaries(const SimConfig &c, const SimJob &job, const SimTimes &times,
+                  std::vector<mapp::monitor::StepSummary> &out,
+                  std::string *error);
 
 /// Deterministic uniform/normal draws keyed by (seed, a, b).
 double hashUniform(uint64_t seed, uint64_t a, uint64_t b);

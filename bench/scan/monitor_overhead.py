@@ -1,0 +1,51 @@
+#!/usr/bin/python3
+"""mapp-run --monitor's cost: the same 8-rank job (tp2 x pp2 x dp2, the
+test_monitor.py model) with the monitor on and off, alternated PAIRS times
+in one invocation; prints each pair's wall times and the median ratio of
+mean step time (from --metrics step_ms). Not asserted in CI (2 busy cores).
+
+  /usr/bin/python3 bench/scan/monitor_overhead.py [--steps N] [--pairs P]
+"""
+import argparse, json, os, pathlib, statistics, subprocess, tempfile
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("MAPP_BIN", REPO / "build" / "bin"))
+MODEL = ["vocab=256", "hidden=64", "ffn=128", "batch=4", "seq=32",
+         "optimizer=adamw", "lr=0.01", "trace=1", "microbatches=4",
+         "tp=2", "pp=2", "dp=2"]
+
+
+def mean_step_ms(plan, work, steps, monitor):
+    m = work / "m.jsonl"
+    args = [BIN / "mapp-run", plan, "--data", REPO / "data/gpt/news-1k.jsonl",
+            "--tokenizer", "bytes", "--steps", steps, "--quiet", "--threads",
+            1, "--comm=local", "--metrics", m]
+    if monitor:
+        args += ["--monitor", work / "a.jsonl"]
+    subprocess.run([str(a) for a in args], check=True, capture_output=True)
+    ms = [json.loads(l)["step_ms"] for l in m.read_text().splitlines()]
+    return statistics.mean(ms[2:])  # without the first-touch steps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--pairs", type=int, default=5)
+    a = ap.parse_args()
+    work = pathlib.Path(tempfile.mkdtemp(prefix="mapp-monov-"))
+    plan = work / "p.mplan"
+    subprocess.run([str(BIN / "mapp-make-test-plan"), str(plan), *MODEL],
+                   check=True, capture_output=True)
+    ratios = []
+    for i in range(a.pairs):
+        off = mean_step_ms(plan, work, a.steps, False)
+        on = mean_step_ms(plan, work, a.steps, True)
+        ratios.append(on / off)
+        print(f"pair {i}: off {off:.3f} ms/step, on {on:.3f} ms/step, "
+              f"ratio {on / off:.4f}")
+    print(f"median ratio on/off {statistics.median(ratios):.4f} "
+          f"(overhead {100 * (statistics.median(ratios) - 1):+.2f}%)")
+
+
+if __name__ == "__main__":
+    main()

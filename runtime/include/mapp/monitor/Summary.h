@@ -1,0 +1,144 @@
+//===- Summary.h - A rank's step reduced to a fixed-size record -*- C++ -*-===//
+//
+// MegaScan live (docs/mapp-scan.md, "Live monitor"): every rank reduces each
+// training step to one StepSummary -- compute time per op class (thread CPU
+// time where measured, wall time always), time at each kind of sync point,
+// bytes and wire time per P2P source, and on CUDA the GPU's clock, power,
+// temperature and throttle reasons. The record is trivially copyable and of
+// one size, so it travels over the job's own communicator as raw bytes and
+// a monitor holds a window of them in bounded memory.
+//
+// The Summarizer builds summaries from trace events, whoever produced them:
+// the runtime (a tap on its trace writer), mapp-scan --follow (events read
+// back from growing trace files) and mapp-sim (simulated jobs). Standard
+// library only: the bottom of the stack, below runtime/ and scan/.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_MONITOR_SUMMARY_H
+#define MAPP_MONITOR_SUMMARY_H
+
+#include "mapp/trace/TraceFormat.h"
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace mapp::monitor {
+
+constexpr uint32_t kSummaryMagic = 0x4d534d31; // "MSM1"
+
+/// Op classes: the trace categories that are not communication.
+enum OpClass : int { ClassCompute, ClassOptimizer, ClassData, ClassMemcpy,
+                     kOpClasses };
+/// Sync points: collectives by the group kind they run over, and receives.
+enum SyncClass : int { SyncTp, SyncDp, SyncPp, SyncOther, SyncRecv,
+                       kSyncClasses };
+const char *opClassName(int c);
+const char *syncClassName(int c);
+
+/// Receives from one source rank in one step.
+struct PeerStats {
+  int32_t peer = -1;
+  uint32_t count = 0;
+  uint64_t bytes = 0;
+  /// Fastest and total wire time (payload complete here - send call),
+  /// or, without those stamps, the receive's span. -1: none measured.
+  double minWireNs = -1, sumWireNs = 0;
+};
+
+constexpr int kMaxPeers = 8;
+/// Compute ops by a hash of their name: a slow device slows every kind of
+/// op, host noise (cache contention, another job's burst) a few.
+constexpr int kOpBuckets = 16;
+int opBucketOf(const char *name);
+
+struct StepSummary {
+  enum Flags : uint16_t {
+    HasCpu = 1,   // every compute op carried its thread CPU time
+    HasWire = 2,  // receives carried sent/arrived stamps
+    HasNvml = 4,  // the GPU fields below were read
+  };
+  uint32_t magic = kSummaryMagic;
+  int32_t rank = -1;
+  int32_t step = -1;
+  int16_t tp = 0, dp = 0, pp = 0;
+  uint16_t flags = 0;
+  uint32_t host = 0; // hash of the host name (links within / across hosts)
+  uint32_t events = 0;
+  double cpuNs[kOpClasses] = {0, 0, 0, 0};
+  double wallNs[kOpClasses] = {0, 0, 0, 0};
+  uint32_t ops[kOpClasses] = {0, 0, 0, 0};
+  double bucketNs[kOpBuckets] = {}; // CPU time where measured, else wall
+  uint32_t bucketOps[kOpBuckets] = {};
+  double syncNs[kSyncClasses] = {0, 0, 0, 0, 0};
+  uint32_t syncOps[kSyncClasses] = {0, 0, 0, 0, 0};
+  PeerStats recvFrom[kMaxPeers];
+  uint8_t recvPeers = 0;
+  uint8_t peerOverflow = 0; // sources beyond kMaxPeers (not recorded)
+  uint16_t reserved = 0;
+  // NVML (HasNvml): SM clock now and its maximum, board power, GPU
+  // temperature, nvmlClocksThrottleReasons bits.
+  float smClockMhz = -1, smClockMaxMhz = -1, powerW = -1, temperatureC = -1;
+  uint64_t throttleReasons = 0;
+
+  /// Compute cost of the rank's step: CPU time when measured, else wall.
+  double computeNs(bool cpu) const;
+  double totalSyncNs() const;
+};
+static_assert(std::is_trivially_copyable<StepSummary>::value,
+              "summaries travel as raw bytes");
+
+/// One trace event, whatever wrote it (times in ns on one rank clock).
+struct SummaryEvent {
+  const char *name = ""; // op name (buckets)
+  int step = -1;
+  trace::Category cat = trace::Category::Compute;
+  trace::Op op = trace::Op::None;
+  int group = -1; // collectives: the group id (kind via setGroupKind)
+  int peer = -1;
+  uint64_t bytes = 0;
+  uint64_t beginNs = 0, endNs = 0;
+  uint64_t cpuNs = 0;               // 0: not measured
+  uint64_t sentNs = 0, arrivedNs = 0; // recv stamps; 0: unknown
+  bool wireUnknown = false; // recv: neither stamps nor a usable span
+};
+
+uint32_t hostHash(const std::string &host);
+SyncClass syncClassOfGroupKind(const std::string &kind);
+
+/// Builds one rank's summaries, step by step. Thread-safe: the runtime's
+/// records may come from the training thread and a trace resolver thread.
+class Summarizer {
+public:
+  void setIdentity(int rank, int tp, int dp, int pp, const std::string &host);
+  void setGroupKind(int group, const std::string &kind);
+  void add(const SummaryEvent &e);
+  /// The summary of `step` (an empty one if it saw no events); forgets it
+  /// and every older step.
+  StepSummary take(int step);
+  /// Steps with events not taken yet, ascending.
+  std::vector<int> openSteps();
+
+private:
+  StepSummary fresh(int step) const;
+  std::mutex mu_;
+  StepSummary identity_;
+  std::map<int, SyncClass> groupClass_;
+  std::map<int, StepSummary> open_;
+};
+
+/// A summaries file: the raw records back to back (as they travel), in
+/// the order a monitor would receive them. False with *error naming the
+/// path on I/O failure or a record that is not a summary.
+bool writeSummaries(const std::string &path,
+                    const std::vector<StepSummary> &records,
+                    std::string *error);
+bool readSummaries(const std::string &path, std::vector<StepSummary> &out,
+                   std::string *error);
+
+} // namespace mapp::monitor
+
+#endif // MAPP_MONITOR_SUMMARY_H

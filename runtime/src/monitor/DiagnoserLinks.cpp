@@ -1,0 +1,176 @@
+//===- DiagnoserLinks.cpp - The window diagnosis of links -----------------===//
+//
+// As mapp-scan's slow-link rule (scan/lib/DiagnoseLinks.cpp) on summaries:
+// a link's cost in a step is its fastest transfer (one undisturbed
+// transfer per step suffices; scheduling noise only ever adds time), and
+// it is compared with the other links of its class -- same host relation,
+// same pipeline direction, same message size -- falling back to coarser
+// classes when a class has fewer than three links. The noise bar is the
+// class's pooled 90th percentile above its median over the window.
+//
+//===----------------------------------------------------------------------===//
+#include "mapp/monitor/Diagnoser.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <tuple>
+
+using namespace mapp::monitor;
+
+namespace mapp::monitor {
+double medianOf(std::vector<double> v);
+}
+
+namespace {
+double percentile(std::vector<double> v, double q) {
+  if (v.empty())
+    return 0;
+  size_t n = std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + n, v.end());
+  return v[n];
+}
+
+struct LinkNow {
+  int src, dst;
+  double wireNs;
+  double bytes; // per message
+  bool intra;
+  int dir; // +1 forward, -1 backward, 0 other (or the source unknown)
+  size_t peers = 0;
+  double ref = 0, noise = 0;
+};
+} // namespace
+
+void WindowDiagnoser::judgeLinks(int64_t step,
+                                 const std::vector<const StepSummary *> &got,
+                                 std::vector<Alert> &out) {
+  std::vector<const StepSummary *> byRank(world_, nullptr);
+  for (const StepSummary *s : got)
+    byRank[s->rank] = s;
+  std::vector<LinkNow> links;
+  for (const StepSummary *d : got)
+    for (int k = 0; k < d->recvPeers; ++k) {
+      const PeerStats &p = d->recvFrom[k];
+      if (p.count == 0 || p.minWireNs < 0 || p.peer < 0 || p.peer >= world_)
+        continue;
+      const StepSummary *s = byRank[p.peer];
+      LinkNow l{p.peer, d->rank, p.minWireNs,
+                static_cast<double>(p.bytes) / p.count,
+                s && s->host == d->host, 0};
+      if (s)
+        l.dir = d->pp == s->pp + 1 ? 1 : d->pp == s->pp - 1 ? -1 : 0;
+      links.push_back(l);
+      std::vector<double> &h = linkHistory_[{l.src, l.dst}];
+      if (h.empty())
+        h.assign(opts_.window, -1.0);
+      h[step % opts_.window] = l.wireNs;
+    }
+  if (links.size() < 2)
+    return;
+  // Classes, most specific first.
+  using Key = std::tuple<int, bool, double, int>; // level, host, bytes, dir
+  auto keyOf = [](const LinkNow &l, int level) {
+    return Key{level, l.intra, level < 2 ? l.bytes : -1.0,
+               level == 0 ? l.dir : 2};
+  };
+  std::map<Key, std::vector<size_t>> classes;
+  for (size_t i = 0; i < links.size(); ++i)
+    for (int level = 0; level < 3; ++level)
+      classes[keyOf(links[i], level)].push_back(i);
+  // A class's reference and noise from its links' windows, leaving the
+  // judged link out in small classes (it would drag its own reference);
+  // in classes of 8 or more one link moves neither.
+  auto stats = [&](const std::vector<size_t> &members, size_t self,
+                   double &ref, double &noise) {
+    std::vector<double> now, pooled;
+    for (size_t m : members) {
+      if (m == self)
+        continue;
+      now.push_back(links[m].wireNs);
+      for (double v : linkHistory_[{links[m].src, links[m].dst}])
+        if (v >= 0)
+          pooled.push_back(v);
+    }
+    ref = now.size() >= 2 ? medianOf(now) : now.empty() ? 0 : now[0];
+    double c = medianOf(pooled);
+    noise = std::max(percentile(pooled, 0.9) - c, 0.02 * ref);
+  };
+  std::map<Key, std::pair<double, double>> bigClass; // key -> ref, noise
+  const double T = opts_.linkThreshold;
+  for (size_t i = 0; i < links.size(); ++i) {
+    LinkNow &l = links[i];
+    const std::vector<size_t> *members = nullptr;
+    Key key;
+    for (int level = 0; level < 3 && !members; ++level) {
+      key = keyOf(l, level);
+      const auto &c = classes[key];
+      if (c.size() >= 3 || level == 2)
+        members = &c;
+    }
+    if (members->size() < 2)
+      continue;
+    l.peers = members->size() - 1;
+    if (members->size() >= 8) {
+      auto it = bigClass.find(key);
+      if (it == bigClass.end()) {
+        double ref, noise;
+        stats(*members, SIZE_MAX, ref, noise);
+        it = bigClass.emplace(key, std::make_pair(ref, noise)).first;
+      }
+      l.ref = it->second.first;
+      l.noise = it->second.second;
+    } else {
+      stats(*members, i, l.ref, l.noise);
+    }
+    if (l.ref <= 0)
+      continue;
+    double bar = std::max({l.ref / (1 - T), l.ref + opts_.minLinkExcessNs,
+                           l.ref + 3 * l.noise});
+    bool slow = l.wireNs >= bar;
+    bool normal = l.wireNs < (l.ref + bar) / 2;
+    double ratio = l.wireNs / l.ref;
+    Track &t = linkTracks_[{l.src, l.dst}];
+    bool wasAlerted = t.alerted;
+    if (!advance(t, slow, normal, ratio, step))
+      continue;
+    Alert a;
+    a.src = l.src;
+    a.dst = l.dst;
+    a.step = step;
+    a.since = t.since;
+    char buf[256];
+    if (wasAlerted) {
+      a.kind = "recovered";
+      a.of = "slow-link";
+      a.ratio = ratio;
+      std::snprintf(buf, sizeof buf,
+                    "link %d->%d: fastest transfer back to its peers' "
+                    "(%.0f us vs %.0f us)",
+                    l.src, l.dst, l.wireNs * 1e-3, l.ref * 1e-3);
+      a.text = buf;
+      out.push_back(a);
+      continue;
+    }
+    a.kind = "slow-link";
+    a.ratio = t.minRatio;
+    a.cause = "wire";
+    a.confidence = std::clamp((1 - 1 / t.minRatio) / (2 * T), 0.0, 1.0) *
+                   std::clamp((l.wireNs - l.ref) / (6 * std::max(l.noise, 1.0)),
+                              0.0, 1.0);
+    a.evidence = {{"wire_us", l.wireNs * 1e-3},
+                  {"peers_wire_us", l.ref * 1e-3},
+                  {"bytes", l.bytes},
+                  {"peers", static_cast<double>(l.peers)},
+                  {"noise_us", l.noise * 1e-3},
+                  {"intra_host", l.intra ? 1.0 : 0.0}};
+    std::snprintf(buf, sizeof buf,
+                  "link %d->%d: fastest transfer %.0f us, %.2fx its %zu peer "
+                  "links' %.0f us since step %lld (confidence %.2f)",
+                  l.src, l.dst, l.wireNs * 1e-3, a.ratio, l.peers,
+                  l.ref * 1e-3, static_cast<long long>(a.since),
+                  a.confidence);
+    a.text = buf;
+    out.push_back(a);
+  }
+}

@@ -1,0 +1,221 @@
+//===- Summary.cpp - Step summaries from trace events ---------------------===//
+#include "mapp/monitor/Summary.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+using namespace mapp::monitor;
+using mapp::trace::Category;
+using mapp::trace::Op;
+
+const char *mapp::monitor::opClassName(int c) {
+  static const char *names[] = {"compute", "optimizer", "data", "memcpy"};
+  return c >= 0 && c < kOpClasses ? names[c] : "?";
+}
+
+const char *mapp::monitor::syncClassName(int c) {
+  static const char *names[] = {"tp", "dp", "pp", "other", "recv"};
+  return c >= 0 && c < kSyncClasses ? names[c] : "?";
+}
+
+double StepSummary::computeNs(bool cpu) const {
+  double s = 0;
+  for (int c = 0; c < kOpClasses; ++c)
+    s += cpu ? cpuNs[c] : wallNs[c];
+  return s;
+}
+
+double StepSummary::totalSyncNs() const {
+  double s = 0;
+  for (double v : syncNs)
+    s += v;
+  return s;
+}
+
+uint32_t mapp::monitor::hostHash(const std::string &host) {
+  uint32_t h = 2166136261u; // FNV-1a
+  for (unsigned char c : host)
+    h = (h ^ c) * 16777619u;
+  return h;
+}
+
+int mapp::monitor::opBucketOf(const char *name) {
+  uint32_t h = 2166136261u;
+  for (const char *p = name; p && *p; ++p)
+    h = (h ^ static_cast<unsigned char>(*p)) * 16777619u;
+  return static_cast<int>(h % kOpBuckets);
+}
+
+SyncClass mapp::monitor::syncClassOfGroupKind(const std::string &kind) {
+  if (kind == "tp")
+    return SyncTp;
+  if (kind == "dp")
+    return SyncDp;
+  if (kind == "pp")
+    return SyncPp;
+  return SyncOther;
+}
+
+static int opClassOf(Category c) {
+  switch (c) {
+  case Category::Optimizer:
+    return ClassOptimizer;
+  case Category::Data:
+    return ClassData;
+  case Category::Memcpy:
+    return ClassMemcpy;
+  default:
+    return ClassCompute;
+  }
+}
+
+void Summarizer::setIdentity(int rank, int tp, int dp, int pp,
+                             const std::string &host) {
+  std::lock_guard<std::mutex> lock(mu_);
+  identity_.rank = rank;
+  identity_.tp = static_cast<int16_t>(tp);
+  identity_.dp = static_cast<int16_t>(dp);
+  identity_.pp = static_cast<int16_t>(pp);
+  identity_.host = hostHash(host);
+}
+
+void Summarizer::setGroupKind(int group, const std::string &kind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  groupClass_[group] = syncClassOfGroupKind(kind);
+}
+
+StepSummary Summarizer::fresh(int step) const {
+  StepSummary s = identity_;
+  s.step = step;
+  return s;
+}
+
+void Summarizer::add(const SummaryEvent &e) {
+  if (e.step < 0 || e.endNs < e.beginNs)
+    return; // outside a step (setup), or a record without times
+  const double span = static_cast<double>(e.endNs - e.beginNs);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(e.step);
+  if (it == open_.end())
+    it = open_.emplace(e.step, fresh(e.step)).first;
+  StepSummary &s = it->second;
+  ++s.events;
+  if (e.cat != Category::Comm && e.op == Op::None) {
+    int c = opClassOf(e.cat);
+    s.wallNs[c] += span;
+    s.cpuNs[c] += static_cast<double>(e.cpuNs);
+    ++s.ops[c];
+    int b = opBucketOf(e.name);
+    s.bucketNs[b] += e.cpuNs ? static_cast<double>(e.cpuNs) : span;
+    ++s.bucketOps[b];
+    if (e.cpuNs)
+      s.flags |= StepSummary::HasCpu;
+    return;
+  }
+  if (e.op == Op::Send)
+    return; // the receiving side records the link
+  if (e.op == Op::Recv) {
+    s.syncNs[SyncRecv] += span;
+    ++s.syncOps[SyncRecv];
+    double wire = span;
+    if (e.sentNs && e.arrivedNs >= e.sentNs) {
+      wire = static_cast<double>(e.arrivedNs - e.sentNs);
+      s.flags |= StepSummary::HasWire;
+    }
+    PeerStats *p = nullptr;
+    for (int k = 0; k < s.recvPeers; ++k)
+      if (s.recvFrom[k].peer == e.peer)
+        p = &s.recvFrom[k];
+    if (!p) {
+      if (s.recvPeers == kMaxPeers) {
+        s.peerOverflow = static_cast<uint8_t>(
+            std::min(255, s.peerOverflow + 1));
+        return;
+      }
+      p = &s.recvFrom[s.recvPeers++];
+      p->peer = e.peer;
+    }
+    ++p->count;
+    p->bytes += e.bytes;
+    if (e.wireUnknown)
+      return;
+    p->sumWireNs += wire;
+    p->minWireNs = p->minWireNs < 0 ? wire : std::min(p->minWireNs, wire);
+    return;
+  }
+  auto g = groupClass_.find(e.group);
+  int c = g == groupClass_.end() ? SyncOther : g->second;
+  s.syncNs[c] += span;
+  ++s.syncOps[c];
+}
+
+StepSummary Summarizer::take(int step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StepSummary s = fresh(step);
+  auto it = open_.find(step);
+  if (it != open_.end())
+    s = it->second;
+  open_.erase(open_.begin(), open_.upper_bound(step));
+  return s;
+}
+
+std::vector<int> Summarizer::openSteps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> v;
+  for (auto &[s, sum] : open_)
+    v.push_back(s);
+  return v;
+}
+
+bool mapp::monitor::writeSummaries(const std::string &path,
+                                   const std::vector<StepSummary> &records,
+                                   std::string *error) {
+  std::FILE *f = std::fopen(path.c_str(), "wb");
+  if (!f) {
+    if (error)
+      *error = "cannot write '" + path + "' (" + std::strerror(errno) + ")";
+    return false;
+  }
+  size_t n = records.empty()
+                 ? 0
+                 : std::fwrite(records.data(), sizeof(StepSummary),
+                               records.size(), f);
+  bool ok = n == records.size() && std::fclose(f) == 0;
+  if (!ok && error)
+    *error = "'" + path + "': short write";
+  return ok;
+}
+
+bool mapp::monitor::readSummaries(const std::string &path,
+                                  std::vector<StepSummary> &out,
+                                  std::string *error) {
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    if (error)
+      *error = "cannot read '" + path + "' (" + std::strerror(errno) + ")";
+    return false;
+  }
+  StepSummary s;
+  size_t k = 0;
+  size_t n;
+  while ((n = std::fread(&s, 1, sizeof s, f)) == sizeof s) {
+    if (s.magic != kSummaryMagic) {
+      std::fclose(f);
+      if (error)
+        *error = "'" + path + "': record " + std::to_string(k) +
+                 " is not a step summary (bad magic)";
+      return false;
+    }
+    out.push_back(s);
+    ++k;
+  }
+  std::fclose(f);
+  if (n != 0) {
+    if (error)
+      *error = "'" + path + "': cut off inside record " + std::to_string(k);
+    return false;
+  }
+  return true;
+}

@@ -1,0 +1,186 @@
+"""MegaScan live: mapp-run --monitor FILE on 8 rank threads (tp2 x pp2 x dp2).
+
+Known answers from injected faults (docs/mapp-scan.md, "Live monitor"):
+- slow compute (3x, CPU-burning) on rank 5 from step 10 to 15: a slow-rank
+  alert naming rank 5 about a step <= 13, nothing else slow, and a
+  `recovered` line within 3 steps after step 15;
+- a 5 ms delay on the pipeline link 3 -> 7 from step 10 to 15: a slow-link
+  alert naming 3 -> 7 by step 13, `recovered` within 3 steps after 15;
+- 200 clean steps: no alert at all;
+- a rank that stops sending summaries (monitor-silence) is named, the run
+  ends (no hang);
+- an alert file that cannot be written fails before step 1.
+Compute is compared by thread CPU time, which the other threads sharing CI's
+2 cores do not stretch; the rank's verdict also needs three op kinds in
+four slower (op buckets), so a burst of host noise on a few ops is not a
+slow rank. No timing ratio is asserted here (bench/scan/monitor_overhead.py
+measures the cost).
+"""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CORPUS = REPO / "data" / "gpt" / "news-1k.jsonl"
+
+
+def tool(env, name):
+    if os.environ.get(env):
+        return os.environ[env]
+    for d in (os.environ.get("MAPP_BIN"), REPO / "build" / "bin"):
+        if d and (pathlib.Path(d) / name).exists():
+            return str(pathlib.Path(d) / name)
+    return None
+
+
+MAPP_RUN = tool("MAPP_RUN", "mapp-run")
+MAKE_PLAN = tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
+pytestmark = pytest.mark.skipif(not (MAPP_RUN and MAKE_PLAN),
+                                reason="mapp-run / mapp-make-test-plan not built")
+
+MODEL = ["vocab=256", "hidden=64", "ffn=128", "batch=4", "seq=32",
+         "optimizer=adamw", "lr=0.01", "trace=1", "microbatches=4",
+         "tp=2", "pp=2", "dp=2"]
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    p = tmp_path_factory.mktemp("monitor") / "p.mplan"
+    subprocess.run([MAKE_PLAN, str(p), *MODEL], check=True,
+                   capture_output=True)
+    return p
+
+
+def run(plan, out, steps, *extra, timeout=240):
+    args = [MAPP_RUN, str(plan), "--data", str(CORPUS), "--tokenizer", "bytes",
+            "--steps", str(steps), "--quiet", "--threads", "1",
+            "--comm=local", "--monitor", str(out), *map(str, extra)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    return r
+
+
+def alerts(path):
+    return [json.loads(l) for l in pathlib.Path(path).read_text().splitlines()
+            if l.strip()]
+
+
+def test_slow_rank_alert_and_recovery(plan, tmp_path):
+    out = tmp_path / "alerts.jsonl"
+    r = run(plan, out, 20, "--inject",
+            "slow-compute:rank=5,factor=3,from-step=10,to-step=15")
+    assert r.returncode == 0, r.stderr
+    a = alerts(out)
+    slow = [x for x in a if x["kind"] in ("slow-rank", "slow-link")]
+    assert [(x["kind"], x.get("rank")) for x in slow] == [("slow-rank", 5)], a
+    assert 10 <= slow[0]["step"] <= 13, slow
+    assert slow[0]["since"] >= 10 and slow[0]["ratio"] > 2, slow
+    assert slow[0]["cause"] == "compute"
+    assert slow[0]["evidence"]["cpu_clock"] == 1
+    rec = [x for x in a if x["kind"] == "recovered"]
+    assert [(x["of"], x["rank"]) for x in rec] == [("slow-rank", 5)], a
+    assert 15 <= rec[0]["step"] <= 17, rec
+    # One stderr line per alert.
+    assert "monitor: step %d: slow-rank: rank 5" % slow[0]["step"] in r.stderr
+
+
+def test_slow_link_alert_and_recovery(plan, tmp_path):
+    out = tmp_path / "alerts.jsonl"
+    r = run(plan, out, 20, "--inject",
+            "link-delay:src=3,dst=7,us=5000,from-step=10,to-step=15")
+    assert r.returncode == 0, r.stderr
+    a = alerts(out)
+    slow = [x for x in a if x["kind"] in ("slow-rank", "slow-link")]
+    assert [(x["kind"], x.get("src"), x.get("dst")) for x in slow] == \
+        [("slow-link", 3, 7)], a
+    assert 10 <= slow[0]["step"] <= 13, slow
+    # The fastest transfer of the step carries the whole 5 ms delay.
+    assert slow[0]["evidence"]["wire_us"] >= 4900, slow
+    rec = [x for x in a if x["kind"] == "recovered"]
+    assert [(x["of"], x["src"], x["dst"]) for x in rec] == \
+        [("slow-link", 3, 7)], a
+    assert 15 <= rec[0]["step"] <= 17, rec
+
+
+def test_clean_run_no_alert(plan, tmp_path):
+    out = tmp_path / "alerts.jsonl"
+    r = run(plan, out, 200)
+    assert r.returncode == 0, r.stderr
+    assert alerts(out) == [], out.read_text()
+
+
+def test_silent_rank_named_no_hang(plan, tmp_path):
+    out = tmp_path / "alerts.jsonl"
+    r = run(plan, out, 16, "--inject", "monitor-silence:rank=6,from-step=8",
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    a = alerts(out)
+    miss = [x for x in a if x["kind"] == "missing-summaries"]
+    assert [(x["rank"], x["step"]) for x in miss] == [(6, 8)], a
+    # Named while the job ran (3 steps behind), not only at its end.
+    assert miss[0]["at_step"] <= 12, miss
+    assert not [x for x in a if x["kind"] in ("slow-rank", "slow-link")], a
+
+
+@pytest.mark.parametrize("bad", ["/nonexistent-dir/alerts.jsonl", "DIR"])
+def test_unwritable_monitor_file(plan, tmp_path, bad):
+    if bad == "DIR":
+        bad = str(tmp_path)  # a directory
+    metrics = tmp_path / "m.jsonl"
+    r = run(plan, bad, 3, "--metrics", metrics)
+    assert r.returncode != 0
+    assert "--monitor" in r.stderr and bad in r.stderr, r.stderr
+    # Before step 1: no step ran, so no metrics line was written.
+    assert not metrics.exists() or metrics.read_text() == ""
+
+
+def test_bad_monitor_flags(plan, tmp_path):
+    r = run(plan, tmp_path / "a.jsonl", 2, "--trace-dir", tmp_path / "t",
+            "--trace-sample", "2:1")
+    assert r.returncode == 2 and "--trace-sample" in r.stderr, r.stderr
+    r = run(plan, tmp_path / "a.jsonl", 2, "--inject", "monitor-silence:rank=99")
+    assert r.returncode != 0 and "rank 99" in r.stderr, r.stderr
+
+
+MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
+
+
+@pytest.mark.skipif(not MAPP_SCAN, reason="mapp-scan not built")
+def test_follow_matches_in_run_monitor(plan, tmp_path):
+    """mapp-scan --follow on the growing trace of a run that also monitors
+    itself: the same diagnosis on the same events gives the same verdicts."""
+    tr = tmp_path / "tr"
+    tr.mkdir()
+    follow_out = tmp_path / "follow.jsonl"
+    f = subprocess.Popen([MAPP_SCAN, "--follow", str(tr), "--alerts",
+                          str(follow_out), "--follow-timeout", "20"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    out = tmp_path / "alerts.jsonl"
+    r = run(plan, out, 20, "--trace-dir", tr, "--inject",
+            "slow-compute:rank=2,factor=3,from-step=10,to-step=15")
+    assert r.returncode == 0, r.stderr
+    _, err = f.communicate(timeout=60)
+    assert f.returncode == 0, err
+    # It stopped on the footers, not on the timeout.
+    assert "8 ranks, 20 steps diagnosed" in err and "stopped" not in err, err
+    live = [(x["kind"], x.get("of"), x.get("rank"), x["step"])
+            for x in alerts(out)]
+    followed = [(x["kind"], x.get("of"), x.get("rank"), x["step"])
+                for x in alerts(follow_out)]
+    assert live == followed, (live, followed)
+    assert live[0][0] == "slow-rank" and live[0][2] == 2 and live[0][3] <= 13
+
+
+@pytest.mark.skipif(not MAPP_SCAN, reason="mapp-scan not built")
+def test_follow_bad_input(tmp_path):
+    r = subprocess.run([MAPP_SCAN, "--follow", str(tmp_path / "nope")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "nope" in r.stderr, r.stderr
+    (tmp_path / "rank-0.trace.jsonl").write_text("{not json\n")
+    r = subprocess.run([MAPP_SCAN, "--follow", str(tmp_path),
+                        "--follow-timeout", "2"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "rank-0.trace.jsonl:1" in r.stderr, r.stderr

@@ -1,0 +1,162 @@
+//===- MonitorTest.cpp - MegaScan live's window diagnosis -----------------===//
+//
+// Synthetic summaries with known answers: 8 ranks of two stages, every op
+// bucket costing the same on peers, one rank or link made slower, NVML
+// fields saying the GPU throttled.
+//
+//===----------------------------------------------------------------------===//
+#include "mapp/monitor/AlertLog.h"
+#include "mapp/monitor/Diagnoser.h"
+
+#include <gtest/gtest.h>
+
+using namespace mapp::monitor;
+
+namespace {
+
+constexpr int kWorld = 8; // pp 2 x dp 2 x tp 2: ranks 0-3 stage 0
+
+StepSummary summary(int rank, int step, double slow = 1, double noise = 0) {
+  StepSummary s;
+  s.rank = rank;
+  s.step = step;
+  s.pp = rank / 4;
+  s.dp = (rank / 2) % 2;
+  s.tp = rank % 2;
+  s.flags = StepSummary::HasCpu | StepSummary::HasWire;
+  for (int b = 0; b < kOpBuckets; ++b) {
+    double ns = 1e5 * (1 + b) * slow * (1 + noise * ((rank + b + step) % 3 - 1));
+    s.bucketNs[b] = ns;
+    s.bucketOps[b] = 2;
+    s.cpuNs[ClassCompute] += ns;
+    s.wallNs[ClassCompute] += ns;
+    s.ops[ClassCompute] += 2;
+  }
+  // Stage 1 receives from its stage-0 twin (rank - 4), stage 0 from rank + 4.
+  PeerStats &p = s.recvFrom[s.recvPeers++];
+  p.peer = rank < 4 ? rank + 4 : rank - 4;
+  p.count = 4;
+  p.bytes = 4 * 32768;
+  p.minWireNs = 20e3;
+  p.sumWireNs = 4 * 20e3;
+  return s;
+}
+
+std::vector<Alert> feed(WindowDiagnoser &d, int steps,
+                        const std::function<void(StepSummary &)> &edit) {
+  std::vector<Alert> all;
+  for (int step = 0; step < steps; ++step) {
+    for (int r = 0; r < kWorld; ++r) {
+      StepSummary s = summary(r, step, 1, 0.02);
+      edit(s);
+      if (s.rank >= 0)
+        d.add(s);
+    }
+    for (Alert &a : d.poll())
+      all.push_back(a);
+  }
+  for (Alert &a : d.finish())
+    all.push_back(a);
+  return all;
+}
+
+TEST(Monitor, CleanStepsRaiseNothing) {
+  WindowDiagnoser d(kWorld);
+  EXPECT_TRUE(feed(d, 100, [](StepSummary &) {}).empty());
+}
+
+TEST(Monitor, SlowRankAlertedThenRecovered) {
+  WindowDiagnoser d(kWorld);
+  auto a = feed(d, 30, [](StepSummary &s) {
+    if (s.rank == 5 && s.step >= 10 && s.step < 15)
+      s = summary(5, s.step, 3);
+  });
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, "slow-rank");
+  EXPECT_EQ(a[0].rank, 5);
+  EXPECT_EQ(a[0].step, 11); // two slow steps in a row
+  EXPECT_EQ(a[0].since, 10);
+  EXPECT_NEAR(a[0].ratio, 3, 0.1);
+  EXPECT_EQ(a[0].cause, "compute");
+  EXPECT_EQ(a[1].kind, "recovered");
+  EXPECT_EQ(a[1].of, "slow-rank");
+  EXPECT_EQ(a[1].step, 16);
+}
+
+TEST(Monitor, ThrottledGpuNamedAsCause) {
+  WindowDiagnoser d(kWorld);
+  auto a = feed(d, 20, [](StepSummary &s) {
+    s.flags |= StepSummary::HasNvml;
+    s.smClockMhz = 1980;
+    s.powerW = 500;
+    s.temperatureC = 60;
+    if (s.rank == 2 && s.step >= 5) {
+      s = summary(2, s.step, 1.8);
+      s.flags |= StepSummary::HasNvml;
+      s.smClockMhz = 1100;
+      s.powerW = 700;
+      s.temperatureC = 90;
+      s.throttleReasons = 0x40; // HW thermal slowdown
+    }
+  });
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, "slow-rank");
+  EXPECT_EQ(a[0].rank, 2);
+  EXPECT_EQ(a[0].cause, "clock-throttled");
+  EXPECT_NE(a[0].text.find("hw-thermal"), std::string::npos) << a[0].text;
+  std::string j = alertJson(a[0], 7);
+  EXPECT_NE(j.find("\"sm_clock_mhz\":1100"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"at_step\":7"), std::string::npos) << j;
+}
+
+TEST(Monitor, SlowLinkNamedWithDirection) {
+  WindowDiagnoser d(kWorld);
+  auto a = feed(d, 20, [](StepSummary &s) {
+    if (s.rank == 6 && s.step >= 8)
+      s.recvFrom[0].minWireNs = 5e6; // 2 -> 6 carries 5 ms more
+  });
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, "slow-link");
+  EXPECT_EQ(a[0].src, 2);
+  EXPECT_EQ(a[0].dst, 6);
+  EXPECT_EQ(a[0].step, 9);
+}
+
+TEST(Monitor, SilentRankNamedOnceWithoutWaitingForIt) {
+  WindowDiagnoser d(kWorld);
+  std::vector<Alert> seen;
+  for (int step = 0; step < 12; ++step) {
+    for (int r = 0; r < kWorld; ++r)
+      if (!(r == 3 && step >= 4))
+        d.add(summary(r, step));
+    for (Alert &a : d.poll())
+      seen.push_back(a);
+    if (step == 7) { // 3 steps behind: named by now
+      ASSERT_EQ(seen.size(), 1u);
+      EXPECT_EQ(seen[0].kind, "missing-summaries");
+      EXPECT_EQ(seen[0].rank, 3);
+      EXPECT_EQ(seen[0].step, 4);
+    }
+  }
+  EXPECT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(d.finish().empty());
+  EXPECT_GE(d.nextStep(), 11); // the others' steps were diagnosed
+}
+
+TEST(Monitor, MemoryBoundedByWindowNotRunLength) {
+  WindowDiagnoser d(kWorld);
+  feed(d, 10, [](StepSummary &) {});
+  size_t after10 = d.memoryBytes();
+  WindowDiagnoser e(kWorld);
+  feed(e, 500, [](StepSummary &) {});
+  EXPECT_EQ(e.memoryBytes(), after10);
+  EXPECT_LT(after10, size_t(kWorld) * 8 * (sizeof(StepSummary) + 64) + 4096);
+}
+
+TEST(Monitor, AlertLogRefusesUnwritablePath) {
+  std::string err;
+  EXPECT_EQ(AlertLog::open("/nonexistent-dir/a.jsonl", "t", &err), nullptr);
+  EXPECT_NE(err.find("/nonexistent-dir/a.jsonl"), std::string::npos) << err;
+}
+
+} // namespace
