@@ -614,6 +614,8 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
     so.extraMeta = extra.dump(-1, ' ', false,
                               nlohmann::json::error_handler_t::replace);
     scope = std::make_unique<ProbeSession>(exec, so);
+    if (!o.generate && o.patch.empty() && !o.tokenizer.empty())
+      scope->recordVocabulary(*createTokenizer(o.tokenizer)); // UI labels
     if (!scope->controlEndpoint().empty() && !o.quiet)
       std::cerr << "mapp-run: probe control at " << scope->controlEndpoint()
                 << (scope->controlTokenFile().empty()
@@ -725,6 +727,8 @@ void runRank(Shared &sh, std::unique_ptr<Communicator> commIn) {
                                   int32_t *tgt) {
     loader->microbatch(step, dpRank, plan.dp, plan.numMicrobatches, mb,
                        plan.microBatchSize, tok, tgt);
+    if (scope && mb == 0) // the UI's token axes (TokenRecord.cpp)
+      scope->recordContext(step, false, tok, plan.seqLength);
     if (!dump)
       return;
     dump->write(step, mb, dpRank, plan.microBatchSize, plan.seqLength, tok,

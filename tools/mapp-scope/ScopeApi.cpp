@@ -150,6 +150,15 @@ Response ScopeApi::api(const Request &r) {
       return {405, "application/json", "{\"error\":\"POST only\"}"};
     return {200, "application/json", control(r.body)};
   }
+  if (p == "/api/patch") {
+    if (r.method != "POST")
+      return {405, "application/json", "{\"error\":\"POST only\"}"};
+    if (!patch_ || !patch_->enabled())
+      return {409, "application/json",
+              "{\"error\":\"patching from the page is off (mapp-scope serve "
+              "--patch-plan PLAN --patch-weights W)\"}"};
+    return {200, "application/json", patch_->run(parsePatchRequest(r.body))};
+  }
   if (r.method != "GET")
     return {405, "application/json", "{\"error\":\"GET only\"}"};
   std::string out;
@@ -166,11 +175,19 @@ Response ScopeApi::api(const Request &r) {
   else if (p == "/api/lens")
     out = lens(r);
   else if (p == "/api/pca")
-    out = pca(intParam(r, "run"), intParam(r, "step"), phaseParam(r));
+    out = pca(intParam(r, "run"), intParam(r, "step"), phaseParam(r),
+              r.query.count("rank") ? intParam(r, "rank") : 0);
   else if (p == "/api/generation")
     out = generation(intParam(r, "run"));
   else if (p == "/api/switches")
     out = switches(intParam(r, "run"));
+  else if (p == "/api/ranks")
+    out = ranks(intParam(r, "run"));
+  else if (p == "/api/tokens")
+    out = tokens(r);
+  else if (p == "/api/patches")
+    out = patch_ ? patch_->list()
+                 : std::string("{\"enabled\":false,\"results\":[]}");
   else if (p == "/api/live")
     out = live(intParam(r, "run"));
   else
@@ -256,6 +273,7 @@ std::string ScopeApi::lens(const Request &r) {
   int64_t rank = r.query.count("rank") ? intParam(r, "rank") : 0;
   std::string phase = phaseParam(r);
   json out = json::array();
+  std::map<int64_t, std::string> texts = vocab(run);
   Query q(db_, "SELECT s.probe_id, p.point, p.attrs, s.shape, s.data, s.idx "
                "FROM samples s JOIN probes p ON p.run_id=s.run_id AND "
                "p.probe_id=s.probe_id AND p.rank=s.rank WHERE s.run_id=? AND "
@@ -287,13 +305,18 @@ std::string ScopeApi::lens(const Request &r) {
     json rows = json::array();
     for (int64_t i = 0; i < R; ++i) {
       json top = json::array();
-      for (int64_t j = 0; j < K; ++j)
-        top.push_back({{"id", ids[i * K + j]}, {"p", p[i * K + j]}});
+      for (int64_t j = 0; j < K; ++j) {
+        json t = {{"id", ids[i * K + j]}, {"p", p[i * K + j]}};
+        auto v = texts.find(ids[i * K + j]);
+        if (v != texts.end())
+          t["text"] = v->second;
+        top.push_back(t);
+      }
       rows.push_back({{"position", positions[i]}, {"top", top}});
     }
     out.push_back({{"probe", q.i(0)}, {"point", q.s(1)}, {"rows", rows}});
   }
-  return out.dump();
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string ScopeApi::steps(int64_t run) {
@@ -312,15 +335,16 @@ std::string ScopeApi::steps(int64_t run) {
   return out.dump();
 }
 
-std::string ScopeApi::pca(int64_t run, int64_t step, const std::string &phase) {
+std::string ScopeApi::pca(int64_t run, int64_t step, const std::string &phase,
+                          int64_t rank) {
   // Every sketch probe of the step, rank 0, microbatch 0; rows of one width
   // are projected together so layers share one coordinate system.
   Query q(db_, "SELECT s.probe_id, p.point, s.shape, s.data FROM samples s "
                "JOIN probes p ON p.run_id=s.run_id AND p.probe_id=s.probe_id "
                "AND p.rank=s.rank WHERE s.run_id=? AND s.step=? AND "
-               "s.phase=? AND s.reduction='sketch' AND s.rank=0 AND "
+               "s.phase=? AND s.reduction='sketch' AND s.rank=? AND "
                "s.microbatch=0 ORDER BY s.probe_id");
-  q.bind(1, run).bind(2, step).bind(3, phase);
+  q.bind(1, run).bind(2, step).bind(3, phase).bind(4, rank);
   std::vector<double> rows;
   json labels = json::array();
   int dim = 0;
@@ -425,4 +449,64 @@ std::string ScopeApi::control(const std::string &body) {
 
 std::string ScopeApi::live(int64_t run) {
   return control_.state(controlEndpoint(run));
+}
+
+std::string ScopeApi::ranks(int64_t run) {
+  json out = json::array();
+  Query q(db_, "SELECT rank, dp, pp, tp FROM ranks WHERE run_id=? ORDER BY "
+               "rank");
+  q.bind(1, run);
+  while (q.step())
+    out.push_back(
+        {{"rank", q.i(0)}, {"dp", q.i(1)}, {"pp", q.i(2)}, {"tp", q.i(3)}});
+  return out.dump();
+}
+
+bool ScopeApi::haveTable(const char *name) {
+  Query q(db_, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?");
+  q.bind(1, std::string(name));
+  return q.step();
+}
+
+std::map<int64_t, std::string> ScopeApi::vocab(int64_t run) {
+  std::map<int64_t, std::string> out;
+  if (!haveTable("vocab"))
+    return out;
+  Query q(db_, "SELECT id, text FROM vocab WHERE run_id=?");
+  q.bind(1, run);
+  while (q.step())
+    out[q.i(0)] = q.s(1);
+  return out;
+}
+
+std::string ScopeApi::tokens(const Request &r) {
+  // The tokens one forward saw (TokenRecord.cpp), with their texts: the
+  // UI's heatmap, attention and PCA labels. null when the store has none
+  // (an older store, or pre-tokenized data without --tokenizer).
+  int64_t run = intParam(r, "run"), step = intParam(r, "step");
+  int64_t rank = r.query.count("rank") ? intParam(r, "rank") : 0;
+  std::string phase = phaseParam(r);
+  if (!haveTable("contexts"))
+    return "null";
+  // Only the first stage's ranks see the tokens; every rank of a step saw
+  // the same batch row 0 for its dp rank, so fall back to any rank.
+  Query q(db_, "SELECT tokens FROM contexts WHERE run_id=? AND step=? AND "
+               "phase=? ORDER BY rank<>? , rank LIMIT 1");
+  q.bind(1, run).bind(2, step).bind(3, phase).bind(4, rank);
+  if (!q.step())
+    return "null";
+  json ids = json::parse(q.s(0), nullptr, false);
+  if (!ids.is_array())
+    fail("contexts row of step ", step, " is malformed");
+  std::map<int64_t, std::string> texts = vocab(run);
+  json out = json::array();
+  for (const json &id : ids) {
+    if (!id.is_number_integer())
+      fail("contexts row of step ", step, " is malformed");
+    auto t = texts.find(id.get<int64_t>());
+    out.push_back({{"id", id},
+                   {"text", t == texts.end() ? json(nullptr) : json(t->second)}});
+  }
+  return json({{"step", step}, {"phase", phase}, {"tokens", out}})
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
