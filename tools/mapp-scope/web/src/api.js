@@ -31,6 +31,8 @@ export const qs = params => Object.entries(params)
 export function tokenLabel(text, id) {
   if (text === null || text === undefined) return `#${id}`;
   if (text === '') return '∅';
+  // A byte that is not UTF-8 by itself (bytes tokenizer, BPE pieces).
+  if (/^\uFFFD+$/.test(text)) return `⟨#${id}⟩`;
   return text.replace(/ /g, '␣').replace(/\n/g, '⏎').replace(/\t/g, '⇥')
     .replace(/[\u0000-\u001f\u007f]/g, '·');
 }

@@ -47,7 +47,9 @@ async function loadRuns() {
   if (run !== ctx.run) {
     ctx.run = run;
     ['loss-chart', 'stat-chart', 'heat-chart', 'attn-chart', 'lens-chart', 'pca-chart', 'hist-chart'].forEach(clear);
-    if (meta.mode === 'generate') for (const id of ['heat-phase', 'attn-phase', 'pca-phase', 'lens-phase']) $(id).value = 'generate';
+    // A run's own phase first: a generation run records only 'generate'.
+    const phase = meta.mode === 'generate' ? 'generate' : 'train';
+    for (const id of ['heat-phase', 'attn-phase', 'pca-phase', 'lens-phase']) $(id).value = phase;
   }
 }
 

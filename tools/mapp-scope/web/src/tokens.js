@@ -42,7 +42,7 @@ export async function drawHeatmap(ctx, probe, phase) {
   const s = await api(`/api/sample?${qs({ run: ctx.run, probe: probe.id, reduction: 'raw', phase, rank: ctx.rank })}`);
   if (!s) { $('heat-info').textContent = 'no raw samples on this rank'; return; }
   // The last two dimensions are [tokens, channels]; batch row 0 is shown.
-  const shape = s.shape, C = shape[shape.length - 1], T = shape.length >= 2 ? shape[shape.length - 2] : 1;
+  const shape = s.shape.length >= 2 ? s.shape : (Array.isArray(probe.shape) && probe.shape.length ? probe.shape : [1, s.data.length]), C = shape[shape.length - 1], T = shape.length >= 2 ? shape[shape.length - 2] : 1;
   const toks = await tokensOf(ctx, s.step, phase);
   const cells = [];
   for (let t = 0; t < T; ++t) for (let c = 0; c < C; ++c) cells.push([c, t, s.data[t * C + c]]);
@@ -65,7 +65,7 @@ export async function drawAttention(ctx, probe, head, phase) {
   const toks = await tokensOf(ctx, s.step, phase);
   // A KV-cache decode step has one query row: the newest token, at the
   // last key position.
-  const q0 = rows === 1 ? cols - 1 : 0;
+  const q0 = rows === 1 ? (toks.length ? toks.length - 1 : cols - 1) : 0;
   const xs = [...Array(cols).keys()].map(k => labelAt(toks, k));
   const ys = [...Array(rows).keys()].map(q => labelAt(toks, q0 + q));
   const cells = [];
@@ -102,7 +102,8 @@ export async function drawLens(ctx, step, phase) {
   $('lens-info').textContent = `${phase} step ${step}: ${ys.length} layers x ${xs.length} positions, top ${layers[0].rows[0]?.top.length || 0}`;
   ctx.setCount('lens-chart', cells.length);
   draw('lens-chart', heatOption({
-    xs, ys, cells, min: 0, max: 1, xName: 'input token', yName: 'layer',
+    // Scaled to the largest top-1 probability: an early model's are small.
+    xs, ys, cells, min: 0, max: Math.max(...cells.map(c => c[2]), 1e-6), xName: 'input token', yName: 'layer',
     colors: ['#fff7ec', '#fdbb84', '#d7301f'],
     labelOf: p => { const t = cellTop[`${p.value[0]},${p.value[1]}`][0]; return t ? tokenLabel(t.text, t.id) : ''; },
     tip: p => {
