@@ -256,3 +256,20 @@ def test_every_tp_and_pp_rank_selectable(store):
     h = min(1, heads - 1)
     want = attn.reshape(heads, 8, 8)[h, 4, 2]
     assert abs(floats(p["rank3AttnTip"])[-1] - want) <= 1e-5
+
+
+def test_serve_needs_a_built_ui_and_both_patch_flags(store):
+    db = store["d"] / "scope.sqlite"
+    r = subprocess.run([tool("mapp-scope"), "serve", "--db", db, "--port", "0",
+                        "--web", store["d"] / "no-such-web"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "no web UI in" in r.stderr and "mapp-scope-web" in r.stderr
+    r = subprocess.run([tool("mapp-scope"), "serve", "--db", db, "--patch-plan", store["plan"]],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--patch-plan and --patch-weights go together" in r.stderr
+    # Without them the page's patch form is off, and a POST says how to turn it on.
+    r = subprocess.run([tool("mapp-scope"), "post", "--db", db, "/api/patch",
+                        json.dumps({"into": "a", "from": "b", "site": "resid", "layer": 0,
+                                    "pos": 0, "target": "a"})], capture_output=True, text=True)
+    assert r.returncode == 1 and "--patch-plan PLAN --patch-weights W" in r.stdout
+    off = json.loads(run_get(store, "/api/patches"))
+    assert off == {"enabled": False, "results": []}

@@ -24,7 +24,7 @@ function heatOption({ xs, ys, cells, min, max, tip, xName, yName, colors, labelO
       axisLabel: { interval: 0, rotate: xs.length > 12 ? 60 : 0, fontFamily: 'monospace', hideOverlap: true } },
     yAxis: { type: 'category', data: ys, name: yName, inverse: true,
       axisLabel: { interval: 0, fontFamily: 'monospace', hideOverlap: true } },
-    visualMap: { min, max, calculable: true, orient: 'vertical', right: 0, top: 'center',
+    visualMap: { min, max, precision: 3, calculable: true, orient: 'vertical', right: 0, top: 'center',
       inRange: { color: colors || ['#f7fbff', '#6baed6', '#08306b'] } },
     series: [{ type: 'heatmap', data: cells, progressive: 0,
       label: labelOf ? { show: true, formatter: labelOf, fontFamily: 'monospace', fontSize: 10 } : { show: false } }],
