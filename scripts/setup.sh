@@ -28,6 +28,12 @@ PKGS=(
   "python3-yaml=6.0-3+b2"
   "chromium=156.0.8078.108-1~deb12u1"
 )
+# MegaScope's web UI is built with npm + Vite (tools/mapp-scope/web, Vite
+# 5.4 runs on Debian's Node 18). A node already on the PATH (e.g. a newer
+# one from elsewhere) is kept: the Debian packages are added only when the
+# commands are missing.
+command -v node >/dev/null || PKGS+=("nodejs=18.20.4+dfsg-1~deb12u3")
+command -v npm >/dev/null || PKGS+=("npm=9.2.0~ds1-1")
 
 # MegaScope's browser test drives Debian's chromium with playwright-core
 # (pinned in test/Tools/mapp-scope/browser/package-lock.json).

@@ -11,10 +11,13 @@
 #define MAPP_SCOPE_SCOPEAPI_H
 
 #include "ScopeControl.h"
-#include "mapp/rt/ProbeStoreReader.h"
+#include "ScopePatch.h"
 
 #include <map>
+#include <memory>
 #include <string>
+
+struct sqlite3;
 
 namespace mapp::scope {
 
@@ -36,16 +39,19 @@ std::map<std::string, std::string> parseQuery(const std::string &q);
 
 class ScopeApi {
 public:
-  /// Opens `db` through the runtime's reader (ProbeStoreReader.h: read-only,
-  /// validated by tables, columns, schema version and quick_check); Error
-  /// naming the file when it is corrupt or not a mapp probe store. The API
-  /// holds no SQL of its own.
+  /// Opens `db` read-only and validates it (ProbeStore.h's
+  /// probeStoreProblem: tables, columns, schema version, quick_check);
+  /// Error naming the file when it is corrupt or not a mapp probe store.
   ScopeApi(const std::string &db, ControlOptions control);
   ~ScopeApi();
   ScopeApi(const ScopeApi &) = delete;
   ScopeApi &operator=(const ScopeApi &) = delete;
   /// Answers /api/... (Error becomes a 400 with its message).
   Response handle(const Request &r);
+  /// Patching from the page (POST /api/patch): off unless configured.
+  void setPatchRunner(PatchRunnerOptions o) {
+    patch_ = std::make_unique<PatchRunner>(std::move(o));
+  }
 
 private:
   Response api(const Request &r);
@@ -55,15 +61,23 @@ private:
   std::string sample(const Request &r);
   std::string lens(const Request &r);
   std::string steps(int64_t run);
-  std::string pca(int64_t run, int64_t step, const std::string &phase);
+  std::string pca(int64_t run, int64_t step, const std::string &phase,
+                  int64_t rank);
   std::string generation(int64_t run);
   std::string switches(int64_t run);
   std::string control(const std::string &body);
   std::string live(int64_t run);
   std::string controlEndpoint(int64_t run);
+  std::string ranks(int64_t run);
+  std::string tokens(const Request &r);
+  bool haveTable(const char *name);
+  /// Token id -> text from the optional `vocab` table (TokenRecord.cpp).
+  std::map<int64_t, std::string> vocab(int64_t run);
 
-  mapp::rt::ProbeStoreReader store_;
+  sqlite3 *db_ = nullptr;
+  std::string path_;
   ControlClient control_;
+  std::unique_ptr<PatchRunner> patch_;
 };
 
 } // namespace mapp::scope

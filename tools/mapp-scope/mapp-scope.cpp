@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <csignal>
 #include <iostream>
+#include <unistd.h>
 
 using namespace mapp::scope;
 
@@ -20,13 +21,16 @@ static const char *kUsage =
     R"(usage: mapp-scope serve --db FILE [--port P] [--host ADDR] [--web DIR]
                         [--rate-limit N] [--control-token-file FILE]
                         [--control-file FILE]
+                        [--patch-plan PLAN --patch-weights W
+                         [--patch-tokenizer T] [--mapp-run BIN]]
        mapp-scope get --db FILE PATH?QUERY
        mapp-scope post --db FILE PATH BODY
 
   --db FILE     probe store written by mapp-run --probe-db (opened read-only)
   --port P      port to listen on (default 8765; 0 = any free port)
   --host ADDR   IPv4 address to bind (default 127.0.0.1)
-  --web DIR     web UI files (default: the source tree's tools/mapp-scope/web)
+  --web DIR     the built web UI (default: the build tree's
+                share/mapp-scope/web, written by `npm run build`)
   --rate-limit N  requests per second per client (default 50, bursts of 2N;
                 0 = no limit)
   --control-token-file FILE  the job's control token (written by mapp-run
@@ -34,6 +38,11 @@ static const char *kUsage =
   --control-file FILE  the control file of a job run with --probe-control
                 FILE: the only file mapp-scope writes (never one the store
                 names)
+  --patch-plan PLAN --patch-weights W  let the page start activation
+                patching runs (mapp-run PLAN --weights W --patch ...) with
+                parameters only; off without them
+  --patch-tokenizer T  mapp-run --tokenizer for those runs (default bytes)
+  --mapp-run BIN  the mapp-run binary (default: the one beside mapp-scope)
 
 serve prints http://ADDR:PORT/?token=TOKEN: every request needs that token
 (the page keeps it in an HttpOnly cookie; scripts send
@@ -47,6 +56,7 @@ int main(int argc, char **argv) {
   }
   std::string cmd = argv[1], db, tokenFile, controlFile;
   ServeOptions so;
+  PatchRunnerOptions patch;
   so.webDir = MAPP_SCOPE_WEB_DIR;
   bool tokenFileGiven = false;
   std::vector<std::string> rest;
@@ -82,6 +92,14 @@ int main(int argc, char **argv) {
         tokenFileGiven = true;
       } else if (a == "--control-file")
         controlFile = value();
+      else if (a == "--patch-plan")
+        patch.plan = value();
+      else if (a == "--patch-weights")
+        patch.weights = value();
+      else if (a == "--patch-tokenizer")
+        patch.tokenizer = value();
+      else if (a == "--mapp-run")
+        patch.mappRun = value();
       else if (a.rfind("--", 0) == 0)
         mapp::rt::fail("unknown flag '", a, "'");
       else
@@ -95,10 +113,34 @@ int main(int argc, char **argv) {
     std::cerr << kUsage;
     return 2;
   }
+  if (patch.plan.empty() != patch.weights.empty()) {
+    std::cerr << "mapp-scope: --patch-plan and --patch-weights go together\n";
+    return 2;
+  }
+  if (!patch.plan.empty()) {
+    if (patch.mappRun.empty())
+      patch.mappRun = siblingMappRun();
+    for (const std::string *f : {&patch.plan, &patch.weights, &patch.mappRun})
+      if (f->empty() || ::access(f->c_str(), R_OK) != 0) {
+        std::cerr << "mapp-scope: cannot read '" << *f
+                  << "' (--patch-plan, --patch-weights, --mapp-run)\n";
+        return 2;
+      }
+  }
+  if (cmd == "serve" &&
+      ::access((so.webDir + "/index.html").c_str(), R_OK) != 0) {
+    std::cerr << "mapp-scope: no web UI in '" << so.webDir
+              << "' (index.html missing): build it with `cmake --build build "
+                 "--target mapp-scope-web` (npm ci && npm run build in "
+                 "tools/mapp-scope/web), or pass --web DIR\n";
+    return 1;
+  }
   if (!tokenFileGiven)
     tokenFile = mapp::rt::defaultControlTokenFile(db);
   try {
     ScopeApi api(db, ControlOptions{tokenFile, controlFile});
+    if (!patch.plan.empty())
+      api.setPatchRunner(patch);
     if (cmd == "get" || cmd == "post") {
       if (rest.size() != (cmd == "get" ? 1u : 2u)) {
         std::cerr << kUsage;

@@ -98,8 +98,10 @@ std::vector<GeneratedToken> mapp::rt::generate(Executor &exec,
     decoder = std::make_unique<KvDecoder>(exec);
   else
     logits = findLogitsValue(p, V);
-  if (session)
+  if (session) {
     session->setGenerating(true);
+    session->recordVocabulary(tok);
+  }
   uint64_t rngState = o.seed;
   auto nextUniform = [&] {
     rngState += 0x9E3779B97F4A7C15ULL;
@@ -115,8 +117,10 @@ std::vector<GeneratedToken> mapp::rt::generate(Executor &exec,
     // Keep the last T tokens (only the full forward can get there).
     size_t start = ctx.size() > static_cast<size_t>(T) ? ctx.size() - T : 0;
     int len = static_cast<int>(ctx.size() - start);
-    if (session)
+    if (session) {
       session->beginStep(g);
+      session->recordContext(g, true, ctx.data() + start, len);
+    }
     if (decoder) {
       logitRow = g == 0 ? decoder->prefill(ctx, g)
                         : decoder->decode(ctx.back(), ctx.size() - 1, g);

@@ -144,6 +144,8 @@ private:
     so.mode = o_.generate ? "generate" : "train";
     so.extraMeta = dumpJson({{"steps", o_.steps}, {"prompt", o_.prompt}});
     scope_ = std::make_unique<ProbeSession>(*exec_, so);
+    if (!o_.generate && o_.patch.empty() && !o_.tokenizer.empty())
+      scope_->recordVocabulary(*createTokenizer(o_.tokenizer)); // UI labels
     if (!scope_->controlEndpoint().empty() && !o_.quiet)
       std::cerr << "mapp-run: probe control at " << scope_->controlEndpoint()
                 << (scope_->controlTokenFile().empty()
@@ -269,6 +271,8 @@ private:
       const int dpRank = exec_->program().dp;
       loader_->microbatch(step, dpRank, plan_.dp, plan_.numMicrobatches, mb,
                           plan_.microBatchSize, tok, tgt);
+      if (scope_ && mb == 0) // the UI's token axes (TokenRecord.cpp)
+        scope_->recordContext(step, false, tok, plan_.seqLength);
       if (!dump_)
         return;
       dump_->write(step, mb, dpRank, plan_.microBatchSize, plan_.seqLength,

@@ -14,6 +14,7 @@
 #include "mapp/rt/Probe.h"
 #include "mapp/rt/ProbeControl.h"
 #include "mapp/rt/ProbeStore.h"
+#include "mapp/rt/Tokenizer.h"
 
 #include <map>
 
@@ -40,6 +41,12 @@ public:
   void endStep(const StepMetrics &m);
   void recordToken(int64_t position, int32_t token, const std::string &text,
                    double prob, const std::string &topkJson);
+  /// Token texts for the UI's axes (TokenRecord.cpp): every id's text once
+  /// per run, and the tokens one forward saw (batch row 0 of microbatch 0
+  /// in training, the context window when generating).
+  void recordVocabulary(const Tokenizer &tok);
+  void recordContext(int64_t step, bool generating, const int32_t *ids,
+                     int64_t n);
   /// Samples still captured on a device keep the phase they were taken in.
   void setGenerating(bool g) {
     exec_.drainProbes();
@@ -72,6 +79,7 @@ private:
   std::unique_ptr<ProbeControl> control_;
   std::map<int64_t, Switch> switches_;
   bool generating_ = false;
+  bool vocabRecorded_ = false;
   int64_t step_ = 0;
   std::mutex cacheMu_;
   /// (probe, reduction) -> (step, value); bounded by the plan's probes.

@@ -18,19 +18,17 @@ try {
   page.on('console', m => { if (m.type() === 'error') result.errors.push(m.text()); });
   await page.goto(url);
   await page.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
-  await page.waitForFunction(() =>
-    Number(document.getElementById('attn-canvas').dataset.rendered || 0) > 0 &&
-    document.querySelectorAll('#pca-plot circle').length > 0 &&
-    document.querySelectorAll('#hist-plot rect').length > 0, null, { timeout: 30000 });
+  // Each chart says how many items it drew (data-count, main.js).
+  await page.waitForFunction(() => ['attn-chart', 'pca-chart', 'hist-chart', 'stat-chart']
+    .every(id => Number(document.getElementById(id).dataset.count || 0) > 0), null, { timeout: 30000 });
   Object.assign(result, await page.evaluate(() => {
-    const pts = sel => (document.querySelector(sel)?.getAttribute('points') || '')
-      .split(' ').filter(Boolean).length;
+    const n = id => Number(document.getElementById(id).dataset.count || 0);
     return {
-      lossPoints: pts('#loss-plot polyline'),
-      statPoints: pts('#stat-plot polyline'),
-      histBars: document.querySelectorAll('#hist-plot rect').length,
-      pcaPoints: document.querySelectorAll('#pca-plot circle').length,
-      heatCells: Number(document.getElementById('attn-canvas').dataset.rendered),
+      lossPoints: n('loss-chart'),
+      statPoints: n('stat-chart'),
+      histBars: n('hist-chart'),
+      pcaPoints: n('pca-chart'),
+      heatCells: n('attn-chart'),
       switches: document.querySelectorAll('#switches input[type=checkbox]').length,
       switchOn: document.getElementById('switch-0')?.checked,
     };
