@@ -3,14 +3,13 @@
 #include "Pca.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/ProbeControl.h"
-#include "mapp/rt/ProbeStore.h"
+#include "mapp/rt/ProbeStoreReader.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
-#include <sqlite3.h>
 
-#include <cstring>
 #include <map>
+#include <optional>
 
 using namespace mapp::scope;
 using mapp::rt::fail;
@@ -18,53 +17,10 @@ using json = nlohmann::json;
 
 namespace {
 
-/// A prepared statement that throws on error and finalizes itself.
-class Query {
-public:
-  Query(sqlite3 *db, const char *sql) : db(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK)
-      fail("query failed: ", sqlite3_errmsg(db));
-  }
-  ~Query() { sqlite3_finalize(st); }
-  Query &bind(int i, int64_t v) {
-    sqlite3_bind_int64(st, i, v);
-    return *this;
-  }
-  Query &bind(int i, const std::string &s) {
-    sqlite3_bind_text(st, i, s.c_str(), -1, SQLITE_TRANSIENT);
-    return *this;
-  }
-  bool step() {
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-      return true;
-    if (rc != SQLITE_DONE)
-      fail("query failed: ", sqlite3_errmsg(db));
-    return false;
-  }
-  int64_t i(int c) { return sqlite3_column_int64(st, c); }
-  json num(int c) {
-    return sqlite3_column_type(st, c) == SQLITE_NULL
-               ? json(nullptr)
-               : json(sqlite3_column_double(st, c));
-  }
-  std::string s(int c) {
-    const unsigned char *t = sqlite3_column_text(st, c);
-    return t ? reinterpret_cast<const char *>(t) : "";
-  }
-  template <typename T> std::vector<T> blob(int c) {
-    const void *p = sqlite3_column_blob(st, c);
-    int n = sqlite3_column_bytes(st, c);
-    std::vector<T> v(n / sizeof(T));
-    if (p && n)
-      std::memcpy(v.data(), p, v.size() * sizeof(T));
-    return v;
-  }
-
-private:
-  sqlite3 *db;
-  sqlite3_stmt *st = nullptr;
-};
+/// A nullable number of the store as JSON (null stays null).
+json num(const std::optional<double> &v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 int64_t intParam(const Request &r, const std::string &k) {
   auto it = r.query.find(k);
@@ -115,27 +71,9 @@ mapp::scope::parseQuery(const std::string &q) {
 }
 
 ScopeApi::ScopeApi(const std::string &db, ControlOptions control)
-    : path_(db), control_(std::move(control)) {
-  // Read-only and mutex-serialized: cpp-httplib answers on several threads,
-  // and mapp-scope never writes to the store.
-  if (sqlite3_open_v2(db.c_str(), &db_,
-                      SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX,
-                      nullptr) != SQLITE_OK) {
-    std::string m = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    fail("cannot open probe db '", db, "': ", m);
-  }
-  sqlite3_busy_timeout(db_, 5000);
-  std::string why = mapp::rt::probeStoreProblem(db_, /*deepCheck=*/true);
-  if (!why.empty()) {
-    sqlite3_close(db_);
-    db_ = nullptr;
-    fail("'", db, "' is not a mapp probe database (", why, ")");
-  }
-}
+    : store_(db), control_(std::move(control)) {}
 
-ScopeApi::~ScopeApi() { sqlite3_close(db_); }
+ScopeApi::~ScopeApi() = default;
 
 Response ScopeApi::handle(const Request &r) {
   if (r.path.rfind("/api/", 0) == 0)
@@ -177,10 +115,6 @@ Response ScopeApi::api(const Request &r) {
   else if (p == "/api/pca")
     out = pca(intParam(r, "run"), intParam(r, "step"), phaseParam(r),
               r.query.count("rank") ? intParam(r, "rank") : 0);
-  else if (p == "/api/generation")
-    out = generation(intParam(r, "run"));
-  else if (p == "/api/switches")
-    out = switches(intParam(r, "run"));
   else if (p == "/api/ranks")
     out = ranks(intParam(r, "run"));
   else if (p == "/api/tokens")
@@ -188,6 +122,10 @@ Response ScopeApi::api(const Request &r) {
   else if (p == "/api/patches")
     out = patch_ ? patch_->list()
                  : std::string("{\"enabled\":false,\"results\":[]}");
+  else if (p == "/api/generation")
+    out = generation(intParam(r, "run"));
+  else if (p == "/api/switches")
+    out = switches(intParam(r, "run"));
   else if (p == "/api/live")
     out = live(intParam(r, "run"));
   else
@@ -197,12 +135,11 @@ Response ScopeApi::api(const Request &r) {
 
 std::string ScopeApi::runs() {
   json out = json::array();
-  Query q(db_, "SELECT id, name, started, meta FROM runs ORDER BY id");
-  while (q.step()) {
-    json meta = json::parse(q.s(3), nullptr, false);
-    out.push_back({{"id", q.i(0)},
-                   {"name", q.s(1)},
-                   {"started", q.num(2)},
+  for (const mapp::rt::StoredRun &r : store_.runs()) {
+    json meta = json::parse(r.metaJson, nullptr, false);
+    out.push_back({{"id", r.id},
+                   {"name", r.name},
+                   {"started", num(r.started)},
                    {"meta", meta.is_discarded() ? json::object() : meta}});
   }
   return out.dump();
@@ -210,19 +147,15 @@ std::string ScopeApi::runs() {
 
 std::string ScopeApi::probes(int64_t run) {
   json out = json::array();
-  Query q(db_, "SELECT probe_id, point, value, reduce, every, shape, attrs, "
-               "group_concat(rank) FROM probes WHERE run_id=? "
-               "GROUP BY probe_id ORDER BY probe_id");
-  q.bind(1, run);
-  while (q.step())
-    out.push_back({{"id", q.i(0)},
-                   {"point", q.s(1)},
-                   {"value", q.s(2)},
-                   {"reduce", q.s(3)},
-                   {"every", q.i(4)},
-                   {"shape", json::parse(q.s(5), nullptr, false)},
-                   {"attrs", json::parse(q.s(6), nullptr, false)},
-                   {"ranks", q.s(7)}});
+  for (const mapp::rt::StoredProbe &p : store_.probes(run))
+    out.push_back({{"id", p.id},
+                   {"point", p.point},
+                   {"value", p.value},
+                   {"reduce", p.reduce},
+                   {"every", p.every},
+                   {"shape", json::parse(p.shapeJson, nullptr, false)},
+                   {"attrs", json::parse(p.attrsJson, nullptr, false)},
+                   {"ranks", p.ranks}});
   return out.dump();
 }
 
@@ -230,12 +163,8 @@ std::string ScopeApi::series(int64_t run, int64_t probe,
                              const std::string &red) {
   // Mean over microbatches per (step, rank): one point per step and rank.
   json out = json::array();
-  Query q(db_, "SELECT step, rank, avg(value) FROM samples WHERE run_id=? AND "
-               "probe_id=? AND reduction=? AND phase='train' "
-               "GROUP BY step, rank ORDER BY step, rank");
-  q.bind(1, run).bind(2, probe).bind(3, red);
-  while (q.step())
-    out.push_back({{"step", q.i(0)}, {"rank", q.i(1)}, {"value", q.num(2)}});
+  for (const mapp::rt::SeriesPoint &p : store_.series(run, probe, red))
+    out.push_back({{"step", p.step}, {"rank", p.rank}, {"value", num(p.value)}});
   return out.dump();
 }
 
@@ -244,25 +173,18 @@ std::string ScopeApi::sample(const Request &r) {
   std::string red = reductionParam(r), phase = phaseParam(r);
   int64_t rank = r.query.count("rank") ? intParam(r, "rank") : 0;
   // Without `step`: the latest recorded one.
-  bool latest = !r.query.count("step");
-  int64_t step = latest ? 0 : intParam(r, "step");
-  Query q(db_, latest
-                   ? "SELECT step, shape, data, idx, value FROM samples WHERE "
-                     "run_id=? AND probe_id=? AND reduction=? AND phase=? AND "
-                     "rank=? AND microbatch=0 ORDER BY step DESC LIMIT 1"
-                   : "SELECT step, shape, data, idx, value FROM samples WHERE "
-                     "run_id=? AND probe_id=? AND reduction=? AND phase=? AND "
-                     "rank=? AND microbatch=0 AND step=? LIMIT 1");
-  q.bind(1, run).bind(2, probe).bind(3, red).bind(4, phase).bind(5, rank);
-  if (!latest)
-    q.bind(6, step);
-  if (!q.step())
+  std::optional<int64_t> step;
+  if (r.query.count("step"))
+    step = intParam(r, "step");
+  std::optional<mapp::rt::StoredSample> s =
+      store_.sample(run, probe, red, phase, rank, step);
+  if (!s)
     return "null";
-  json out = {{"step", q.i(0)},
-              {"shape", json::parse(q.s(1), nullptr, false)},
-              {"data", q.blob<float>(2)},
-              {"index", q.blob<int64_t>(3)},
-              {"value", q.num(4)}};
+  json out = {{"step", s->step},
+              {"shape", json::parse(s->shapeJson, nullptr, false)},
+              {"data", s->data},
+              {"index", s->index},
+              {"value", num(s->value)}};
   return out.dump();
 }
 
@@ -272,26 +194,21 @@ std::string ScopeApi::lens(const Request &r) {
   int64_t run = intParam(r, "run"), step = intParam(r, "step");
   int64_t rank = r.query.count("rank") ? intParam(r, "rank") : 0;
   std::string phase = phaseParam(r);
+  std::map<int64_t, std::string> texts = store_.vocab(run);
   json out = json::array();
-  std::map<int64_t, std::string> texts = vocab(run);
-  Query q(db_, "SELECT s.probe_id, p.point, p.attrs, s.shape, s.data, s.idx "
-               "FROM samples s JOIN probes p ON p.run_id=s.run_id AND "
-               "p.probe_id=s.probe_id AND p.rank=s.rank WHERE s.run_id=? AND "
-               "s.reduction='lens' AND s.step=? AND s.phase=? AND s.rank=? "
-               "AND s.microbatch=0 ORDER BY s.probe_id");
-  q.bind(1, run).bind(2, step).bind(3, phase).bind(4, rank);
-  while (q.step()) {
-    json shape = json::parse(q.s(3), nullptr, false);
-    std::vector<float> p = q.blob<float>(4);
-    std::vector<int64_t> ids = q.blob<int64_t>(5);
+  for (const mapp::rt::StoredSample &s :
+       store_.lensSamples(run, step, phase, rank)) {
+    json shape = json::parse(s.shapeJson, nullptr, false);
+    const std::vector<float> &p = s.data;
+    const std::vector<int64_t> &ids = s.index;
     if (!shape.is_array() || shape.size() != 2 || !shape[0].is_number() ||
         !shape[1].is_number())
-      fail("lens sample of probe ", q.i(0), " has a malformed shape");
+      fail("lens sample of probe ", s.probe, " has a malformed shape");
     int64_t R = shape[0], K = shape[1];
     if (R < 0 || K < 0 || p.size() != static_cast<size_t>(R * K) ||
         ids.size() != p.size())
-      fail("lens sample of probe ", q.i(0), " does not match its shape");
-    json attrs = json::parse(q.s(2), nullptr, false);
+      fail("lens sample of probe ", s.probe, " does not match its shape");
+    json attrs = json::parse(s.attrsJson, nullptr, false);
     json positions = json::array();
     if (attrs.is_object() && attrs.contains("tokens") && attrs["tokens"].is_array())
       positions = attrs["tokens"];
@@ -314,51 +231,43 @@ std::string ScopeApi::lens(const Request &r) {
       }
       rows.push_back({{"position", positions[i]}, {"top", top}});
     }
-    out.push_back({{"probe", q.i(0)}, {"point", q.s(1)}, {"rows", rows}});
+    out.push_back({{"probe", s.probe}, {"point", s.point}, {"rows", rows}});
   }
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string ScopeApi::steps(int64_t run) {
   json out = json::array();
-  Query q(db_, "SELECT step, rank, loss, lr, grad_norm, step_ms, tokens_per_s "
-               "FROM steps WHERE run_id=? ORDER BY step, rank");
-  q.bind(1, run);
-  while (q.step())
-    out.push_back({{"step", q.i(0)},
-                   {"rank", q.i(1)},
-                   {"loss", q.num(2)},
-                   {"lr", q.num(3)},
-                   {"grad_norm", q.num(4)},
-                   {"step_ms", q.num(5)},
-                   {"tokens_per_s", q.num(6)}});
+  for (const mapp::rt::StoredStep &s : store_.steps(run))
+    out.push_back({{"step", s.step},
+                   {"rank", s.rank},
+                   {"loss", num(s.loss)},
+                   {"lr", num(s.lr)},
+                   {"grad_norm", num(s.gradNorm)},
+                   {"step_ms", num(s.stepMs)},
+                   {"tokens_per_s", num(s.tokensPerS)}});
   return out.dump();
 }
 
 std::string ScopeApi::pca(int64_t run, int64_t step, const std::string &phase,
                           int64_t rank) {
-  // Every sketch probe of the step, rank 0, microbatch 0; rows of one width
+  // Every sketch probe of the step and rank, microbatch 0; rows of one width
   // are projected together so layers share one coordinate system.
-  Query q(db_, "SELECT s.probe_id, p.point, s.shape, s.data FROM samples s "
-               "JOIN probes p ON p.run_id=s.run_id AND p.probe_id=s.probe_id "
-               "AND p.rank=s.rank WHERE s.run_id=? AND s.step=? AND "
-               "s.phase=? AND s.reduction='sketch' AND s.rank=? AND "
-               "s.microbatch=0 ORDER BY s.probe_id");
-  q.bind(1, run).bind(2, step).bind(3, phase).bind(4, rank);
   std::vector<double> rows;
   json labels = json::array();
   int dim = 0;
-  while (q.step()) {
-    json shape = json::parse(q.s(2), nullptr, false);
+  for (const mapp::rt::StoredSample &s :
+       store_.sketchSamples(run, step, phase, rank)) {
+    json shape = json::parse(s.shapeJson, nullptr, false);
     if (!shape.is_array() || shape.size() != 2)
       continue;
     int d = shape[1].get<int>();
     if (dim && d != dim)
       continue;
     dim = d;
-    std::vector<float> data = q.blob<float>(3);
+    const std::vector<float> &data = s.data;
     for (size_t i = 0; i < data.size() / d; ++i) {
-      labels.push_back({{"probe", q.i(0)}, {"point", q.s(1)}, {"row", i}});
+      labels.push_back({{"probe", s.probe}, {"point", s.point}, {"row", i}});
       for (int j = 0; j < d; ++j)
         rows.push_back(data[i * d + j]);
     }
@@ -379,42 +288,65 @@ std::string ScopeApi::pca(int64_t run, int64_t step, const std::string &phase,
 
 std::string ScopeApi::generation(int64_t run) {
   json out = json::array();
-  Query q(db_, "SELECT position, token, text, prob, topk FROM generations "
-               "WHERE run_id=? AND rank=0 ORDER BY position");
-  q.bind(1, run);
-  while (q.step())
-    out.push_back({{"position", q.i(0)},
-                   {"token", q.i(1)},
-                   {"text", q.s(2)},
-                   {"prob", q.num(3)},
-                   {"topk", json::parse(q.s(4), nullptr, false)}});
+  for (const mapp::rt::StoredToken &t : store_.generation(run))
+    out.push_back({{"position", t.position},
+                   {"token", t.token},
+                   {"text", t.text},
+                   {"prob", num(t.prob)},
+                   {"topk", json::parse(t.topkJson, nullptr, false)}});
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ScopeApi::ranks(int64_t run) {
+  json out = json::array();
+  for (const mapp::rt::StoredRank &k : store_.ranks(run))
+    out.push_back({{"rank", k.rank}, {"dp", k.dp}, {"pp", k.pp}, {"tp", k.tp}});
+  return out.dump();
+}
+
+std::string ScopeApi::tokens(const Request &r) {
+  // The tokens one forward saw (TokenRecord.cpp), with their texts: the
+  // UI's heatmap, attention and PCA labels. null when the store has none
+  // (an older store, or pre-tokenized data without --tokenizer).
+  int64_t run = intParam(r, "run"), step = intParam(r, "step");
+  int64_t rank = r.query.count("rank") ? intParam(r, "rank") : 0;
+  std::string phase = phaseParam(r);
+  std::optional<std::string> row = store_.contextTokens(run, step, phase, rank);
+  if (!row)
+    return "null";
+  json ids = json::parse(*row, nullptr, false);
+  if (!ids.is_array())
+    fail("contexts row of step ", step, " is malformed");
+  std::map<int64_t, std::string> texts = store_.vocab(run);
+  json out = json::array();
+  for (const json &id : ids) {
+    if (!id.is_number_integer())
+      fail("contexts row of step ", step, " is malformed");
+    auto t = texts.find(id.get<int64_t>());
+    out.push_back({{"id", id},
+                   {"text", t == texts.end() ? json(nullptr) : json(t->second)}});
+  }
+  return json({{"step", step}, {"phase", phase}, {"tokens", out}})
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string ScopeApi::switches(int64_t run) {
   json sw = json::array(), log = json::array();
-  Query q(db_, "SELECT switch_id, kind, target, point, enabled, magnitude, "
-               "count(*) FROM switches WHERE run_id=? GROUP BY switch_id "
-               "ORDER BY switch_id");
-  q.bind(1, run);
-  while (q.step())
-    sw.push_back({{"id", q.i(0)},
-                  {"kind", q.s(1)},
-                  {"target", q.s(2)},
-                  {"point", q.s(3)},
-                  {"enabled", q.i(4) != 0},
-                  {"magnitude", q.num(5)},
-                  {"ranks", q.i(6)}});
-  Query l(db_, "SELECT rank, step, switch_id, enabled, magnitude, source FROM "
-               "control_log WHERE run_id=? ORDER BY rowid");
-  l.bind(1, run);
-  while (l.step())
-    log.push_back({{"rank", l.i(0)},
-                   {"step", l.i(1)},
-                   {"switch", l.i(2)},
-                   {"enabled", l.i(3) != 0},
-                   {"magnitude", l.num(4)},
-                   {"source", l.s(5)}});
+  for (const mapp::rt::StoredSwitch &s : store_.switches(run))
+    sw.push_back({{"id", s.id},
+                  {"kind", s.kind},
+                  {"target", s.target},
+                  {"point", s.point},
+                  {"enabled", s.enabled},
+                  {"magnitude", num(s.magnitude)},
+                  {"ranks", s.ranks}});
+  for (const mapp::rt::StoredControlEvent &e : store_.controlLog(run))
+    log.push_back({{"rank", e.rank},
+                   {"step", e.step},
+                   {"switch", e.switchId},
+                   {"enabled", e.enabled},
+                   {"magnitude", num(e.magnitude)},
+                   {"source", e.source}});
   return json({{"switches", sw},
                {"log", log},
                {"control", controlEndpoint(run)}})
@@ -422,11 +354,10 @@ std::string ScopeApi::switches(int64_t run) {
 }
 
 std::string ScopeApi::controlEndpoint(int64_t run) {
-  Query q(db_, "SELECT meta FROM runs WHERE id=?");
-  q.bind(1, run);
-  if (!q.step())
+  std::optional<std::string> metaText = store_.runMeta(run);
+  if (!metaText)
     fail("no run ", run);
-  json meta = json::parse(q.s(0), nullptr, false);
+  json meta = json::parse(*metaText, nullptr, false);
   if (meta.is_discarded() || !meta.contains("control") ||
       !meta["control"].is_string())
     return "";
@@ -449,64 +380,4 @@ std::string ScopeApi::control(const std::string &body) {
 
 std::string ScopeApi::live(int64_t run) {
   return control_.state(controlEndpoint(run));
-}
-
-std::string ScopeApi::ranks(int64_t run) {
-  json out = json::array();
-  Query q(db_, "SELECT rank, dp, pp, tp FROM ranks WHERE run_id=? ORDER BY "
-               "rank");
-  q.bind(1, run);
-  while (q.step())
-    out.push_back(
-        {{"rank", q.i(0)}, {"dp", q.i(1)}, {"pp", q.i(2)}, {"tp", q.i(3)}});
-  return out.dump();
-}
-
-bool ScopeApi::haveTable(const char *name) {
-  Query q(db_, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?");
-  q.bind(1, std::string(name));
-  return q.step();
-}
-
-std::map<int64_t, std::string> ScopeApi::vocab(int64_t run) {
-  std::map<int64_t, std::string> out;
-  if (!haveTable("vocab"))
-    return out;
-  Query q(db_, "SELECT id, text FROM vocab WHERE run_id=?");
-  q.bind(1, run);
-  while (q.step())
-    out[q.i(0)] = q.s(1);
-  return out;
-}
-
-std::string ScopeApi::tokens(const Request &r) {
-  // The tokens one forward saw (TokenRecord.cpp), with their texts: the
-  // UI's heatmap, attention and PCA labels. null when the store has none
-  // (an older store, or pre-tokenized data without --tokenizer).
-  int64_t run = intParam(r, "run"), step = intParam(r, "step");
-  int64_t rank = r.query.count("rank") ? intParam(r, "rank") : 0;
-  std::string phase = phaseParam(r);
-  if (!haveTable("contexts"))
-    return "null";
-  // Only the first stage's ranks see the tokens; every rank of a step saw
-  // the same batch row 0 for its dp rank, so fall back to any rank.
-  Query q(db_, "SELECT tokens FROM contexts WHERE run_id=? AND step=? AND "
-               "phase=? ORDER BY rank<>? , rank LIMIT 1");
-  q.bind(1, run).bind(2, step).bind(3, phase).bind(4, rank);
-  if (!q.step())
-    return "null";
-  json ids = json::parse(q.s(0), nullptr, false);
-  if (!ids.is_array())
-    fail("contexts row of step ", step, " is malformed");
-  std::map<int64_t, std::string> texts = vocab(run);
-  json out = json::array();
-  for (const json &id : ids) {
-    if (!id.is_number_integer())
-      fail("contexts row of step ", step, " is malformed");
-    auto t = texts.find(id.get<int64_t>());
-    out.push_back({{"id", id},
-                   {"text", t == texts.end() ? json(nullptr) : json(t->second)}});
-  }
-  return json({{"step", step}, {"phase", phase}, {"tokens", out}})
-      .dump(-1, ' ', false, json::error_handler_t::replace);
 }

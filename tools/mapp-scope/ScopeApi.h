@@ -12,12 +12,11 @@
 
 #include "ScopeControl.h"
 #include "ScopePatch.h"
+#include "mapp/rt/ProbeStoreReader.h"
 
 #include <map>
 #include <memory>
 #include <string>
-
-struct sqlite3;
 
 namespace mapp::scope {
 
@@ -39,9 +38,10 @@ std::map<std::string, std::string> parseQuery(const std::string &q);
 
 class ScopeApi {
 public:
-  /// Opens `db` read-only and validates it (ProbeStore.h's
-  /// probeStoreProblem: tables, columns, schema version, quick_check);
-  /// Error naming the file when it is corrupt or not a mapp probe store.
+  /// Opens `db` through the runtime's reader (ProbeStoreReader.h: read-only,
+  /// validated by tables, columns, schema version and quick_check); Error
+  /// naming the file when it is corrupt or not a mapp probe store. The API
+  /// holds no SQL of its own.
   ScopeApi(const std::string &db, ControlOptions control);
   ~ScopeApi();
   ScopeApi(const ScopeApi &) = delete;
@@ -70,12 +70,8 @@ private:
   std::string controlEndpoint(int64_t run);
   std::string ranks(int64_t run);
   std::string tokens(const Request &r);
-  bool haveTable(const char *name);
-  /// Token id -> text from the optional `vocab` table (TokenRecord.cpp).
-  std::map<int64_t, std::string> vocab(int64_t run);
 
-  sqlite3 *db_ = nullptr;
-  std::string path_;
+  mapp::rt::ProbeStoreReader store_;
   ControlClient control_;
   std::unique_ptr<PatchRunner> patch_;
 };

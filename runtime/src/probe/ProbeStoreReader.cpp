@@ -186,14 +186,14 @@ ProbeStoreReader::lensSamples(int64_t run, int64_t step,
 
 std::vector<StoredSample>
 ProbeStoreReader::sketchSamples(int64_t run, int64_t step,
-                                const std::string &phase) const {
+                                const std::string &phase, int64_t rank) const {
   std::vector<StoredSample> out;
   Query q(db_, "SELECT s.probe_id, p.point, s.shape, s.data FROM samples s "
                "JOIN probes p ON p.run_id=s.run_id AND p.probe_id=s.probe_id "
                "AND p.rank=s.rank WHERE s.run_id=? AND s.step=? AND "
-               "s.phase=? AND s.reduction='sketch' AND s.rank=0 AND "
+               "s.phase=? AND s.reduction='sketch' AND s.rank=? AND "
                "s.microbatch=0 ORDER BY s.probe_id");
-  q.bind(1, run).bind(2, step).bind(3, phase);
+  q.bind(1, run).bind(2, step).bind(3, phase).bind(4, rank);
   while (q.step()) {
     StoredSample s;
     s.probe = q.i(0);
@@ -204,6 +204,46 @@ ProbeStoreReader::sketchSamples(int64_t run, int64_t step,
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::vector<StoredRank> ProbeStoreReader::ranks(int64_t run) const {
+  std::vector<StoredRank> out;
+  Query q(db_, "SELECT rank, dp, pp, tp FROM ranks WHERE run_id=? ORDER BY "
+               "rank");
+  q.bind(1, run);
+  while (q.step())
+    out.push_back({q.i(0), q.i(1), q.i(2), q.i(3)});
+  return out;
+}
+
+bool ProbeStoreReader::haveTable(const char *name) const {
+  Query q(db_, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?");
+  q.bind(1, std::string(name));
+  return q.step();
+}
+
+std::map<int64_t, std::string> ProbeStoreReader::vocab(int64_t run) const {
+  std::map<int64_t, std::string> out;
+  if (!haveTable("vocab"))
+    return out;
+  Query q(db_, "SELECT id, text FROM vocab WHERE run_id=?");
+  q.bind(1, run);
+  while (q.step())
+    out[q.i(0)] = q.s(1);
+  return out;
+}
+
+std::optional<std::string>
+ProbeStoreReader::contextTokens(int64_t run, int64_t step,
+                                const std::string &phase, int64_t rank) const {
+  if (!haveTable("contexts"))
+    return std::nullopt;
+  Query q(db_, "SELECT tokens FROM contexts WHERE run_id=? AND step=? AND "
+               "phase=? ORDER BY rank<>?, rank LIMIT 1");
+  q.bind(1, run).bind(2, step).bind(3, phase).bind(4, rank);
+  if (!q.step())
+    return std::nullopt;
+  return q.s(0);
 }
 
 std::vector<StoredStep> ProbeStoreReader::steps(int64_t run) const {

@@ -12,6 +12,7 @@
 #define MAPP_RT_PROBESTOREREADER_H
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +85,11 @@ struct StoredControlEvent {
   std::string source;
 };
 
+/// A rank of the run and its (dp, pp, tp) coordinates.
+struct StoredRank {
+  int64_t rank = 0, dp = 0, pp = 0, tp = 0;
+};
+
 class ProbeStoreReader {
 public:
   /// Opens `path` read-only and validates it (probeStoreProblem with the
@@ -117,10 +123,23 @@ public:
   std::vector<StoredSample> lensSamples(int64_t run, int64_t step,
                                         const std::string &phase,
                                         int64_t rank) const;
-  /// Every rank-0, microbatch-0 'sketch' sample of one step and phase, by
+  /// Every microbatch-0 'sketch' sample of one step, phase and rank, by
   /// probe (point filled in).
   std::vector<StoredSample> sketchSamples(int64_t run, int64_t step,
-                                          const std::string &phase) const;
+                                          const std::string &phase,
+                                          int64_t rank) const;
+  /// The run's ranks with their coordinates, by rank.
+  std::vector<StoredRank> ranks(int64_t run) const;
+  /// Token id -> text from the optional `vocab` table (TokenRecord.cpp);
+  /// empty for stores without one.
+  std::map<int64_t, std::string> vocab(int64_t run) const;
+  /// The token ids (JSON array text) that one forward of `step` saw, from
+  /// the optional `contexts` table: `rank`'s row, else any rank's (every
+  /// first-stage rank of a step saw batch row 0 of its dp rank); nullopt
+  /// when the store has none.
+  std::optional<std::string> contextTokens(int64_t run, int64_t step,
+                                           const std::string &phase,
+                                           int64_t rank) const;
   /// Step metrics of every rank, ordered by step then rank.
   std::vector<StoredStep> steps(int64_t run) const;
   /// Rank 0's generated tokens by position.
@@ -130,6 +149,8 @@ public:
   std::vector<StoredControlEvent> controlLog(int64_t run) const;
 
 private:
+  bool haveTable(const char *name) const;
+
   sqlite3 *db_ = nullptr;
   std::string path_;
 };
