@@ -65,6 +65,17 @@ TEST(Monitor, CleanStepsRaiseNothing) {
   EXPECT_TRUE(feed(d, 100, [](StepSummary &) {}).empty());
 }
 
+// CI's 2-core host once made a clean rank's every op 1.38x for two steps
+// (thread CPU time too): a blip that short is host noise, not a straggler.
+TEST(Monitor, TwoStepBlipIsNotAlerted) {
+  WindowDiagnoser d(kWorld);
+  auto a = feed(d, 40, [](StepSummary &s) {
+    if (s.rank == 7 && (s.step == 20 || s.step == 21))
+      s = summary(7, s.step, 1.4);
+  });
+  EXPECT_TRUE(a.empty()) << a[0].text;
+}
+
 TEST(Monitor, SlowRankAlertedThenRecovered) {
   WindowDiagnoser d(kWorld);
   auto a = feed(d, 30, [](StepSummary &s) {
@@ -74,7 +85,7 @@ TEST(Monitor, SlowRankAlertedThenRecovered) {
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].kind, "slow-rank");
   EXPECT_EQ(a[0].rank, 5);
-  EXPECT_EQ(a[0].step, 11); // two slow steps in a row
+  EXPECT_EQ(a[0].step, 12); // three slow steps in a row
   EXPECT_EQ(a[0].since, 10);
   EXPECT_NEAR(a[0].ratio, 3, 0.1);
   EXPECT_EQ(a[0].cause, "compute");
@@ -119,7 +130,7 @@ TEST(Monitor, SlowLinkNamedWithDirection) {
   EXPECT_EQ(a[0].kind, "slow-link");
   EXPECT_EQ(a[0].src, 2);
   EXPECT_EQ(a[0].dst, 6);
-  EXPECT_EQ(a[0].step, 9);
+  EXPECT_EQ(a[0].step, 10);
 }
 
 TEST(Monitor, SilentRankNamedOnceWithoutWaitingForIt) {

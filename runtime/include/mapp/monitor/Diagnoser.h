@@ -36,7 +36,7 @@ struct MonitorOptions {
   double rankThreshold = 0.3;  // slow: compute >= (1 + t) x role peers
   double linkThreshold = 0.3;  // slow: fastest transfer >= ref / (1 - t)
   double minLinkExcessNs = 500e3; // ... and at least this much above ref
-  int alertAfter = 2;          // slow steps in a row before an alert
+  int alertAfter = 3;          // slow steps in a row before an alert
   int recoverAfter = 2;        // normal steps in a row before `recovered`
   int warmupSteps = 2;         // first steps not judged (first touch)
   int missingAfter = 3;        // a rank this many steps behind: missing
