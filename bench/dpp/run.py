@@ -11,8 +11,13 @@ report) and the ratio to static 1F1B. The slow link: link-delay 1->0 (the
 gradients into the first stage) of US microseconds from step 2 on.
 
 usage: bench/dpp/run.py [--steps N] [--us U] [--comms local,mpi] [--out DIR]
+                        [--backend cpu|cuda] [--prepare-only] [--plans DIR]
 Needs build/bin/{mapp-run,mapp-adaptive-plan} and mapp-opt/mapp-translate
-(build/bin, or MAPP_OPT / MAPP_TRANSLATE).
+(build/bin, or MAPP_OPT / MAPP_TRANSLATE / MAPP_RUN). On a machine without
+the compiler (the GPU machine): `--prepare-only --out DIR` here, then
+`--plans DIR` there (the plans DIR holds are used as they are).
+`--backend cuda` runs the 4 rank-threads on the one GPU (device-local
+communicator).
 """
 import argparse
 import json
@@ -70,17 +75,21 @@ def compile_plans(d):
     return plans
 
 
-def train(plan, comm, steps, fault, d, tag):
+NAMES = ("1f1b", "dfc", "bfc", "adaptive")
+
+
+def train(plan, comm, steps, fault, d, tag, backend):
     metrics = d / f"{tag}.jsonl"
     args = [plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
-            "--seed", 1, "--metrics", metrics, "--threads", 1, "--quiet"]
+            "--seed", 1, "--metrics", metrics, "--threads", 1, "--quiet",
+            f"--backend={backend}"]
     if fault:
         args += ["--inject", fault]
     if comm == "mpi":
         cmd = [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
-               "-np", 4, tool("mapp-run"), *args, "--comm=mpi"]
+               "-np", 4, tool("mapp-run", "MAPP_RUN"), *args, "--comm=mpi"]
     else:
-        cmd = [tool("mapp-run"), *args, "--comm=local"]
+        cmd = [tool("mapp-run", "MAPP_RUN"), *args, "--comm=local"]
     r = run(cmd, timeout=1200)
     ms = [json.loads(l)["step_ms"] for l in metrics.read_text().splitlines()]
     losses = [json.loads(l)["loss"] for l in metrics.read_text().splitlines()]
@@ -96,10 +105,23 @@ def main():
     ap.add_argument("--us", type=int, default=30000)
     ap.add_argument("--comms", default="local,mpi")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench-dpp"))
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="compile the plans into --out and stop")
+    ap.add_argument("--plans", help="a folder --prepare-only filled")
     a = ap.parse_args()
     d = pathlib.Path(a.out)
     d.mkdir(parents=True, exist_ok=True)
-    plans = compile_plans(d)
+    if a.plans:
+        plans = {n: pathlib.Path(a.plans) / f"{n}-t.mplan" for n in NAMES}
+        missing = [str(p) for p in plans.values() if not p.exists()]
+        if missing:
+            sys.exit("--plans: missing " + ", ".join(missing))
+    else:
+        plans = compile_plans(d)
+    if a.prepare_only:
+        print(f"plans in {d}: " + " ".join(p.name for p in plans.values()))
+        return
     fault = f"link-delay:src=1,dst=0,us={a.us},from-step=2"
     comms = [c for c in a.comms.split(",")
              if c != "mpi" or shutil.which("mpirun")]
@@ -107,14 +129,14 @@ def main():
     for comm in comms:
         for slow in (False, True):
             base = None
-            for name in ("1f1b", "dfc", "bfc", "adaptive"):
+            for name in NAMES:
                 ms, peak, loss, sw = train(plans[name], comm, a.steps,
                                            fault if slow else None, d,
-                                           f"{comm}-{name}-{int(slow)}")
+                                           f"{comm}-{name}-{int(slow)}", a.backend)
                 base = base or ms
                 rows.append((comm, "slow 1->0" if slow else "none", name, ms,
                              base / ms, peak, sw, loss))
-    print(f"pp=4, {MICRO} microbatches, GPT {CFG['num_layers']}L h{CFG['hidden_size']} "
+    print(f"backend {a.backend}, pp=4, {MICRO} microbatches, GPT {CFG['num_layers']}L h{CFG['hidden_size']} "
           f"s{CFG['seq_length']}, {a.steps} steps (median of steps 2..), "
           f"slow link = {fault}")
     print(f"{'comm':5} {'fault':10} {'schedule':9} {'step ms':>9} {'vs 1f1b':>8} "
