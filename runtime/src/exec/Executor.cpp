@@ -676,6 +676,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.comm = &comm_;
   ctx.probe = probe_;
   ctx.backend = &backend_;
+  ctx.p2pThroughHost = sched_->stats().mode == "adaptive";
   if (sink_)
     sink_->beginStep(step_);
   const bool tr = tracing();
