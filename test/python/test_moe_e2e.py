@@ -7,6 +7,7 @@ relative — dropless, and with capacity drops.
 The reference's MoE ops (python/mapp/moe.py) are checked against the
 independent formulas of test/python/moe_ref.py first, so the comparison is
 against Megatron's math and not against the exporter's own ops."""
+import json
 import math
 import os
 import sys
@@ -18,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moe_ref  # noqa: E402
 from mapp import moe, safetensors  # noqa: E402
 from mapp.reference import GPT  # noqa: E402
-from train_harness import compile_and_train, train_torch_and_compare  # noqa: E402
+from train_harness import (CORPUS, LR, BETAS, EPS, WD, compile_and_train, run, tool,  # noqa: E402
+                           train_torch_and_compare)
 
 STEPS = 30
 TOLERANCE = 1e-5
@@ -65,6 +67,38 @@ def test_moe_loss_curve_and_gradients_match_pytorch(tmp_path, name, monkeypatch)
     ce = plain(torch.tensor(b["tokens"]), torch.tensor(b["targets"])).item()
     assert abs(metrics[0]["loss"] - ce) > 100 * TOLERANCE * abs(ce)
     print(f"{name}: worst relative loss difference over {STEPS} steps {worst:.2e}")
+
+
+def test_importer_graph_trains_like_pytorch(tmp_path):
+    """The config-key path: mapp-translate --import-gpt-config builds the MoE
+    GPT from the config alone; with the reference's initial weights it trains
+    like PyTorch (capacity drops, Megatron argument spellings)."""
+    cfg = dict(CONFIGS["capacity"])
+    megatron = {f"--{k.replace('_', '-')}": v for k, v in cfg.items() if k != "variant"}
+    megatron.update({"--normalization": "LayerNorm", "--openai-gelu": True,
+                     "--expert-model-parallel-size": 2})
+    (tmp_path / "megatron.json").write_text(json.dumps(megatron))
+    model = GPT(cfg, seed=3)
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    safetensors.save(weights, tmp_path / "init.safetensors", {"format": "pt"})
+    run([tool("mapp-translate"), "--import-gpt-config", tmp_path / "megatron.json",
+         "-o", tmp_path / "model.mlir"])
+    opt = f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} weight-decay={WD}"
+    run([tool("mapp-opt"), tmp_path / "model.mlir", "-mapp-autodiff",
+         f"-mapp-optimizer={opt}", "-o", tmp_path / "train.mlir"])
+    run([tool("mapp-translate"), "--mapp-to-plan", tmp_path / "train.mlir",
+         "-o", tmp_path / "model.mplan"])
+    steps = 10
+    run([tool("mapp-run"), tmp_path / "model.mplan", "--backend=cpu", "--data", CORPUS,
+         "--tokenizer", "bytes", "--steps", steps, "--seed", 5,
+         "--weights", tmp_path / "init.safetensors", "--metrics", tmp_path / "m.jsonl",
+         "--dump-batches", tmp_path / "b.jsonl", "--save-grads", tmp_path / "g.safetensors",
+         "--quiet"])
+    metrics = [json.loads(l) for l in (tmp_path / "m.jsonl").read_text().splitlines()]
+    batches = [json.loads(l) for l in (tmp_path / "b.jsonl").read_text().splitlines()]
+    grads = safetensors.load(tmp_path / "g.safetensors")[0]
+    assert len(metrics) == steps
+    train_torch_and_compare(GPT(cfg), weights, metrics, batches, grads, TOLERANCE)
 
 
 @pytest.mark.parametrize("cap_factor", [None, 0.5])
