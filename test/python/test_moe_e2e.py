@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moe_ref  # noqa: E402
+from conftest import ROOT  # noqa: E402
 from mapp import moe, safetensors  # noqa: E402
 from mapp.reference import GPT  # noqa: E402
 from train_harness import (CORPUS, LR, BETAS, EPS, WD, compile_and_train, run, tool,  # noqa: E402
@@ -50,13 +51,22 @@ def test_moe_loss_curve_and_gradients_match_pytorch(tmp_path, name, monkeypatch)
     metrics, batches, mapp_grads = compile_and_train(tmp_path, cfg, STEPS)
     weights = safetensors.load(tmp_path / "init.safetensors")[0]
     model = GPT(cfg)
-    dropped = []  # choices dropped by capacity, per assign call
+    calls = []  # (slots, counts) of every assign PyTorch ran, in order
     assign = moe.assign
-    monkeypatch.setattr(moe, "assign", lambda *a: (lambda r: dropped.append(
-        int((r[0] < 0).sum())) or r)(assign(*a)))
+    monkeypatch.setattr(moe, "assign", lambda *a: (lambda r: calls.append(r) or r)(assign(*a)))
     worst = train_torch_and_compare(model, weights, metrics, batches, mapp_grads, TOLERANCE)
     # The capacity run must really drop choices (else it tests nothing new).
-    assert (sum(dropped) > 0) == ("moe_capacity_factor" in cfg), sum(dropped)
+    dropped = sum(int((slots < 0).sum()) for slots, _ in calls)
+    assert (dropped > 0) == ("moe_capacity_factor" in cfg), dropped
+    # metrics.jsonl: rows per expert of every MoE layer, step by step, as
+    # PyTorch routed them (one forward per step, layers in order).
+    layers = sum(moe.moe_layers(model.config))
+    assert len(calls) == STEPS * layers
+    for step, m in enumerate(metrics):
+        got = m["expert_tokens"]
+        assert len(got) == layers
+        want = [c.tolist() for _, c in calls[step * layers:(step + 1) * layers]]
+        assert [got[k] for k in sorted(got)] == want, f"step {step}"
     assert metrics[-1]["loss"] < metrics[0]["loss"] - 0.3
     # The auxiliary terms are in mapp's loss: without them PyTorch's step-0
     # loss differs by far more than the tolerance.
@@ -136,3 +146,37 @@ def test_reference_block_matches_moe_ref(cap_factor):
     assert not math.isclose(float(got[1].abs().sum()), 0.0)
     for g, w, what in zip(got, want, ["x", "router", "fc1", "fc2"]):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6, msg=what)
+
+
+@pytest.mark.parametrize("recompute", ["", " recompute=full"])
+def test_expert_tokens_sum_microbatches(tmp_path, monkeypatch, recompute):
+    """expert_tokens of a step with 2 microbatches is the sum of PyTorch's
+    routing of both; a recomputed forward is not counted twice."""
+    cfg = dict(BASE, seq_length=8)
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    run(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT", "--config",
+         tmp_path / "cfg.json", "-o", tmp_path / "m.mlir", "--weights", tmp_path / "w.safetensors"],
+        env=env)
+    run([tool("mapp-opt"), tmp_path / "m.mlir",
+         f"--mapp-train-pipeline=tp=1 pp=1 dp=1 microbatches=2 optimizer=adamw{recompute}",
+         "-o", tmp_path / "t.mlir"])
+    run([tool("mapp-translate"), "--mapp-to-plan", tmp_path / "t.mlir", "-o", tmp_path / "t.mplan"])
+    run([tool("mapp-run"), tmp_path / "t.mplan", "--backend=cpu", "--data", CORPUS,
+         "--tokenizer", "bytes", "--steps", 1, "--weights", tmp_path / "w.safetensors",
+         "--metrics", tmp_path / "m.jsonl", "--dump-batches", tmp_path / "b.jsonl", "--quiet"])
+    got = json.loads((tmp_path / "m.jsonl").read_text())["expert_tokens"]
+    batches = [json.loads(l) for l in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [b["microbatch"] for b in batches] == [0, 1]
+    model = GPT(cfg)
+    model.load_state_dict(safetensors.load(tmp_path / "w.safetensors")[0])
+    calls = []
+    assign = moe.assign
+    monkeypatch.setattr(moe, "assign", lambda *a: (lambda r: calls.append(r[1]) or r)(assign(*a)))
+    with torch.no_grad():
+        for b in batches:
+            model(torch.tensor(b["tokens"]), torch.tensor(b["targets"]))
+    want = [(calls[layer] + calls[2 + layer]).tolist() for layer in range(2)]
+    assert sorted(got) == ["layers.0.mlp.moe_assign", "layers.1.mlp.moe_assign"]
+    assert [got[k] for k in sorted(got)] == want
+    assert all(sum(c) == 2 * 2 * 8 * 2 for c in want)  # 2 microbatches of B·T·k rows

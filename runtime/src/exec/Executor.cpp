@@ -586,6 +586,10 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            pr.instr->name.empty() ? std::string() : " '" + pr.instr->name + "'",
            ": ", e.what());
     }
+    if (countExperts_ && pr.kind == Prepared::Compute &&
+        in.kernel == "moe_assign" && pr.outs[slot].size() == 2)
+      expertTally_.record(in.name.empty() ? in.kernel : in.name, mb,
+                          pr.outs[slot][1], backend_);
     if (instrHook_ && hookBlock_) {
       // The hook reads and writes storage from the host: the device must
       // have finished the instr (a no-op on the CPU).
@@ -830,6 +834,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   int n;
   localLoss(sum, n);
   r.loss = n ? sum / n : std::numeric_limits<double>::quiet_NaN();
+  r.expertTokens = expertTally_.take();
   r.lr = 0;
   for (int b : optimizerBlocks)
     for (const Instr &in : p.blocks[b].instrs)

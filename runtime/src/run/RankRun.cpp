@@ -312,6 +312,7 @@ private:
     TrainControl control(*exec_, o_.ckpt, meta);
     const int64_t first = control.start();
     exec_->setSkipNonFinite(true); // a non-finite step never touches the state
+    exec_->setCountExperts(metrics != nullptr);
     exec_->setCheckFinite(o_.nanCheck);
     if (o_.nanStep >= 0)
       exec_->setInjectNan(o_.nanStep, o_.nanOp);
@@ -349,6 +350,7 @@ private:
       m.tokensPerS = ms > 0 ? r.globalTokens / (ms / 1000.0) : 0;
       m.lossScale = r.lossScale;
       m.skipped = r.skipped;
+      m.expertTokens = std::move(r.expertTokens);
       if (scope_)
         scope_->endStep(m);
       if (lead_) {
