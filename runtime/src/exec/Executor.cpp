@@ -835,6 +835,12 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   localLoss(sum, n);
   r.loss = n ? sum / n : std::numeric_limits<double>::quiet_NaN();
   r.expertTokens = expertTally_.take();
+  if (countExperts_ && plan_.dp > 1 && !isFbdPlan(plan_)) {
+    // Every dp member routed its own microbatches through the same layers.
+    CommGroup dp = comm_.group(Group::DP);
+    ++groupSeq_[dp.members];
+    ExpertTally::sumOver(r.expertTokens, comm_, dp);
+  }
   r.lr = 0;
   for (int b : optimizerBlocks)
     for (const Instr &in : p.blocks[b].instrs)

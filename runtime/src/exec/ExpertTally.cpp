@@ -1,6 +1,7 @@
 //===- ExpertTally.cpp ----------------------------------------------------===//
 #include "mapp/rt/ExpertTally.h"
 #include "mapp/rt/Backend.h"
+#include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
 
 #include <algorithm>
@@ -40,4 +41,20 @@ ExpertTokens ExpertTally::take() {
   order_.clear();
   perMb_.clear();
   return out;
+}
+
+void ExpertTally::sumOver(ExpertTokens &t, Communicator &comm,
+                          const CommGroup &group) {
+  std::vector<double> flat;
+  for (const auto &[name, counts] : t)
+    flat.insert(flat.end(), counts.begin(), counts.end());
+  if (flat.empty())
+    return;
+  // Counts are integers far below 2^53: exact in doubles.
+  comm.allReduce(flat.data(), static_cast<int64_t>(flat.size()), ReduceOp::Sum,
+                 group);
+  size_t i = 0;
+  for (auto &[name, counts] : t)
+    for (int64_t &c : counts)
+      c = static_cast<int64_t>(flat[i++]);
 }

@@ -22,6 +22,8 @@
 namespace mapp::rt {
 
 class Backend;
+class Communicator;
+struct CommGroup;
 
 /// (moe_assign name, rows per expert) in plan order.
 using ExpertTokens = std::vector<std::pair<std::string, std::vector<int64_t>>>;
@@ -34,6 +36,10 @@ public:
               Backend &backend);
   /// This step's sums; resets for the next step.
   ExpertTokens take();
+
+  /// Sums `t` over the members of `group` (each holds the same layers: the
+  /// dp group), so the counts cover the global batch.
+  static void sumOver(ExpertTokens &t, Communicator &comm, const CommGroup &group);
 
 private:
   std::vector<std::string> order_; // first-seen order of the layers
