@@ -180,3 +180,26 @@ def test_expert_tokens_sum_microbatches(tmp_path, monkeypatch, recompute):
     assert sorted(got) == ["layers.0.mlp.moe_assign", "layers.1.mlp.moe_assign"]
     assert [got[k] for k in sorted(got)] == want
     assert all(sum(c) == 2 * 2 * 8 * 2 for c in want)  # 2 microbatches of B·T·k rows
+
+
+def test_exporter_names_a_misused_moe_op():
+    """The exporter's MoE lowering checks what it is given: 3-d router
+    logits are an error naming the op and the user's line."""
+    from mapp.export import export_module
+    from mapp.values import ExportError
+
+    class Bad(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(8, 8)
+            self.router = torch.nn.Linear(8, 4, bias=False)
+
+        def forward(self, tokens, targets):
+            x = self.emb(tokens)
+            probs, _ = moe._call("moe_router", self.router(x), 2)  # [B, T, E]: not flattened
+            return probs.sum()
+
+    tokens = torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(ExportError, match=r"test_moe_e2e.py:\d+.*moe_router.*router logits must "
+                                          r"be 2-d \[tokens, features\], got \[2, 4, 4\]"):
+        export_module(Bad(), tokens, tokens.clone())
