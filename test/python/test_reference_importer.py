@@ -80,6 +80,6 @@ def test_same_graph(tmp_path, case):
     _compare(tmp_path, str(cfg))
 
 
-@pytest.mark.parametrize("example", ["gpt-tiny", "llama-tiny", "gpt-small"])
+@pytest.mark.parametrize("example", ["gpt-tiny", "llama-tiny", "gpt-small", "gpt-moe-tiny"])
 def test_same_graph_examples(tmp_path, example):
     _compare(tmp_path, os.path.join(ROOT, "examples", f"{example}.json"))
