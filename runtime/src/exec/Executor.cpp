@@ -841,6 +841,12 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
     ++groupSeq_[dp.members];
     ExpertTally::sumOver(r.expertTokens, comm_, dp);
   }
+  if (countExperts_ && plan_.pp > 1 && !isFbdPlan(plan_)) {
+    // Each stage holds other layers: the lead's line gets them all.
+    CommGroup pp = comm_.group(Group::PP);
+    groupSeq_[pp.members] += 2;
+    ExpertTally::gatherOver(r.expertTokens, comm_, pp, comm_.rank());
+  }
   r.lr = 0;
   for (int b : optimizerBlocks)
     for (const Instr &in : p.blocks[b].instrs)

@@ -58,3 +58,56 @@ void ExpertTally::sumOver(ExpertTokens &t, Communicator &comm,
     for (int64_t &c : counts)
       c = static_cast<int64_t>(flat[i++]);
 }
+
+namespace {
+// A member's layers as numbers: per layer the name's length, its bytes, the
+// expert count, the counts (all small integers, exact in doubles).
+std::vector<double> serialize(const ExpertTokens &t) {
+  std::vector<double> out;
+  for (const auto &[name, counts] : t) {
+    out.push_back(static_cast<double>(name.size()));
+    for (unsigned char ch : name)
+      out.push_back(ch);
+    out.push_back(static_cast<double>(counts.size()));
+    out.insert(out.end(), counts.begin(), counts.end());
+  }
+  return out;
+}
+
+void deserialize(const double *p, const double *end, ExpertTokens &out) {
+  while (p < end) {
+    size_t len = static_cast<size_t>(*p++);
+    std::string name;
+    for (size_t i = 0; i < len; ++i)
+      name.push_back(static_cast<char>(static_cast<int>(*p++)));
+    size_t n = static_cast<size_t>(*p++);
+    std::vector<int64_t> counts(p, p + n);
+    p += n;
+    out.emplace_back(std::move(name), std::move(counts));
+  }
+}
+} // namespace
+
+void ExpertTally::gatherOver(ExpertTokens &t, Communicator &comm,
+                             const CommGroup &group, int rank) {
+  // Two all-reduces: each member's length at its index, then each member's
+  // numbers at its offset (zeros elsewhere).
+  const int me = group.indexOf(rank);
+  std::vector<double> mine = serialize(t);
+  std::vector<double> sizes(group.size(), 0);
+  sizes[me] = static_cast<double>(mine.size());
+  comm.allReduce(sizes.data(), group.size(), ReduceOp::Sum, group);
+  size_t total = 0, offset = 0;
+  for (int i = 0; i < group.size(); ++i) {
+    if (i == me)
+      offset = total;
+    total += static_cast<size_t>(sizes[i]);
+  }
+  if (total == 0)
+    return;
+  std::vector<double> all(total, 0);
+  std::copy(mine.begin(), mine.end(), all.begin() + offset);
+  comm.allReduce(all.data(), static_cast<int64_t>(total), ReduceOp::Sum, group);
+  t.clear();
+  deserialize(all.data(), all.data() + all.size(), t);
+}

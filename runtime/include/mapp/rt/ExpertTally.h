@@ -40,6 +40,10 @@ public:
   /// Sums `t` over the members of `group` (each holds the same layers: the
   /// dp group), so the counts cover the global batch.
   static void sumOver(ExpertTokens &t, Communicator &comm, const CommGroup &group);
+  /// Every member of `group` (the pp group: different layers each) gets
+  /// all members' layers, in member order.
+  static void gatherOver(ExpertTokens &t, Communicator &comm, const CommGroup &group,
+                         int rank);
 
 private:
   std::vector<std::string> order_; // first-seen order of the layers
