@@ -57,17 +57,23 @@ const char *errorKernel(int code) {
   }
 }
 
-bool isOptimizer(const std::string &k) { return k == "adamw" || k == "sgd"; }
+/// The vocabulary's property p of kernel k (KernelVocab.def), instead of
+/// comparing names: a new optimizer or gradient sink needs no change here.
+bool kernelHas(const std::string &k, KernelProp p) {
+  const KernelInfo *info = findKernelInfo(k);
+  return info && info->has(p);
+}
+bool isOptimizer(const std::string &k) { return kernelHas(k, kOptimizer); }
 
 // Entry points: every kernel first asks whether it is half of a fused pair
 // (Fusion.h); the kernels themselves stay unaware of fusion.
-#define MAPP_ENTRY(name)                                                       \
+#define MAPP_CUDA_KERNEL(name)                                                 \
   void name##_entry(const KernelArgs &a) {                                     \
     if (!runFused(a))                                                          \
       cuda::name(a);                                                           \
   }
-MAPP_CUDA_KERNELS(MAPP_ENTRY)
-#undef MAPP_ENTRY
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
 
 // Profiling wrappers: one per kernel, timed by CUDA events.
 const char *profName(const char *name, const KernelArgs &a) {
@@ -75,14 +81,31 @@ const char *profName(const char *name, const KernelArgs &a) {
     return "matmul(transpose_a)";
   return name;
 }
-#define MAPP_TIMED(name)                                                       \
+#define MAPP_CUDA_KERNEL(name)                                                 \
   void name##_timed(const KernelArgs &a) {                                     \
     backendOf(a).profBegin(profName(#name, a));                                \
     name##_entry(a);                                                           \
     backendOf(a).profEnd();                                                    \
   }
-MAPP_CUDA_KERNELS(MAPP_TIMED)
-#undef MAPP_TIMED
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
+
+using KernelTable = std::map<std::string, KernelFn>;
+/// Name -> entry point (timed: wrapped in profiling events) for every
+/// KernelVocab.def row with cuda = Y; built without touching a device.
+const KernelTable &cudaKernelTable(bool timed) {
+  static const KernelTable entries = {
+#define MAPP_CUDA_KERNEL(name) {#name, name##_entry},
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
+  };
+  static const KernelTable timedEntries = {
+#define MAPP_CUDA_KERNEL(name) {#name, name##_timed},
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
+  };
+  return timed ? timedEntries : entries;
+}
 
 } // namespace
 
@@ -126,15 +149,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&stageDone_[i], cudaEventDisableTiming));
   if (const char *p = std::getenv("MAPP_CUDA_PROFILE"))
     profile_ = std::string(p) == "1";
-  if (profile_) {
-#define MAPP_REGISTER(name) table_[#name] = name##_timed;
-    MAPP_CUDA_KERNELS(MAPP_REGISTER)
-#undef MAPP_REGISTER
-  } else {
-#define MAPP_REGISTER(name) table_[#name] = name##_entry;
-    MAPP_CUDA_KERNELS(MAPP_REGISTER)
-#undef MAPP_REGISTER
-  }
+  table_ = &cudaKernelTable(profile_);
 }
 
 CudaBackend::~CudaBackend() {
@@ -177,8 +192,8 @@ CudaBackend::~CudaBackend() {
 }
 
 KernelFn CudaBackend::lookup(const std::string &kernel) const {
-  auto it = table_.find(kernel);
-  return it == table_.end() ? nullptr : it->second;
+  auto it = table_->find(kernel);
+  return it == table_->end() ? nullptr : it->second;
 }
 
 void *CudaBackend::deviceAlloc(size_t bytes) {
@@ -351,15 +366,17 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   prog_ = &p;
   poolBase_ = static_cast<uint8_t *>(pool);
   size_t nv = p.values.size();
-  // Values whose consumer is grad_accumulate are parameter-gradient
-  // contributions: they stay fp32 like the Grad buffers they feed.
+  // Values consumed by a gradient sink (grad_accumulate) are parameter-
+  // gradient contributions: they stay fp32 like the Grad buffers they feed.
   std::vector<char> feedsGrad(nv, 0), usedByCompute(nv, 0);
   for (const Block &b : p.blocks)
     for (const Instr &in : b.instrs) {
+      bool sink = kernelHas(in.kernel, kGradSink);
+      bool optimizer = isOptimizer(in.kernel);
       for (int v : in.inputs) {
-        if (in.kernel == "grad_accumulate")
+        if (sink)
           feedsGrad[v] = 1;
-        if (!isOptimizer(in.kernel))
+        if (!optimizer)
           usedByCompute[v] = 1;
       }
     }
@@ -395,7 +412,7 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
     changed = false;
     for (const Block &b : p.blocks)
       for (const Instr &in : b.instrs)
-        if (in.kernel == "reshape" && in.attrs.getInt("alias", 0) &&
+        if (kernelHas(in.kernel, kMayAlias) && in.attrs.getInt("alias", 0) &&
             valueBf16_[in.inputs[0]] != valueBf16_[in.outputs[0]]) {
           valueBf16_[in.inputs[0]] = valueBf16_[in.outputs[0]] = 0;
           changed = true;
@@ -594,3 +611,9 @@ std::unique_ptr<Backend> mapp::rt::createCudaBackend(int device) {
   return std::make_unique<CudaBackend>(device);
 }
 bool mapp::rt::cudaBackendBuilt() { return true; }
+std::vector<std::string> mapp::rt::cudaKernelNames() {
+  std::vector<std::string> names;
+  for (const auto &kv : cudaKernelTable(false))
+    names.push_back(kv.first);
+  return names;
+}

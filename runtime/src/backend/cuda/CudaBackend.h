@@ -14,6 +14,7 @@
 #include "Fusion.h"
 #include "TraceEvents.h"
 #include "mapp/rt/Backend.h"
+#include "mapp/rt/KernelVocab.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/ThreadPool.h"
 
@@ -33,22 +34,10 @@ namespace mapp::rt::cuda {
 
 class DeviceComm;
 
-#define MAPP_CUDA_KERNELS(X)                                                   \
-  X(embedding) X(embedding_grad) X(linear) X(matmul) X(reduce_sum) X(add)     \
-  X(mul) X(scale) X(gelu) X(gelu_grad) X(silu) X(silu_grad) X(layer_norm)     \
-  X(layer_norm_grad) X(rms_norm) X(rms_norm_grad) X(softmax) X(softmax_grad)  \
-  X(attention) X(attention_grad) X(dropout) X(dropout_grad) X(cross_entropy)  \
-  X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)        \
-  X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)         \
-  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv) \
-  X(probe) X(perturb) X(reduce_max) X(vocab_ce_partials)                      \
-  X(vocab_ce_partials_grad) X(ce_from_partials) X(ce_from_partials_grad)      \
-  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)      \
-  X(ep_dispatch) X(ep_combine)
-
-#define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
-MAPP_CUDA_KERNELS(MAPP_DECLARE_KERNEL)
-#undef MAPP_DECLARE_KERNEL
+/// One function per kernel of KernelVocab.def whose cuda column is Y.
+#define MAPP_CUDA_KERNEL(name) void name(const KernelArgs &a);
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
 
 class ProbeCapture;
 
@@ -176,7 +165,7 @@ private:
   void *ltWorkspace_ = nullptr;
   size_t ltWorkspaceBytes_ = 0;
   ThreadPool pool_{1};
-  std::map<std::string, KernelFn> table_;
+  const std::map<std::string, KernelFn> *table_ = nullptr; // cudaKernelTable()
 
   DeviceError *devError_ = nullptr;
   DeviceError *hostError_ = nullptr; // pinned
