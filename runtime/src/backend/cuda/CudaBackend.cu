@@ -125,13 +125,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     fail("--backend=cuda needs compute capability 8.0 or newer (bf16 tensor "
          "cores); device ", device, " is ", prop.major, ".", prop.minor);
   sms_ = prop.multiProcessorCount;
-  if (const char *s = std::getenv("MAPP_CUDA_STORAGE")) {
-    std::string v = s;
-    if (v == "f32")
-      bf16Storage_ = false;
-    else if (v != "bf16")
-      fail("MAPP_CUDA_STORAGE must be 'bf16' or 'f32', not '", v, "'");
-  }
+  config_ = CudaConfig::fromEnv(); // every MAPP_* switch, checked here
+  bf16Storage_ = config_.bf16Storage;
   MAPP_CUDA_CHECK(cudaFree(nullptr)); // the context exists from here on
   size_t freeB = 0, totalB = 0;
   MAPP_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
@@ -147,8 +142,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   MAPP_CUDA_CHECK(cudaMallocHost(&scalarPinned_, kScalarCap * sizeof(float)));
   for (int i = 0; i < 2; ++i)
     MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&stageDone_[i], cudaEventDisableTiming));
-  if (const char *p = std::getenv("MAPP_CUDA_PROFILE"))
-    profile_ = std::string(p) == "1";
+  profile_ = config_.profile;
   table_ = &cudaKernelTable(profile_);
 }
 
@@ -435,14 +429,15 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
     }
   }
   shadowsDirty_ = true;
-  fusions_ = planFusions(p, FusionSwitches::fromEnv());
+  config_.fuse = CudaConfig::fusionFromEnv(); // may differ per program
+  config_.fuseLog = CudaConfig::fuseLogFromEnv();
+  fusions_ = planFusions(p, FusionSwitches{config_.fuse});
   cudaFree(optimChunks_); // the previous program's (nullptr: a no-op)
   optimChunks_ = nullptr;
   optimChunks_ = bindOptimGroups(*this, p, fusions_); // needs the shadows
-  if (const char *log = std::getenv("MAPP_CUDA_FUSE_LOG"))
-    if (std::string(log) == "1")
-      std::fprintf(stderr, "mapp cuda fusion: %s\n",
-                   fusionSummary(*this).c_str());
+  if (config_.fuseLog)
+    std::fprintf(stderr, "mapp cuda fusion: %s\n",
+                 fusionSummary(*this).c_str());
 }
 
 Tensor CudaBackend::valueTensor(int value, const Tensor &anchor,

@@ -14,6 +14,7 @@
 #include "Fusion.h"
 #include "TraceEvents.h"
 #include "mapp/rt/Backend.h"
+#include "mapp/rt/BackendConfig.h"
 #include "mapp/rt/KernelVocab.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/ThreadPool.h"
@@ -132,6 +133,8 @@ public:
   /// Storage policy: "bf16" (default) or "f32" (every value as the plan says,
   /// for debugging numerics); MAPP_CUDA_STORAGE selects it.
   bool bf16Storage() const { return bf16Storage_; }
+  /// The MAPP_* switches, read when the backend was created.
+  const CudaConfig &config() const { return config_; }
   bool storesBf16() const override { return bf16Storage_; }
   /// Fused instruction pairs of the bound program (Fusion.h).
   const FusionTable &fusions() const { return fusions_; }
@@ -184,6 +187,7 @@ private:
   };
   Scratch scratch_[10]; // 6..9: grouped-query attention's repeated k/v, dk/dv
 
+  CudaConfig config_;
   bool bf16Storage_ = true;
   // Per bound program: which values are stored bf16, and the shadows.
   const Program *prog_ = nullptr;

@@ -2,41 +2,10 @@
 #include "CudaBackend.h"
 #include "Fusion.h"
 
-#include <cstdlib>
 #include <sstream>
 
 using namespace mapp::rt;
 using namespace mapp::rt::cuda;
-
-FusionSwitches FusionSwitches::fromEnv() {
-  FusionSwitches on;
-  const char *e = std::getenv("MAPP_CUDA_FUSE");
-  std::string v = e ? e : "1";
-  if (v == "1")
-    return on;
-  on.gelu = on.bgrad = on.accumulate = on.adam = on.sgd = false;
-  if (v == "0")
-    return on;
-  std::stringstream ss(v);
-  std::string word;
-  while (std::getline(ss, word, ',')) {
-    if (word == "gelu")
-      on.gelu = true;
-    else if (word == "bgrad")
-      on.bgrad = true;
-    else if (word == "accumulate")
-      on.accumulate = true;
-    else if (word == "adam")
-      on.adam = true;
-    else if (word == "sgd")
-      on.sgd = true;
-    else
-      fail("MAPP_CUDA_FUSE: unknown fusion '", word,
-           "' (use 0, 1, or a comma list of gelu, bgrad, accumulate, adam, "
-           "sgd)");
-  }
-  return on;
-}
 
 namespace {
 

@@ -205,7 +205,7 @@ constexpr int kInScratch = 5, kOutScratch = 1;
 class NcclDeviceComm final : public DeviceComm {
 public:
   NcclDeviceComm(CudaBackend &be, Communicator &host, NcclRank &nr)
-      : be_(be), host_(host), nr_(nr), overlapGrads_(!syncGradsRequested()) {
+      : be_(be), host_(host), nr_(nr), overlapGrads_(!be.config().ncclSyncGrads) {
     MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&computeDone_, cudaEventDisableTiming));
     MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&ncclDone_, cudaEventDisableTiming));
@@ -390,15 +390,6 @@ public:
   }
 
 private:
-  /// MAPP_NCCL_SYNC_GRADS=1: grad_sync waits like every other collective.
-  static bool syncGradsRequested() {
-    const char *s = std::getenv("MAPP_NCCL_SYNC_GRADS");
-    std::string v = s ? s : "0";
-    if (v != "0" && v != "1")
-      fail("MAPP_NCCL_SYNC_GRADS must be '0' or '1', not '", v, "'");
-    return v == "1";
-  }
-
   ncclComm_t commOf(const CommGroup &g, const char *what) {
     nr_.world->check(what);
     auto it = comms_.find(g.members);

@@ -11,19 +11,7 @@ using namespace mapp::rt::cuda;
 
 namespace {
 
-constexpr size_t kDefaultRingBytes = size_t(64) << 20;
 constexpr size_t kSlotAlign = 256;
-
-size_t ringBytesFromEnv() {
-  const char *e = std::getenv("MAPP_PROBE_RING_BYTES");
-  if (!e || !*e)
-    return kDefaultRingBytes;
-  char *end = nullptr;
-  unsigned long long v = std::strtoull(e, &end, 10);
-  if (*end || v < 4096)
-    fail("MAPP_PROBE_RING_BYTES='", e, "' is not a byte count >= 4096");
-  return static_cast<size_t>(v);
-}
 
 __global__ void projectionKernel(double *r, uint64_t seed, int64_t n,
                                  double scale) {
@@ -77,8 +65,8 @@ DeviceConstants::~DeviceConstants() {
     cudaFree(kv.second);
 }
 
-ProbeCapture::ProbeCapture(int device, cudaStream_t compute)
-    : device_(device), compute_(compute), cap_(ringBytesFromEnv()) {
+ProbeCapture::ProbeCapture(int device, cudaStream_t compute, size_t ringBytes)
+    : device_(device), compute_(compute), cap_(ringBytes) {
   MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   worker_ = std::thread([this] { workerLoop(); });
 }
@@ -359,7 +347,8 @@ void ProbeCapture::decode(const Entry &e) {
 // The backend's hooks live here so CudaBackend.cu only owns the pointer.
 ProbeCapture &CudaBackend::probeCapture() {
   if (!capture_)
-    capture_ = std::make_unique<ProbeCapture>(device_, stream_);
+    capture_ =
+        std::make_unique<ProbeCapture>(device_, stream_, config_.probeRingBytes);
   return *capture_;
 }
 

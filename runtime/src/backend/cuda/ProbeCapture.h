@@ -76,7 +76,8 @@ struct ProbeCallPlan;
 
 class ProbeCapture {
 public:
-  ProbeCapture(int device, cudaStream_t compute);
+  /// ringBytes: MAPP_PROBE_RING_BYTES (CudaConfig::probeRingBytes).
+  ProbeCapture(int device, cudaStream_t compute, size_t ringBytes);
   ~ProbeCapture();
   ProbeCapture(const ProbeCapture &) = delete;
   ProbeCapture &operator=(const ProbeCapture &) = delete;
