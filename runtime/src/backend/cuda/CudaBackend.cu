@@ -131,24 +131,25 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   size_t freeB = 0, totalB = 0;
   MAPP_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
   baselineUsed_ = totalB - freeB;
-  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  MAPP_LT_CHECK(cublasLtCreate(&lt_));
+  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(stream_.out(), cudaStreamNonBlocking));
+  MAPP_LT_CHECK(cublasLtCreate(lt_.out()));
   ltWorkspaceBytes_ = size_t(64) << 20;
-  MAPP_CUDA_CHECK(cudaMalloc(&ltWorkspace_, ltWorkspaceBytes_));
-  MAPP_CUDA_CHECK(cudaMalloc(&devError_, sizeof(DeviceError)));
+  MAPP_CUDA_CHECK(cudaMalloc(ltWorkspace_.out(), ltWorkspaceBytes_));
+  MAPP_CUDA_CHECK(cudaMalloc(devError_.out(), sizeof(DeviceError)));
   MAPP_CUDA_CHECK(cudaMemset(devError_, 0, sizeof(DeviceError)));
-  MAPP_CUDA_CHECK(cudaMallocHost(&hostError_, sizeof(DeviceError)));
-  MAPP_CUDA_CHECK(cudaMalloc(&normDev_, sizeof(double)));
-  MAPP_CUDA_CHECK(cudaMallocHost(&scalarPinned_, kScalarCap * sizeof(float)));
+  MAPP_CUDA_CHECK(cudaMallocHost(hostError_.out(), sizeof(DeviceError)));
+  MAPP_CUDA_CHECK(cudaMalloc(normDev_.out(), sizeof(double)));
+  MAPP_CUDA_CHECK(cudaMallocHost(scalarPinned_.out(), kScalarCap * sizeof(float)));
   for (int i = 0; i < 2; ++i)
-    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&stageDone_[i], cudaEventDisableTiming));
+    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(stageDone_[i].out(), cudaEventDisableTiming));
   profile_ = config_.profile;
   table_ = &cudaKernelTable(profile_);
 }
 
 CudaBackend::~CudaBackend() {
   // Errors are ignored here: a destructor must not throw, and the process is
-  // usually exiting.
+  // usually exiting. The owned members (CudaHandles.h) go after this body,
+  // the stream last.
   capture_.reset(); // its worker and side stream go before the stream
   cudaStreamSynchronize(stream_);
   deviceComm_.reset(); // its events and streams before the device state
@@ -156,8 +157,6 @@ CudaBackend::~CudaBackend() {
     profCollect();
     profReport();
   }
-  for (cudaEvent_t e : profEvents_)
-    cudaEventDestroy(e);
   for (auto &kv : attn_) {
     cudaFree(kv.second.lse);
     cudaFree(kv.second.o);
@@ -170,19 +169,6 @@ CudaBackend::~CudaBackend() {
     cudaFree(s.p);
   for (void *p : allocations_)
     cudaFree(p);
-  cudaFree(shadowPool_);
-  cudaFree(optimChunks_);
-  for (int i = 0; i < 2; ++i) {
-    cudaFreeHost(stage_[i]);
-    cudaEventDestroy(stageDone_[i]);
-  }
-  cudaFreeHost(scalarPinned_);
-  cudaFreeHost(hostError_);
-  cudaFree(normDev_);
-  cudaFree(devError_);
-  cudaFree(ltWorkspace_);
-  cublasLtDestroy(lt_);
-  cudaStreamDestroy(stream_);
 }
 
 KernelFn CudaBackend::lookup(const std::string &kernel) const {
@@ -251,9 +237,10 @@ void CudaBackend::copyToStorage(void *dst, const void *src, size_t bytes) {
   stageNext_ ^= 1;
   MAPP_CUDA_CHECK(cudaEventSynchronize(stageDone_[i]));
   if (stageCap_[i] < bytes) {
-    MAPP_CUDA_CHECK(cudaFreeHost(stage_[i]));
+    if (void *old = stage_[i].release())
+      MAPP_CUDA_CHECK(cudaFreeHost(old));
     stageCap_[i] = std::max(bytes, size_t(1) << 20);
-    MAPP_CUDA_CHECK(cudaMallocHost(&stage_[i], stageCap_[i]));
+    MAPP_CUDA_CHECK(cudaMallocHost(stage_[i].out(), stageCap_[i]));
   }
   std::memcpy(stage_[i], src, bytes);
   MAPP_CUDA_CHECK(
@@ -414,10 +401,9 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   }
   shadows_.clear();
   shadowIndex_.clear();
-  cudaFree(shadowPool_); // a program bound before (nullptr: a no-op)
-  shadowPool_ = nullptr;
+  shadowPool_.reset(); // a program bound before
   if (!shadowVals.empty()) {
-    shadowPool_ = static_cast<__nv_bfloat16 *>(deviceAlloc(shadowElems * 2));
+    shadowPool_.reset(static_cast<__nv_bfloat16 *>(deviceAlloc(shadowElems * 2)));
     size_t off = 0;
     for (int v : shadowVals) {
       const Value &val = p.values[v];
@@ -432,9 +418,8 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   config_.fuse = CudaConfig::fusionFromEnv(); // may differ per program
   config_.fuseLog = CudaConfig::fuseLogFromEnv();
   fusions_ = planFusions(p, FusionSwitches{config_.fuse});
-  cudaFree(optimChunks_); // the previous program's (nullptr: a no-op)
-  optimChunks_ = nullptr;
-  optimChunks_ = bindOptimGroups(*this, p, fusions_); // needs the shadows
+  optimChunks_.reset(); // the previous program's
+  optimChunks_.reset(bindOptimGroups(*this, p, fusions_)); // needs the shadows
   if (config_.fuseLog)
     std::fprintf(stderr, "mapp cuda fusion: %s\n",
                  fusionSummary(*this).c_str());
@@ -555,9 +540,9 @@ void CudaBackend::profBegin(const char *name) {
     return;
   }
   while (profEvents_.size() < profNext_ + 2) {
-    cudaEvent_t e;
-    MAPP_CUDA_CHECK(cudaEventCreate(&e));
-    profEvents_.push_back(e);
+    Event e;
+    MAPP_CUDA_CHECK(cudaEventCreate(e.out()));
+    profEvents_.push_back(std::move(e));
   }
   ProfRec r{name, profEvents_[profNext_], profEvents_[profNext_ + 1]};
   profNext_ += 2;

@@ -11,6 +11,7 @@
 #define MAPP_RT_CUDA_BACKEND_H
 
 #include "CudaCommon.h"
+#include "CudaHandles.h"
 #include "Fusion.h"
 #include "TraceEvents.h"
 #include "mapp/rt/Backend.h"
@@ -163,22 +164,24 @@ private:
 
   int device_ = 0;
   int sms_ = 0;
-  cudaStream_t stream_ = nullptr;
-  cublasLtHandle_t lt_ = nullptr;
-  void *ltWorkspace_ = nullptr;
+  // Owned resources (CudaHandles.h): the stream is declared first so it is
+  // destroyed last, after everything queued on it.
+  Stream stream_;
+  LtHandle lt_;
+  DeviceBuffer<void> ltWorkspace_;
   size_t ltWorkspaceBytes_ = 0;
   ThreadPool pool_{1};
   const std::map<std::string, KernelFn> *table_ = nullptr; // cudaKernelTable()
 
-  DeviceError *devError_ = nullptr;
-  DeviceError *hostError_ = nullptr; // pinned
-  double *normDev_ = nullptr;
-  float *scalarPinned_ = nullptr;    // readScalarAsync staging
+  DeviceBuffer<DeviceError> devError_;
+  PinnedBuffer<DeviceError> hostError_;
+  DeviceBuffer<double> normDev_;
+  PinnedBuffer<float> scalarPinned_; // readScalarAsync staging
   std::vector<float *> scalarDst_;
   size_t scalarCap_ = 0;
-  void *stage_[2] = {nullptr, nullptr}; // pinned H2D staging, double-buffered
+  PinnedBuffer<void> stage_[2]; // H2D staging, double-buffered
   size_t stageCap_[2] = {0, 0};
-  cudaEvent_t stageDone_[2] = {nullptr, nullptr};
+  Event stageDone_[2];
   int stageNext_ = 0;
 
   struct Scratch {
@@ -200,11 +203,11 @@ private:
   };
   std::vector<Shadow> shadows_;
   std::unordered_map<const void *, size_t> shadowIndex_;
-  __nv_bfloat16 *shadowPool_ = nullptr;
+  DeviceBuffer<__nv_bfloat16> shadowPool_;
   bool shadowsDirty_ = true;
   std::vector<void *> allocations_;
   FusionTable fusions_;
-  void *optimChunks_ = nullptr; // the optimizer groups' descriptors
+  DeviceBuffer<void> optimChunks_; // the optimizer groups' descriptors
 
   struct ProfRec {
     const char *name;
@@ -214,7 +217,7 @@ private:
   // Device memory in use (cudaMemGetInfo: the whole device) when the
   // context was new, and the most seen at any synchronize since.
   size_t baselineUsed_ = 0, peakUsed_ = 0;
-  std::vector<cudaEvent_t> profEvents_;
+  std::vector<Event> profEvents_;
   size_t profNext_ = 0;
   std::vector<ProfRec> profOpen_;
   std::map<std::string, std::pair<double, int64_t>> profTotals_;

@@ -67,7 +67,7 @@ DeviceConstants::~DeviceConstants() {
 
 ProbeCapture::ProbeCapture(int device, cudaStream_t compute, size_t ringBytes)
     : device_(device), compute_(compute), cap_(ringBytes) {
-  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(side_.out(), cudaStreamNonBlocking));
   worker_ = std::thread([this] { workerLoop(); });
 }
 
@@ -93,10 +93,7 @@ ProbeCapture::~ProbeCapture() {
   for (Scratch &s : scratch_)
     cudaFree(s.p);
   cudaFree(zeroed_.p);
-  cudaStreamSynchronize(side_);
-  cudaStreamDestroy(side_);
-  cudaFreeHost(hostRing_);
-  cudaFree(devRing_);
+  cudaStreamSynchronize(side_); // the rings and the stream go after this
 }
 
 cudaEvent_t ProbeCapture::takeEvent() {
@@ -122,8 +119,8 @@ uint8_t *ProbeCapture::reserve(size_t bytes) {
     fail("a probe call needs ", bytes, " bytes of capture ring, more than "
          "MAPP_PROBE_RING_BYTES=", cap_);
   if (!devRing_) { // perturbation-only plans never capture
-    MAPP_CUDA_CHECK(cudaMalloc(&devRing_, cap_));
-    MAPP_CUDA_CHECK(cudaMallocHost(&hostRing_, cap_));
+    MAPP_CUDA_CHECK(cudaMalloc(devRing_.out(), cap_));
+    MAPP_CUDA_CHECK(cudaMallocHost(hostRing_.out(), cap_));
   }
   std::unique_lock<std::mutex> l(mu_);
   size_t start = 0;
