@@ -69,7 +69,21 @@ constexpr const KernelInfo *findKernelInfo(std::string_view name) {
   return nullptr;
 }
 
+namespace detail {
+template <bool Known> constexpr std::string_view checkedKernelName(std::string_view n) {
+  static_assert(Known, "not a kernel of KernelVocab.def");
+  return n;
+}
+} // namespace detail
+
 } // namespace mapp::rt
+
+/// A kernel name as a std::string_view, checked against the vocabulary at
+/// compile time: code that compares instructions' kernels with a literal
+/// names them with this, so a renamed or removed row breaks the build.
+#define MAPP_KERNEL_NAME(name)                                                 \
+  (::mapp::rt::detail::checkedKernelName<::mapp::rt::findKernelInfo(#name) !=  \
+                                         nullptr>(#name))
 
 /// Expands to its arguments when `flag` is Y (a backend's column of the
 /// vocabulary), to nothing when N: the backends register and declare their
