@@ -11,8 +11,17 @@ report) and the ratio to static 1F1B. The slow link: link-delay 1->0 (the
 gradients into the first stage) of US microseconds from step 2 on.
 
 usage: bench/dpp/run.py [--steps N] [--us U] [--comms local,mpi] [--out DIR]
+                        [--backend cpu|cuda] [--prepare-only] [--plans DIR]
 Needs build/bin/{mapp-run,mapp-adaptive-plan} and mapp-opt/mapp-translate
-(build/bin, or MAPP_OPT / MAPP_TRANSLATE).
+(build/bin, or MAPP_OPT / MAPP_TRANSLATE / MAPP_RUN). On a machine without
+the compiler (the GPU machine): `--prepare-only --out DIR` here, then
+`--plans DIR` there (the plans DIR holds are used as they are).
+`--backend cuda` runs the 4 rank-threads on the one GPU (device-local
+communicator). `--sim` adds mapp-sim's prediction of every row (MAPP_SIM or
+build/bin/mapp-sim): the modeled device speed is calibrated once per comm on
+the measured fault-free 1F1B row (FLOP and byte rates scaled together, so
+that row's prediction equals its measurement); every other row is a
+prediction, printed with its error against the measurement.
 """
 import argparse
 import json
@@ -70,17 +79,21 @@ def compile_plans(d):
     return plans
 
 
-def train(plan, comm, steps, fault, d, tag):
+NAMES = ("1f1b", "dfc", "bfc", "adaptive")
+
+
+def train(plan, comm, steps, fault, d, tag, backend):
     metrics = d / f"{tag}.jsonl"
     args = [plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
-            "--seed", 1, "--metrics", metrics, "--threads", 1, "--quiet"]
+            "--seed", 1, "--metrics", metrics, "--threads", 1, "--quiet",
+            f"--backend={backend}"]
     if fault:
         args += ["--inject", fault]
     if comm == "mpi":
         cmd = [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
-               "-np", 4, tool("mapp-run"), *args, "--comm=mpi"]
+               "-np", 4, tool("mapp-run", "MAPP_RUN"), *args, "--comm=mpi"]
     else:
-        cmd = [tool("mapp-run"), *args, "--comm=local"]
+        cmd = [tool("mapp-run", "MAPP_RUN"), *args, "--comm=local"]
     r = run(cmd, timeout=1200)
     ms = [json.loads(l)["step_ms"] for l in metrics.read_text().splitlines()]
     losses = [json.loads(l)["loss"] for l in metrics.read_text().splitlines()]
@@ -90,16 +103,54 @@ def train(plan, comm, steps, fault, d, tag):
     return statistics.median(ms[2:]), max(peaks) if peaks else 0, losses[-1], switches
 
 
+def simulate(plans, fault, steps, speed):
+    """mapp-sim's step time (ms) of every schedule, devices at `speed` x
+    the simulator's default rates."""
+    cmd = [tool("mapp-sim", "MAPP_SIM"), plans["1f1b"], plans["adaptive"],
+           "--compare", ",".join(NAMES), "--steps", min(steps, 4), "--json",
+           "--tflops", 100 * speed, "--mem-gbps", 2000 * speed,
+           "--latency-us", 20]
+    if fault:
+        cmd += ["--inject", fault.split(",from-step")[0]]
+    rows = json.loads(run(cmd).stdout)
+    return {r["schedule"]: r["step_us"] / 1000 for r in rows}
+
+
+def calibrated_speed(plans, steps, measured_ms):
+    """The device speed at which the fault-free 1F1B prediction equals the
+    measurement (compute scales as 1/speed; two fixed-point rounds absorb
+    the fixed link latency)."""
+    speed = 1.0
+    for _ in range(3):
+        speed *= simulate(plans, None, steps, speed)["1f1b"] / measured_ms
+    return speed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--us", type=int, default=30000)
     ap.add_argument("--comms", default="local,mpi")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench-dpp"))
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="compile the plans into --out and stop")
+    ap.add_argument("--plans", help="a folder --prepare-only filled")
+    ap.add_argument("--sim", action="store_true",
+                    help="add mapp-sim's calibrated prediction of each row")
     a = ap.parse_args()
     d = pathlib.Path(a.out)
     d.mkdir(parents=True, exist_ok=True)
-    plans = compile_plans(d)
+    if a.plans:
+        plans = {n: pathlib.Path(a.plans) / f"{n}-t.mplan" for n in NAMES}
+        missing = [str(p) for p in plans.values() if not p.exists()]
+        if missing:
+            sys.exit("--plans: missing " + ", ".join(missing))
+    else:
+        plans = compile_plans(d)
+    if a.prepare_only:
+        print(f"plans in {d}: " + " ".join(p.name for p in plans.values()))
+        return
     fault = f"link-delay:src=1,dst=0,us={a.us},from-step=2"
     comms = [c for c in a.comms.split(",")
              if c != "mpi" or shutil.which("mpirun")]
@@ -107,21 +158,38 @@ def main():
     for comm in comms:
         for slow in (False, True):
             base = None
-            for name in ("1f1b", "dfc", "bfc", "adaptive"):
+            for name in NAMES:
                 ms, peak, loss, sw = train(plans[name], comm, a.steps,
                                            fault if slow else None, d,
-                                           f"{comm}-{name}-{int(slow)}")
+                                           f"{comm}-{name}-{int(slow)}", a.backend)
                 base = base or ms
                 rows.append((comm, "slow 1->0" if slow else "none", name, ms,
                              base / ms, peak, sw, loss))
-    print(f"pp=4, {MICRO} microbatches, GPT {CFG['num_layers']}L h{CFG['hidden_size']} "
+    print(f"backend {a.backend}, pp=4, {MICRO} microbatches, GPT {CFG['num_layers']}L h{CFG['hidden_size']} "
           f"s{CFG['seq_length']}, {a.steps} steps (median of steps 2..), "
           f"slow link = {fault}")
+    predicted = {}
+    if a.sim:
+        for comm in comms:
+            base = next(r[3] for r in rows if r[0] == comm and r[1] == "none"
+                        and r[2] == "1f1b")
+            speed = calibrated_speed(plans, a.steps, base)
+            print(f"mapp-sim calibration ({comm}): devices at {speed:.5f}x the "
+                  f"default rates (fault-free 1f1b = {base:.1f} ms)")
+            for slow in (False, True):
+                pred = simulate(plans, fault if slow else None, a.steps, speed)
+                for name in NAMES:
+                    predicted[(comm, slow, name)] = pred[name]
     print(f"{'comm':5} {'fault':10} {'schedule':9} {'step ms':>9} {'vs 1f1b':>8} "
-          f"{'peak stash':>11} {'switches':>8} {'last loss':>10}")
+          f"{'peak stash':>11} {'switches':>8} {'last loss':>10}"
+          + (f" {'sim ms':>9} {'sim err':>8}" if a.sim else ""))
     for comm, fault_s, name, ms, speed, peak, sw, loss in rows:
-        print(f"{comm:5} {fault_s:10} {name:9} {ms:9.1f} {speed:7.2f}x "
-              f"{peak / 1e6:9.2f}MB {sw:8d} {loss:10.5f}")
+        line = (f"{comm:5} {fault_s:10} {name:9} {ms:9.1f} {speed:7.2f}x "
+                f"{peak / 1e6:9.2f}MB {sw:8d} {loss:10.5f}")
+        if a.sim:
+            p = predicted[(comm, fault_s != "none", name)]
+            line += f" {p:9.1f} {100 * (p / ms - 1):+7.1f}%"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,18 @@ OPTIONAL = {
     "seed": (int, 0),
 }
 
+# Mixture of experts (Megatron's names; docs/models.md). Only with
+# num_moe_experts; a normalized config has them only then.
+MOE = {
+    "num_moe_experts": (int, None),
+    "moe_router_topk": (int, 2),
+    "moe_ffn_hidden_size": (int, None),  # ffn_hidden_size
+    "moe_aux_loss_coeff": (float, 0.0),
+    "moe_z_loss_coeff": (float, 0.0),
+    "moe_capacity_factor": (float, None),  # absent: dropless
+    "moe_layer_freq": (None, 1),  # every Nth layer, or a 0/1 per layer
+}
+
 # Order of keys in a normalized config (and in the `mapp.model` attribute).
 KEY_ORDER = (
     "variant", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
@@ -79,7 +91,7 @@ def normalize_config(raw):
         if key.startswith("_"):  # "_comment" and friends
             continue
         canon = ALIASES.get(key, key)
-        if canon not in REQUIRED and canon not in OPTIONAL:
+        if canon not in REQUIRED and canon not in OPTIONAL and canon not in MOE:
             raise ConfigError(f"config key '{key}': unknown key")
         if canon in cfg:
             raise ConfigError(f"config key '{key}': given twice (as '{canon}')")
@@ -129,7 +141,58 @@ def normalize_config(raw):
             raise ConfigError(f"config key '{key}': must be in [0, 1)")
     div = cfg["make_vocab_size_divisible_by"]
     cfg["vocab_size"] = -(-cfg["vocab_size"] // div) * div
-    return {key: cfg[key] for key in KEY_ORDER}
+    out = {key: cfg[key] for key in KEY_ORDER}
+    out.update(_normalize_moe(cfg))
+    return out
+
+
+def _normalize_moe(cfg):
+    """The MoE keys, defaults filled in (empty for a dense model)."""
+    given = [k for k in MOE if k in cfg]
+    if "num_moe_experts" not in cfg:
+        if given:
+            raise ConfigError(f"config key '{given[0]}': needs num_moe_experts")
+        return {}
+    out = {}
+    for key, (ty, default) in MOE.items():
+        if key in cfg:
+            out[key] = cfg[key] if ty is None else _check_type(key, cfg[key], ty)
+        elif default is not None:
+            out[key] = default
+    experts = out["num_moe_experts"]
+    if experts <= 0:
+        raise ConfigError(f"config key 'num_moe_experts': must be positive, got {experts}")
+    k = out["moe_router_topk"]
+    if not 1 <= k <= experts:
+        raise ConfigError(f"config key 'moe_router_topk': {k} is not in [1, num_moe_experts "
+                          f"= {experts}]")
+    out.setdefault("moe_ffn_hidden_size", cfg["ffn_hidden_size"])
+    if out["moe_ffn_hidden_size"] <= 0:
+        raise ConfigError("config key 'moe_ffn_hidden_size': must be positive, got "
+                          f"{out['moe_ffn_hidden_size']}")
+    for key in ("moe_aux_loss_coeff", "moe_z_loss_coeff"):
+        if out[key] < 0:
+            raise ConfigError(f"config key '{key}': must be >= 0, got {out[key]}")
+    if "moe_capacity_factor" in out and not out["moe_capacity_factor"] > 0:
+        raise ConfigError("config key 'moe_capacity_factor': must be positive (absent = "
+                          f"dropless), got {out['moe_capacity_factor']}")
+    out["moe_layer_freq"] = _layer_freq(out["moe_layer_freq"], cfg["num_layers"])
+    return out
+
+
+def _layer_freq(freq, layers):
+    """Megatron's moe_layer_freq: N (layers 0, N, 2N, ... are MoE) or a list
+    of 0/1 per layer -> the list."""
+    key = "config key 'moe_layer_freq'"
+    if isinstance(freq, int) and not isinstance(freq, bool):
+        if freq <= 0:
+            raise ConfigError(f"{key}: must be positive, got {freq}")
+        return [1 if i % freq == 0 else 0 for i in range(layers)]
+    if not isinstance(freq, list) or any(f not in (0, 1) or isinstance(f, bool) for f in freq):
+        raise ConfigError(f"{key}: expected an int or a list of 0/1, got {json.dumps(freq)}")
+    if len(freq) != layers:
+        raise ConfigError(f"{key}: {len(freq)} entries for num_layers = {layers}")
+    return list(freq)
 
 
 def load_config(path):

@@ -205,7 +205,7 @@ def _model_attrs(cfg):
     for k, v in cfg.items():
         if k == "variant":
             continue
-        out[k] = ir.F64(v) if isinstance(v, float) else v
+        out[k] = ir.F64(v) if isinstance(v, float) else ir.Array(v) if isinstance(v, list) else v
     return out
 
 

@@ -17,7 +17,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-_OP = re.compile(r'^\s*(%[\w.]+) = "([\w.]+)"\((.*?)\)\s*(?:<\{(.*?)\}>)?\s*(?:\{(.*)\})?\s*:\s*\(.*\)\s*->\s*(\S+)\s*$')
+_OP = re.compile(r'^\s*(%[\w.]+)(?::\d+)? = "([\w.]+)"\((.*?)\)\s*(?:<\{(.*?)\}>)?\s*(?:\{(.*)\})?\s*:\s*\(.*?\)\s*->\s*(\S+|\(.*\))\s*$')
 _RET = re.compile(r'(?:func\.return|"func\.return")\(?\s*(%[\w.]+)')
 _ARGS = re.compile(r"(%[\w.]+): tensor<")
 _TYPE = re.compile(r"tensor<((?:\d+x)*)(\w+)>")
@@ -143,13 +143,98 @@ def _cross_entropy(logits, targets, a):
     return -lp.gather(1, tg[keep][:, None]).mean()
 
 
+# Mixture of experts, from docs/moe.md's definitions.
+
+def _moe_router(logits, topk):
+    """top-k of softmax(logits) (ties: lower id), renormalized."""
+    s = torch.softmax(logits, -1)
+    probs, experts = [], []
+    for row in s:
+        # sorted() is stable: equal probabilities keep the lower id first.
+        ids = sorted(range(s.shape[1]), key=lambda e: -float(row[e]))[:topk]
+        top = row[ids]
+        probs.append(top / top.sum())
+        experts.append(ids)
+    return torch.stack(probs), torch.tensor(experts, dtype=torch.int32)
+
+
+def _moe_assign(probs, experts, num_experts, capacity=None):
+    n, k = experts.shape
+    keep = [[True] * k for _ in range(n)]
+    if capacity is not None:
+        for e in range(num_experts):
+            mine = [(i, j) for i in range(n) for j in range(k) if experts[i, j] == e]
+            mine.sort(key=lambda c: (-float(probs[c]), c[0]))  # by prob, then token
+            for i, j in mine[capacity:]:
+                keep[i][j] = False
+    slots = torch.full((n, k), -1, dtype=torch.int32)
+    counts = torch.zeros(num_experts, dtype=torch.int32)
+    row = 0
+    for e in range(num_experts):  # grouped by expert, token order within
+        for i in range(n):
+            for j in range(k):
+                if experts[i, j] == e and keep[i][j]:
+                    slots[i, j] = row
+                    row += 1
+                    counts[e] += 1
+    return slots, counts
+
+
+def _moe(op, x, a):
+    if op == "moe_router":
+        return _moe_router(x[0], a["topk"])
+    if op == "moe_assign":
+        return _moe_assign(x[0], x[1], a["num_experts"], a.get("capacity"))
+    if op == "moe_permute":
+        xs, slots = x
+        y = torch.zeros(slots.numel(), xs.shape[1])
+        for i in range(slots.shape[0]):
+            for j in range(slots.shape[1]):
+                if slots[i, j] >= 0:
+                    y[slots[i, j]] = xs[i]
+        return y
+    if op == "moe_grouped_matmul":
+        xs, w, counts = x
+        w = w.transpose(1, 2) if a.get("transpose_b") else w
+        y = torch.zeros(xs.shape[0], w.shape[2])
+        start = 0
+        for e, c in enumerate(counts.tolist()):
+            y[start:start + c] = xs[start:start + c] @ w[e]
+            start += c
+        return y
+    if op == "moe_unpermute":
+        yp, probs, slots = x
+        out = torch.zeros(slots.shape[0], yp.shape[1])
+        for i in range(slots.shape[0]):
+            for j in range(slots.shape[1]):
+                if slots[i, j] >= 0:
+                    out[i] += probs[i, j] * yp[slots[i, j]]
+        return out
+    if op == "moe_aux_loss":
+        logits, experts = x
+        n, e = logits.shape
+        f = torch.bincount(experts.reshape(-1).long(), minlength=e).float() / experts.numel()
+        return a["coeff"] * e * (f * torch.softmax(logits, -1).mean(0)).sum()
+    if op == "moe_z_loss":
+        return a["coeff"] * torch.logsumexp(x[0], -1).pow(2).mean()
+    return None
+
+
 def run(text, weights, inputs, step=0):
     args, ops, ret = parse(text)
     env = dict(zip(args, inputs))
     for res, name, operands, a, ty in ops:
         x = [env[o] for o in operands]
         op = name[len("mapp."):]
-        if op == "param_ref":
+        if op.startswith("moe_"):
+            y = _moe(op, x, a)
+            if y is None:
+                raise NotImplementedError(f"interp: {name}")
+            if isinstance(y, tuple):  # %N:2 -> %N#0, %N#1
+                for i, v in enumerate(y):
+                    env[f"{res}#{i}"] = v
+                continue
+        elif op == "param_ref":
             y = weights[a["param"]]
         elif op == "embedding":
             y = F.embedding(x[1].long(), x[0])

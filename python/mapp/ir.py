@@ -110,11 +110,12 @@ class Value:
 
 
 class Op:
-    def __init__(self, name, operands, attrs, result, module, kind):
+    def __init__(self, name, operands, attrs, result, module, kind, extra=()):
         self.name = name
         self.operands = operands
         self.attrs = attrs
         self.result = result
+        self.results = [result, *extra]  # ops with several results (moe_router)
         self.module = module  # nn.Module path of the producing code
         self.kind = kind  # naming suffix, normally the op name without `mapp.`
         self.value_name = None
@@ -153,6 +154,17 @@ class Builder:
         self.ops.append(op)
         return result
 
+    def op_multi(self, name, operands, results, attrs=None, module=""):
+        """An op with several results [(shape, elem), ...]: %N#0, %N#1, ..."""
+        ssa = f"%{self._next}"
+        self._next += 1
+        values = [Value(f"{ssa}#{i}", shape, elem) for i, (shape, elem) in enumerate(results)]
+        op = Op(name, list(operands), dict(attrs or {}), values[0], module,
+                name.split(".", 1)[1], values[1:])
+        op.ssa = ssa
+        self.ops.append(op)
+        return values
+
     def param_ref(self, name, shape, elem):
         return self.op("mapp.param_ref", [], shape, elem, {"param": SymRef(name)}, named=False)
 
@@ -162,7 +174,7 @@ class Builder:
         used = {id(result)}
         kept = []
         for op in reversed(self.ops):
-            if id(op.result) in used:
+            if any(id(r) in used for r in op.results):
                 kept.append(op)
                 used.update(id(v) for v in op.operands)
         self.ops = kept[::-1]
@@ -208,6 +220,11 @@ class Builder:
             attr_text = (" {" + ", ".join(entries) + "}") if entries else ""
             operands = ", ".join(v.ssa for v in op.operands)
             in_types = ", ".join(v.type for v in op.operands)
+            if len(op.results) > 1:
+                outs = ", ".join(r.type for r in op.results)
+                lines.append(f'    {op.ssa}:{len(op.results)} = "{op.name}"({operands}){attr_text} : '
+                             f"({in_types}) -> ({outs})")
+                continue
             lines.append(f'    {op.result.ssa} = "{op.name}"({operands}){attr_text} : '
                          f"({in_types}) -> {op.result.type}")
         lines.append(f"    func.return {result.ssa} : {result.type}")

@@ -15,6 +15,7 @@ import torch
 from . import attention as att
 from . import ir
 from . import patterns as pat
+from .lower_moe import MoeLowering
 from .values import (Const, ExportError, Lazy, Param, Pending, Step, Tensor, Tuple, Unused, fail)
 
 aten = torch.ops.aten
@@ -55,7 +56,7 @@ def _is_float_elem(e):
     return e in ("f32", "f16", "bf16")
 
 
-class Lowering:
+class Lowering(MoeLowering):
     def __init__(self, gm, builder, param_names):
         self.gm = gm
         self.b = builder

@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import normalize_config
+from .moe import MoE, moe_layers
 
 
 class RMSNorm(nn.Module):
@@ -144,17 +145,20 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x))."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, moe=False):
         super().__init__()
         self.ln1 = _norm(cfg)
         self.attn = Attention(cfg)
         self.ln2 = _norm(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = MoE(cfg) if moe else MLP(cfg)
         self.dropout = cfg["hidden_dropout"]
 
     def forward(self, x):
         x = x + F.dropout(self.attn(self.ln1(x)), self.dropout, self.training)
-        x = x + F.dropout(self.mlp(self.ln2(x)), self.dropout, self.training)
+        y = self.mlp(self.ln2(x))
+        # An MoE MLP's auxiliary losses of this call, for the GPT to add.
+        y, self.aux_losses = y if isinstance(self.mlp, MoE) else (y, [])
+        x = x + F.dropout(y, self.dropout, self.training)
         return x
 
 
@@ -182,7 +186,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(v, h)
         self.wpe = nn.Embedding(cfg["seq_length"], h) if cfg["variant"] == "gpt" else None
         self.embedding_dropout = cfg["hidden_dropout"]
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg["num_layers"]))
+        self.layers = nn.ModuleList(Block(cfg, moe) for moe in moe_layers(cfg))
         self.ln_f = _norm(cfg)
         if cfg["tie_embeddings"]:
             self.lm_head = TiedHead(self.wte)
@@ -218,8 +222,15 @@ class GPT(nn.Module):
         if self.wpe is not None:
             x = x + self.wpe.weight[:t]
         x = F.dropout(x, self.embedding_dropout, self.training)
+        aux = []
         for layer in self.layers:
             x = layer(x)
+            aux += layer.aux_losses
         x = self.ln_f(x)
         logits = self.lm_head(x)
-        return F.cross_entropy(logits.view(b * t, -1), targets.reshape(b * t).long())
+        loss = F.cross_entropy(logits.view(b * t, -1), targets.reshape(b * t).long())
+        # MoE load-balancing and z-losses, layer by layer (Megatron adds
+        # them to the loss it differentiates).
+        for a in aux:
+            loss = loss + a
+        return loss

@@ -13,6 +13,7 @@ tracing we keep a stack of module paths (forward hooks) and wrap
 """
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -31,11 +32,21 @@ _HERE = os.path.dirname(os.path.realpath(__file__))
 _SKIP_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "lower.py", "attention.py", "export.py")}
 
 
+@functools.lru_cache(maxsize=None)
+def _plumbing():
+    """Code objects of the MoE ops' call plumbing (moe.py), skipped like the
+    exporter's files: an error names the line that called the op."""
+    from . import moe
+    return frozenset({moe._call.__code__, moe._Differentiable.forward.__code__})
+
+
 def _user_source():
     frame = sys._getframe(1)
+    skip = _plumbing()
     while frame is not None:
         path = os.path.realpath(frame.f_code.co_filename)
         if (not path.startswith(_SKIP_DIRS) and path not in _SKIP_FILES
+                and frame.f_code not in skip
                 and not frame.f_code.co_filename.startswith("<")):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back

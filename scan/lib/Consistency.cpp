@@ -2,6 +2,7 @@
 
 #include "mapp/scan/Consistency.h"
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 
@@ -74,14 +75,20 @@ Consistency mapp::scan::checkConsistency(const Trace &t, const Matches &m,
   char buf[256];
   if (!opts.checkAlignment)
     return c;
-  if (meanStep > 0 && a.collRmsNs > opts.maxResidualFraction * meanStep) {
+  const bool oneClock = a.sharedClocks + 1 >= t.ranks.size();
+  const double residualLimit =
+      std::max(opts.maxResidualFraction * meanStep,
+               oneClock ? opts.sharedClockJitterNs : 0.0);
+  if (meanStep > 0 && a.collRmsNs > residualLimit) {
     std::snprintf(buf, sizeof buf,
                   "alignment residual %.3f ms rms (max %.3f ms) is %.1f%% of "
-                  "the mean step (limit %.1f%%): the ranks' clocks do not fit "
-                  "one timeline",
+                  "the mean step (limit %.1f%%%s): the ranks' clocks do not "
+                  "fit one timeline",
                   a.collRmsNs * 1e-6, a.collMaxNs * 1e-6,
                   100 * a.collRmsNs / meanStep,
-                  100 * opts.maxResidualFraction);
+                  100 * opts.maxResidualFraction,
+                  oneClock ? ", or the one host clock's jitter allowance"
+                           : "");
     c.problems.push_back(buf);
   }
   double violLimit =

@@ -128,6 +128,14 @@ def test_slow_link_switches_and_matches(gpt, tmp_path):
     assert "link 1->0 slow" in reason and "best" in reason, reason
     back = re.findall(r"rank 0 step (\d+): scheduler bfc -> dfc \(no link is slow\)", err)
     assert back and int(back[-1]) >= 15, err
+    # Only rank 0 receives on 1 -> 0; the stages upstream follow it from
+    # the next step on (the pipeline's verdict, shared at step start).
+    for r in (1, 2, 3):
+        up = re.findall(rf"^mapp-run: rank {r} step (\d+): scheduler dfc -> bfc \((.*)\)$",
+                        err, re.M)
+        assert up, (r, err)
+        assert int(up[0][0]) >= int(step), (r, up, step)
+        assert "a link of this pipeline is slow (1 stage(s)" in up[0][1], up
 
 
 def test_mem_cap_is_kept_and_too_small_a_cap_is_an_error(gpt, tmp_path):

@@ -25,6 +25,17 @@ CASES = {
     "llama-hf-keys": {"variant": "llama", "n_layer": 1, "n_embd": 16, "n_head": 2,
                       "n_positions": 8, "vocab_size": 50, "make_vocab_size_divisible_by": 8,
                       "rope_theta": 500000, "rms_norm_eps": 1e-6, "hidden_dropout": 0.2},
+    # Mixture of experts (docs/moe.md): dropless, capacity drops, SwiGLU
+    # experts on a 0/1 layer list, no auxiliary losses with dropout.
+    "moe-gpt": dict(TINY, num_moe_experts=4, moe_router_topk=2, moe_aux_loss_coeff=1e-2,
+                    moe_z_loss_coeff=1e-3, moe_ffn_hidden_size=48),
+    "moe-gpt-capacity": dict(TINY, num_layers=3, num_moe_experts=3, moe_router_topk=1,
+                             moe_capacity_factor=1.25, moe_layer_freq=2,
+                             moe_aux_loss_coeff=0.1),
+    "moe-llama": dict(TINY, variant="llama", num_moe_experts=4, moe_layer_freq=[0, 1],
+                      moe_z_loss_coeff=1e-3, moe_capacity_factor=0.5),
+    "moe-dropout-no-aux": dict(TINY, num_moe_experts=2, moe_router_topk=1,
+                               hidden_dropout=0.1),
 }
 
 
@@ -69,6 +80,6 @@ def test_same_graph(tmp_path, case):
     _compare(tmp_path, str(cfg))
 
 
-@pytest.mark.parametrize("example", ["gpt-tiny", "llama-tiny", "gpt-small"])
+@pytest.mark.parametrize("example", ["gpt-tiny", "llama-tiny", "gpt-small", "gpt-moe-tiny"])
 def test_same_graph_examples(tmp_path, example):
     _compare(tmp_path, os.path.join(ROOT, "examples", f"{example}.json"))

@@ -21,6 +21,11 @@ CASES = {
     "gpt-untied-erf": dict(TINY, tie_embeddings=False, gelu_approximate="none"),
     "llama": dict(TINY, variant="llama", rotary_base=500.0),
     "llama-tied": dict(TINY, variant="llama", tie_embeddings=True, ffn_hidden_size=24),
+    # Mixture of experts (docs/moe.md): capacity drops, aux and z losses.
+    "moe-gpt": dict(TINY, num_moe_experts=4, moe_router_topk=2, moe_capacity_factor=0.75,
+                    moe_aux_loss_coeff=0.1, moe_z_loss_coeff=0.01, moe_ffn_hidden_size=24),
+    "moe-llama": dict(TINY, variant="llama", num_moe_experts=3, moe_router_topk=2,
+                      moe_layer_freq=[1, 0], moe_aux_loss_coeff=0.1),
 }
 
 
@@ -83,3 +88,15 @@ def test_dropout_rng_is_deterministic_and_unbiased():
     assert torch.equal(a, interp.dropout_keep(seed=3, step=0, n=4000, p=0.25))
     assert not torch.equal(a, interp.dropout_keep(seed=3, step=1, n=4000, p=0.25))
     assert abs(a.float().mean().item() - 0.75) < 0.03
+
+
+def test_the_moe_check_is_sensitive():
+    cfg, model, tokens, targets, want = _setup("moe-gpt")
+    text = export_module(model, tokens, targets)
+    w = dict(model.state_dict())
+    for old, new in (("capacity = 6 : i64", "capacity = 8 : i64"),
+                     ('"layers.0.mlp.moe_aux_loss", coeff = 0.1', '"layers.0.mlp.moe_aux_loss", coeff = 0.2'),
+                     ('"layers.1.mlp.moe_z_loss", coeff = 0.01', '"layers.1.mlp.moe_z_loss", coeff = 0.0')):
+        assert old in text, old
+        got = interp.run(text.replace(old, new), w, [tokens, targets])
+        assert abs(got.item() - want.item()) > 1e-4, old

@@ -76,6 +76,20 @@ TEST(Monitor, TwoStepBlipIsNotAlerted) {
   EXPECT_TRUE(a.empty()) << a[0].text;
 }
 
+// A marginal straggler (1.45x: slow, not twice the bar) needs three steps.
+TEST(Monitor, MarginalSlowdownNeedsThreeSteps) {
+  WindowDiagnoser d(kWorld);
+  auto a = feed(d, 30, [](StepSummary &s) {
+    if (s.rank == 3 && s.step >= 10)
+      s = summary(3, s.step, 1.45);
+  });
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, "slow-rank");
+  EXPECT_EQ(a[0].rank, 3);
+  EXPECT_EQ(a[0].since, 10);
+  EXPECT_EQ(a[0].step, 12);
+}
+
 TEST(Monitor, SlowRankAlertedThenRecovered) {
   WindowDiagnoser d(kWorld);
   auto a = feed(d, 30, [](StepSummary &s) {
@@ -85,7 +99,7 @@ TEST(Monitor, SlowRankAlertedThenRecovered) {
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].kind, "slow-rank");
   EXPECT_EQ(a[0].rank, 5);
-  EXPECT_EQ(a[0].step, 12); // three slow steps in a row
+  EXPECT_EQ(a[0].step, 11); // two steps 3x slow in a row
   EXPECT_EQ(a[0].since, 10);
   EXPECT_NEAR(a[0].ratio, 3, 0.1);
   EXPECT_EQ(a[0].cause, "compute");
@@ -130,7 +144,7 @@ TEST(Monitor, SlowLinkNamedWithDirection) {
   EXPECT_EQ(a[0].kind, "slow-link");
   EXPECT_EQ(a[0].src, 2);
   EXPECT_EQ(a[0].dst, 6);
-  EXPECT_EQ(a[0].step, 10);
+  EXPECT_EQ(a[0].step, 9);
 }
 
 TEST(Monitor, SilentRankNamedOnceWithoutWaitingForIt) {

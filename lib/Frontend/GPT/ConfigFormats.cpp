@@ -15,6 +15,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -333,6 +334,28 @@ bool translateMegatron(Translator &t) {
       return t.fail("kv_channels",
                     "must be hidden_size / num_attention_heads (mapp derives it)");
   }
+  for (const char *k : {"num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                        "moe_aux_loss_coeff", "moe_z_loss_coeff",
+                        "moe_capacity_factor", "moe_layer_freq"})
+    if (!t.isNull(k))
+      t.map(k, k);
+    else
+      t.take(k); // Megatron writes None for "not set"
+  // Expert parallelism is mapp-opt's, but experts must split evenly over it.
+  if (const json::Value *ep = t.take("expert_model_parallel_size")) {
+    std::optional<int64_t> n = ep->getAsInteger();
+    std::optional<double> experts = t.number("num_moe_experts");
+    if (!n || *n <= 0)
+      return t.fail("expert_model_parallel_size",
+                    "expected a positive int, got " + show(*ep));
+    if (experts && std::fmod(*experts, double(*n)) != 0)
+      return t.fail("expert_model_parallel_size",
+                    llvm::formatv("{0} experts cannot be split evenly over {1} "
+                                  "expert-parallel ranks (num_moe_experts must be "
+                                  "divisible by expert_model_parallel_size)",
+                                  show(*t.take("num_moe_experts")), *n));
+    t.out.ignored.push_back("expert_model_parallel_size");
+  }
   if (!t.dropout("hidden_dropout", "hidden_dropout") ||
       !t.dropout("attention_dropout", "") ||
       !t.require("add_qkv_bias", bias, "qkv bias without the other biases") ||
@@ -362,7 +385,8 @@ const char *const kMegatronOnly[] = {
     "position_embedding_type", "untie_embeddings_and_output_weights",
     "add_bias_linear", "add_qkv_bias", "norm_epsilon", "padded_vocab_size",
     "kv_channels", "init_method_std", "openai_gelu", "global_batch_size",
-    "tensor_model_parallel_size", "pipeline_model_parallel_size"};
+    "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "expert_model_parallel_size"};
 
 } // namespace
 

@@ -16,13 +16,14 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <sstream>
 
 using namespace mapp;
 namespace json = llvm::json;
 
 namespace {
 
-enum class Kind { Int, Float, Bool, String };
+enum class Kind { Int, Float, Bool, String, IntOrList };
 
 struct KeyInfo {
   const char *name;
@@ -50,6 +51,14 @@ const KeyInfo kKeys[] = {
     {"attention_dropout", Kind::Float, false},
     {"make_vocab_size_divisible_by", Kind::Int, false},
     {"seed", Kind::Int, false},
+    // Mixture of experts, only with num_moe_experts (python/mapp/config.py MOE).
+    {"num_moe_experts", Kind::Int, false},
+    {"moe_router_topk", Kind::Int, false},
+    {"moe_ffn_hidden_size", Kind::Int, false},
+    {"moe_aux_loss_coeff", Kind::Float, false},
+    {"moe_z_loss_coeff", Kind::Float, false},
+    {"moe_capacity_factor", Kind::Float, false},
+    {"moe_layer_freq", Kind::IntOrList, false},
 };
 
 const std::pair<const char *, const char *> kAliases[] = {
@@ -74,6 +83,7 @@ const char *kindName(Kind k) {
   case Kind::Float: return "float";
   case Kind::Bool: return "bool";
   case Kind::String: return "str";
+  case Kind::IntOrList: return "int or list";
   }
   return "?";
 }
@@ -144,7 +154,96 @@ struct Parser {
     return true;
   }
   bool has(llvm::StringRef canon) { return given.count(canon.str()); }
+  /// A float as people write it (0.1, as Python prints it).
+  static std::string number(double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
+
+  bool parseMoe(GPTConfig &c);
+  bool layerFreq(GPTConfig &c);
 };
+
+bool Parser::parseMoe(GPTConfig &c) {
+  const char *moeKeys[] = {"moe_router_topk", "moe_ffn_hidden_size",
+                           "moe_aux_loss_coeff", "moe_z_loss_coeff",
+                           "moe_capacity_factor", "moe_layer_freq"};
+  if (!has("num_moe_experts")) {
+    for (const char *k : moeKeys)
+      if (has(k))
+        return fail(given[k].first, "needs num_moe_experts");
+    return true;
+  }
+  c.moeFfnHiddenSize = c.ffnHiddenSize;
+  double capacity = 0;
+  if (!getInt("num_moe_experts", c.numMoeExperts) ||
+      !getInt("moe_router_topk", c.moeRouterTopk) ||
+      !getInt("moe_ffn_hidden_size", c.moeFfnHiddenSize) ||
+      !getFloat("moe_aux_loss_coeff", c.moeAuxLossCoeff) ||
+      !getFloat("moe_z_loss_coeff", c.moeZLossCoeff) ||
+      !getFloat("moe_capacity_factor", capacity))
+    return false;
+  if (c.numMoeExperts <= 0)
+    return fail("num_moe_experts",
+                "must be positive, got " + llvm::Twine(c.numMoeExperts));
+  if (c.moeRouterTopk < 1 || c.moeRouterTopk > c.numMoeExperts)
+    return fail("moe_router_topk", llvm::Twine(c.moeRouterTopk) +
+                                       " is not in [1, num_moe_experts = " +
+                                       llvm::Twine(c.numMoeExperts) + "]");
+  if (c.moeFfnHiddenSize <= 0)
+    return fail("moe_ffn_hidden_size",
+                "must be positive, got " + llvm::Twine(c.moeFfnHiddenSize));
+  for (auto [key, value] : {std::pair{"moe_aux_loss_coeff", c.moeAuxLossCoeff},
+                            std::pair{"moe_z_loss_coeff", c.moeZLossCoeff}})
+    if (!(value >= 0))
+      return fail(key, "must be >= 0, got " + number(value));
+  if (has("moe_capacity_factor")) {
+    if (!(capacity > 0))
+      return fail("moe_capacity_factor",
+                  "must be positive (absent = dropless), got " +
+                      number(capacity));
+    c.moeCapacityFactor = capacity;
+  }
+  return layerFreq(c);
+}
+
+/// Megatron's moe_layer_freq: N (layers 0, N, 2N, ... are MoE) or a list of
+/// 0/1 per layer.
+bool Parser::layerFreq(GPTConfig &c) {
+  c.moeLayerFreq.assign(c.numLayers, 0);
+  auto it = given.find("moe_layer_freq");
+  if (it == given.end()) {
+    c.moeLayerFreq.assign(c.numLayers, 1);
+    return true;
+  }
+  const json::Value &v = *it->second.second;
+  const std::string &key = it->second.first;
+  if (v.kind() != json::Value::Boolean && v.getAsInteger()) {
+    int64_t n = *v.getAsInteger();
+    if (n <= 0)
+      return fail(key, "must be positive, got " + llvm::Twine(n));
+    for (int64_t l = 0; l < c.numLayers; ++l)
+      c.moeLayerFreq[l] = l % n == 0;
+    return true;
+  }
+  const json::Array *list = v.getAsArray();
+  bool ok = list != nullptr;
+  for (size_t i = 0; ok && i < list->size(); ++i) {
+    const json::Value &e = (*list)[i];
+    std::optional<int64_t> bit =
+        e.kind() == json::Value::Boolean ? std::nullopt : e.getAsInteger();
+    ok = bit && (*bit == 0 || *bit == 1);
+  }
+  if (!ok)
+    return fail(key, "expected an int or a list of 0/1, got " + show(v));
+  if ((int64_t)list->size() != c.numLayers)
+    return fail(key, llvm::Twine(list->size()) + " entries for num_layers = " +
+                         llvm::Twine(c.numLayers));
+  for (int64_t l = 0; l < c.numLayers; ++l)
+    c.moeLayerFreq[l] = *(*list)[l].getAsInteger();
+  return true;
+}
 
 } // namespace
 
@@ -276,5 +375,13 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
   if (!(c.attentionDropout >= 0 && c.attentionDropout < 1))
     return p.fail("attention_dropout", "must be in [0, 1)");
   c.vocabSize = (c.vocabSize + c.vocabDivisor - 1) / c.vocabDivisor * c.vocabDivisor;
-  return true;
+  return p.parseMoe(c);
+}
+
+std::optional<int64_t> GPTConfig::moeCapacity() const {
+  if (!moeCapacityFactor)
+    return std::nullopt;
+  double perExpert = double(microBatchSize * seqLength * moeRouterTopk) /
+                     double(numMoeExperts);
+  return std::max<int64_t>(int64_t(std::ceil(perExpert * *moeCapacityFactor)), 1);
 }

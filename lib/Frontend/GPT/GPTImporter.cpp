@@ -66,6 +66,8 @@ private:
   Value linear(Value x, const std::string &prefix, int64_t out, bool bias);
   Value maybeDropout(Value x, const std::string &name);
   Value layer(Value x, int64_t l);
+  Value moe(Value m, const std::string &p);
+  void declareMoe(const std::string &p);
   DictionaryAttr modelAttrs();
 
   const GPTConfig &c;
@@ -74,6 +76,7 @@ private:
   Type f32;
   llvm::StringMap<Shape> shapes;
   int64_t dropoutSeed = 0;
+  SmallVector<Value> auxLosses; // MoE load-balancing and z-losses, in order
 };
 
 void GraphBuilder::declare(StringRef name, ArrayRef<int64_t> shape) {
@@ -169,7 +172,9 @@ Value GraphBuilder::layer(Value x, int64_t l) {
   Value m = norm(x, p + ".ln2");
   Value y;
   const int64_t F = c.ffnHiddenSize;
-  if (c.isLlama()) {
+  if (c.isMoeLayer(l)) {
+    y = moe(m, p);
+  } else if (c.isLlama()) {
     Value gate = linear(m, p + ".mlp.gate", F, false);
     Value act = op<SiluOp>(p + ".mlp.silu", {gate}, {B, T, F});
     Value up = linear(m, p + ".mlp.up", F, false);
@@ -184,6 +189,72 @@ Value GraphBuilder::layer(Value x, int64_t l) {
   }
   y = maybeDropout(y, p + ".dropout_1");
   return op<AddOp>(p + ".add_1", {x, y}, {B, T, H});
+}
+
+/// The MoE MLP of python/mapp/moe.py (docs/moe.md), op for op what the
+/// exporter emits for it.
+Value GraphBuilder::moe(Value m, const std::string &p) {
+  const int64_t B = c.microBatchSize, T = c.seqLength, H = c.hiddenSize,
+                N = B * T, E = c.numMoeExperts, K = c.moeRouterTopk,
+                F = c.moeFfnHiddenSize, R = N * K;
+  const std::string mp = p + ".mlp", ex = mp + ".experts";
+  Type i32 = b.getI32Type();
+  Value routed = linear(m, mp + ".router", E, false);
+  Value logits = op<ReshapeOp>(mp + ".reshape", {routed}, {N, E});
+  auto router = b.create<MoeRouterOp>(
+      loc, TypeRange{tensor({N, K}), tensor({N, K}, i32)}, ValueRange{logits},
+      ArrayRef<NamedAttribute>{b.getNamedAttr("mapp.name",
+                                              b.getStringAttr(mp + ".moe_router")),
+                               i64("topk", K)});
+  Value probs = router.getProbs(), experts = router.getExperts();
+  SmallVector<NamedAttribute> assignAttrs{
+      b.getNamedAttr("mapp.name", b.getStringAttr(mp + ".moe_assign")),
+      i64("num_experts", E)};
+  if (std::optional<int64_t> cap = c.moeCapacity())
+    assignAttrs.push_back(i64("capacity", *cap));
+  auto assign = b.create<MoeAssignOp>(
+      loc, TypeRange{tensor({N, K}, i32), tensor({E}, i32)},
+      ValueRange{probs, experts}, assignAttrs);
+  Value slots = assign.getSlots(), counts = assign.getCounts();
+  Value flat = op<ReshapeOp>(mp + ".reshape_1", {m}, {N, H});
+  Value xp = op<MoePermuteOp>(mp + ".moe_permute", {flat, slots}, {R, H});
+  auto grouped = [&](Value x, const char *name, int64_t out) {
+    std::string w = ex + "." + name;
+    return op<MoeGroupedMatmulOp>(w, {x, ref(w + ".weight"), counts}, {R, out});
+  };
+  Value yp;
+  if (c.isLlama()) {
+    Value act = op<SiluOp>(mp + ".silu", {grouped(xp, "gate", F)}, {R, F});
+    Value prod = op<MulOp>(mp + ".mul", {act, grouped(xp, "up", F)}, {R, F});
+    yp = grouped(prod, "down", H);
+  } else {
+    Value act = op<GeluOp>(mp + ".gelu", {grouped(xp, "fc1", F)}, {R, F},
+                           {b.getNamedAttr("approximate",
+                                           b.getStringAttr(c.geluApproximate))});
+    yp = grouped(act, "fc2", H);
+  }
+  Value y = op<MoeUnpermuteOp>(mp + ".moe_unpermute", {yp, probs, slots}, {N, H});
+  if (c.moeAuxLossCoeff > 0)
+    auxLosses.push_back(op<MoeAuxLossOp>(mp + ".moe_aux_loss", {logits, experts}, {},
+                                         {f64("coeff", c.moeAuxLossCoeff)}));
+  if (c.moeZLossCoeff > 0)
+    auxLosses.push_back(op<MoeZLossOp>(mp + ".moe_z_loss", {logits}, {},
+                                       {f64("coeff", c.moeZLossCoeff)}));
+  return op<ReshapeOp>(mp + ".reshape_2", {y}, {B, T, H});
+}
+
+void GraphBuilder::declareMoe(const std::string &p) {
+  const int64_t H = c.hiddenSize, E = c.numMoeExperts, F = c.moeFfnHiddenSize;
+  const std::string ex = p + ".mlp.experts.";
+  declare(p + ".mlp.router.weight", {E, H});
+  if (c.isLlama()) {
+    declare(ex + "gate.weight", {E, H, F});
+    declare(ex + "up.weight", {E, H, F});
+    declare(ex + "down.weight", {E, F, H});
+  } else {
+    declare(ex + "fc1.weight", {E, H, F});
+    declare(ex + "fc2.weight", {E, F, H});
+  }
 }
 
 DictionaryAttr GraphBuilder::modelAttrs() {
@@ -208,6 +279,18 @@ DictionaryAttr GraphBuilder::modelAttrs() {
   // Only grouped-query models carry it, so MHA graphs stay as exported.
   if (c.isGQA())
     a.push_back(i64("num_query_groups", c.numQueryGroups));
+  // Only MoE models carry the MoE keys (python/mapp/config.py).
+  if (c.numMoeExperts > 0) {
+    a.push_back(i64("num_moe_experts", c.numMoeExperts));
+    a.push_back(i64("moe_router_topk", c.moeRouterTopk));
+    a.push_back(i64("moe_ffn_hidden_size", c.moeFfnHiddenSize));
+    a.push_back(f64("moe_aux_loss_coeff", c.moeAuxLossCoeff));
+    a.push_back(f64("moe_z_loss_coeff", c.moeZLossCoeff));
+    if (c.moeCapacityFactor)
+      a.push_back(f64("moe_capacity_factor", *c.moeCapacityFactor));
+    a.push_back(b.getNamedAttr("moe_layer_freq",
+                               b.getDenseI64ArrayAttr(c.moeLayerFreq)));
+  }
   return b.getDictionaryAttr(a);
 }
 
@@ -241,7 +324,9 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
     }
     decl(".attn.proj", {H, H}, gpt);
     decl(".ln2", {H}, gpt);
-    if (gpt) {
+    if (c.isMoeLayer(l)) {
+      declareMoe(p);
+    } else if (gpt) {
       decl(".mlp.fc1", {F, H}, true);
       decl(".mlp.fc2", {H, F}, true);
     } else {
@@ -275,6 +360,14 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
   Value logits = op<LinearOp>("lm_head", {x, head}, {B, T, V});
   Value loss = op<CrossEntropyOp>("cross_entropy", {logits, targets}, {},
                                   {i64("ignore_index", -100)});
+  // The MoE auxiliary losses, added one by one as the reference does; the
+  // root's "add" is taken by the position embedding in gpt models.
+  int64_t adds = gpt ? 1 : 0;
+  for (Value aux : auxLosses) {
+    std::string name = adds ? "add_" + std::to_string(adds) : "add";
+    ++adds;
+    loss = op<AddOp>(name, {loss, aux}, {});
+  }
   b.create<func::ReturnOp>(loc, loss);
   return module;
 }

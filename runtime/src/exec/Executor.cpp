@@ -586,6 +586,10 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            pr.instr->name.empty() ? std::string() : " '" + pr.instr->name + "'",
            ": ", e.what());
     }
+    if (countExperts_ && pr.kind == Prepared::Compute &&
+        in.kernel == "moe_assign" && pr.outs[slot].size() == 2)
+      expertTally_.record(in.name.empty() ? in.kernel : in.name, mb,
+                          pr.outs[slot][1], backend_);
     if (instrHook_ && hookBlock_) {
       // The hook reads and writes storage from the host: the device must
       // have finished the instr (a no-op on the CPU).
@@ -676,6 +680,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.comm = &comm_;
   ctx.probe = probe_;
   ctx.backend = &backend_;
+  ctx.p2pThroughHost = sched_->stats().mode == "adaptive";
   if (sink_)
     sink_->beginStep(step_);
   const bool tr = tracing();
@@ -830,6 +835,19 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   int n;
   localLoss(sum, n);
   r.loss = n ? sum / n : std::numeric_limits<double>::quiet_NaN();
+  r.expertTokens = expertTally_.take();
+  if (countExperts_ && plan_.dp > 1 && !isFbdPlan(plan_)) {
+    // Every dp member routed its own microbatches through the same layers.
+    CommGroup dp = comm_.group(Group::DP);
+    ++groupSeq_[dp.members];
+    ExpertTally::sumOver(r.expertTokens, comm_, dp);
+  }
+  if (countExperts_ && plan_.pp > 1 && !isFbdPlan(plan_)) {
+    // Each stage holds other layers: the lead's line gets them all.
+    CommGroup pp = comm_.group(Group::PP);
+    groupSeq_[pp.members] += 2;
+    ExpertTally::gatherOver(r.expertTokens, comm_, pp, comm_.rank());
+  }
   r.lr = 0;
   for (int b : optimizerBlocks)
     for (const Instr &in : p.blocks[b].instrs)

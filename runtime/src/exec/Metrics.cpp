@@ -29,6 +29,12 @@ void MetricsWriter::write(const StepMetrics &m) {
                       {"tokens", m.tokens},
                       {"loss_scale", m.lossScale},
                       {"skipped", m.skipped}};
+  if (!m.expertTokens.empty()) {
+    nlohmann::json experts = nlohmann::json::object();
+    for (const auto &[name, counts] : m.expertTokens)
+      experts[name] = counts;
+    j["expert_tokens"] = experts;
+  }
   out_ << j.dump() << "\n";
   out_.flush();
   if (!out_)

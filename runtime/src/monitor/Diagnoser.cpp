@@ -47,6 +47,8 @@ WindowDiagnoser::WindowDiagnoser(int world, MonitorOptions opts)
     : world_(world), opts_(opts) {
   opts_.window = std::max(opts_.window, opts_.missingAfter + 2);
   opts_.alertAfter = std::max(1, opts_.alertAfter);
+  opts_.strongAlertAfter =
+      std::clamp(opts_.strongAlertAfter, 1, opts_.alertAfter);
   opts_.recoverAfter = std::max(1, opts_.recoverAfter);
   size_t n = static_cast<size_t>(opts_.window) * world_;
   ring_.resize(n);
@@ -157,22 +159,27 @@ void WindowDiagnoser::diagnoseStep(int64_t step, std::vector<Alert> &out) {
     ringStep_[slot(step, r)] = -1;
 }
 
-bool WindowDiagnoser::advance(Track &t, bool slow, bool normal, double ratio,
-                              int64_t step) {
+bool WindowDiagnoser::advance(Track &t, bool slow, bool strong, bool normal,
+                              double ratio, int64_t step) {
   if (slow) {
     t.normalRun = 0;
     if (t.slowRun++ == 0) {
       t.since = step;
       t.minRatio = ratio;
     }
+    t.strongRun = strong ? t.strongRun + 1 : 0;
     t.minRatio = std::min(t.minRatio, ratio);
-    if (!t.alerted && t.slowRun >= opts_.alertAfter) {
+    // Evidence accumulates: a marginal excess must persist for alertAfter
+    // steps (host noise reaches 1.4x for two), a large one for fewer.
+    if (!t.alerted && (t.slowRun >= opts_.alertAfter ||
+                       t.strongRun >= opts_.strongAlertAfter)) {
       t.alerted = true;
       return true;
     }
     return false;
   }
   t.slowRun = 0;
+  t.strongRun = 0;
   if (!normal) { // between the bars: neither a fault's step nor a clean one
     t.normalRun = 0;
     return false;
@@ -264,8 +271,9 @@ void WindowDiagnoser::judgeRanks(int64_t step,
     Track &t = rankTracks_[r.s->rank];
     bool wasAlerted = t.alerted;
     bool slow = r.ratio >= 1 + T && r.ratio - 1 >= 5 * sigma;
+    bool strong = slow && r.ratio >= 1 + 2 * T;
     bool normal = r.ratio < 1 + T / 2;
-    if (!advance(t, slow, normal, r.ratio, step))
+    if (!advance(t, slow, strong, normal, r.ratio, step))
       continue;
     Alert a;
     a.rank = r.s->rank;

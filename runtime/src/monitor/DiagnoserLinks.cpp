@@ -128,11 +128,12 @@ void WindowDiagnoser::judgeLinks(int64_t step,
     double bar = std::max({l.ref / (1 - T), l.ref + opts_.minLinkExcessNs,
                            l.ref + 3 * l.noise});
     bool slow = l.wireNs >= bar;
+    bool strong = l.wireNs >= l.ref + 2 * (bar - l.ref);
     bool normal = l.wireNs < (l.ref + bar) / 2;
     double ratio = l.wireNs / l.ref;
     Track &t = linkTracks_[{l.src, l.dst}];
     bool wasAlerted = t.alerted;
-    if (!advance(t, slow, normal, ratio, step))
+    if (!advance(t, slow, strong, normal, ratio, step))
       continue;
     Alert a;
     a.src = l.src;

@@ -2,7 +2,11 @@
 #include "mapp/monitor/Nvml.h"
 
 #if MAPP_MONITOR_NVML
+#include <chrono>
+#include <condition_variable>
 #include <dlfcn.h>
+#include <mutex>
+#include <thread>
 #endif
 
 using namespace mapp::monitor;
@@ -16,6 +20,15 @@ constexpr int kNvmlClockSm = 1;       // NVML_CLOCK_SM
 constexpr int kNvmlTemperatureGpu = 0; // NVML_TEMPERATURE_GPU
 } // namespace
 
+namespace {
+/// One reading of every signal (-1 / 0: not read).
+struct Sample {
+  float sm = -1, smMax = -1, powerW = -1, temperatureC = -1;
+  unsigned long long throttle = 0;
+  bool ok = false;
+};
+} // namespace
+
 struct NvmlReader::Impl {
   void *lib = nullptr;
   nvmlDevice_t dev = nullptr;
@@ -25,7 +38,36 @@ struct NvmlReader::Impl {
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned *) = nullptr;
   nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned *) = nullptr;
   nvmlReturn_t (*throttle)(nvmlDevice_t, unsigned long long *) = nullptr;
+
+  std::mutex mu;
+  std::condition_variable wake;
+  bool stop = false;
+  Sample last; // guarded by mu
+  std::thread sampler;
+
+  Sample query() const;
+  void startSampling() {
+    last = query();
+    sampler = std::thread([this] {
+      std::unique_lock<std::mutex> l(mu);
+      while (!wake.wait_for(l, std::chrono::milliseconds(kSamplePeriodMs),
+                            [this] { return stop; })) {
+        l.unlock();
+        Sample s = query();
+        l.lock();
+        last = s;
+      }
+    });
+  }
   ~Impl() {
+    if (sampler.joinable()) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        stop = true;
+      }
+      wake.notify_all();
+      sampler.join();
+    }
     if (shutdown)
       shutdown();
     if (lib)
@@ -72,34 +114,50 @@ std::unique_ptr<NvmlReader> NvmlReader::open(int index, std::string *why) {
       *why = "NVML has no device " + std::to_string(index);
     return nullptr;
   }
+  impl->startSampling();
   return std::unique_ptr<NvmlReader>(new NvmlReader(std::move(impl)));
 }
 
-bool NvmlReader::read(StepSummary &s) {
-  Impl &m = *impl_;
-  bool ok = true;
+Sample NvmlReader::Impl::query() const {
+  Sample s;
+  s.ok = true;
   unsigned v = 0;
-  if (m.clock && m.clock(m.dev, kNvmlClockSm, &v) == 0)
-    s.smClockMhz = static_cast<float>(v);
+  if (clock && clock(dev, kNvmlClockSm, &v) == 0)
+    s.sm = static_cast<float>(v);
   else
-    ok = false;
-  if (m.maxClock && m.maxClock(m.dev, kNvmlClockSm, &v) == 0)
-    s.smClockMaxMhz = static_cast<float>(v);
-  if (m.power && m.power(m.dev, &v) == 0)
+    s.ok = false;
+  if (maxClock && maxClock(dev, kNvmlClockSm, &v) == 0)
+    s.smMax = static_cast<float>(v);
+  if (power && power(dev, &v) == 0)
     s.powerW = static_cast<float>(v) * 1e-3f; // milliwatts
   else
-    ok = false;
-  if (m.temperature && m.temperature(m.dev, kNvmlTemperatureGpu, &v) == 0)
+    s.ok = false;
+  if (temperature && temperature(dev, kNvmlTemperatureGpu, &v) == 0)
     s.temperatureC = static_cast<float>(v);
   else
-    ok = false;
-  unsigned long long bits = 0;
-  if (m.throttle && m.throttle(m.dev, &bits) == 0)
-    s.throttleReasons = bits;
-  else
-    ok = false;
+    s.ok = false;
+  if (throttle && throttle(dev, &s.throttle) != 0)
+    s.ok = false;
+  return s;
+}
+
+bool NvmlReader::read(StepSummary &s) {
+  Sample m;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    m = impl_->last;
+  }
+  if (m.sm >= 0)
+    s.smClockMhz = m.sm;
+  if (m.smMax >= 0)
+    s.smClockMaxMhz = m.smMax;
+  if (m.powerW >= 0)
+    s.powerW = m.powerW;
+  if (m.temperatureC >= 0)
+    s.temperatureC = m.temperatureC;
+  s.throttleReasons = m.throttle;
   s.flags |= StepSummary::HasNvml;
-  return ok;
+  return m.ok;
 }
 #else
 struct NvmlReader::Impl {};

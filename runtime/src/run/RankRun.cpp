@@ -312,6 +312,8 @@ private:
     TrainControl control(*exec_, o_.ckpt, meta);
     const int64_t first = control.start();
     exec_->setSkipNonFinite(true); // a non-finite step never touches the state
+    // Every rank counts: the dp group sums its counts for the lead's line.
+    exec_->setCountExperts(!o_.metrics.empty());
     exec_->setCheckFinite(o_.nanCheck);
     if (o_.nanStep >= 0)
       exec_->setInjectNan(o_.nanStep, o_.nanOp);
@@ -349,6 +351,7 @@ private:
       m.tokensPerS = ms > 0 ? r.globalTokens / (ms / 1000.0) : 0;
       m.lossScale = r.lossScale;
       m.skipped = r.skipped;
+      m.expertTokens = std::move(r.expertTokens);
       if (scope_)
         scope_->endStep(m);
       if (lead_) {

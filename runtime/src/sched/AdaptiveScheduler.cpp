@@ -180,6 +180,7 @@ public:
       }
     }
     tpGroup_ = comm.group(Group::TP);
+    ppGroup_ = comm.group(Group::PP);
     stats_.mode = "adaptive";
     stats_.capBytes = cap_;
     stats_.stashBytes = stash_;
@@ -206,6 +207,7 @@ public:
         r.sampled = false;
       }
     }
+    sharePipelineVerdict();
     // Blocks' microbatch order: the lowest microbatch of each block first.
     for (const TaskInfo &ti : tasks_)
       blockMbs_[ti.task.block].insert(ti.task.microbatch);
@@ -230,6 +232,10 @@ public:
       }
       std::string why;
       bool slowLocal = links_.slow(comm_.rank(), why);
+      if (!slowLocal && pipelineSlow_) {
+        slowLocal = true;
+        why = pipelineWhy_;
+      }
       bool slowAny = slowLocal;
       std::vector<char> common = ready;
       if (tpGroup_.size() > 1) {
@@ -393,6 +399,30 @@ public:
   bool handsOutOptimizer() const override { return false; }
 
 private:
+  /// Only the receiver of a slow link measures it, but breadth-first pays
+  /// only when the whole pipeline runs it (the stages upstream must run
+  /// ahead with forwards). One one-number all-reduce over the pipeline
+  /// group per step shares the verdict of the steps so far.
+  void sharePipelineVerdict() {
+    pipelineSlow_ = false;
+    if (ppGroup_.size() <= 1)
+      return;
+    std::string why;
+    const bool here = links_.slow(comm_.rank(), why);
+    double any = here ? 1 : 0;
+    try {
+      comm_.allReduce(&any, 1, ReduceOp::Sum, ppGroup_);
+    } catch (const Error &e) {
+      fail(e.what(), "; adaptive scheduler of rank ", comm_.rank(),
+           ", sharing the pipeline's link verdict at step ", step_);
+    }
+    pipelineSlow_ = any > 0;
+    if (pipelineSlow_ && !here)
+      pipelineWhy_ = "a link of this pipeline is slow (" +
+                     std::to_string(static_cast<int>(any)) +
+                     " stage(s) measured it)";
+  }
+
   /// "(block b, mb m: recv from P tag T pending), ..." for an error.
   std::string describe(const std::vector<int> &ids) const {
     std::string out;
@@ -474,7 +504,9 @@ private:
   const Program &prog_;
   Communicator &comm_;
   LinkMonitor links_;
-  CommGroup tpGroup_;
+  CommGroup tpGroup_, ppGroup_;
+  bool pipelineSlow_ = false; // a stage's link was slow (step start)
+  std::string pipelineWhy_;
   std::vector<TaskInfo> tasks_;
   int numMb_ = 0, v_ = 0, dfcMaxOpen_ = 0;
   std::set<int> stashChunks_;

@@ -47,9 +47,23 @@ struct GPTConfig {
   int64_t vocabDivisor = 1; // make_vocab_size_divisible_by
   int64_t seed = 0;
 
+  // Mixture of experts (Megatron's names; 0 experts = a dense model).
+  int64_t numMoeExperts = 0;
+  int64_t moeRouterTopk = 2;
+  int64_t moeFfnHiddenSize = 0;
+  double moeAuxLossCoeff = 0.0;
+  double moeZLossCoeff = 0.0;
+  std::optional<double> moeCapacityFactor; // absent: dropless
+  std::vector<int64_t> moeLayerFreq;       // 0/1 per layer
+
   bool isLlama() const { return variant == "llama"; }
   bool isGQA() const { return numQueryGroups != numHeads; }
   int64_t headDim() const { return hiddenSize / numHeads; }
+  bool isMoeLayer(int64_t layer) const {
+    return numMoeExperts > 0 && moeLayerFreq[layer] != 0;
+  }
+  /// Rows an expert keeps per micro-batch (Megatron's get_capacity).
+  std::optional<int64_t> moeCapacity() const;
 };
 
 /// An error in a config, naming the offending key (empty for JSON syntax).

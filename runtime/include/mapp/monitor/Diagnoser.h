@@ -37,6 +37,7 @@ struct MonitorOptions {
   double linkThreshold = 0.3;  // slow: fastest transfer >= ref / (1 - t)
   double minLinkExcessNs = 500e3; // ... and at least this much above ref
   int alertAfter = 3;          // slow steps in a row before an alert
+  int strongAlertAfter = 2;    // ... when each is slow by twice the bar
   int recoverAfter = 2;        // normal steps in a row before `recovered`
   int warmupSteps = 2;         // first steps not judged (first touch)
   int missingAfter = 3;        // a rank this many steps behind: missing
@@ -84,7 +85,7 @@ public:
 
 private:
   struct Track { // one rank or link's run of verdicts
-    int slowRun = 0, normalRun = 0;
+    int slowRun = 0, strongRun = 0, normalRun = 0;
     bool alerted = false;
     int64_t since = -1;
     double minRatio = 0;
@@ -94,8 +95,10 @@ private:
                   std::vector<Alert> &out);
   void judgeLinks(int64_t step, const std::vector<const StepSummary *> &got,
                   std::vector<Alert> &out);
-  /// Applies one verdict to a track; appends alert / recovered lines.
-  bool advance(Track &t, bool slow, bool normal, double ratio, int64_t step);
+  /// Applies one verdict to a track (`strong`: slow by twice the bar);
+  /// true when it turns into an alert or a recovery.
+  bool advance(Track &t, bool slow, bool strong, bool normal, double ratio,
+               int64_t step);
   size_t slot(int64_t step, int rank) const {
     return static_cast<size_t>(step % opts_.window) * world_ + rank;
   }

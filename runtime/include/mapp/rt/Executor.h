@@ -20,6 +20,7 @@
 
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/ExpertTally.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Safetensors.h"
 #include "mapp/rt/Scheduler.h"
@@ -56,6 +57,9 @@ struct StepResult {
   /// its scaled gradients overflowed (dynamic: the step is skipped).
   double lossScale = 1;
   bool overflow = false;
+  /// Rows per expert of each MoE layer on this rank, summed over the
+  /// microbatches (empty unless setCountExperts).
+  ExpertTokens expertTokens;
 };
 
 /// Loss-scaling state (plan: the loss_scale* attrs of the optimizer instrs,
@@ -206,10 +210,15 @@ public:
   /// instr's outputs there. Null = off; not called for training steps.
   using InstrHook = std::function<void(Executor &, const Instr &)>;
   void setInstrHook(InstrHook h) { instrHook_ = std::move(h); }
+  /// Read every moe_assign's counts into StepResult::expertTokens (one
+  /// host read per MoE layer and microbatch).
+  void setCountExperts(bool on) { countExperts_ = on; }
 
 private:
   InstrHook instrHook_;
   bool hookBlock_ = false; // inside runBlockOnce
+  bool countExperts_ = false;
+  ExpertTally expertTally_;
   struct Prepared;
   /// One Param/OptState/Grad from a tensor: its piece (piece = true) or the
   /// full tensor, cut like the parameter it belongs to.

@@ -57,6 +57,10 @@ struct KernelContext {
   /// Set by the executor around a traced variable all-to-all; the kernel
   /// fills it (null: nobody asks).
   PeerBytes *peerBytes = nullptr;
+  /// The adaptive scheduler posts every receive into a host buffer: send
+  /// and recv then move plan-type bytes through the host communicator (a
+  /// device backend stages them) so both ends speak the same protocol.
+  bool p2pThroughHost = false;
 };
 
 struct KernelArgs {

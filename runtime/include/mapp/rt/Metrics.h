@@ -2,6 +2,8 @@
 #ifndef MAPP_RT_METRICS_H
 #define MAPP_RT_METRICS_H
 
+#include "mapp/rt/ExpertTally.h"
+
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -15,10 +17,12 @@ struct StepMetrics {
   int64_t tokens = 0;
   double lossScale = 1; // the step's loss scale (1 without loss scaling)
   bool skipped = false; // the optimizer did not run (a loss-scale overflow)
+  ExpertTokens expertTokens; // MoE: rows per expert per layer (may be empty)
 };
 
 /// One JSON object per line: step, loss, lr, grad_norm, tokens_per_s,
-/// step_ms, tokens, loss_scale, skipped (nan losses are written as null).
+/// step_ms, tokens, loss_scale, skipped (nan losses are written as null);
+/// MoE plans add expert_tokens {moe_assign name: [rows per expert]}.
 class MetricsWriter {
 public:
   explicit MetricsWriter(const std::string &path);

@@ -430,7 +430,7 @@ void cuda::ep_combine(const KernelArgs &a) { expertComm(a, false); }
 
 void cuda::send(const KernelArgs &a) {
   DeviceComm *dc = deviceCommOf(a, "send");
-  if (!dc || !isFloat(a.in[0]))
+  if (!dc || !isFloat(a.in[0]) || a.ctx.p2pThroughHost)
     return staged(a, cpu::send);
   dc->send(view(a.in[0]), a.in[0].numel(),
            static_cast<int>(a.attrs.getInt("peer", 0)), runtimeTag(a));
@@ -438,7 +438,7 @@ void cuda::send(const KernelArgs &a) {
 
 void cuda::recv(const KernelArgs &a) {
   DeviceComm *dc = deviceCommOf(a, "recv");
-  if (!dc || !isFloat(a.out[0]))
+  if (!dc || !isFloat(a.out[0]) || a.ctx.p2pThroughHost)
     return staged(a, cpu::recv);
   dc->recv(view(a.out[0]), a.out[0].numel(),
            static_cast<int>(a.attrs.getInt("peer", 0)), runtimeTag(a));
