@@ -2,6 +2,7 @@
 // placement of every program (docs/megafbd.md, "Ranks").
 #include "FbdPlan.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
+#include "mapp/rt/KernelVocab.h"
 
 using namespace mlir;
 using namespace mapp;
@@ -69,7 +70,8 @@ void resolveForward(const Sides &s, fb::ProgramT &p) {
   for (auto &blk : p.blocks) {
     std::vector<std::unique_ptr<fb::InstrT>> kept;
     for (auto &in : blk->instrs) {
-      bool p2p = in->kernel == "send" || in->kernel == "recv";
+      bool p2p = in->kernel == MAPP_KERNEL_NAME(send) ||
+                 in->kernel == MAPP_KERNEL_NAME(recv);
       if (const fb::AttrT *from = findAttr(*in, "fbd_from")) {
         // A piece of a resharded activation: only forward tp index
         // fbd_from slices and sends it, to backward tp index fbd_to.

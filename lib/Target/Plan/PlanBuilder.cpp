@@ -4,6 +4,7 @@
 #include "mapp/Analysis/MemoryPlan.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Target/Plan/plan_generated.h"
+#include "mapp/rt/KernelVocab.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -315,6 +316,12 @@ private:
   LogicalResult addInstr(Operation *op, fb::BlockT &block) {
     auto instr = std::make_unique<fb::InstrT>();
     instr->kernel = op->getName().stripDialect().str();
+    // The op's name is the kernel's: it must be one the runtime knows.
+    if (!rt::findKernelInfo(instr->kernel))
+      return op->emitError("plan: '")
+             << op->getName()
+             << "' is not a kernel of the runtime's vocabulary "
+                "(runtime/include/mapp/rt/KernelVocab.def)";
     instr->layer = layerOf(op);
     if (auto n = op->getAttrOfType<StringAttr>("mapp.name"))
       instr->name = n.str();

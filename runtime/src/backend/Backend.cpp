@@ -62,6 +62,7 @@ std::unique_ptr<Backend> mapp::rt::createCudaBackend(int) {
        "MAPP_ENABLE_CUDA=ON where nvcc is found)");
 }
 bool mapp::rt::cudaBackendBuilt() { return false; }
+std::vector<std::string> mapp::rt::cudaKernelNames() { return {}; }
 #endif
 
 std::unique_ptr<Backend> mapp::rt::createBackend(const std::string &name,

@@ -7,7 +7,9 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Kernels.h"
+#include "mapp/rt/KernelVocab.h"
 #include "mapp/rt/ProbeReduce.h"
+#include "MoeKernelChecks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -516,75 +518,16 @@ void checkPerturb(const Attrs &a, const TTs &in, const TTs &out) {
   wantSameNumel(in[0], "x", out[0], "y");
 }
 
-const std::vector<KernelSpec> kBaseSpecs = {
-    // name, minIn, maxIn, minOut, maxOut, check, inPlace
-    {"embedding", 2, 2, 1, 1, checkEmbedding, false},
-    {"embedding_grad", 2, 2, 1, 1, checkEmbeddingGrad, false},
-    {"linear", 2, 3, 1, 1, checkLinear, false},
-    {"matmul", 2, 2, 1, 1, checkMatmul, false},
-    {"reduce_sum", 1, 1, 1, 1, checkReduceSum, false},
-    {"add", 2, 2, 1, 1, checkBroadcast, false},
-    {"mul", 2, 2, 1, 1, checkBroadcast, false},
-    {"scale", 1, 1, 1, 1, checkScale, false},
-    {"gelu", 1, 1, 1, 1, checkGelu, false},
-    {"gelu_grad", 2, 2, 1, 1, checkGelu, false},
-    {"silu", 1, 1, 1, 1, checkUnary, false},
-    {"silu_grad", 2, 2, 1, 1, checkUnaryGrad, false},
-    {"layer_norm", 3, 3, 1, 1, checkNorm, false},
-    {"layer_norm_grad", 3, 3, 3, 3, checkNormGrad, false},
-    {"rms_norm", 2, 2, 1, 1, checkNorm, false},
-    {"rms_norm_grad", 3, 3, 2, 2, checkNormGrad, false},
-    {"softmax", 1, 1, 1, 1, checkSoftmax, false},
-    {"softmax_grad", 2, 2, 1, 1, checkSoftmax, false},
-    {"attention", 3, 3, 1, 1, checkAttention, false},
-    {"attention_grad", 4, 4, 3, 3, checkAttention, false},
-    {"cached_attention", 6, 6, 1, 1, checkCachedAttention, true},
-    {"dropout", 1, 1, 1, 1, checkDropout, false},
-    {"dropout_grad", 1, 1, 1, 1, checkDropout, false},
-    {"cross_entropy", 2, 2, 1, 1, checkCrossEntropy, false},
-    {"cross_entropy_grad", 3, 3, 1, 1, checkCrossEntropy, false},
-    {"reshape", 1, 1, 1, 1, checkReshape, false},
-    {"transpose", 1, 1, 1, 1, checkTranspose, false},
-    {"slice", 1, 1, 1, 1, checkSlice, false},
-    {"slice_grad", 1, 1, 1, 1, checkSliceGrad, false},
-    {"concat", 1, -1, 1, 1, checkConcat, false},
-    {"fill", 0, 0, 1, 1, checkFill, false},
-    {"grad_accumulate", 1, 1, 1, 1, checkGradAccumulate, true},
-    {"global_norm", 1, -1, 1, 1, checkGlobalNorm, false},
-    {"adamw", 4, 5, 0, 0, checkAdamw, true},
-    {"sgd", 3, 4, 0, 0, checkSgd, true},
-    {"all_reduce", 1, 1, 1, 1, checkCollective, false},
-    {"all_gather", 1, 1, 1, 1, checkCollective, false},
-    {"reduce_scatter", 1, 1, 1, 1, checkCollective, false},
-    {"all_to_all", 1, 1, 1, 1, checkCollective, false},
-    {"ep_dispatch", 2, 2, 1, 2, checkExpertComm, false},
-    {"ep_combine", 2, 2, 1, 1, checkExpertComm, false},
-    {"send", 1, 1, 0, 0, checkSendRecv, false},
-    {"reduce_max", 1, 1, 1, 1, checkReduceMax, false},
-    {"vocab_ce_partials", 3, 3, 1, 1, checkVocabCe, false},
-    {"vocab_ce_partials_grad", 4, 4, 1, 1, checkVocabCe, false},
-    {"ce_from_partials", 2, 2, 1, 1, checkCeFromPartials, false},
-    {"ce_from_partials_grad", 3, 3, 1, 1, checkCeFromPartials, false},
-    {"copy_to_group", 1, 1, 1, 1, checkCopyToGroup, false},
-    {"scatter_to_group", 1, 1, 1, 1, checkScatterToGroup, false},
-    {"grad_sync", 1, -1, 0, -1, checkBucket, true},
-    {"param_gather", 1, -1, 0, 0, checkBucket, true},
-    {"recv", 0, 0, 1, 1, checkSendRecv, false},
-    {"probe", 1, 4, 0, 0, checkProbe, false},
-    {"perturb", 1, 1, 1, 1, checkPerturb, false},
-    // MegaScan region marks, run by the executor itself (no backend kernel).
-    {"trace_begin", 0, 0, 0, 0, checkTrace, false},
-    {"trace_end", 0, 0, 0, 0, checkTrace, false},
-};
-
-/// The base kernels, then the MoE kernels (MoeKernelSpecs.cpp).
+/// Every kernel of KernelVocab.def, in its order.
 const std::vector<KernelSpec> &specs() {
-  static const std::vector<KernelSpec> all = [] {
-    std::vector<KernelSpec> v = kBaseSpecs;
-    const std::vector<KernelSpec> &moe = moeKernelSpecs();
-    v.insert(v.end(), moe.begin(), moe.end());
-    return v;
-  }();
+  static const std::vector<KernelSpec> all = {
+#define MAPP_KERNEL(name, minIn, maxIn, minOut, maxOut, check, props, onCpu,    \
+                    onCuda, why)                                                 \
+  {#name, minIn, maxIn, minOut, maxOut, check, ((props) & kInPlace) != 0,      \
+   props},
+#include "mapp/rt/KernelVocab.def"
+#undef MAPP_KERNEL
+  };
   return all;
 }
 
@@ -600,7 +543,8 @@ const KernelSpec *mapp::rt::findKernelSpec(const std::string &name) {
 const std::vector<KernelSpec> &mapp::rt::allKernelSpecs() { return specs(); }
 
 bool mapp::rt::isExecutorKernel(const std::string &name) {
-  return name == "trace_begin" || name == "trace_end";
+  const KernelInfo *k = findKernelInfo(name);
+  return k && k->has(kExecutor);
 }
 
 void mapp::rt::checkKernelCall(const KernelSpec &spec, const Attrs &attrs,

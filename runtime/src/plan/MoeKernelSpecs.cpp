@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Kernels.h"
+#include "MoeKernelChecks.h"
 
 #include <cmath>
 
@@ -38,6 +39,11 @@ void wantChoices(const TT &t, const TT &like, const char *what) {
   want(t, DType::I32, 2, what);
   wantShape(t, like.shape, what);
 }
+
+} // namespace
+
+// The checks KernelVocab.def names (moe::check...).
+namespace mapp::rt::moe {
 
 void checkRouter(const Attrs &a, const TTs &in, const TTs &out) {
   want(in[0], DType::F32, 2, "logits");
@@ -159,23 +165,4 @@ void checkZ(const Attrs &a, const TTs &in, const TTs &out) {
   }
 }
 
-const std::vector<KernelSpec> kMoeSpecs = {
-    // name, minIn, maxIn, minOut, maxOut, check, inPlace
-    {"moe_router", 1, 1, 2, 2, checkRouter, false},
-    {"moe_router_grad", 3, 3, 1, 1, checkRouterGrad, false},
-    {"moe_assign", 2, 2, 2, 2, checkAssign, false},
-    {"moe_permute", 2, 2, 1, 1, checkPermute, false},
-    {"moe_permute_grad", 2, 2, 1, 1, checkPermuteGrad, false},
-    {"moe_unpermute", 3, 3, 1, 1, checkUnpermute, false},
-    {"moe_unpermute_grad", 4, 4, 2, 2, checkUnpermuteGrad, false},
-    {"moe_grouped_matmul", 3, 3, 1, 1, checkGrouped, false},
-    {"moe_grouped_matmul_wgrad", 3, 3, 1, 1, checkGroupedWgrad, false},
-    {"moe_aux_loss", 2, 2, 1, 1, checkAux, false},
-    {"moe_aux_loss_grad", 3, 3, 1, 1, checkAux, false},
-    {"moe_z_loss", 1, 1, 1, 1, checkZ, false},
-    {"moe_z_loss_grad", 2, 2, 1, 1, checkZ, false},
-};
-
-} // namespace
-
-const std::vector<KernelSpec> &mapp::rt::moeKernelSpecs() { return kMoeSpecs; }
+} // namespace mapp::rt::moe

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
+#include "mapp/rt/KernelVocab.h"
 #include "mapp/rt/Kernels.h"
 #include "mapp/rt/Plan.h"
 
@@ -165,12 +166,13 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
   } catch (const Error &e) {
     fail(at, ": ", e.what());
   }
-  if (in.kernel == "grad_accumulate")
+  if (in.kernel == MAPP_KERNEL_NAME(grad_accumulate))
     wantKind(p, in.outputs[0], ValueKind::Grad, at, "output");
-  if (in.kernel == "adamw" || in.kernel == "sgd") {
+  if (in.kernel == MAPP_KERNEL_NAME(adamw) ||
+      in.kernel == MAPP_KERNEL_NAME(sgd)) {
     wantKind(p, in.inputs[0], ValueKind::Param, at, "input");
     wantKind(p, in.inputs[1], ValueKind::Grad, at, "input");
-    size_t states = in.kernel == "adamw" ? 2 : 1;
+    size_t states = in.kernel == MAPP_KERNEL_NAME(adamw) ? 2 : 1;
     for (size_t i = 2; i < 2 + states; ++i)
       wantKind(p, in.inputs[i], ValueKind::OptState, at, "input");
   }
@@ -187,7 +189,7 @@ void verifyInstr(const Program &p, const Instr &in, const std::string &at) {
     return inArena(x.kind) == inArena(y.kind) && x.bytes && y.bytes &&
            x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
   };
-  bool inPlaceOk = spec->inPlace || in.kernel == "all_reduce";
+  bool inPlaceOk = spec->inPlace || in.kernel == MAPP_KERNEL_NAME(all_reduce);
   auto sameStorage = [&](int a, int b) {
     const Value &x = p.values[a], &y = p.values[b];
     return inArena(x.kind) == inArena(y.kind) && x.offset == y.offset &&

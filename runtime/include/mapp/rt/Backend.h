@@ -122,6 +122,11 @@ std::unique_ptr<Backend> createCpuBackend(int threads);
 std::unique_ptr<Backend> createCudaBackend(int device);
 /// True when this runtime was built with the CUDA backend.
 bool cudaBackendBuilt();
+/// The kernel names each backend registers, read without creating it (no
+/// device needed): test/runtime-unit/KernelVocabTest.cpp compares them with
+/// KernelVocab.def. cudaKernelNames() is empty when CUDA is not built.
+std::vector<std::string> cpuKernelNames();
+std::vector<std::string> cudaKernelNames();
 /// Backend by name ("cpu", "cuda"); Error naming the choices otherwise.
 /// `device`: the GPU of a device backend (ignored by cpu).
 std::unique_ptr<Backend> createBackend(const std::string &name, int threads,

@@ -76,7 +76,8 @@ using KernelFn = void (*)(const KernelArgs &);
 using KernelCheckFn = void (*)(const Attrs &, const std::vector<TensorType> &in,
                                const std::vector<TensorType> &out);
 
-/// What a kernel name means independent of the backend.
+/// What a kernel name means independent of the backend: a row of
+/// KernelVocab.def (the one list of kernels).
 struct KernelSpec {
   const char *name;
   int minIn, maxIn; // maxIn = -1: unbounded (concat, global_norm)
@@ -87,14 +88,15 @@ struct KernelSpec {
   /// Operands the kernel updates in place (optimizers, grad_accumulate's
   /// output): the executor and kernel-check treat them as read-write.
   bool inPlace;
+  /// KernelProp bits (mapp/rt/KernelVocab.h).
+  unsigned props;
 };
 
 const KernelSpec *findKernelSpec(const std::string &name);
 /// Kernels the executor runs itself, not a backend (trace_begin/trace_end).
 bool isExecutorKernel(const std::string &name);
+/// Every row of KernelVocab.def, in order.
 const std::vector<KernelSpec> &allKernelSpecs();
-/// The mixture-of-experts kernels (src/plan/MoeKernelSpecs.cpp).
-const std::vector<KernelSpec> &moeKernelSpecs();
 
 /// Checks operand counts and calls the spec's check; messages are prefixed by
 /// the caller with the instruction's location.

@@ -14,20 +14,30 @@ using namespace mapp::rt;
 
 namespace {
 
+/// Name -> kernel for every row of KernelVocab.def with cpu = Y.
+const std::map<std::string, KernelFn> &cpuKernelTable() {
+  static const std::map<std::string, KernelFn> table = {
+#define MAPP_KERNEL(name, minIn, maxIn, minOut, maxOut, check, props, onCpu,    \
+                    onCuda, why)                                                 \
+  MAPP_VOCAB_IF(onCpu, {#name, cpu::name},)
+#include "mapp/rt/KernelVocab.def"
+#undef MAPP_KERNEL
+  };
+  return table;
+}
+
 class CpuBackend final : public Backend {
 public:
   explicit CpuBackend(int threads) : pool_(threads) {
     // OpenBLAS gets the same thread budget; our own workers stay idle while
     // a GEMM runs, so the two never oversubscribe the cores together.
     openblas_set_num_threads(pool_.size());
-#define MAPP_REGISTER(name) table_[#name] = cpu::name;
-    MAPP_CPU_KERNELS(MAPP_REGISTER)
-#undef MAPP_REGISTER
   }
   std::string name() const override { return "cpu"; }
   KernelFn lookup(const std::string &kernel) const override {
-    auto it = table_.find(kernel);
-    return it == table_.end() ? nullptr : it->second;
+    const auto &table = cpuKernelTable();
+    auto it = table.find(kernel);
+    return it == table.end() ? nullptr : it->second;
   }
   void *allocate(size_t bytes) override {
     size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
@@ -64,13 +74,19 @@ public:
 
 private:
   ThreadPool pool_;
-  std::map<std::string, KernelFn> table_;
   mutable std::mutex allocMutex_;
   std::unordered_map<void *, size_t> sizes_;
   uint64_t allocated_ = 0, peakAllocated_ = 0;
 };
 
 } // namespace
+
+std::vector<std::string> mapp::rt::cpuKernelNames() {
+  std::vector<std::string> names;
+  for (const auto &kv : cpuKernelTable())
+    names.push_back(kv.first);
+  return names;
+}
 
 std::unique_ptr<Backend> mapp::rt::createCpuBackend(int threads) {
   return std::make_unique<CpuBackend>(threads);

@@ -9,33 +9,18 @@
 #define MAPP_RT_CPU_KERNELS_H
 
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/KernelVocab.h"
 #include "mapp/rt/Kernels.h"
 #include "mapp/rt/ThreadPool.h"
 
 namespace mapp::rt::cpu {
 
-// clang-format off
-#define MAPP_CPU_KERNELS(X)                                                    \
-  X(embedding) X(embedding_grad) X(linear) X(matmul) X(reduce_sum) X(add)      \
-  X(mul) X(scale) X(gelu) X(gelu_grad) X(silu) X(silu_grad) X(layer_norm)      \
-  X(layer_norm_grad) X(rms_norm) X(rms_norm_grad) X(softmax) X(softmax_grad)   \
-  X(attention) X(attention_grad) X(cached_attention) X(dropout) X(dropout_grad) X(cross_entropy)   \
-  X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)         \
-  X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)          \
-  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv)  \
-  X(probe) X(perturb) X(reduce_max) X(vocab_ce_partials)                     \
-  X(vocab_ce_partials_grad) X(ce_from_partials) X(ce_from_partials_grad)      \
-  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)         \
-  X(moe_router) X(moe_router_grad) X(moe_assign) X(moe_permute)               \
-  X(moe_permute_grad) X(moe_unpermute) X(moe_unpermute_grad)                 \
-  X(moe_grouped_matmul) X(moe_grouped_matmul_wgrad) X(moe_aux_loss)          \
-  X(moe_aux_loss_grad) X(moe_z_loss) X(moe_z_loss_grad)  \
-  X(ep_dispatch) X(ep_combine)
-// clang-format on
-
-#define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
-MAPP_CPU_KERNELS(MAPP_DECLARE_KERNEL)
-#undef MAPP_DECLARE_KERNEL
+// One function per kernel of KernelVocab.def whose cpu column is Y.
+#define MAPP_KERNEL(name, minIn, maxIn, minOut, maxOut, check, props, onCpu,    \
+                    onCuda, why)                                                 \
+  MAPP_VOCAB_IF(onCpu, void name(const KernelArgs &a);)
+#include "mapp/rt/KernelVocab.def"
+#undef MAPP_KERNEL
 
 /// The dimension attr `key` of a communication kernel on t, negative counted
 /// from the back; Error naming the kernel when out of range. Shared with the

@@ -36,8 +36,8 @@ void flashBackwardWmma(CudaBackend &be, DView dout, DView q, DView k, DView v,
 /// Which attention implementation runs (MAPP_CUDA_ATTN): auto (cuDNN where
 /// it loads and has an engine for the shape, else own), own (mma.sync
 /// kernels), cudnn (cuDNN or a clear error), wmma (the first own version).
-enum class AttnImpl { Auto, Own, Cudnn, Wmma };
-AttnImpl attnImpl();
+using AttnImpl = CudaAttnImpl;
+inline AttnImpl attnImpl(const CudaBackend &be) { return be.config().attn; }
 
 /// One attention call's geometry: [B,T,H] operands, H = heads·D.
 struct AttnCall {

@@ -226,12 +226,7 @@ DeviceComm *CudaBackend::deviceComm(Communicator &host) {
   if (deviceCommChecked_)
     return deviceComm_.get();
   deviceCommChecked_ = true;
-  std::string mode = "device";
-  if (const char *s = std::getenv("MAPP_CUDA_COMM"))
-    mode = s;
-  if (mode != "device" && mode != "host")
-    fail("MAPP_CUDA_COMM must be 'device' or 'host', not '", mode, "'");
-  if (mode == "host" || host.worldSize() == 1)
+  if (config_.hostComm || host.worldSize() == 1) // MAPP_CUDA_COMM=host
     return nullptr;
 #ifdef MAPP_HAVE_NCCL
   if (host.deviceImpl()) {

@@ -57,17 +57,23 @@ const char *errorKernel(int code) {
   }
 }
 
-bool isOptimizer(const std::string &k) { return k == "adamw" || k == "sgd"; }
+/// The vocabulary's property p of kernel k (KernelVocab.def), instead of
+/// comparing names: a new optimizer or gradient sink needs no change here.
+bool kernelHas(const std::string &k, KernelProp p) {
+  const KernelInfo *info = findKernelInfo(k);
+  return info && info->has(p);
+}
+bool isOptimizer(const std::string &k) { return kernelHas(k, kOptimizer); }
 
 // Entry points: every kernel first asks whether it is half of a fused pair
 // (Fusion.h); the kernels themselves stay unaware of fusion.
-#define MAPP_ENTRY(name)                                                       \
+#define MAPP_CUDA_KERNEL(name)                                                 \
   void name##_entry(const KernelArgs &a) {                                     \
     if (!runFused(a))                                                          \
       cuda::name(a);                                                           \
   }
-MAPP_CUDA_KERNELS(MAPP_ENTRY)
-#undef MAPP_ENTRY
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
 
 // Profiling wrappers: one per kernel, timed by CUDA events.
 const char *profName(const char *name, const KernelArgs &a) {
@@ -75,14 +81,31 @@ const char *profName(const char *name, const KernelArgs &a) {
     return "matmul(transpose_a)";
   return name;
 }
-#define MAPP_TIMED(name)                                                       \
+#define MAPP_CUDA_KERNEL(name)                                                 \
   void name##_timed(const KernelArgs &a) {                                     \
     backendOf(a).profBegin(profName(#name, a));                                \
     name##_entry(a);                                                           \
     backendOf(a).profEnd();                                                    \
   }
-MAPP_CUDA_KERNELS(MAPP_TIMED)
-#undef MAPP_TIMED
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
+
+using KernelTable = std::map<std::string, KernelFn>;
+/// Name -> entry point (timed: wrapped in profiling events) for every
+/// KernelVocab.def row with cuda = Y; built without touching a device.
+const KernelTable &cudaKernelTable(bool timed) {
+  static const KernelTable entries = {
+#define MAPP_CUDA_KERNEL(name) {#name, name##_entry},
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
+  };
+  static const KernelTable timedEntries = {
+#define MAPP_CUDA_KERNEL(name) {#name, name##_timed},
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
+  };
+  return timed ? timedEntries : entries;
+}
 
 } // namespace
 
@@ -102,44 +125,31 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     fail("--backend=cuda needs compute capability 8.0 or newer (bf16 tensor "
          "cores); device ", device, " is ", prop.major, ".", prop.minor);
   sms_ = prop.multiProcessorCount;
-  if (const char *s = std::getenv("MAPP_CUDA_STORAGE")) {
-    std::string v = s;
-    if (v == "f32")
-      bf16Storage_ = false;
-    else if (v != "bf16")
-      fail("MAPP_CUDA_STORAGE must be 'bf16' or 'f32', not '", v, "'");
-  }
+  config_ = CudaConfig::fromEnv(); // every MAPP_* switch, checked here
+  bf16Storage_ = config_.bf16Storage;
   MAPP_CUDA_CHECK(cudaFree(nullptr)); // the context exists from here on
   size_t freeB = 0, totalB = 0;
   MAPP_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
   baselineUsed_ = totalB - freeB;
-  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  MAPP_LT_CHECK(cublasLtCreate(&lt_));
+  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(stream_.out(), cudaStreamNonBlocking));
+  MAPP_LT_CHECK(cublasLtCreate(lt_.out()));
   ltWorkspaceBytes_ = size_t(64) << 20;
-  MAPP_CUDA_CHECK(cudaMalloc(&ltWorkspace_, ltWorkspaceBytes_));
-  MAPP_CUDA_CHECK(cudaMalloc(&devError_, sizeof(DeviceError)));
+  MAPP_CUDA_CHECK(cudaMalloc(ltWorkspace_.out(), ltWorkspaceBytes_));
+  MAPP_CUDA_CHECK(cudaMalloc(devError_.out(), sizeof(DeviceError)));
   MAPP_CUDA_CHECK(cudaMemset(devError_, 0, sizeof(DeviceError)));
-  MAPP_CUDA_CHECK(cudaMallocHost(&hostError_, sizeof(DeviceError)));
-  MAPP_CUDA_CHECK(cudaMalloc(&normDev_, sizeof(double)));
-  MAPP_CUDA_CHECK(cudaMallocHost(&scalarPinned_, kScalarCap * sizeof(float)));
+  MAPP_CUDA_CHECK(cudaMallocHost(hostError_.out(), sizeof(DeviceError)));
+  MAPP_CUDA_CHECK(cudaMalloc(normDev_.out(), sizeof(double)));
+  MAPP_CUDA_CHECK(cudaMallocHost(scalarPinned_.out(), kScalarCap * sizeof(float)));
   for (int i = 0; i < 2; ++i)
-    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&stageDone_[i], cudaEventDisableTiming));
-  if (const char *p = std::getenv("MAPP_CUDA_PROFILE"))
-    profile_ = std::string(p) == "1";
-  if (profile_) {
-#define MAPP_REGISTER(name) table_[#name] = name##_timed;
-    MAPP_CUDA_KERNELS(MAPP_REGISTER)
-#undef MAPP_REGISTER
-  } else {
-#define MAPP_REGISTER(name) table_[#name] = name##_entry;
-    MAPP_CUDA_KERNELS(MAPP_REGISTER)
-#undef MAPP_REGISTER
-  }
+    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(stageDone_[i].out(), cudaEventDisableTiming));
+  profile_ = config_.profile;
+  table_ = &cudaKernelTable(profile_);
 }
 
 CudaBackend::~CudaBackend() {
   // Errors are ignored here: a destructor must not throw, and the process is
-  // usually exiting.
+  // usually exiting. The owned members (CudaHandles.h) go after this body,
+  // the stream last.
   capture_.reset(); // its worker and side stream go before the stream
   cudaStreamSynchronize(stream_);
   deviceComm_.reset(); // its events and streams before the device state
@@ -147,8 +157,6 @@ CudaBackend::~CudaBackend() {
     profCollect();
     profReport();
   }
-  for (cudaEvent_t e : profEvents_)
-    cudaEventDestroy(e);
   for (auto &kv : attn_) {
     cudaFree(kv.second.lse);
     cudaFree(kv.second.o);
@@ -161,24 +169,11 @@ CudaBackend::~CudaBackend() {
     cudaFree(s.p);
   for (void *p : allocations_)
     cudaFree(p);
-  cudaFree(shadowPool_);
-  cudaFree(optimChunks_);
-  for (int i = 0; i < 2; ++i) {
-    cudaFreeHost(stage_[i]);
-    cudaEventDestroy(stageDone_[i]);
-  }
-  cudaFreeHost(scalarPinned_);
-  cudaFreeHost(hostError_);
-  cudaFree(normDev_);
-  cudaFree(devError_);
-  cudaFree(ltWorkspace_);
-  cublasLtDestroy(lt_);
-  cudaStreamDestroy(stream_);
 }
 
 KernelFn CudaBackend::lookup(const std::string &kernel) const {
-  auto it = table_.find(kernel);
-  return it == table_.end() ? nullptr : it->second;
+  auto it = table_->find(kernel);
+  return it == table_->end() ? nullptr : it->second;
 }
 
 void *CudaBackend::deviceAlloc(size_t bytes) {
@@ -242,9 +237,10 @@ void CudaBackend::copyToStorage(void *dst, const void *src, size_t bytes) {
   stageNext_ ^= 1;
   MAPP_CUDA_CHECK(cudaEventSynchronize(stageDone_[i]));
   if (stageCap_[i] < bytes) {
-    MAPP_CUDA_CHECK(cudaFreeHost(stage_[i]));
+    if (void *old = stage_[i].release())
+      MAPP_CUDA_CHECK(cudaFreeHost(old));
     stageCap_[i] = std::max(bytes, size_t(1) << 20);
-    MAPP_CUDA_CHECK(cudaMallocHost(&stage_[i], stageCap_[i]));
+    MAPP_CUDA_CHECK(cudaMallocHost(stage_[i].out(), stageCap_[i]));
   }
   std::memcpy(stage_[i], src, bytes);
   MAPP_CUDA_CHECK(
@@ -351,15 +347,17 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   prog_ = &p;
   poolBase_ = static_cast<uint8_t *>(pool);
   size_t nv = p.values.size();
-  // Values whose consumer is grad_accumulate are parameter-gradient
-  // contributions: they stay fp32 like the Grad buffers they feed.
+  // Values consumed by a gradient sink (grad_accumulate) are parameter-
+  // gradient contributions: they stay fp32 like the Grad buffers they feed.
   std::vector<char> feedsGrad(nv, 0), usedByCompute(nv, 0);
   for (const Block &b : p.blocks)
     for (const Instr &in : b.instrs) {
+      bool sink = kernelHas(in.kernel, kGradSink);
+      bool optimizer = isOptimizer(in.kernel);
       for (int v : in.inputs) {
-        if (in.kernel == "grad_accumulate")
+        if (sink)
           feedsGrad[v] = 1;
-        if (!isOptimizer(in.kernel))
+        if (!optimizer)
           usedByCompute[v] = 1;
       }
     }
@@ -395,7 +393,7 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
     changed = false;
     for (const Block &b : p.blocks)
       for (const Instr &in : b.instrs)
-        if (in.kernel == "reshape" && in.attrs.getInt("alias", 0) &&
+        if (kernelHas(in.kernel, kMayAlias) && in.attrs.getInt("alias", 0) &&
             valueBf16_[in.inputs[0]] != valueBf16_[in.outputs[0]]) {
           valueBf16_[in.inputs[0]] = valueBf16_[in.outputs[0]] = 0;
           changed = true;
@@ -403,10 +401,9 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   }
   shadows_.clear();
   shadowIndex_.clear();
-  cudaFree(shadowPool_); // a program bound before (nullptr: a no-op)
-  shadowPool_ = nullptr;
+  shadowPool_.reset(); // a program bound before
   if (!shadowVals.empty()) {
-    shadowPool_ = static_cast<__nv_bfloat16 *>(deviceAlloc(shadowElems * 2));
+    shadowPool_.reset(static_cast<__nv_bfloat16 *>(deviceAlloc(shadowElems * 2)));
     size_t off = 0;
     for (int v : shadowVals) {
       const Value &val = p.values[v];
@@ -418,14 +415,14 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
     }
   }
   shadowsDirty_ = true;
-  fusions_ = planFusions(p, FusionSwitches::fromEnv());
-  cudaFree(optimChunks_); // the previous program's (nullptr: a no-op)
-  optimChunks_ = nullptr;
-  optimChunks_ = bindOptimGroups(*this, p, fusions_); // needs the shadows
-  if (const char *log = std::getenv("MAPP_CUDA_FUSE_LOG"))
-    if (std::string(log) == "1")
-      std::fprintf(stderr, "mapp cuda fusion: %s\n",
-                   fusionSummary(*this).c_str());
+  config_.fuse = CudaConfig::fusionFromEnv(); // may differ per program
+  config_.fuseLog = CudaConfig::fuseLogFromEnv();
+  fusions_ = planFusions(p, FusionSwitches{config_.fuse});
+  optimChunks_.reset(); // the previous program's
+  optimChunks_.reset(bindOptimGroups(*this, p, fusions_)); // needs the shadows
+  if (config_.fuseLog)
+    std::fprintf(stderr, "mapp cuda fusion: %s\n",
+                 fusionSummary(*this).c_str());
 }
 
 Tensor CudaBackend::valueTensor(int value, const Tensor &anchor,
@@ -543,9 +540,9 @@ void CudaBackend::profBegin(const char *name) {
     return;
   }
   while (profEvents_.size() < profNext_ + 2) {
-    cudaEvent_t e;
-    MAPP_CUDA_CHECK(cudaEventCreate(&e));
-    profEvents_.push_back(e);
+    Event e;
+    MAPP_CUDA_CHECK(cudaEventCreate(e.out()));
+    profEvents_.push_back(std::move(e));
   }
   ProfRec r{name, profEvents_[profNext_], profEvents_[profNext_ + 1]};
   profNext_ += 2;
@@ -594,3 +591,9 @@ std::unique_ptr<Backend> mapp::rt::createCudaBackend(int device) {
   return std::make_unique<CudaBackend>(device);
 }
 bool mapp::rt::cudaBackendBuilt() { return true; }
+std::vector<std::string> mapp::rt::cudaKernelNames() {
+  std::vector<std::string> names;
+  for (const auto &kv : cudaKernelTable(false))
+    names.push_back(kv.first);
+  return names;
+}

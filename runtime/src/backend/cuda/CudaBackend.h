@@ -11,9 +11,12 @@
 #define MAPP_RT_CUDA_BACKEND_H
 
 #include "CudaCommon.h"
+#include "CudaHandles.h"
 #include "Fusion.h"
 #include "TraceEvents.h"
 #include "mapp/rt/Backend.h"
+#include "mapp/rt/BackendConfig.h"
+#include "mapp/rt/KernelVocab.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/ThreadPool.h"
 
@@ -33,22 +36,10 @@ namespace mapp::rt::cuda {
 
 class DeviceComm;
 
-#define MAPP_CUDA_KERNELS(X)                                                   \
-  X(embedding) X(embedding_grad) X(linear) X(matmul) X(reduce_sum) X(add)     \
-  X(mul) X(scale) X(gelu) X(gelu_grad) X(silu) X(silu_grad) X(layer_norm)     \
-  X(layer_norm_grad) X(rms_norm) X(rms_norm_grad) X(softmax) X(softmax_grad)  \
-  X(attention) X(attention_grad) X(dropout) X(dropout_grad) X(cross_entropy)  \
-  X(cross_entropy_grad) X(reshape) X(transpose) X(slice) X(slice_grad)        \
-  X(concat) X(fill) X(grad_accumulate) X(global_norm) X(adamw) X(sgd)         \
-  X(all_reduce) X(all_gather) X(reduce_scatter) X(all_to_all) X(send) X(recv) \
-  X(probe) X(perturb) X(reduce_max) X(vocab_ce_partials)                      \
-  X(vocab_ce_partials_grad) X(ce_from_partials) X(ce_from_partials_grad)      \
-  X(copy_to_group) X(scatter_to_group) X(grad_sync) X(param_gather)      \
-  X(ep_dispatch) X(ep_combine)
-
-#define MAPP_DECLARE_KERNEL(name) void name(const KernelArgs &a);
-MAPP_CUDA_KERNELS(MAPP_DECLARE_KERNEL)
-#undef MAPP_DECLARE_KERNEL
+/// One function per kernel of KernelVocab.def whose cuda column is Y.
+#define MAPP_CUDA_KERNEL(name) void name(const KernelArgs &a);
+#include "CudaKernels.inc"
+#undef MAPP_CUDA_KERNEL
 
 class ProbeCapture;
 
@@ -143,6 +134,8 @@ public:
   /// Storage policy: "bf16" (default) or "f32" (every value as the plan says,
   /// for debugging numerics); MAPP_CUDA_STORAGE selects it.
   bool bf16Storage() const { return bf16Storage_; }
+  /// The MAPP_* switches, read when the backend was created.
+  const CudaConfig &config() const { return config_; }
   bool storesBf16() const override { return bf16Storage_; }
   /// Fused instruction pairs of the bound program (Fusion.h).
   const FusionTable &fusions() const { return fusions_; }
@@ -171,22 +164,24 @@ private:
 
   int device_ = 0;
   int sms_ = 0;
-  cudaStream_t stream_ = nullptr;
-  cublasLtHandle_t lt_ = nullptr;
-  void *ltWorkspace_ = nullptr;
+  // Owned resources (CudaHandles.h): the stream is declared first so it is
+  // destroyed last, after everything queued on it.
+  Stream stream_;
+  LtHandle lt_;
+  DeviceBuffer<void> ltWorkspace_;
   size_t ltWorkspaceBytes_ = 0;
   ThreadPool pool_{1};
-  std::map<std::string, KernelFn> table_;
+  const std::map<std::string, KernelFn> *table_ = nullptr; // cudaKernelTable()
 
-  DeviceError *devError_ = nullptr;
-  DeviceError *hostError_ = nullptr; // pinned
-  double *normDev_ = nullptr;
-  float *scalarPinned_ = nullptr;    // readScalarAsync staging
+  DeviceBuffer<DeviceError> devError_;
+  PinnedBuffer<DeviceError> hostError_;
+  DeviceBuffer<double> normDev_;
+  PinnedBuffer<float> scalarPinned_; // readScalarAsync staging
   std::vector<float *> scalarDst_;
   size_t scalarCap_ = 0;
-  void *stage_[2] = {nullptr, nullptr}; // pinned H2D staging, double-buffered
+  PinnedBuffer<void> stage_[2]; // H2D staging, double-buffered
   size_t stageCap_[2] = {0, 0};
-  cudaEvent_t stageDone_[2] = {nullptr, nullptr};
+  Event stageDone_[2];
   int stageNext_ = 0;
 
   struct Scratch {
@@ -195,6 +190,7 @@ private:
   };
   Scratch scratch_[10]; // 6..9: grouped-query attention's repeated k/v, dk/dv
 
+  CudaConfig config_;
   bool bf16Storage_ = true;
   // Per bound program: which values are stored bf16, and the shadows.
   const Program *prog_ = nullptr;
@@ -207,11 +203,11 @@ private:
   };
   std::vector<Shadow> shadows_;
   std::unordered_map<const void *, size_t> shadowIndex_;
-  __nv_bfloat16 *shadowPool_ = nullptr;
+  DeviceBuffer<__nv_bfloat16> shadowPool_;
   bool shadowsDirty_ = true;
   std::vector<void *> allocations_;
   FusionTable fusions_;
-  void *optimChunks_ = nullptr; // the optimizer groups' descriptors
+  DeviceBuffer<void> optimChunks_; // the optimizer groups' descriptors
 
   struct ProfRec {
     const char *name;
@@ -221,7 +217,7 @@ private:
   // Device memory in use (cudaMemGetInfo: the whole device) when the
   // context was new, and the most seen at any synchronize since.
   size_t baselineUsed_ = 0, peakUsed_ = 0;
-  std::vector<cudaEvent_t> profEvents_;
+  std::vector<Event> profEvents_;
   size_t profNext_ = 0;
   std::vector<ProfRec> profOpen_;
   std::map<std::string, std::pair<double, int64_t>> profTotals_;

@@ -216,7 +216,7 @@ std::string describe(const Geometry &sh, bool fwd) {
 
 /// The cached plan for a shape, built on first use; null when cuDNN cannot
 /// run it (the reason is logged once).
-CachedPlan *planFor(State &s, const Geometry &sh, bool fwd) {
+CachedPlan *planFor(State &s, const Geometry &sh, bool fwd, bool verbose) {
   Key key{fwd, sh.B, sh.T, sh.H, sh.heads, sh.D, sh.scale, sh.causal};
   auto it = s.plans.find(key);
   if (it != s.plans.end())
@@ -244,7 +244,7 @@ CachedPlan *planFor(State &s, const Geometry &sh, bool fwd) {
   }
   if (!plan.ok)
     s.log.push_back(describe(sh, fwd) + ": cuDNN unsupported, own kernels used:" + failures);
-  if (std::getenv("MAPP_CUDNN_VERBOSE"))
+  if (verbose) // MAPP_CUDNN_VERBOSE
     std::fprintf(stderr, "mapp: %s\n", s.log.back().c_str());
   auto &slot = s.plans[key] = plan;
   return slot.ok ? &slot : nullptr;
@@ -254,7 +254,7 @@ CachedPlan *planFor(State &s, const Geometry &sh, bool fwd) {
 bool ready(State &s, CudaBackend &be) {
   if (!s.tried) {
     s.tried = true;
-    if (cudnn::loadLibrary(s.api, s.loadReport)) {
+    if (cudnn::loadLibrary(s.api, s.loadReport, be.config().cudnnLib)) {
       cudnnStatus_t st = s.api.create(&s.handle);
       if (st != CUDNN_STATUS_SUCCESS) {
         s.loadReport += ", but cudnnCreate failed: " + cudnn::statusText(s.api, st);
@@ -299,22 +299,9 @@ bool aligned(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 
 } // namespace
 
-AttnImpl cuda::attnImpl() {
-  const char *e = std::getenv("MAPP_CUDA_ATTN");
-  if (!e || !*e || std::strcmp(e, "auto") == 0)
-    return AttnImpl::Auto;
-  if (std::strcmp(e, "own") == 0)
-    return AttnImpl::Own;
-  if (std::strcmp(e, "cudnn") == 0)
-    return AttnImpl::Cudnn;
-  if (std::strcmp(e, "wmma") == 0)
-    return AttnImpl::Wmma;
-  fail("MAPP_CUDA_ATTN=", e, ": expected auto, own, cudnn or wmma");
-}
-
 bool cuda::cudnnAttnForward(CudaBackend &be, const AttnCall &c, const void *q,
                             const void *k, const void *v, void *o, float *stats) {
-  AttnImpl impl = attnImpl();
+  AttnImpl impl = attnImpl(be);
   if (impl == AttnImpl::Own || impl == AttnImpl::Wmma)
     return false;
   State &s = state();
@@ -328,7 +315,7 @@ bool cuda::cudnnAttnForward(CudaBackend &be, const AttnCall &c, const void *q,
   if ((c.D != 64 && c.D != 128) || !aligned(q) || !aligned(k) || !aligned(v) || !aligned(o))
     return false;
   Geometry sh{c.B, c.T, c.H, c.heads, c.D, c.scale, c.causal};
-  CachedPlan *plan = planFor(s, sh, true);
+  CachedPlan *plan = planFor(s, sh, true, be.config().cudnnVerbose);
   if (!plan) {
     if (forced)
       fail("MAPP_CUDA_ATTN=cudnn: ", s.log.back());
@@ -354,7 +341,7 @@ bool cuda::cudnnAttnBackward(CudaBackend &be, const AttnCall &c, const void *q,
                              const void *k, const void *v, const void *o,
                              const void *dout, const float *stats, void *dq, void *dk,
                              void *dv) {
-  AttnImpl impl = attnImpl();
+  AttnImpl impl = attnImpl(be);
   if (impl == AttnImpl::Own || impl == AttnImpl::Wmma)
     return false;
   State &s = state();
@@ -372,7 +359,7 @@ bool cuda::cudnnAttnBackward(CudaBackend &be, const AttnCall &c, const void *q,
   if (c.D != 64 && c.D != 128)
     return false;
   Geometry sh{c.B, c.T, c.H, c.heads, c.D, c.scale, c.causal};
-  CachedPlan *plan = planFor(s, sh, false);
+  CachedPlan *plan = planFor(s, sh, false, be.config().cudnnVerbose);
   if (!plan) {
     if (forced)
       fail("MAPP_CUDA_ATTN=cudnn: ", s.log.back());
@@ -415,7 +402,7 @@ std::string cuda::cudnnAttnReport() {
 std::string cuda::cudnnAttnDryRun(bool &ok) {
   cudnn::Api api;
   std::string report;
-  ok = cudnn::loadLibrary(api, report);
+  ok = cudnn::loadLibrary(api, report, CudaConfig::fromEnv().cudnnLib);
   if (!ok)
     return report;
   // Every descriptor and operation of each graph variant is built and

@@ -46,10 +46,10 @@ void check(const Api &api, cudnnStatus_t st, const std::string &step) {
 /// Loads libcudnn (MAPP_CUDNN_LIB first, then the default names). With an
 /// explicit path its sibling sub-libraries are loaded first, by path, so the
 /// shim's own by-name loads find them without LD_LIBRARY_PATH.
-bool loadLibrary(Api &api, std::string &report) {
+bool loadLibrary(Api &api, std::string &report, const std::string &explicitLib) {
   std::vector<std::string> names;
-  if (const char *e = std::getenv("MAPP_CUDNN_LIB"))
-    names.push_back(e);
+  if (!explicitLib.empty())
+    names.push_back(explicitLib);
   names.push_back("libcudnn.so.9");
   names.push_back("libcudnn.so");
   std::string errors;

@@ -55,7 +55,7 @@ void check(const Api &api, cudnnStatus_t st, const std::string &step);
 /// Loads libcudnn (MAPP_CUDNN_LIB first, then the default names) and
 /// resolves the entry points; false with the reasons in `report` otherwise,
 /// else `report` names the version and file. Creates no handle (needs no GPU).
-bool loadLibrary(Api &api, std::string &report);
+bool loadLibrary(Api &api, std::string &report, const std::string &explicitLib);
 
 /// A finalized execution plan and how it was found.
 struct Engine {

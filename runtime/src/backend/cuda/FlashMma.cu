@@ -438,7 +438,7 @@ __global__ void scaleInto(const float *src, DView dst, int64_t n, float s) {
     dst.st(i, src[i] * s);
 }
 
-bool useWmma() { return attnImpl() == AttnImpl::Wmma; }
+bool useWmma(const CudaBackend &be) { return attnImpl(be) == AttnImpl::Wmma; }
 
 template <int D>
 void fwd(CudaBackend &be, DView q, DView k, DView v, DView o, float *lse,
@@ -489,7 +489,7 @@ void bwd(CudaBackend &be, DView dout, DView q, DView k, DView v, const float *ls
 void cuda::flashForward(CudaBackend &be, DView q, DView k, DView v, DView o,
                         float *lse, int64_t B, int64_t T, int64_t H, int64_t heads,
                         int64_t D, float scale, int causal) {
-  if (useWmma())
+  if (useWmma(be))
     return flashForwardWmma(be, q, k, v, o, lse, B, T, H, heads, D, scale, causal);
   if (D == 64)
     fwd<64>(be, q, k, v, o, lse, B, T, H, heads, scale, causal);
@@ -501,7 +501,7 @@ void cuda::flashBackward(CudaBackend &be, DView dout, DView q, DView k, DView v,
                          const float *lse, const float *delta, DView dq, DView dk,
                          DView dv, int64_t B, int64_t T, int64_t H, int64_t heads,
                          int64_t D, float scale, int causal) {
-  if (useWmma())
+  if (useWmma(be))
     return flashBackwardWmma(be, dout, q, k, v, lse, delta, dq, dk, dv, B, T, H,
                              heads, D, scale, causal);
   if (D == 64)

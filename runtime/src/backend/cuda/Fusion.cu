@@ -2,41 +2,10 @@
 #include "CudaBackend.h"
 #include "Fusion.h"
 
-#include <cstdlib>
 #include <sstream>
 
 using namespace mapp::rt;
 using namespace mapp::rt::cuda;
-
-FusionSwitches FusionSwitches::fromEnv() {
-  FusionSwitches on;
-  const char *e = std::getenv("MAPP_CUDA_FUSE");
-  std::string v = e ? e : "1";
-  if (v == "1")
-    return on;
-  on.gelu = on.bgrad = on.accumulate = on.adam = on.sgd = false;
-  if (v == "0")
-    return on;
-  std::stringstream ss(v);
-  std::string word;
-  while (std::getline(ss, word, ',')) {
-    if (word == "gelu")
-      on.gelu = true;
-    else if (word == "bgrad")
-      on.bgrad = true;
-    else if (word == "accumulate")
-      on.accumulate = true;
-    else if (word == "adam")
-      on.adam = true;
-    else if (word == "sgd")
-      on.sgd = true;
-    else
-      fail("MAPP_CUDA_FUSE: unknown fusion '", word,
-           "' (use 0, 1, or a comma list of gelu, bgrad, accumulate, adam, "
-           "sgd)");
-  }
-  return on;
-}
 
 namespace {
 
@@ -121,14 +90,14 @@ struct Finder {
   /// Operands an update reads and writes (adamw: p, g, m, v; sgd: p, g,
   /// buf), before the optional norm operand.
   static size_t stateOperands(const Instr &in) {
-    return in.kernel == "adamw" ? 4 : 3;
+    return in.kernel == MAPP_KERNEL_NAME(adamw) ? 4 : 3;
   }
 
   /// An adamw / sgd instr whose update a multi-tensor launch can run: its
   /// state is fp32 in the persistent pool (fixed addresses).
   bool groupable(const Instr &in) const {
-    bool adam = in.kernel == "adamw" && on.adam;
-    bool sgd = in.kernel == "sgd" && on.sgd;
+    bool adam = in.kernel == MAPP_KERNEL_NAME(adamw) && on.adam;
+    bool sgd = in.kernel == MAPP_KERNEL_NAME(sgd) && on.sgd;
     size_t k = stateOperands(in);
     if (!(adam || sgd) || !free(in) ||
         (in.inputs.size() != k && in.inputs.size() != k + 1))
@@ -173,7 +142,7 @@ struct Finder {
       if (members.size() < 2)
         continue;
       int g = static_cast<int>(t.optimGroups.size());
-      bool adam = members[0]->kernel == "adamw";
+      bool adam = members[0]->kernel == MAPP_KERNEL_NAME(adamw);
       (adam ? t.adamGroups : t.sgdGroups) += 1;
       (adam ? t.adamGrouped : t.sgdGrouped) += static_cast<int>(members.size());
       FusedOp lead{FusedOp::OptimGroup, members[0]};
@@ -239,7 +208,7 @@ struct Finder {
       std::vector<int> sources = {dy};
       for (size_t k = i; k-- > 0;)
         if (!b.instrs[k].outputs.empty() && b.instrs[k].outputs[0] == dy) {
-          if (b.instrs[k].kernel == "reshape")
+          if (b.instrs[k].kernel == MAPP_KERNEL_NAME(reshape))
             sources.push_back(b.instrs[k].inputs[0]);
           break;
         }
@@ -294,9 +263,10 @@ FusionTable cuda::planFusions(const Program &p, const FusionSwitches &on) {
       const Instr &in = b.instrs[i];
       if (!f.free(in))
         continue;
-      if (in.kernel == "linear" && on.gelu)
+      if (in.kernel == MAPP_KERNEL_NAME(linear) && on.gelu)
         f.linearGelu(b, i);
-      else if (in.kernel == "matmul" && (on.bgrad || on.accumulate))
+      else if (in.kernel == MAPP_KERNEL_NAME(matmul) &&
+               (on.bgrad || on.accumulate))
         f.wgrad(b, i);
     }
   if (on.adam || on.sgd)

@@ -35,6 +35,7 @@
 #define MAPP_RT_CUDA_FUSION_H
 
 #include "mapp/rt/Backend.h"
+#include "mapp/rt/BackendConfig.h"
 #include "mapp/rt/Plan.h"
 
 #include <string>
@@ -84,12 +85,11 @@ struct OptimGroup {
   int64_t blocks = 0; // the launch's grid
 };
 
-/// Which fusions MAPP_CUDA_FUSE enables.
-struct FusionSwitches {
-  bool gelu = true, bgrad = true, accumulate = true, adam = true, sgd = true;
-  /// Parses MAPP_CUDA_FUSE ("1"/unset, "0", or a comma list); Error on an
-  /// unknown word.
-  static FusionSwitches fromEnv();
+/// Which fusions MAPP_CUDA_FUSE enables (parsed by CudaConfig).
+struct FusionSwitches : CudaFusionSwitches {
+  /// CudaConfig::fusionFromEnv(): "1"/unset, "0", or a comma list; Error on
+  /// an unknown word.
+  static FusionSwitches fromEnv() { return {CudaConfig::fusionFromEnv()}; }
 };
 
 struct FusionTable {

@@ -161,16 +161,6 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
   return gPlans.emplace(key, p).first->second;
 }
 
-/// MAPP_CUDA_GEMM_TUNE=0 keeps the heuristic's first algorithm.
-bool autotune() {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = std::getenv("MAPP_CUDA_GEMM_TUNE");
-    v = !(e && std::string(e) == "0");
-  }
-  return v == 1;
-}
-
 /// bf16 view of a GEMM operand: the tensor itself, or a converted copy.
 const __nv_bfloat16 *asBf16(CudaBackend &be, const Tensor &t, int scratchSlot) {
   if (isBf16(t))
@@ -264,7 +254,8 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
          " bf16 GEMM (batch ", batch, ")");
   setEpiloguePointers(p->desc, key.epilogue, epi);
   float alpha = 1.0f, beta = x.beta;
-  if (!p->tuned && autotune() && p->candidates.size() > 1 &&
+  // MAPP_CUDA_GEMM_TUNE=0 keeps the heuristic's first algorithm.
+  if (!p->tuned && be.config().gemmTune && p->candidates.size() > 1 &&
       M * N * K >= (int64_t(1) << 30)) {
     // Time each candidate twice on these operands, keep the fastest. The
     // real call below rewrites every output, except when it accumulates

@@ -205,10 +205,10 @@ constexpr int kInScratch = 5, kOutScratch = 1;
 class NcclDeviceComm final : public DeviceComm {
 public:
   NcclDeviceComm(CudaBackend &be, Communicator &host, NcclRank &nr)
-      : be_(be), host_(host), nr_(nr), overlapGrads_(!syncGradsRequested()) {
-    MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&computeDone_, cudaEventDisableTiming));
-    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(&ncclDone_, cudaEventDisableTiming));
+      : be_(be), host_(host), nr_(nr), overlapGrads_(!be.config().ncclSyncGrads) {
+    MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(stream_.out(), cudaStreamNonBlocking));
+    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(computeDone_.out(), cudaEventDisableTiming));
+    MAPP_CUDA_CHECK(cudaEventCreateWithFlags(ncclDone_.out(), cudaEventDisableTiming));
     int world = host.worldSize(), r = host.rank();
     Layout l = host.layout();
     if (l.world() != world)
@@ -229,10 +229,7 @@ public:
     cudaStreamSynchronize(stream_);
     for (auto &[key, buf] : gradBuffers_)
       cudaFree(buf.p);
-    cudaEventDestroy(computeDone_);
-    cudaEventDestroy(ncclDone_);
-    cudaStreamDestroy(stream_);
-  }
+  } // then the owned events and stream (CudaHandles.h)
 
   void allReduce(DView buf, int64_t n, ReduceOp op,
                  const CommGroup &g) override {
@@ -390,15 +387,6 @@ public:
   }
 
 private:
-  /// MAPP_NCCL_SYNC_GRADS=1: grad_sync waits like every other collective.
-  static bool syncGradsRequested() {
-    const char *s = std::getenv("MAPP_NCCL_SYNC_GRADS");
-    std::string v = s ? s : "0";
-    if (v != "0" && v != "1")
-      fail("MAPP_NCCL_SYNC_GRADS must be '0' or '1', not '", v, "'");
-    return v == "1";
-  }
-
   ncclComm_t commOf(const CommGroup &g, const char *what) {
     nr_.world->check(what);
     auto it = comms_.find(g.members);
@@ -435,8 +423,8 @@ private:
   CudaBackend &be_;
   Communicator &host_;
   NcclRank &nr_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t computeDone_ = nullptr, ncclDone_ = nullptr;
+  Stream stream_;
+  Event computeDone_, ncclDone_;
   std::map<std::vector<int>, ncclComm_t> comms_;
   /// False under MAPP_NCCL_SYNC_GRADS=1.
   const bool overlapGrads_;

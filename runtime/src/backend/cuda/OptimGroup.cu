@@ -80,7 +80,7 @@ void *cuda::bindOptimGroups(CudaBackend &be, const Program &p, FusionTable &t) {
   auto addr = [&](int v) { return be.valueTensor(v, Tensor{}, 0).f32(); };
   for (OptimGroup &g : t.optimGroups) {
     firstChunk.push_back(all.size());
-    bool adam = g.members[0]->kernel == "adamw";
+    bool adam = g.members[0]->kernel == MAPP_KERNEL_NAME(adamw);
     g.leadParam = addr(g.members[0]->inputs[0]);
     int64_t blocks = 0;
     for (const Instr *in : g.members) {
@@ -131,7 +131,7 @@ void cuda::runOptimGroup(const KernelArgs &a, const OptimGroup &g) {
   if (!g.blocks)
     return;
   auto chunks = static_cast<const OptimChunk *>(g.chunks);
-  if (lead.kernel == "adamw")
+  if (lead.kernel == MAPP_KERNEL_NAME(adamw))
     adamwGroupKernel<<<static_cast<unsigned>(g.blocks), kThreads, 0,
                        be.stream()>>>(
         chunks, g.numChunks, adamwStep(a.attrs, a.ctx.step), clipOf(a, 4));

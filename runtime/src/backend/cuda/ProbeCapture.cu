@@ -11,19 +11,7 @@ using namespace mapp::rt::cuda;
 
 namespace {
 
-constexpr size_t kDefaultRingBytes = size_t(64) << 20;
 constexpr size_t kSlotAlign = 256;
-
-size_t ringBytesFromEnv() {
-  const char *e = std::getenv("MAPP_PROBE_RING_BYTES");
-  if (!e || !*e)
-    return kDefaultRingBytes;
-  char *end = nullptr;
-  unsigned long long v = std::strtoull(e, &end, 10);
-  if (*end || v < 4096)
-    fail("MAPP_PROBE_RING_BYTES='", e, "' is not a byte count >= 4096");
-  return static_cast<size_t>(v);
-}
 
 __global__ void projectionKernel(double *r, uint64_t seed, int64_t n,
                                  double scale) {
@@ -77,9 +65,9 @@ DeviceConstants::~DeviceConstants() {
     cudaFree(kv.second);
 }
 
-ProbeCapture::ProbeCapture(int device, cudaStream_t compute)
-    : device_(device), compute_(compute), cap_(ringBytesFromEnv()) {
-  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+ProbeCapture::ProbeCapture(int device, cudaStream_t compute, size_t ringBytes)
+    : device_(device), compute_(compute), cap_(ringBytes) {
+  MAPP_CUDA_CHECK(cudaStreamCreateWithFlags(side_.out(), cudaStreamNonBlocking));
   worker_ = std::thread([this] { workerLoop(); });
 }
 
@@ -105,10 +93,7 @@ ProbeCapture::~ProbeCapture() {
   for (Scratch &s : scratch_)
     cudaFree(s.p);
   cudaFree(zeroed_.p);
-  cudaStreamSynchronize(side_);
-  cudaStreamDestroy(side_);
-  cudaFreeHost(hostRing_);
-  cudaFree(devRing_);
+  cudaStreamSynchronize(side_); // the rings and the stream go after this
 }
 
 cudaEvent_t ProbeCapture::takeEvent() {
@@ -134,8 +119,8 @@ uint8_t *ProbeCapture::reserve(size_t bytes) {
     fail("a probe call needs ", bytes, " bytes of capture ring, more than "
          "MAPP_PROBE_RING_BYTES=", cap_);
   if (!devRing_) { // perturbation-only plans never capture
-    MAPP_CUDA_CHECK(cudaMalloc(&devRing_, cap_));
-    MAPP_CUDA_CHECK(cudaMallocHost(&hostRing_, cap_));
+    MAPP_CUDA_CHECK(cudaMalloc(devRing_.out(), cap_));
+    MAPP_CUDA_CHECK(cudaMallocHost(hostRing_.out(), cap_));
   }
   std::unique_lock<std::mutex> l(mu_);
   size_t start = 0;
@@ -359,7 +344,8 @@ void ProbeCapture::decode(const Entry &e) {
 // The backend's hooks live here so CudaBackend.cu only owns the pointer.
 ProbeCapture &CudaBackend::probeCapture() {
   if (!capture_)
-    capture_ = std::make_unique<ProbeCapture>(device_, stream_);
+    capture_ =
+        std::make_unique<ProbeCapture>(device_, stream_, config_.probeRingBytes);
   return *capture_;
 }
 

@@ -17,6 +17,7 @@
 #define MAPP_RT_CUDA_PROBE_CAPTURE_H
 
 #include "CudaCommon.h"
+#include "CudaHandles.h"
 #include "mapp/rt/Probe.h"
 
 #include <condition_variable>
@@ -76,7 +77,8 @@ struct ProbeCallPlan;
 
 class ProbeCapture {
 public:
-  ProbeCapture(int device, cudaStream_t compute);
+  /// ringBytes: MAPP_PROBE_RING_BYTES (CudaConfig::probeRingBytes).
+  ProbeCapture(int device, cudaStream_t compute, size_t ringBytes);
   ~ProbeCapture();
   ProbeCapture(const ProbeCapture &) = delete;
   ProbeCapture &operator=(const ProbeCapture &) = delete;
@@ -134,9 +136,11 @@ private:
   void flushLocked();
 
   int device_;
-  cudaStream_t compute_, side_ = nullptr;
+  cudaStream_t compute_;
+  Stream side_; // owned (CudaHandles.h), destroyed after the rings
   size_t cap_;
-  uint8_t *devRing_ = nullptr, *hostRing_ = nullptr;
+  DeviceBuffer<uint8_t> devRing_;
+  PinnedBuffer<uint8_t> hostRing_;
   size_t head_ = 0;
   size_t pending_ = 0; // committed slots at the back not yet flushed
   std::mutex mu_;
