@@ -11,8 +11,11 @@ STEPS=${2:-30}
 DATA=${DATA:-data/gpt/news-1k.jsonl}
 TOK=${TOKENIZER:-gpt2:data/gpt/gpt2-vocab.json,data/gpt/gpt2-merges.txt}
 W=$(mktemp -d)
-run() { "$BIN/mapp-run" "$PLAN" --backend=cuda --data "$DATA" --tokenizer "$TOK" \
-          --steps "$STEPS" --quiet --metrics "$W/m-$1.jsonl" "${@:2}" 2> "$W/err-$1.txt"; }
+run() {
+  "$BIN/mapp-run" "$PLAN" --backend=cuda --data "$DATA" --tokenizer "$TOK" \
+    --steps "$STEPS" --quiet --metrics "$W/m-$1.jsonl" "${@:2}" 2> "$W/err-$1.txt" ||
+    { echo "FAIL: run $1: $(tail -3 "$W/err-$1.txt")"; exit 1; }
+}
 mean() { /usr/bin/python3 -c "import json,sys; v=[json.loads(l)['step_ms'] for l in open(sys.argv[1])][3:]; print(sum(v)/len(v))" "$1"; }
 PAIRS=${PAIRS:-3}
 # Alternated off/on pairs in one invocation; the median pair decides.

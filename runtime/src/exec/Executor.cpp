@@ -214,12 +214,6 @@ void Executor::setScheduler(const SchedOptions &o) {
   std::string mode = o.mode.empty()
                          ? (plan_.schedule == "adaptive" ? "adaptive" : "static")
                          : o.mode;
-  // Posted receives land in host buffers and are copied into storage as
-  // they are: storage must hold the payload's fp32 as is.
-  if (mode == "adaptive" && backend_.storesBf16() && hasBf16Storage(*prog_))
-    fail("adaptive scheduling: backend '", backend_.name(),
-         "' stores activations as bf16; the posted receives carry fp32 "
-         "(use --schedule=static)");
   SchedOptions so = o;
   so.mode = mode;
   if (!so.deviceFreeBytes)
@@ -565,10 +559,17 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
                                                &sentNs, &arrivedNs)
                             : nullptr;
       if (got) {
+        // The posted buffer holds the plan type; a device backend may store
+        // the value as bf16 (writeFloats rounds it there).
         const Tensor &out = pr.outs[slot][0];
-        backend_.copyToStorage(out.data, got,
-                               static_cast<size_t>(out.numel()) *
-                                   dtypeSize(out.type.dtype));
+        const int v = pr.instr->outputs[0];
+        if (prog_->values[v].type.dtype == DType::F32)
+          backend_.writeFloats(*prog_, v, out.data, 0, out.numel(),
+                               static_cast<const float *>(got));
+        else
+          backend_.copyToStorage(out.data, got,
+                                 static_cast<size_t>(out.numel()) *
+                                     dtypeSize(out.type.dtype));
       } else {
         if (pr.op == mapp::TraceOp::Recv)
           comm_.forgetLastRecv();
