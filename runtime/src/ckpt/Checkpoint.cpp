@@ -412,8 +412,8 @@ Safetensors assembleFull(const std::string &ckpt,
 
 } // namespace
 
-int64_t mapp::rt::loadCheckpoint(Executor &exec, const std::string &ckpt,
-                                 const CheckpointMeta &expect) {
+static int64_t loadCheckpointFrom(Executor &exec, const std::string &ckpt,
+                                  const CheckpointMeta &expect) {
   const Plan &plan = exec.plan();
   const Program &prog = exec.program();
   const std::string mpath = ckpt + "/" + kManifest;
@@ -529,4 +529,15 @@ int64_t mapp::rt::loadCheckpoint(Executor &exec, const std::string &ckpt,
   }
   exec.setStepsDone(step);
   return step;
+}
+
+int64_t mapp::rt::loadCheckpoint(Executor &exec, const std::string &ckpt,
+                                 const CheckpointMeta &expect) {
+  // A manifest entry of the wrong JSON type surfaces wherever it is read;
+  // the message names the manifest either way (found by mapp-fuzz-safetensors).
+  try {
+    return loadCheckpointFrom(exec, ckpt, expect);
+  } catch (const json::exception &e) {
+    fail(ckpt, "/", kManifest, ": malformed manifest (", e.what(), ")");
+  }
 }
