@@ -355,6 +355,7 @@ struct Options {
   unsigned watchdog = 30; // seconds per input
   size_t rssLimitMb = 2048; // the memory cap of the FuzzLoop.h drivers
   std::string artifactPrefix = "./";
+  std::string writeSeeds; // FuzzLoop.h drivers: write the seeds here, too
   bool repro = false, quiet = false, exec = true;
   bool strict = false; // a non-Error exception also fails the run
   std::vector<std::string> inputs;
@@ -383,6 +384,8 @@ inline Options parseCommon(int argc, char **argv, const char *usage) {
         o.watchdog = static_cast<unsigned>(std::stoul(val()));
       else if (a == "--rss-limit-mb")
         o.rssLimitMb = std::stoul(val());
+      else if (a == "--write-seeds")
+        o.writeSeeds = val();
       else if (a == "--artifact-prefix")
         o.artifactPrefix = val();
       else if (a == "--repro")

@@ -164,6 +164,7 @@ template <typename ErrorT, typename RunFn, typename MutateFn>
 int corpusLoop(const LoopConfig &cfg, const Options &o,
                std::vector<Bytes> seeds, RunFn run, MutateFn mutate) {
   uint64_t contract = 0;
+  startMemoryWatch(o.rssLimitMb);
   if (o.repro) {
     int status = 0;
     for (const std::string &in : o.inputs) {
@@ -183,7 +184,11 @@ int corpusLoop(const LoopConfig &cfg, const Options &o,
     std::fprintf(stderr, "%s: no seeds\n", cfg.name);
     return 2;
   }
-  startMemoryWatch(o.rssLimitMb);
+  if (!o.writeSeeds.empty()) { // for --repro and regression inputs
+    ::mkdir(o.writeSeeds.c_str(), 0755);
+    for (size_t i = 0; i < seeds.size(); ++i)
+      writeFile(o.writeSeeds + "/seed-" + std::to_string(i), seeds[i]);
+  }
   Rng rng(o.seed);
   Outcomes outcomes;
   std::vector<Bytes> corpus;

@@ -38,4 +38,29 @@ if [ -x "$bin/mapp-fuzz-plan" ]; then
     fi
   done
 fi
+# The file-format drivers' inputs (regressions/KIND/*): --repro runs each
+# through the library and exits 0 when every outcome was a clean error or a
+# clean run (non-zero: a crash, a wrong answer, the memory cap, or an
+# exception that is not the library's error).
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for kind in safetensors data tokenizer probespec scope; do
+  drv=$bin/mapp-fuzz-$kind
+  [ -x "$drv" ] || continue
+  for f in "$here"/regressions/$kind/*; do
+    [ -f "$f" ] || continue
+    case $f in *.md) continue ;; esac
+    extra=()
+    [ "$kind" = probespec ] || extra=(--work "$work/$kind")
+    out=$("$drv" --repro --watchdog 60 --artifact-prefix "$work/" "${extra[@]}" "$f" 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ]; then
+      echo "FAIL: mapp-fuzz-$kind --repro $(basename "$f"): exit status $rc"
+      echo "$out" | tail -5
+      fail=1
+    else
+      echo "ok: ${out#"$here"/regressions/}"
+    fi
+  done
+done
 exit $fail
