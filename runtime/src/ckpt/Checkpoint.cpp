@@ -412,6 +412,23 @@ Safetensors assembleFull(const std::string &ckpt,
 
 } // namespace
 
+/// Every number of a manifest is an integer except loss_scale's "scale":
+/// nlohmann casts a float to the integer a field is read as, which out of
+/// range is undefined behaviour and in range a silent truncation (found by
+/// mapp-fuzz-safetensors under UBSan).
+static void requireIntegers(const json &j, const std::string &mpath,
+                            const std::string &key) {
+  if (j.is_number_float() && key != "scale")
+    fail(mpath, ": malformed manifest (\"", key, "\" holds ", j.dump(),
+         " where an integer belongs)");
+  if (j.is_object())
+    for (auto it = j.begin(); it != j.end(); ++it)
+      requireIntegers(it.value(), mpath, it.key());
+  else if (j.is_array())
+    for (const json &e : j)
+      requireIntegers(e, mpath, key);
+}
+
 static int64_t loadCheckpointFrom(Executor &exec, const std::string &ckpt,
                                   const CheckpointMeta &expect) {
   const Plan &plan = exec.plan();
@@ -424,6 +441,7 @@ static int64_t loadCheckpointFrom(Executor &exec, const std::string &ckpt,
   } catch (const json::exception &e) {
     fail(mpath, ": not a valid manifest (", e.what(), ")");
   }
+  requireIntegers(m, mpath, "");
   std::vector<Shard> shards;
   int64_t step = 0, world = 0, tp = 0, pp = 0, dp = 0;
   json data;
