@@ -105,7 +105,7 @@ void mutateIndex(Rng &r, Bytes &idx) {
     if (r.chance(30)) { // a small step from the stored value
       int64_t old = 0;
       std::memcpy(&old, idx.data() + f.at, f.width);
-      v = old + static_cast<int64_t>(r.below(9)) - 4;
+      v = static_cast<int64_t>(static_cast<uint64_t>(old) + r.below(9) - 4);
     }
     std::memcpy(idx.data() + f.at, &v, f.width);
   }

@@ -118,7 +118,9 @@ void mutateJsonText(Rng &r, std::string &s) {
       long long x = std::strtoll(s.c_str() + b, &end, 10);
       if (end == s.c_str() + b)
         break;
-      x += static_cast<long long>(r.below(17)) - 8;
+      // Wrapping, not signed overflow (the mutator itself runs under UBSan).
+      x = static_cast<long long>(static_cast<unsigned long long>(x) +
+                                 r.below(17) - 8);
       s = s.substr(0, b) + std::to_string(x) + s.substr(e);
       spans = valueSpans(s);
       break;
