@@ -249,6 +249,7 @@ struct CrashState {
   size_t size = 0;
   char crashPath[512] = {0};
   char timeoutPath[512] = {0};
+  char oomPath[512] = {0};
   const char *note = ""; // extra text for the report (e.g. a trace dir)
 };
 inline CrashState &crashState() {
@@ -325,6 +326,8 @@ inline void installCrashHandlers(const std::string &prefix) {
                 static_cast<int>(::getpid()));
   std::snprintf(s.timeoutPath, sizeof s.timeoutPath, "%stimeout-%d",
                 prefix.c_str(), static_cast<int>(::getpid()));
+  std::snprintf(s.oomPath, sizeof s.oomPath, "%soom-%d", prefix.c_str(),
+                static_cast<int>(::getpid()));
   // Under ASan its own SEGV/BUS/FPE handlers report (then the death callback
   // writes the input); taking them over would lose the report.
   if (sanitized())
@@ -350,7 +353,9 @@ struct Options {
   uint64_t iters = 0; // 0 = until the time is up
   uint64_t seed = 1;
   unsigned watchdog = 30; // seconds per input
+  size_t rssLimitMb = 2048; // the memory cap of the FuzzLoop.h drivers
   std::string artifactPrefix = "./";
+  std::string writeSeeds; // FuzzLoop.h drivers: write the seeds here, too
   bool repro = false, quiet = false, exec = true;
   bool strict = false; // a non-Error exception also fails the run
   std::vector<std::string> inputs;
@@ -377,6 +382,10 @@ inline Options parseCommon(int argc, char **argv, const char *usage) {
         o.seed = std::stoull(val());
       else if (a == "--watchdog")
         o.watchdog = static_cast<unsigned>(std::stoul(val()));
+      else if (a == "--rss-limit-mb")
+        o.rssLimitMb = std::stoul(val());
+      else if (a == "--write-seeds")
+        o.writeSeeds = val();
       else if (a == "--artifact-prefix")
         o.artifactPrefix = val();
       else if (a == "--repro")

@@ -20,7 +20,7 @@
 // the expected outcome.
 //
 //===----------------------------------------------------------------------===//
-#include "FuzzCommon.h"
+#include "FuzzLoop.h"
 
 #include "mapp/scan/Report.h"
 #include "mapp/scan/Sim.h"
@@ -41,11 +41,7 @@ const char *kUsage =
     "                       [SEEDDIR...]\n"
     "       mapp-fuzz-trace --repro BUNDLE|DIR...\n";
 
-struct File {
-  std::string name; // e.g. rank-3.trace.jsonl
-  Bytes data;
-};
-using Set = std::vector<File>;
+using Set = FileSet; // rank-*.trace.jsonl files
 
 // Small jobs covering the shapes mapp-scan distinguishes: TP/DP collectives,
 // pipeline p2p only, interleaving, one rank, faults, clock errors.
@@ -116,37 +112,6 @@ bool simulate(const std::string &json, const std::string &dir, Set &out,
       !writeSimTraces(dir, c, job, times, err))
     return false;
   return readSetDir(dir, out);
-}
-
-// ---- bundles: a whole set in one artifact file -----------------------------
-
-Bytes bundle(const Set &s) {
-  Bytes b;
-  for (const File &f : s) {
-    std::string h =
-        "#FILE " + f.name + " " + std::to_string(f.data.size()) + "\n";
-    b.insert(b.end(), h.begin(), h.end());
-    b.insert(b.end(), f.data.begin(), f.data.end());
-  }
-  return b;
-}
-
-bool unbundle(const Bytes &b, Set &out) {
-  size_t i = 0;
-  while (i < b.size()) {
-    size_t nl = i;
-    while (nl < b.size() && b[nl] != '\n')
-      ++nl;
-    std::string h(b.begin() + i, b.begin() + nl);
-    char name[256];
-    size_t size;
-    if (std::sscanf(h.c_str(), "#FILE %255s %zu", name, &size) != 2 ||
-        nl + 1 + size > b.size())
-      return false;
-    out.push_back({name, Bytes(b.begin() + nl + 1, b.begin() + nl + 1 + size)});
-    i = nl + 1 + size;
-  }
-  return true;
 }
 
 // ---- mutations -------------------------------------------------------------

@@ -201,12 +201,14 @@ std::string ScopeApi::lens(const Request &r) {
     json shape = json::parse(s.shapeJson, nullptr, false);
     const std::vector<float> &p = s.data;
     const std::vector<int64_t> &ids = s.index;
-    if (!shape.is_array() || shape.size() != 2 || !shape[0].is_number() ||
-        !shape[1].is_number())
+    // The store is input: integers only (a float would be cast, 1e308
+    // undefined), and R*K computed without overflow.
+    if (!shape.is_array() || shape.size() != 2 ||
+        !shape[0].is_number_integer() || !shape[1].is_number_integer())
       fail("lens sample of probe ", s.probe, " has a malformed shape");
-    int64_t R = shape[0], K = shape[1];
-    if (R < 0 || K < 0 || p.size() != static_cast<size_t>(R * K) ||
-        ids.size() != p.size())
+    int64_t R = shape[0], K = shape[1], n = 0;
+    if (R < 0 || K < 0 || __builtin_mul_overflow(R, K, &n) ||
+        p.size() != static_cast<uint64_t>(n) || ids.size() != p.size())
       fail("lens sample of probe ", s.probe, " does not match its shape");
     json attrs = json::parse(s.attrsJson, nullptr, false);
     json positions = json::array();
@@ -259,7 +261,11 @@ std::string ScopeApi::pca(int64_t run, int64_t step, const std::string &phase,
   for (const mapp::rt::StoredSample &s :
        store_.sketchSamples(run, step, phase, rank)) {
     json shape = json::parse(s.shapeJson, nullptr, false);
-    if (!shape.is_array() || shape.size() != 2)
+    // A malformed row of the store is skipped: a width that is not a
+    // positive integer (0 divided below; a float cast to int).
+    if (!shape.is_array() || shape.size() != 2 ||
+        !shape[1].is_number_integer() || shape[1].get<int64_t>() <= 0 ||
+        shape[1].get<int64_t>() > (1 << 20))
       continue;
     int d = shape[1].get<int>();
     if (dim && d != dim)

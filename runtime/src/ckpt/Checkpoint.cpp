@@ -412,8 +412,25 @@ Safetensors assembleFull(const std::string &ckpt,
 
 } // namespace
 
-int64_t mapp::rt::loadCheckpoint(Executor &exec, const std::string &ckpt,
-                                 const CheckpointMeta &expect) {
+/// Every number of a manifest is an integer except loss_scale's "scale":
+/// nlohmann casts a float to the integer a field is read as, which out of
+/// range is undefined behaviour and in range a silent truncation (found by
+/// mapp-fuzz-safetensors under UBSan).
+static void requireIntegers(const json &j, const std::string &mpath,
+                            const std::string &key) {
+  if (j.is_number_float() && key != "scale")
+    fail(mpath, ": malformed manifest (\"", key, "\" holds ", j.dump(),
+         " where an integer belongs)");
+  if (j.is_object())
+    for (auto it = j.begin(); it != j.end(); ++it)
+      requireIntegers(it.value(), mpath, it.key());
+  else if (j.is_array())
+    for (const json &e : j)
+      requireIntegers(e, mpath, key);
+}
+
+static int64_t loadCheckpointFrom(Executor &exec, const std::string &ckpt,
+                                  const CheckpointMeta &expect) {
   const Plan &plan = exec.plan();
   const Program &prog = exec.program();
   const std::string mpath = ckpt + "/" + kManifest;
@@ -424,6 +441,7 @@ int64_t mapp::rt::loadCheckpoint(Executor &exec, const std::string &ckpt,
   } catch (const json::exception &e) {
     fail(mpath, ": not a valid manifest (", e.what(), ")");
   }
+  requireIntegers(m, mpath, "");
   std::vector<Shard> shards;
   int64_t step = 0, world = 0, tp = 0, pp = 0, dp = 0;
   json data;
@@ -529,4 +547,15 @@ int64_t mapp::rt::loadCheckpoint(Executor &exec, const std::string &ckpt,
   }
   exec.setStepsDone(step);
   return step;
+}
+
+int64_t mapp::rt::loadCheckpoint(Executor &exec, const std::string &ckpt,
+                                 const CheckpointMeta &expect) {
+  // A manifest entry of the wrong JSON type surfaces wherever it is read;
+  // the message names the manifest either way (found by mapp-fuzz-safetensors).
+  try {
+    return loadCheckpointFrom(exec, ckpt, expect);
+  } catch (const json::exception &e) {
+    fail(ckpt, "/", kManifest, ": malformed manifest (", e.what(), ")");
+  }
 }

@@ -112,14 +112,30 @@ private:
     }
     if (!j.is_object())
       fail("tokenizer: vocab '", path, "' must map tokens to ids");
+    // Ids index the decode table: they must be (nearly) dense, or one entry
+    // like {"x": 1000000000} would allocate a billion strings; and unique,
+    // or decode(encode(text)) would silently differ from the text (both
+    // found by mapp-fuzz-tokenizer).
+    const int64_t maxId = 2 * static_cast<int64_t>(j.size()) + 1024;
+    std::vector<bool> taken;
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
           it.value().get<int64_t>() > INT32_MAX / 2)
         fail("tokenizer: vocab entry '", it.key(), "' has a bad id");
-      int32_t id = it.value().get<int32_t>();
-      vocab_[it.key()] = id;
-      if (static_cast<size_t>(id) >= idToToken_.size())
+      int64_t id = it.value().get<int64_t>();
+      if (id >= maxId)
+        fail("tokenizer: vocab '", path, "' entry '", it.key(), "' has id ",
+             id, ", far past its ", j.size(),
+             " entries (ids must be 0..N-1, nearly dense)");
+      if (static_cast<size_t>(id) >= idToToken_.size()) {
         idToToken_.resize(id + 1);
+        taken.resize(id + 1);
+      }
+      if (taken[id])
+        fail("tokenizer: vocab '", path, "' gives id ", id, " to both '",
+             idToToken_[id], "' and '", it.key(), "'");
+      taken[id] = true;
+      vocab_[it.key()] = static_cast<int32_t>(id);
       idToToken_[id] = it.key();
     }
     auto eot = vocab_.find("<|endoftext|>");

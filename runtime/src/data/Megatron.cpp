@@ -55,7 +55,19 @@ std::vector<int32_t> mapp::rt::readMegatronTokens(const std::string &prefix) {
     fail("data: '", idxPath, "' is truncated (", seqs, " sequences, ", docs,
          " documents declared)");
   std::vector<uint8_t> bin = readAll(binPath);
+  // Megatron's sequences tile the .bin; overlapping ones could make a small
+  // index repeat a large .bin without bound (memory), or train on repeats.
+  uint64_t total = 0;
+  for (uint64_t s = 0; s < seqs; ++s) {
+    int32_t size = at<int32_t>(idx, base + 4 * s);
+    total += size > 0 ? static_cast<uint64_t>(size) : 0;
+  }
+  if (total > bin.size() / esize)
+    fail("data: the ", seqs, " sequences of '", idxPath, "' hold ", total,
+         " tokens, more than '", binPath, "' stores (", bin.size() / esize,
+         "): sequences overlap");
   std::vector<int32_t> tokens;
+  tokens.reserve(total);
   for (uint64_t s = 0; s < seqs; ++s) {
     int32_t size = at<int32_t>(idx, base + 4 * s);
     int64_t ptr = at<int64_t>(idx, base + 4 * seqs + 8 * s);

@@ -161,7 +161,12 @@ Safetensors mapp::rt::parseSafetensors(const std::vector<uint8_t> &bytes,
         fail(at, ": unsupported dtype ", dt,
              " (supported: F32, BF16, F16, I32, I64)");
       uint64_t count = 1;
+      // nlohmann casts a float to the integer asked for: out of range that
+      // is undefined behaviour, in range a silent truncation (both found by
+      // mapp-fuzz-safetensors under UBSan).
       for (const json &d : e.at("shape")) {
+        if (!d.is_number_integer())
+          fail(at, ": shape ", e.at("shape").dump(), " must hold integers");
         int64_t v = d.get<int64_t>();
         if (v < 0 || (v > 0 && count > (uint64_t(1) << 48) / v))
           fail(at, ": bad shape");
@@ -169,8 +174,10 @@ Safetensors mapp::rt::parseSafetensors(const std::vector<uint8_t> &bytes,
         count *= v;
       }
       const json &off = e.at("data_offsets");
-      if (!off.is_array() || off.size() != 2)
-        fail(at, ": data_offsets must be [begin, end]");
+      if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+          !off[1].is_number_unsigned())
+        fail(at, ": data_offsets must be [begin, end] of byte offsets, got ",
+             off.dump());
       uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
       if (b > en || en > dataSize)
         fail(at, ": data_offsets [", b, ", ", en,
