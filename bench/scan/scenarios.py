@@ -58,7 +58,7 @@ def mpi_usable():
 MODEL = ["vocab=256", "hidden=64", "ffn=128", "batch=4", "seq=32",
          "optimizer=adamw", "lr=0.01", "trace=1"]
 MB_PER_DP = 4
-STEPS = 6
+STEPS = 12
 SLOW_FACTOR = 3
 LINK_US = 5000        # 5 ms per send: >> a 32 KiB copy (~10 us), ~ the step
 LINK_GBPS = 0.05      # 32 KiB at 0.05 Gb/s = 5.2 ms per send
@@ -68,7 +68,7 @@ def rank_of(tp, dp, t, d, p):
     return t + tp * (d + dp * p)
 
 
-def faults(kind, tp, pp, dp):
+def faults(kind, tp, pp, dp, factor=SLOW_FACTOR):
     """Injected truth for a scenario kind: list of (spec, truth-tuple)."""
     world = tp * pp * dp
     slow = world - 3 if world > 3 else world - 1  # a middle rank, not rank 0
@@ -78,7 +78,7 @@ def faults(kind, tp, pp, dp):
     b = rank_of(tp, dp, tp - 1, dp - 1, pp - 1)
     out = []
     if kind in ("slow", "double", "double-bw"):
-        out.append((f"slow-compute:rank={slow},factor={SLOW_FACTOR}",
+        out.append((f"slow-compute:rank={slow},factor={factor}",
                     ("slow-rank", slow)))
     if kind in ("delay", "double"):
         out.append((f"link-delay:src={a},dst={b},us={LINK_US}",
@@ -127,7 +127,7 @@ def name_of(sc):
     return "-".join(sc)
 
 
-def run_scenario(sc, work):
+def run_scenario(sc, work, factor=SLOW_FACTOR):
     comm, layout, kind = sc
     tp, pp, dp = LAYOUTS[layout]
     world = tp * pp * dp
@@ -137,7 +137,7 @@ def run_scenario(sc, work):
     plan = d / "p.mplan"
     sh([MAKE_PLAN, plan, *MODEL, f"microbatches={MB_PER_DP}", f"tp={tp}",
         f"pp={pp}", f"dp={dp}"])
-    fl = faults(kind, tp, pp, dp)
+    fl = faults(kind, tp, pp, dp, factor)
     args = [plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", STEPS,
             "--quiet", "--trace-dir", d / "tr", "--threads", 1]
     for spec, _ in fl:

@@ -454,10 +454,27 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   // A candidate is judged against the spread of the OTHER ranks: in a small
   // world its own deviation (and its twin's, which it drags the other way)
   // would otherwise be half the sample and hide it.
+  // Its twin too: where a stage has two ranks (pp x dp=2, no tp) each is
+  // the other's only peer, and a slow rank drags its twin's symmetric
+  // deviation just as far the other way (a 2x culprit put its twin at
+  // 0.67x, and the noise over 4 ranks hid the 2x; 1 CI run in 8).
+  std::vector<int> compared; // index in `all` / `deviations` → rank
+  for (const RankStats &rs : d.ranks)
+    if (rs.compared)
+      compared.push_back(rs.rank);
+  std::map<int, std::vector<size_t>> byStage; // pp stage → indices
+  for (size_t i = 0; i < compared.size(); ++i)
+    byStage[t.ranks[compared[i]].hdr.pp].push_back(i);
   auto noiseOf = [&](int exclude) {
+    std::vector<size_t> skip;
+    if (exclude >= 0) {
+      skip = byStage[t.ranks[compared[exclude]].hdr.pp];
+      if (skip.size() != 2)
+        skip = {static_cast<size_t>(exclude)};
+    }
     std::vector<double> rest;
     for (size_t i = 0; i < deviations.size(); ++i)
-      if (static_cast<int>(i) != exclude)
+      if (std::find(skip.begin(), skip.end(), i) == skip.end())
         rest.push_back(deviations[i]);
     if (rest.empty())
       return 0.005;
@@ -469,15 +486,12 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   };
   double center = median(all);
   d.rankNoise = noiseOf(-1);
-  std::vector<int> comparedRanks; // index in `all` / `deviations` → rank
-  for (const RankStats &rs : d.ranks)
-    if (rs.compared)
-      comparedRanks.push_back(rs.rank);
-  for (size_t i = 0; i < comparedRanks.size(); ++i) {
-    const RankStats &rs = d.ranks[comparedRanks[i]];
+  for (size_t i = 0; i < compared.size(); ++i) {
+    const RankStats &rs = d.ranks[compared[i]];
     double excess = rs.computeRatio - std::max(1.0, center);
     if (rs.computeRatio < 1 + opts.rankThreshold ||
         rs.kindRatioLowerQuartile < 1 + opts.rankThreshold ||
+        rs.consistency < opts.minSlowOpShare ||
         excess < 5 * noiseOf(static_cast<int>(i)))
       continue;
     Finding f;

@@ -1,6 +1,6 @@
 """MegaScan on real runs, the fast subset of bench/scan/scenarios.py.
 
-Three 8-rank runs (tp2 x pp2 x dp2, --comm=local, 6 traced steps):
+Three 8-rank runs (tp2 x pp2 x dp2, --comm=local, 12 traced steps):
 fault-free (no finding), one rank 3x slower (exactly that slow-rank) and a
 5 ms delay on one pipeline link (exactly that slow-link, right direction);
 and one rank 3x slower among 4 MPI processes (pp2 x dp2).
@@ -32,7 +32,12 @@ pytestmark = pytest.mark.skipif(
 def test_scenario(tmp_path, scenario):
     if scenario[0] == "mpi" and not sc.mpi_usable():
         pytest.skip("no mpirun, or mapp-run built without MPI")
-    r = sc.run_scenario(scenario, tmp_path)
+    # 4 MPI processes on CI's 2 vCPUs (hyperthreads of one core): a 3x CPU
+    # burner reads as 2x, and its neighbour as up to 1.26x; with one other
+    # pair to estimate the noise from, 2x sits at the 5-sigma bar (2 runs in
+    # 15 missed it). 5x reads as ~3x, well clear of it.
+    factor = 5 if scenario[0] == "mpi" else sc.SLOW_FACTOR
+    r = sc.run_scenario(scenario, tmp_path, factor)
     # One thread per rank: compute is judged by CPU time, which the other
     # rank threads sharing CI's 2 cores do not stretch.
     assert r["compute_clock"] == "thread-cpu", r

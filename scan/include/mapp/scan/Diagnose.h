@@ -57,6 +57,10 @@ struct Finding {
 struct DiagnoseOptions {
   double rankThreshold = 0.10; // flag compute >= (1 + t) x peers' median
   double linkThreshold = 0.30; // flag bandwidth <= (1 - t) x peer links
+  // A slow device slows nearly every op (87-100% in injected faults on a
+  // busy 2-core host); a healthy rank disturbed by its host slows some
+  // (57-60% in the false findings it caused): the share needed to name one.
+  double minSlowOpShare = 0.75;
   size_t evidence = 6;
   // Compare compute by thread CPU time when the trace has it (false: by
   // span always, as before the traces carried CPU time).
