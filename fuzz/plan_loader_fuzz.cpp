@@ -27,7 +27,7 @@
 // expected result and only counted.
 //
 //===----------------------------------------------------------------------===//
-#include "FuzzCommon.h"
+#include "FuzzLoop.h"
 
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Comm.h"
@@ -42,8 +42,6 @@
 #endif
 
 #include <cmath>
-#include <dirent.h>
-#include <sys/stat.h>
 
 using namespace mappfuzz;
 using namespace mapp::rt;
@@ -813,33 +811,6 @@ struct Entry {
   Plan plan;
 };
 
-void addSeedFile(const std::string &path, std::vector<Bytes> &out) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    std::fprintf(stderr, "mapp-fuzz-plan: cannot read '%s'\n", path.c_str());
-    std::exit(2);
-  }
-  if (S_ISDIR(st.st_mode)) {
-    DIR *d = ::opendir(path.c_str());
-    std::vector<std::string> names;
-    while (dirent *e = d ? ::readdir(d) : nullptr)
-      if (e->d_name[0] != '.')
-        names.push_back(path + "/" + e->d_name);
-    if (d)
-      ::closedir(d);
-    std::sort(names.begin(), names.end());
-    for (auto &n : names)
-      addSeedFile(n, out);
-    return;
-  }
-  Bytes b;
-  if (!readFile(path, b)) {
-    std::fprintf(stderr, "mapp-fuzz-plan: cannot read '%s'\n", path.c_str());
-    std::exit(2);
-  }
-  out.push_back(std::move(b));
-}
-
 /// Aligned copy: FlatBuffers reads scalars in place (as loadPlan does).
 Plan parseAligned(const Bytes &b) {
   std::vector<uint64_t> aligned((b.size() + 7) / 8 + 1);
@@ -857,7 +828,10 @@ int main(int argc, char **argv) {
 
   std::vector<Bytes> seeds;
   for (const std::string &in : o.inputs)
-    addSeedFile(in, seeds);
+    if (!addSeedPath(in, seeds)) {
+      std::fprintf(stderr, "mapp-fuzz-plan: cannot read '%s'\n", in.c_str());
+      return 2;
+    }
 
   Runner runner;
   Rng rng(o.seed);
