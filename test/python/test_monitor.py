@@ -1,9 +1,9 @@
 """MegaScan live: mapp-run --monitor FILE on 8 rank threads (tp2 x pp2 x dp2).
 
 Known answers from injected faults (docs/mapp-scan.md, "Live monitor"):
-- slow compute (3x, CPU-burning) on rank 5 from step 10 to 15: a slow-rank
+- slow compute (3x, CPU-burning) on rank 5 in steps 10..14: a slow-rank
   alert naming rank 5 about a step <= 13, nothing else slow, and a
-  `recovered` line within 3 steps after step 15;
+  `recovered` line within 3 steps after the fault ends (step 15 .. 18);
 - a 5 ms delay on the pipeline link 3 -> 7 from step 10 to 15: a slow-link
   alert naming 3 -> 7 by step 13, `recovered` within 3 steps after 15;
 - 200 clean steps: no alert at all;
@@ -82,7 +82,7 @@ def test_slow_rank_alert_and_recovery(plan, tmp_path):
     assert slow[0]["evidence"]["cpu_clock"] == 1
     rec = [x for x in a if x["kind"] == "recovered"]
     assert [(x["of"], x["rank"]) for x in rec] == [("slow-rank", 5)], a
-    assert 15 <= rec[0]["step"] <= 17, rec
+    assert 15 <= rec[0]["step"] <= 18, rec  # within 3 steps of step 15
     # One stderr line per alert.
     assert "monitor: step %d: slow-rank: rank 5" % slow[0]["step"] in r.stderr
 
@@ -102,7 +102,7 @@ def test_slow_link_alert_and_recovery(plan, tmp_path):
     rec = [x for x in a if x["kind"] == "recovered"]
     assert [(x["of"], x["src"], x["dst"]) for x in rec] == \
         [("slow-link", 3, 7)], a
-    assert 15 <= rec[0]["step"] <= 17, rec
+    assert 15 <= rec[0]["step"] <= 18, rec  # within 3 steps of step 15
 
 
 def test_clean_run_no_alert(plan, tmp_path):

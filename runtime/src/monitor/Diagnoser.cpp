@@ -180,10 +180,8 @@ bool WindowDiagnoser::advance(Track &t, bool slow, bool strong, bool normal,
   }
   t.slowRun = 0;
   t.strongRun = 0;
-  if (!normal) { // between the bars: neither a fault's step nor a clean one
-    t.normalRun = 0;
-    return false;
-  }
+  if (!normal) // between the bars: neither a fault's step nor a clean one;
+    return false; // it neither counts towards recovery nor resets it
   if (++t.normalRun >= opts_.recoverAfter && t.alerted) {
     t.alerted = false;
     return true;
