@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 #include <map>
 #include <set>
 #include <string>
@@ -99,6 +100,23 @@ inline double interestingFloat(Rng &r) {
                              1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0, 1e10, 4e9,
                              -4e9,  9.3e18, -9.3e18};
   return k[r.below(sizeof(k) / sizeof(k[0]))];
+}
+
+/// End of the JSON(ish) value starting at `b`: past a quoted string (with
+/// escapes), else at the first of `stops`; may exceed s.size() for an
+/// unterminated string.
+inline size_t jsonValueEnd(const std::string &s, size_t b, const char *stops) {
+  size_t e = b;
+  if (e < s.size() && s[e] == '"') {
+    ++e;
+    while (e < s.size() && s[e] != '"')
+      e += s[e] == '\\' ? 2 : 1;
+    return e + 1;
+  }
+  const std::string_view stop(stops);
+  while (e < s.size() && stop.find(s[e]) == std::string_view::npos)
+    ++e;
+  return e;
 }
 
 /// Generic byte mutations (libFuzzer-style).

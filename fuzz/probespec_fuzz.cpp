@@ -67,18 +67,7 @@ void mutate(Rng &r, Bytes &b, const std::vector<Bytes> &corpus) {
       size_t b0 = r.pick(at);
       while (b0 < s.size() && s[b0] == ' ')
         ++b0;
-      size_t e = b0;
-      bool quoted = e < s.size() && s[e] == '"';
-      if (quoted) {
-        ++e;
-        while (e < s.size() && s[e] != '"')
-          e += s[e] == '\\' ? 2 : 1;
-        ++e;
-      } else
-        while (e < s.size() && s[e] != ',' && s[e] != '}' && s[e] != ']' &&
-               s[e] != '\n')
-          ++e;
-      e = std::min(e, s.size());
+      size_t e = std::min(jsonValueEnd(s, b0, ",}]\n"), s.size());
       s = s.substr(0, b0) + kValues[r.below(sizeof kValues / sizeof *kValues)] +
           s.substr(e);
     } else if (what < 60 && !at.empty()) { // a key inserted

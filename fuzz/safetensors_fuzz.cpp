@@ -75,16 +75,7 @@ std::vector<std::pair<size_t, size_t>> valueSpans(const std::string &s) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] != ':' && s[i] != '[' && s[i] != ',')
       continue;
-    size_t b = i + 1, e = b;
-    if (e < s.size() && s[e] == '"') {
-      ++e;
-      while (e < s.size() && s[e] != '"')
-        e += s[e] == '\\' ? 2 : 1;
-      ++e;
-    } else
-      while (e < s.size() && s[e] != ',' && s[e] != '}' && s[e] != ']' &&
-             s[e] != '{' && s[e] != '[')
-        ++e;
+    size_t b = i + 1, e = jsonValueEnd(s, b, ",}]{[");
     if (e > b && e <= s.size())
       v.push_back({b, e});
   }

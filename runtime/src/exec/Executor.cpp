@@ -219,6 +219,7 @@ void Executor::setScheduler(const SchedOptions &o) {
   if (!so.deviceFreeBytes)
     so.deviceFreeBytes = backend_.freeDeviceBytes();
   sched_ = createScheduler(plan_, *prog_, comm_, so);
+  schedPostsReceives_ = sched_->stats().mode == "adaptive";
 }
 
 Executor::~Executor() {
@@ -681,7 +682,7 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
   ctx.comm = &comm_;
   ctx.probe = probe_;
   ctx.backend = &backend_;
-  ctx.p2pThroughHost = sched_->stats().mode == "adaptive";
+  ctx.p2pThroughHost = schedPostsReceives_;
   if (sink_)
     sink_->beginStep(step_);
   const bool tr = tracing();

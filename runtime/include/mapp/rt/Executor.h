@@ -284,6 +284,7 @@ private:
   std::map<std::vector<int>, int64_t> groupSeq_; // collectives issued
   std::vector<OpenRegion> open_;
   std::unique_ptr<TaskScheduler> sched_;
+  bool schedPostsReceives_ = false; // adaptive: receives posted on the host
   std::vector<SchedSwitch> pendingSwitches_;
 };
 
