@@ -396,3 +396,13 @@ def test_unbind_heads_become_attention():
     text = export_module(UnbindHeads(SHAPE), *example_inputs(SHAPE, torch.int64))
     assert text.count('"mapp.attention"(') == 1 and '"mapp.transpose"' not in text
     assert "scale = 0.5 : f64" in text and "causal" in text
+
+
+def test_complex_rotary_keeps_llama3_theta():
+    """rope_theta 500000 (LLaMA 3) comes back as the rotary base, in each
+    layer; q and k each get one per-head permutation (a transpose), v none."""
+    spec, cfg, _, _ = MODELS["meta-llama-complex"]
+    cfg = {**SHAPE, **cfg}
+    text = export_module(build(spec, cfg), *example_inputs(cfg, torch.int64))
+    assert text.count("rotary_base = 500000.0 : f64") == 2, text
+    assert text.count('"mapp.transpose"(') == 4, text

@@ -181,7 +181,8 @@ class Transformer(nn.Module):
         if self.where == "forward":
             freqs_cis = precompute_freqs_cis(self.head_dim, seqlen, self.rope_theta)
         else:
-            self.freqs_cis = self.freqs_cis.to(h.device)
+            if self.where == "attribute":  # Meta's line; a buffer moves with the module
+                self.freqs_cis = self.freqs_cis.to(h.device)
             freqs_cis = self.freqs_cis[start_pos: start_pos + seqlen]
 
         mask = None
