@@ -218,10 +218,11 @@ def _repeat(idx, group):
 
 
 def heads_operand(x, role, merged=False, group=1):
-    """(value [B,T,H] as Lazy/Tensor, heads, rotary_base, a ComplexRope
-    (complex_rotary.py) or None) when x is
-    the head view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T]),
-    each head repeated `group` times (k and v of grouped-query attention)."""
+    """(value [B,T,H] as Lazy/Tensor, heads, rotary) when x is the head
+    view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T]),
+    each head repeated `group` times (k and v of grouped-query attention);
+    rotary is None, the rotary_base of rotate-half rotary, or a ComplexRope
+    for complex-form rotary (complex_rotary.py)."""
     if isinstance(x, crot.RotatedPairs):
         # Its own search covers merged layouts too (the qkv of one projection).
         return crot.heads_operand(x, role, group)
