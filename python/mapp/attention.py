@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from . import complex_rotary as crot
 from . import ir
 from .values import Lazy, Pending, Step, Tensor, Virtual, fail
 
@@ -144,6 +145,15 @@ class Rotated(Pending):
         return Rotated(self.src, self.base_freq, self.view.then(step))
 
 
+def base_from_theta1(theta1, d):
+    """rotary_base from the angle at position 1 of pair 1 (base^(-2/D)),
+    rounded to an integer when that is within 1e-4; None when out of range."""
+    if not 0.0 < theta1 < 1.0:
+        return None
+    base = theta1 ** (-d / 2.0)
+    return float(round(base)) if abs(base - round(base)) <= 1e-4 * base else base
+
+
 def _rotary_base(cos, sin, d):
     """Recovers rotary_base from the traced tables (cos/sin of t*base^(-2i/D)),
     rounds it to an integer when that is within 1e-4, and checks the tables
@@ -151,12 +161,9 @@ def _rotary_base(cos, sin, d):
     t = cos.shape[-2]
     if t < 2 or d < 4:
         return None
-    theta1 = math.atan2(float(sin[1, 1]), float(cos[1, 1]))  # base^(-2/D)
-    if not 0.0 < theta1 < 1.0:
+    base = base_from_theta1(math.atan2(float(sin[1, 1]), float(cos[1, 1])), d)
+    if base is None:
         return None
-    base = theta1 ** (-d / 2.0)
-    if abs(base - round(base)) <= 1e-4 * base:
-        base = float(round(base))
     inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     ang = torch.outer(torch.arange(t, dtype=torch.float64), inv)
     ang = torch.cat((ang, ang), dim=-1)
@@ -211,9 +218,14 @@ def _repeat(idx, group):
 
 
 def heads_operand(x, role, merged=False, group=1):
-    """(value [B,T,H] as Lazy/Tensor, heads, rotary_base or None) when x is
-    the head view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T]),
-    each head repeated `group` times (k and v of grouped-query attention)."""
+    """(value [B,T,H] as Lazy/Tensor, heads, rotary) when x is the head
+    view of such a value for `role` (q, v: [..,T,D]; kT: [..,D,T]),
+    each head repeated `group` times (k and v of grouped-query attention);
+    rotary is None, the rotary_base of rotate-half rotary, or a ComplexRope
+    for complex-form rotary (complex_rotary.py)."""
+    if isinstance(x, crot.RotatedPairs):
+        # Its own search covers merged layouts too (the qkv of one projection).
+        return crot.heads_operand(x, role, group)
     if isinstance(x, Rotated):
         if role == "v":
             return None
@@ -313,13 +325,20 @@ def attention(ctx, node, probs, v):
                 q.shape[:-1] == k.shape[:-1]:
             break
     else:
+        if any(isinstance(x, crot.RotatedPairs) for x in (s.q, s.k, v)):
+            # Exact only when q and k are rotated alike (module docstring of
+            # complex_rotary.py); say so rather than fail later on the scores.
+            fail(node, "attention over complex-form rotary q/k that mapp.attention {rotary} "
+                       "cannot take: q and k must both be rotated (v not), pairs in the same "
+                       "order, by the same freqs_cis")
         return None
     attrs = {"heads": ir.I64(nh), "scale": ir.F64(s.scale)}
     if s.causal:
         attrs["causal"] = ir.Unit()
     if rq is not None:
         attrs["rotary"] = ir.Unit()
-        attrs["rotary_base"] = ir.F64(rq)
+        # Complex-form rotary: q and k arrive permuted to rotate-half order.
+        attrs["rotary_base"] = ir.F64(rq.base if isinstance(rq, crot.ComplexRope) else rq)
     qv = q.materialize(ctx, node)
     kv = k.materialize(ctx, node)
     vv = vv.materialize(ctx, node)

@@ -13,6 +13,7 @@ import operator
 import torch
 
 from . import attention as att
+from . import complex_rotary as crot
 from . import ir
 from . import patterns as pat
 from .lower_moe import MoeLowering
@@ -450,6 +451,9 @@ class Lowering(MoeLowering):
         return Tensor(self.b.op(name, [av, bv], av.shape, av.elem, module=self.module(node)))
 
     def op_mul(self, node, a, b):
+        c = crot.multiply(node, a, b, _shape(node))
+        if c is not None:
+            return c
         if isinstance(b, (int, float)) and not isinstance(a, (int, float)):
             return self._scalar(node, a, float(b))
         if isinstance(a, (int, float)):
@@ -476,6 +480,12 @@ class Lowering(MoeLowering):
         if isinstance(b, Const) and b.uniform() is not None and b.shape == ():
             return self._scalar(node, a, b.uniform())
         return self._binary(node, "mapp.mul", a, b)
+
+    def op_view_as_complex(self, node, x):
+        return crot.view_as_complex(node, x)
+
+    def op_view_as_real(self, node, z):
+        return crot.view_as_real(node, z)
 
     def op_div(self, node, a, b):
         if isinstance(a, pat.KeepMask) and not a.scaled and isinstance(b, (int, float)) \

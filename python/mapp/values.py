@@ -69,7 +69,8 @@ class Const(Abstract):
     def __init__(self, val):
         self.val = val
         self.shape = tuple(val.shape)
-        self.elem = ir.elem_type(val.dtype)
+        # Complex constants (rotary freqs_cis) exist only inside patterns.
+        self.elem = "complex" if val.is_complex() else ir.elem_type(val.dtype)
 
     def uniform(self):
         """The single value of a constant whose elements are all equal, else None."""

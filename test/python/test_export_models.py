@@ -32,6 +32,22 @@ MODELS = {
                    dict(dim=16, n_heads=2, n_layers=1, hidden_dim=32, norm_eps=1e-5,
                         rope_theta=10000.0), "loss",
                    {"mapp.attention": 1, "mapp.rms_norm": 3, "mapp.silu": 1}),
+    # Meta's own model.py: complex-form rotary (view_as_complex / polar),
+    # freqs_cis as Meta keeps it (a plain attribute), as a buffer, in forward.
+    "meta-llama-complex": ("models.metallama:Transformer",
+                           dict(dim=32, n_heads=4, n_kv_heads=2, n_layers=2, multiple_of=16,
+                                norm_eps=1e-5, max_seq_len=8, rope_theta=500000.0,
+                                freqs_cis="attribute"), "loss",
+                           {"mapp.attention": 2, "mapp.rms_norm": 5, "mapp.silu": 2}),
+    "meta-llama-complex-buffer": ("models.metallama:Transformer",
+                                  dict(dim=32, n_heads=4, n_kv_heads=2, n_layers=1,
+                                       multiple_of=16, norm_eps=1e-5, max_seq_len=8,
+                                       freqs_cis="buffer"), "loss",
+                                  {"mapp.attention": 1, "mapp.rms_norm": 3, "mapp.silu": 1}),
+    "meta-llama-complex-forward": ("models.metallama:Transformer",
+                                   dict(dim=32, n_heads=4, n_layers=1, multiple_of=16,
+                                        norm_eps=1e-5, max_seq_len=8, freqs_cis="forward"),
+                                   "loss", {"mapp.attention": 1, "mapp.rms_norm": 3}),
     "minimal": ("models.minimal:TinyGPT", dict(d_model=16, heads=2, depth=1), "loss",
                 {"mapp.attention": 1, "mapp.gelu": 1}),
     # Not the exact pattern (no mask): plain matmul/scale/softmax that still trains.
@@ -87,7 +103,11 @@ def test_trains_like_pytorch(tmp_path, name):
     weights = safetensors.load(tmp_path / "init.safetensors")[0]
     worst = train_torch_and_compare(model, weights, metrics, batches, grads, TOLERANCE,
                                     loss_of=lambda o: pick_loss(o, out))
-    assert metrics[-1]["loss"] < metrics[0]["loss"]
+    # It learns: one batch's loss differs from the next by more than 20 small
+    # steps gain (measured: 5.43 at step 0, 5.74 at step 1), so compare the
+    # first and last five steps' means.
+    losses = [m["loss"] for m in metrics]
+    assert sum(losses[-5:]) < sum(losses[:5]), losses
     print(f"{name}: worst relative loss difference over {STEPS} steps {worst:.2e}")
 
 
@@ -121,13 +141,113 @@ class ShiftedLabels(_Base):
         return F.cross_entropy(lg.reshape(-1, lg.size(-1)), targets[:, 1:].reshape(-1))  # SHIFT_LINE
 
 
-class ComplexRotary(_Base):
+class ComplexRotaryOffAttention(_Base):
+    """Complex-form rotary whose output feeds a linear, not attention."""
+
     def forward(self, tokens, targets):
         x = self.emb(tokens)
-        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))  # COMPLEX_LINE
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
         x = torch.view_as_real(xc * torch.polar(torch.ones(4), torch.arange(4.0))).flatten(2)
+        lg = self.head(x)  # COMPLEX_LINE
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+class ComplexAbs(_Base):
+    def forward(self, tokens, targets):
+        x = self.emb(tokens)
+        x = torch.cat([torch.view_as_complex(x.reshape(2, 8, 4, 2)).abs()] * 2, -1)  # ABS_LINE
         lg = self.head(x)
         return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+class ComplexSquare(_Base):
+    def forward(self, tokens, targets):
+        xc = torch.view_as_complex(self.emb(tokens).reshape(2, 8, 4, 2))
+        x = torch.view_as_real(xc * xc).flatten(2)  # SQUARE_LINE
+        lg = self.head(x)
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+class ComplexLoss(_Base):
+    """A complex value reduced to the loss."""
+
+    def forward(self, tokens, targets):
+        xc = torch.view_as_complex(self.emb(tokens).reshape(2, 8, 4, 2))
+        return torch.view_as_real(xc.sum()).sum()  # CLOSS_LINE
+
+
+def _freqs(t, d, angle=lambda t, i, d: t * 10000.0 ** (-2.0 * i / d)):
+    ang = torch.tensor([[angle(p, i, d) for i in range(d // 2)] for p in range(t)])
+    return torch.polar(torch.ones_like(ang), ang)
+
+
+def _rotate_pairs(x, freqs):  # x [B, T, nh, D]
+    xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * freqs.view(1, x.shape[1], 1, -1)).flatten(3)
+
+
+class ComplexRotaryAttention(_Base):
+    """q, k of 2 heads (D = 4) rotated in Meta's complex form; `bad` picks
+    what breaks the exact lowering."""
+
+    bad = None
+    after_transpose = False  # rotate [B, heads, T, D] rather than [B, T, heads, D]
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.qkv = nn.Linear(8, 24, bias=False)
+
+    def forward(self, tokens, targets):
+        B, T = tokens.shape
+        q, k, v = self.qkv(self.emb(tokens)).view(B, T, 3, 2, 4).unbind(2)
+        freqs = _freqs(T, 4)
+        if self.bad == "table":  # angles of no rotary base
+            freqs = _freqs(T, 4, lambda t, i, d: 0.3 * t + i)
+        if self.after_transpose:
+            q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+            rotate = lambda x: torch.view_as_real(
+                torch.view_as_complex(x.reshape(B, 2, T, 2, 2)) * freqs).flatten(3)
+        else:
+            rotate = lambda x: _rotate_pairs(x, freqs)
+        q = rotate(q)
+        if self.bad != "q-only":
+            k = rotate(k)
+        if not self.after_transpose:
+            q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) / 2.0  # SCORES_LINE
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        y = (s @ v).transpose(1, 2).reshape(B, T, 8)  # PV_LINE
+        lg = self.head(y)
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+class ComplexRotaryBadTable(ComplexRotaryAttention):
+    bad = "table"
+
+
+class ComplexRotaryOnQOnly(ComplexRotaryAttention):
+    bad = "q-only"
+
+
+class ComplexRotaryAfterTranspose(ComplexRotaryAttention):
+    after_transpose = True
+
+
+@pytest.mark.parametrize("cls", [ComplexRotaryAttention, ComplexRotaryAfterTranspose])
+def test_complex_rotary_layouts_are_exact(cls):
+    """q/k split from one projection (unbind) and rotated before or after
+    the head transpose: one mapp.attention {rotary}, whose loss (the
+    interpreter, written from docs/semantics.md) equals PyTorch's."""
+    from mapp import interp
+    torch.manual_seed(0)
+    model = cls(SHAPE)
+    tokens, targets = example_inputs(SHAPE, torch.int64)
+    text = export_module(model, tokens, targets)
+    assert text.count('"mapp.attention"(') == 1 and "rotary_base = 10000.0 : f64" in text, text
+    assert '"mapp.matmul"' not in text and '"mapp.softmax"' not in text
+    got = interp.run(text, dict(model.state_dict()), [tokens.int(), targets.int()])
+    want = model(tokens, targets)
+    assert abs(float(got) - float(want)) <= 1e-5 * abs(float(want)), (float(got), float(want))
 
 
 class BareTanh(_Base):
@@ -155,7 +275,12 @@ def _line(marker):
 @pytest.mark.parametrize("cls,op,marker,why", [
     (SumReduction, "aten.nll_loss_forward", "# SUM_LINE", "reduction='mean'"),
     (ShiftedLabels, "aten.slice", "# SHIFT_LINE", "integer tensor"),
-    (ComplexRotary, "aten.view_as_complex", "# COMPLEX_LINE", "no lowering"),
+    (ComplexRotaryOffAttention, "aten.mm", "# COMPLEX_LINE", "complex-form rotary output"),
+    (ComplexAbs, "aten.abs", "# ABS_LINE", "no lowering"),
+    (ComplexSquare, "aten.mul", "# SQUARE_LINE", "complex multiply"),
+    (ComplexLoss, "aten.sum", "# CLOSS_LINE", "a complex tensor"),
+    (ComplexRotaryBadTable, "aten.bmm", "# SCORES_LINE", "polar(1, t * base^(-2i/D))"),
+    (ComplexRotaryOnQOnly, "aten.bmm", "# PV_LINE", "q and k must both be rotated"),
     (BareTanh, "aten.tanh", "# TANH_LINE", "tanh gelu"),
     (SlidingWindowMask, "aten.masked_fill", "# WINDOW_LINE", "causal mask"),
 ])
@@ -271,3 +396,13 @@ def test_unbind_heads_become_attention():
     text = export_module(UnbindHeads(SHAPE), *example_inputs(SHAPE, torch.int64))
     assert text.count('"mapp.attention"(') == 1 and '"mapp.transpose"' not in text
     assert "scale = 0.5 : f64" in text and "causal" in text
+
+
+def test_complex_rotary_keeps_llama3_theta():
+    """rope_theta 500000 (LLaMA 3) comes back as the rotary base, in each
+    layer; q and k each get one per-head permutation (a transpose), v none."""
+    spec, cfg, _, _ = MODELS["meta-llama-complex"]
+    cfg = {**SHAPE, **cfg}
+    text = export_module(build(spec, cfg), *example_inputs(cfg, torch.int64))
+    assert text.count("rotary_base = 500000.0 : f64") == 2, text
+    assert text.count('"mapp.transpose"(') == 4, text
