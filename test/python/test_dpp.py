@@ -138,6 +138,40 @@ def test_slow_link_switches_and_matches(gpt, tmp_path):
         assert "a link of this pipeline is slow (1 stage(s)" in up[0][1], up
 
 
+def test_monitor_verdicts_drive_the_scheduler(gpt, tmp_path):
+    """--monitor-to-dpp: with the scheduler's own link estimate switched off
+    (slow_link_ratio 1e9: no transit is ever 1e9x its best), only the live
+    monitor's slow-link verdict on 1 -> 0 can move the pipeline to bfc, and
+    its `recovered` verdict back; without the flag nothing switches."""
+    d, model, weights, ref = gpt
+    static, _, micro = plans(tmp_path, model, 1, 4, 1, 2)
+    deaf = tmp_path / "deaf-adaptive.mplan"
+    pe.run([pe.tool("mapp-adaptive-plan"), static, deaf, "ratio=1e9"])
+    fault = "link-delay:src=1,dst=0,us=20000,from-step=5,to-step=15"
+    alerts = tmp_path / "alerts.jsonl"
+    got, err = train(deaf, tmp_path / "fed", 4, "local", weights,
+                     ["--inject", fault, "--monitor", alerts, "--monitor-to-dpp"])
+    check(ref, got, 1, micro)
+    import json
+    a = [json.loads(l) for l in alerts.read_text().splitlines()]
+    slow = [x for x in a if x["kind"] == "slow-link"]
+    assert [(x["src"], x["dst"]) for x in slow] == [(1, 0)], a
+    switches = re.findall(r"rank 0 step (\d+): scheduler dfc -> bfc \(([^)]*)\)", err)
+    assert switches, err
+    step, reason = switches[0]
+    assert "link 1->0 slow by the live monitor's verdict" in reason, reason
+    # Acted on after the monitor saw it (its alert is about an earlier step).
+    assert int(step) > slow[0]["step"], (step, slow)
+    back = re.findall(r"rank 0 step (\d+): scheduler bfc -> dfc", err)
+    rec = [x for x in a if x["kind"] == "recovered"]
+    assert rec and back and int(back[-1]) > rec[0]["step"], (back, rec, err)
+    # The same run without the flag: the deaf scheduler never switches.
+    got, err = train(deaf, tmp_path / "unfed", 4, "local", weights,
+                     ["--inject", fault, "--monitor", tmp_path / "a2.jsonl"])
+    check(ref, got, 1, micro)
+    assert "scheduler dfc -> bfc" not in err, err
+
+
 def test_mem_cap_is_kept_and_too_small_a_cap_is_an_error(gpt, tmp_path):
     d, model, weights, ref = gpt
     static, adaptive, micro = plans(tmp_path, model, 1, 4, 1, 2)

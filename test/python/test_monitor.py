@@ -185,3 +185,40 @@ def test_follow_bad_input(tmp_path):
                         "--follow-timeout", "2"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "rank-0.trace.jsonl:1" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("every", [4, 5])
+def test_monitor_every_batches_and_still_alerts(plan, tmp_path, every):
+    """--monitor-every K: each of the 7 other ranks sends floor(20/K)
+    batches while training and one more (its remainder + the end marker),
+    and the injected slow rank is still named, at most K - 1 steps later
+    than a message per step allows (by step 13 + K - 1)."""
+    out = tmp_path / "alerts.jsonl"
+    r = run(plan, out, 20, "--monitor-every", every, "--inject",
+            "slow-compute:rank=5,factor=3,from-step=10,to-step=15")
+    assert r.returncode == 0, r.stderr
+    messages = 7 * (20 // every + 1)
+    assert "160 summaries of 8 ranks in %d message(s)" % messages in r.stderr, \
+        r.stderr
+    a = alerts(out)
+    slow = [x for x in a if x["kind"] in ("slow-rank", "slow-link")]
+    assert [(x["kind"], x.get("rank")) for x in slow] == [("slow-rank", 5)], a
+    assert 10 <= slow[0]["step"] <= 13, slow  # the step's verdict ...
+    assert slow[0]["at_step"] <= 13 + every - 1, slow  # ... seen this late
+    assert not [x for x in a if x["kind"] == "missing-summaries"], a
+
+
+def test_monitor_every_bad_values(plan, tmp_path):
+    for bad in ("0", "65", "x"):
+        r = run(plan, tmp_path / "a.jsonl", 2, "--monitor-every", bad)
+        assert r.returncode == 2 and "--monitor-every" in r.stderr, r.stderr
+    r = subprocess.run([MAPP_RUN, str(plan), "--data", str(CORPUS),
+                        "--tokenizer", "bytes", "--steps", "1",
+                        "--monitor-every", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "needs --monitor" in r.stderr, r.stderr
+
+
+def test_monitor_to_dpp_needs_adaptive(plan, tmp_path):
+    r = run(plan, tmp_path / "a.jsonl", 2, "--monitor-to-dpp")
+    assert r.returncode != 0 and "adaptive" in r.stderr, r.stderr

@@ -43,6 +43,10 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              slow-link / recovered alerts to FILE (JSON lines;
                              "-" = stdout) and one line each to stderr
                              (docs/mapp-scan.md, "Live monitor")
+  --monitor-every K          send the summaries in batches of K steps (one
+                             message per K steps; 1..64, default 1)
+  --monitor-to-dpp           the adaptive scheduler also takes the monitor's
+                             slow-link verdicts (docs/megadpp.md)
   --trace-sample E:W         trace steps with step % E < W (E = 0: every step),
                              overriding the plan's trace_every:trace_window
   --inject SPEC              fault injection, repeatable:
@@ -220,6 +224,10 @@ RunOptions parseArgs(int argc, char **argv) {
       o.reportMemory = true;
       continue;
     }
+    if (a == "--monitor-to-dpp") {
+      o.monitorToDpp = true;
+      continue;
+    }
     if (a == "--nan-check") {
       o.nanCheck = true;
       continue;
@@ -255,7 +263,7 @@ RunOptions parseArgs(int argc, char **argv) {
                  flag == "--max-new-tokens" || flag == "--temperature" ||
                  flag == "--top-k" || flag == "--save-every" ||
                  flag == "--save-interval-s" || flag == "--save-keep" ||
-                 flag == "--hf-vocab-size";
+                 flag == "--hf-vocab-size" || flag == "--monitor-every";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
@@ -291,6 +299,8 @@ RunOptions parseArgs(int argc, char **argv) {
       o.ckpt.intervalS = static_cast<double>(parseInt(flag, value, 1));
     else if (flag == "--save-keep")
       o.ckpt.keep = static_cast<int>(parseInt(flag, value, 0, 1 << 20));
+    else if (flag == "--monitor-every")
+      o.monitorEvery = static_cast<int>(parseInt(flag, value, 1, 64));
     else if (flag == "--hf-vocab-size")
       o.hfVocabSize = parseInt(flag, value, 1);
     else if (flag == "--max-new-tokens")
@@ -350,6 +360,10 @@ RunOptions parseArgs(int argc, char **argv) {
   }
   if (!o.monitor.empty() && !traceSample.empty())
     usageError("--monitor summarizes every step; leave out --trace-sample");
+  if (o.monitor.empty() && (o.monitorEvery != 1 || o.monitorToDpp))
+    usageError(std::string(o.monitorToDpp ? "--monitor-to-dpp"
+                                          : "--monitor-every") +
+               " needs --monitor FILE");
   if (!o.monitor.empty() && o.generate)
     usageError("--monitor is for training, not --generate");
   if (coordinator != "on" && coordinator != "off")

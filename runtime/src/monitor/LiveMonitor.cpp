@@ -3,6 +3,7 @@
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -14,6 +15,7 @@ using mapp::monitor::StepSummary;
 
 namespace {
 constexpr int32_t kEndMarkerStep = -2; // "this rank sends no more"
+constexpr int32_t kEmptySlotStep = -3; // a batch's unused slot
 
 std::string hostName() {
   char buf[256] = {0};
@@ -34,26 +36,42 @@ LiveMonitor::LiveMonitor(Communicator &comm, LiveMonitorOptions opts)
       std::fprintf(stderr, "mapp-run: --monitor: no GPU signals: %s\n",
                    why.c_str());
   }
+  opts_.every = std::clamp(opts_.every, 1, kMaxMonitorEvery);
+  if (opts_.onLinkVerdict && rank_ != 0)
+    verdictPosted_ =
+        comm_.irecv(&verdictIn_, sizeof verdictIn_, 0, kMonitorVerdictTag);
   if (rank_ != 0)
     return;
+  // A batch arrives up to every - 1 steps after its first summary: only a
+  // rank later than that is missing.
+  opts_.diagnosis.missingAfter =
+      std::max(opts_.diagnosis.missingAfter, opts_.every + 2);
   std::string err;
   log_ = monitor::AlertLog::open(opts_.path, "mapp-run: monitor", &err);
   if (!log_)
     fail("--monitor: ", err);
   diag_ = std::make_unique<monitor::WindowDiagnoser>(world_, opts_.diagnosis);
-  inbox_.resize(world_);
+  inbox_.assign(world_, std::vector<StepSummary>(opts_.every));
   posted_.resize(world_);
   ended_.assign(world_, 0);
   ended_[0] = 1;
   for (int r = 1; r < world_; ++r)
-    posted_[r] = comm_.irecv(&inbox_[r], sizeof(StepSummary), r, kMonitorTag);
+    postInbox(r);
+}
+
+void LiveMonitor::postInbox(int r) {
+  posted_[r] = comm_.irecv(inbox_[r].data(),
+                           inbox_[r].size() * sizeof(StepSummary), r,
+                           kMonitorTag);
 }
 
 LiveMonitor::~LiveMonitor() {
-  // Posted receives point into inbox_: withdraw them before it goes.
+  // Posted receives point into inbox_ / verdictIn_: withdraw them first.
   for (P2PHandle &h : posted_)
     if (h)
       comm_.cancel(*h);
+  if (verdictPosted_)
+    comm_.cancel(*verdictPosted_);
 }
 
 mapp::MappTraceWriter &LiveMonitor::tapOnlyWriter() {
@@ -100,7 +118,21 @@ void LiveMonitor::send(const StepSummary &s) {
     diag_->add(s);
     return;
   }
-  comm_.send(&s, sizeof s, 0, kMonitorTag);
+  batch_.push_back(s);
+  if (static_cast<int>(batch_.size()) == opts_.every)
+    flushBatch();
+}
+
+void LiveMonitor::flushBatch() {
+  if (batch_.empty())
+    return;
+  StepSummary empty;
+  empty.rank = rank_;
+  empty.step = kEmptySlotStep;
+  batch_.resize(opts_.every, empty);
+  comm_.send(batch_.data(), batch_.size() * sizeof(StepSummary), 0,
+             kMonitorTag);
+  batch_.clear();
 }
 
 void LiveMonitor::afterStep(int64_t step) {
@@ -117,7 +149,38 @@ void LiveMonitor::afterStep(int64_t step) {
   sentThrough_ = std::max(sentThrough_, complete);
   if (rank_ == 0) {
     receive(false);
-    emit(diag_->poll());
+    std::vector<Alert> alerts = diag_->poll();
+    emit(alerts);
+    if (opts_.onLinkVerdict)
+      sendVerdicts(alerts);
+  } else {
+    takeVerdicts();
+  }
+}
+
+void LiveMonitor::sendVerdicts(const std::vector<Alert> &alerts) {
+  for (const Alert &a : alerts) {
+    bool slow = a.kind == "slow-link";
+    if (!slow && !(a.kind == "recovered" && a.of == "slow-link"))
+      continue;
+    if (a.dst < 0 || a.dst >= world_ || a.src < 0)
+      continue;
+    if (a.dst == 0) {
+      opts_.onLinkVerdict(a.src, slow);
+      continue;
+    }
+    Verdict v;
+    v.src = a.src;
+    v.slow = slow ? 1 : 0;
+    comm_.send(&v, sizeof v, a.dst, kMonitorVerdictTag);
+  }
+}
+
+void LiveMonitor::takeVerdicts() {
+  while (verdictPosted_ && comm_.test(*verdictPosted_)) {
+    opts_.onLinkVerdict(verdictIn_.src, verdictIn_.slow != 0);
+    verdictPosted_ =
+        comm_.irecv(&verdictIn_, sizeof verdictIn_, 0, kMonitorVerdictTag);
   }
 }
 
@@ -128,17 +191,19 @@ void LiveMonitor::receive(bool wait) {
     bool all = true;
     for (int r = 1; r < world_; ++r) {
       while (!ended_[r] && posted_[r] && comm_.test(*posted_[r])) {
-        StepSummary s = inbox_[r];
         posted_[r] = nullptr;
-        if (s.magic == monitor::kSummaryMagic && s.step == kEndMarkerStep &&
-            s.rank == r) {
-          ended_[r] = 1;
-          break;
+        ++messages_;
+        for (const StepSummary &s : inbox_[r]) {
+          bool ours = s.magic == monitor::kSummaryMagic && s.rank == r;
+          if (ours && s.step == kEndMarkerStep)
+            ended_[r] = 1;
+          if (ended_[r] || (ours && s.step == kEmptySlotStep))
+            continue;
+          count(s);
+          diag_->add(s);
         }
-        count(s);
-        diag_->add(s);
-        posted_[r] =
-            comm_.irecv(&inbox_[r], sizeof(StepSummary), r, kMonitorTag);
+        if (!ended_[r])
+          postInbox(r);
       }
       all = all && ended_[r];
     }
@@ -173,11 +238,17 @@ void LiveMonitor::finish() {
   }
   sentThrough_ = last;
   if (rank_ != 0) {
+    // A silenced rank's last batch is lost, as a dead rank's would be.
     if (!silent(last)) {
       StepSummary end;
       end.rank = rank_;
       end.step = kEndMarkerStep;
-      comm_.send(&end, sizeof end, 0, kMonitorTag);
+      batch_.push_back(end);
+      flushBatch();
+    }
+    if (verdictPosted_) {
+      comm_.cancel(*verdictPosted_);
+      verdictPosted_ = nullptr;
     }
     return;
   }
@@ -186,7 +257,8 @@ void LiveMonitor::finish() {
   emit(diag_->finish());
   // One line even with --quiet (test/gpu/monitor.sh reads it).
   std::string msg = "mapp-run: monitor: " + std::to_string(received_) +
-                    " summaries of " + std::to_string(world_) + " ranks, " +
+                    " summaries of " + std::to_string(world_) + " ranks in " +
+                    std::to_string(messages_) + " message(s), " +
                     std::to_string(log_->written()) + " alert line(s)";
   if (withNvml_) {
     char buf[160];
@@ -213,7 +285,8 @@ std::unique_ptr<LiveMonitor>
 mapp::rt::attachLiveMonitor(Executor &exec, Communicator &comm,
                             const std::string &path,
                             const std::vector<Injection> &inject, bool cuda,
-                            int device, mapp::MappTraceWriter *trace) {
+                            int device, mapp::MappTraceWriter *trace,
+                            int every, bool verdictsToScheduler) {
   if (path.empty())
     return nullptr;
   LiveMonitorOptions o;
@@ -225,6 +298,18 @@ mapp::rt::attachLiveMonitor(Executor &exec, Communicator &comm,
   o.dp = exec.program().dp;
   o.pp = exec.program().pp;
   o.deferredMarks = exec.backend().traceMarksDeferred();
+  o.every = every;
+  if (verdictsToScheduler) {
+    if (!exec.scheduler().takesLinkVerdicts())
+      fail("--monitor-to-dpp: rank ", comm.rank(),
+           " runs a static schedule; the monitor's link verdicts need the "
+           "adaptive scheduler (a plan with schedule=adaptive or "
+           "--schedule=adaptive)");
+    // Through the executor: its scheduler may be replaced after this.
+    o.onLinkVerdict = [&exec](int src, bool slow) {
+      exec.scheduler().linkVerdict(src, slow);
+    };
+  }
   // The summaries need every step's records (plans with trace regions
   // trace a sample of steps unless told otherwise).
   o.drainS = std::min(5.0, comm.timeout() > 0 ? comm.timeout() : 5.0);

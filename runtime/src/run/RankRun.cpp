@@ -89,7 +89,8 @@ public:
     openTrace();
     // MegaScan live: after the trace writer, so it is detached first.
     live_ = attachLiveMonitor(*exec_, *comm_, o_.monitor, o_.inject,
-                              backendName_ == "cuda", device_, trace_.get());
+                              backendName_ == "cuda", device_, trace_.get(),
+                              o_.monitorEvery, o_.monitorToDpp);
     // Detaches the writer (appending what the executor still holds) before
     // the writer closes, also when a step throws.
     struct DetachTrace {

@@ -397,6 +397,10 @@ public:
     return s;
   }
   bool handsOutOptimizer() const override { return false; }
+  bool takesLinkVerdicts() const override { return true; }
+  void linkVerdict(int src, bool slow) override {
+    links_.monitorVerdict(src, slow);
+  }
 
 private:
   /// Only the receiver of a slow link measures it, but breadth-first pays

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 using namespace mapp::rt::sched;
 
@@ -45,8 +46,15 @@ bool LinkMonitor::slow(int self, std::string &why) {
       peer = p;
     }
   }
-  if (peer < 0)
+  if (peer < 0) {
+    for (const auto &[p, isSlow] : monitorSlow_)
+      if (isSlow) {
+        why = "link " + std::to_string(p) + "->" + std::to_string(self) +
+              " slow by the live monitor's verdict";
+        return true;
+      }
     return false;
+  }
   const Link &l = links_.at(peer);
   char buf[160];
   std::snprintf(buf, sizeof buf,
@@ -55,6 +63,10 @@ bool LinkMonitor::slow(int self, std::string &why) {
                 l.best > 0 ? l.transit / l.best : 0.0, l.best * 1e-6);
   why = buf;
   return true;
+}
+
+void LinkMonitor::monitorVerdict(int peer, bool slow) {
+  monitorSlow_[peer] = slow;
 }
 
 std::vector<std::pair<int, double>> LinkMonitor::transitNs() const {

@@ -14,6 +14,11 @@
 // once its excess is below half of both bars, so noise around the bar does
 // not flip the policy back and forth.
 //
+// The live monitor (mapp-run --monitor-to-dpp) is a second input: its
+// slow-link verdicts over the job's summaries mark an incoming link slow
+// until it reports the link recovered (docs/megadpp.md, "The monitor's
+// verdicts").
+//
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_SCHED_LINK_MONITOR_H
 #define MAPP_RT_SCHED_LINK_MONITOR_H
@@ -35,6 +40,8 @@ public:
   /// The slowest incoming link that counts as slow; false if none. `why`
   /// then names it ("link 2->3 transit 21 ms, 40x its best 0.5 ms").
   bool slow(int self, std::string &why);
+  /// The live monitor's verdict on the link from `peer` to this rank.
+  void monitorVerdict(int peer, bool slow);
   std::vector<std::pair<int, double>> transitNs() const;
   std::vector<std::pair<int, double>> bytesPerS() const;
 
@@ -49,6 +56,7 @@ private:
   double ratio_, alpha_;
   double taskNs_ = 0;
   std::map<int, Link> links_;
+  std::map<int, bool> monitorSlow_; // peer -> the monitor's last verdict
 };
 
 } // namespace mapp::rt::sched

@@ -133,6 +133,7 @@ public:
   /// static); Error when the plan cannot serve `o`.
   void setScheduler(const SchedOptions &o);
   SchedStats schedStats() const { return sched_->stats(); }
+  TaskScheduler &scheduler() { return *sched_; }
   /// Policy switches since the last call (also instant events in the trace).
   std::vector<SchedSwitch> takeSchedSwitches() {
     std::vector<SchedSwitch> s;

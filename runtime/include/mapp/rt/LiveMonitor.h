@@ -4,13 +4,17 @@
 // built by a tap on its trace writer (the rank's own --trace-dir writer, or
 // a writer without a file when there is none), adds its GPU's NVML fields
 // on CUDA, and sends it to the monitor rank (rank 0) over the job's own
-// communicator: one fixed-size buffered send per step. The monitor rank
+// communicator: one fixed-size buffered send per `every` steps (a batch of
+// that many summaries; --monitor-every). The monitor rank
 // keeps one posted receive per rank and only tests them after its step
 // (never blocks on a rank), feeds the summaries to the WindowDiagnoser and
 // writes its alerts (mapp/monitor/AlertLog.h). A rank whose summaries stop
 // is named by the diagnoser (missing-summaries) once it is `missingAfter`
 // steps behind; at the end the monitor waits at most `drainS` seconds for
-// the last summaries. See docs/mapp-scan.md, "Live monitor".
+// the last summaries. With `verdictsToScheduler` the monitor rank sends
+// each slow-link verdict (and its recovery) to the link's receiving rank,
+// whose adaptive scheduler takes it besides its own estimate
+// (--monitor-to-dpp). See docs/mapp-scan.md, "Live monitor".
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_LIVEMONITOR_H
@@ -23,6 +27,7 @@
 #include "mapp/rt/Faults.h"
 #include "mapp/trace/TraceWriter.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +37,10 @@ namespace mapp::rt {
 /// The tag of summary messages (below MPI's guaranteed tag bound 32767 and
 /// above the plan's pipeline tags of any plan the runtime has run).
 constexpr int64_t kMonitorTag = 32001;
+/// The tag of the monitor rank's link verdicts to a link's receiver.
+constexpr int64_t kMonitorVerdictTag = 32002;
+/// The most summaries one message batches (--monitor-every).
+constexpr int kMaxMonitorEvery = 64;
 
 struct LiveMonitorOptions {
   std::string path; // alerts (JSON lines); written by the monitor rank
@@ -44,6 +53,10 @@ struct LiveMonitorOptions {
   /// The trace marks resolve after the step (CUDA events): summaries of
   /// step s are complete two steps later.
   bool deferredMarks = false;
+  int every = 1; // summaries per message (1..kMaxMonitorEvery)
+  /// Receives a slow-link verdict on a link into this rank (src, slow);
+  /// set: the monitor rank sends them (--monitor-to-dpp).
+  std::function<void(int, bool)> onLinkVerdict;
 };
 
 class LiveMonitor : public mapp::TraceTap {
@@ -73,7 +86,11 @@ public:
 
 private:
   void send(const monitor::StepSummary &s);
+  void flushBatch();
+  void postInbox(int r);
   void receive(bool wait);
+  void sendVerdicts(const std::vector<monitor::Alert> &alerts);
+  void takeVerdicts();
   void emit(const std::vector<monitor::Alert> &alerts);
   bool silent(int64_t step) const;
 
@@ -85,13 +102,19 @@ private:
   std::unique_ptr<mapp::MappTraceWriter> tapWriter_;
   int64_t sentThrough_ = -1; // newest step summarized
   int64_t step_ = -1;
+  std::vector<monitor::StepSummary> batch_; // summaries not yet sent
+  struct Verdict {
+    int32_t src = -1, slow = 0;
+  };
+  Verdict verdictIn_;   // a link's receiver: the posted verdict buffer
+  P2PHandle verdictPosted_;
   // Monitor rank.
   std::unique_ptr<monitor::AlertLog> log_;
   std::unique_ptr<monitor::WindowDiagnoser> diag_;
-  std::vector<monitor::StepSummary> inbox_; // one posted buffer per rank
+  std::vector<std::vector<monitor::StepSummary>> inbox_; // per rank: a batch
   std::vector<P2PHandle> posted_;
   std::vector<char> ended_;
-  size_t received_ = 0, withNvml_ = 0;
+  size_t received_ = 0, withNvml_ = 0, messages_ = 0;
   monitor::StepSummary lastNvml_;
   void count(const monitor::StepSummary &s);
 };
@@ -105,7 +128,8 @@ class Executor;
 std::unique_ptr<LiveMonitor>
 attachLiveMonitor(Executor &exec, Communicator &comm, const std::string &path,
                   const std::vector<Injection> &inject, bool cuda, int device,
-                  mapp::MappTraceWriter *trace);
+                  mapp::MappTraceWriter *trace, int every = 1,
+                  bool verdictsToScheduler = false);
 
 } // namespace mapp::rt
 

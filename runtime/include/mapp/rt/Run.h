@@ -41,6 +41,8 @@ struct RunOptions {
   // Outputs.
   std::string save, saveGrads, metrics, dumpBatches, traceDir;
   std::string monitor; // MegaScan live alerts ("-" = stdout)
+  int monitorEvery = 1;      // summaries per message
+  bool monitorToDpp = false; // the adaptive scheduler takes link verdicts
   std::pair<int, int> traceSampling{-1, -1}; // --trace-sample E:W
   CheckpointPolicy ckpt;
   bool quiet = false;

@@ -90,6 +90,11 @@ public:
   /// Whether optimizer tasks of the table are handed out (static) or left
   /// to the executor's end of step (adaptive).
   virtual bool handsOutOptimizer() const = 0;
+  /// Whether the scheduler acts on link verdicts from outside (the live
+  /// monitor's); the adaptive one does, a static table cannot.
+  virtual bool takesLinkVerdicts() const { return false; }
+  /// The live monitor's verdict on the link from `src` to this rank.
+  virtual void linkVerdict(int /*src*/, bool /*slow*/) {}
 };
 
 /// The table a static run walks: p.tasks, or every non-optimizer block per
