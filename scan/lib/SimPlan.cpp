@@ -1,6 +1,7 @@
 //===- SimPlan.cpp - replay a compiled plan's schedule on a model ---------===//
 
 #include "mapp/scan/SimPlan.h"
+#include "SimFbd.h"
 
 #include <algorithm>
 #include <cmath>
@@ -94,10 +95,22 @@ const std::vector<rt::Task> *tableOf(const rt::Program &p,
   return nullptr;
 }
 
+/// Tag of the step-end parameter messages (Fbd.cpp kParamTag).
+constexpr int64_t kParamTag = int64_t(1) << 28;
+
+double blockFlops(const rt::Program &p, const rt::Block &b) {
+  double f = 0;
+  for (const rt::Instr &in : b.instrs)
+    f += flopsOf(p, in);
+  return f;
+}
+
 /// Builds the engine's programs for one table name.
 class JobBuilder {
 public:
   JobBuilder(const rt::Plan &plan, const PlanCluster &c) : plan(plan), c(c) {}
+
+  std::vector<fbd::ParamMessage> paramMsgs; // split plans: the step-end copy
 
   bool build(const std::string &table, SimJob &job,
              std::vector<int64_t> &peakInFlight, std::string *error) {
@@ -110,7 +123,12 @@ public:
     peakInFlight.assign(plan.programs.size(), 0);
     for (const Fault &f : c.faults)
       if (f.kind == Fault::SlowCompute)
-        speed[f.rank] = f.value;
+        slowdown[f.rank] = f.value;
+    split = fbd::isSplit(plan);
+    if (split && !fbd::paramMessages(plan, paramMsgs, error))
+      return false;
+    if (split)
+      scaleSplitForwards();
     for (size_t pi = 0; pi < plan.programs.size(); ++pi) {
       const rt::Program &p = plan.programs[pi];
       const std::vector<rt::Task> *tasks = tableOf(p, plan, table);
@@ -136,9 +154,20 @@ public:
                  k == rt::BlockKind::BackwardWeight)
           --inFlight;
       }
-      for (int step = 0; step < c.steps; ++step)
+      // A forward rank of a split plan keeps nothing for a backward: each
+      // microbatch's outputs leave as sends and its arena slot is reused.
+      if (p.placement.role == "fwd")
+        peakInFlight[pi] = std::min<int64_t>(peakInFlight[pi], 1);
+      for (int step = 0; step < c.steps; ++step) {
         for (const rt::Task &t : order)
           addTask(p, t, step, job.programs[p.rank], job);
+        if (split)
+          addParamCopy(p, step, job.programs[p.rank], job);
+      }
+    }
+    if (!groupError.empty()) {
+      *error = groupError;
+      return false;
     }
     return true;
   }
@@ -171,6 +200,31 @@ private:
     return 0;
   }
 
+  /// Split plans, uniform costs: F is one stage's forward on one rank of
+  /// the backward side. A forward block is charged F times its FLOPs over
+  /// that: fwd-tp T1 does T2/T1 of it on a forward rank; recompute's
+  /// backward side re-runs all of it (1), activations' receives what it
+  /// would compute (~0: the few ops recomputed from the received values).
+  void scaleSplitForwards() {
+    std::map<std::pair<int, int>, double> reference; // (stage, chunk)
+    for (const rt::Program &p : plan.programs) {
+      if (p.placement.role != "fwd")
+        continue;
+      int t1 = p.placement.tp > 0 ? p.placement.tp : plan.tp;
+      for (const rt::Block &b : p.blocks)
+        if (b.kind == rt::BlockKind::Forward)
+          reference[{p.pp, b.chunk}] = blockFlops(p, b) * t1 / plan.tp;
+    }
+    for (const rt::Program &p : plan.programs)
+      for (size_t b = 0; b < p.blocks.size(); ++b) {
+        const rt::Block &blk = p.blocks[b];
+        auto ref = reference.find({p.pp, blk.chunk});
+        if (blk.kind == rt::BlockKind::Forward && ref != reference.end() &&
+            ref->second > 0)
+          forwardScale[{p.rank, int(b)}] = blockFlops(p, blk) / ref->second;
+      }
+  }
+
   int group(const rt::Program &p, const rt::Instr &in, SimJob &job) {
     std::vector<int> members;
     if (in.attrs.has("ranks")) {
@@ -181,19 +235,22 @@ private:
           "group", in.kernel == "grad_sync" || in.kernel == "param_gather"
                        ? "dp"
                        : "tp");
-      for (int r = 0; r < plan.worldSize; ++r) {
-        int tp = r % plan.tp, dp = (r / plan.tp) % plan.dp,
-            pp = r / (plan.tp * plan.dp);
-        if (g == "tp" ? (dp == p.dp && pp == p.pp)
-                      : (tp == p.tp && pp == p.pp))
-          members.push_back(r);
+      std::string err;
+      if (!fbd::namedGroup(plan, p, g, members, &err)) {
+        if (groupError.empty())
+          groupError = err;
+        members = {p.rank};
       }
     }
+    return groupId(in.kernel, members, job);
+  }
+
+  int groupId(const std::string &kind, std::vector<int> members, SimJob &job) {
     std::sort(members.begin(), members.end());
     auto it = groupIds.find(members);
     if (it != groupIds.end())
       return it->second;
-    job.groups.push_back({in.kernel, members});
+    job.groups.push_back({kind, members});
     return groupIds[members] = int(job.groups.size() - 1);
   }
 
@@ -201,8 +258,11 @@ private:
                std::vector<SimOp> &ops, SimJob &job) {
     const rt::Block &blk = p.blocks[t.block];
     bool opt = blk.kind == rt::BlockKind::Optimizer;
-    double factor = speed.count(p.rank) ? speed[p.rank] : 1.0;
+    double factor = rankFactor(p);
     double uniform = uniformUs(blk.kind);
+    auto scale = forwardScale.find({p.rank, t.block});
+    if (uniform > 0 && scale != forwardScale.end())
+      uniform *= scale->second;
     size_t taskStart = ops.size();
     auto base = [&](const std::string &name) {
       SimOp op;
@@ -280,6 +340,90 @@ private:
     }
   }
 
+  /// Compute time multiplier: a slow-compute fault over the placement's
+  /// device speed.
+  double rankFactor(const rt::Program &p) const {
+    auto slow = slowdown.find(p.rank);
+    return (slow != slowdown.end() ? slow->second : 1.0) /
+           fbd::speedOf(c, p);
+  }
+
+  /// The step-end parameter copy of a split plan (runtime syncFbdParams,
+  /// after the optimizer): a backward rank sends each forward rank of its
+  /// (stage, dp) its pieces in one blocking message, a forward rank
+  /// receives them in backward-rank order. Through the coordinator (the
+  /// default) the transfers fire after one world all-reduce of the
+  /// pairs x world table and are followed by the one-double progress
+  /// all-reduce and the table's second, empty round. Instruction costs also
+  /// charge the host copies at mem_gbps: gathering each message, and the
+  /// forward rank rebuilding what it received and storing its piece.
+  void addParamCopy(const rt::Program &p, int step, std::vector<SimOp> &ops,
+                    SimJob &job) {
+    double factor = rankFactor(p);
+    bool instrCost = !(c.forwardUs >= 0);
+    auto op = [&](SimOp::Kind kind, const std::string &name) {
+      SimOp o;
+      o.kind = kind;
+      o.name = name;
+      o.step = step;
+      o.cat = kind == SimOp::Compute ? Cat::Compute : Cat::Comm;
+      return o;
+    };
+    std::vector<int> world(plan.worldSize);
+    std::iota(world.begin(), world.end(), 0);
+    int wg = groupId("world", world, job);
+    auto worldAllReduce = [&](uint64_t bytes) {
+      SimOp o = op(SimOp::Coll, "coordinator");
+      o.op = Op::AllReduce;
+      o.bytes = bytes;
+      o.group = wg;
+      o.seq = seq[{p.rank, wg}]++;
+      ops.push_back(o);
+    };
+    uint64_t table = uint64_t(paramMsgs.size()) * plan.worldSize * 8;
+    if (c.fbdCoordinator)
+      worldAllReduce(table);
+    int64_t tag = (kParamTag * (plan.numMicrobatches + 1) +
+                   plan.numMicrobatches) * (c.steps + 1) + step;
+    uint64_t received = 0;
+    for (const fbd::ParamMessage &m : paramMsgs) {
+      if (m.bwd == p.rank) {
+        if (instrCost) {
+          SimOp g = op(SimOp::Compute, "fbd_params.gather");
+          g.durNs = m.bytes / c.memGBps * factor;
+          ops.push_back(g);
+        }
+        SimOp s = op(SimOp::Send, "fbd_params");
+        s.op = Op::Send;
+        s.peer = m.fwd;
+        s.bytes = m.bytes;
+        s.tag = tag;
+        ops.push_back(s);
+      } else if (m.fwd == p.rank) {
+        SimOp r = op(SimOp::Recv, "fbd_params");
+        r.op = Op::Recv;
+        r.peer = m.bwd;
+        r.bytes = m.bytes;
+        r.tag = tag;
+        ops.push_back(r);
+        received += m.bytes;
+      }
+    }
+    if (instrCost && p.placement.role == "fwd") {
+      uint64_t own = 0;
+      for (const rt::Value &v : p.values)
+        if (v.kind == rt::ValueKind::Param)
+          own += uint64_t(v.type.numel()) * sizeof(float);
+      SimOp r = op(SimOp::Compute, "fbd_params.rebuild");
+      r.durNs = (received + own) / c.memGBps * factor;
+      ops.push_back(r);
+    }
+    if (c.fbdCoordinator) {
+      worldAllReduce(8);
+      worldAllReduce(table);
+    }
+  }
+
   static std::string blockName(const rt::Block &b) {
     return std::string(rt::blockKindName(b.kind)) + ".c" +
            std::to_string(b.chunk);
@@ -287,7 +431,10 @@ private:
 
   const rt::Plan &plan;
   const PlanCluster &c;
-  std::map<int, double> speed;
+  std::map<int, double> slowdown; // slow-compute faults
+  bool split = false;
+  std::map<std::pair<int, int>, double> forwardScale; // (rank, block)
+  std::string groupError;
   std::map<std::vector<int>, int> groupIds;
   std::map<std::pair<int, int>, int64_t> seq;
 };
@@ -324,6 +471,16 @@ bool replay(const rt::Plan &plan, const std::string &table,
                           : std::accumulate(st.begin(), st.end(), 0.0) /
                                 st.size() * 1e-3;
   out.peakBytes.clear();
+  out.roles.clear();
+  out.paramCopyBytes = 0;
+  for (const fbd::ParamMessage &m : jb.paramMsgs)
+    out.paramCopyBytes += m.bytes;
+  out.stagingBytes.clear();
+  if (fbd::isSplit(plan))
+    out.stagingBytes = fbd::stagingBytes(plan, jb.paramMsgs);
+  for (const rt::Program &p : plan.programs)
+    if (!p.placement.role.empty())
+      out.roles.push_back(p.placement.role);
   for (size_t i = 0; i < plan.programs.size(); ++i) {
     const rt::Program &p = plan.programs[i];
     int64_t extra = std::max<int64_t>(0, out.peakInFlight[i] - 1);

@@ -36,8 +36,15 @@ static const char *kUsage =
     "                [--intra-latency-us L] [--gpus-per-node N]\n"
     "                [--tflops T] [--mem-gbps M] [--uniform-costs F,B[,Bi,W]]\n"
     "                [--mem-cap BYTES] [--inject FAULT]... [--json]\n"
+    "                [--device-speed KEY=S,...] [--coordinator=on|off]\n"
     "  replays the plans' schedules (S: a plan's schedule, dfc, bfc or\n"
-    "  adaptive) and prints step time and peak memory per rank\n";
+    "  adaptive) and prints step time and peak memory per rank\n"
+    "  --device-speed   compute speed relative to --tflops/--mem-gbps by\n"
+    "                   placement backend (cpu, cuda) or role (fwd, bwd) of\n"
+    "                   a split plan, e.g. cpu=0.05; factors that match a\n"
+    "                   rank multiply\n"
+    "  --coordinator    split plans: the step-end parameter copy through the\n"
+    "                   coordinator (on, the default, as mapp-run) or not\n";
 
 static int fail(const std::string &msg) {
   std::fprintf(stderr, "mapp-sim: error: %s\n", msg.c_str());
@@ -133,14 +140,29 @@ static int runPlans(const std::vector<std::string> &paths,
     if (!simulatePlan(plans[pi], name, cluster, r, &err))
       return fail(paths[pi] + ": " + err);
     uint64_t peak = *std::max_element(r.peakBytes.begin(), r.peakBytes.end());
+    // Split plans: the peak of each side (a forward rank holds its
+    // stage's parameters and one microbatch's working set).
+    uint64_t sidePeak[2] = {0, 0}; // bwd, fwd
+    for (size_t i = 0; i < r.roles.size(); ++i) {
+      uint64_t &s = sidePeak[r.roles[i] == "fwd" ? 1 : 0];
+      s = std::max(s, r.peakBytes[i]);
+    }
     if (json) {
-      out.push_back({{"schedule", r.schedule},
-                     {"chosen", r.chosen},
-                     {"reason", r.reason},
-                     {"plan", paths[pi]},
-                     {"step_us", r.stepUs},
-                     {"peak_bytes", r.peakBytes},
-                     {"peak_in_flight", r.peakInFlight}});
+      nlohmann::json row = {{"schedule", r.schedule},
+                            {"chosen", r.chosen},
+                            {"reason", r.reason},
+                            {"plan", paths[pi]},
+                            {"step_us", r.stepUs},
+                            {"peak_bytes", r.peakBytes},
+                            {"peak_in_flight", r.peakInFlight}};
+      if (!r.roles.empty()) {
+        row["roles"] = r.roles;
+        row["peak_bytes_bwd"] = sidePeak[0];
+        row["peak_bytes_fwd"] = sidePeak[1];
+        row["param_copy_bytes"] = r.paramCopyBytes;
+        row["param_copy_host_bytes"] = r.stagingBytes;
+      }
+      out.push_back(row);
       continue;
     }
     std::printf("%-12s %12.3f %12.3f  ", name.c_str(), r.stepUs,
@@ -149,6 +171,12 @@ static int runPlans(const std::vector<std::string> &paths,
       std::printf("%s%.3f (%lld)", i ? ", " : "", r.peakBytes[i] / 1048576.0,
                   (long long)r.peakInFlight[i]);
     std::printf("\n");
+    if (!r.roles.empty())
+      std::printf("%-12s fbd: peak MiB bwd side %.3f, fwd side %.3f; "
+                  "parameter copy %llu B per step (coordinator %s)\n",
+                  "", sidePeak[0] / 1048576.0, sidePeak[1] / 1048576.0,
+                  (unsigned long long)r.paramCopyBytes,
+                  cluster.fbdCoordinator ? "on" : "off");
     if (!r.reason.empty())
       std::printf("%-12s ran %s: %s\n", "", r.chosen.c_str(),
                   r.reason.c_str());
@@ -251,7 +279,15 @@ int main(int argc, char **argv) {
       cluster.backwardInputUs = c.size() == 4 ? v[2] : v[1] / 2;
       cluster.backwardWeightUs = c.size() == 4 ? v[3] : v[1] / 2;
     }
-    else if (a == "-h" || a == "--help") {
+    else if (a == "--device-speed") {
+      if (!parseDeviceSpeed(next(), cluster.deviceSpeed, &err))
+        return fail(err);
+    } else if (a.rfind("--coordinator=", 0) == 0) {
+      std::string v = a.substr(a.find('=') + 1);
+      if (v != "on" && v != "off")
+        return fail("--coordinator expects on or off, got '" + v + "'");
+      cluster.fbdCoordinator = v == "on";
+    } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (a.size() > 6 && a.substr(a.size() - 6) == ".mplan")

@@ -8,7 +8,9 @@
 // the device's TFLOP/s, bytes over its memory bandwidth) or from uniform
 // per-task costs. Peak memory per rank counts the (chunk, microbatch)
 // activations in flight: persistent + one arena slot + (in flight − 1) ·
-// stash_bytes.
+// stash_bytes. A split (MegaFBD) plan also gets what the runtime does
+// outside the instructions: the forward side's layout for its groups, the
+// step-end parameter copy (SimFbd.h), and per-placement device speeds.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_SCAN_SIMPLAN_H
@@ -17,6 +19,7 @@
 #include "mapp/rt/Plan.h"
 #include "mapp/scan/Sim.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,13 @@ struct PlanCluster {
   std::vector<Fault> faults; // link-delay, link-bandwidth, slow-compute
   int steps = 2;
   uint64_t memCapBytes = 0; // adaptive: 0 = the plan's, then unlimited
+  /// Relative compute speed by placement backend ("cpu", "cuda") and role
+  /// ("fwd", "bwd"); a rank's compute time is divided by the product of
+  /// the factors that match it (--device-speed).
+  std::map<std::string, double> deviceSpeed;
+  /// Split plans: the step-end parameter copy goes through the coordinator
+  /// (three world all-reduces around it), as mapp-run --coordinator=on.
+  bool fbdCoordinator = true;
 };
 
 struct PlanSimResult {
@@ -44,7 +54,16 @@ struct PlanSimResult {
   double stepUs = 0;    // mean step time
   std::vector<int64_t> peakInFlight; // per program (rank order)
   std::vector<uint64_t> peakBytes;   // per program
+  // Split plans (empty / 0 otherwise):
+  std::vector<std::string> roles;      // per program: "fwd" | "bwd"
+  uint64_t paramCopyBytes = 0;         // per step, all pairs
+  std::vector<uint64_t> stagingBytes;  // per program: the copy's host buffers
 };
+
+/// Parses `--device-speed KEY=S,...` (KEY: cpu, cuda, fwd, bwd; S > 0).
+/// False with a message naming the bad item.
+bool parseDeviceSpeed(const std::string &text,
+                      std::map<std::string, double> &out, std::string *error);
 
 /// The tables a plan offers by name: its Plan.schedule (Program.tasks), the
 /// names of its schedule tables, and "adaptive" when it has dfc and bfc.
