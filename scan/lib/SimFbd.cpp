@@ -10,13 +10,6 @@
 using namespace mapp::scan;
 namespace rt = mapp::rt;
 
-bool fbd::isSplit(const rt::Plan &plan) {
-  for (const rt::Program &p : plan.programs)
-    if (!p.placement.role.empty())
-      return true;
-  return false;
-}
-
 bool fbd::namedGroup(const rt::Plan &plan, const rt::Program &p,
                      const std::string &name, std::vector<int> &members,
                      std::string *error) {

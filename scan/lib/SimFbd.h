@@ -18,9 +18,6 @@
 
 namespace mapp::scan::fbd {
 
-/// Whether some program has a placement role (runtime isFbdPlan).
-bool isSplit(const rt::Plan &plan);
-
 /// The members (ascending global ranks) of program `p`'s named group
 /// ("tp", "dp", "ep", "pp", "world"), as the communicator resolves them:
 /// a forward rank's tp/dp/pp groups lie in the forward side's layout

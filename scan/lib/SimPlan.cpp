@@ -95,9 +95,6 @@ const std::vector<rt::Task> *tableOf(const rt::Program &p,
   return nullptr;
 }
 
-/// Tag of the step-end parameter messages (Fbd.cpp kParamTag).
-constexpr int64_t kParamTag = int64_t(1) << 28;
-
 double blockFlops(const rt::Program &p, const rt::Block &b) {
   double f = 0;
   for (const rt::Instr &in : b.instrs)
@@ -124,7 +121,7 @@ public:
     for (const Fault &f : c.faults)
       if (f.kind == Fault::SlowCompute)
         slowdown[f.rank] = f.value;
-    split = fbd::isSplit(plan);
+    split = rt::isFbdPlan(plan);
     if (split && !fbd::paramMessages(plan, paramMsgs, error))
       return false;
     if (split)
@@ -383,8 +380,16 @@ private:
     uint64_t table = uint64_t(paramMsgs.size()) * plan.worldSize * 8;
     if (c.fbdCoordinator)
       worldAllReduce(table);
-    int64_t tag = (kParamTag * (plan.numMicrobatches + 1) +
+    int64_t tag = (rt::kFbdParamTag * (plan.numMicrobatches + 1) +
                    plan.numMicrobatches) * (c.steps + 1) + step;
+    auto transfer = [&](SimOp::Kind kind, Op o, int peer, uint64_t bytes) {
+      SimOp t = op(kind, "fbd_params");
+      t.op = o;
+      t.peer = peer;
+      t.bytes = bytes;
+      t.tag = tag;
+      ops.push_back(t);
+    };
     uint64_t received = 0;
     for (const fbd::ParamMessage &m : paramMsgs) {
       if (m.bwd == p.rank) {
@@ -393,19 +398,9 @@ private:
           g.durNs = m.bytes / c.memGBps * factor;
           ops.push_back(g);
         }
-        SimOp s = op(SimOp::Send, "fbd_params");
-        s.op = Op::Send;
-        s.peer = m.fwd;
-        s.bytes = m.bytes;
-        s.tag = tag;
-        ops.push_back(s);
+        transfer(SimOp::Send, Op::Send, m.fwd, m.bytes);
       } else if (m.fwd == p.rank) {
-        SimOp r = op(SimOp::Recv, "fbd_params");
-        r.op = Op::Recv;
-        r.peer = m.bwd;
-        r.bytes = m.bytes;
-        r.tag = tag;
-        ops.push_back(r);
+        transfer(SimOp::Recv, Op::Recv, m.bwd, m.bytes);
         received += m.bytes;
       }
     }
@@ -476,7 +471,7 @@ bool replay(const rt::Plan &plan, const std::string &table,
   for (const fbd::ParamMessage &m : jb.paramMsgs)
     out.paramCopyBytes += m.bytes;
   out.stagingBytes.clear();
-  if (fbd::isSplit(plan))
+  if (rt::isFbdPlan(plan))
     out.stagingBytes = fbd::stagingBytes(plan, jb.paramMsgs);
   for (const rt::Program &p : plan.programs)
     if (!p.placement.role.empty())

@@ -14,9 +14,6 @@ using namespace mapp::rt;
 
 namespace {
 
-/// Tag of the parameter messages (away from pipeline and gather tags).
-constexpr int64_t kParamTag = int64_t(1) << 28;
-
 /// Piece `idx` of `n` of a full tensor cut along `dim` into `blocks` blocks
 /// (plan.fbs shard_dim): copied into (toPiece) or out of `piece`.
 void copyPiece(float *full, float *piece, const Shape &pieceShape, int dim,
@@ -52,13 +49,6 @@ bool sends(const Program &b, const Value &v) {
 }
 
 } // namespace
-
-bool mapp::rt::isFbdPlan(const Plan &plan) {
-  for (const Program &p : plan.programs)
-    if (!p.placement.role.empty())
-      return true;
-  return false;
-}
 
 Layout mapp::rt::fbdForwardLayout(const Plan &plan) {
   // Roles, peers and the forward side's one tp were checked by the plan
@@ -166,7 +156,7 @@ void mapp::rt::syncFbdParams(Executor &exec, bool coordinated) {
                          buf.insert(buf.end(), h.begin(), h.end());
                        }
                        comm.send(buf.data(), buf.size() * sizeof(float),
-                                 fp->rank, kParamTag);
+                                 fp->rank, kFbdParamTag);
                      }});
     } else if (f.rank == me.rank) {
       int i = b.tp;
@@ -183,7 +173,7 @@ void mapp::rt::syncFbdParams(Executor &exec, bool coordinated) {
                          }
                        bufs[i].resize(count);
                        comm.recv(bufs[i].data(), count * sizeof(float),
-                                 bp->rank, kParamTag);
+                                 bp->rank, kFbdParamTag);
                      }});
     }
   }

@@ -38,8 +38,7 @@ LiveMonitor::LiveMonitor(Communicator &comm, LiveMonitorOptions opts)
   }
   opts_.every = std::clamp(opts_.every, 1, kMaxMonitorEvery);
   if (opts_.onLinkVerdict && rank_ != 0)
-    verdictPosted_ =
-        comm_.irecv(&verdictIn_, sizeof verdictIn_, 0, kMonitorVerdictTag);
+    postVerdict();
   if (rank_ != 0)
     return;
   // A batch arrives up to every - 1 steps after its first summary: only a
@@ -179,9 +178,13 @@ void LiveMonitor::sendVerdicts(const std::vector<Alert> &alerts) {
 void LiveMonitor::takeVerdicts() {
   while (verdictPosted_ && comm_.test(*verdictPosted_)) {
     opts_.onLinkVerdict(verdictIn_.src, verdictIn_.slow != 0);
-    verdictPosted_ =
-        comm_.irecv(&verdictIn_, sizeof verdictIn_, 0, kMonitorVerdictTag);
+    postVerdict();
   }
+}
+
+void LiveMonitor::postVerdict() {
+  verdictPosted_ =
+      comm_.irecv(&verdictIn_, sizeof verdictIn_, 0, kMonitorVerdictTag);
 }
 
 void LiveMonitor::receive(bool wait) {

@@ -427,6 +427,13 @@ void verifyLayout(const Plan &plan) {
 
 } // namespace
 
+bool mapp::rt::isFbdPlan(const Plan &plan) {
+  for (const Program &p : plan.programs)
+    if (!p.placement.role.empty())
+      return true;
+  return false;
+}
+
 void mapp::rt::verifyPlan(const Plan &plan) {
   if (plan.version != kPlanSchemaVersion)
     fail("plan: schema version ", plan.version, " but this runtime reads ",

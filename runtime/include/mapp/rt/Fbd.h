@@ -19,8 +19,6 @@ namespace mapp::rt {
 
 class Executor;
 
-/// Whether some program has a Placement role ("fwd" | "bwd").
-bool isFbdPlan(const Plan &plan);
 /// The forward side's layout {Placement.tp, dp, pp}; {0, dp, pp} without
 /// one. The plan verifier has checked that the forward programs agree.
 Layout fbdForwardLayout(const Plan &plan);

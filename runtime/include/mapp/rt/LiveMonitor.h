@@ -88,6 +88,7 @@ private:
   void send(const monitor::StepSummary &s);
   void flushBatch();
   void postInbox(int r);
+  void postVerdict();
   void receive(bool wait);
   void sendVerdicts(const std::vector<monitor::Alert> &alerts);
   void takeVerdicts();

@@ -155,6 +155,13 @@ Plan loadPlan(const std::string &path);
 /// Semantic checks of an already decoded plan (run by parsePlan too).
 void verifyPlan(const Plan &plan);
 
+/// MegaFBD: whether some program has a Placement role ("fwd" | "bwd").
+bool isFbdPlan(const Plan &plan);
+/// MegaFBD: tag of the step-end parameter messages from the backward to
+/// the forward ranks (away from pipeline and gather tags); mapp-sim
+/// replays them under the same tag.
+constexpr int64_t kFbdParamTag = int64_t(1) << 28;
+
 /// Whether some value of `p` is planned as bf16 storage (storage_bf16).
 bool hasBf16Storage(const Program &p);
 /// `p` for a backend that stores every value as its dtype: each arena value's
