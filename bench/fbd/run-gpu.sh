@@ -2,7 +2,10 @@
 # On the GPU machine, from the folder bench/fbd/prepare-gpu.sh filled: the
 # all-GPU pipeline (2 CUDA ranks) against MegaFBD with the forward on CPU
 # ranks and the backward on the GPU (recompute and activations), 20 steps
-# each; prints every step's loss difference and the verdict (2e-2).
+# each; prints every step's loss difference and the verdict (2e-2). Then the
+# GPU memory the backward side needs when the forward runs on CPU ranks:
+# pp=4 at micro-batch 8 and 16, every rank's peak allocation on the GPU
+# (--report-memory) and the step time, all-GPU against forward-on-CPU.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 RUN=/tmp/fbd-mapp-run
@@ -39,4 +42,38 @@ for name in ("mixed-rec-local", "mixed-act-local", "mixed-rec-mpi", "mixed-act-m
     print(f"{name}: {len(got)} steps, worst |loss - all-GPU| = {worst:.2e} "
           f"({'OK' if worst <= 2e-2 and len(got) == 20 else 'FAIL'}), "
           f"{ms:.1f} ms/step vs all-GPU {rms:.1f}")
+PY
+
+# --- GPU memory with the forward on CPU ranks
+memrun() { # NAME MB [FLAG...]   (MAPP_CUDA_COMM from the caller)
+  local n=$1 mb=$2
+  shift 2
+  $RUN "$D/$n.mplan" "$@" --data "$D/news-1k.jsonl" --tokenizer bytes --steps 4 \
+    --seed 11 --comm=local --report-memory \
+    --metrics "$OUTD/$n.jsonl" > "$OUTD/$n.log" 2>&1 || echo "$n FAILED: $(tail -2 "$OUTD/$n.log")"
+}
+for mb in 8 16; do
+  memrun mem-gpu-$mb $mb --backend=cuda
+  MAPP_CUDA_COMM=host memrun mem-rec-$mb $mb
+  MAPP_CUDA_COMM=host memrun mem-act-$mb $mb
+done
+python3 - "$OUTD" <<'PY'
+import json, os, re, sys
+d = sys.argv[1]
+print("layout (pp=4, 8 microbatches, 1F1B) | micro-batch | GPU peak, sum of ranks (MiB) | max rank (MiB) | ms/step | final loss")
+for mb in (8, 16):
+    for lay in ("gpu", "rec", "act"):
+        n = f"mem-{lay}-{mb}"
+        log = open(os.path.join(d, n + ".log")).read() if os.path.exists(os.path.join(d, n + ".log")) else ""
+        # placement table rows: rank role stage dp tp device peer
+        dev = {int(m[0]): m[1] for m in re.findall(r"^\s+(\d+)\s+\w+\s+\d+\s+\d+\s+\d+\s+(\S+)", log, re.M)}
+        peaks = {int(r): int(p) for r, p in re.findall(r"rank (\d+) memory: allocated \d+ B \(peak (\d+) B\)", log)}
+        gpu = [p for r, p in peaks.items() if lay == "gpu" or dev.get(r, "").startswith(("cuda", "gpu"))]
+        try:
+            m = [json.loads(l) for l in open(os.path.join(d, n + ".jsonl"))]
+        except OSError:
+            print(f"{n}: no metrics"); continue
+        ms = sum(x["step_ms"] for x in m[2:]) / max(1, len(m) - 2)
+        print(f"{ {'gpu': 'all-GPU', 'rec': 'fwd CPU, recompute', 'act': 'fwd CPU, activations'}[lay]} | {mb} | "
+              f"{sum(gpu) / 2**20:.1f} | {max(gpu, default=0) / 2**20:.1f} | {ms:.1f} | {m[-1]['loss']:.6f}")
 PY

@@ -10,6 +10,7 @@ forward ranks compute with the parameters the backward ranks updated the
 step before (docs/megafbd.md). Then the bad-input paths: a placement on a
 device that does not exist, the wrong number of MPI processes.
 """
+import re
 import subprocess
 
 import pytest
@@ -74,6 +75,28 @@ def test_mpi_matches_single_rank(setup, tmp_path, pp, fwd_tp, bwd_tp, transfer):
     got = train(plan, tmp_path, world, "mpi", weights)
     worst = check(ref, got, 1, MICRO)
     print(f"mpi fbd pp{pp} fwd-tp{fwd_tp} bwd-tp{bwd_tp} {transfer}: worst {worst:.2e}")
+
+
+def slots_per_rank(plan, world):
+    r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local",
+                        "--report-memory", "--quiet"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = dict(re.findall(r"rank (\d+) memory: .* \+ (\d+) slot\(s\)", r.stderr))
+    return [int(got[str(k)]) for k in range(world)]
+
+
+def test_recompute_holds_one_microbatch(setup, tmp_path):
+    """transfer=recompute runs each backward rank's forward right before its
+    backward: one activation slot per backward rank, where 1F1B (and the
+    split with transfer=activations) holds p - r on stage r (closed form)."""
+    d, model, weights, ref, opt = setup
+    pp = 2
+    for transfer, want_bwd in (("recompute", [1, 1]), ("activations", [pp - r for r in range(pp)])):
+        plan, world = fbd_plan(tmp_path, model, pp, 1, 1, transfer)
+        slots = slots_per_rank(plan, world)
+        assert slots[:pp] == want_bwd, (transfer, slots)
+        assert slots[pp:] == [1] * pp, (transfer, slots)  # forward ranks
 
 
 def test_placement_table_printed(setup, tmp_path):

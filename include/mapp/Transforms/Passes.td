@@ -539,6 +539,10 @@ def MappSplitFwdBwd : Pass<"mapp-split-fwd-bwd", "::mlir::ModuleOp"> {
     (--mapp-fbd-keep-source) by --mapp-tensor-parallel and
     --mapp-pipeline-partition at fwd-tp; the stage input is replicated over
     tp, so forward rank j sends it to backward ranks j, j + fwd-tp, ...
+    The backward side's schedule tables then run each microbatch's forward
+    right before its backward (the backwards keep their order), so a
+    backward rank holds one microbatch's activations, not the schedule's
+    warm-up depth.
 
     Parameters stay exact: the backward ranks own them and update them;
     after every step's update the runtime copies them to the forward ranks

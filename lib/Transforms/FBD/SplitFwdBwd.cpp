@@ -286,6 +286,31 @@ struct SplitFwdBwdPass : mapp::impl::MappSplitFwdBwdBase<SplitFwdBwdPass> {
       }
   }
 
+  /// transfer=recompute: the backward side's stages no longer feed each
+  /// other's forwards (each reads its stage input from its forward rank), so
+  /// a stage can recompute microbatch i's forward right before its backward.
+  /// Then one microbatch's activations are alive per backward rank instead of
+  /// the schedule's warm-up depth (1F1B: p - r); the stage inputs that
+  /// arrive early wait in the transport. The order of backwards is kept.
+  void deferForwards(ScheduleOp sched) {
+    MLIRContext *ctx = &getContext();
+    SmallVector<Attribute> tables;
+    for (Attribute t : sched.getTables()) {
+      SmallVector<Attribute> order;
+      for (Attribute a : cast<ArrayAttr>(t)) {
+        auto task = cast<TaskAttr>(a);
+        if (task.getKind() == TaskKind::Forward)
+          continue;
+        if (task.getKind() == TaskKind::Backward)
+          order.push_back(TaskAttr::get(ctx, TaskKind::Forward,
+                                        task.getChunk(), task.getMicrobatch()));
+        order.push_back(task);
+      }
+      tables.push_back(ArrayAttr::get(ctx, order));
+    }
+    sched.setTablesAttr(ArrayAttr::get(ctx, tables));
+  }
+
   PlacementAttr placement(int64_t rank, StringRef dev, int64_t index,
                           int64_t tp) {
     return PlacementAttr::get(&getContext(), rank,
@@ -338,6 +363,10 @@ struct SplitFwdBwdPass : mapp::impl::MappSplitFwdBwdBase<SplitFwdBwdPass> {
         return failure();
       rewriteBackwardSide(bwdFwds[s], s);
     }
+
+    if (transfer == "recompute")
+      for (ScheduleOp sched : module.getOps<ScheduleOp>())
+        deferForwards(sched);
 
     MLIRContext *ctx = &getContext();
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());

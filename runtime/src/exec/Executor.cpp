@@ -465,6 +465,26 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     workSinceMark = false;
     return lastMark;
   };
+  // setTraceComputeRuns: the open run of compute ops, one record for all.
+  const Instr *runFirst = nullptr;
+  uint64_t runT0 = 0;
+  auto closeRun = [&] {
+    if (!runFirst)
+      return;
+    mapp::TraceRecord rec;
+    rec.setName(runFirst->name.empty() ? runFirst->kernel.c_str()
+                                       : runFirst->name.c_str());
+    rec.cat = blk.kind == BlockKind::Optimizer ? mapp::TraceCategory::Optimizer
+                                               : mapp::TraceCategory::Compute;
+    rec.step = static_cast<int32_t>(step_);
+    rec.microbatch = blk.kind == BlockKind::Optimizer ? -1 : mb;
+    rec.chunk = blk.chunk;
+    rec.layer = runFirst->layer;
+    rec.beginNs = runT0;
+    rec.endNs = mark();
+    sink_->appendMarked(rec);
+    runFirst = nullptr;
+  };
   for (Prepared &pr : blocks_[block]) {
     const Instr &in = *pr.instr;
     if (pr.kind == Prepared::TraceBegin) {
@@ -539,8 +559,17 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
           o.bytes = pr.bytes;
         }
     }
-    uint64_t t0 = autoTrace ? mark() : 0;
-    const bool timeCpu = (autoTrace && cpuTimed_) || (slow && cpuTimed_);
+    const bool inRun =
+        autoTrace && computeRuns_ && pr.kind == Prepared::Compute;
+    if (autoTrace && computeRuns_ && !inRun)
+      closeRun();
+    if (inRun && !runFirst) {
+      runFirst = &in;
+      runT0 = mark();
+    }
+    const bool opRecord = autoTrace && !inRun;
+    uint64_t t0 = opRecord ? mark() : 0;
+    const bool timeCpu = (opRecord && cpuTimed_) || (slow && cpuTimed_);
     uint64_t cpu0 = timeCpu ? mapp::MappTraceWriter::threadCpuNs() : 0;
     uint64_t slowT0 = slow ? mapp::MappTraceWriter::nowNs() : 0;
     KernelArgs args{pr.instr->attrs,
@@ -633,7 +662,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
             static_cast<int64_t>(static_cast<double>(d) * (slowFactor_ - 1))));
       }
     }
-    if (autoTrace) {
+    if (opRecord) {
       mapp::TraceRecord rec;
       rec.setName(in.name.empty() ? in.kernel.c_str() : in.name.c_str());
       rec.cat = pr.kind == Prepared::Comm ? mapp::TraceCategory::Comm
@@ -669,6 +698,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       sink_->appendMarked(rec);
     }
   }
+  closeRun();
 }
 
 StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {

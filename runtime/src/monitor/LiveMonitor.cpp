@@ -317,10 +317,13 @@ mapp::rt::attachLiveMonitor(Executor &exec, Communicator &comm,
   // trace a sample of steps unless told otherwise).
   o.drainS = std::min(5.0, comm.timeout() > 0 ? comm.timeout() : 5.0);
   auto live = std::make_unique<LiveMonitor>(comm, o);
-  if (trace)
+  if (trace) {
     trace->setTap(live.get());
-  else
+  } else {
     exec.setTraceWriter(&live->tapOnlyWriter());
+    // No trace file wants single ops: on a device, fewer stream events.
+    exec.setTraceComputeRuns(o.deferredMarks);
+  }
   exec.setTraceSampling(0, 1);
   return live;
 }

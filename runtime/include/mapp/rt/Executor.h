@@ -118,6 +118,11 @@ public:
   /// Overrides the plan's trace_every / trace_window for plans with trace
   /// instrs: steps with step % every < window are traced (every = 0: all).
   void setTraceSampling(int every, int window);
+  /// Plans without trace instrs: one record per run of compute ops between
+  /// communication ops instead of one per op. The live monitor on a device
+  /// backend asks for it: every record costs events on the stream, and a
+  /// device's slowdown shows in whole runs as well as in single ops.
+  void setTraceComputeRuns(bool on) { computeRuns_ = on; }
   /// Blocks until every event of the steps run so far is in the writer.
   void flushTrace();
   /// Upper bound of the trace events one step records (ring sizing).
@@ -281,6 +286,7 @@ private:
   // burns CPU time rather than sleeping (docs/trace-format.md "cpu").
   bool cpuTimed_ = false;
   bool planHasTrace_ = false;
+  bool computeRuns_ = false;
   std::map<std::vector<int>, int> traceGroups_;
   std::map<std::vector<int>, int64_t> groupSeq_; // collectives issued
   std::vector<OpenRegion> open_;

@@ -167,8 +167,8 @@ CudaBackend::~CudaBackend() {
   }
   for (Scratch &s : scratch_)
     cudaFree(s.p);
-  for (void *p : allocations_)
-    cudaFree(p);
+  for (auto &block : allocations_)
+    cudaFree(block.first);
 }
 
 KernelFn CudaBackend::lookup(const std::string &kernel) const {
@@ -194,17 +194,21 @@ void *CudaBackend::allocate(size_t bytes) {
   void *p = deviceAlloc(bytes);
   MAPP_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(bytes, 256), stream_));
   MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  allocations_.push_back(p);
+  allocations_.push_back({p, bytes});
+  allocated_ += bytes;
+  peakAllocated_ = std::max(peakAllocated_, allocated_);
   return p;
 }
 
 void CudaBackend::release(void *p) {
   if (!p)
     return;
-  auto it = std::find(allocations_.begin(), allocations_.end(), p);
+  auto it = std::find_if(allocations_.begin(), allocations_.end(),
+                         [p](const auto &a) { return a.first == p; });
   if (it != allocations_.end()) {
     cudaStreamSynchronize(stream_);
     cudaFree(p);
+    allocated_ -= it->second;
     allocations_.erase(it);
   }
 }

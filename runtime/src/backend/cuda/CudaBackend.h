@@ -85,6 +85,8 @@ public:
   double peakDeviceGiB() const override {
     return peakUsed_ > baselineUsed_ ? (peakUsed_ - baselineUsed_) / double(1 << 30) : 0;
   }
+  uint64_t allocatedBytes() const override { return allocated_; }
+  uint64_t peakAllocatedBytes() const override { return peakAllocated_; }
   uint64_t freeDeviceBytes() const override {
     size_t freeB = 0, total = 0;
     cudaSetDevice(device_);
@@ -205,7 +207,11 @@ private:
   std::unordered_map<const void *, size_t> shadowIndex_;
   DeviceBuffer<__nv_bfloat16> shadowPool_;
   bool shadowsDirty_ = true;
-  std::vector<void *> allocations_;
+  /// The plan's blocks from allocate() (persistent pool, arenas) and their
+  /// sizes: --report-memory's "allocated" on a CUDA rank (scratch and
+  /// library workspaces are outside the plan and not counted).
+  std::vector<std::pair<void *, size_t>> allocations_;
+  uint64_t allocated_ = 0, peakAllocated_ = 0;
   FusionTable fusions_;
   DeviceBuffer<void> optimChunks_; // the optimizer groups' descriptors
 
