@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fills gpu/fbd (git-ignored, beside bench/gpu/prepare.sh's gpu/cuda) for the mixed CPU/GPU MegaFBD check on
-# the GPU machine: mapp-run (xz), the plans, initial weights, the corpus and
-# run.sh. Then, from the repository root there: bash gpu/fbd/run.sh
+# Fills gpu/fbd (git-ignored, beside bench/gpu/prepare.sh's gpu/cuda) for
+# the mixed CPU/GPU MegaFBD checks on the GPU machine: mapp-run (xz), the
+# plans, initial weights, the corpus and run.sh. Then, from the repository
+# root there: bash gpu/fbd/run.sh
 # (carry gpu). Usage: bench/fbd/prepare-gpu.sh [RUNTIME_BUILD]
 # RUNTIME_BUILD (default build-gpu-rt) is a runtime-only build without MPI
 # (the GPU machine has no libmpi of ours), configured here if missing:

@@ -465,21 +465,28 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     workSinceMark = false;
     return lastMark;
   };
+  // The fields every auto-traced record of this block shares.
+  auto recordOf = [&](const Instr &i, mapp::TraceCategory cat) {
+    mapp::TraceRecord rec;
+    rec.setName(i.name.empty() ? i.kernel.c_str() : i.name.c_str());
+    rec.cat = cat;
+    rec.step = static_cast<int32_t>(step_);
+    rec.microbatch = blk.kind == BlockKind::Optimizer ? -1 : mb;
+    rec.chunk = blk.chunk;
+    rec.layer = i.layer;
+    return rec;
+  };
+  const mapp::TraceCategory computeCat = blk.kind == BlockKind::Optimizer
+                                             ? mapp::TraceCategory::Optimizer
+                                             : mapp::TraceCategory::Compute;
   // setTraceComputeRuns: the open run of compute ops, one record for all.
+  const bool runs = autoTrace && computeRuns_;
   const Instr *runFirst = nullptr;
   uint64_t runT0 = 0;
   auto closeRun = [&] {
     if (!runFirst)
       return;
-    mapp::TraceRecord rec;
-    rec.setName(runFirst->name.empty() ? runFirst->kernel.c_str()
-                                       : runFirst->name.c_str());
-    rec.cat = blk.kind == BlockKind::Optimizer ? mapp::TraceCategory::Optimizer
-                                               : mapp::TraceCategory::Compute;
-    rec.step = static_cast<int32_t>(step_);
-    rec.microbatch = blk.kind == BlockKind::Optimizer ? -1 : mb;
-    rec.chunk = blk.chunk;
-    rec.layer = runFirst->layer;
+    mapp::TraceRecord rec = recordOf(*runFirst, computeCat);
     rec.beginNs = runT0;
     rec.endNs = mark();
     sink_->appendMarked(rec);
@@ -559,9 +566,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
           o.bytes = pr.bytes;
         }
     }
-    const bool inRun =
-        autoTrace && computeRuns_ && pr.kind == Prepared::Compute;
-    if (autoTrace && computeRuns_ && !inRun)
+    const bool inRun = runs && pr.kind == Prepared::Compute;
+    if (runs && !inRun)
       closeRun();
     if (inRun && !runFirst) {
       runFirst = &in;
@@ -663,17 +669,9 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       }
     }
     if (opRecord) {
-      mapp::TraceRecord rec;
-      rec.setName(in.name.empty() ? in.kernel.c_str() : in.name.c_str());
-      rec.cat = pr.kind == Prepared::Comm ? mapp::TraceCategory::Comm
-                : blk.kind == BlockKind::Optimizer
-                    ? mapp::TraceCategory::Optimizer
-                    : mapp::TraceCategory::Compute;
+      mapp::TraceRecord rec = recordOf(
+          in, pr.kind == Prepared::Comm ? mapp::TraceCategory::Comm : computeCat);
       rec.op = pr.op;
-      rec.step = static_cast<int32_t>(step_);
-      rec.microbatch = blk.kind == BlockKind::Optimizer ? -1 : mb;
-      rec.chunk = blk.chunk;
-      rec.layer = in.layer;
       if (pr.kind != Prepared::Comm && cpuTimed_)
         rec.cpuNs = std::max<uint64_t>(opCpu, 1);
       if (pr.kind == Prepared::Comm) {
