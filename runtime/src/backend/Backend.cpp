@@ -1,6 +1,8 @@
 //===- Backend.cpp - backend selection and host-memory defaults -----------===//
 #include "mapp/rt/Backend.h"
+#include "mapp/rt/DType.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/Plan.h"
 
 #include <chrono>
 #include <cstring>
@@ -22,6 +24,10 @@ void Backend::writeFloats(const Program &, int, void *dst, int64_t offset,
                           int64_t n, const float *src) {
   copyToStorage(static_cast<float *>(dst) + offset, src,
                 static_cast<size_t>(n) * sizeof(float));
+}
+
+size_t Backend::postedRecvBytes(Communicator &, const Value &v) {
+  return static_cast<size_t>(v.type.numel()) * dtypeSize(v.type.dtype);
 }
 
 void Backend::copyFromStorage(void *dst, const void *src, size_t bytes) {

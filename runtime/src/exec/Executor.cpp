@@ -218,6 +218,10 @@ void Executor::setScheduler(const SchedOptions &o) {
   so.mode = mode;
   if (!so.deviceFreeBytes)
     so.deviceFreeBytes = backend_.freeDeviceBytes();
+  if (mode == "adaptive" && !so.postedBytes)
+    so.postedBytes = [this](const Value &v) {
+      return backend_.postedRecvBytes(comm_, v);
+    };
   sched_ = createScheduler(plan_, *prog_, comm_, so);
   schedPostsReceives_ = sched_->stats().mode == "adaptive";
 }
@@ -595,17 +599,20 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
                                                &sentNs, &arrivedNs)
                             : nullptr;
       if (got) {
-        // The posted buffer holds the plan type; a device backend may store
-        // the value as bf16 (writeFloats rounds it there).
+        // A device backend's letter: the payload moves on the device.
+        // Otherwise the posted buffer holds the plan type; a device backend
+        // may store the value as bf16 (writeFloats rounds it there).
         const Tensor &out = pr.outs[slot][0];
         const int v = pr.instr->outputs[0];
-        if (prog_->values[v].type.dtype == DType::F32)
+        if (backend_.takePostedRecv(comm_, got, out, peer, tag)) {
+        } else if (prog_->values[v].type.dtype == DType::F32) {
           backend_.writeFloats(*prog_, v, out.data, 0, out.numel(),
                                static_cast<const float *>(got));
-        else
+        } else {
           backend_.copyToStorage(out.data, got,
                                  static_cast<size_t>(out.numel()) *
                                      dtypeSize(out.type.dtype));
+        }
       } else {
         if (pr.op == mapp::TraceOp::Recv)
           comm_.forgetLastRecv();

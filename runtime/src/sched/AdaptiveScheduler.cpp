@@ -42,7 +42,8 @@ struct Recv {
   int peer = -1;
   int64_t tag = 0;
   bool forwardInput = true; // the buffer class: forward or backward input
-  std::vector<uint8_t> buf; // preallocated payload buffer
+  std::vector<uint8_t> buf; // preallocated message buffer
+  size_t payloadBytes = 0;  // what the link carries (buf may be a letter)
   P2PHandle handle;
   bool sampled = false;
 };
@@ -132,8 +133,9 @@ public:
                 ti.task.microbatch;
         r.forwardInput = ti.forward;
         const Value &v = p.values[in.outputs[0]];
-        r.buf.resize(static_cast<size_t>(v.type.numel()) *
-                     dtypeSize(v.type.dtype));
+        r.payloadBytes =
+            static_cast<size_t>(v.type.numel()) * dtypeSize(v.type.dtype);
+        r.buf.resize(o.postedBytes ? o.postedBytes(v) : r.payloadBytes);
         ti.recvs.push_back(std::move(r));
       }
     }
@@ -474,7 +476,7 @@ private:
       }
       if (!r.sampled) {
         r.sampled = true;
-        links_.sample(r.peer, r.buf.size(), r.handle->sentNs,
+        links_.sample(r.peer, r.payloadBytes, r.handle->sentNs,
                       r.handle->completedNs);
       }
     }

@@ -18,6 +18,8 @@ namespace mapp::rt {
 
 struct Program;
 struct Instr;
+struct Value;
+class Communicator;
 
 class Backend {
 public:
@@ -89,6 +91,22 @@ public:
                              bool /*isOutput*/, const Tensor &t) {
     return t;
   }
+  // --- Posted receives: the adaptive scheduler posts every receive of a
+  // step at its start into a host buffer and tests which have arrived.
+
+  /// Bytes of the host message that a send of value `v` over `comm` makes,
+  /// which is what a posted receive of it takes: the payload, or a device
+  /// backend's small letter naming device memory the payload stays in.
+  virtual size_t postedRecvBytes(Communicator &comm, const Value &v);
+  /// Completes a posted receive into `out` from its arrived message `msg`
+  /// (postedRecvBytes long). False when `msg` is the payload itself, which
+  /// the caller then copies into storage.
+  virtual bool takePostedRecv(Communicator & /*comm*/, const void * /*msg*/,
+                              const Tensor & /*out*/, int /*peer*/,
+                              int64_t /*tag*/) {
+    return false;
+  }
+
   /// Step boundaries (before the first task; after the optimizer).
   virtual void beginStep(int64_t /*step*/) {}
   virtual void endStep() {}

@@ -59,7 +59,9 @@ struct KernelContext {
   PeerBytes *peerBytes = nullptr;
   /// The adaptive scheduler posts every receive into a host buffer: send
   /// and recv then move plan-type bytes through the host communicator (a
-  /// device backend stages them) so both ends speak the same protocol.
+  /// device backend stages them) so both ends speak the same protocol,
+  /// unless the device communicator sends letters (DeviceComm::letterBytes),
+  /// which a posted receive takes as well.
   bool p2pThroughHost = false;
 };
 

@@ -7,7 +7,8 @@
 //    kernels' blocking calls, as before.
 //  - adaptive (Plan.schedule == "adaptive"; the plan carries the DFC and BFC
 //    tables): every receive of the step is posted at its start into a
-//    preallocated host buffer (irecv). At each decision the scheduler picks,
+//    preallocated host buffer (irecv): the payload, or the device
+//    communicator's letter naming the device memory that holds it. At each decision the scheduler picks,
 //    among the tasks whose receives have arrived and whose local
 //    predecessors ran, the one ranked first by the current policy's table:
 //    breadth-first (bfc) while a link is measured slow and the next
@@ -32,6 +33,7 @@
 #include "mapp/rt/Plan.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +48,9 @@ struct SchedOptions {
   /// Free device memory of the backend (the cap when neither gives one;
   /// 0: no cap, host backends).
   uint64_t deviceFreeBytes = 0;
+  /// Bytes of a posted receive into a value (Backend::postedRecvBytes: a
+  /// device backend's letter); unset: the value's plan bytes.
+  std::function<size_t(const Value &)> postedBytes;
 };
 
 /// A policy switch: an instant event in the MegaScan trace.

@@ -239,6 +239,22 @@ DeviceComm *CudaBackend::deviceComm(Communicator &host) {
   return deviceComm_.get();
 }
 
+size_t CudaBackend::postedRecvBytes(Communicator &host, const Value &v) {
+  DeviceComm *dc = deviceComm(host);
+  bool floats = v.type.dtype == DType::F32 || v.type.dtype == DType::BF16;
+  return dc && floats && dc->letterBytes() ? dc->letterBytes()
+                                           : Backend::postedRecvBytes(host, v);
+}
+
+bool CudaBackend::takePostedRecv(Communicator &host, const void *msg,
+                                 const Tensor &out, int peer, int64_t tag) {
+  DeviceComm *dc = deviceComm(host);
+  if (!dc || !isFloat(out) || !dc->letterBytes())
+    return false;
+  dc->recvLetter(msg, view(out), out.numel(), peer, tag);
+  return true;
+}
+
 void cuda::all_reduce(const KernelArgs &a) {
   DeviceComm *dc = deviceCommOf(a, "all_reduce");
   if (!dc)
@@ -428,9 +444,20 @@ void expertComm(const KernelArgs &a, bool dispatch) {
 void cuda::ep_dispatch(const KernelArgs &a) { expertComm(a, true); }
 void cuda::ep_combine(const KernelArgs &a) { expertComm(a, false); }
 
+namespace {
+
+/// Whether a send/recv of `t` moves its payload through the host: no device
+/// communicator, not a float, or the adaptive scheduler's posted host
+/// receives without letters (both ends must speak the same protocol).
+bool p2pStaged(const KernelArgs &a, DeviceComm *dc, const Tensor &t) {
+  return !dc || !isFloat(t) || (a.ctx.p2pThroughHost && !dc->letterBytes());
+}
+
+} // namespace
+
 void cuda::send(const KernelArgs &a) {
   DeviceComm *dc = deviceCommOf(a, "send");
-  if (!dc || !isFloat(a.in[0]) || a.ctx.p2pThroughHost)
+  if (p2pStaged(a, dc, a.in[0]))
     return staged(a, cpu::send);
   dc->send(view(a.in[0]), a.in[0].numel(),
            static_cast<int>(a.attrs.getInt("peer", 0)), runtimeTag(a));
@@ -438,7 +465,7 @@ void cuda::send(const KernelArgs &a) {
 
 void cuda::recv(const KernelArgs &a) {
   DeviceComm *dc = deviceCommOf(a, "recv");
-  if (!dc || !isFloat(a.out[0]) || a.ctx.p2pThroughHost)
+  if (p2pStaged(a, dc, a.out[0]))
     return staged(a, cpu::recv);
   dc->recv(view(a.out[0]), a.out[0].numel(),
            static_cast<int>(a.attrs.getInt("peer", 0)), runtimeTag(a));

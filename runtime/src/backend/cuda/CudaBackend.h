@@ -97,6 +97,9 @@ public:
   void bindProgram(const Program &p, void *pool, void *arena) override;
   Tensor operandView(const Program &p, const Instr &in, int value,
                      bool isOutput, const Tensor &t) override;
+  size_t postedRecvBytes(Communicator &host, const Value &v) override;
+  bool takePostedRecv(Communicator &host, const void *msg, const Tensor &out,
+                      int peer, int64_t tag) override;
   void beginStep(int64_t step) override;
   void endStep() override;
   // MegaScan marks: events on the compute stream (TraceEvents.h).

@@ -58,6 +58,16 @@ public:
   /// payload is captured (the caller may overwrite `in` afterwards).
   virtual void send(DView in, int64_t n, int peer, int64_t tag) = 0;
   virtual void recv(DView out, int64_t n, int peer, int64_t tag) = 0;
+  /// Bytes of the host message a send makes when it is a letter naming
+  /// device memory that holds the payload (a posted host receive of that
+  /// size then takes it, and recvLetter finishes it); 0: no letters.
+  virtual size_t letterBytes() const { return 0; }
+  /// recv of a message whose letter (letterBytes long) already arrived.
+  virtual void recvLetter(const void * /*letter*/, DView /*out*/,
+                          int64_t /*n*/, int peer, int64_t tag) {
+    fail("recv from rank ", peer, " (tag ", tag,
+         "): this device communicator sends no letters");
+  }
 
   // --- grad_sync: the dp bucket's collective, maybe left running so that it
   // overlaps the rest of the backward (docs/plan-lowering.md). The operands

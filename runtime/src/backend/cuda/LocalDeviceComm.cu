@@ -25,13 +25,16 @@
 // device mailbox slot and a small letter naming the slot goes through the
 // host communicator's send, which keeps (src, dst, tag) order; recv takes
 // the letter, waits for the slot's copy, converts into its output and hands
-// the slot back once its stream has read it.
+// the slot back once its stream has read it. The adaptive scheduler posts a
+// letter-sized host receive at the step's start and finishes it with
+// recvLetter once it arrived: its payloads stay on the device too.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
 #include "DeviceComm.h"
 
 #include <array>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -223,6 +226,15 @@ public:
   void recv(DView out, int64_t n, int peer, int64_t tag) override {
     Letter l{};
     host_.recv(&l, sizeof l, peer, tag);
+    recvLetter(&l, out, n, peer, tag);
+  }
+
+  size_t letterBytes() const override { return sizeof(Letter); }
+
+  void recvLetter(const void *letter, DView out, int64_t n, int peer,
+                  int64_t tag) override {
+    Letter l;
+    std::memcpy(&l, letter, sizeof l);
     if (l.n != n) {
       mailbox().give(l.slot);
       fail("recv on rank ", host_.rank(), " from rank ", peer, " (tag ", tag,
