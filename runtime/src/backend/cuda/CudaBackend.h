@@ -254,6 +254,10 @@ void convertToBf16(const float *src, __nv_bfloat16 *dst, int64_t n,
 /// Copies n elements between storage views of possibly different types.
 void copyConvert(DView src, DView dst, int64_t n, cudaStream_t s);
 void fillZero(DView dst, int64_t n, cudaStream_t s);
+/// Row-major c[M,N] = a[M,K]·b[N,K]ᵀ, fp32 operands computed in fp32 (an
+/// SGEMM, no TF32): for results held to a double reference (Gemm.cu).
+void gemmF32(CudaBackend &be, const float *a, const float *b, float *c,
+             int64_t M, int64_t N, int64_t K);
 
 } // namespace mapp::rt::cuda
 

@@ -10,12 +10,15 @@
 // Cᵀ[N,M] = op(B)ᵀ·op(A)ᵀ with B first.
 //
 // Descriptors, layouts and the heuristic's algorithm are cached per shape:
-// plans repeat the same few GEMMs every step.
+// plans repeat the same few GEMMs every step. gemmF32 is the one fp32 GEMM
+// (the logit lens, compared against a double reference): fp32 operands with
+// CUBLAS_COMPUTE_32F are an SGEMM; TF32 would need CUBLAS_COMPUTE_32F_FAST_TF32.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
 #include "Fusion.h"
 
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <cstdlib>
@@ -44,13 +47,14 @@ struct GemmKey {
   const CudaBackend *owner;
   int64_t m, n, k, lda, ldb, ldd;
   int transA, transB, dBf16, epilogue, batch;
+  int f32; // A and B are fp32 (gemmF32), else bf16
   int64_t strideA, strideB, strideD;
   uint32_t align; // smallest alignment of the pointers, in bytes (≤ 256)
   bool operator<(const GemmKey &o) const {
-    return std::tie(owner, m, n, k, lda, ldb, ldd, transA, transB, dBf16,
+    return std::tie(owner, m, n, k, lda, ldb, ldd, transA, transB, dBf16, f32,
                     epilogue, batch, strideA, strideB, strideD, align) <
            std::tie(o.owner, o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.transA, o.transB,
-                    o.dBf16, o.epilogue, o.batch, o.strideA, o.strideB,
+                    o.dBf16, o.f32, o.epilogue, o.batch, o.strideA, o.strideB,
                     o.strideD, o.align);
   }
 };
@@ -127,8 +131,9 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
   int64_t ar = key.transA ? key.k : key.m, ac = key.transA ? key.m : key.k;
   int64_t br = key.transB ? key.n : key.k, bc = key.transB ? key.k : key.n;
   cudaDataType_t dt = key.dBf16 ? CUDA_R_16BF : CUDA_R_32F;
-  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, ar, ac, key.lda));
-  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, br, bc, key.ldb));
+  cudaDataType_t ab = key.f32 ? CUDA_R_32F : CUDA_R_16BF;
+  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, ar, ac, key.lda));
+  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, br, bc, key.ldb));
   MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.d, dt, key.m, key.n, key.ldd));
   setBatch(p.a, key.batch, key.strideA);
   setBatch(p.b, key.batch, key.strideB);
@@ -177,6 +182,34 @@ __global__ void addBiasKernel(DView y, const float *bias, int64_t rows,
     y.st(i, y.ld(i) + bias[i % n]);
 }
 
+/// The column-major key of row-major C[M,N] = op(A)·op(B), issued as
+/// Cᵀ = op(B)ᵀ·op(A)ᵀ: Lt's A is our B.
+GemmKey rowMajorKey(const CudaBackend &be, bool ta, bool tb, int64_t M,
+                    int64_t N, int64_t K) {
+  GemmKey key{};
+  key.owner = &be;
+  key.epilogue = CUBLASLT_EPILOGUE_DEFAULT; // 1, not the 0 of key{}
+  key.m = N;
+  key.n = M;
+  key.k = K;
+  key.transA = tb;
+  key.transB = ta;
+  key.lda = tb ? K : N;
+  key.ldb = ta ? M : K;
+  key.ldd = N;
+  key.batch = 1;
+  return key;
+}
+
+/// The largest power of two (at most 256) dividing every pointer (null
+/// ones do not count).
+uint32_t commonAlignment(std::initializer_list<const void *> ptrs) {
+  uintptr_t bits = 256;
+  for (const void *p : ptrs)
+    bits |= reinterpret_cast<uintptr_t>(p);
+  return static_cast<uint32_t>(bits & (~bits + 1)); // lowest set bit
+}
+
 /// Row-major C[batch][M,N] = op(A)·op(B) with GemmExtras as described in
 /// Fusion.h. Returns false, having done nothing, when a fused epilogue
 /// (gelu, biasGrad, beta) cannot be used here: the caller then runs the
@@ -205,17 +238,7 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
     return true;
   }
   const __nv_bfloat16 *a = asBf16(be, A, 0), *b = asBf16(be, B, 3);
-  GemmKey key{};
-  key.owner = &be;
-  key.epilogue = CUBLASLT_EPILOGUE_DEFAULT; // 1, not the 0 of key{}
-  key.m = N;
-  key.n = M;
-  key.k = K;
-  key.transA = tb; // Lt's A is our B
-  key.transB = ta;
-  key.lda = tb ? K : N;
-  key.ldb = ta ? M : K;
-  key.ldd = N;
+  GemmKey key = rowMajorKey(be, ta, tb, M, N, K);
   key.dBf16 = isBf16(C);
   EpilogueArgs epi;
   if (x.gelu) {
@@ -236,10 +259,7 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
   key.strideA = strideB;
   key.strideB = strideA;
   key.strideD = M * N;
-  uintptr_t bits = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
-                   reinterpret_cast<uintptr_t>(C.data) | 256;
-  bits |= reinterpret_cast<uintptr_t>(epi.bias) | reinterpret_cast<uintptr_t>(epi.aux);
-  key.align = static_cast<uint32_t>(bits & (~bits + 1)); // lowest set bit
+  key.align = commonAlignment({a, b, C.data, epi.bias, epi.aux});
   GemmPlan *p = &planFor(be, key, epi);
   if (!p->ok && fused)
     return false;
@@ -342,6 +362,30 @@ void cuda::matmul(const KernelArgs &a) {
     fail("matmul: batch ", batch, " is too large");
   rowMajorGemm(be, A, ta, B, tb, a.out[0], m, n, k, static_cast<int>(batch),
                m * k, sharedB ? 0 : k * n, {});
+}
+
+void cuda::gemmF32(CudaBackend &be, const float *a, const float *b, float *c,
+                   int64_t M, int64_t N, int64_t K) {
+  cudaStream_t s = be.stream();
+  if (M == 0 || N == 0)
+    return;
+  if (K == 0) {
+    fillZero({c, 0}, M * N, s);
+    return;
+  }
+  GemmKey key = rowMajorKey(be, false, true, M, N, K);
+  key.f32 = 1;
+  key.align = commonAlignment({a, b, c});
+  GemmPlan &p = planFor(be, key, {});
+  if (!p.ok)
+    fail("cuBLASLt found no algorithm for a ", M, "x", N, "x", K, " fp32 GEMM");
+  float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st = cublasLtMatmul(be.lt(), p.desc, &alpha, b, p.a, a, p.b,
+                                     &beta, c, p.d, c, p.d, &p.algo,
+                                     be.ltWorkspace(), be.ltWorkspaceBytes(), s);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLASLt error ", static_cast<int>(st), " in a ", M, "x", N, "x",
+         K, " fp32 GEMM");
 }
 
 bool cuda::linearGelu(CudaBackend &be, const Tensor &x, const Tensor &w,

@@ -6,9 +6,13 @@
 // host behind the step. The results equal src/probe/Reductions.cpp's:
 // statistics and sketches accumulate in double (in another order, so within
 // fp32 rounding), histogram bins use the same double arithmetic, top-k keys
-// order (value, lower index) exactly. `attn` (recomputed attention
-// probabilities) and `lens` (logit lens) are staged through the host and reduced by the CPU code: it
-// is meant for a few sampled steps.
+// order (value, lower index) exactly. `lens` (logit lens) runs on the
+// device too (launchLens): the norm of the selected rows, an fp32 cuBLASLt
+// GEMM against the unembedding and a per-row softmax top-k, of which only
+// the k ids and probabilities per row enter the slot; it agrees with
+// LogitLens.cpp's double arithmetic to fp32 rounding. `attn` (recomputed
+// attention probabilities) is staged through the host and reduced by the
+// CPU code: it is meant for a few sampled steps.
 //
 // The step issues ~2,000 launches in 25 ms, so a probe call's host work and
 // launches are on the critical path: a call looks up its cached plan (the
@@ -70,24 +74,6 @@ void stagedAttention(const KernelArgs &a) {
   a.ctx.probe->record(std::move(s));
 }
 
-/// `lens`: the residual stream, final norm weights and unembedding copied
-/// to the host and reduced by LogitLens.cpp (the unembedding is
-/// vocab x hidden floats per call, so lens probes are for sampled steps).
-void stagedLens(const KernelArgs &a) {
-  CudaBackend &be = backendOf(a);
-  std::vector<float> x = hostFloats(be, a.in[0]), g = hostFloats(be, a.in[1]),
-                     w = hostFloats(be, a.in[a.numIn - 1]), b;
-  if (a.numIn == 4)
-    b = hostFloats(be, a.in[2]);
-  ProbeSample s = logitLens(a.attrs, x.data(), g.data(),
-                            b.empty() ? nullptr : b.data(), w.data(),
-                            a.in[0].shape(), a.in[a.numIn - 1].dim(0));
-  s.probeId = a.attrs.getInt("probe_id", 0);
-  s.step = a.ctx.step;
-  s.microbatch = a.ctx.microbatch;
-  a.ctx.probe->record(std::move(s));
-}
-
 bool sameAttrs(const Attrs &a, const Attrs &b) {
   const auto &x = a.all(), &y = b.all();
   if (x.size() != y.size())
@@ -117,6 +103,11 @@ struct mapp::rt::cuda::ProbeCallPlan {
   Attrs attrs; // what it was built from
   TensorType type;
   bool staged = false; // `attn`: host-staged
+  // `lens`: its own launches (launchLens); the plan also holds for one
+  // unembedding shape
+  bool lens = false;
+  rd::LensParams lensParams{};
+  Shape unembedding;
   int64_t probeId = 0, every = 1;
   std::shared_ptr<const std::vector<ResultField>> fields;
   size_t bytes = 0;
@@ -137,6 +128,65 @@ struct mapp::rt::cuda::ProbeCallPlan {
 
 namespace {
 
+void checkRingFits(const KernelArgs &a, const ProbeCapture &cap,
+                   int64_t probeId, size_t bytes, const char *knobs) {
+  if (ProbeCapture::slotBytes(bytes) > cap.capacity())
+    fail("probe ", probeId, " ('", a.attrs.getStr("point", ""), "') needs ",
+         ProbeCapture::slotBytes(bytes), " bytes of probe capture ring per "
+         "call, more than MAPP_PROBE_RING_BYTES=", cap.capacity(),
+         "; raise it or lower the probe's ", knobs);
+}
+
+/// `lens`: in[0] the residual [B,T,H], in[1] gamma [H], in[2] beta [H] when
+/// there are 4 inputs, last the unembedding [vocab,H] (ProbeKernels.cpp).
+/// Its result is one TokenProbs field [positions, k] in the ring, so the
+/// worker decodes it with the other probes' slots (no copy of its own).
+void buildLensPlan(const KernelArgs &a, ProbeCapture &cap, ProbeCallPlan &p) {
+  const Tensor &x = a.in[0], &w = a.in[a.numIn - 1];
+  int64_t H = x.rank() == 3 ? x.dim(2) : -1;
+  if ((a.numIn != 3 && a.numIn != 4) || x.rank() != 3 || w.rank() != 2 ||
+      w.dim(1) != H || a.in[1].numel() != H ||
+      (a.numIn == 4 && a.in[2].numel() != H))
+    fail("probe ", p.probeId, ": lens needs x [B,T,H], the final norm's "
+         "weights [H] and the unembedding [vocab,H]");
+  int64_t T = x.dim(1), vocab = w.dim(0);
+  if (vocab > 0xFFFFFFFEll)
+    fail("probe ", p.probeId, ": lens over a vocabulary of ", vocab,
+         " (the device keys hold 32-bit ids)");
+  int64_t k = std::min<int64_t>(a.attrs.getInt("k", 10), vocab);
+  if (k < 1)
+    fail("probe: 'lens' needs a positive size");
+  std::string norm = a.attrs.getStr("norm", "layer_norm");
+  if (norm != "layer_norm" && norm != "rms_norm")
+    fail("probe: lens norm must be layer_norm or rms_norm");
+  std::vector<int64_t> rows = a.attrs.getInts("tokens");
+  if (rows.empty())
+    for (int64_t t = 0; t < T; ++t)
+      rows.push_back(t);
+  for (int64_t t : rows)
+    if (t < 0 || t >= T)
+      fail("probe: lens position ", t, " outside the sequence of ", T);
+  int64_t R = static_cast<int64_t>(rows.size());
+  rd::LensParams &lp = p.lensParams;
+  lp.positions = cap.constants().ints(&a.attrs, 1, rows);
+  lp.rows = R;
+  lp.hidden = H;
+  lp.vocab = vocab;
+  lp.k = static_cast<int>(k);
+  lp.rms = norm == "rms_norm";
+  lp.eps = a.attrs.getFloat("eps", 1e-5);
+  ResultField f;
+  f.reduction = "lens";
+  f.kind = ResultField::TokenProbs;
+  f.count = R * k;
+  f.shape = {R, k};
+  p.bytes = tokenProbsOffset(f.count) + align16(f.count * 4);
+  checkRingFits(a, cap, p.probeId, p.bytes, "tokens/k");
+  p.fields = std::make_shared<std::vector<ResultField>>(1, f);
+  p.lens = true;
+  p.unembedding = w.shape();
+}
+
 /// Parses the probe's attrs for the input `x` once (ProbeKernels.cpp /
 /// selectTokens define the selection).
 std::shared_ptr<ProbeCallPlan> buildPlan(const KernelArgs &a, ProbeCapture &cap,
@@ -149,8 +199,12 @@ std::shared_ptr<ProbeCallPlan> buildPlan(const KernelArgs &a, ProbeCapture &cap,
   p.probeId = a.attrs.getInt("probe_id", 0);
   p.every = a.attrs.getInt("every", 1);
   std::vector<std::string> reds = splitList(a.attrs.getStr("reduce", ""));
-  if (reds.size() == 1 && (reds[0] == "attn" || reds[0] == "lens")) {
+  if (reds.size() == 1 && reds[0] == "attn") {
     p.staged = true;
+    return plan;
+  }
+  if (reds.size() == 1 && reds[0] == "lens") {
+    buildLensPlan(a, cap, p);
     return plan;
   }
   std::vector<int64_t> toks = a.attrs.getInts("tokens");
@@ -234,11 +288,7 @@ std::shared_ptr<ProbeCallPlan> buildPlan(const KernelArgs &a, ProbeCapture &cap,
       f.shape = {f.count};
     fields->push_back(f);
   }
-  if (ProbeCapture::slotBytes(bytes) > cap.capacity())
-    fail("probe ", p.probeId, " ('", a.attrs.getStr("point", ""), "') needs ",
-         ProbeCapture::slotBytes(bytes), " bytes of probe capture ring per "
-         "call, more than MAPP_PROBE_RING_BYTES=", cap.capacity(),
-         "; raise it or lower the probe's cap/dim/tokens");
+  checkRingFits(a, cap, p.probeId, bytes, "cap/dim/tokens");
   p.fields = std::move(fields);
   p.bytes = bytes;
   bool hist = p.histOffset != kNone;
@@ -315,6 +365,59 @@ void launchReductions(const ProbeCallPlan &p, const rd::Selection &sel,
   }
 }
 
+/// Logits of at most this many bytes per GEMM: rows go in chunks, so a lens
+/// over every position of a long sequence needs no [T, vocab] buffer.
+constexpr size_t kLensLogitBytes = size_t(64) << 20;
+
+/// Queues the lens of `p` into `slot`: norm -> y [R,H] (fp32), per chunk of
+/// rows logits = y·Wᵀ (gemmF32; a bf16 unembedding is widened to fp32
+/// first, exactly) and the top-k softmax of each row.
+void launchLens(const ProbeCallPlan &p, const KernelArgs &a, uint8_t *slot,
+                ProbeCapture &cap, cudaStream_t st) {
+  const rd::LensParams &lp = p.lensParams;
+  if (!lp.rows)
+    return;
+  CudaBackend &be = backendOf(a);
+  int64_t R = lp.rows, H = lp.hidden, V = lp.vocab, k = lp.k;
+  size_t yBytes = align16(R * H * 4);
+  auto *y = static_cast<float *>(cap.work(yBytes + R * k * 8, 0));
+  auto *keys = reinterpret_cast<unsigned long long *>(
+      reinterpret_cast<uint8_t *>(y) + yBytes);
+  DView beta = a.numIn == 4 ? view(a.in[2]) : DView{nullptr, 0};
+  rd::lensNormKernel<<<static_cast<unsigned>(R), rd::kThreads, 0, st>>>(
+      lp, view(a.in[0]), view(a.in[1]), beta, y);
+  MAPP_CUDA_LAUNCHED();
+  const Tensor &w = a.in[a.numIn - 1];
+  const float *wf = w.f32();
+  if (isBf16(w)) {
+    auto *tmp = static_cast<float *>(cap.work(V * H * 4, 2));
+    copyConvert(view(w), {tmp, 0}, V * H, st);
+    wf = tmp;
+  }
+  int64_t chunk = std::max<int64_t>(1, kLensLogitBytes / (V * 4));
+  chunk = std::min(chunk, R);
+  auto *logits = static_cast<float *>(cap.work(chunk * V * 4, 1));
+  auto *ids = reinterpret_cast<uint32_t *>(slot);
+  auto *probs = reinterpret_cast<float *>(slot + tokenProbsOffset(R * k));
+  for (int64_t r0 = 0; r0 < R; r0 += chunk) {
+    rd::LensParams part = lp;
+    part.rows = std::min(chunk, R - r0);
+    gemmF32(be, y + r0 * H, wf, logits, part.rows, V, H);
+    auto blocks = static_cast<unsigned>(part.rows);
+    unsigned long long *kk = keys + r0 * k;
+    uint32_t *ii = ids + r0 * k;
+    float *pp = probs + r0 * k;
+    if (k <= 8)
+      rd::lensTopkKernel<8><<<blocks, rd::kThreads, 0, st>>>(part, logits, kk, ii, pp);
+    else if (k <= 16)
+      rd::lensTopkKernel<16><<<blocks, rd::kThreads, 0, st>>>(part, logits, kk, ii, pp);
+    else
+      rd::lensTopkKernel<rd::kMaxSinglePassK>
+          <<<blocks, rd::kThreads, 0, st>>>(part, logits, kk, ii, pp);
+    MAPP_CUDA_LAUNCHED();
+  }
+}
+
 } // namespace
 
 void cuda::probe(const KernelArgs &a) {
@@ -327,7 +430,8 @@ void cuda::probe(const KernelArgs &a) {
   const Tensor &x = a.in[0];
   std::shared_ptr<ProbeCallPlan> &plan = cap.plan(&a.attrs);
   if (!plan || plan->type.dtype != x.type.dtype ||
-      plan->type.shape != x.type.shape || !sameAttrs(plan->attrs, a.attrs)) {
+      plan->type.shape != x.type.shape || !sameAttrs(plan->attrs, a.attrs) ||
+      (plan->lens && plan->unembedding != a.in[a.numIn - 1].shape())) {
     plan.reset(); // a failed build leaves no stale plan
     plan = buildPlan(a, cap, st);
   }
@@ -335,14 +439,16 @@ void cuda::probe(const KernelArgs &a) {
   if (!rt->generating() && a.ctx.step % p.every != 0)
     return;
   if (p.staged)
-    return p.attrs.getStr("reduce", "") == "lens" ? stagedLens(a)
-                                                  : stagedAttention(a);
+    return stagedAttention(a);
   rd::Selection sel = p.sel;
   sel.src = view(x);
   uint8_t *slot = cap.reserve(p.bytes);
   // A slot must be committed or cancelled, or the worker waits for it.
   try {
-    launchReductions(p, sel, slot, cap, st);
+    if (p.lens)
+      launchLens(p, a, slot, cap, st);
+    else
+      launchReductions(p, sel, slot, cap, st);
   } catch (...) {
     cap.cancel();
     throw;

@@ -336,6 +336,14 @@ void ProbeCapture::decode(const Entry &e) {
       s.shape = {static_cast<int64_t>(s.data.size())};
       break;
     }
+    case ResultField::TokenProbs: {
+      const uint32_t *ids = reinterpret_cast<const uint32_t *>(p);
+      const float *probs =
+          reinterpret_cast<const float *>(p + tokenProbsOffset(f.count));
+      s.index.assign(ids, ids + f.count);
+      s.data.assign(probs, probs + f.count);
+      break;
+    }
     }
     e.rt->record(std::move(s));
   }

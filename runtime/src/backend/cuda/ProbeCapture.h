@@ -39,7 +39,9 @@ struct ResultField {
     Scalar, // one double at `offset`
     Floats, // `count` floats
     Counts, // `count` uint32 histogram counts
-    TopKeys // `count` uint64 keys: ordered value bits << 32 | ~index
+    TopKeys, // `count` uint64 keys: ordered value bits << 32 | ~index
+    TokenProbs // `count` uint32 token ids, then (16-byte aligned) `count`
+               // float probabilities: the lens's [positions, k]
   };
   std::string reduction;
   Kind kind = Scalar;
@@ -47,6 +49,11 @@ struct ResultField {
   int64_t count = 0;
   Shape shape;
 };
+
+/// Where a TokenProbs field's probabilities start, from its ids.
+inline size_t tokenProbsOffset(int64_t count) {
+  return (static_cast<size_t>(count) * 4 + 15) / 16 * 16;
+}
 
 /// Device copies of per-instr constants (token positions, mask channels,
 /// sketch projections), uploaded once: a pageable upload inside the step

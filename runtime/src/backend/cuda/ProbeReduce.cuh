@@ -8,7 +8,10 @@
 //    order and writes the slot, so no finishing launch and no memset;
 //  - top-k (k <= kMaxSinglePassK): per-thread sorted lists in registers,
 //    merged per block and then by the last block, in one pass;
-//  - sketch and raw: one launch each, as before.
+//  - sketch and raw: one launch each, as before;
+//  - lens (logit lens): the norm of the selected rows (lensNormKernel), a
+//    cuBLASLt fp32 GEMM against the unembedding (Probe.cu), then per row
+//    the softmax's top-k (lensTopkKernel) into the slot.
 // The 256-thread blocks and the fixed merge orders make every result
 // deterministic. docs/megascope.md, "GPU capture".
 //
@@ -70,6 +73,9 @@ template <typename T, typename Op> __device__ T blockReduce(T v, Op op) {
 
 struct Max {
   template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+struct Sum {
+  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
 };
 
 /// True in every thread of the last block of the grid to get here. Each
@@ -260,6 +266,11 @@ __device__ __forceinline__ unsigned long long topKey(float v, int64_t i) {
          (0xFFFFFFFFull - static_cast<unsigned long long>(i));
 }
 
+/// The element index a nonzero key was made from.
+__device__ __forceinline__ uint32_t keyIndex(unsigned long long key) {
+  return 0xFFFFFFFFu - static_cast<uint32_t>(key);
+}
+
 /// Inserts `key` into the descending list (registers: constant indices
 /// only), dropping the smallest.
 template <int K>
@@ -347,6 +358,83 @@ __global__ void topkPass(Selection x, unsigned long long *keys, int j) {
   best = blockReduce(best, Max());
   if (threadIdx.x == 0 && best)
     atomicMax(&keys[j], best);
+}
+
+// --- Logit lens ----------------------------------------------------------------
+
+/// One lens call (LogitLens.cpp): rows = the selected positions of batch
+/// row 0, k <= vocab.
+struct LensParams {
+  const int64_t *positions; // device, `rows` entries in [0, T)
+  int64_t rows, hidden, vocab;
+  int k;
+  bool rms;
+  double eps;
+};
+
+/// y[r] = norm(x[0, positions[r]]) with LogitLens.cpp's double arithmetic,
+/// stored fp32 for the GEMM (beta.p null: no shift). One block per row.
+__global__ void __launch_bounds__(kThreads)
+    lensNormKernel(LensParams lp, DView x, DView gamma, DView beta, float *y) {
+  int64_t r = blockIdx.x, H = lp.hidden, base = lp.positions[r] * H;
+  double mean = 0;
+  if (!lp.rms) {
+    double s = 0;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
+      s += x.ld(base + h);
+    mean = blockReduce(s, Sum()) / H;
+  }
+  double ss = 0;
+  for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+    double d = x.ld(base + h) - mean;
+    ss += d * d;
+  }
+  double inv = 1.0 / sqrt(blockReduce(ss, Sum()) / H + lp.eps);
+  for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
+    y[r * H + h] = static_cast<float>((x.ld(base + h) - mean) * inv * gamma.ld(h) +
+                                      (beta.p ? beta.ld(h) : 0.0));
+}
+
+/// Row r of logits [rows, vocab]: its k most likely ids (topKey's order:
+/// value desc, lower id first, as the CPU's sort) and softmax probabilities,
+/// into ids/probs [rows, k] of the slot; `keys` is [rows, k] scratch. Any k
+/// in rounds of K: a round keeps per thread the K best keys below the last
+/// one chosen and the block takes up to K of them (blockTopK), so the
+/// selection is exact in ceil(k / K) passes over the row. The softmax sums
+/// exp(l - max) in double. One block per row.
+template <int K>
+__global__ void __launch_bounds__(kThreads)
+    lensTopkKernel(LensParams lp, const float *logits, unsigned long long *keys,
+                   uint32_t *ids, float *probs) {
+  int64_t r = blockIdx.x, V = lp.vocab;
+  int k = lp.k;
+  const float *row = logits + r * V;
+  unsigned long long *chosen = keys + r * k, below = ~0ull;
+  for (int done = 0; done < k; done += K) {
+    unsigned long long list[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      list[j] = 0;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+      unsigned long long key = topKey(row[v], v);
+      if (key < below)
+        insertKey(list, key);
+    }
+    int take = k - done < K ? k - done : K;
+    blockTopK(list, take, chosen + done); // ends with a __syncthreads
+    below = chosen[done + take - 1];
+  }
+  // The first key is the row's max (0: every logit is NaN).
+  double m = chosen[0] ? row[keyIndex(chosen[0])] : NAN, z = 0;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+    z += exp(row[v] - m);
+  z = blockReduce(z, Sum());
+  for (int j = threadIdx.x; j < k; j += blockDim.x) {
+    unsigned long long key = chosen[j];
+    ids[r * k + j] = key ? keyIndex(key) : 0;
+    probs[r * k + j] = key ? static_cast<float>(exp(row[keyIndex(key)] - m) / z)
+                           : NAN;
+  }
 }
 
 // --- Sketch and raw ----------------------------------------------------------
