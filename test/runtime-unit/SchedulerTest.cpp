@@ -114,10 +114,11 @@ TEST(Scheduler, AdaptiveMatchesStaticAndSwitchesUnderASlowLink) {
     RunResult a = train(dfc, 3, {}, {}, 20);
     RunResult b = train(bfc, 3, {}, {});
     RunResult c = train(ada, 3, {}, {}, 20);
-    // Rank tp*dp (stage 1, tp 0) -> rank 0: the backward link into stage 0.
+    // Rank tp*dp (stage 1, tp 0) -> rank 0: the backward link into stage 0,
+    // from step 2 (step 0 is warm-up, step 1 gives the link's best).
     std::string link = "link-delay:src=" + std::to_string(tp * dp) +
-                       ",dst=0,us=15000,from-step=1";
-    RunResult d = train(ada, 3, {parseInjection(link)}, {}, 20);
+                       ",dst=0,us=15000,from-step=2";
+    RunResult d = train(ada, 4, {parseInjection(link)}, {}, 20);
     for (const RunResult *r : {&a, &b, &c, &d})
       expectOk(*r);
     for (int s = 0; s < 3; ++s) {
@@ -126,8 +127,8 @@ TEST(Scheduler, AdaptiveMatchesStaticAndSwitchesUnderASlowLink) {
       EXPECT_EQ(a.losses[s], d.losses[s]) << "adaptive slowed, step " << s;
     }
     EXPECT_EQ(c.stats[0].mode, "adaptive");
-    // (Scheduling noise on a loaded machine may look like a slow link in
-    // step 0; the fault's own switch names the link.)
+    // (Scheduling noise on a loaded machine may look like a slow link; the
+    // fault's own switch names the link.)
     bool switched = false;
     for (const SchedSwitch &s : d.sw[0])
       if (s.to == "bfc" &&

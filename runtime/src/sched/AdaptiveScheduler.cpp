@@ -466,7 +466,10 @@ private:
     return pol == BFC || open_ < dfcMaxOpen_;
   }
 
-  /// Every receive of `ti` complete; samples the link on first sight.
+  /// Every receive of `ti` complete; samples the link on first sight. The
+  /// first step is warm-up, not a sample: MPI connects a pair on its first
+  /// message, so step 0's transits read 10-20x the later ones and would
+  /// set every link "slow" in a fault-free run.
   bool arrived(TaskInfo &ti) {
     bool all = true;
     for (Recv &r : ti.recvs) {
@@ -474,7 +477,7 @@ private:
         all = false;
         continue;
       }
-      if (!r.sampled) {
+      if (!r.sampled && step_ > 0) {
         r.sampled = true;
         links_.sample(r.peer, r.payloadBytes, r.handle->sentNs,
                       r.handle->completedNs);

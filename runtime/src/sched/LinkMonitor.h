@@ -1,6 +1,7 @@
 //===- LinkMonitor.h - per-peer link speed from the transfers ---*- C++ -*-===//
 //
-// Every completed receive is a sample: transit = completedNs - sentNs (the
+// Every completed receive after the first step (the transports' warm-up)
+// is a sample: transit = completedNs - sentNs (the
 // sender's send time travels with the message) and bytes / transit. Per
 // incoming peer an exponential average with weight `smoothing` (plan
 // AdaptivePolicy.bandwidth_smoothing) and the best average seen. A link is
