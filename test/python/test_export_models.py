@@ -267,6 +267,16 @@ class SlidingWindowMask(_Base):
         return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
 
 
+class ZLoss(_Base):
+    """PaLM's z-loss: logsumexp has no lowering (torch.export decomposes it
+    into amax, exp, ...; the error still names logsumexp)."""
+
+    def forward(self, tokens, targets):
+        lg = self.logits(tokens).view(-1, SHAPE["vocab_size"])
+        z = torch.logsumexp(lg, -1)  # ZLOSS_LINE
+        return F.cross_entropy(lg, targets.view(-1)) + 1e-4 * (z * z).mean()
+
+
 def _line(marker):
     with open(__file__) as f:
         return next(i for i, l in enumerate(f, 1) if l.rstrip().endswith(marker))
@@ -283,6 +293,7 @@ def _line(marker):
     (ComplexRotaryOnQOnly, "aten.bmm", "# PV_LINE", "q and k must both be rotated"),
     (BareTanh, "aten.tanh", "# TANH_LINE", "tanh gelu"),
     (SlidingWindowMask, "aten.masked_fill", "# WINDOW_LINE", "causal mask"),
+    (ZLoss, "aten.logsumexp", "# ZLOSS_LINE", "no lowering"),
 ])
 def test_refused_idioms_name_op_and_line(cls, op, marker, why):
     with pytest.raises(ExportError) as e:
@@ -373,6 +384,24 @@ def test_torch_export_metadata_is_read_back():
              f'  File "{torch.__file__}", line 9, in g\n')
     assert _stack_source(trace) == f"{__file__}:42"
     assert _stack_source(None) == "<unknown source>"
+
+
+def test_errors_name_the_op_torch_decomposed():
+    """Where torch decomposed the user's op (meta original_aten, torch >= 2),
+    the error names both; an op kept as it is is named once."""
+    from mapp.values import fail
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    amax = g.call_function(aten.amax.default, (x, [-1], True))
+    amax.meta.update(original_aten=aten.logsumexp.default, mapp_source="m.py:7")
+    with pytest.raises(ExportError) as e:
+        fail(amax, "no lowering")
+    assert str(e.value) == "m.py:7: aten.amax.default (decomposed from aten.logsumexp.default): no lowering"
+    amax.meta["original_aten"] = aten.amax.default
+    with pytest.raises(ExportError) as e:
+        fail(amax, "no lowering")
+    assert str(e.value) == "m.py:7: aten.amax.default: no lowering"
 
 
 class UnbindHeads(_Base):
