@@ -271,9 +271,13 @@ def _merged_heads(x, role):
         t, d = (c, r) if role == "kT" else (r, c)
         perm = (0, 3, 1, 2) if role == "kT" else (0, 2, 1, 3)
         node = x.steps[-1].node
-        merged = Lazy.of(x.prefix(k)).then(Step("reshape", shape, node))
-        merged = merged.then(Step("transpose", (b, t, nh, d), node, perm=perm))
-        return merged.then(Step("reshape", (b, t, nh * d), node)), nh, None
+        merged = x.prefix(k)
+        for step in (Step("reshape", shape, node),
+                     Step("transpose", (b, t, nh, d), node, perm=perm),
+                     Step("reshape", (b, t, nh * d), node)):
+            # then() hands back the plain base where the steps so far cancel
+            merged = Lazy.of(merged).then(step)
+        return merged, nh, None
     return None
 
 

@@ -58,6 +58,12 @@ def _is_float_elem(e):
 
 
 class Lowering(MoeLowering):
+    @classmethod
+    def lowered_ops(cls):
+        """Names (aten overload packets) of the ops this lowering takes as
+        they are: the op_* handlers, identities and reshapes."""
+        return {n[len("op_"):] for n in dir(cls) if n.startswith("op_")} | _IDENTITY | _RESHAPES
+
     def __init__(self, gm, builder, param_names):
         self.gm = gm
         self.b = builder

@@ -125,7 +125,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 def _export(module, tokens, targets, pick):
     wrapper = _Picked(module, pick)
     ep = torch.export.export(wrapper, (tokens, targets), strict=False)
-    ep = ep.run_decompositions()
+    ep = ep.run_decompositions(_decompositions())
     gm = ep.graph_module
     lifted, user = [], 0
     by_name = {spec.arg.name: spec for spec in ep.graph_signature.input_specs}
@@ -148,6 +148,27 @@ def _export(module, tokens, targets, pick):
         node.meta["mapp_module"] = _module_path(node.meta.get("nn_module_stack"))
         node.meta["mapp_source"] = _stack_source(node.meta.get("stack_trace"))
     return gm, lifted
+
+
+def _decompositions():
+    """torch.export's default (core ATen) decompositions, less those of the
+    ops the lowering takes as they are.  The default table would take apart
+    masked_fill (into where), nll_loss_forward (gather, ne, where), silu
+    (sigmoid), sdpa (its math) and dropout: the lowering's patterns match
+    those ops whole, as make_fx (which decomposes nothing) records them.
+    Ops without a lowering still decompose (linear into t + addmm, ...)."""
+    from .lower import Lowering
+    keep = Lowering.lowered_ops()
+    if hasattr(torch.export, "default_decompositions"):  # torch >= 2.6
+        table = torch.export.default_decompositions()
+    else:
+        from torch._decomp import core_aten_decompositions
+        table = core_aten_decompositions()
+    for op in list(table.keys()):
+        packet = getattr(op, "overloadpacket", None)
+        if packet is not None and packet.__name__ in keep:
+            del table[op]
+    return table
 
 
 def _module_path(stack):

@@ -21,8 +21,12 @@ class ExportError(Exception):
 
 
 def node_op(node):
+    """The node's aten op, and the op the user wrote where torch decomposed
+    that one into this (torch >= 2 records it as meta["original_aten"])."""
     t = node.target
-    return str(t) if not isinstance(t, str) else t
+    op = str(t) if not isinstance(t, str) else t
+    orig = node.meta.get("original_aten")
+    return op if orig is None or str(orig) == op else f"{op} (decomposed from {orig})"
 
 
 def node_where(node):

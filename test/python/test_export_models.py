@@ -233,21 +233,53 @@ class ComplexRotaryAfterTranspose(ComplexRotaryAttention):
     after_transpose = True
 
 
-@pytest.mark.parametrize("cls", [ComplexRotaryAttention, ComplexRotaryAfterTranspose])
-def test_complex_rotary_layouts_are_exact(cls):
-    """q/k split from one projection (unbind) and rotated before or after
-    the head transpose: one mapp.attention {rotary}, whose loss (the
-    interpreter, written from docs/semantics.md) equals PyTorch's."""
+def _export_as_one_attention(cls):
+    """The IR of cls(SHAPE), asserted to hold one mapp.attention and no
+    leftover matmul/softmax, and its loss (the interpreter, written from
+    docs/semantics.md) to equal PyTorch's."""
     from mapp import interp
     torch.manual_seed(0)
     model = cls(SHAPE)
     tokens, targets = example_inputs(SHAPE, torch.int64)
     text = export_module(model, tokens, targets)
-    assert text.count('"mapp.attention"(') == 1 and "rotary_base = 10000.0 : f64" in text, text
+    assert text.count('"mapp.attention"(') == 1, text
     assert '"mapp.matmul"' not in text and '"mapp.softmax"' not in text
     got = interp.run(text, dict(model.state_dict()), [tokens.int(), targets.int()])
     want = model(tokens, targets)
     assert abs(float(got) - float(want)) <= 1e-5 * abs(float(want)), (float(got), float(want))
+    return text
+
+
+@pytest.mark.parametrize("cls", [ComplexRotaryAttention, ComplexRotaryAfterTranspose])
+def test_complex_rotary_layouts_are_exact(cls):
+    """q/k split from one projection (unbind) and rotated before or after
+    the head transpose: one mapp.attention {rotary}."""
+    assert "rotary_base = 10000.0 : f64" in _export_as_one_attention(cls)
+
+
+class ScaledQK(_Base):
+    """q and k each scaled before their product, as torch 2 decomposes sdpa:
+    (q * s**0.5) @ (k^T * s**0.5)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, tokens, targets):
+        B, T = tokens.shape
+        q, k, v = self.qkv(self.emb(tokens)).view(B, T, 3, 2, 4).unbind(2)
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        s = (q * 0.5 ** 0.5) @ (k.transpose(-2, -1) * 0.5 ** 0.5)
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        lg = self.head((s @ v).transpose(1, 2).reshape(B, T, 8))
+        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+def test_scaled_heads_become_attention():
+    """A head view that is an op's result (the scaled q), not a view of a
+    projection: its heads are merged back (transpose + reshape) into one
+    mapp.attention."""
+    _export_as_one_attention(ScaledQK)
 
 
 class BareTanh(_Base):
@@ -267,6 +299,16 @@ class SlidingWindowMask(_Base):
         return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
 
 
+class ZLoss(_Base):
+    """PaLM's z-loss: logsumexp has no lowering (torch.export decomposes it
+    into amax, exp, ...; the error still names logsumexp)."""
+
+    def forward(self, tokens, targets):
+        lg = self.logits(tokens).view(-1, SHAPE["vocab_size"])
+        z = torch.logsumexp(lg, -1)  # ZLOSS_LINE
+        return F.cross_entropy(lg, targets.view(-1)) + 1e-4 * (z * z).mean()
+
+
 def _line(marker):
     with open(__file__) as f:
         return next(i for i, l in enumerate(f, 1) if l.rstrip().endswith(marker))
@@ -283,6 +325,7 @@ def _line(marker):
     (ComplexRotaryOnQOnly, "aten.bmm", "# PV_LINE", "q and k must both be rotated"),
     (BareTanh, "aten.tanh", "# TANH_LINE", "tanh gelu"),
     (SlidingWindowMask, "aten.masked_fill", "# WINDOW_LINE", "causal mask"),
+    (ZLoss, "aten.logsumexp", "# ZLOSS_LINE", "no lowering"),
 ])
 def test_refused_idioms_name_op_and_line(cls, op, marker, why):
     with pytest.raises(ExportError) as e:
@@ -373,6 +416,24 @@ def test_torch_export_metadata_is_read_back():
              f'  File "{torch.__file__}", line 9, in g\n')
     assert _stack_source(trace) == f"{__file__}:42"
     assert _stack_source(None) == "<unknown source>"
+
+
+def test_errors_name_the_op_torch_decomposed():
+    """Where torch decomposed the user's op (meta original_aten, torch >= 2),
+    the error names both; an op kept as it is is named once."""
+    from mapp.values import fail
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    amax = g.call_function(aten.amax.default, (x, [-1], True))
+    amax.meta.update(original_aten=aten.logsumexp.default, mapp_source="m.py:7")
+    with pytest.raises(ExportError) as e:
+        fail(amax, "no lowering")
+    assert str(e.value) == "m.py:7: aten.amax.default (decomposed from aten.logsumexp.default): no lowering"
+    amax.meta["original_aten"] = aten.amax.default
+    with pytest.raises(ExportError) as e:
+        fail(amax, "no lowering")
+    assert str(e.value) == "m.py:7: aten.amax.default: no lowering"
 
 
 class UnbindHeads(_Base):

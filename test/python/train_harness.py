@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -38,7 +39,7 @@ def compile_and_train(tmp, cfg, steps, module="mapp.reference:GPT", export_args=
     """-> (metrics, batches, step-0 grads) of `steps` mapp-run CPU steps."""
     (tmp / "cfg.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), *pythonpath]))
-    run(["/usr/bin/python3", "-m", "mapp.export", "--module", module,
+    run([sys.executable, "-m", "mapp.export", "--module", module,
          "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
          "--weights", tmp / "init.safetensors", "--seed", 7, *export_args], env=env)
     opt = (f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} "
