@@ -5,6 +5,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def export(tmp, cfg=TINY, seed=7):
     """Reference GPT -> model.mlir + init.safetensors (as test_train_e2e)."""
     (tmp / "cfg.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-    run(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
+    run([sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT",
          "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
          "--weights", tmp / "init.safetensors", "--seed", seed], env=env)
 

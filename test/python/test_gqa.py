@@ -21,6 +21,7 @@ import re
 import subprocess
 
 import pytest
+import sys
 import torch
 
 from conftest import ROOT, find_tool
@@ -62,7 +63,7 @@ def run(cmd, ok=True, **kw):
 def export(tmp, cfg):
     (tmp / "cfg.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-    run(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
+    run([sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT",
          "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
          "--weights", tmp / "init.safetensors", "--seed", 7], env=env)
     return tmp / "model.mlir"

@@ -216,7 +216,7 @@ def sh(cmd, ok=True):
 
 def compile_plan(tmp, cfg, opt=OPT):
     (tmp / "cfg.json").write_text(json.dumps(cfg))
-    sh(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
+    sh([sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT",
         "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
         "--weights", tmp / "init.safetensors", "--seed", 7])
     name = "lr0" if "lr=0 " in opt else "train"

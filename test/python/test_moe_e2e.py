@@ -155,7 +155,7 @@ def test_expert_tokens_sum_microbatches(tmp_path, monkeypatch, recompute):
     cfg = dict(BASE, seq_length=8)
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-    run(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT", "--config",
+    run([sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT", "--config",
          tmp_path / "cfg.json", "-o", tmp_path / "m.mlir", "--weights", tmp_path / "w.safetensors"],
         env=env)
     run([tool("mapp-opt"), tmp_path / "m.mlir",

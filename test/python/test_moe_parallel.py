@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+import sys
 
 from conftest import ROOT
 from train_harness import CORPUS, run, tool
@@ -55,7 +56,7 @@ def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("moe-parallel")
     (tmp / "cfg.json").write_text(json.dumps(CFG))
     env = {"PYTHONPATH": f"{ROOT}/python", "PATH": "/usr/bin:/bin"}
-    run(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT", "--config",
+    run([sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT", "--config",
          tmp / "cfg.json", "-o", tmp / "m.mlir", "--weights", tmp / "w.safetensors",
          "--seed", 3], env=env)
     ref = _train(tmp, _plan(tmp, "ref", "tp=1 pp=1 dp=1 microbatches=4"), "ref")

@@ -21,6 +21,7 @@ import struct
 import subprocess
 
 import pytest
+import sys
 
 from conftest import ROOT, find_tool, read_st
 
@@ -54,7 +55,7 @@ def export(tmp, cfg, rows, weights=None):
     cfg = dict(cfg, micro_batch_size=rows)
     (tmp / f"cfg{rows}.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-    args = ["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
+    args = [sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT",
             "--config", tmp / f"cfg{rows}.json", "-o", tmp / f"model{rows}.mlir",
             "--seed", 7]
     if weights:

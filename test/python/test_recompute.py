@@ -13,6 +13,7 @@ import re
 import subprocess
 
 import pytest
+import sys
 
 from conftest import ROOT, find_tool, read_st
 
@@ -42,7 +43,7 @@ def run(cmd):
 def model(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("recompute")
     (tmp / "cfg.json").write_text(json.dumps(CFG))
-    run(["/usr/bin/python3", "-m", "mapp.export", "--module", "mapp.reference:GPT",
+    run([sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT",
          "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
          "--weights", tmp / "init.safetensors", "--seed", 7])
     return tmp
