@@ -257,31 +257,6 @@ def test_complex_rotary_layouts_are_exact(cls):
     assert "rotary_base = 10000.0 : f64" in _export_as_one_attention(cls)
 
 
-class ScaledQK(_Base):
-    """q and k each scaled before their product, as torch 2 decomposes sdpa:
-    (q * s**0.5) @ (k^T * s**0.5)."""
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.qkv = nn.Linear(8, 24)
-
-    def forward(self, tokens, targets):
-        B, T = tokens.shape
-        q, k, v = self.qkv(self.emb(tokens)).view(B, T, 3, 2, 4).unbind(2)
-        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
-        s = (q * 0.5 ** 0.5) @ (k.transpose(-2, -1) * 0.5 ** 0.5)
-        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
-        lg = self.head((s @ v).transpose(1, 2).reshape(B, T, 8))
-        return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
-
-
-def test_scaled_heads_become_attention():
-    """A head view that is an op's result (the scaled q), not a view of a
-    projection: its heads are merged back (transpose + reshape) into one
-    mapp.attention."""
-    _export_as_one_attention(ScaledQK)
-
-
 class BareTanh(_Base):
     def forward(self, tokens, targets):
         lg = self.head(torch.tanh(self.emb(tokens)))  # TANH_LINE
@@ -447,10 +422,29 @@ class UnbindHeads(_Base):
         B, T = tokens.shape
         q, k, v = self.qkv(self.emb(tokens)).view(B, T, 3, 2, 4).unbind(2)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
-        s = (q @ k.transpose(-2, -1)) / 2.0
+        s = self.scores(q, k)
         s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
         lg = self.head((s @ v).transpose(1, 2).reshape(B, T, 8))
         return F.cross_entropy(lg.view(-1, lg.size(-1)), targets.view(-1))
+
+
+    def scores(self, q, k):
+        return (q @ k.transpose(-2, -1)) / 2.0
+
+
+class ScaledQK(UnbindHeads):
+    """q and k each scaled before their product, as torch 2 decomposes sdpa:
+    (q * s**0.5) @ (k^T * s**0.5)."""
+
+    def scores(self, q, k):
+        return (q * 0.5 ** 0.5) @ (k.transpose(-2, -1) * 0.5 ** 0.5)
+
+
+def test_scaled_heads_become_attention():
+    """A head view that is an op's result (the scaled q), not a view of a
+    projection: its heads are merged back (transpose + reshape) into one
+    mapp.attention."""
+    _export_as_one_attention(ScaledQK)
 
 
 def test_unbind_heads_become_attention():
