@@ -8,7 +8,10 @@ mapp-sim's default 100 TFLOP/s), links of GBPS Gb/s (400: one InfiniBand
 NDR port per stage), 5 us.
 
 usage: bench/dpp/scale.py [--stages 8,16,32,64] [--us 100000] [--gbps 400]
-                          [--out DIR]
+                          [--mem-cap-gib G] [--out DIR]
+--mem-cap-gib: the per-rank memory cap adaptive must keep (mapp-sim's
+--mem-cap: bfc only where its whole peak fits, else dfc); the table then
+says whether every adaptive peak is under it.
 Needs mapp-translate, mapp-opt, mapp-sim (build/bin or MAPP_BIN).
 """
 import argparse
@@ -48,9 +51,11 @@ def plans(d, p):
     return out
 
 
-def sim(pl, fault, gbps):
+def sim(pl, fault, gbps, cap_bytes):
     cmd = [BIN / "mapp-sim", pl["1f1b"], pl["adaptive"], "--compare",
            ",".join(NAMES), "--json", "--gbps", gbps]
+    if cap_bytes:
+        cmd += ["--mem-cap", cap_bytes]
     if fault:
         cmd += ["--inject", fault]
     return {r["schedule"]: r for r in json.loads(run(cmd))}
@@ -61,11 +66,17 @@ def main():
     ap.add_argument("--stages", default="8,16,32,64")
     ap.add_argument("--us", type=int, default=100000)
     ap.add_argument("--gbps", type=float, default=400)
+    ap.add_argument("--mem-cap-gib", type=float, default=0)
     ap.add_argument("--out", default=str(ROOT / "out" / "bench-dpp-scale"))
     a = ap.parse_args()
+    if a.mem_cap_gib < 0:
+        sys.exit("--mem-cap-gib must be >= 0 (0: no cap)")
+    cap = int(a.mem_cap_gib * 2**30)
     fault = f"link-delay:src=1,dst=0,us={a.us}"
     print(f"mapp-sim, GPT h4096 s2048, 2 layers per stage, chunks 2, m = 2p, "
-          f"links {a.gbps:g} Gb/s; slow link = {fault}")
+          f"links {a.gbps:g} Gb/s; slow link = {fault}"
+          + (f"; adaptive capped at {a.mem_cap_gib:g} GiB per rank" if cap else ""))
+    over = 0
     print(f"{'p':>3} {'fault':6} " + " ".join(f"{n + ' ms':>11}" for n in NAMES)
           + f" {'adaptive vs 1f1b':>17} {'vs best static':>15} {'adaptive ran':>13}"
           f" {'peak GiB (1f1b/adaptive)':>25}")
@@ -74,7 +85,7 @@ def main():
         d.mkdir(parents=True, exist_ok=True)
         pl = plans(d, p)
         for label, f in (("none", None), ("slow", fault)):
-            r = sim(pl, f, a.gbps)
+            r = sim(pl, f, a.gbps, cap)
             ms = {n: r[n]["step_us"] / 1000 for n in NAMES}
             best = min(ms[n] for n in NAMES[:3])
             peak = {n: max(r[n]["peak_bytes"]) / 2**30 for n in ("1f1b", "adaptive")}
@@ -83,6 +94,9 @@ def main():
                   f" {100 * (ms['adaptive'] / best - 1):+14.1f}%"
                   f" {r['adaptive']['chosen']:>13}"
                   f" {peak['1f1b']:12.2f} / {peak['adaptive']:.2f}")
+            over += cap and max(r["adaptive"]["peak_bytes"]) > cap
+    if cap:
+        print(f"adaptive peaks above the cap: {over}")
 
 
 if __name__ == "__main__":
