@@ -188,7 +188,12 @@ public:
     stats_.stashBytes = stash_;
   }
 
-  ~AdaptiveScheduler() override { cancelAll(); }
+  ~AdaptiveScheduler() override {
+    cancelAll();
+    for (PeerVerdict &p : peerVerdicts_)
+      if (p.posted && !p.posted->done.load())
+        comm_.cancel(*p.posted);
+  }
 
   void beginStep(int64_t step) override {
     cancelAll();
@@ -407,26 +412,54 @@ public:
 private:
   /// Only the receiver of a slow link measures it, but breadth-first pays
   /// only when the whole pipeline runs it (the stages upstream must run
-  /// ahead with forwards). One one-number all-reduce over the pipeline
-  /// group per step shares the verdict of the steps so far.
+  /// ahead with forwards). At each step's start a stage sends its verdict
+  /// to the other stages and takes the latest verdict of each that has
+  /// arrived: an all-reduce there was a barrier at every step start that
+  /// static schedules do not have, so a peer's verdict now applies when it
+  /// arrives (a step later at most).
   void sharePipelineVerdict() {
     pipelineSlow_ = false;
     if (ppGroup_.size() <= 1)
       return;
     std::string why;
     const bool here = links_.slow(comm_.rank(), why);
-    double any = here ? 1 : 0;
+    const double mine = here ? 1 : 0;
+    int slowStages = here ? 1 : 0;
     try {
-      comm_.allReduce(&any, 1, ReduceOp::Sum, ppGroup_);
+      if (peerVerdicts_.empty()) {
+        // Filled before posting: a posted receive holds &p.in.
+        for (int r : ppGroup_.members)
+          if (r != comm_.rank())
+            peerVerdicts_.push_back(PeerVerdict{r});
+        for (PeerVerdict &p : peerVerdicts_)
+          postVerdict(p);
+      }
+      for (PeerVerdict &p : peerVerdicts_) {
+        comm_.send(&mine, sizeof mine, p.rank, kPipelineVerdictTag);
+        while (comm_.test(*p.posted)) { // the newest of what arrived counts
+          p.slow = p.in > 0;
+          postVerdict(p);
+        }
+        slowStages += p.slow ? 1 : 0;
+      }
     } catch (const Error &e) {
       fail(e.what(), "; adaptive scheduler of rank ", comm_.rank(),
            ", sharing the pipeline's link verdict at step ", step_);
     }
-    pipelineSlow_ = any > 0;
+    pipelineSlow_ = slowStages > 0;
     if (pipelineSlow_ && !here)
       pipelineWhy_ = "a link of this pipeline is slow (" +
-                     std::to_string(static_cast<int>(any)) +
-                     " stage(s) measured it)";
+                     std::to_string(slowStages) + " stage(s) measured it)";
+  }
+
+  struct PeerVerdict {
+    int rank;
+    double in = 0; // the posted receive's buffer
+    P2PHandle posted;
+    bool slow = false;
+  };
+  void postVerdict(PeerVerdict &p) {
+    p.posted = comm_.irecv(&p.in, sizeof p.in, p.rank, kPipelineVerdictTag);
   }
 
   /// "(block b, mb m: recv from P tag T pending), ..." for an error.
@@ -514,6 +547,7 @@ private:
   Communicator &comm_;
   LinkMonitor links_;
   CommGroup tpGroup_, ppGroup_;
+  std::vector<PeerVerdict> peerVerdicts_; // the other pipeline stages
   bool pipelineSlow_ = false; // a stage's link was slow (step start)
   std::string pipelineWhy_;
   std::vector<TaskInfo> tasks_;

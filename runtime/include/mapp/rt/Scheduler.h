@@ -53,6 +53,10 @@ struct SchedOptions {
   std::function<size_t(const Value &)> postedBytes;
 };
 
+/// The tag of the adaptive scheduler's per-step slow-link verdicts between
+/// the stages of a pipeline (beside the live monitor's 32001 and 32002).
+constexpr int64_t kPipelineVerdictTag = 32003;
+
 /// A policy switch: an instant event in the MegaScan trace.
 struct SchedSwitch {
   int64_t step = 0;
