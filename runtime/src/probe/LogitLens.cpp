@@ -17,27 +17,41 @@
 
 using namespace mapp::rt;
 
+LensSpec mapp::rt::lensSpec(const Attrs &a, int64_t T, int64_t vocab) {
+  LensSpec l;
+  l.k = std::min<int64_t>(a.getInt("k", 10), vocab);
+  if (l.k < 1)
+    fail("probe: 'lens' needs a positive size");
+  std::string norm = a.getStr("norm", "layer_norm");
+  if (norm != "layer_norm" && norm != "rms_norm")
+    fail("probe: lens norm must be layer_norm or rms_norm");
+  l.rms = norm == "rms_norm";
+  l.eps = a.getFloat("eps", 1e-5);
+  l.positions = a.getInts("tokens");
+  if (l.positions.empty())
+    for (int64_t t = 0; t < T; ++t)
+      l.positions.push_back(t);
+  for (int64_t t : l.positions)
+    if (t < 0 || t >= T)
+      fail("probe: lens position ", t, " outside the sequence of ", T);
+  return l;
+}
+
 ProbeSample mapp::rt::logitLens(const Attrs &a, const float *x,
                                 const float *gamma, const float *beta,
                                 const float *w, const Shape &xShape,
                                 int64_t vocab) {
-  int64_t T = xShape[1], H = xShape[2];
-  int64_t k = std::min<int64_t>(a.getInt("k", 10), vocab);
-  double eps = a.getFloat("eps", 1e-5);
-  bool rms = a.getStr("norm", "layer_norm") == "rms_norm";
-  std::vector<int64_t> rows = a.getInts("tokens");
-  if (rows.empty())
-    for (int64_t t = 0; t < T; ++t)
-      rows.push_back(t);
-  int64_t R = rows.size();
+  int64_t H = xShape[2];
+  const LensSpec l = lensSpec(a, xShape[1], vocab);
+  const int64_t k = l.k, R = static_cast<int64_t>(l.positions.size());
+  const bool rms = l.rms;
+  const double eps = l.eps;
   ProbeSample s;
   s.reduction = "lens";
   s.shape = {R, k};
   std::vector<double> y(H), logit(vocab);
   std::vector<int64_t> order(vocab);
-  for (int64_t t : rows) {
-    if (t < 0 || t >= T)
-      fail("probe: lens position ", t, " outside the sequence of ", T);
+  for (int64_t t : l.positions) {
     const float *xr = x + t * H; // batch row 0
     double mean = 0, ss = 0;
     if (!rms) {

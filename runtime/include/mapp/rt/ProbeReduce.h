@@ -37,6 +37,18 @@ ProbeSample attentionProbsCached(const Attrs &a, const float *q,
                                  const float *kcache, const int32_t *positions,
                                  const Shape &qShape, int64_t tmax);
 
+/// What a `lens` reduction reads from its attrs, for a residual of T
+/// positions and a vocabulary: the positions (`tokens`, default all, each
+/// inside [0, T)), k (at most the vocabulary), the norm and eps. The CPU
+/// reduction and the CUDA one share it, so both read the attrs alike.
+struct LensSpec {
+  std::vector<int64_t> positions;
+  int64_t k = 0;
+  bool rms = false;
+  double eps = 1e-5;
+};
+LensSpec lensSpec(const Attrs &a, int64_t T, int64_t vocab);
+
 /// The `lens` reduction (logit lens): batch row 0 of the residual stream
 /// x [B,T,H] through the final norm (attr `norm` = layer_norm with gamma and
 /// beta, or rms_norm with gamma and beta null; `eps`) and the unembedding

@@ -96,9 +96,8 @@ DeviceComm *deviceCommOf(const KernelArgs &a, const char *kernel) {
   return backendOf(a).deviceComm(*a.ctx.comm);
 }
 
-bool isFloat(const Tensor &t) {
-  return t.type.dtype == DType::F32 || t.type.dtype == DType::BF16;
-}
+bool isFloat(DType d) { return d == DType::F32 || d == DType::BF16; }
+bool isFloat(const Tensor &t) { return isFloat(t.type.dtype); }
 
 CommGroup groupOf(const KernelArgs &a, const char *defaultGroup) {
   std::vector<int64_t> ranks;
@@ -241,9 +240,9 @@ DeviceComm *CudaBackend::deviceComm(Communicator &host) {
 
 size_t CudaBackend::postedRecvBytes(Communicator &host, const Value &v) {
   DeviceComm *dc = deviceComm(host);
-  bool floats = v.type.dtype == DType::F32 || v.type.dtype == DType::BF16;
-  return dc && floats && dc->letterBytes() ? dc->letterBytes()
-                                           : Backend::postedRecvBytes(host, v);
+  return dc && isFloat(v.type.dtype) && dc->letterBytes()
+             ? dc->letterBytes()
+             : Backend::postedRecvBytes(host, v);
 }
 
 bool CudaBackend::takePostedRecv(Communicator &host, const void *msg,

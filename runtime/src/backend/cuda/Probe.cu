@@ -149,32 +149,20 @@ void buildLensPlan(const KernelArgs &a, ProbeCapture &cap, ProbeCallPlan &p) {
       (a.numIn == 4 && a.in[2].numel() != H))
     fail("probe ", p.probeId, ": lens needs x [B,T,H], the final norm's "
          "weights [H] and the unembedding [vocab,H]");
-  int64_t T = x.dim(1), vocab = w.dim(0);
+  int64_t vocab = w.dim(0);
   if (vocab > 0xFFFFFFFEll)
     fail("probe ", p.probeId, ": lens over a vocabulary of ", vocab,
          " (the device keys hold 32-bit ids)");
-  int64_t k = std::min<int64_t>(a.attrs.getInt("k", 10), vocab);
-  if (k < 1)
-    fail("probe: 'lens' needs a positive size");
-  std::string norm = a.attrs.getStr("norm", "layer_norm");
-  if (norm != "layer_norm" && norm != "rms_norm")
-    fail("probe: lens norm must be layer_norm or rms_norm");
-  std::vector<int64_t> rows = a.attrs.getInts("tokens");
-  if (rows.empty())
-    for (int64_t t = 0; t < T; ++t)
-      rows.push_back(t);
-  for (int64_t t : rows)
-    if (t < 0 || t >= T)
-      fail("probe: lens position ", t, " outside the sequence of ", T);
-  int64_t R = static_cast<int64_t>(rows.size());
+  const LensSpec spec = lensSpec(a.attrs, x.dim(1), vocab);
+  int64_t R = static_cast<int64_t>(spec.positions.size()), k = spec.k;
   rd::LensParams &lp = p.lensParams;
-  lp.positions = cap.constants().ints(&a.attrs, 1, rows);
+  lp.positions = cap.constants().ints(&a.attrs, 1, spec.positions);
   lp.rows = R;
   lp.hidden = H;
   lp.vocab = vocab;
   lp.k = static_cast<int>(k);
-  lp.rms = norm == "rms_norm";
-  lp.eps = a.attrs.getFloat("eps", 1e-5);
+  lp.rms = spec.rms;
+  lp.eps = spec.eps;
   ResultField f;
   f.reduction = "lens";
   f.kind = ResultField::TokenProbs;
