@@ -233,6 +233,7 @@ public:
     c_->setStep(step);
   }
   void barrier() override { c_->barrier(); }
+  void progress() override { c_->progress(); }
   void flush() override { c_->flush(); }
   bool sharesAddressSpace() const override { return c_->sharesAddressSpace(); }
   int ranksOnThisHost() const override { return c_->ranksOnThisHost(); }

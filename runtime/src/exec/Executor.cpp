@@ -449,6 +449,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
            pr.instr->name.empty() ? std::string() : " '" + pr.instr->name + "'",
            ": ", e.what());
     }
+    comm_.progress();
     if (countExperts_ && pr.kind == Prepared::Compute &&
         in.kernel == "moe_assign" && pr.outs[slot].size() == 2)
       expertTally_.record(in.name.empty() ? in.kernel : in.name, mb,

@@ -210,6 +210,12 @@ public:
   void forgetLastRecv() { lastRecvNs_ = lastRecvSentNs_ = 0; }
 
   virtual void barrier() = 0;
+  /// Lets the transport move this rank's queued messages while it computes;
+  /// the executor calls it after every op. MPI's sends and posted receives
+  /// advance only inside MPI calls, so a rank that runs a ready task where
+  /// a static schedule would wait held its outgoing messages back until
+  /// its next communication call (and its peers then ran out of order).
+  virtual void progress() {}
   /// Waits until every buffered send of this rank has been delivered.
   virtual void flush() {}
 
