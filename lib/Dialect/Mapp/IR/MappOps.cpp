@@ -70,8 +70,8 @@ LogicalResult ParamOp::verify() {
       return emitOpError("shard_dim ")
              << dim.getInt() << " out of range for rank " << type.getRank();
     StringRef g = getShardGroupAttr() ? getShardGroupAttr().getValue() : "";
-    if (g != "tp" && g != "dp")
-      return emitOpError("shard_group must be \"tp\" or \"dp\", got \"")
+    if (g != "tp" && g != "dp" && g != "ep")
+      return emitOpError("shard_group must be \"tp\", \"dp\" or \"ep\", got \"")
              << g << "\"";
   }
   if (auto blocks = getShardBlocksAttr()) {
