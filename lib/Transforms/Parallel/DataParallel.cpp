@@ -55,8 +55,8 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
         b.setInsertionPointAfterValue(g);
       auto s = b.create<ScaleOp>(acc.getLoc(), g.getType(), g,
                                  b.getF64FloatAttr(1.0 / double(ep)));
-      if (auto n = acc->getAttrOfType<StringAttr>("mapp.name"))
-        s->setAttr("mapp.name", b.getStringAttr(n.getValue() + ".ep_scale"));
+      s->setAttr("mapp.name",
+                 b.getStringAttr(acc.getParam() + ".ep_grad_scale"));
       acc.getGradMutable().assign(s);
     }
   }

@@ -314,9 +314,8 @@ static LogicalResult verifyExpertComm(Operation *op, Value rows, Value out,
   if (group && ranks)
     return op->emitOpError("takes a group or ranks, not both");
   if (group && *group != "ep" && *group != "dp" && *group != "tp" &&
-      *group != "pp" && *group != "world")
-    return op->emitOpError("group must be \"ep\", \"dp\", \"tp\", \"pp\" or "
-                           "\"world\", got \"")
+      *group != "pp" && *group != "edp")
+    return op->emitOpError("group must be tp, dp, pp, ep or edp, got \"")
            << *group << "\"";
   if (ranks) {
     if ((int64_t)ranks->size() != members)

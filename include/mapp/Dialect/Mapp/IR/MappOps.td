@@ -509,7 +509,8 @@ def Mapp_AllReduceOp : Mapp_CollectiveOp<"all_reduce", [SameOperandsAndResultTyp
   let summary = "reduce over a group, every member gets the result";
   let description = [{
     `group` names a parallel group of the rank's coordinates ("tp", "dp",
-    "pp", "ep"); alternatively `ranks` lists the members explicitly.
+    "pp", "ep", or "edp": the dp ranks holding the same experts under
+    expert parallelism); alternatively `ranks` lists the members explicitly.
   }];
   let arguments = (ins Mapp_FloatTensor:$x, OptionalAttr<StrAttr>:$group,
                        OptionalAttr<DenseI64ArrayAttr>:$ranks,
