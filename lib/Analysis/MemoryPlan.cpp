@@ -83,7 +83,7 @@ static bool mayWriteOperands(Operation *op) {
   if (isMemoryEffectFree(op))
     return false;
   return !isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp,
-              ProbeOp, GradAccumulateOp>(op);
+              EpDispatchOp, EpCombineOp, ProbeOp, GradAccumulateOp>(op);
 }
 
 /// Reshapes of the stage whose result can share its operand's storage: a

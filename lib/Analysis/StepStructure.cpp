@@ -19,6 +19,7 @@ static FailureOr<ParallelLayout> readLayout(ModuleOp module) {
   l.tp = intAttr(dict, "tp", 1);
   l.pp = intAttr(dict, "pp", 1);
   l.dp = intAttr(dict, "dp", 1);
+  l.ep = intAttr(dict, "ep", 0);
   l.chunks = intAttr(dict, "chunks", 1);
   l.microbatches = intAttr(dict, "microbatches", 1);
   if (dict)
@@ -41,6 +42,9 @@ static FailureOr<ParallelLayout> readLayout(ModuleOp module) {
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.chunks < 1 || l.microbatches < 1)
     return module.emitError("mapp.parallel degrees, chunks and microbatches "
                             "must be >= 1");
+  if (l.ep < 0 || (l.ep > 0 && l.dp % l.ep))
+    return module.emitError("mapp.parallel ep ")
+           << l.ep << " must divide dp " << l.dp;
   return l;
 }
 

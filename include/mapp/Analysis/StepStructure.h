@@ -43,6 +43,9 @@ struct AdaptiveLayout {
 
 struct ParallelLayout {
   int64_t tp = 1, pp = 1, dp = 1, chunks = 1, microbatches = 1;
+  /// Expert-parallel degree (mapp.parallel "ep", --mapp-expert-parallel);
+  /// 0 when absent (the runtime's "ep" group is then the dp group).
+  int64_t ep = 0;
   std::string schedule = "sequential";
   /// Set iff schedule == "adaptive" (from mapp.adaptive).
   std::optional<AdaptiveLayout> adaptive;

@@ -1,7 +1,7 @@
 //===- ParallelAttrs.h - the module's mapp.parallel layout ------*- C++ -*-===//
 //
 // The parallel layout of a training module lives in one dictionary,
-// `mapp.parallel = {tp, pp, dp, chunks, microbatches, schedule}`, which the
+// `mapp.parallel = {tp, ep, pp, dp, chunks, microbatches, schedule}`, which the
 // parallelism passes fill in and the plan lowering reads (absent keys: 1).
 //
 //===----------------------------------------------------------------------===//

@@ -220,6 +220,54 @@ def MappTensorParallel : Pass<"mapp-tensor-parallel", "::mlir::ModuleOp"> {
   ];
 }
 
+def MappExpertParallel : Pass<"mapp-expert-parallel", "::mlir::ModuleOp"> {
+  let summary = "Megatron expert parallelism: experts split over the ep group, variable all_to_all dispatch/combine";
+  let description = [{
+    Runs on the forward graph after `--mapp-tensor-parallel` and before
+    pipeline partitioning and autodiff. Each MoE layer is recognized by its
+    `mapp.moe_permute`: the permuted rows [R, H] flow through
+    `moe_grouped_matmul`s (with the layer's `moe_assign` counts) and row-wise
+    ops (gelu, silu, mul, add, scale, slice/concat past dim 0) into one
+    `moe_unpermute`. The pass rewrites that expert computation as Megatron's
+    all-to-all token dispatcher does:
+
+    * `mapp.ep_dispatch` after the permute sends each expert's rows to the
+      member of the expert-parallel group that owns it (member j of `ep`
+      owns experts [j·E/ep, (j+1)·E/ep)); it yields [C, H] rows and the
+      rows per local expert;
+    * the grouped matmuls run on this rank's experts only: weights
+      [E/ep, K, N], sharded along dim 0 over `shard_group = "ep"` (rank i of
+      the group holds experts [i·E/ep, (i+1)·E/ep) of the full tensor, so
+      initialization, `--weights` and checkpoints slice the one-rank
+      tensors), with the local counts;
+    * `mapp.ep_combine` before the unpermute returns every row to the rank
+      and row it came from; autodiff makes each the other's adjoint.
+
+    C, the rows a rank's experts may receive, is the dropless worst case
+    ep·R (every member routes all its rows here), or E·capacity when
+    `moe_assign` has a capacity (at most capacity rows per expert from each
+    member), whichever is smaller. The router, aux and z losses stay on the
+    rank's own tokens. The module gets `mapp.parallel` ep; the ep group is
+    ep consecutive dp ranks with the same tp and pp coordinates (EP inside
+    DP: ep must divide dp), and `--mapp-data-parallel` reduces the expert
+    gradients over the expert-data-parallel group "edp" (the dp/ep ranks
+    with the same ep index) scaled as Megatron does, dense gradients over
+    dp.
+
+    Errors (located): ep < 1; ep > 1 on a model without an MoE layer;
+    experts not divisible by ep; ep not dividing `dp` (when given; the
+    data-parallel pass checks it again); expert computations the pass does
+    not recognize; expert weights used outside them. ep = 1 leaves the
+    module as it is.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"ep", "ep", "int64_t", "1", "Expert-parallel degree (divides dp and num_moe_experts)">,
+    Option<"dp", "dp", "int64_t", "0",
+           "Data-parallel degree to check ep against (0: checked by --mapp-data-parallel)">,
+  ];
+}
+
 def MappPipelinePartition : Pass<"mapp-pipeline-partition", "::mlir::ModuleOp"> {
   let summary = "Cut @forward into per-(stage, chunk) functions with send/recv";
   let description = [{
@@ -269,6 +317,14 @@ def MappDataParallel : Pass<"mapp-data-parallel", "::mlir::ModuleOp"> {
     @optimizer_step (and the global norm) carry `mapp.zero_shard = "dp"`,
     and one `mapp.param_gather` per bucket all-gathers the updated
     parameters. The module gets `mapp.dp`.
+
+    After `--mapp-expert-parallel` (mapp.parallel ep, which must divide
+    dp), expert weights (`shard_group = "ep"`) go in buckets of their own
+    over the expert-data-parallel group "edp" (the dp/ep ranks holding the
+    same experts; none when ep = dp), and each microbatch's expert gradient
+    is scaled by 1/ep before it is accumulated: Megatron sums expert
+    gradients over edp and scales them by 1/dp, which an average over edp
+    times 1/ep is. zero1 with ep > 1 is an error.
   }];
   let dependentDialects = ["::mapp::MappDialect"];
   let options = [

@@ -610,6 +610,7 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
   plan->tp = l.tp;
   plan->pp = l.pp;
   plan->dp = l.dp;
+  plan->ep = l.ep;
   plan->chunks = l.chunks;
   plan->num_microbatches = l.microbatches;
   plan->schedule = l.schedule;

@@ -34,6 +34,32 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
   using Base::Base;
 
   int64_t nextBucket = 0;
+  int64_t ep = 1;
+  llvm::DenseSet<StringAttr> expertParams;
+
+  /// Megatron sums expert gradients over edp and scales them by 1/dp (its
+  /// expert_gradient_scaling_factor): each expert saw the tokens of its ep
+  /// group, so an avg over edp (dp/ep ranks) needs a further 1/ep. Applied
+  /// to every microbatch's gradient before it is accumulated (exact for a
+  /// power-of-two ep).
+  void scaleExpertGrads(func::FuncOp fn) {
+    SmallVector<GradAccumulateOp> accs;
+    fn.walk([&](GradAccumulateOp acc) {
+      if (expertParams.contains(acc.getParamAttr().getAttr()))
+        accs.push_back(acc);
+    });
+    for (GradAccumulateOp acc : accs) {
+      Value g = acc.getGrad();
+      OpBuilder b(acc);
+      if (g.getDefiningOp() && g.getDefiningOp()->getBlock() == acc->getBlock())
+        b.setInsertionPointAfterValue(g);
+      auto s = b.create<ScaleOp>(acc.getLoc(), g.getType(), g,
+                                 b.getF64FloatAttr(1.0 / double(ep)));
+      s->setAttr("mapp.name",
+                 b.getStringAttr(acc.getParam() + ".ep_grad_scale"));
+      acc.getGradMutable().assign(s);
+    }
+  }
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -58,6 +84,31 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
       return signalPassFailure();
     }
     setParallelInt(module, "dp", dp);
+
+    // Expert parallelism (--mapp-expert-parallel) lives inside dp: the
+    // expert weights (shard_group "ep") are synchronized over the
+    // expert-data-parallel group "edp" instead of dp.
+    ep = getParallelInt(module, "ep", 1);
+    if (ep < 1 || dp % ep != 0) {
+      module.emitError("mapp-data-parallel: ep=")
+          << ep << " does not divide dp=" << dp.getValue()
+          << " (expert parallelism lives inside the data-parallel group: "
+             "world = tp*pp*dp, the ep group is ep of the dp ranks)";
+      return signalPassFailure();
+    }
+    if (ep > 1 && zero1) {
+      module.emitError("mapp-data-parallel: zero1 with ep=")
+          << ep << " is not supported (the expert weights' optimizer state "
+                   "would be sharded over edp, not dp)";
+      return signalPassFailure();
+    }
+    for (auto p : module.getOps<ParamOp>())
+      if (p.getShardDimAttr() && p.getShardGroupAttr() &&
+          p.getShardGroupAttr().getValue() == "ep")
+        expertParams.insert(p.getSymNameAttr());
+    if (ep > 1)
+      for (func::FuncOp fn : backwards)
+        scaleExpertGrads(fn);
 
     // Where each parameter's gradient is accumulated, per pipeline stage
     // (each stage's dp group synchronizes its own replica).
@@ -163,17 +214,28 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
 
     const double limit = bucketMb * 1024.0 * 1024.0;
     OpBuilder b(&getContext());
-    SmallVector<Attribute> current;
-    double bytes = 0;
-    Operation *lastAcc = nullptr;
-    auto close = [&](Operation *after, Location loc) {
-      if (current.empty())
+    // Dense gradients over dp, expert gradients (ep > 1) over edp: each
+    // group has its own open bucket. With ep = dp every edp group is one
+    // rank and the expert buckets are left out.
+    struct Open {
+      SmallVector<Attribute> params;
+      double bytes = 0;
+      Operation *lastAcc = nullptr;
+    };
+    Open dense, expert;
+    auto close = [&](Open &o, bool isExpert, Operation *after, Location loc) {
+      if (o.params.empty())
         return;
+      if (isExpert && dp / ep == 1) {
+        o = Open();
+        return;
+      }
       if (after)
         b.setInsertionPointAfter(after);
       else
         b.setInsertionPoint(fn.getBody().front().getTerminator());
-      b.create<GradSyncOp>(loc, b.getArrayAttr(current), b.getStringAttr("dp"),
+      b.create<GradSyncOp>(loc, b.getArrayAttr(o.params),
+                           b.getStringAttr(isExpert ? "edp" : "dp"),
                            DenseI64ArrayAttr(),
                            b.getStringAttr(zero1 ? "reduce_scatter"
                                                  : "all_reduce"),
@@ -181,27 +243,31 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
                            b.getI64IntegerAttr(nextBucket));
       auto &[bucketStage, names] = buckets[nextBucket++];
       bucketStage = stage;
-      for (Attribute a : current)
+      for (Attribute a : o.params)
         names.push_back(cast<FlatSymbolRefAttr>(a).getAttr());
-      current.clear();
-      bytes = 0;
+      o = Open();
     };
     for (GradAccumulateOp acc : accs) {
       StringAttr name = acc.getParamAttr().getAttr();
       if (where[{name, stage}].size() > 1 || lateSet.contains(name) ||
           lateOnStage.contains({name, stage}))
         continue; // synchronized at the end (several chunks, or tied)
-      current.push_back(acc.getParamAttr());
-      bytes += tensorBytes(acc.getGrad().getType());
-      lastAcc = acc;
-      if (bytes >= limit)
-        close(acc, acc.getLoc());
+      bool isExpert = expertParams.contains(name);
+      Open &o = isExpert ? expert : dense;
+      o.params.push_back(acc.getParamAttr());
+      o.bytes += tensorBytes(acc.getGrad().getType());
+      o.lastAcc = acc;
+      if (o.bytes >= limit)
+        close(o, isExpert, acc, acc.getLoc());
     }
-    close(lastAcc, fn.getLoc());
-    // The late bucket: after everything else in the function.
+    close(dense, false, dense.lastAcc, fn.getLoc());
+    close(expert, true, expert.lastAcc, fn.getLoc());
+    // The late buckets: after everything else in the function.
     for (StringAttr name : lateParams)
-      current.push_back(FlatSymbolRefAttr::get(name));
-    close(nullptr, fn.getLoc());
+      (expertParams.contains(name) ? expert : dense)
+          .params.push_back(FlatSymbolRefAttr::get(name));
+    close(dense, false, nullptr, fn.getLoc());
+    close(expert, true, nullptr, fn.getLoc());
   }
 
   /// ZeRO-1: each dp rank updates only its slice of every bucket (the update

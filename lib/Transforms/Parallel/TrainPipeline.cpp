@@ -1,6 +1,6 @@
 // --mapp-train-pipeline: the named pass pipeline from a forward graph to a
-// parallel training step (tensor → pipeline → autodiff → optimizer → data
-// parallel → schedule).
+// parallel training step (tensor → expert → pipeline → autodiff → optimizer
+// → data parallel → schedule).
 #include "mapp/Transforms/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -25,6 +25,10 @@ struct TrainPipelineOptions
                          llvm::cl::desc("Virtual chunks per pipeline stage"),
                          llvm::cl::init(1)};
   Option<int64_t> dp{*this, "dp", llvm::cl::desc("Data-parallel degree"),
+                     llvm::cl::init(1)};
+  Option<int64_t> ep{*this, "ep",
+                     llvm::cl::desc("Expert-parallel degree (inside dp: ep "
+                                    "divides dp; --mapp-expert-parallel)"),
                      llvm::cl::init(1)};
   Option<double> bucketMb{*this, "bucket-mb",
                           llvm::cl::desc("Gradient bucket size (MiB)"),
@@ -101,6 +105,13 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   tpOpts.tp = o.tp;
   tpOpts.sequenceParallel = o.sequenceParallel;
   pm.addPass(mapp::createMappTensorParallel(tpOpts));
+
+  // Experts over the ep group (inside dp) on the forward graph, before the
+  // stages are cut: dispatch/combine land in their layer's stage.
+  mapp::MappExpertParallelOptions epOpts;
+  epOpts.ep = o.ep;
+  epOpts.dp = o.dp;
+  pm.addPass(mapp::createMappExpertParallel(epOpts));
 
   mapp::MappPipelinePartitionOptions ppOpts;
   ppOpts.pp = o.pp;
@@ -183,7 +194,7 @@ void mapp::registerMappPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "mapp-train-pipeline",
       "Forward graph → parallel training step: tensor-parallel, "
-      "pipeline-partition, autodiff (loss-scale 1/microbatches), recompute "
+      "expert-parallel (ep=, inside dp), pipeline-partition, autodiff (loss-scale 1/microbatches), recompute "
       "(recompute=selective|full), optimizer, "
       "data-parallel, pipeline-schedule, verify-schedule (fbd=true: then "
       "split-fwd-bwd)",

@@ -16,7 +16,7 @@ namespace {
 
 bool isComm(Operation *op) {
   return isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp,
-             RecvOp>(op);
+             RecvOp, EpDispatchOp, EpCombineOp>(op);
 }
 
 /// Ops that become plan instructions and so take time worth tracing.

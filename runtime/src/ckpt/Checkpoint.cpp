@@ -72,13 +72,13 @@ std::string hex32(uint32_t v) {
 int shardCountOf(const Plan &plan, const Value &owner) {
   if (owner.shardDim < 0)
     return 1;
+  if (owner.shardGroup == "ep")
+    return expertDegree(plan);
   return owner.shardGroup == "tp" ? plan.tp : plan.dp;
 }
 
-int shardIndexOf(const Program &q, const Value &owner) {
-  if (owner.shardDim < 0)
-    return 0;
-  return owner.shardGroup == "tp" ? q.tp : q.dp;
+int shardIndexOf(const Plan &plan, const Program &q, const Value &owner) {
+  return shardGroupIndex(plan, q, owner);
 }
 
 /// ZeRO-1: the element range [lo, hi) of OptState value `v` that program
@@ -118,7 +118,7 @@ json tensorsOf(const Plan &plan, const Program &q) {
               {"shard_group", owner.shardGroup},
               {"shard_blocks", owner.shardBlocks},
               {"shard_count", n},
-              {"shard_index", shardIndexOf(q, owner)}};
+              {"shard_index", shardIndexOf(plan, q, owner)}};
     if (val.kind == ValueKind::OptState) {
       auto [lo, hi] = zeroRangeOf(q, static_cast<int>(v));
       if (lo != 0 || hi != val.type.numel())
@@ -226,7 +226,7 @@ std::string mapp::rt::saveCheckpoint(Executor &exec, const std::string &dir,
             {"step", step},
             {"layout",
              {{"world", world}, {"tp", plan.tp}, {"pp", plan.pp},
-              {"dp", plan.dp}, {"ep", 1}, {"chunks", plan.chunks}}},
+              {"dp", plan.dp}, {"ep", plan.ep > 0 ? plan.ep : 1}, {"chunks", plan.chunks}}},
             {"model",
              {{"vocab_size", plan.vocabSize},
               {"seq_length", plan.seqLength},

@@ -45,11 +45,7 @@ std::map<std::string, Shape> mapp::rt::planParamShapes(const Plan &plan) {
     for (const Value &v : p.values) {
       if (v.kind != ValueKind::Param || out.count(v.name))
         continue;
-      int n = 1;
-      if (v.shardDim >= 0)
-        n = v.shardGroup == "tp"
-                ? (p.placement.tp > 0 ? p.placement.tp : plan.tp)
-                : plan.dp;
+      int n = shardGroupSize(plan, p, v);
       out[v.name] = fullShapeOf(v, n);
     }
   return out;

@@ -44,6 +44,8 @@ bool mapp::rt::parseGroup(const std::string &s, Group &out) {
     out = Group::PP;
   else if (s == "ep")
     out = Group::EP;
+  else if (s == "edp")
+    out = Group::EDP;
   else if (s == "world")
     out = Group::World;
   else
@@ -63,6 +65,8 @@ const char *mapp::rt::groupName(Group g) {
     return "pp";
   case Group::EP:
     return "ep";
+  case Group::EDP:
+    return "edp";
   }
   return "?";
 }
@@ -92,10 +96,21 @@ std::vector<int> Layout::members(Group g, int r) const {
       m.push_back(rankOf(i, d, p));
     break;
   case Group::DP:
-  case Group::EP:
     for (int i = 0; i < dp; ++i)
       m.push_back(rankOf(t, i, p));
     break;
+  case Group::EP: {
+    int e = epSize(), first = d - d % e;
+    for (int i = 0; i < e; ++i)
+      m.push_back(rankOf(t, first + i, p));
+    break;
+  }
+  case Group::EDP: {
+    int e = epSize();
+    for (int i = d % e; i < dp; i += e)
+      m.push_back(rankOf(t, i, p));
+    break;
+  }
   case Group::PP:
     for (int i = 0; i < pp; ++i)
       m.push_back(rankOf(t, d, i));

@@ -80,7 +80,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
                               : std::string());
   // The layout (tp x dp x pp = world, one program per rank at its Megatron
   // coordinates) was checked by the plan verifier (PlanVerify.cpp).
-  Layout layout{plan.tp, plan.dp, plan.pp};
+  Layout layout{plan.tp, plan.dp, plan.pp, plan.ep};
   // MegaFBD: the forward side's ranks follow the layout's (docs/megafbd.md).
   Layout fwdLayout = fbdForwardLayout(plan);
   comm.setLayout(layout);
@@ -201,8 +201,11 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
       continue;
     const Value &par = p.values[val.param];
     std::string sg = par.shardDim >= 0 ? par.shardGroup : "";
-    bool count = (sg == "tp" || p.tp == 0) &&
-                 (sg == "dp" || p.dp == 0 || zeroSharded[v]) &&
+    // Expert weights (shard_group "ep") are replicas over the
+    // expert-data-parallel group: counted on its first member.
+    bool dpCounts = sg == "dp" || p.dp == 0 || zeroSharded[v] ||
+                    (sg == "ep" && p.dp / expertDegree(plan) == 0);
+    bool count = (sg == "tp" || p.tp == 0) && dpCounts &&
                  lowestStage[par.name] == p.pp;
     countInNorm_[v] = count;
   }

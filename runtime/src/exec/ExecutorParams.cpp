@@ -17,17 +17,11 @@
 using namespace mapp::rt;
 
 int Executor::shardCount(const Value &v) const {
-  if (v.shardDim < 0)
-    return 1;
-  if (v.shardGroup == "tp")
-    return prog_->placement.tp > 0 ? prog_->placement.tp : plan_.tp;
-  return plan_.dp;
+  return shardGroupSize(plan_, *prog_, v);
 }
 
 int Executor::shardIndex(const Value &v) const {
-  if (v.shardDim < 0)
-    return 0;
-  return v.shardGroup == "tp" ? prog_->tp : prog_->dp;
+  return shardGroupIndex(plan_, *prog_, v);
 }
 
 void Executor::initParams(uint64_t seed) {
@@ -142,8 +136,7 @@ Safetensors Executor::gatherParams(bool grads) {
       if (pv < 0)
         continue;
       const Value &par = q->values[pv];
-      int idx = par.shardDim < 0 ? 0
-                                 : (par.shardGroup == "tp" ? q->tp : q->dp);
+      int idx = shardGroupIndex(plan_, *q, par);
       src.emplace(std::make_pair(par.name, idx), Src{q, static_cast<int>(v)});
     }
   Safetensors st;

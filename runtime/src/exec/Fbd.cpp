@@ -53,7 +53,7 @@ bool sends(const Program &b, const Value &v) {
 Layout mapp::rt::fbdForwardLayout(const Plan &plan) {
   // Roles, peers and the forward side's one tp were checked by the plan
   // verifier (PlanVerify.cpp verifyLayout).
-  Layout l{0, plan.dp, plan.pp};
+  Layout l{0, plan.dp, plan.pp, plan.ep};
   for (const Program &p : plan.programs)
     if (p.placement.role == "fwd")
       l.tp = p.placement.tp;

@@ -104,8 +104,8 @@ void verifyValue(const Program &p, size_t vi, const std::string &where) {
     if (v.shardDim < 0 || v.shardDim >= static_cast<int>(v.type.shape.size()))
       fail(at, ": shard_dim ", v.shardDim, " out of range for shape ",
            shapeStr(v.type.shape));
-    if (v.shardGroup != "tp" && v.shardGroup != "dp")
-      fail(at, ": shard_group must be \"tp\" or \"dp\", got '",
+    if (v.shardGroup != "tp" && v.shardGroup != "dp" && v.shardGroup != "ep")
+      fail(at, ": shard_group must be \"tp\", \"dp\" or \"ep\", got '",
            v.shardGroup, "'");
     if (v.shardBlocks < 1 || v.type.shape[v.shardDim] % v.shardBlocks)
       fail(at, ": shard_blocks ", v.shardBlocks, " does not divide dim ",
@@ -443,6 +443,9 @@ void mapp::rt::verifyPlan(const Plan &plan) {
   if (plan.tp < 1 || plan.pp < 1 || plan.dp < 1 || plan.chunks < 1)
     fail("plan: tp/pp/dp/chunks must be >= 1 (got ", plan.tp, "/", plan.pp, "/",
          plan.dp, "/", plan.chunks, ")");
+  if (plan.ep < 0 || (plan.ep > 0 && plan.dp % plan.ep))
+    fail("plan: ep ", plan.ep, " must divide dp ", plan.dp,
+         " (expert parallelism lives inside the data-parallel group)");
   if (plan.microBatchSize < 1 || plan.seqLength < 1 || plan.vocabSize < 1)
     fail("plan: micro_batch_size, seq_length and vocab_size must be >= 1 (got ",
          plan.microBatchSize, ", ", plan.seqLength, ", ", plan.vocabSize, ")");

@@ -175,7 +175,7 @@ func.func @reduce_dims(%a: tensor<2x8xf32>) {
 // -----
 
 func.func @group_name(%a: tensor<2x8xf32>) {
-  // expected-error @+1 {{group must be tp, dp, pp or ep, got "xp"}}
+  // expected-error @+1 {{group must be tp, dp, pp, ep or edp, got "xp"}}
   %0 = mapp.all_reduce %a {group = "xp"} : (tensor<2x8xf32>) -> tensor<2x8xf32>
   return
 }

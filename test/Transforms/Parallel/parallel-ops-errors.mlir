@@ -1,6 +1,6 @@
 // RUN: mapp-opt %s -split-input-file -verify-diagnostics
 
-// expected-error @+1 {{shard_group must be "tp" or "dp", got "pp"}}
+// expected-error @+1 {{shard_group must be "tp", "dp" or "ep", got "pp"}}
 mapp.param @a : tensor<4x4xf32> {shard_dim = 0 : i64, shard_group = "pp"}
 
 // -----

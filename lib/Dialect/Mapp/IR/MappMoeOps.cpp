@@ -295,3 +295,101 @@ LogicalResult MoeZLossOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
                                            dys[0], getLogits(), getCoeffAttr()));
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism: ep_dispatch / ep_combine
+//===----------------------------------------------------------------------===//
+
+/// Shared rules: `rows` (x of dispatch, y of combine) and `out` are
+/// [rows, ...] alike past the row dimension; counts [E] with E divisible by
+/// members; group and ranks exclusive, ranks of `members` distinct ranks.
+static LogicalResult verifyExpertComm(Operation *op, Value rows, Value out,
+                                      Value counts, int64_t members,
+                                      std::optional<StringRef> group,
+                                      std::optional<ArrayRef<int64_t>> ranks) {
+  if (members < 1)
+    return op->emitOpError("members must be >= 1 (the expert-parallel group "
+                           "size), got ")
+           << members;
+  if (group && ranks)
+    return op->emitOpError("takes a group or ranks, not both");
+  if (group && *group != "ep" && *group != "dp" && *group != "tp" &&
+      *group != "pp" && *group != "edp")
+    return op->emitOpError("group must be tp, dp, pp, ep or edp, got \"")
+           << *group << "\"";
+  if (ranks) {
+    if ((int64_t)ranks->size() != members)
+      return op->emitOpError("ranks lists ")
+             << ranks->size() << " ranks but members is " << members;
+    llvm::SmallDenseSet<int64_t> seen;
+    for (int64_t r : *ranks)
+      if (r < 0 || !seen.insert(r).second)
+        return op->emitOpError("ranks must be distinct ranks >= 0");
+  }
+  if (failed(wantRank(op, counts, 1, "counts")))
+    return failure();
+  int64_t e = shapeOf(counts)[0];
+  if (e < 1)
+    return op->emitOpError("counts must have one entry per expert, got ")
+           << shapeStr(shapeOf(counts));
+  if (e % members != 0)
+    return op->emitOpError()
+           << e << " experts cannot be split evenly over " << members
+           << " members (num_moe_experts must be divisible by ep)";
+  ArrayRef<int64_t> a = shapeOf(rows), b = shapeOf(out);
+  if (a.empty() || b.empty())
+    return op->emitOpError("rows must have rank >= 1");
+  if (a.size() != b.size() || a.drop_front() != b.drop_front())
+    return op->emitOpError("operand ")
+           << shapeStr(a) << " and result " << shapeStr(b)
+           << " must be [rows, ...] alike past the row dimension";
+  if (a[0] < 1 || b[0] < 1)
+    return op->emitOpError("row counts must be >= 1, got ")
+           << shapeStr(a) << " and " << shapeStr(b);
+  return success();
+}
+
+LogicalResult EpDispatchOp::verify() {
+  if (failed(verifyExpertComm(*this, getX(), getY(), getCounts(), getMembers(),
+                              getGroup(), getRanks())))
+    return failure();
+  if (Value lc = getLocalCounts()) {
+    int64_t e = shapeOf(getCounts())[0];
+    if (failed(wantShape(*this, lc, {e / (int64_t)getMembers()},
+                         "local_counts")))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult EpCombineOp::verify() {
+  return verifyExpertComm(*this, getY(), getX(), getCounts(), getMembers(),
+                          getGroup(), getRanks());
+}
+
+// Communication only: the bytes are the cost (getBytesRead/Written).
+uint64_t EpDispatchOp::getFlops() { return 0; }
+uint64_t EpCombineOp::getFlops() { return 0; }
+
+// Each is the other's adjoint with the same counts and group.
+LogicalResult EpDispatchOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                          SmallVectorImpl<Value> &grads) {
+  if (!dys[0]) {
+    grads.append({Value(), Value()});
+    return success();
+  }
+  auto g = b.create<EpCombineOp>(getLoc(), getX().getType(), dys[0],
+                                 getCounts(), getMembersAttr(), getGroupAttr(),
+                                 getRanksAttr());
+  grads.append({g.getX(), Value()});
+  return success();
+}
+
+LogicalResult EpCombineOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                         SmallVectorImpl<Value> &grads) {
+  auto g = b.create<EpDispatchOp>(getLoc(), getY().getType(), Type(), dys[0],
+                                  getCounts(), getMembersAttr(), getGroupAttr(),
+                                  getRanksAttr());
+  grads.append({g.getY(), Value()});
+  return success();
+}

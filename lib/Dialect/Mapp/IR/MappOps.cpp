@@ -70,8 +70,8 @@ LogicalResult ParamOp::verify() {
       return emitOpError("shard_dim ")
              << dim.getInt() << " out of range for rank " << type.getRank();
     StringRef g = getShardGroupAttr() ? getShardGroupAttr().getValue() : "";
-    if (g != "tp" && g != "dp")
-      return emitOpError("shard_group must be \"tp\" or \"dp\", got \"")
+    if (g != "tp" && g != "dp" && g != "ep")
+      return emitOpError("shard_group must be \"tp\", \"dp\" or \"ep\", got \"")
              << g << "\"";
   }
   if (auto blocks = getShardBlocksAttr()) {
@@ -399,8 +399,9 @@ LogicalResult CrossEntropyOp::verify() {
 }
 
 static LogicalResult verifyGroupName(Operation *op, StringRef g) {
-  if (g != "tp" && g != "dp" && g != "pp" && g != "ep")
-    return op->emitOpError("group must be tp, dp, pp or ep, got \"")
+  if (g != "tp" && g != "dp" && g != "pp" && g != "ep" &&
+      g != "edp")
+    return op->emitOpError("group must be tp, dp, pp, ep or edp, got \"")
            << g << "\"";
   return success();
 }
@@ -621,8 +622,9 @@ static LogicalResult verifyGroup(OpT op) {
     return op.emitOpError("needs exactly one of `group` or `ranks`");
   if (hasGroup) {
     StringRef g = *op.getGroup();
-    if (g != "tp" && g != "dp" && g != "pp" && g != "ep")
-      return op.emitOpError("group must be tp, dp, pp or ep, got \"")
+    if (g != "tp" && g != "dp" && g != "pp" && g != "ep" &&
+      g != "edp")
+      return op.emitOpError("group must be tp, dp, pp, ep or edp, got \"")
              << g << "\"";
     return success();
   }

@@ -60,21 +60,32 @@ namespace mapp::rt {
 
 enum class ReduceOp { Sum, Max, Avg };
 /// Parallel group a collective runs over (docs/semantics.md `group`).
-enum class Group { World, TP, DP, PP, EP };
+/// EP: the expert-parallel group, EDP: the expert-data-parallel group (the
+/// dp ranks holding the same experts; Layout::ep).
+enum class Group { World, TP, DP, PP, EP, EDP };
 bool parseGroup(const std::string &s, Group &out);
 bool parseReduceOp(const std::string &s, ReduceOp &out);
 const char *groupName(Group g);
 
 /// The world's parallel layout: rank = tp + tpSize*(dp + dpSize*pp).
+/// Expert parallelism lives inside dp (Megatron): with ep dividing dp, the
+/// EP group of a rank is the ep consecutive dp ranks d - d%ep .. that share
+/// its tp and pp coordinates, its EDP group the dp ranks with the same d%ep.
+/// ep = 0 (plans before the ep pass): EP is the whole dp group, EDP the
+/// rank alone.
 struct Layout {
-  int tp = 1, dp = 1, pp = 1;
+  int tp = 1, dp = 1, pp = 1, ep = 0;
   int world() const { return tp * dp * pp; }
   int tpOf(int r) const { return r % tp; }
   int dpOf(int r) const { return (r / tp) % dp; }
   int ppOf(int r) const { return r / (tp * dp); }
   int rankOf(int t, int d, int p) const { return t + tp * (d + dp * p); }
-  /// Members of rank r's group `g`, ascending. EP is the dp group (experts
-  /// are spread over data-parallel ranks until the plan says otherwise).
+  /// The expert-parallel degree (ep, or dp when 0 or not dividing dp).
+  int epSize() const { return ep > 0 && dp % ep == 0 ? ep : dp; }
+  /// Index of rank r in its EP group and in its EDP group.
+  int epOf(int r) const { return dpOf(r) % epSize(); }
+  int edpOf(int r) const { return dpOf(r) / epSize(); }
+  /// Members of rank r's group `g`, ascending.
   std::vector<int> members(Group g, int r) const;
 };
 

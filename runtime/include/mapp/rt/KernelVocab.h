@@ -32,7 +32,7 @@ enum KernelProp : unsigned {
   /// Run by the executor itself, not by a backend (trace marks).
   kExecutor = 1u << 4,
   /// No op of the dialect lowers to it: the runtime derives it (KV-cache
-  /// programs) or plans are written by hand (expert-parallel tests).
+  /// programs) or plans are written by hand.
   kRuntimeOnly = 1u << 5,
 };
 

@@ -122,6 +122,8 @@ struct Plan {
   uint32_t version = 0;
   int worldSize = 1;
   int tp = 1, pp = 1, dp = 1, chunks = 1;
+  /// Expert-parallel degree (divides dp); 0 in plans before the ep pass.
+  int ep = 0;
   int microBatchSize = 0;
   int numMicrobatches = 1;
   int seqLength = 0;
@@ -154,6 +156,35 @@ Plan parsePlan(const uint8_t *data, size_t size);
 Plan loadPlan(const std::string &path);
 /// Semantic checks of an already decoded plan (run by parsePlan too).
 void verifyPlan(const Plan &plan);
+
+/// The expert-parallel degree: ep, or dp for plans without one (their "ep"
+/// group is the whole dp group).
+inline int expertDegree(const Plan &plan) {
+  return plan.ep > 0 ? plan.ep : plan.dp;
+}
+/// A sharded Param's shard group size ("tp": the program's tp side, "ep":
+/// the expert degree, "dp": dp) and program q's index in that group; 1 and
+/// 0 for a value that is not sharded.
+inline int shardGroupSize(const Plan &plan, const Program &q,
+                          const Value &owner) {
+  if (owner.shardDim < 0)
+    return 1;
+  if (owner.shardGroup == "tp")
+    return q.placement.tp > 0 ? q.placement.tp : plan.tp;
+  if (owner.shardGroup == "ep")
+    return expertDegree(plan);
+  return plan.dp;
+}
+inline int shardGroupIndex(const Plan &plan, const Program &q,
+                           const Value &owner) {
+  if (owner.shardDim < 0)
+    return 0;
+  if (owner.shardGroup == "tp")
+    return q.tp;
+  if (owner.shardGroup == "ep")
+    return q.dp % expertDegree(plan);
+  return q.dp;
+}
 
 /// MegaFBD: whether some program has a Placement role ("fwd" | "bwd").
 bool isFbdPlan(const Plan &plan);

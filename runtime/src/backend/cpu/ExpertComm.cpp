@@ -72,7 +72,13 @@ CommGroup cpu::expertGroup(const KernelArgs &a, Communicator &c) {
   std::vector<int64_t> ranks;
   if (a.attrs.has("ranks"))
     ranks = a.attrs.getInts("ranks");
-  return resolveGroup(c, a.attrs.getStr("group", "ep"), ranks);
+  CommGroup g = resolveGroup(c, a.attrs.getStr("group", "ep"), ranks);
+  // The compiler's group size (the op's `members`) must be the plan's.
+  if (a.attrs.has("members") && a.attrs.getInt("members", 0) != g.size())
+    fail("expert group ", g.str(), " has ", g.size(),
+         " members, the op was compiled for ", a.attrs.getInt("members", 0),
+         " (the plan's ep does not match the pass's)");
+  return g;
 }
 
 ExpertRoute cpu::routeExperts(Communicator &c, const CommGroup &g,

@@ -216,7 +216,10 @@ public:
     comms_[l.members(Group::World, r)] = nr.comm;
     // Collective over the world: every rank splits tp, dp, pp in this order;
     // a group's color is its lowest rank, members keep their global order.
-    for (Group g : {Group::TP, Group::DP, Group::PP}) {
+    // With ep in the layout, the expert groups too (every rank alike).
+    for (Group g : {Group::TP, Group::DP, Group::PP, Group::EP, Group::EDP}) {
+      if ((g == Group::EP || g == Group::EDP) && l.ep <= 0)
+        continue;
       std::vector<int> members = l.members(g, r);
       ncclComm_t c = nullptr;
       nr.world->check("nccl: splitting the world");

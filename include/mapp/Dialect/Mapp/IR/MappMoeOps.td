@@ -168,4 +168,67 @@ def Mapp_MoeZLossGradOp : Mapp_ComputeOp<"moe_z_loss_grad"> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Expert parallelism (--mapp-expert-parallel, docs/expert-parallel.md)
+//===----------------------------------------------------------------------===//
+
+class Mapp_ExpertCommOp<string mnemonic, list<Trait> traits = []>
+    : Mapp_Op<mnemonic, !listconcat(traits, [
+        MemoryEffects<[MemRead, MemWrite]>,
+        DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>,
+        DeclareOpInterfaceMethods<Mapp_GradientOpInterface>])> {
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The parallel group ("ep" unless set) or "" when explicit ranks.
+    ::llvm::StringRef getGroupName() {
+      if (getRanks())
+        return ::llvm::StringRef();
+      return getGroup() ? *getGroup() : ::llvm::StringRef("ep");
+    }
+  }];
+}
+
+def Mapp_EpDispatchOp : Mapp_ExpertCommOp<"ep_dispatch"> {
+  let summary = "send each expert's permuted rows to the member that owns it (variable all_to_all)";
+  let description = [{
+    `x` [N, ...] are this rank's rows sorted by global expert (what
+    moe_permute produces), `counts` [E] the rows of each expert (rows past
+    Σ counts are padding). Member j of the expert-parallel group (`group`,
+    default "ep", or explicit `ranks`) of `members` ranks owns experts
+    [j·E/members, (j+1)·E/members). The result `y` [C, ...] holds the rows
+    every member routed to this rank's experts, grouped by local expert,
+    source member minor; rows past their total are zero. C must hold the
+    total: the dropless worst case is members·N (every member routes every
+    row here); with a capacity c per expert, E·c suffices. `local_counts`
+    [E/members] (optional) are the rows per local expert, the counts of
+    the grouped GEMMs that follow.
+
+    The gradient of dispatch is `ep_combine` with the same counts (the
+    route is a partial permutation; its adjoint sends each row back).
+  }];
+  let arguments = (ins Mapp_FloatTensor:$x, Mapp_I32Tensor:$counts,
+                       I64Attr:$members, OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks);
+  let results = (outs Mapp_FloatTensor:$y,
+                      Optional<Mapp_I32Tensor>:$local_counts);
+  let assemblyFormat = "$x `,` $counts attr-dict `:` functional-type(operands, results)";
+}
+
+def Mapp_EpCombineOp : Mapp_ExpertCommOp<"ep_combine"> {
+  let summary = "return expert output rows to the ranks and rows they came from";
+  let description = [{
+    The inverse of `ep_dispatch` with the same `counts` [E] (this rank's
+    rows per global expert before dispatch) and group: `y` [C, ...] holds
+    this rank's experts' rows as dispatch laid them out; the result `x`
+    [N, ...] has every row back at its place in the sender's expert-sorted
+    buffer; rows past Σ counts are zero. The gradient is `ep_dispatch`
+    with the same counts.
+  }];
+  let arguments = (ins Mapp_FloatTensor:$y, Mapp_I32Tensor:$counts,
+                       I64Attr:$members, OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks);
+  let results = (outs Mapp_FloatTensor:$x);
+  let assemblyFormat = "$y `,` $counts attr-dict `:` functional-type(operands, results)";
+}
+
 #endif // MAPP_MOE_OPS_TD

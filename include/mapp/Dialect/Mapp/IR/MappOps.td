@@ -52,7 +52,8 @@ def Mapp_ParamOp : Mapp_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     ("normal", "ones", "zeros"); `std` is the normal's standard deviation.
 
     With `shard_dim`, `type` is this rank's slice of the full tensor along
-    that dim, split over the parallel group `shard_group` ("tp" or "dp"):
+    that dim, split over the parallel group `shard_group` ("tp", "dp" or
+    "ep", the expert-parallel group of --mapp-expert-parallel):
     the full tensor is cut along `shard_dim` into `shard_blocks` (default 1)
     equal blocks, each block into group-size equal pieces, and rank r holds
     piece r of every block, concatenated in block order. `shard_blocks = 3`
@@ -508,7 +509,8 @@ def Mapp_AllReduceOp : Mapp_CollectiveOp<"all_reduce", [SameOperandsAndResultTyp
   let summary = "reduce over a group, every member gets the result";
   let description = [{
     `group` names a parallel group of the rank's coordinates ("tp", "dp",
-    "pp", "ep"); alternatively `ranks` lists the members explicitly.
+    "pp", "ep", or "edp": the dp ranks holding the same experts under
+    expert parallelism); alternatively `ranks` lists the members explicitly.
   }];
   let arguments = (ins Mapp_FloatTensor:$x, OptionalAttr<StrAttr>:$group,
                        OptionalAttr<DenseI64ArrayAttr>:$ranks,
