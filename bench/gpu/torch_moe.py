@@ -6,8 +6,9 @@ Switch load-balancing and z-losses added to the loss) written for speed:
 bf16 autocast, SDPA (flash) attention, fused AdamW, tokens sorted by expert
 (one stable argsort) and the expert GEMMs as torch._grouped_mm on device
 offsets (no host sync) where this torch has it with a backward, else one
-matmul per expert (one host read of the counts per layer). eager or
-torch.compile.
+matmul per expert (one host read of the counts per layer); the bf16 weight
+layout handed to it ([E,K,N] or column-major) timed on the real shapes at
+start-up and the faster kept. eager or torch.compile.
 
 Parameter names are the reference module's (mapp.reference.GPT), so
 moe_check.py loads the e2e check's initial weights into it and trains it
@@ -27,6 +28,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 GROUPED = None  # "grouped_mm" or "loop", decided once by probe_grouped_mm()
+# Layout of the bf16 expert weights handed to the GEMMs: "kn" ([E, K, N]
+# row-major, the parameters' layout) or "nk" (column-major, the layout
+# torchtitan's GroupedExperts passes to _grouped_mm); pick_layout() times both.
+LAYOUT = "kn"
+GEMM_DTYPE = torch.bfloat16  # the expert GEMMs' operands (float32: a CPU check)
 
 
 def probe_grouped_mm():
@@ -57,6 +63,45 @@ def probe_grouped_mm():
     except Exception:  # no kernel for this GPU/dtype, or no backward
         pass
     return GROUPED
+
+
+def pick_layout(m, k, n, e, reps=5):
+    """The faster bf16 weight layout for _grouped_mm on these shapes
+    (forward + backward, including the cast/copy of the weights)."""
+    global LAYOUT
+    if GROUPED != "grouped_mm":
+        return LAYOUT
+    best = None
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(e, k, n, device="cuda", requires_grad=True)
+    offs = torch.arange(1, e + 1, device="cuda", dtype=torch.int32) * (m // e)
+    for lay in ("kn", "nk"):
+        LAYOUT = lay
+        times = []
+        for i in range(reps + 2):
+            t0 = torch.cuda.Event(enable_timing=True)
+            t1 = torch.cuda.Event(enable_timing=True)
+            t0.record()
+            y = expert_mm(x, bf16_weight(w), offs, None)
+            y.backward(torch.ones_like(y))
+            t1.record()
+            torch.cuda.synchronize()
+            if i >= 2:
+                times.append(t0.elapsed_time(t1))
+        t = sorted(times)[len(times) // 2]
+        if best is None or t < best[0]:
+            best = (t, lay)
+    LAYOUT = best[1]
+    return LAYOUT
+
+
+def bf16_weight(w):
+    """w [E, K, N] (fp32 master) as bf16 in LAYOUT, one cast-copy kernel."""
+    if LAYOUT == "nk":
+        e, k, n = w.shape
+        return torch.empty(e, n, k, device=w.device, dtype=GEMM_DTYPE).copy_(
+            w.transpose(1, 2)).transpose(1, 2)
+    return w.to(GEMM_DTYPE)
 
 
 def expert_mm(x, w, offs, counts):
@@ -103,11 +148,11 @@ class MoE(nn.Module):
         flat = experts.reshape(-1)
         order = torch.argsort(flat, stable=True)  # (expert, token) order
         counts = torch.zeros(e, dtype=torch.int32, device=x.device).scatter_add_(
-            0, flat.int(), torch.ones_like(flat, dtype=torch.int32))
+            0, flat, torch.ones_like(flat, dtype=torch.int32))
         offs = torch.cumsum(counts, 0, dtype=torch.int32)
-        xp = xf.to(torch.bfloat16)[order // k]
-        w1 = self.experts.fc1.weight.to(torch.bfloat16)
-        w2 = self.experts.fc2.weight.to(torch.bfloat16)
+        xp = xf.to(GEMM_DTYPE)[order // k]
+        w1 = bf16_weight(self.experts.fc1.weight)
+        w2 = bf16_weight(self.experts.fc2.weight)
         hid = F.gelu(expert_mm(xp, w1, offs, counts), approximate="tanh")
         yp = expert_mm(hid, w2, offs, counts)
         y = torch.empty_like(yp)
@@ -205,6 +250,9 @@ def main():
     if a.grouped == "loop":
         GROUPED = "loop"
     probe_grouped_mm()
+    m = c["micro_batch_size"] * c["seq_length"] * c["moe_router_topk"]
+    h, f, e = c["hidden_size"], c["moe_ffn_hidden_size"], c["num_moe_experts"]
+    pick_layout(m, h, f, e)
     torch.manual_seed(0)
     model = GPT(c).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95),
@@ -237,7 +285,8 @@ def main():
     print(json.dumps({"impl": f"torch-{a.mode}", "ms_per_step": ms,
                       "tokens_per_s": B * T / ms * 1e3,
                       "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-                      "grouped": GROUPED, "loss": loss.item(),
+                      "grouped": GROUPED + ("" if GROUPED == "loop" else f" {LAYOUT}"),
+                      "loss": loss.item(),
                       "active_params": act, "total_params": tot}))
 
 
