@@ -43,7 +43,6 @@
 #include <cublasLt.h>
 
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -452,21 +451,8 @@ struct CountsMirror {
 std::mutex gMirrorMutex;
 std::map<std::pair<const CudaBackend *, const void *>, CountsMirror> gMirrors;
 
-bool countsSyncOnly() {
-  static const bool sync = [] {
-    const char *v = std::getenv("MAPP_CUDA_MOE_COUNTS");
-    if (!v || !*v || std::strcmp(v, "async") == 0)
-      return false;
-    if (std::strcmp(v, "sync") == 0)
-      return true;
-    fail("MAPP_CUDA_MOE_COUNTS must be async or sync, got '", v, "'");
-    return false;
-  }();
-  return sync;
-}
-
 void mirrorCounts(CudaBackend &be, const Tensor &counts) {
-  if (countsSyncOnly())
+  if (be.config().moeCountsSync)
     return;
   int64_t e = counts.numel();
   std::lock_guard<std::mutex> lock(gMirrorMutex);
@@ -504,7 +490,7 @@ std::vector<int64_t> hostOffsets(CudaBackend &be, const char *kernel,
   int64_t e = counts.numel();
   std::vector<int32_t> c(e);
   bool mirrored = false;
-  if (!countsSyncOnly()) {
+  if (!be.config().moeCountsSync) {
     std::lock_guard<std::mutex> lock(gMirrorMutex);
     auto it = gMirrors.find({&be, counts.data});
     if (it != gMirrors.end() && it->second.cap >= e) {
