@@ -30,7 +30,9 @@
 //                     never a silent wrong shape. Counts no moe_assign wrote
 //                     (or MAPP_CUDA_MOE_COUNTS=sync) are read with one stream
 //                     synchronize. Algorithms are cached per bucket of the
-//                     varying row count, not per exact shape.
+//                     varying row count, not per exact shape; the first
+//                     large call of a bucket times the heuristic's
+//                     candidates and keeps the fastest (MAPP_CUDA_GEMM_TUNE).
 //   aux / z losses    fixed-grid per-block partials, summed in a fixed order
 //                     (deterministic, no float atomics).
 //
@@ -42,6 +44,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <map>
@@ -551,6 +554,10 @@ struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatmulAlgo_t algo;
   bool ok = false;
+  // The heuristic's candidates; the first large call of the bucket times
+  // them on its operands and keeps the fastest (as Gemm.cu does).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  bool tuned = false;
 };
 std::mutex gLtMutex;
 std::map<LtKey, LtPlan> gLtPlans;
@@ -571,8 +578,10 @@ struct Layouts {
   }
 };
 
+/// Up to `want` algorithms for the layouts, best first; false when none.
 bool heuristic(CudaBackend &be, cublasLtMatmulDesc_t desc, const Layouts &l,
-               uint32_t align, cublasLtMatmulAlgo_t &algo) {
+               uint32_t align, std::vector<cublasLtMatmulAlgo_t> &algos,
+               int want = 1) {
   cublasLtMatmulPreference_t pref;
   MAPP_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = be.ltWorkspaceBytes();
@@ -584,15 +593,17 @@ bool heuristic(CudaBackend &be, cublasLtMatmulDesc_t desc, const Layouts &l,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     MAPP_LT_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
-  cublasLtMatmulHeuristicResult_t res;
+  cublasLtMatmulHeuristicResult_t res[8];
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      be.lt(), desc, l.a, l.b, l.d, l.d, pref, 1, &res, &found);
+      be.lt(), desc, l.a, l.b, l.d, l.d, pref, std::min(want, 8), res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found < 1)
-    return false;
-  algo = res.algo;
-  return true;
+  algos.clear();
+  if (st == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < found; ++i)
+      if (res[i].state == CUBLAS_STATUS_SUCCESS)
+        algos.push_back(res[i].algo);
+  return !algos.empty();
 }
 
 /// Column-major D[m,n] = op(A)·op(B), bf16 A and B, fp32 accumulation, D in
@@ -622,24 +633,54 @@ void ltGemm(CudaBackend &be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
           p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof(oa)));
       MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
           p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof(ob)));
-      p->ok = heuristic(be, p->desc, l, key.align, p->algo);
+      p->ok = heuristic(be, p->desc, l, key.align, p->candidates, 8);
+      if (p->ok)
+        p->algo = p->candidates[0];
     }
   }
   float alpha = 1.0f, beta = 0.0f;
+  cudaStream_t s = be.stream();
+  if (p->ok && !p->tuned && be.config().gemmTune && p->candidates.size() > 1 &&
+      m * n * k >= (int64_t(1) << 30)) {
+    // Twice each on these operands (beta = 0: the real call below rewrites
+    // D), once per bucket, in the first steps.
+    Event e0, e1;
+    MAPP_CUDA_CHECK(cudaEventCreate(e0.out()));
+    MAPP_CUDA_CHECK(cudaEventCreate(e1.out()));
+    float best = 1e30f;
+    for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
+      float ms = 0;
+      bool ok = true;
+      for (int rep = 0; rep < 2 && ok; ++rep) {
+        MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
+        ok = cublasLtMatmul(be.lt(), p->desc, &alpha, A, l.a, B, l.b, &beta, D,
+                            l.d, D, l.d, &algo, be.ltWorkspace(),
+                            be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
+        MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
+        MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
+        MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      }
+      if (ok && ms < best) {
+        best = ms;
+        p->algo = algo;
+      }
+    }
+    p->tuned = true;
+  }
   cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
   if (p->ok)
     st = cublasLtMatmul(be.lt(), p->desc, &alpha, A, l.a, B, l.b, &beta, D,
                         l.d, D, l.d, &p->algo, be.ltWorkspace(),
-                        be.ltWorkspaceBytes(), be.stream());
+                        be.ltWorkspaceBytes(), s);
   if (st != CUBLAS_STATUS_SUCCESS) {
     // The bucket's algorithm does not take this exact shape: ask for one.
-    cublasLtMatmulAlgo_t algo;
+    std::vector<cublasLtMatmulAlgo_t> algo;
     if (!heuristic(be, p->desc, l, key.align, algo))
       fail("cuBLASLt found no algorithm for a ", m, "x", n, "x", k,
            " bf16 expert GEMM");
     st = cublasLtMatmul(be.lt(), p->desc, &alpha, A, l.a, B, l.b, &beta, D,
-                        l.d, D, l.d, &algo, be.ltWorkspace(),
-                        be.ltWorkspaceBytes(), be.stream());
+                        l.d, D, l.d, &algo[0], be.ltWorkspace(),
+                        be.ltWorkspaceBytes(), s);
     if (st != CUBLAS_STATUS_SUCCESS)
       fail("cuBLASLt error ", static_cast<int>(st), " in a ", m, "x", n, "x",
            k, " bf16 expert GEMM");
