@@ -121,5 +121,11 @@ CudaConfig CudaConfig::fromEnv() {
   c.cudnnVerbose = env("MAPP_CUDNN_VERBOSE") != nullptr;
   c.probeRingBytes = ringBytes(c.probeRingBytes);
   c.ncclSyncGrads = syncGrads();
+  if (const char *m = env("MAPP_CUDA_MOE_COUNTS")) {
+    std::string v = m;
+    if (v != "async" && v != "sync" && !v.empty())
+      fail("MAPP_CUDA_MOE_COUNTS must be async or sync, got '", v, "'");
+    c.moeCountsSync = v == "sync";
+  }
   return c;
 }

@@ -53,6 +53,10 @@ struct CudaConfig {
   /// MAPP_NCCL_SYNC_GRADS=0|1 (0): grad_sync waits like other collectives
   /// instead of overlapping the backward pass.
   bool ncclSyncGrads = false;
+  /// MAPP_CUDA_MOE_COUNTS=async|sync (async): the grouped expert GEMMs read
+  /// moe_assign's counts from the pinned copy queued behind it (sync: one
+  /// stream synchronize per GEMM call; docs/moe.md).
+  bool moeCountsSync = false;
 
   /// Reads every variable; Error naming the variable and the bad value.
   static CudaConfig fromEnv();

@@ -336,6 +336,9 @@ void CudaBackend::synchronize() {
   if (hostError_->code != kErrNone) {
     DeviceError e = *hostError_;
     MAPP_CUDA_CHECK(cudaMemset(devError_, 0, sizeof(DeviceError)));
+    std::string moe = moeErrorText(e.code, e.a, e.b, e.c);
+    if (!moe.empty())
+      fail("step ", step_, ", ", moe);
     const char *what = e.code == kErrCeTarget || e.code == kErrCeGradTarget
                            ? "target"
                            : "id";

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 namespace mapp::rt::cuda {
 
@@ -114,7 +115,12 @@ struct DeviceError {
   int64_t c;  // the bound it broke
 };
 enum KernelError : int { kErrNone = 0, kErrEmbeddingId = 1, kErrEmbeddingGradId = 2,
-                         kErrCeTarget = 3, kErrCeGradTarget = 4 };
+                         kErrCeTarget = 3, kErrCeGradTarget = 4,
+                         // Moe.cu (moeErrorText words them)
+                         kErrMoeExpert = 5, kErrMoePermuteSlot = 6,
+                         kErrMoeUnpermuteSlot = 7, kErrMoeStaleCounts = 8 };
+/// The message of a Moe.cu DeviceError code ("" for other codes).
+std::string moeErrorText(int code, int64_t a, int64_t b, int64_t c);
 
 __device__ __forceinline__ void reportError(DeviceError *e, int code, int64_t a,
                                             int64_t b, int64_t c) {
