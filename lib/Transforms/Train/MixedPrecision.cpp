@@ -53,6 +53,9 @@ struct MixedPrecisionPass
   LogicalResult applyFp8(ModuleOp module) {
     MLIRContext *ctx = &getContext();
     OpBuilder b(ctx);
+    if (module->hasAttr("mapp.fp8"))
+      return module.emitError("mapp-mixed-precision: compute=fp8 was applied "
+                              "already (the module has mapp.fp8)");
     const char *gradFmt = fp8Format == "hybrid" ? "e5m2" : "e4m3";
     auto metaType = RankedTensorType::get({3 * (1 + fp8History)},
                                           Float32Type::get(ctx));

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Fp8.h"
+#include "CudaCommon.h"
 
 #include <cuda_fp8.h>
 
@@ -173,9 +174,10 @@ __global__ void gemmTiled(const uint8_t *a, int ea, const uint8_t *b, int eb,
 
 } // namespace
 
-void cuda::fp8Quantize(DView src, int64_t rows, int64_t cols, Fp8Format fmt,
+void cuda::fp8Quantize(const void *srcp, bool srcBf16, int64_t rows, int64_t cols, Fp8Format fmt,
                        float *meta, uint8_t *straight, uint8_t *transposed,
                        float *descale, cudaStream_t s) {
+  DView src{const_cast<void *>(srcp), srcBf16 ? 1 : 0};
   int64_t n = rows * cols;
   int e5m2 = fmt == Fp8Format::E5M2;
   if (n == 0) {
@@ -210,9 +212,10 @@ void cuda::fp8UpdateMeta(float *meta, int64_t history, int64_t margin,
 }
 
 void cuda::fp8GemmTiled(const uint8_t *a, Fp8Format fa, const uint8_t *b,
-                        Fp8Format fb, const float *da, const float *db, DView c,
-                        const float *bias, int64_t M, int64_t N, int64_t K,
-                        cudaStream_t s) {
+                        Fp8Format fb, const float *da, const float *db,
+                        void *cp, bool cBf16, const float *bias, int64_t M,
+                        int64_t N, int64_t K, cudaStream_t s) {
+  DView c{cp, cBf16 ? 1 : 0};
   if (M == 0 || N == 0)
     return;
   if (M > int64_t(65535) * kGT)

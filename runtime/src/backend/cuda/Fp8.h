@@ -11,8 +11,9 @@
 #ifndef MAPP_RT_CUDA_FP8_H
 #define MAPP_RT_CUDA_FP8_H
 
-#include "CudaCommon.h"
 #include "mapp/rt/Fp8.h"
+
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -20,11 +21,11 @@ namespace mapp::rt::cuda {
 
 class CudaBackend;
 
-/// Quantizes src ([rows, cols], fp32 or bf16 storage) with the scale at
+/// Quantizes src ([rows, cols], fp32, or bf16 with srcBf16) with the scale at
 /// meta[0] into `straight` ([rows, cols] fp8) and/or `transposed` ([cols,
 /// rows] fp8), either may be null; max-accumulates amax(|src|) into
 /// meta[1]; writes 1/scale to *descale.
-void fp8Quantize(DView src, int64_t rows, int64_t cols, Fp8Format fmt,
+void fp8Quantize(const void *src, bool srcBf16, int64_t rows, int64_t cols, Fp8Format fmt,
                  float *meta, uint8_t *straight, uint8_t *transposed,
                  float *descale, cudaStream_t s);
 
@@ -38,14 +39,14 @@ void fp8UpdateMeta(float *meta, int64_t history, int64_t margin,
 /// else the tiled kernel. `fastAccum`: cuBLASLt's fp8 fast accumulation.
 /// Returns true when cuBLASLt ran.
 bool fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa, const uint8_t *b,
-             Fp8Format fb, const float *da, const float *db, DView c,
-             const float *bias, int64_t M, int64_t N, int64_t K,
+             Fp8Format fb, const float *da, const float *db, void *c,
+             bool cBf16, const float *bias, int64_t M, int64_t N, int64_t K,
              bool fastAccum);
 
 /// The tiled fallback (also what MAPP_CUDA_FP8_GEMM=tiled forces).
 void fp8GemmTiled(const uint8_t *a, Fp8Format fa, const uint8_t *b,
-                  Fp8Format fb, const float *da, const float *db, DView c,
-                  const float *bias, int64_t M, int64_t N, int64_t K,
+                  Fp8Format fb, const float *da, const float *db, void *c,
+                  bool cBf16, const float *bias, int64_t M, int64_t N, int64_t K,
                   cudaStream_t s);
 
 } // namespace mapp::rt::cuda

@@ -159,9 +159,10 @@ __global__ void addBiasRows(DView y, const float *bias, int64_t rows, int64_t n)
 
 bool cuda::fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa,
                    const uint8_t *b, Fp8Format fb, const float *da,
-                   const float *db, DView c, const float *bias, int64_t M,
-                   int64_t N, int64_t K, bool fastAccum) {
+                   const float *db, void *cp, bool cBf16, const float *bias,
+                   int64_t M, int64_t N, int64_t K, bool fastAccum) {
   cudaStream_t s = be.stream();
+  DView c{cp, cBf16 ? 1 : 0};
   if (M == 0 || N == 0)
     return false;
   int dev = 0;
@@ -229,7 +230,7 @@ bool cuda::fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa,
     }
   }
   if (!ran)
-    fp8GemmTiled(a, fa, b, fb, da, db, c, bias, M, N, K, s);
+    fp8GemmTiled(a, fa, b, fb, da, db, cp, cBf16, bias, M, N, K, s);
   return ran;
 }
 
@@ -270,17 +271,17 @@ void cuda::fp8_linear(const KernelArgs &a) {
   auto *qx = static_cast<uint8_t *>(be.scratch(m * k + 256, 0));
   auto *qw = static_cast<uint8_t *>(be.scratch(n * k + 256, 3));
   auto *descales = static_cast<float *>(be.scratch(64, 1));
-  fp8Quantize(view(x), m, k, ox.fmt, ox.meta, qx, nullptr, descales, s);
-  fp8Quantize(view(w), n, k, ow.fmt, ow.meta, qw, nullptr, descales + 1, s);
+  fp8Quantize(x.data, isBf16(x), m, k, ox.fmt, ox.meta, qx, nullptr, descales, s);
+  fp8Quantize(w.data, isBf16(w), n, k, ow.fmt, ow.meta, qw, nullptr, descales + 1, s);
   if (k == 0) {
     fillZero(view(a.out[0]), a.out[0].numel(), s);
     if (bias)
       fp8GemmTiled(qx, ox.fmt, qw, ow.fmt, descales, descales + 1,
-                   view(a.out[0]), bias, m, n, 0, s);
+                   a.out[0].data, isBf16(a.out[0]), bias, m, n, 0, s);
     return;
   }
-  fp8Gemm(be, qx, ox.fmt, qw, ow.fmt, descales, descales + 1, view(a.out[0]),
-          bias, m, n, k, a.attrs.flag("fast_accum"));
+  fp8Gemm(be, qx, ox.fmt, qw, ow.fmt, descales, descales + 1, a.out[0].data,
+          isBf16(a.out[0]), bias, m, n, k, a.attrs.flag("fast_accum"));
 }
 
 void cuda::fp8_matmul(const KernelArgs &a) {
@@ -299,16 +300,16 @@ void cuda::fp8_matmul(const KernelArgs &a) {
   auto *descales = static_cast<float *>(be.scratch(64, 1));
   // Into the TN layout: a as [M,K], b as [N,K] (b is [K,N]: transposed).
   if (ta)
-    fp8Quantize(view(A), k, m, oa.fmt, oa.meta, nullptr, qa, descales, s);
+    fp8Quantize(A.data, isBf16(A), k, m, oa.fmt, oa.meta, nullptr, qa, descales, s);
   else
-    fp8Quantize(view(A), m, k, oa.fmt, oa.meta, qa, nullptr, descales, s);
-  fp8Quantize(view(B), k, n, ob.fmt, ob.meta, nullptr, qb, descales + 1, s);
+    fp8Quantize(A.data, isBf16(A), m, k, oa.fmt, oa.meta, qa, nullptr, descales, s);
+  fp8Quantize(B.data, isBf16(B), k, n, ob.fmt, ob.meta, nullptr, qb, descales + 1, s);
   if (k == 0) {
     fillZero(view(a.out[0]), a.out[0].numel(), s);
     return;
   }
-  fp8Gemm(be, qa, oa.fmt, qb, ob.fmt, descales, descales + 1, view(a.out[0]),
-          nullptr, m, n, k, a.attrs.flag("fast_accum"));
+  fp8Gemm(be, qa, oa.fmt, qb, ob.fmt, descales, descales + 1, a.out[0].data,
+          isBf16(a.out[0]), nullptr, m, n, k, a.attrs.flag("fast_accum"));
 }
 
 void cuda::fp8_update(const KernelArgs &a) {
