@@ -56,3 +56,69 @@ func.func @optimizer_step() {
   mapp.fp8_update @m {format_x = "e4m3", format_w = "e4m3", format_dy = "e5m2", history = 0, margin = 0}
   return
 }
+
+// -----
+
+func.func @w_shape(%x: tensor<4x32xf32>, %w: tensor<16x30xf32>, %m: tensor<15xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{weight must be [out, in] with in = x's last dim}}
+  %y = mapp.fp8_linear %x, %w meta(%m) {fp8_a = "e4m3", fp8_b = "e4m3", meta_a = 0, meta_b = 1} : (tensor<4x32xf32>, tensor<16x30xf32>, tensor<15xf32>) -> tensor<4x16xf32>
+  return %y : tensor<4x16xf32>
+}
+
+// -----
+
+func.func @y_shape(%x: tensor<4x32xf32>, %w: tensor<16x32xf32>, %m: tensor<15xf32>) -> tensor<4x15xf32> {
+  // expected-error @+1 {{result must be [4,16], got [4,15]}}
+  %y = mapp.fp8_linear %x, %w meta(%m) {fp8_a = "e4m3", fp8_b = "e4m3", meta_a = 0, meta_b = 1} : (tensor<4x32xf32>, tensor<16x32xf32>, tensor<15xf32>) -> tensor<4x15xf32>
+  return %y : tensor<4x15xf32>
+}
+
+// -----
+
+func.func @bias_shape(%x: tensor<4x32xf32>, %w: tensor<16x32xf32>, %b: tensor<15xf32>, %m: tensor<15xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{bias must be [16]}}
+  %y = mapp.fp8_linear %x, %w, %b meta(%m) {fp8_a = "e4m3", fp8_b = "e4m3", meta_a = 0, meta_b = 1} : (tensor<4x32xf32>, tensor<16x32xf32>, tensor<15xf32>, tensor<15xf32>) -> tensor<4x16xf32>
+  return %y : tensor<4x16xf32>
+}
+
+// -----
+
+func.func @contraction(%a: tensor<4x16xf32>, %b: tensor<17x32xf32>, %m: tensor<15xf32>) -> tensor<4x32xf32> {
+  // expected-error @+1 {{contraction dims differ: 16 vs 17}}
+  %y = mapp.fp8_matmul %a, %b meta(%m) {fp8_a = "e5m2", fp8_b = "e4m3", meta_a = 2, meta_b = 1} : (tensor<4x16xf32>, tensor<17x32xf32>, tensor<15xf32>) -> tensor<4x32xf32>
+  return %y : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @mm_result(%a: tensor<4x16xf32>, %b: tensor<16x32xf32>, %m: tensor<15xf32>) -> tensor<4x31xf32> {
+  // expected-error @+1 {{result must be [4,32], got [4,31]}}
+  %y = mapp.fp8_matmul %a, %b meta(%m) {fp8_a = "e5m2", fp8_b = "e4m3", meta_a = 2, meta_b = 1} : (tensor<4x16xf32>, tensor<16x32xf32>, tensor<15xf32>) -> tensor<4x31xf32>
+  return %y : tensor<4x31xf32>
+}
+
+// -----
+
+mapp.param @m : tensor<15xf32> {init = "fp8_meta"}
+func.func @optimizer_step() {
+  // expected-error @+1 {{margin must be >= 0, got -1}}
+  mapp.fp8_update @m {format_x = "e4m3", format_w = "e4m3", format_dy = "e5m2", history = 4, margin = -1}
+  return
+}
+
+// -----
+
+mapp.param @m : tensor<15xf32> {init = "fp8_meta"}
+func.func @optimizer_step() {
+  // expected-error @+1 {{fp8 format must be "e4m3" or "e5m2", got "e2m5"}}
+  mapp.fp8_update @m {format_x = "e4m3", format_w = "e4m3", format_dy = "e2m5", history = 4, margin = 0}
+  return
+}
+
+// -----
+
+func.func @optimizer_step() {
+  // expected-error @+1 {{refers to unknown parameter @nope}}
+  mapp.fp8_update @nope {format_x = "e4m3", format_w = "e4m3", format_dy = "e5m2", history = 4, margin = 0}
+  return
+}

@@ -283,8 +283,9 @@ LogicalResult Fp8LinearOp::verify() {
                                           << shapeStr(r);
   if (getBias() && shapeOf(getBias()) != ArrayRef<int64_t>{w[0]})
     return emitOpError("bias must be [") << w[0] << "]";
-  return verifyFp8(*this, getMeta(), getFp8A(), getFp8B(), getMetaA(),
-                   getMetaB());
+  return verifyFp8(*this, getMeta(), getFp8A(), getFp8B(),
+                   static_cast<int64_t>(getMetaA()),
+                   static_cast<int64_t>(getMetaB()));
 }
 
 LogicalResult Fp8MatmulOp::verify() {
@@ -302,15 +303,19 @@ LogicalResult Fp8MatmulOp::verify() {
   if (r != ArrayRef<int64_t>(expected))
     return emitOpError("result must be ") << shapeStr(expected) << ", got "
                                           << shapeStr(r);
-  return verifyFp8(*this, getMeta(), getFp8A(), getFp8B(), getMetaA(),
-                   getMetaB());
+  return verifyFp8(*this, getMeta(), getFp8A(), getFp8B(),
+                   static_cast<int64_t>(getMetaA()),
+                   static_cast<int64_t>(getMetaB()));
 }
 
 LogicalResult Fp8UpdateOp::verify() {
-  if (getHistory() < 1)
-    return emitOpError("history must be >= 1, got ") << getHistory();
-  if (getMargin() < 0)
-    return emitOpError("margin must be >= 0, got ") << getMargin();
+  // I64Attr getters are unsigned: read them signed.
+  int64_t history = static_cast<int64_t>(getHistory());
+  int64_t margin = static_cast<int64_t>(getMargin());
+  if (history < 1)
+    return emitOpError("history must be >= 1, got ") << history;
+  if (margin < 0)
+    return emitOpError("margin must be >= 0, got ") << margin;
   for (StringRef f : {getFormatX(), getFormatW(), getFormatDy()})
     if (!isFp8Format(f))
       return emitOpError("fp8 format must be \"e4m3\" or \"e5m2\", got \"")
