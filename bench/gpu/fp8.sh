@@ -45,12 +45,12 @@ import json, sys
 a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
 b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
 n = min(len(a), len(b))
-d = max(abs(x - y) for x, y in zip(a, b)) if n else float("inf")
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if n else float("inf")
 # CUDA stores activations and the weights' GEMM copies in bf16 and
 # accumulates in another order, so fp8 roundings near ties differ: the
-# tolerance is the bf16 e2e check's (bench/gpu/e2e_check.py).
-ok = n == 30 and d < 0.05 and all(x == x for x in b)
-print(f"e2e gpt-e2e fp8 cuda vs cpu emulation: {n} steps, max |loss diff| {d:.4f} "
+# bar is the bf16 e2e check's (bench/gpu/e2e_check.py: 2e-2 relative).
+ok = n == 30 and d <= 2e-2 and all(x == x for x in b)
+print(f"e2e gpt-e2e fp8 cuda vs cpu emulation: {n} steps, max rel loss diff {d:.2e} "
       f"(last: cpu {a[-1]:.4f} cuda {b[-1]:.4f}) " + ("OK" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
 PY
