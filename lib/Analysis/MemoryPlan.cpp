@@ -76,14 +76,17 @@ LogicalResult mapp::checkMemCap(ModuleOp module, const ParallelLayout &layout,
 /// Whether `op` may write the storage of one of its operands. Compute ops
 /// are pure (their results are fresh values); collectives, send, probe and
 /// grad_accumulate only read their operands (they write fresh results, a
-/// peer, the probe sink or the pool's Grad buffer). Anything else with
+/// peer, the probe sink or the pool's Grad buffer), and so do the fp8 GEMMs
+/// but for their meta parameter. Anything else with
 /// memory effects (updates, grad_sync, param_gather, trace marks, ops this
 /// list does not know) is assumed to write.
 static bool mayWriteOperands(Operation *op) {
   if (isMemoryEffectFree(op))
     return false;
+  // The fp8 GEMMs write only their meta operand (a parameter, in the pool).
   return !isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp,
-              EpDispatchOp, EpCombineOp, ProbeOp, GradAccumulateOp>(op);
+              EpDispatchOp, EpCombineOp, ProbeOp, GradAccumulateOp,
+              Fp8LinearOp, Fp8MatmulOp>(op);
 }
 
 /// Reshapes of the stage whose result can share its operand's storage: a

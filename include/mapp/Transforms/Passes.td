@@ -152,10 +152,26 @@ def MappMixedPrecision : Pass<"mapp-mixed-precision", "::mlir::ModuleOp"> {
     optimizer state stay f32 (master=f32 only). compute=bf16|fp16 is
     recorded; the activation storage type comes from --mapp-plan-memory,
     and the CPU backend computes in fp32 (fp16's range is applied through
-    the overflow limit). compute=fp8 is rejected (not implemented).
+    the overflow limit).
+
+    compute=fp8 (Transformer Engine's DelayedScaling; docs/checkpoints.md,
+    "FP8"): every `mapp.linear` inside a transformer block (`mapp.name`
+    `layers.N.*`: qkv, attention out, fc1, fc2 / gate, up, down; not the
+    embeddings, the LM head or the attention core) becomes `mapp.fp8_linear`
+    and its input-gradient and weight-gradient `mapp.matmul`s (`<name>.grad`)
+    `mapp.fp8_matmul`. Forward operands are E4M3, the output gradient E5M2
+    (fp8-format=hybrid; e4m3: E4M3 everywhere). Each layer gets a
+    parameter `<name>.fp8_meta` (f32[3 * (1 + fp8-history)], init
+    "fp8_meta": scale 1, empty history) read by its GEMMs, which
+    max-accumulate the step's amaxes into it, and an `mapp.fp8_update` in
+    @optimizer_step that computes the next step's scales (fp8_max /
+    max(history) / 2^fp8-margin) and rolls the history. The meta is a
+    parameter without gradient use or optimizer update, so checkpoints save
+    and restore it with the weights. The rest of the step is as for bf16;
+    loss scaling must be none (the per-tensor scales do its job).
   }];
   let options = [
-    Option<"compute", "compute", "std::string", "\"f32\"", "f32 | bf16 | fp16">,
+    Option<"compute", "compute", "std::string", "\"f32\"", "f32 | bf16 | fp16 | fp8">,
     Option<"master", "master", "std::string", "\"f32\"", "f32">,
     Option<"lossScale", "loss-scale", "std::string", "\"none\"",
            "dynamic | static:S | none">,
@@ -169,6 +185,12 @@ def MappMixedPrecision : Pass<"mapp-mixed-precision", "::mlir::ModuleOp"> {
            "Dynamic: scale multiplier after an overflow">,
     Option<"minScale", "min-scale", "double", "1.0",
            "Dynamic: the scale never goes below this">,
+    Option<"fp8Format", "fp8-format", "std::string", "\"hybrid\"",
+           "fp8: hybrid (E4M3 forward, E5M2 output gradients) | e4m3">,
+    Option<"fp8History", "fp8-history", "int64_t", "16",
+           "fp8: amax history length (steps), >= 1">,
+    Option<"fp8Margin", "fp8-margin", "int64_t", "0",
+           "fp8: scale = fp8_max / amax / 2^margin, margin >= 0">,
   ];
 }
 

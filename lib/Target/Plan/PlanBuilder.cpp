@@ -350,6 +350,12 @@ private:
       if (failed(g) || failed(push(instr->inputs, acc.getGrad())))
         return failure();
       instr->outputs.push_back(*g);
+    } else if (auto upd = dyn_cast<Fp8UpdateOp>(op)) {
+      // In place on the fp8 meta parameter: (meta) -> nothing.
+      FailureOr<int32_t> p = paramId(op, upd.getParamAttr().getAttr(), 0);
+      if (failed(p))
+        return failure();
+      instr->inputs.push_back(*p);
     } else if (isa<AdamWOp, SGDOp>(op)) {
       // In place: (param, grad, state..., [norm]) -> nothing.
       auto name = op->getAttrOfType<FlatSymbolRefAttr>("param").getAttr();

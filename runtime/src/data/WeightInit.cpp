@@ -21,6 +21,10 @@ static bool endsWith(const std::string &s, const char *suffix) {
          s.compare(s.size() - x.size(), x.size(), x) == 0;
 }
 
+bool mapp::rt::isFp8Meta(const std::string &name) {
+  return endsWith(name, ".fp8_meta");
+}
+
 InitKind mapp::rt::initKindFor(const std::string &name, const Shape &shape) {
   if (endsWith(name, "bias") || endsWith(name, "beta"))
     return InitKind::Zeros;
@@ -32,6 +36,13 @@ InitKind mapp::rt::initKindFor(const std::string &name, const Shape &shape) {
 void mapp::rt::initParam(const std::string &name, const Shape &shape,
                          uint64_t seed, float *out) {
   int64_t n = numel(shape);
+  if (isFp8Meta(name)) {
+    // Three rows of (scale, amax history): scale 1, empty history.
+    std::fill(out, out + n, 0.0f);
+    for (int64_t r = 0; r < 3 && n % 3 == 0; ++r)
+      out[r * (n / 3)] = 1.0f;
+    return;
+  }
   switch (initKindFor(name, shape)) {
   case InitKind::Zeros:
     std::fill(out, out + n, 0.0f);

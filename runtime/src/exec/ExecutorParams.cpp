@@ -52,6 +52,14 @@ void Executor::loadParams(const Safetensors &st, const std::string &where) {
     if (val.kind != ValueKind::Param)
       continue;
     auto it = st.tensors.find(val.name);
+    if (it == st.tensors.end() && isFp8Meta(val.name)) {
+      // Recipe state, not a weight: a plain weights file starts it fresh.
+      std::vector<float> host(static_cast<size_t>(val.type.numel()));
+      initParam(val.name, val.type.shape, 0, host.data());
+      backend_.copyToStorage(valueData(static_cast<int>(v)), host.data(),
+                             host.size() * sizeof(float));
+      continue;
+    }
     if (it == st.tensors.end())
       fail(where, ": missing tensor '", val.name, "' (shape ",
            shapeStr(val.type.shape), ")");

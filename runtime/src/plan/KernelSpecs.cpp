@@ -151,6 +151,49 @@ void checkMatmul(const Attrs &a, const TTs &in, const TTs &out) {
   s.push_back(n);
   wantShape(out[0], s, "c");
 }
+/// An fp8 meta (the last input): f32[3·(1+H)]; the operand formats and rows.
+void checkFp8Meta(const Attrs &a, const TT &meta, bool gemm) {
+  wantF32(meta, "fp8 meta");
+  if (meta.rank() != 1 || meta.dim(0) < 6 || meta.dim(0) % 3 != 0)
+    fail("fp8 meta must be f32[3 * (1 + history)], got ", desc(meta));
+  if (!gemm)
+    return;
+  for (const char *k : {"fp8_a", "fp8_b"}) {
+    std::string f = a.getStr(k, "");
+    if (f != "e4m3" && f != "e5m2")
+      fail(k, " must be \"e4m3\" or \"e5m2\", got \"", f, "\"");
+  }
+  if (a.getStr("fp8_a", "") == "e5m2" && a.getStr("fp8_b", "") == "e5m2")
+    fail("an e5m2 x e5m2 product has no fp8 GEMM");
+  for (const char *k : {"meta_a", "meta_b"}) {
+    int64_t r = a.getInt(k, -1);
+    if (r < 0 || r > 2)
+      fail(k, " must be 0, 1 or 2, got ", r);
+  }
+}
+void checkFp8Linear(const Attrs &a, const TTs &in, const TTs &out) {
+  checkFp8Meta(a, in.back(), true);
+  checkLinear(a, TTs(in.begin(), in.end() - 1), out);
+}
+void checkFp8Matmul(const Attrs &a, const TTs &in, const TTs &out) {
+  checkFp8Meta(a, in.back(), true);
+  if (a.flag("transpose_b") || in[1].rank() != 2 ||
+      (a.flag("transpose_a") && in[0].rank() != 2))
+    fail("fp8_matmul takes a 2-d b (no transpose_b) and, with transpose_a, a "
+         "2-d a; a is ", desc(in[0]), ", b is ", desc(in[1]));
+  checkMatmul(a, TTs(in.begin(), in.end() - 1), out);
+}
+void checkFp8Update(const Attrs &a, const TTs &in, const TTs &) {
+  checkFp8Meta(a, in[0], false);
+  int64_t h = a.getInt("history", 0);
+  if (h < 1 || in[0].dim(0) != 3 * (1 + h))
+    fail("fp8_update: history ", h, " does not match the meta ", desc(in[0]));
+  if (a.getInt("margin", 0) < 0)
+    fail("fp8_update: margin must be >= 0");
+  for (const char *k : {"format_x", "format_w", "format_dy"})
+    if (std::string x = a.getStr(k, ""); x != "e4m3" && x != "e5m2")
+      fail("fp8_update: ", k, " must be \"e4m3\" or \"e5m2\", got \"", x, "\"");
+}
 void checkReduceSum(const Attrs &a, const TTs &in, const TTs &out) {
   wantF32(in[0], "x");
   wantF32(out[0], "y");

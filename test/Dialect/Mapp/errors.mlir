@@ -1,6 +1,6 @@
 // RUN: mapp-opt %s -split-input-file -verify-diagnostics
 
-// expected-error @+1 {{init must be "normal", "ones" or "zeros", got "xavier"}}
+// expected-error @+1 {{init must be "normal", "ones", "zeros" or "fp8_meta", got "xavier"}}
 mapp.param @w : tensor<4x4xf32> {init = "xavier"}
 
 // -----

@@ -52,6 +52,15 @@ uint64_t MatmulOp::getFlops() {
   int64_t k = getTransposeA() ? a[a.size() - 2] : a.back();
   return 2 * numel(getResult()) * k;
 }
+uint64_t Fp8LinearOp::getFlops() {
+  return 2 * numel(getResult()) * lastDim(getX()) +
+         (getBias() ? numel(getResult()) : 0);
+}
+uint64_t Fp8MatmulOp::getFlops() {
+  auto a = cast<RankedTensorType>(getA().getType()).getShape();
+  int64_t k = getTransposeA() ? a[a.size() - 2] : a.back();
+  return 2 * numel(getResult()) * k;
+}
 uint64_t ReduceSumOp::getFlops() { return numel(getX()); }
 uint64_t ReduceMaxOp::getFlops() { return numel(getX()); }
 uint64_t VocabCEPartialsOp::getFlops() { return 4 * numel(getLogits()); }

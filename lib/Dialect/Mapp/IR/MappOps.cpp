@@ -55,8 +55,10 @@ LogicalResult ParamOp::verify() {
   if (getSymName().empty())
     return emitOpError("parameter name must not be empty");
   StringRef init = getInit();
-  if (init != "normal" && init != "ones" && init != "zeros")
-    return emitOpError("init must be \"normal\", \"ones\" or \"zeros\", got \"")
+  if (init != "normal" && init != "ones" && init != "zeros" &&
+      init != "fp8_meta")
+    return emitOpError("init must be \"normal\", \"ones\", \"zeros\" or "
+                       "\"fp8_meta\", got \"")
            << init << "\"";
   if (auto std = getStdAttr(); std && std.getValueAsDouble() < 0)
     return emitOpError("std must be >= 0");
@@ -240,6 +242,99 @@ LogicalResult MatmulOp::verify() {
     return emitOpError("result must be ") << shapeStr(expected) << ", got "
                                           << shapeStr(r);
   return sameElementType(*this, getOperation()->getOperands());
+}
+
+//===----------------------------------------------------------------------===//
+// FP8
+//===----------------------------------------------------------------------===//
+
+static bool isFp8Format(StringRef f) { return f == "e4m3" || f == "e5m2"; }
+
+/// The fp8 operand formats, meta rows and the meta's layout (f32[3·(1+H)]).
+static LogicalResult verifyFp8(Operation *op, Value meta, StringRef fa,
+                               StringRef fb, int64_t ra, int64_t rb) {
+  for (StringRef f : {fa, fb})
+    if (!isFp8Format(f))
+      return op->emitOpError("fp8 format must be \"e4m3\" or \"e5m2\", got \"")
+             << f << "\"";
+  if (fa == "e5m2" && fb == "e5m2")
+    return op->emitOpError("an e5m2 x e5m2 product has no fp8 GEMM (one operand "
+                           "must be e4m3)");
+  ArrayRef<int64_t> m = shapeOf(meta);
+  if (m.size() != 1 || m[0] < 6 || m[0] % 3 != 0 || !elementOf(meta).isF32())
+    return op->emitOpError("meta must be f32[3 * (1 + history)], got ")
+           << meta.getType();
+  for (int64_t r : {ra, rb})
+    if (r < 0 || r > 2)
+      return op->emitOpError("meta rows are 0, 1 or 2, got ") << r;
+  return success();
+}
+
+LogicalResult Fp8LinearOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX()), w = shapeOf(getW()),
+                    r = shapeOf(getResult());
+  if (w.size() != 2 || x.empty() || x.back() != w[1])
+    return emitOpError("weight must be [out, in] with in = x's last dim, got x ")
+           << shapeStr(x) << ", weight " << shapeStr(w);
+  SmallVector<int64_t> expected(x.begin(), x.end());
+  expected.back() = w[0];
+  if (r != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected) << ", got "
+                                          << shapeStr(r);
+  if (getBias() && shapeOf(getBias()) != ArrayRef<int64_t>{w[0]})
+    return emitOpError("bias must be [") << w[0] << "]";
+  return verifyFp8(*this, getMeta(), getFp8A(), getFp8B(),
+                   static_cast<int64_t>(getMetaA()),
+                   static_cast<int64_t>(getMetaB()));
+}
+
+LogicalResult Fp8MatmulOp::verify() {
+  ArrayRef<int64_t> a = shapeOf(getA()), b = shapeOf(getB()),
+                    r = shapeOf(getResult());
+  if (a.size() < 2 || b.size() != 2 || (getTransposeA() && a.size() != 2))
+    return emitOpError("a must have rank >= 2 (exactly 2 with transpose_a) and "
+                       "b rank 2");
+  int64_t m = getTransposeA() ? a.back() : a[a.size() - 2];
+  int64_t ka = getTransposeA() ? a[0] : a.back();
+  if (ka != b[0])
+    return emitOpError("contraction dims differ: ") << ka << " vs " << b[0];
+  SmallVector<int64_t> expected(a.drop_back(2));
+  expected.append({m, b[1]});
+  if (r != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be ") << shapeStr(expected) << ", got "
+                                          << shapeStr(r);
+  return verifyFp8(*this, getMeta(), getFp8A(), getFp8B(),
+                   static_cast<int64_t>(getMetaA()),
+                   static_cast<int64_t>(getMetaB()));
+}
+
+LogicalResult Fp8UpdateOp::verify() {
+  // I64Attr getters are unsigned: read them signed.
+  int64_t history = static_cast<int64_t>(getHistory());
+  int64_t margin = static_cast<int64_t>(getMargin());
+  if (history < 1)
+    return emitOpError("history must be >= 1, got ") << history;
+  if (margin < 0)
+    return emitOpError("margin must be >= 0, got ") << margin;
+  for (StringRef f : {getFormatX(), getFormatW(), getFormatDy()})
+    if (!isFp8Format(f))
+      return emitOpError("fp8 format must be \"e4m3\" or \"e5m2\", got \"")
+             << f << "\"";
+  return success();
+}
+
+LogicalResult Fp8UpdateOp::verifySymbolUses(SymbolTableCollection &tables) {
+  auto param = tables.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr().getAttr());
+  if (!param)
+    return emitOpError("refers to unknown parameter ") << getParamAttr();
+  auto t = cast<RankedTensorType>(param.getType());
+  if (t.getRank() != 1 || t.getDimSize(0) != 3 * (1 + getHistory()) ||
+      !t.getElementType().isF32())
+    return emitOpError("parameter ")
+           << getParamAttr() << " must be f32[" << 3 * (1 + getHistory())
+           << "] (3 rows of scale + history " << getHistory() << "), got "
+           << param.getType();
+  return success();
 }
 
 /// reduce_sum / reduce_max: `dims` sorted, unique, in range, and removed

@@ -16,6 +16,11 @@ enum class InitKind { Normal, Ones, Zeros };
 /// rank >= 2 (matrices, embeddings) -> normal(0, 0.02).
 InitKind initKindFor(const std::string &name, const Shape &shape);
 
+/// A layer's fp8 delayed-scaling state (`<layer>.fp8_meta`, written by
+/// --mapp-mixed-precision compute=fp8): initialized to scale 1 and an empty
+/// amax history, and left at that when a weights file lacks it.
+bool isFp8Meta(const std::string &name);
+
 /// Fills `out` (numel(shape) floats) deterministically from (seed, name):
 /// independent of parameter order. Normal draws use Box-Muller over the
 /// splitmix64 stream seeded with seed ^ fnv1a64(name), two uniforms

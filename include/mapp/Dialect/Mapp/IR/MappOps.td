@@ -211,6 +211,81 @@ def Mapp_MatmulOp : Mapp_DiffOp<"matmul"> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// FP8 (--mapp-mixed-precision compute=fp8; docs/checkpoints.md, "FP8")
+//===----------------------------------------------------------------------===//
+
+// The scaling state of one fp8 linear layer is a parameter `<layer>.fp8_meta`
+// (init "fp8_meta", no gradient use, no optimizer update): f32[3 * (1 + H)],
+// three rows of (scale, amax history h[0..H-1]): row 0 the input x, row 1
+// the weight w, row 2 the output gradient dy. h[0] collects the current
+// step's amax; mapp.fp8_update turns the history into the next step's scale.
+class Mapp_Fp8GemmOp<string mnemonic> : Mapp_Op<mnemonic,
+    [MemoryEffects<[MemRead, MemWrite]>,
+     DeclareOpInterfaceMethods<Mapp_CostOpInterface, ["getFlops"]>]> {
+  let hasVerifier = 1;
+}
+
+def Mapp_Fp8LinearOp : Mapp_Fp8GemmOp<"fp8_linear"> {
+  let summary = "linear with both operands quantized to fp8 (delayed scaling)";
+  let description = [{
+    y = (q(x·s_x) · q(w·s_w)ᵀ) / (s_x·s_w) (+ b): x and w are scaled by the
+    scales in rows `meta_a` and `meta_b` of `meta`, saturated to the format's
+    largest finite value and rounded to nearest even in `fp8_a` / `fp8_b`
+    ("e4m3" = OCP E4M3FN, max 448; "e5m2" = OCP E5M2, max 57344), multiplied
+    exactly and accumulated in fp32. The op also max-accumulates amax(|x|)
+    and amax(|w|) (before scaling) into h[0] of those rows: it writes
+    `meta`. `fast_accum` lets the CUDA backend use fp8 fast accumulation.
+  }];
+  let arguments = (ins Mapp_FloatTensor:$x, Mapp_FloatTensor:$w,
+                       Optional<Mapp_FloatTensor>:$bias, Mapp_FloatTensor:$meta,
+                       StrAttr:$fp8_a, StrAttr:$fp8_b, I64Attr:$meta_a,
+                       I64Attr:$meta_b, UnitAttr:$fast_accum);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $w (`,` $bias^)? `meta` `(` $meta `)` attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Mapp_Fp8MatmulOp : Mapp_Fp8GemmOp<"fp8_matmul"> {
+  let summary = "matmul with both operands quantized to fp8 (delayed scaling)";
+  let description = [{
+    mapp.matmul's product (2-D b; a [..., M, K], or [K, M] with
+    `transpose_a`) on operands quantized like mapp.fp8_linear's: a with row
+    `meta_a` in `fp8_a`, b with row `meta_b` in `fp8_b`; amaxes into h[0]
+    of those rows. The input gradient (dy·w) and weight gradient (dyᵀ·x) of
+    an fp8 linear layer.
+  }];
+  let arguments = (ins Mapp_FloatTensor:$a, Mapp_FloatTensor:$b,
+                       Mapp_FloatTensor:$meta, UnitAttr:$transpose_a,
+                       StrAttr:$fp8_a, StrAttr:$fp8_b, I64Attr:$meta_a,
+                       I64Attr:$meta_b, UnitAttr:$fast_accum);
+  let results = (outs Mapp_FloatTensor:$result);
+  let assemblyFormat = [{
+    $a `,` $b `meta` `(` $meta `)` attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Mapp_Fp8UpdateOp : Mapp_Op<"fp8_update",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+     MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "delayed scaling: the next step's fp8 scales from the amax history";
+  let description = [{
+    In @optimizer_step, once per step, in place on the parameter `param`
+    (an fp8 meta, see above). For each row r (x, w, dy) with its format
+    (`format_x`, `format_w`, `format_dy`):
+    a = max(h[0..H-1]); if a is finite and > 0, scale = fmax / a / 2^margin
+    (fmax: 448 for e4m3, 57344 for e5m2), else the scale is kept; then the
+    history rolls: h[i] = h[i-1] for i = H-1..1, h[0] = 0. `history` = H.
+    Transformer Engine's DelayedScaling with amax_compute_algo = "max".
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, StrAttr:$format_x,
+                       StrAttr:$format_w, StrAttr:$format_dy,
+                       I64Attr:$history, I64Attr:$margin);
+  let assemblyFormat = "$param attr-dict";
+  let hasVerifier = 1;
+}
+
 def Mapp_ReduceSumOp : Mapp_ComputeOp<"reduce_sum"> {
   let summary = "sum over the listed dims, which are removed";
   let arguments = (ins Mapp_FloatTensor:$x, DenseI64ArrayAttr:$dims);

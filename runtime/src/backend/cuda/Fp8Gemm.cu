@@ -1,0 +1,327 @@
+//===- Fp8Gemm.cu - fp8_linear / fp8_matmul / fp8_update on CUDA ----------===//
+//
+// cuBLASLt fp8 GEMMs on sm_90 (docs/cuda-backend.md, "FP8"). Hopper's fp8
+// kernels take only the "TN" layout: both operands K-contiguous. With
+// row-major c[M,N] = a[M,K]·b[N,K]ᵀ issued as its column-major transpose
+// cᵀ = bᵀ... (Lt's A is our b with op T, Lt's B our a with op N) that is
+// exactly "both operands row-major with K last", so each kernel quantizes
+// its operands into that layout:
+//   fp8_linear   y = x·wᵀ         x [M,K] straight, w [N,K] straight
+//   fp8_matmul   dx = dy·w        dy [M,K] straight, w [K,N] transposed
+//   (transpose_a) dw = dyᵀ·x      dy [K,M] transposed, x [K,N] transposed
+// (cast and transpose in one kernel, Fp8.cu). The descales 1/scale are
+// device pointers (A/B_SCALE_POINTER), written by the quantize kernels, so
+// no step waits for the host. Output: the result's storage type (bf16
+// activations, fp32 weight-gradient contributions), fp32 accumulation;
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM only for the forward (fast_accum), as in
+// Transformer Engine. Descriptors and the timed algorithm choice are cached
+// per shape like Gemm.cu's. Shapes the fp8 kernels do not take (a dimension
+// not a multiple of 16) and MAPP_CUDA_FP8_GEMM=tiled run the tiled kernel
+// on the same quantized operands.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaBackend.h"
+#include "Fp8.h"
+
+#include <cublasLt.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+
+namespace {
+
+#define MAPP_LT_CHECK8(expr)                                                   \
+  do {                                                                         \
+    cublasStatus_t st_ = (expr);                                               \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                          \
+      fail("cuBLASLt error ", static_cast<int>(st_), " in ", #expr);           \
+  } while (0)
+
+struct Fp8Key {
+  const CudaBackend *owner;
+  int64_t m, n, k; // Lt's (column-major) dims
+  int fa, fb, dBf16, fast;
+  uint32_t align;
+  bool operator<(const Fp8Key &o) const {
+    return std::tie(owner, m, n, k, fa, fb, dBf16, fast, align) <
+           std::tie(o.owner, o.m, o.n, o.k, o.fa, o.fb, o.dBf16, o.fast, o.align);
+  }
+};
+
+struct Fp8Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  bool ok = false, tuned = false;
+};
+
+std::mutex gMutex;
+std::map<Fp8Key, Fp8Plan> gPlans;
+
+cudaDataType_t ltType(int e5m2) {
+  return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
+Fp8Plan &planFor(CudaBackend &be, const Fp8Key &key) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  auto it = gPlans.find(key);
+  if (it != gPlans.end())
+    return it->second;
+  Fp8Plan p;
+  MAPP_LT_CHECK8(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                &ta, sizeof(ta)));
+  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                &tb, sizeof(tb)));
+  int8_t fast = key.fast ? 1 : 0;
+  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
+      p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  cudaDataType_t dt = key.dBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // Lt's A is k×m stored (op T), B k×n (op N), D m×n.
+  MAPP_LT_CHECK8(cublasLtMatrixLayoutCreate(&p.a, ltType(key.fa), key.k, key.m, key.k));
+  MAPP_LT_CHECK8(cublasLtMatrixLayoutCreate(&p.b, ltType(key.fb), key.k, key.n, key.k));
+  MAPP_LT_CHECK8(cublasLtMatrixLayoutCreate(&p.d, dt, key.m, key.n, key.m));
+  cublasLtMatmulPreference_t pref;
+  MAPP_LT_CHECK8(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = be.ltWorkspaceBytes();
+  MAPP_LT_CHECK8(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    MAPP_LT_CHECK8(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align,
+                                                        sizeof(key.align)));
+  cublasLtMatmulHeuristicResult_t res[8];
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      be.lt(), p.desc, p.a, p.b, p.d, p.d, pref, 8, res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    p.algo = res[0].algo;
+    p.ok = true;
+    for (int i = 0; i < found; ++i)
+      if (res[i].state == CUBLAS_STATUS_SUCCESS)
+        p.candidates.push_back(res[i].algo);
+  }
+  return gPlans.emplace(key, p).first->second;
+}
+
+uint32_t alignOf(std::initializer_list<const void *> ptrs) {
+  uintptr_t bits = 256;
+  for (const void *p : ptrs)
+    bits |= reinterpret_cast<uintptr_t>(p);
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+/// 0 auto, 1 tiled (MAPP_CUDA_FP8_GEMM=tiled), read once.
+int gemmMode() {
+  static int mode = [] {
+    const char *e = std::getenv("MAPP_CUDA_FP8_GEMM");
+    if (!e || !*e || std::strcmp(e, "lt") == 0)
+      return 0;
+    if (std::strcmp(e, "tiled") == 0)
+      return 1;
+    fail("MAPP_CUDA_FP8_GEMM must be lt or tiled, got '", e, "'");
+  }();
+  return mode;
+}
+
+bool deviceHasFp8(int device) {
+  static std::mutex m;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lock(m);
+  auto it = known.find(device);
+  if (it != known.end())
+    return it->second;
+  int major = 0, minor = 0;
+  MAPP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  MAPP_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return known[device] = major * 10 + minor >= 89;
+}
+
+__global__ void addBiasRows(DView y, const float *bias, int64_t rows, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y.st(i, y.ld(i) + bias[i % n]);
+}
+
+} // namespace
+
+bool cuda::fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa,
+                   const uint8_t *b, Fp8Format fb, const float *da,
+                   const float *db, void *cp, bool cBf16, const float *bias,
+                   int64_t M, int64_t N, int64_t K, bool fastAccum) {
+  cudaStream_t s = be.stream();
+  DView c{cp, cBf16 ? 1 : 0};
+  if (M == 0 || N == 0)
+    return false;
+  int dev = 0;
+  MAPP_CUDA_CHECK(cudaGetDevice(&dev));
+  bool lt = gemmMode() == 0 && deviceHasFp8(dev) && K > 0 && M % 16 == 0 &&
+            N % 16 == 0 && K % 16 == 0 &&
+            !(fa == Fp8Format::E5M2 && fb == Fp8Format::E5M2);
+  Fp8Plan *p = nullptr;
+  if (lt) {
+    Fp8Key key{};
+    key.owner = &be;
+    key.m = N;
+    key.n = M;
+    key.k = K;
+    key.fa = fb == Fp8Format::E5M2; // Lt's A is our b
+    key.fb = fa == Fp8Format::E5M2;
+    key.dBf16 = c.bf16;
+    key.fast = fastAccum;
+    key.align = alignOf({a, b, c.p});
+    p = &planFor(be, key);
+    if (!p->ok)
+      lt = false;
+  }
+  bool ran = false;
+  if (lt) {
+    // Lt's A scale is our b's descale, its B scale our a's.
+    MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &db, sizeof(db)));
+    MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &da, sizeof(da)));
+    float alpha = 1.0f, beta = 0.0f;
+    if (!p->tuned && be.config().gemmTune && p->candidates.size() > 1 &&
+        M * N * K >= (int64_t(1) << 30)) {
+      cudaEvent_t e0, e1;
+      MAPP_CUDA_CHECK(cudaEventCreate(&e0));
+      MAPP_CUDA_CHECK(cudaEventCreate(&e1));
+      float best = 1e30f;
+      for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
+        float ms = 0;
+        bool ok = true;
+        for (int rep = 0; rep < 2 && ok; ++rep) {
+          MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
+          ok = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
+                              c.p, p->d, c.p, p->d, &algo, be.ltWorkspace(),
+                              be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
+          MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
+          MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
+          MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        }
+        if (ok && ms < best) {
+          best = ms;
+          p->algo = algo;
+        }
+      }
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      p->tuned = true;
+    }
+    ran = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta, c.p,
+                         p->d, c.p, p->d, &p->algo, be.ltWorkspace(),
+                         be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
+    if (ran && bias) {
+      addBiasRows<<<gridFor(M * N, 256), 256, 0, s>>>(c, bias, M, N);
+      MAPP_CUDA_LAUNCHED();
+    }
+  }
+  if (!ran)
+    fp8GemmTiled(a, fa, b, fb, da, db, cp, cBf16, bias, M, N, K, s);
+  return ran;
+}
+
+namespace {
+
+struct Operand {
+  Fp8Format fmt;
+  float *meta; // the operand's meta row
+};
+
+Operand operandOf(const KernelArgs &a, const Tensor &metaT, const char *fmtKey,
+                  const char *rowKey) {
+  Operand o;
+  if (!parseFp8Format(a.attrs.getStr(fmtKey, ""), o.fmt))
+    fail("fp8 GEMM: bad ", fmtKey);
+  int64_t row = a.attrs.getInt(rowKey, -1);
+  o.meta = static_cast<float *>(metaT.data) + row * (metaT.numel() / 3);
+  return o;
+}
+
+} // namespace
+
+void cuda::fp8_linear(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  cudaStream_t s = be.stream();
+  const Tensor &x = a.in[0], &w = a.in[1], &metaT = a.in[a.numIn - 1];
+  if (isBf16(metaT))
+    fail("fp8_linear: the meta must be stored fp32");
+  const float *bias = nullptr;
+  if (a.numIn == 4) {
+    if (isBf16(a.in[2]))
+      fail("fp8_linear: the CUDA backend expects an fp32 bias");
+    bias = a.in[2].f32();
+  }
+  int64_t k = x.dim(-1), n = w.dim(0), m = n ? a.out[0].numel() / n : 0;
+  Operand ox = operandOf(a, metaT, "fp8_a", "meta_a");
+  Operand ow = operandOf(a, metaT, "fp8_b", "meta_b");
+  auto *qx = static_cast<uint8_t *>(be.scratch(m * k + 256, 0));
+  auto *qw = static_cast<uint8_t *>(be.scratch(n * k + 256, 3));
+  auto *descales = static_cast<float *>(be.scratch(64, 1));
+  fp8Quantize(x.data, isBf16(x), m, k, ox.fmt, ox.meta, qx, nullptr, descales, s);
+  fp8Quantize(w.data, isBf16(w), n, k, ow.fmt, ow.meta, qw, nullptr, descales + 1, s);
+  if (k == 0) {
+    fillZero(view(a.out[0]), a.out[0].numel(), s);
+    if (bias)
+      fp8GemmTiled(qx, ox.fmt, qw, ow.fmt, descales, descales + 1,
+                   a.out[0].data, isBf16(a.out[0]), bias, m, n, 0, s);
+    return;
+  }
+  fp8Gemm(be, qx, ox.fmt, qw, ow.fmt, descales, descales + 1, a.out[0].data,
+          isBf16(a.out[0]), bias, m, n, k, a.attrs.flag("fast_accum"));
+}
+
+void cuda::fp8_matmul(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  cudaStream_t s = be.stream();
+  const Tensor &A = a.in[0], &B = a.in[1], &metaT = a.in[2];
+  if (isBf16(metaT))
+    fail("fp8_matmul: the meta must be stored fp32");
+  bool ta = a.attrs.flag("transpose_a");
+  int64_t k = B.dim(0), n = B.dim(1);
+  int64_t m = ta ? A.dim(1) : (k ? A.numel() / k : 0);
+  Operand oa = operandOf(a, metaT, "fp8_a", "meta_a");
+  Operand ob = operandOf(a, metaT, "fp8_b", "meta_b");
+  auto *qa = static_cast<uint8_t *>(be.scratch(m * k + 256, 0));
+  auto *qb = static_cast<uint8_t *>(be.scratch(n * k + 256, 3));
+  auto *descales = static_cast<float *>(be.scratch(64, 1));
+  // Into the TN layout: a as [M,K], b as [N,K] (b is [K,N]: transposed).
+  if (ta)
+    fp8Quantize(A.data, isBf16(A), k, m, oa.fmt, oa.meta, nullptr, qa, descales, s);
+  else
+    fp8Quantize(A.data, isBf16(A), m, k, oa.fmt, oa.meta, qa, nullptr, descales, s);
+  fp8Quantize(B.data, isBf16(B), k, n, ob.fmt, ob.meta, nullptr, qb, descales + 1, s);
+  if (k == 0) {
+    fillZero(view(a.out[0]), a.out[0].numel(), s);
+    return;
+  }
+  fp8Gemm(be, qa, oa.fmt, qb, ob.fmt, descales, descales + 1, a.out[0].data,
+          isBf16(a.out[0]), nullptr, m, n, k, a.attrs.flag("fast_accum"));
+}
+
+void cuda::fp8_update(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  const Tensor &metaT = a.in[0];
+  if (isBf16(metaT))
+    fail("fp8_update: the meta must be stored fp32");
+  Fp8Format f[3];
+  const char *keys[3] = {"format_x", "format_w", "format_dy"};
+  for (int r = 0; r < 3; ++r)
+    if (!parseFp8Format(a.attrs.getStr(keys[r], ""), f[r]))
+      fail("fp8_update: bad ", keys[r]);
+  fp8UpdateMeta(static_cast<float *>(metaT.data), a.attrs.getInt("history", 0),
+                a.attrs.getInt("margin", 0), f, be.stream());
+}
