@@ -70,3 +70,27 @@ func.func @case8(%y: tensor<16x4xf32>, %c: tensor<4xi32>) {
   %x = mapp.ep_combine %y, %c {members = 2 : i64, ranks = array<i64: 1, 1>} : (tensor<16x4xf32>, tensor<4xi32>) -> tensor<8x4xf32>
   return
 }
+
+// -----
+
+func.func @no_experts(%x: tensor<8x4xf32>, %c: tensor<0xi32>) {
+  // expected-error @+1 {{counts must have one entry per expert, got [0]}}
+  %y = mapp.ep_dispatch %x, %c {members = 1 : i64} : (tensor<8x4xf32>, tensor<0xi32>) -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @scalar_rows(%x: tensor<f32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{rows must have rank >= 1}}
+  %y = mapp.ep_dispatch %x, %c {members = 2 : i64} : (tensor<f32>, tensor<4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @no_rows(%x: tensor<0x4xf32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{row counts must be >= 1, got [0,4] and [16,4]}}
+  %y = mapp.ep_dispatch %x, %c {members = 2 : i64} : (tensor<0x4xf32>, tensor<4xi32>) -> tensor<16x4xf32>
+  return
+}
