@@ -3,7 +3,8 @@
 # bench/gpu/prepare_moe.sh filled (staged as gpu/moe/run.sh):
 #   bash gpu/moe/run.sh check   the MoE kernel test (and a build with three
 #                               deliberate bugs, which must fail it), the e2e
-#                               check (CUDA vs CPU vs PyTorch, dropless and
+#                               check (CUDA vs PyTorch fp32 and bf16, the CPU
+#                               backend with fp32 activations; dropless and
 #                               with capacity drops), compute-sanitizer
 #   bash gpu/moe/run.sh bench   the 1B-active MoE GPT: mapp vs PyTorch eager
 #                               and torch.compile, tokens/s side by side
@@ -71,7 +72,7 @@ if [ "$MODE" = all ] || [ "$MODE" = check ]; then
     MAPP_CUDA_MOE_COUNTS=sync timeout 120 $RUN "$D/plans/$c.mplan" --backend=cuda --steps 20 "${common[@]}" \
       --metrics $LOG/$c.sync.jsonl > $LOG/$c.sync.log 2>&1 \
       || { tail -5 $LOG/$c.sync.log; bad "e2e $c: mapp-run cuda (sync counts) failed"; continue; }
-    timeout 240 $RUN "$D/plans/$c.mplan" --backend=cpu --steps $E2E "${common[@]}" \
+    timeout 240 $RUN "$D/plans/$c.f32.mplan" --backend=cpu --steps $E2E "${common[@]}" \
       --metrics $LOG/$c.cpu.jsonl > $LOG/$c.cpu.log 2>&1 \
       || { tail -5 $LOG/$c.cpu.log; bad "e2e $c: mapp-run cpu failed"; continue; }
     line=$(timeout 300 python3 "$D/moe_check.py" check "$D/configs/$c.json" $LOG/$c.init.safetensors \

@@ -5,7 +5,7 @@ initial weights on the same batches (mapp-run --dump-batches).
 Usage:
   moe_check.py init CFG.json OUT.safetensors     GPT(cfg, seed=7)'s weights
   moe_check.py check CFG.json INIT.safetensors CUDA.jsonl CPU.jsonl BATCHES.jsonl
-      [--name N] [--tol 2e-2] [--cpu-tol 1e-3] [--same SYNC.jsonl]
+      [--name N] [--tol 2e-2] [--early 10] [--cpu-tol 1e-3] [--same SYNC.jsonl]
 
 PyTorch curves:
   fp32  mapp.reference.GPT (the numerical oracle: python/mapp/moe.py's ops,
@@ -13,12 +13,17 @@ PyTorch curves:
   bf16  bench/gpu/torch_moe.py's fast model (the benchmark's PyTorch side,
         same parameter names) under bf16 autocast on the GPU — dropless
         configs only.
-Passes when every step's loss of the CUDA run is within `tol` (relative) of
-the fp32 reference and of the bf16 model (the dense e2e check's 2e-2 against
-torch bf16), the CPU run within `cpu-tol` of the fp32 reference, the loss
-falls, and (--same) a second CUDA run's losses (MAPP_CUDA_MOE_COUNTS=sync,
-its first steps) are within `tol` of the first's (identical when the dense
-kernels are deterministic). Prints one summary line last.
+Passes when the CUDA run tracks the fp32 reference and the bf16 model
+within `tol` (relative; the dense e2e check's 2e-2 against torch bf16): step
+by step over the first `early` steps, and as the mean of the last 10 steps.
+Past the first steps a few routing choices flip between any two precisions
+and the curves part by ~2% (docs/moe.md), so later steps are held to the
+curve's level, not step by step. The CPU run (the plan with fp32
+activations) is within `cpu-tol` of the fp32 reference at every step, the
+loss falls, and (--same) a second CUDA run's losses
+(MAPP_CUDA_MOE_COUNTS=sync, its first steps) are within `tol` of the first's
+(identical when the dense kernels are deterministic). Prints one summary
+line last.
 """
 import argparse
 import json
@@ -81,6 +86,15 @@ def rel(xs, ys):
     return [abs(x - y) / abs(y) for x, y in zip(xs, ys)]
 
 
+def tracks(xs, ref, tol, early):
+    """(worst early step, last-10 mean difference, within tol): step by step
+    while routing agrees, the curve's level after."""
+    e = max(rel(xs[:early], ref[:early]))
+    n = min(10, len(xs))
+    tail = abs(sum(xs[-n:]) - sum(ref[-n:])) / abs(sum(ref[-n:]))
+    return e, tail, e <= tol and tail <= tol
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "init":
         cfg = json.load(open(sys.argv[2]))
@@ -101,6 +115,7 @@ def main():
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--wd", type=float, default=0.1)
     p.add_argument("--tol", type=float, default=2e-2)
+    p.add_argument("--early", type=int, default=10)
     p.add_argument("--cpu-tol", type=float, default=1e-3)
     p.add_argument("--same", default="")
     p.add_argument("--name", default="")
@@ -115,9 +130,10 @@ def main():
     mcpu = [m["loss"] for m in cpu]
     fp = train_reference(cfg, init, batches, a)
     notes, ok = [], True
-    r = rel(mc, fp)
-    ok &= max(r) <= a.tol
-    notes.append(f"cuda vs torch fp32 {max(r):.2e} (step {r.index(max(r))})")
+    e, tail, good = tracks(mc, fp, a.tol, a.early)
+    ok &= good
+    notes.append(f"cuda vs torch fp32 {e:.2e} (first {a.early} steps), last-10 mean "
+                 f"{tail:.2e}, any step {max(rel(mc, fp)):.2e}")
     rc = rel(mcpu, fp)
     ok &= max(rc) <= a.cpu_tol
     notes.append(f"cpu vs torch fp32 {max(rc):.2e}")
@@ -125,9 +141,10 @@ def main():
         notes.append("no GPU: torch bf16 curve skipped")
     elif cfg.get("moe_capacity_factor") is None:
         bf, grouped = train_fast(cfg, init, batches, a)
-        rb = rel(mc, bf)
-        ok &= max(rb) <= a.tol
-        notes.append(f"cuda vs torch bf16 ({grouped}) {max(rb):.2e}, torch bf16 vs fp32 "
+        e, tail, good = tracks(mc, bf, a.tol, a.early)
+        ok &= good
+        notes.append(f"cuda vs torch bf16 ({grouped}) {e:.2e} (first {a.early} steps), "
+                     f"last-10 mean {tail:.2e}; torch bf16 vs fp32 any step "
                      f"{max(rel(bf, fp)):.2e}")
     # Routing: expert rows of step 0 (same weights, same batch) on both backends.
     t0c, t0p = cuda[0].get("expert_tokens", {}), cpu[0].get("expert_tokens", {})

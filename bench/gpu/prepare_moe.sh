@@ -43,15 +43,20 @@ cp bench/gpu/moe.sh "$OUT/run.sh"
 cp bench/gpu/moe_check.py bench/gpu/torch_moe.py bench/gpu/moe_summary.py "$OUT/"
 cp bench/gpu/configs/gpt-moe-*.json "$OUT/configs/"
 cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
-plan() { # config optimizer
-  local c=$1 P="$OUT/plans/$1"
+plan() { # config optimizer [plan-name memory-flags...]
+  local c=$1 opt=$2 P="$OUT/plans/${3:-$1}"
+  local mem=("${BF16[@]}")
+  [ $# -gt 3 ] && mem=("${@:4}")
   "$BIN/mapp-translate" --import-gpt-config "bench/gpu/configs/$c.json" -o "$P.mlir"
-  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff "-mapp-optimizer=$2" "${BF16[@]}" -o "$P.train.mlir" 2> "$P.memory.txt"
+  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff "-mapp-optimizer=$opt" "${mem[@]}" -o "$P.train.mlir" 2> "$P.memory.txt"
   sed -i -n 1p "$P.memory.txt" # the memory plan remark
   "$BIN/mapp-translate" --mapp-to-plan "$P.train.mlir" -o "$P.mplan"
   rm "$P.mlir" "$P.train.mlir"
 }
-plan gpt-moe-e2e "$OPT"
-plan gpt-moe-e2e-cap "$OPT"
+for c in gpt-moe-e2e gpt-moe-e2e-cap; do
+  plan $c "$OPT"
+  # fp32 activations for the CPU run: the fp32 oracle's twin (moe.sh).
+  plan $c "$OPT" $c.f32 -mlir-print-op-on-diagnostic=false
+done
 plan gpt-moe-1b "$BENCH_OPT"
 du -sh "$OUT"

@@ -43,6 +43,10 @@ bool fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa, const uint8_t *b,
              bool cBf16, const float *bias, int64_t M, int64_t N, int64_t K,
              bool fastAccum);
 
+/// How many fp8Gemm calls fell back to the tiled kernel for a reason other
+/// than MAPP_CUDA_FP8_GEMM=tiled (each shape's first one is said on stderr).
+int64_t fp8GemmFallbacks();
+
 /// The tiled fallback (also what MAPP_CUDA_FP8_GEMM=tiled forces).
 void fp8GemmTiled(const uint8_t *a, Fp8Format fa, const uint8_t *b,
                   Fp8Format fb, const float *da, const float *db, void *c,

@@ -17,7 +17,8 @@
 // Transformer Engine. Descriptors and the timed algorithm choice are cached
 // per shape like Gemm.cu's. Shapes the fp8 kernels do not take (a dimension
 // not a multiple of 16) and MAPP_CUDA_FP8_GEMM=tiled run the tiled kernel
-// on the same quantized operands.
+// on the same quantized operands. A fallback nobody asked for costs ~50× in
+// GEMM time, so it is said on stderr once per shape, with cuBLASLt's reason.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
@@ -25,10 +26,14 @@
 
 #include <cublasLt.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -61,6 +66,7 @@ struct Fp8Plan {
   cublasLtMatmulAlgo_t algo;
   std::vector<cublasLtMatmulAlgo_t> candidates;
   bool ok = false, tuned = false;
+  std::string rejected; // why the heuristic gave no algorithm
 };
 
 std::mutex gMutex;
@@ -68,6 +74,21 @@ std::map<Fp8Key, Fp8Plan> gPlans;
 
 cudaDataType_t ltType(int e5m2) {
   return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
+std::atomic<int64_t> gFallbacks{0};
+
+void noteFallback(int64_t M, int64_t N, int64_t K, const std::string &why) {
+  ++gFallbacks;
+  static std::mutex m;
+  static std::set<std::tuple<int64_t, int64_t, int64_t>> said;
+  std::lock_guard<std::mutex> lock(m);
+  if (said.insert({M, N, K}).second)
+    std::fprintf(stderr,
+                 "mapp cuda: fp8 GEMM %lldx%lldx%lld (MxNxK) runs on the tiled "
+                 "kernel, far slower than cuBLASLt: %s\n",
+                 static_cast<long long>(M), static_cast<long long>(N),
+                 static_cast<long long>(K), why.c_str());
 }
 
 Fp8Plan &planFor(CudaBackend &be, const Fp8Key &key) {
@@ -112,6 +133,13 @@ Fp8Plan &planFor(CudaBackend &be, const Fp8Key &key) {
     for (int i = 0; i < found; ++i)
       if (res[i].state == CUBLAS_STATUS_SUCCESS)
         p.candidates.push_back(res[i].algo);
+  } else {
+    p.rejected = "cuBLASLt's heuristic gave no algorithm (status " +
+                 std::to_string(static_cast<int>(st)) + ", A " +
+                 (key.fa ? "e5m2" : "e4m3") + ", B " + (key.fb ? "e5m2" : "e4m3") +
+                 ", D " + (key.dBf16 ? "bf16" : "f32") + ", alignment " +
+                 std::to_string(key.align) + " B, workspace " +
+                 std::to_string(ws) + " B)";
   }
   return gPlans.emplace(key, p).first->second;
 }
@@ -167,10 +195,17 @@ bool cuda::fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa,
     return false;
   int dev = 0;
   MAPP_CUDA_CHECK(cudaGetDevice(&dev));
-  bool lt = gemmMode() == 0 && deviceHasFp8(dev) && K > 0 && M % 16 == 0 &&
-            N % 16 == 0 && K % 16 == 0 &&
-            !(fa == Fp8Format::E5M2 && fb == Fp8Format::E5M2);
+  const char *why = gemmMode() != 0          ? nullptr // asked for
+                    : !deviceHasFp8(dev)     ? "the device is below sm_89"
+                    : K == 0                 ? nullptr
+                    : M % 16 || N % 16 || K % 16
+                        ? "cuBLASLt's fp8 kernels need M, N and K multiples of 16"
+                    : fa == Fp8Format::E5M2 && fb == Fp8Format::E5M2
+                        ? "cuBLASLt has no e5m2 x e5m2 kernel"
+                        : "";
+  bool lt = why && !*why;
   Fp8Plan *p = nullptr;
+  std::string reason = why ? why : "";
   if (lt) {
     Fp8Key key{};
     key.owner = &be;
@@ -183,8 +218,10 @@ bool cuda::fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa,
     key.fast = fastAccum;
     key.align = alignOf({a, b, c.p});
     p = &planFor(be, key);
-    if (!p->ok)
+    if (!p->ok) {
       lt = false;
+      reason = p->rejected;
+    }
   }
   bool ran = false;
   if (lt) {
@@ -221,18 +258,26 @@ bool cuda::fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa,
       cudaEventDestroy(e1);
       p->tuned = true;
     }
-    ran = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta, c.p,
-                         p->d, c.p, p->d, &p->algo, be.ltWorkspace(),
-                         be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
+    cublasStatus_t st = cublasLtMatmul(
+        be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta, c.p, p->d, c.p, p->d,
+        &p->algo, be.ltWorkspace(), be.ltWorkspaceBytes(), s);
+    ran = st == CUBLAS_STATUS_SUCCESS;
+    if (!ran)
+      reason = "cublasLtMatmul returned status " + std::to_string(static_cast<int>(st));
     if (ran && bias) {
       addBiasRows<<<gridFor(M * N, 256), 256, 0, s>>>(c, bias, M, N);
       MAPP_CUDA_LAUNCHED();
     }
   }
-  if (!ran)
+  if (!ran) {
+    if (!reason.empty())
+      noteFallback(M, N, K, reason);
     fp8GemmTiled(a, fa, b, fb, da, db, cp, cBf16, bias, M, N, K, s);
+  }
   return ran;
 }
+
+int64_t cuda::fp8GemmFallbacks() { return gFallbacks.load(); }
 
 namespace {
 
