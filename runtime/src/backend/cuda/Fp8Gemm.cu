@@ -53,10 +53,12 @@ struct Fp8Key {
   const CudaBackend *owner;
   int64_t m, n, k; // Lt's (column-major) dims
   int fa, fb, dBf16, fast;
+  int scaled; // descales as Lt's A/B scale pointers, else applied after
   uint32_t align;
   bool operator<(const Fp8Key &o) const {
-    return std::tie(owner, m, n, k, fa, fb, dBf16, fast, align) <
-           std::tie(o.owner, o.m, o.n, o.k, o.fa, o.fb, o.dBf16, o.fast, o.align);
+    return std::tie(owner, m, n, k, fa, fb, dBf16, fast, scaled, align) <
+           std::tie(o.owner, o.m, o.n, o.k, o.fa, o.fb, o.dBf16, o.fast,
+                    o.scaled, o.align);
   }
 };
 
@@ -91,7 +93,17 @@ void noteFallback(int64_t M, int64_t N, int64_t K, const std::string &why) {
                  static_cast<long long>(K), why.c_str());
 }
 
-Fp8Plan &planFor(CudaBackend &be, const Fp8Key &key) {
+void setScales(cublasLtMatmulDesc_t desc, const float *ltA, const float *ltB) {
+  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
+      desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ltA, sizeof(ltA)));
+  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
+      desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ltB, sizeof(ltB)));
+}
+
+/// `ltA` / `ltB`: the descale pointers of Lt's A and B, on the descriptor
+/// before the heuristic runs when key.scaled.
+Fp8Plan &planFor(CudaBackend &be, const Fp8Key &key, const float *ltA,
+                 const float *ltB) {
   std::lock_guard<std::mutex> lock(gMutex);
   auto it = gPlans.find(key);
   if (it != gPlans.end())
@@ -106,6 +118,8 @@ Fp8Plan &planFor(CudaBackend &be, const Fp8Key &key) {
   int8_t fast = key.fast ? 1 : 0;
   MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
       p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  if (key.scaled)
+    setScales(p.desc, ltA, ltB);
   cudaDataType_t dt = key.dBf16 ? CUDA_R_16BF : CUDA_R_32F;
   // Lt's A is k×m stored (op T), B k×n (op N), D m×n.
   MAPP_LT_CHECK8(cublasLtMatrixLayoutCreate(&p.a, ltType(key.fa), key.k, key.m, key.k));
@@ -177,10 +191,86 @@ bool deviceHasFp8(int device) {
   return known[device] = major * 10 + minor >= 89;
 }
 
-__global__ void addBiasRows(DView y, const float *bias, int64_t rows, int64_t n) {
+/// y = y·(da·db) + bias[col], either part optional (da null: no scale).
+__global__ void epilogueRows(DView y, const float *da, const float *db,
+                             const float *bias, int64_t rows, int64_t n) {
+  const float scale = da ? *da * *db : 1.0f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y.st(i, y.ld(i) + bias[i % n]);
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = da ? y.ld(i) * scale : y.ld(i);
+    y.st(i, bias ? v + bias[i % n] : v);
+  }
+}
+
+/// Set once cuBLASLt refuses every algorithm of a scaled fp8 product (seen
+/// with cuBLAS 13.1 on the H200: status 15 at run time, the heuristic
+/// having offered 8): from then on the products run unscaled and
+/// epilogueRows applies the descales.
+std::atomic<bool> gScalesRefused{false};
+
+/// The two descales of a product sit 256 bytes apart (each at the alignment
+/// of a fresh allocation, whatever cuBLASLt asks of scale pointers).
+constexpr int64_t kDescaleStride = 64;
+
+/// One product on cuBLASLt: c = op(Lt A = b)·op(Lt B = a) with fp32
+/// accumulation, scaled by the descale pointers when key.scaled. False, with
+/// `reason`, when cuBLASLt won't take it.
+bool runLt(CudaBackend &be, const Fp8Key &key, const uint8_t *a,
+           const uint8_t *b, const float *da, const float *db, DView c,
+           std::string &reason) {
+  cudaStream_t s = be.stream();
+  Fp8Plan *p = &planFor(be, key, db, da); // Lt's A is our b
+  if (!p->ok) {
+    reason = p->rejected;
+    return false;
+  }
+  if (key.scaled)
+    setScales(p->desc, db, da);
+  float alpha = 1.0f, beta = 0.0f;
+  auto run = [&](const cublasLtMatmulAlgo_t &algo) {
+    return cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
+                          c.p, p->d, c.p, p->d, &algo, be.ltWorkspace(),
+                          be.ltWorkspaceBytes(), s);
+  };
+  if (!p->tuned && be.config().gemmTune && p->candidates.size() > 1 &&
+      key.m * key.n * key.k >= (int64_t(1) << 30)) {
+    cudaEvent_t e0, e1;
+    MAPP_CUDA_CHECK(cudaEventCreate(&e0));
+    MAPP_CUDA_CHECK(cudaEventCreate(&e1));
+    float best = 1e30f;
+    for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
+      float ms = 0;
+      bool ok = true;
+      for (int rep = 0; rep < 2 && ok; ++rep) {
+        MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
+        ok = run(algo) == CUBLAS_STATUS_SUCCESS;
+        MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
+        MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
+        MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      }
+      if (ok && ms < best) {
+        best = ms;
+        p->algo = algo;
+      }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    p->tuned = true;
+  }
+  cublasStatus_t st = run(p->algo);
+  // The heuristic's first choice can still be refused at run time: the next
+  // candidates before giving up, and the one that ran is kept.
+  for (size_t i = 0; st != CUBLAS_STATUS_SUCCESS && i < p->candidates.size(); ++i)
+    if ((st = run(p->candidates[i])) == CUBLAS_STATUS_SUCCESS)
+      p->algo = p->candidates[i];
+  if (st == CUBLAS_STATUS_SUCCESS)
+    return true;
+  reason = "cublasLtMatmul refused all " + std::to_string(p->candidates.size()) +
+           " of the heuristic's algorithms (last status " +
+           std::to_string(static_cast<int>(st)) + ")";
+  p->ok = false; // not asked again every call
+  p->rejected = reason;
+  return false;
 }
 
 } // namespace
@@ -203,10 +293,9 @@ bool cuda::fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa,
                     : fa == Fp8Format::E5M2 && fb == Fp8Format::E5M2
                         ? "cuBLASLt has no e5m2 x e5m2 kernel"
                         : "";
-  bool lt = why && !*why;
-  Fp8Plan *p = nullptr;
   std::string reason = why ? why : "";
-  if (lt) {
+  bool ran = false;
+  if (why && !*why) {
     Fp8Key key{};
     key.owner = &be;
     key.m = N;
@@ -217,55 +306,18 @@ bool cuda::fp8Gemm(CudaBackend &be, const uint8_t *a, Fp8Format fa,
     key.dBf16 = c.bf16;
     key.fast = fastAccum;
     key.align = alignOf({a, b, c.p});
-    p = &planFor(be, key);
-    if (!p->ok) {
-      lt = false;
-      reason = p->rejected;
+    key.scaled = !gScalesRefused.load();
+    ran = runLt(be, key, a, b, da, db, c, reason);
+    if (!ran && key.scaled && !gScalesRefused.exchange(true)) {
+      std::fprintf(stderr, "mapp cuda: cuBLASLt refused a scaled fp8 GEMM (%s); "
+                           "fp8 GEMMs now run unscaled with the descales "
+                           "applied after\n", reason.c_str());
+      key.scaled = 0;
+      ran = runLt(be, key, a, b, da, db, c, reason);
     }
-  }
-  bool ran = false;
-  if (lt) {
-    // Lt's A scale is our b's descale, its B scale our a's.
-    MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
-        p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &db, sizeof(db)));
-    MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
-        p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &da, sizeof(da)));
-    float alpha = 1.0f, beta = 0.0f;
-    if (!p->tuned && be.config().gemmTune && p->candidates.size() > 1 &&
-        M * N * K >= (int64_t(1) << 30)) {
-      cudaEvent_t e0, e1;
-      MAPP_CUDA_CHECK(cudaEventCreate(&e0));
-      MAPP_CUDA_CHECK(cudaEventCreate(&e1));
-      float best = 1e30f;
-      for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
-        float ms = 0;
-        bool ok = true;
-        for (int rep = 0; rep < 2 && ok; ++rep) {
-          MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
-          ok = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta,
-                              c.p, p->d, c.p, p->d, &algo, be.ltWorkspace(),
-                              be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
-          MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
-          MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
-          MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        }
-        if (ok && ms < best) {
-          best = ms;
-          p->algo = algo;
-        }
-      }
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      p->tuned = true;
-    }
-    cublasStatus_t st = cublasLtMatmul(
-        be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta, c.p, p->d, c.p, p->d,
-        &p->algo, be.ltWorkspace(), be.ltWorkspaceBytes(), s);
-    ran = st == CUBLAS_STATUS_SUCCESS;
-    if (!ran)
-      reason = "cublasLtMatmul returned status " + std::to_string(static_cast<int>(st));
-    if (ran && bias) {
-      addBiasRows<<<gridFor(M * N, 256), 256, 0, s>>>(c, bias, M, N);
+    if (ran && (!key.scaled || bias)) {
+      epilogueRows<<<gridFor(M * N, 256), 256, 0, s>>>(
+          c, key.scaled ? nullptr : da, db, bias, M, N);
       MAPP_CUDA_LAUNCHED();
     }
   }
@@ -315,17 +367,17 @@ void cuda::fp8_linear(const KernelArgs &a) {
   Operand ow = operandOf(a, metaT, "fp8_b", "meta_b");
   auto *qx = static_cast<uint8_t *>(be.scratch(m * k + 256, 0));
   auto *qw = static_cast<uint8_t *>(be.scratch(n * k + 256, 3));
-  auto *descales = static_cast<float *>(be.scratch(64, 1));
+  auto *descales = static_cast<float *>(be.scratch(2 * kDescaleStride * 4, 1));
   fp8Quantize(x.data, isBf16(x), m, k, ox.fmt, ox.meta, qx, nullptr, descales, s);
-  fp8Quantize(w.data, isBf16(w), n, k, ow.fmt, ow.meta, qw, nullptr, descales + 1, s);
+  fp8Quantize(w.data, isBf16(w), n, k, ow.fmt, ow.meta, qw, nullptr, descales + kDescaleStride, s);
   if (k == 0) {
     fillZero(view(a.out[0]), a.out[0].numel(), s);
     if (bias)
-      fp8GemmTiled(qx, ox.fmt, qw, ow.fmt, descales, descales + 1,
+      fp8GemmTiled(qx, ox.fmt, qw, ow.fmt, descales, descales + kDescaleStride,
                    a.out[0].data, isBf16(a.out[0]), bias, m, n, 0, s);
     return;
   }
-  fp8Gemm(be, qx, ox.fmt, qw, ow.fmt, descales, descales + 1, a.out[0].data,
+  fp8Gemm(be, qx, ox.fmt, qw, ow.fmt, descales, descales + kDescaleStride, a.out[0].data,
           isBf16(a.out[0]), bias, m, n, k, a.attrs.flag("fast_accum"));
 }
 
@@ -342,18 +394,18 @@ void cuda::fp8_matmul(const KernelArgs &a) {
   Operand ob = operandOf(a, metaT, "fp8_b", "meta_b");
   auto *qa = static_cast<uint8_t *>(be.scratch(m * k + 256, 0));
   auto *qb = static_cast<uint8_t *>(be.scratch(n * k + 256, 3));
-  auto *descales = static_cast<float *>(be.scratch(64, 1));
+  auto *descales = static_cast<float *>(be.scratch(2 * kDescaleStride * 4, 1));
   // Into the TN layout: a as [M,K], b as [N,K] (b is [K,N]: transposed).
   if (ta)
     fp8Quantize(A.data, isBf16(A), k, m, oa.fmt, oa.meta, nullptr, qa, descales, s);
   else
     fp8Quantize(A.data, isBf16(A), m, k, oa.fmt, oa.meta, qa, nullptr, descales, s);
-  fp8Quantize(B.data, isBf16(B), k, n, ob.fmt, ob.meta, nullptr, qb, descales + 1, s);
+  fp8Quantize(B.data, isBf16(B), k, n, ob.fmt, ob.meta, nullptr, qb, descales + kDescaleStride, s);
   if (k == 0) {
     fillZero(view(a.out[0]), a.out[0].numel(), s);
     return;
   }
-  fp8Gemm(be, qa, oa.fmt, qb, ob.fmt, descales, descales + 1, a.out[0].data,
+  fp8Gemm(be, qa, oa.fmt, qb, ob.fmt, descales, descales + kDescaleStride, a.out[0].data,
           isBf16(a.out[0]), nullptr, m, n, k, a.attrs.flag("fast_accum"));
 }
 
