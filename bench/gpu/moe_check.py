@@ -5,7 +5,7 @@ initial weights on the same batches (mapp-run --dump-batches).
 Usage:
   moe_check.py init CFG.json OUT.safetensors     GPT(cfg, seed=7)'s weights
   moe_check.py check CFG.json INIT.safetensors CUDA.jsonl CPU.jsonl BATCHES.jsonl
-      [--name N] [--tol 2e-2] [--early 10] [--cpu-tol 1e-3] [--same SYNC.jsonl]
+      [--name N] [--tol 2e-2] [--early 10] [--cpu-tol 1e-4] [--same SYNC.jsonl]
 
 PyTorch curves:
   fp32  mapp.reference.GPT (the numerical oracle: python/mapp/moe.py's ops,
@@ -19,8 +19,9 @@ by step over the first `early` steps, and as the mean of the last 10 steps.
 Past the first steps a few routing choices flip between any two precisions
 and the curves part by ~2% (docs/moe.md), so later steps are held to the
 curve's level, not step by step. The CPU run (the plan with fp32
-activations) is within `cpu-tol` of the fp32 reference at every step, the
-loss falls, and (--same) a second CUDA run's losses
+activations) is within `cpu-tol` of the fp32 reference over the first
+`early` steps (fp32 against fp32: routing flips there too, later) and
+within `tol` on the last-10 mean, the loss falls, and (--same) a second CUDA run's losses
 (MAPP_CUDA_MOE_COUNTS=sync, its first steps) are within `tol` of the first's
 (identical when the dense kernels are deterministic). Prints one summary
 line last.
@@ -86,13 +87,14 @@ def rel(xs, ys):
     return [abs(x - y) / abs(y) for x, y in zip(xs, ys)]
 
 
-def tracks(xs, ref, tol, early):
-    """(worst early step, last-10 mean difference, within tol): step by step
-    while routing agrees, the curve's level after."""
+def tracks(xs, ref, tol, early, tail_tol=None):
+    """(worst early step, last-10 mean difference, within the bars): step by
+    step (tol) while routing agrees, the curve's level (tail_tol, default
+    tol) after."""
     e = max(rel(xs[:early], ref[:early]))
     n = min(10, len(xs))
     tail = abs(sum(xs[-n:]) - sum(ref[-n:])) / abs(sum(ref[-n:]))
-    return e, tail, e <= tol and tail <= tol
+    return e, tail, e <= tol and tail <= (tol if tail_tol is None else tail_tol)
 
 
 def main():
@@ -116,7 +118,7 @@ def main():
     p.add_argument("--wd", type=float, default=0.1)
     p.add_argument("--tol", type=float, default=2e-2)
     p.add_argument("--early", type=int, default=10)
-    p.add_argument("--cpu-tol", type=float, default=1e-3)
+    p.add_argument("--cpu-tol", type=float, default=1e-4)
     p.add_argument("--same", default="")
     p.add_argument("--name", default="")
     a = p.parse_args()
@@ -134,9 +136,13 @@ def main():
     ok &= good
     notes.append(f"cuda vs torch fp32 {e:.2e} (first {a.early} steps), last-10 mean "
                  f"{tail:.2e}, any step {max(rel(mc, fp)):.2e}")
-    rc = rel(mcpu, fp)
-    ok &= max(rc) <= a.cpu_tol
-    notes.append(f"cpu vs torch fp32 {max(rc):.2e}")
+    # fp32 against fp32: equal to ~1e-7 until a routing choice flips on a
+    # summation-order difference (step ~8 of gpt-moe-e2e on CPU, then the
+    # curves part by up to 2.6e-2 at step 57, measured 2026-12-03).
+    e, tail, good = tracks(mcpu, fp, a.cpu_tol, a.early, a.tol)
+    ok &= good
+    notes.append(f"cpu vs torch fp32 {e:.2e} (first {a.early} steps), last-10 mean "
+                 f"{tail:.2e}")
     if cfg.get("moe_capacity_factor") is None and not torch.cuda.is_available():
         notes.append("no GPU: torch bf16 curve skipped")
     elif cfg.get("moe_capacity_factor") is None:
