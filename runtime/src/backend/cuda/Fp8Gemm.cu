@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
 #include "Fp8.h"
+#include "LtTune.h"
 
 #include <cublasLt.h>
 
@@ -232,29 +233,10 @@ bool runLt(CudaBackend &be, const Fp8Key &key, const uint8_t *a,
                           c.p, p->d, c.p, p->d, &algo, be.ltWorkspace(),
                           be.ltWorkspaceBytes(), s);
   };
-  if (!p->tuned && be.config().gemmTune && p->candidates.size() > 1 &&
-      key.m * key.n * key.k >= (int64_t(1) << 30)) {
-    cudaEvent_t e0, e1;
-    MAPP_CUDA_CHECK(cudaEventCreate(&e0));
-    MAPP_CUDA_CHECK(cudaEventCreate(&e1));
-    float best = 1e30f;
-    for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
-      float ms = 0;
-      bool ok = true;
-      for (int rep = 0; rep < 2 && ok; ++rep) {
-        MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
-        ok = run(algo) == CUBLAS_STATUS_SUCCESS;
-        MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
-        MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
-        MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      }
-      if (ok && ms < best) {
-        best = ms;
-        p->algo = algo;
-      }
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+  if (!p->tuned && worthTuning(be, p->candidates.size(), key.m * key.n * key.k)) {
+    int best = fastestAlgo(s, p->candidates, run);
+    if (best >= 0)
+      p->algo = p->candidates[best];
     p->tuned = true;
   }
   cublasStatus_t st = run(p->algo);

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
 #include "Fusion.h"
+#include "LtTune.h"
 
 #include <initializer_list>
 #include <map>
@@ -275,39 +276,20 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
   setEpiloguePointers(p->desc, key.epilogue, epi);
   float alpha = 1.0f, beta = x.beta;
   // MAPP_CUDA_GEMM_TUNE=0 keeps the heuristic's first algorithm.
-  if (!p->tuned && be.config().gemmTune && p->candidates.size() > 1 &&
-      M * N * K >= (int64_t(1) << 30)) {
-    // Time each candidate twice on these operands, keep the fastest. The
-    // real call below rewrites every output, except when it accumulates
+  if (!p->tuned && worthTuning(be, p->candidates.size(), M * N * K)) {
+    // The real call below rewrites every output, except when it accumulates
     // (beta ≠ 0): then the trials write a scratch matrix instead.
     void *trialD = C.data;
     float trialBeta = 0.0f;
     if (beta != 0.0f)
       trialD = be.scratch(M * N * storedSize(C), 5);
-    cudaEvent_t e0, e1;
-    MAPP_CUDA_CHECK(cudaEventCreate(&e0));
-    MAPP_CUDA_CHECK(cudaEventCreate(&e1));
-    float best = 1e30f;
-    for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
-      float ms = 0;
-      bool ok = true;
-      for (int rep = 0; rep < 2 && ok; ++rep) {
-        MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
-        ok = cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b,
+    int best = fastestAlgo(s, p->candidates, [&](const cublasLtMatmulAlgo_t &algo) {
+      return cublasLtMatmul(be.lt(), p->desc, &alpha, b, p->a, a, p->b,
                             &trialBeta, trialD, p->d, trialD, p->d, &algo,
-                            be.ltWorkspace(), be.ltWorkspaceBytes(),
-                            s) == CUBLAS_STATUS_SUCCESS;
-        MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
-        MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
-        MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      }
-      if (ok && ms < best) {
-        best = ms;
-        p->algo = algo;
-      }
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+                            be.ltWorkspace(), be.ltWorkspaceBytes(), s);
+    });
+    if (best >= 0)
+      p->algo = p->candidates[best];
     p->tuned = true;
   }
   cublasStatus_t st = cublasLtMatmul(

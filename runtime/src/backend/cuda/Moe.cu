@@ -38,6 +38,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
+#include "LtTune.h"
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -640,31 +641,16 @@ void ltGemm(CudaBackend &be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   }
   float alpha = 1.0f, beta = 0.0f;
   cudaStream_t s = be.stream();
-  if (p->ok && !p->tuned && be.config().gemmTune && p->candidates.size() > 1 &&
-      m * n * k >= (int64_t(1) << 30)) {
-    // Twice each on these operands (beta = 0: the real call below rewrites
-    // D), once per bucket, in the first steps.
-    Event e0, e1;
-    MAPP_CUDA_CHECK(cudaEventCreate(e0.out()));
-    MAPP_CUDA_CHECK(cudaEventCreate(e1.out()));
-    float best = 1e30f;
-    for (const cublasLtMatmulAlgo_t &algo : p->candidates) {
-      float ms = 0;
-      bool ok = true;
-      for (int rep = 0; rep < 2 && ok; ++rep) {
-        MAPP_CUDA_CHECK(cudaEventRecord(e0, s));
-        ok = cublasLtMatmul(be.lt(), p->desc, &alpha, A, l.a, B, l.b, &beta, D,
+  if (p->ok && !p->tuned && worthTuning(be, p->candidates.size(), m * n * k)) {
+    // beta = 0: the real call below rewrites D. Once per bucket, in the
+    // first steps.
+    int best = fastestAlgo(s, p->candidates, [&](const cublasLtMatmulAlgo_t &algo) {
+      return cublasLtMatmul(be.lt(), p->desc, &alpha, A, l.a, B, l.b, &beta, D,
                             l.d, D, l.d, &algo, be.ltWorkspace(),
-                            be.ltWorkspaceBytes(), s) == CUBLAS_STATUS_SUCCESS;
-        MAPP_CUDA_CHECK(cudaEventRecord(e1, s));
-        MAPP_CUDA_CHECK(cudaEventSynchronize(e1));
-        MAPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      }
-      if (ok && ms < best) {
-        best = ms;
-        p->algo = algo;
-      }
-    }
+                            be.ltWorkspaceBytes(), s);
+    });
+    if (best >= 0)
+      p->algo = p->candidates[best];
     p->tuned = true;
   }
   cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
