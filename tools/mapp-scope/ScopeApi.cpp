@@ -43,13 +43,14 @@ std::string reductionParam(const Request &r) {
   auto it = r.query.find("reduction");
   static const char *known[] = {"max",      "min",  "mean", "std",
                                 "absmax",   "sparsity", "hist", "topk",
-                                "sketch",   "raw",  "attn", "lens"};
+                                "sketch",   "raw",  "attn", "lens",
+                                "experts"};
   if (it != r.query.end())
     for (const char *k : known)
       if (it->second == k)
         return k;
   fail("parameter 'reduction' must be one of max, min, mean, std, absmax, "
-       "sparsity, hist, topk, sketch, raw, attn, lens");
+       "sparsity, hist, topk, sketch, raw, attn, lens, experts");
 }
 
 std::string phaseParam(const Request &r) {

@@ -3,6 +3,9 @@
 #include "mapp/rt/ControlFiles.h"
 #include "mapp/rt/Error.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
@@ -39,11 +42,36 @@ void bindText(sqlite3_stmt *st, int i, const std::string &s) {
   sqlite3_bind_text(st, i, s.c_str(), -1, SQLITE_TRANSIENT);
 }
 
+/// A row of the probes table (docs/megascope.md, "Store").
+struct ProbeRow {
+  int64_t id, every;
+  std::string point, value, reduce, shape, attrs;
+};
+
 void stepOnce(sqlite3 *db, sqlite3_stmt *st) {
   int rc = sqlite3_step(st);
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     fail(sqlite3_errmsg(db));
+}
+
+void insertProbes(sqlite3 *db, int64_t run, int rank,
+                  const std::vector<ProbeRow> &rows) {
+  for (const ProbeRow &r : rows) {
+    sqlite3_stmt *st = nullptr;
+    sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO probes VALUES(?,?,?,?,?,?,?,?,?)",
+                       -1, &st, nullptr);
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_int64(st, 2, r.id);
+    sqlite3_bind_int(st, 3, rank);
+    bindText(st, 4, r.point);
+    bindText(st, 5, r.value);
+    bindText(st, 6, r.reduce);
+    sqlite3_bind_int64(st, 7, r.every);
+    bindText(st, 8, r.shape);
+    bindText(st, 9, r.attrs);
+    stepOnce(db, st);
+  }
 }
 
 } // namespace
@@ -124,11 +152,7 @@ void ProbeSession::registerPlan(const std::string &) {
   const Program &p = exec_.program();
   int64_t run = store_->runId();
   int rank = p.rank;
-  struct Row {
-    int64_t id, every;
-    std::string point, value, reduce, shape, attrs;
-  };
-  std::vector<Row> rows;
+  std::vector<ProbeRow> rows;
   for (const Block &b : p.blocks)
     for (const Instr &in : b.instrs)
       if (in.kernel == "probe") {
@@ -141,23 +165,7 @@ void ProbeSession::registerPlan(const std::string &) {
       }
   std::map<int64_t, Switch> sw = switches_;
   store_->exec([run, rank, rows, sw](sqlite3 *db) {
-    for (const Row &r : rows) {
-      sqlite3_stmt *st = nullptr;
-      sqlite3_prepare_v2(db,
-                         "INSERT OR REPLACE INTO probes VALUES"
-                         "(?,?,?,?,?,?,?,?,?)",
-                         -1, &st, nullptr);
-      sqlite3_bind_int64(st, 1, run);
-      sqlite3_bind_int64(st, 2, r.id);
-      sqlite3_bind_int(st, 3, rank);
-      bindText(st, 4, r.point);
-      bindText(st, 5, r.value);
-      bindText(st, 6, r.reduce);
-      sqlite3_bind_int64(st, 7, r.every);
-      bindText(st, 8, r.shape);
-      bindText(st, 9, r.attrs);
-      stepOnce(db, st);
-    }
+    insertProbes(db, run, rank, rows);
     for (const auto &[id, s] : sw) {
       sqlite3_stmt *st = nullptr;
       sqlite3_prepare_v2(db,
@@ -232,6 +240,8 @@ void ProbeSession::endStep(const StepMetrics &m) {
     return;
   int64_t run = store_->runId();
   int rank = exec_.program().rank;
+  if (rank == 0 && !m.expertTokens.empty())
+    recordExpertTokens(m);
   store_->exec([=](sqlite3 *db) {
     sqlite3_stmt *st = nullptr;
     sqlite3_prepare_v2(db,
@@ -250,6 +260,41 @@ void ProbeSession::endStep(const StepMetrics &m) {
     sqlite3_bind_double(st, 8, m.tokensPerS);
     stepOnce(db, st);
   });
+}
+
+void ProbeSession::recordExpertTokens(const StepMetrics &m) {
+  if (expertProbes_.empty()) { // the first step: one probe per MoE layer
+    std::vector<ProbeRow> rows;
+    int64_t id = kExpertProbeBase;
+    for (const auto &[layer, counts] : m.expertTokens) {
+      expertProbes_[layer] = id;
+      rows.push_back({id++, 1, layer, layer, "experts",
+                      json::array({counts.size()}).dump(),
+                      json{{"experts", counts.size()}}.dump()});
+    }
+    int64_t run = store_->runId();
+    store_->exec([run, rows](sqlite3 *db) { insertProbes(db, run, 0, rows); });
+  }
+  for (const auto &[layer, counts] : m.expertTokens) {
+    auto it = expertProbes_.find(layer);
+    if (it == expertProbes_.end() || counts.empty())
+      continue;
+    ProbeSample s;
+    s.probeId = it->second;
+    s.step = m.step;
+    s.reduction = "experts";
+    double total = 0, most = 0;
+    for (int64_t c : counts) {
+      total += double(c);
+      most = std::max(most, double(c));
+    }
+    // Load imbalance: the busiest expert's rows over the mean (1 = even).
+    if (total > 0)
+      s.value = most * double(counts.size()) / total;
+    s.data.assign(counts.begin(), counts.end());
+    s.shape = {static_cast<int64_t>(counts.size())};
+    record(std::move(s));
+  }
 }
 
 void ProbeSession::recordToken(int64_t position, int32_t token,

@@ -313,8 +313,9 @@ private:
     TrainControl control(*exec_, o_.ckpt, meta);
     const int64_t first = control.start();
     exec_->setSkipNonFinite(true); // a non-finite step never touches the state
-    // Every rank counts: the dp group sums its counts for the lead's line.
-    exec_->setCountExperts(!o_.metrics.empty());
+    // Every rank counts: the dp group sums its counts for the lead's line
+    // and MegaScope's "experts" samples (the same flags on every rank).
+    exec_->setCountExperts(!o_.metrics.empty() || !o_.probeDb.empty());
     exec_->setCheckFinite(o_.nanCheck);
     if (o_.nanStep >= 0)
       exec_->setInjectNan(o_.nanStep, o_.nanOp);

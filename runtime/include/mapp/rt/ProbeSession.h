@@ -71,6 +71,11 @@ private:
     std::string kind, target, point;
   };
   void registerPlan(const std::string &metaJson);
+  /// MoE: every layer's tokens per expert of the step (rank 0's global
+  /// counts, as metrics.jsonl) as reduction "experts" of a probe per layer.
+  void recordExpertTokens(const StepMetrics &m);
+  /// Ids of those probes: above any the compiler gives a plan's probes.
+  static constexpr int64_t kExpertProbeBase = int64_t(1) << 30;
   std::string stateJson();
 
   Executor &exec_;
@@ -78,6 +83,7 @@ private:
   std::unique_ptr<ProbeStore> store_;
   std::unique_ptr<ProbeControl> control_;
   std::map<int64_t, Switch> switches_;
+  std::map<std::string, int64_t> expertProbes_; // MoE layer -> probe id
   bool generating_ = false;
   bool vocabRecorded_ = false;
   int64_t step_ = 0;

@@ -5,7 +5,7 @@
 import './style.css';
 import { api, qs } from './api.js';
 import { clear } from './charts.js';
-import { drawHist, drawStats, drawTraining } from './series.js';
+import { drawExperts, drawHist, drawStats, drawTraining } from './series.js';
 import { drawAttention, drawHeatmap, drawLens, drawPca } from './tokens.js';
 import { drawGeneration, drawPatches, drawSwitches, wirePatchForm } from './panels.js';
 
@@ -46,7 +46,8 @@ async function loadRuns() {
   ctx.seqLength = meta.seq_length || 0;
   if (run !== ctx.run) {
     ctx.run = run;
-    ['loss-chart', 'stat-chart', 'heat-chart', 'attn-chart', 'lens-chart', 'pca-chart', 'hist-chart'].forEach(clear);
+    ['loss-chart', 'stat-chart', 'heat-chart', 'attn-chart', 'lens-chart', 'pca-chart', 'hist-chart',
+      'expert-chart', 'expert-imb-chart'].forEach(clear);
     // A run's own phase first: a generation run records only 'generate'.
     const phase = meta.mode === 'generate' ? 'generate' : 'train';
     for (const id of ['heat-phase', 'attn-phase', 'pca-phase', 'lens-phase']) $(id).value = phase;
@@ -64,6 +65,8 @@ async function loadRanksAndProbes() {
   const sp = probeById($('stat-probe').value);
   setOptions($('stat-red'), sp ? reductionsOf(sp).filter(r => SCALAR.includes(r)).map(r => [r, r]) : []);
   setOptions($('hist-probe'), having('hist'));
+  // Rank 0 alone records expert load (the step's global counts).
+  setOptions($('expert-probe'), ctx.probes.filter(p => reductionsOf(p).includes('experts')).map(p => [p.id, p.point]));
   setOptions($('heat-probe'), having('raw'));
   setOptions($('attn-probe'), having('attn'));
   const ap = probeById($('attn-probe').value);
@@ -88,6 +91,7 @@ async function refresh() {
     await Promise.all([
       drawStats(ctx, $('stat-probe').value, $('stat-red').value),
       drawHist(ctx, probeById($('hist-probe').value)),
+      drawExperts(ctx, probeById($('expert-probe').value)),
       drawHeatmap(ctx, probeById($('heat-probe').value), $('heat-phase').value),
       drawAttention(ctx, probeById($('attn-probe').value), Number($('attn-head').value || 0), $('attn-phase').value),
       drawLens(ctx, Number($('lens-step').value || 0), $('lens-phase').value),
@@ -101,7 +105,7 @@ async function refresh() {
   }
 }
 
-for (const id of ['run', 'rank', 'stat-probe', 'stat-red', 'hist-probe', 'heat-probe', 'heat-phase',
+for (const id of ['run', 'rank', 'stat-probe', 'stat-red', 'hist-probe', 'expert-probe', 'heat-probe', 'heat-phase',
   'attn-probe', 'attn-head', 'attn-phase', 'lens-phase', 'lens-step', 'pca-phase'])
   $(id).addEventListener('change', refresh);
 wirePatchForm();

@@ -1,5 +1,6 @@
 // Views over steps: training loss and per-probe statistics (one line per
-// rank, zoom by drag/scroll and a slider), and the latest histogram.
+// rank, zoom by drag/scroll and a slider), the latest histogram, and an MoE
+// layer's expert load.
 import { api, esc, num, qs } from './api.js';
 import { draw, tooltip } from './charts.js';
 
@@ -64,4 +65,33 @@ export async function drawHist(ctx, probe) {
     yAxis: { type: 'value', name: 'count' },
     series: [{ type: 'bar', data: s.data, barCategoryGap: '5%' }],
   });
+}
+
+// Tokens per expert of one MoE layer: the latest step's rows as bars, and
+// the load imbalance (busiest expert over the mean, 1 = even) over steps.
+// Rank 0 records the step's global counts (as metrics.jsonl).
+export async function drawExperts(ctx, probe) {
+  const info = document.getElementById('expert-info');
+  if (!probe) { info.textContent = 'no MoE layers in this run'; return; }
+  const [rows, s] = await Promise.all([
+    api(`/api/series?${qs({ run: ctx.run, probe: probe.id, reduction: 'experts' })}`),
+    api(`/api/sample?${qs({ run: ctx.run, probe: probe.id, reduction: 'experts', rank: 0 })}`),
+  ]);
+  if (!s) { info.textContent = 'no samples yet'; return; }
+  const total = s.data.reduce((a, b) => a + b, 0);
+  info.textContent = `step ${s.step}: ${total} rows over ${s.data.length} experts, ` +
+    `busiest ${Math.max(...s.data)} (${num(s.value)}× the mean)`;
+  ctx.setCount('expert-chart', s.data.length);
+  draw('expert-chart', {
+    animation: false,
+    grid: { left: 50, right: 20, top: 20, bottom: 40 },
+    tooltip: tooltip(p => `expert ${p.dataIndex}: <b>${p.value}</b> rows (${num(100 * p.value / total, 3)}%)`),
+    xAxis: { type: 'category', name: 'expert', nameLocation: 'middle', nameGap: 26, data: s.data.map((_, i) => String(i)) },
+    yAxis: { type: 'value', name: 'rows' },
+    series: [{ type: 'bar', data: s.data }],
+  });
+  const series = byRank(rows, r => r.value);
+  ctx.setCount('expert-imb-chart', series.reduce((n, [, p]) => n + p.length, 0));
+  draw('expert-imb-chart', lineOption(series, 'max / mean', ctx.rankLabel));
+  document.getElementById('expert-chart').dataset.probe = String(probe.id); // for tests
 }
