@@ -165,4 +165,20 @@ TEST(WeightInit, RulesAndDeterminism) {
   double sd = std::sqrt(sq / a.size() - mean * mean);
   EXPECT_NEAR(mean, 0.0, 0.001);
   EXPECT_NEAR(sd, 0.02, 0.001);
+  // A tensor large enough to be filled in chunks on threads: the same bits
+  // as one SplitMix64 stream, two draws per pair (odd size: the last pair
+  // keeps only its cosine).
+  const int64_t big = 3 * (int64_t(1) << 20) + 7;
+  std::vector<float> chunked(big), one(big);
+  initParam("h.weight", {big, 1}, 9, chunked.data());
+  SplitMix64 rng(9 ^ fnv1a64("h.weight"));
+  for (int64_t i = 0; i < big; i += 2) {
+    double u1 = (rng.next() >> 11) * 0x1.0p-53;
+    double u2 = (rng.next() >> 11) * 0x1.0p-53;
+    double r = std::sqrt(-2.0 * std::log(1.0 - u1));
+    one[i] = static_cast<float>(0.02 * r * std::cos(2 * M_PI * u2));
+    if (i + 1 < big)
+      one[i + 1] = static_cast<float>(0.02 * r * std::sin(2 * M_PI * u2));
+  }
+  EXPECT_EQ(chunked, one);
 }

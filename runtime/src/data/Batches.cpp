@@ -10,7 +10,7 @@ using namespace mapp::rt;
 
 uint64_t SplitMix64::next() {
   uint64_t r = splitmix64(state_);
-  state_ += 0x9E3779B97F4A7C15ULL;
+  state_ += kSplitMixGamma;
   return r;
 }
 

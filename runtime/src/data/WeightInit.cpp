@@ -2,7 +2,10 @@
 #include "mapp/rt/Dataset.h"
 #include "mapp/rt/Weights.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 using namespace mapp::rt;
 
@@ -53,14 +56,35 @@ void mapp::rt::initParam(const std::string &name, const Shape &shape,
   case InitKind::Normal:
     break;
   }
-  SplitMix64 rng(seed ^ fnv1a64(name));
-  const double std = 0.02;
-  for (int64_t i = 0; i < n; i += 2) {
-    double u1 = (rng.next() >> 11) * 0x1.0p-53;
-    double u2 = (rng.next() >> 11) * 0x1.0p-53;
-    double r = std::sqrt(-2.0 * std::log(1.0 - u1));
-    out[i] = static_cast<float>(std * r * std::cos(2 * M_PI * u2));
-    if (i + 1 < n)
-      out[i + 1] = static_cast<float>(std * r * std::sin(2 * M_PI * u2));
+  // One SplitMix64 stream, two draws per pair of elements. Its k-th draw is
+  // splitmix64(state + k·gamma), so a chunk starting at an even element i
+  // starts its own generator at draw i: chunks on threads give the same
+  // bits as one loop (a 2.8B-parameter model took 70 s in one loop).
+  const uint64_t state = seed ^ fnv1a64(name);
+  auto fill = [&](int64_t begin, int64_t end) {
+    SplitMix64 rng(state + uint64_t(begin) * kSplitMixGamma);
+    const double std = 0.02;
+    for (int64_t i = begin; i < end; i += 2) {
+      double u1 = (rng.next() >> 11) * 0x1.0p-53;
+      double u2 = (rng.next() >> 11) * 0x1.0p-53;
+      double r = std::sqrt(-2.0 * std::log(1.0 - u1));
+      out[i] = static_cast<float>(std * r * std::cos(2 * M_PI * u2));
+      if (i + 1 < n)
+        out[i + 1] = static_cast<float>(std * r * std::sin(2 * M_PI * u2));
+    }
+  };
+  const int64_t perThread = int64_t(1) << 20; // elements; even
+  int64_t threads = std::min<int64_t>(
+      std::max(1u, std::thread::hardware_concurrency()), n / perThread);
+  if (threads <= 1) {
+    fill(0, n);
+    return;
   }
+  int64_t chunk = (n / threads + 1) & ~int64_t(1);
+  std::vector<std::thread> pool;
+  for (int64_t b = chunk; b < n; b += chunk)
+    pool.emplace_back(fill, b, std::min(n, b + chunk));
+  fill(0, std::min(n, chunk));
+  for (std::thread &t : pool)
+    t.join();
 }

@@ -37,6 +37,10 @@ std::vector<int32_t> loadTokens(const std::string &path,
                                 const Tokenizer *tok);
 
 /// splitmix64 generator: next() = splitmix64(state); state += golden ratio.
+/// SplitMix64's state increment: the k-th draw of SplitMix64(s) is
+/// splitmix64(s + k·kSplitMixGamma).
+constexpr uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ULL;
+
 class SplitMix64 {
 public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}
