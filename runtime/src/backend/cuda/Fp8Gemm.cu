@@ -203,10 +203,10 @@ __global__ void epilogueRows(DView y, const float *da, const float *db,
   }
 }
 
-/// Set once cuBLASLt refuses every algorithm of a scaled fp8 product (seen
-/// with cuBLAS 13.1 on the H200: status 15 at run time, the heuristic
-/// having offered 8): from then on the products run unscaled and
-/// epilogueRows applies the descales.
+/// Set once cuBLASLt refuses every algorithm of a scaled fp8 product (as
+/// cuBLAS 13.1 on the H200 did, status 15 at run time after the heuristic
+/// offered 8, while the B scale sat 4 bytes after the A scale): from then on
+/// the products run unscaled and epilogueRows applies the descales.
 std::atomic<bool> gScalesRefused{false};
 
 /// The two descales of a product sit 256 bytes apart (each at the alignment
