@@ -75,10 +75,13 @@ def test_expert_load_recorded_per_layer_and_step(tmp_path):
     assert len(want) == 2 and all(len(v) == STEPS for v in want.values())
 
 
-def test_expert_load_is_the_global_count_with_dp(tmp_path):
-    # dp 2: rank 0 records what the dp group routed, as the metrics line.
-    metrics, db = train_moe(tmp_path, "dp=2")
-    check_against_metrics(metrics, db)
+@pytest.mark.parametrize("pipeline", ["dp=2", "pp=2 microbatches=2"])
+def test_expert_load_is_the_global_count(tmp_path, pipeline):
+    # dp 2: rank 0 records what the dp group routed; pp 2: layer 1 lives on
+    # stage 1, and rank 0 still records both layers, as the metrics line.
+    metrics, db = train_moe(tmp_path, pipeline)
+    want, _ = check_against_metrics(metrics, db)
+    assert len(want) == 2
 
 
 def test_page_draws_expert_load(tmp_path):
