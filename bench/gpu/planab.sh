@@ -7,17 +7,18 @@
 # Variants (default all): copy (--mapp-plan-copy-reshapes: every reshape
 # copies instead of being a view), noconcat (-mapp-autodiff
 # concat-slice-grads=false: the qkv gradient as slice_grads + adds),
-# f32arena (no activation-storage=bf16: fp32-sized arena slots).
+# f32arena (no activation-storage=bf16: fp32-sized arena slots), saveact
+# (no --mapp-recompute=policy=activations: the GELU outputs saved).
 # Per model and variant: median step_ms after 3 warm-up steps for both, the
 # saving, peak device memory (mapp-run's), the memory plan's figures
-# (prepare.sh) and the largest relative loss difference (all three are
+# (prepare.sh) and the largest relative loss difference (all four are
 # exact rewrites, so only run-to-run noise of atomic kernels may differ:
 # <= 1e-3). Prints PASS/FAIL and the figures last.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 S124=${1:-15}
 S13=${2:-8}
-VARIANTS=${3:-copy noconcat f32arena}
+VARIANTS=${3:-copy noconcat f32arena saveact}
 LOG=${OUT:-/tmp/mapp-planab}
 mkdir -p "$LOG"
 export PYTHONPATH=$D${PYTHONPATH:+:$PYTHONPATH} # runstats.py

@@ -19,6 +19,10 @@ BENCH_OPT="lr=3e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
 # Activations planned at 2 bytes an element, as the CUDA backend stores them
 # (the report remark goes to the log as one line).
 BF16=(-mapp-plan-memory=activation-storage=bf16 -mlir-print-op-on-diagnostic=false)
+# The bench plans recompute each MLP's GELU output in the backward instead
+# of saving it (torch.compile's partitioner makes the same trade): 6 GiB
+# less at 1.3B for one elementwise pass per layer (docs/recompute.md).
+RECOMPUTE=(--mapp-recompute=policy=activations)
 # Bring the binaries up to date first (when DIR or its parent is a Ninja
 # build): a stale or half-rebuilt runtime (a header changed under a build:
 # objects with two vtable layouts) only fails on the device, where every
@@ -59,8 +63,8 @@ for c in gpt-tiny-e2e gpt-e2e llama-e2e; do
 done
 for c in gpt-124m gpt-1.3b; do
   "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
-  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
-    "${BF16[@]}" -o "$OUT/plans/$c.train.mlir"
+  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "${RECOMPUTE[@]}" \
+    "-mapp-optimizer=$BENCH_OPT" "${BF16[@]}" -o "$OUT/plans/$c.train.mlir"
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.mplan"
   rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
 done
@@ -75,8 +79,9 @@ cp bench/gpu/attn.sh bench/gpu/gqa.sh "$OUT/"
 # the gpu-labelled trace test and mapp-scan.
 for c in gpt-124m gpt-1.3b; do
   "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
-  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
-    -mapp-insert-trace=granularity=op "${BF16[@]}" -o "$OUT/plans/$c.traced.mlir"
+  "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "${RECOMPUTE[@]}" \
+    "-mapp-optimizer=$BENCH_OPT" -mapp-insert-trace=granularity=op "${BF16[@]}" \
+    -o "$OUT/plans/$c.traced.mlir"
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.traced.mlir" -o "$OUT/plans/$c.traced.mplan"
   rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.traced.mlir"
 done
@@ -129,8 +134,8 @@ rm -f /tmp/mapp-comm-*.mlir /tmp/mapp-comm-cfg*.json
 # --- end comm
 # --- planab (bench/gpu/planab.sh): the bench plans without one plan-level
 # optimization each (copy: every reshape copies; noconcat: the qkv gradient
-# as slice_grads + adds; f32arena: fp32-sized activation slots), and the
-# memory plan's figures of each.
+# as slice_grads + adds; f32arena: fp32-sized activation slots; saveact: the
+# GELU outputs saved, not recomputed), and the memory plan's figures of each.
 cp bench/gpu/planab.sh "$OUT/"
 plan_stats() { # train.mlir out.txt (its mapp.activation_storage applies)
   "$BIN/mapp-opt" "$1" -mapp-plan-memory -o /dev/null 2>&1 |
@@ -139,10 +144,15 @@ plan_stats() { # train.mlir out.txt (its mapp.activation_storage applies)
 for c in gpt-124m gpt-1.3b; do
   P="$OUT/plans/$c"
   "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$P.mlir"
-  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" -o "$P.f32.mlir"
+  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff "${RECOMPUTE[@]}" \
+    "-mapp-optimizer=$BENCH_OPT" -o "$P.f32.mlir"
   "$BIN/mapp-opt" "$P.f32.mlir" "${BF16[@]}" -o "$P.train.mlir"
-  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff=concat-slice-grads=false \
+  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff=concat-slice-grads=false "${RECOMPUTE[@]}" \
     "-mapp-optimizer=$BENCH_OPT" "${BF16[@]}" -o "$P.noconcat.mlir"
+  "$BIN/mapp-opt" "$P.mlir" -mapp-autodiff "-mapp-optimizer=$BENCH_OPT" \
+    "${BF16[@]}" -o "$P.saveact.mlir"
+  "$BIN/mapp-translate" --mapp-to-plan "$P.saveact.mlir" -o "$P.saveact.mplan"
+  plan_stats "$P.saveact.mlir" "$P.saveact.stats.txt"
   "$BIN/mapp-translate" --mapp-to-plan --mapp-plan-copy-reshapes "$P.train.mlir" -o "$P.copy.mplan"
   "$BIN/mapp-translate" --mapp-to-plan "$P.noconcat.mlir" -o "$P.noconcat.mplan"
   "$BIN/mapp-translate" --mapp-to-plan "$P.f32.mlir" -o "$P.f32arena.mplan"
@@ -150,7 +160,7 @@ for c in gpt-124m gpt-1.3b; do
   plan_stats "$P.noconcat.mlir" "$P.noconcat.stats.txt"
   plan_stats "$P.f32.mlir" "$P.f32arena.stats.txt"
   echo "arena without reshape views: see the copy run's peak" > "$P.copy.stats.txt"
-  rm "$P.mlir" "$P.f32.mlir" "$P.train.mlir" "$P.noconcat.mlir"
+  rm "$P.mlir" "$P.f32.mlir" "$P.train.mlir" "$P.noconcat.mlir" "$P.saveact.mlir"
 done
 # --- end planab
 # --- recompute (bench/gpu/recompute.sh): the 1.3B plan without recompute,

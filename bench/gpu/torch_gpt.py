@@ -5,6 +5,9 @@ AdamW; eager or torch.compile.
 
 Usage: torch_gpt.py CFG.json --mode eager|compile --steps N --warmup W
 Prints one JSON line: ms_per_step (median), tokens_per_s, peak_gib.
+With --profile K: also the K kernels taking the most CUDA time per step over
+two profiled steps (torch.profiler), on stderr, to set beside
+MAPP_CUDA_PROFILE's table.
 """
 import argparse
 import json
@@ -55,12 +58,30 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tgt.view(-1))
 
 
+def profile(step, top):
+    from torch.profiler import ProfilerActivity, profile as prof
+    steps = 2
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    rows = sorted(((e.device_time_total, e.count, e.key) for e in p.key_averages()),
+                  reverse=True)
+    total = sum(r[0] for r in rows) / 1e3 / steps
+    import sys
+    print(f"torch profile: {total:.2f} ms/step of CUDA kernels", file=sys.stderr)
+    for t, n, k in rows[:top]:
+        print(f"  {t / 1e3 / steps:9.3f} ms/step {n // steps:5d}/step  {k[:110]}",
+              file=sys.stderr)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("cfg")
     p.add_argument("--mode", default="eager")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--profile", type=int, default=0)
     a = p.parse_args()
     c = json.load(open(a.cfg))
     torch.manual_seed(0)
@@ -90,6 +111,8 @@ def main():
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     ms = statistics.median(times)
+    if a.profile:
+        profile(step, a.profile)
     print(json.dumps({"impl": f"torch-{a.mode}", "ms_per_step": ms,
                       "tokens_per_s": B * T / ms * 1e3,
                       "peak_gib": torch.cuda.max_memory_allocated() / 2**30}))

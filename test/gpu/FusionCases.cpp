@@ -218,11 +218,17 @@ void linearGeluCase(Backend &gpu, Checker &ck, bool withBias) {
     refAct[i] = geluTanh(refPre[i]);
   std::string name = withBias ? "fused linear+bias+gelu" : "fused linear+gelu";
   std::string sFused, sPlain;
+  int refusedBefore = mapp::rt::cuda::gemmRefusals();
   auto fused = run(gpu, *mp, "1", in, {pre, act}, sFused);
+  int refused = mapp::rt::cuda::gemmRefusals() - refusedBefore;
   auto plain = run(gpu, *mp, "0", in, {pre, act}, sPlain);
   ck.check(name + " found", sFused.find("linear+gelu 1") == 0 &&
                                  sPlain.find("linear+gelu 0") == 0,
            sFused + " / unfused: " + sPlain);
+  // The pair must run as one cuBLASLt call, not fall back to two kernels
+  // (whose results would pass every numeric check above).
+  ck.check(name + " on cuBLASLt's epilogue", refused == 0,
+           std::to_string(refused) + " GEMM plan(s) refused");
   ck.near(name + " pre vs fp64", fused[0], refPre, 1e-2);
   ck.near(name + " act vs fp64", fused[1], refAct, 1e-2);
   ck.near(name + " unfused act vs fp64", plain[1], refAct, 1e-2);
@@ -281,6 +287,171 @@ void wgradCase(Backend &gpu, Checker &ck) {
   ck.near("unfused wgrad db vs fp64", plain[1], refB, 1e-2);
   ck.near("fused vs unfused dW", fused[0], widen(plain[0]), 1e-2);
   ck.near("fused vs unfused db", fused[1], widen(plain[1]), 1e-2);
+  static std::vector<std::unique_ptr<MiniProgram>> keep;
+  keep.push_back(std::move(mp));
+}
+
+/// linear (+bias) → add of its output and a residual r, in either operand
+/// order: one GEMM writing x·wᵀ + b + r (beta = 1, C = r, D = the sum); the
+/// linear's own output is never written.
+void linearAddCase(Backend &gpu, Checker &ck, bool withBias, bool residualFirst) {
+  const int64_t R = 2 * 70, K = 96, N = 160;
+  auto mp = std::make_unique<MiniProgram>();
+  int x = mp->value("x", ValueKind::Temp, {2, 70, K});
+  int w = mp->value("w", ValueKind::Param, {N, K});
+  int b = withBias ? mp->value("b", ValueKind::Param, {N}) : -1;
+  int r = mp->value("r", ValueKind::Temp, {2, 70, N});
+  int y = mp->value("y", ValueKind::Temp, {2, 70, N});
+  int sum = mp->value("sum", ValueKind::Temp, {2, 70, N});
+  std::vector<int> lin = {x, w};
+  if (withBias)
+    lin.push_back(b);
+  mp->instr("linear", lin, {y});
+  mp->instr("add", residualFirst ? std::vector<int>{r, y} : std::vector<int>{y, r},
+            {sum});
+  auto hx = randoms(R * K, true), hw = randoms(N * K, true);
+  auto hb = randoms(N, true), hr = randoms(R * N, true);
+  std::vector<std::pair<int, std::vector<float>>> in = {{x, hx}, {w, hw}, {r, hr}};
+  if (withBias)
+    in.push_back({b, hb});
+  Doubles ref = linearRef(hx.data(), hw.data(), withBias ? hb.data() : nullptr,
+                          R, N, K);
+  for (int64_t i = 0; i < R * N; ++i)
+    ref[i] += hr[i];
+  std::string name = std::string("fused linear") + (withBias ? "+bias" : "") +
+                     "+add" + (residualFirst ? " (r first)" : "");
+  std::string sFused, sPlain;
+  int refusedBefore = mapp::rt::cuda::gemmRefusals();
+  auto fused = run(gpu, *mp, "1", in, {sum, y}, sFused);
+  int refused = mapp::rt::cuda::gemmRefusals() - refusedBefore;
+  auto plain = run(gpu, *mp, "0", in, {sum}, sPlain);
+  ck.check(name + " found", sFused.find("linear+add 1") != std::string::npos &&
+                                sPlain.find("linear+add 0") != std::string::npos,
+           sFused + " / unfused: " + sPlain);
+  ck.check(name + " on cuBLASLt's epilogue", refused == 0,
+           std::to_string(refused) + " GEMM plan(s) refused");
+  bool untouched = true;
+  for (float v : fused[1])
+    untouched &= std::isnan(v);
+  ck.check(name + " skips the linear's output", untouched,
+           "y written by the fused run");
+  ck.near(name + " vs fp64", fused[0], ref, 1e-2);
+  ck.near(name + " unfused vs fp64", plain[0], ref, 1e-2);
+  ck.near(name + " fused vs unfused", fused[0], widen(plain[0]), 1e-2);
+  static std::vector<std::unique_ptr<MiniProgram>> keep;
+  keep.push_back(std::move(mp));
+}
+
+/// d/dx of the tanh GELU, in double.
+double geluTanhGrad(double x) {
+  const double c = std::sqrt(2.0 / M_PI), k = 0.044715;
+  double t = std::tanh(c * (x + k * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x);
+}
+
+/// matmul (fc2's data gradient dy·w) → gelu_grad of the product: one GEMM
+/// with the DGELU epilogue at the gelu_grad; the product is never written.
+void dgradGeluCase(Backend &gpu, Checker &ck) {
+  const int64_t R = 2 * 70, K = 48, N = 160;
+  auto mp = std::make_unique<MiniProgram>();
+  int dy = mp->value("dy", ValueKind::Temp, {2, 70, K});
+  int w = mp->value("w", ValueKind::Param, {K, N});
+  int pre = mp->value("pre", ValueKind::Temp, {2, 70, N});
+  int y = mp->value("dact", ValueKind::Temp, {2, 70, N});
+  int dpre = mp->value("dpre", ValueKind::Temp, {2, 70, N});
+  mp->instr("matmul", {dy, w}, {y});
+  mp->instr("gelu_grad", {y, pre}, {dpre}).attrs.setStr("approximate", "tanh");
+  auto hdy = randoms(R * K, true), hw = randoms(K * N, true);
+  auto hpre = randoms(R * N, true);
+  Doubles ref(R * N);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += double(hdy[r * K + k]) * hw[k * N + n];
+      ref[r * N + n] = acc * geluTanhGrad(hpre[r * N + n]);
+    }
+  std::string name = "fused matmul+gelu_grad (DGELU)";
+  std::string sFused, sPlain;
+  std::vector<std::pair<int, std::vector<float>>> in = {{dy, hdy}, {w, hw}, {pre, hpre}};
+  int refusedBefore = mapp::rt::cuda::gemmRefusals();
+  auto fused = run(gpu, *mp, "1", in, {dpre, y}, sFused);
+  int refused = mapp::rt::cuda::gemmRefusals() - refusedBefore;
+  auto plain = run(gpu, *mp, "0", in, {dpre}, sPlain);
+  ck.check(name + " found", sFused.find("matmul+gelu_grad 1") != std::string::npos &&
+                                sPlain.find("matmul+gelu_grad 0") != std::string::npos,
+           sFused + " / unfused: " + sPlain);
+  ck.check(name + " on cuBLASLt's epilogue", refused == 0,
+           std::to_string(refused) + " GEMM plan(s) refused");
+  bool untouched = true;
+  for (float v : fused[1])
+    untouched &= std::isnan(v);
+  ck.check(name + " skips the product", untouched, "dact written by the fused run");
+  ck.near(name + " vs fp64", fused[0], ref, 1e-2);
+  ck.near(name + " unfused vs fp64", plain[0], ref, 1e-2);
+  ck.near(name + " fused vs unfused", fused[0], widen(plain[0]), 1e-2);
+  static std::vector<std::unique_ptr<MiniProgram>> keep;
+  keep.push_back(std::move(mp));
+}
+
+/// layer_norm_grad → add of dx and a residual gradient: the norm backward
+/// writes dx + r; dx itself is never written. H = 160 takes the 8-wide
+/// kernel, H = 36 the scalar one.
+void normGradAddCase(Backend &gpu, Checker &ck, int64_t H) {
+  const int64_t R = 2 * 33;
+  const double eps = 1e-5;
+  auto mp = std::make_unique<MiniProgram>();
+  int dy = mp->value("dy", ValueKind::Temp, {2, 33, H});
+  int x = mp->value("x", ValueKind::Temp, {2, 33, H});
+  int g = mp->value("g", ValueKind::Param, {H});
+  int r = mp->value("r", ValueKind::Temp, {2, 33, H});
+  int dx = mp->value("dx", ValueKind::Temp, {2, 33, H});
+  int dg = mp->value("dg", ValueKind::Temp, {H});
+  int db = mp->value("db", ValueKind::Temp, {H});
+  int sum = mp->value("sum", ValueKind::Temp, {2, 33, H});
+  mp->instr("layer_norm_grad", {dy, x, g}, {dx, dg, db}).attrs.setFloat("eps", eps);
+  mp->instr("add", {r, dx}, {sum});
+  auto hdy = randoms(R * H, true), hx = randoms(R * H, true);
+  auto hg = randoms(H, false), hr = randoms(R * H, true);
+  Doubles ref(R * H), refG(H, 0.0), refB(H, 0.0);
+  for (int64_t i = 0; i < R; ++i) {
+    const float *xr = &hx[i * H], *dyr = &hdy[i * H];
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < H; ++c)
+      mean += xr[c];
+    mean /= H;
+    for (int64_t c = 0; c < H; ++c)
+      var += (xr[c] - mean) * (xr[c] - mean);
+    double rstd = 1 / std::sqrt(var / H + eps), sg = 0, sgx = 0;
+    for (int64_t c = 0; c < H; ++c) {
+      double xh = (xr[c] - mean) * rstd, gdy = dyr[c] * double(hg[c]);
+      sg += gdy;
+      sgx += gdy * xh;
+      refG[c] += dyr[c] * xh;
+      refB[c] += dyr[c];
+    }
+    for (int64_t c = 0; c < H; ++c) {
+      double xh = (xr[c] - mean) * rstd, gdy = dyr[c] * double(hg[c]);
+      ref[i * H + c] = rstd * (gdy - sg / H - xh * sgx / H) + hr[i * H + c];
+    }
+  }
+  std::string name = "fused layer_norm_grad+add h=" + std::to_string(H);
+  std::string sFused, sPlain;
+  std::vector<std::pair<int, std::vector<float>>> in = {
+      {dy, hdy}, {x, hx}, {g, hg}, {r, hr}};
+  auto fused = run(gpu, *mp, "1", in, {sum, dg, db, dx}, sFused);
+  auto plain = run(gpu, *mp, "0", in, {sum}, sPlain);
+  ck.check(name + " found", sFused.find("norm_grad+add 1") != std::string::npos &&
+                                sPlain.find("norm_grad+add 0") != std::string::npos,
+           sFused + " / unfused: " + sPlain);
+  bool untouched = true;
+  for (float v : fused[3])
+    untouched &= std::isnan(v);
+  ck.check(name + " skips dx", untouched, "dx written by the fused run");
+  ck.near(name + " vs fp64", fused[0], ref, 1e-2);
+  ck.near(name + " dgamma vs fp64", fused[1], refG, 1e-2);
+  ck.near(name + " dbeta vs fp64", fused[2], refB, 1e-2);
+  ck.near(name + " unfused vs fp64", plain[0], ref, 1e-2);
   static std::vector<std::unique_ptr<MiniProgram>> keep;
   keep.push_back(std::move(mp));
 }
@@ -509,6 +680,12 @@ FusionTally mapp::test::runFusionCases(Backend &gpu) {
     linearGeluCase(gpu, ck, true);
     linearGeluCase(gpu, ck, false);
     wgradCase(gpu, ck);
+    linearAddCase(gpu, ck, true, false);
+    linearAddCase(gpu, ck, true, true);
+    linearAddCase(gpu, ck, false, false);
+    dgradGeluCase(gpu, ck);
+    normGradAddCase(gpu, ck, 160);
+    normGradAddCase(gpu, ck, 36);
     optimGroupCase(gpu, ck, "adamw");
     optimGroupCase(gpu, ck, "sgd");
     switchesCase(ck);

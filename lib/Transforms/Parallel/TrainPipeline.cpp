@@ -58,7 +58,7 @@ struct TrainPipelineOptions
       llvm::cl::desc("adaptive: bandwidth EMA weight"), llvm::cl::init(0.25)};
   Option<std::string> recompute{
       *this, "recompute",
-      llvm::cl::desc("none | selective | full (--mapp-recompute policy)"),
+      llvm::cl::desc("none | selective | full | activations (--mapp-recompute policy)"),
       llvm::cl::init("none")};
   Option<std::string> recomputeLayers{
       *this, "recompute-layers",
@@ -195,7 +195,7 @@ void mapp::registerMappPipelines() {
       "mapp-train-pipeline",
       "Forward graph → parallel training step: tensor-parallel, "
       "expert-parallel (ep=, inside dp), pipeline-partition, autodiff (loss-scale 1/microbatches), recompute "
-      "(recompute=selective|full), optimizer, "
+      "(recompute=selective|full|activations), optimizer, "
       "data-parallel, pipeline-schedule, verify-schedule (fbd=true: then "
       "split-fwd-bwd)",
       buildTrainPipeline);

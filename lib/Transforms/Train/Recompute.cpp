@@ -73,7 +73,13 @@ bool isAttentionCore(Operation *op, StringRef rest) {
              ReshapeOp>(op);
 }
 
-enum class Policy { None, Selective, Full };
+/// The elementwise activation functions of `activations` recompute: one
+/// pass over a pre-activation the backward keeps anyway (its gradient reads
+/// it), for the widest tensor of an MLP (PyTorch's min-cut partitioner
+/// makes the same trade).
+bool isActivation(Operation *op) { return isa<GeluOp, SiluOp>(op); }
+
+enum class Policy { None, Selective, Full, Activations };
 
 struct Selection {
   bool all = false;
@@ -162,6 +168,11 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
         continue;
       if (kind == Policy::Full) {
         region[&op] = it->second;
+        continue;
+      }
+      if (kind == Policy::Activations) {
+        if (isActivation(&op))
+          region[&op] = it->second;
         continue;
       }
       std::optional<LayerOf> l = layerOf(&op);
@@ -338,9 +349,11 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
       kind = Policy::Selective;
     else if (policy == "full")
       kind = Policy::Full;
+    else if (policy == "activations")
+      kind = Policy::Activations;
     else {
-      module.emitError("mapp-recompute: policy must be selective, full or "
-                       "none, got '")
+      module.emitError("mapp-recompute: policy must be selective, full, "
+                       "activations or none, got '")
           << policy << "'";
       return signalPassFailure();
     }
@@ -399,7 +412,9 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
     if (counts.dropped == 0) {
       module.emitError("mapp-recompute: policy=")
           << policy << " layers=" << layers << " drops no saved activation (no "
-          << (kind == Policy::Full ? "layer ops" : "attention core")
+          << (kind == Policy::Full          ? "layer ops"
+              : kind == Policy::Activations ? "activation function outputs"
+                                            : "attention core")
           << " among the saved values)";
       return signalPassFailure();
     }

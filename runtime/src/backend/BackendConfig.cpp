@@ -80,7 +80,8 @@ CudaFusionSwitches CudaConfig::fusionFromEnv() {
   std::string v = e ? e : "1";
   if (v == "1")
     return on;
-  on.gelu = on.bgrad = on.accumulate = on.adam = on.sgd = false;
+  on.gelu = on.bgrad = on.accumulate = on.adam = on.sgd = on.residual =
+      on.dgelu = false;
   if (v == "0")
     return on;
   std::stringstream ss(v);
@@ -96,10 +97,14 @@ CudaFusionSwitches CudaConfig::fusionFromEnv() {
       on.adam = true;
     else if (word == "sgd")
       on.sgd = true;
+    else if (word == "residual")
+      on.residual = true;
+    else if (word == "dgelu")
+      on.dgelu = true;
     else
       fail("MAPP_CUDA_FUSE: unknown fusion '", word,
            "' (use 0, 1, or a comma list of gelu, bgrad, accumulate, adam, "
-           "sgd)");
+           "sgd, residual, dgelu)");
   }
   return on;
 }

@@ -17,7 +17,8 @@ namespace mapp::rt {
 
 /// Which fused instruction pairs run (MAPP_CUDA_FUSE).
 struct CudaFusionSwitches {
-  bool gelu = true, bgrad = true, accumulate = true, adam = true, sgd = true;
+  bool gelu = true, bgrad = true, accumulate = true, adam = true, sgd = true,
+       residual = true, dgelu = true;
 };
 
 /// Which attention implementation runs (MAPP_CUDA_ATTN): auto (cuDNN where

@@ -356,16 +356,24 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   size_t nv = p.values.size();
   // Values consumed by a gradient sink (grad_accumulate) are parameter-
   // gradient contributions: they stay fp32 like the Grad buffers they feed.
-  std::vector<char> feedsGrad(nv, 0), usedByCompute(nv, 0);
+  // A vector Param read by compute kernels only as a linear's bias gets a
+  // bf16 shadow as well: the GEMM epilogue reads the bias in the output's
+  // type, as autocast does (cuBLASLt has no algorithm for an fp32 bias with
+  // a bf16 output).
+  std::vector<char> feedsGrad(nv, 0), usedByCompute(nv, 0), biasOnly(nv, 1);
   for (const Block &b : p.blocks)
     for (const Instr &in : b.instrs) {
       bool sink = kernelHas(in.kernel, kGradSink);
       bool optimizer = isOptimizer(in.kernel);
-      for (int v : in.inputs) {
+      bool linear = in.kernel == MAPP_KERNEL_NAME(linear);
+      for (size_t k = 0; k < in.inputs.size(); ++k) {
+        int v = in.inputs[k];
         if (sink)
           feedsGrad[v] = 1;
         if (!optimizer)
           usedByCompute[v] = 1;
+        if (!optimizer && !(linear && k == 2))
+          biasOnly[v] = 0;
       }
     }
   valueBf16_.assign(nv, 0);
@@ -386,7 +394,7 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
              !feedsGrad[v])
       valueBf16_[v] = 1;
     if (bf16Storage_ && f32 && val.kind == ValueKind::Param &&
-        val.type.rank() >= 2 && usedByCompute[v]) {
+        (val.type.rank() >= 2 || biasOnly[v]) && usedByCompute[v]) {
       shadowVals.push_back(static_cast<int>(v));
       shadowElems += (val.type.numel() + 127) / 128 * 128; // 256-byte aligned
     }
@@ -542,6 +550,7 @@ CeSaved *CudaBackend::findCe(const void *logits, const void *targets) {
 }
 
 void CudaBackend::profBegin(const char *name) {
+  profStack_.push_back(profOpen_.size());
   if (step_ < 1) { // step 0 is warm-up (allocations, GEMM heuristics)
     profOpen_.push_back({nullptr, nullptr, nullptr});
     return;
@@ -558,8 +567,10 @@ void CudaBackend::profBegin(const char *name) {
 }
 
 void CudaBackend::profEnd() {
-  if (profOpen_.back().name)
-    MAPP_CUDA_CHECK(cudaEventRecord(profOpen_.back().b, stream_));
+  const ProfRec &r = profOpen_[profStack_.back()];
+  profStack_.pop_back();
+  if (r.name)
+    MAPP_CUDA_CHECK(cudaEventRecord(r.b, stream_));
 }
 
 void CudaBackend::profCollect() {
@@ -582,14 +593,15 @@ void CudaBackend::profReport() {
   double total = 0;
   for (auto &kv : profTotals_) {
     rows.push_back({kv.second.first, kv.first});
-    total += kv.second.first;
+    if (kv.first[0] != ' ') // detail records lie inside a kernel's
+      total += kv.second.first;
   }
   std::sort(rows.rbegin(), rows.rend());
   int64_t steps = std::max<int64_t>(profSteps_, 1);
   std::fprintf(stderr, "mapp cuda profile: %lld step(s), %.2f ms/step in kernels\n",
                static_cast<long long>(profSteps_), total / steps);
   for (auto &r : rows)
-    std::fprintf(stderr, "  %-20s %9.3f ms/step %5.1f%%  %6lld calls/step\n",
+    std::fprintf(stderr, "  %-44s %9.3f ms/step %5.1f%%  %6lld calls/step\n",
                  r.second.c_str(), r.first / steps, 100 * r.first / total,
                  static_cast<long long>(profTotals_[r.second].second / steps));
 }

@@ -24,6 +24,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -160,8 +161,17 @@ public:
 
   /// MAPP_CUDA_PROFILE=1: device time per kernel name (CUDA events around
   /// every call from step 1 on), printed to stderr when the backend ends.
+  /// Records nest: a kernel may open a detail record inside its own (a
+  /// GEMM's shape and epilogue, named by profLabel with a leading space),
+  /// which the report lists but leaves out of the total.
   void profBegin(const char *name);
   void profEnd();
+  /// Whether this call is being timed (MAPP_CUDA_PROFILE=1, step ≥ 1).
+  bool profiling() const { return profile_ && step_ >= 1; }
+  /// A stable copy of a detail record's name.
+  const char *profLabel(const std::string &label) {
+    return profLabels_.insert(label).first->c_str();
+  }
 
 private:
   void refreshShadows();
@@ -229,6 +239,8 @@ private:
   std::vector<Event> profEvents_;
   size_t profNext_ = 0;
   std::vector<ProfRec> profOpen_;
+  std::vector<size_t> profStack_; // indices into profOpen_ of open records
+  std::set<std::string> profLabels_;
   std::map<std::string, std::pair<double, int64_t>> profTotals_;
   int64_t profSteps_ = 0;
   void profCollect();

@@ -1,7 +1,9 @@
 //===- Fusion.cu - fused instruction pairs (see Fusion.h) -----------------===//
 #include "CudaBackend.h"
 #include "Fusion.h"
+#include "mapp/rt/KernelVocab.h"
 
+#include <algorithm>
 #include <sstream>
 
 using namespace mapp::rt;
@@ -18,7 +20,16 @@ bool overlap(const Program &p, int u, int v) {
   return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
 }
 
+/// A reshape the memory plan made a view (its output is its input's
+/// bytes): it moves no data, so it neither reads nor writes anything.
+bool isView(const Instr &in) {
+  const KernelInfo *info = findKernelInfo(in.kernel);
+  return info && info->has(kMayAlias) && in.attrs.getInt("alias", 0);
+}
+
 bool touches(const Program &p, const Instr &in, int v) {
+  if (isView(in))
+    return false;
   for (int u : in.inputs)
     if (overlap(p, u, v))
       return true;
@@ -73,6 +84,24 @@ bool sameUpdateAttrs(const Attrs &a, const Attrs &b) {
     ++ia;
     ++ib;
   }
+}
+
+/// No instruction strictly between i and j writes v's bytes.
+bool unwrittenBetween(const Program &p, const Block &b, size_t i, size_t j,
+                      int v) {
+  for (size_t k = i + 1; k < j; ++k)
+    if (!isView(b.instrs[k]))
+      for (int u : b.instrs[k].outputs)
+        if (overlap(p, u, v))
+          return false;
+  return true;
+}
+
+bool overlapsAny(const Program &p, const std::vector<int> &vs, int v) {
+  for (int u : vs)
+    if (overlap(p, u, v))
+      return true;
+  return false;
 }
 
 bool isF32Temp(const Value &v) {
@@ -179,6 +208,88 @@ struct Finder {
     ++t.linearGelu;
   }
 
+  /// An instruction whose output 0 is read by one instruction only, an
+  /// elementwise add of it and another value of its shape, summed into a
+  /// third: `mine` runs that add on the way out (FusedOp::LinearAdd,
+  /// NormGradAdd). Writing the sum at i instead of at the add is invisible
+  /// when nothing between them touches the sum or writes the other operand;
+  /// the sum must not be one of instr i's operands (it is written while they
+  /// are read) and either is the other operand or shares no byte with it
+  /// (in place, each element is read before it is written).
+  void residualAdd(const Block &b, size_t i, FusedOp::Kind mine) {
+    const Instr &in = b.instrs[i];
+    if (in.outputs.empty())
+      return;
+    int y = in.outputs[0];
+    if (readers[y] != 1)
+      return;
+    size_t j = i + 1;
+    while (j < b.instrs.size() &&
+           std::find(b.instrs[j].inputs.begin(), b.instrs[j].inputs.end(),
+                     y) == b.instrs[j].inputs.end())
+      ++j;
+    if (j == b.instrs.size())
+      return;
+    const Instr &add = b.instrs[j];
+    if (add.kernel != MAPP_KERNEL_NAME(add) || !free(add) ||
+        add.inputs.size() != 2 || add.outputs.size() != 1 ||
+        add.inputs[0] == add.inputs[1])
+      return;
+    int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+    int sum = add.outputs[0];
+    const Value &yv = p.values[y], &ov = p.values[other], &sv = p.values[sum];
+    if (yv.type.shape != ov.type.shape || yv.type.shape != sv.type.shape ||
+        yv.kind != ValueKind::Temp || sv.kind != ValueKind::Temp)
+      return;
+    std::vector<int> written(in.outputs.begin() + 1, in.outputs.end());
+    bool inPlace = ov.kind == sv.kind && ov.offset == sv.offset &&
+                   ov.bytes == sv.bytes;
+    if (overlapsAny(p, in.inputs, sum) || overlapsAny(p, written, sum) ||
+        overlapsAny(p, written, other) || (!inPlace && overlap(p, other, sum)) ||
+        !untouchedBetween(p, b, i, j, sum) ||
+        !unwrittenBetween(p, b, i, j, other))
+      return;
+    t.ops[&in.attrs] = {mine, &in, &add};
+    t.ops[&add.attrs] = {FusedOp::Skip, &add};
+    ++(mine == FusedOp::LinearAdd ? t.linearAdd : t.normGradAdd);
+  }
+
+  /// gelu_grad j (tanh) of a product y = dy·op(w) (matmul i, w 2-D) that
+  /// nothing else reads: one GEMM with the DGELU epilogue runs at j, reading
+  /// dy and w late, so neither may be written between i and j, nor overlap
+  /// the gradient it writes (the memory plan may reuse a dead dy's bytes);
+  /// the matmul is skipped and y never written.
+  void dgradGelu(const Block &b, size_t j) {
+    const Instr &gg = b.instrs[j];
+    if (gg.attrs.getStr("approximate", "none") != "tanh" || gg.inputs.size() != 2 ||
+        gg.outputs.size() != 1)
+      return;
+    int y = gg.inputs[0], pre = gg.inputs[1], dpre = gg.outputs[0];
+    size_t i = j;
+    while (i-- > 0)
+      if (std::find(b.instrs[i].outputs.begin(), b.instrs[i].outputs.end(), y) !=
+          b.instrs[i].outputs.end())
+        break;
+    if (i >= j)
+      return;
+    const Instr &mm = b.instrs[i];
+    if (mm.kernel != MAPP_KERNEL_NAME(matmul) || !free(mm) ||
+        mm.attrs.flag("transpose_a") || mm.inputs.size() != 2 ||
+        mm.outputs.size() != 1 || readers[y] != 1 || y == pre)
+      return;
+    int dy = mm.inputs[0], w = mm.inputs[1];
+    const Value &yv = p.values[y], &dv = p.values[dpre];
+    if (p.values[w].type.rank() != 2 || p.values[dy].type.rank() < 2 ||
+        yv.kind != ValueKind::Temp || dv.kind != ValueKind::Temp ||
+        yv.type.shape != dv.type.shape || p.values[pre].type.shape != dv.type.shape ||
+        overlapsAny(p, {dy, w, pre}, dpre) || !unwrittenBetween(p, b, i, j, dy) ||
+        !unwrittenBetween(p, b, i, j, w) || !unwrittenBetween(p, b, i, j, pre))
+      return;
+    t.ops[&mm.attrs] = {FusedOp::Skip, &mm};
+    t.ops[&gg.attrs] = {FusedOp::DgradGelu, &gg, &mm};
+    ++t.dgradGelu;
+  }
+
   void wgrad(const Block &b, size_t i) {
     const Instr &mm = b.instrs[i];
     if (!mm.attrs.flag("transpose_a") || mm.attrs.flag("transpose_b") ||
@@ -268,6 +379,15 @@ FusionTable cuda::planFusions(const Program &p, const FusionSwitches &on) {
       else if (in.kernel == MAPP_KERNEL_NAME(matmul) &&
                (on.bgrad || on.accumulate))
         f.wgrad(b, i);
+      if (in.kernel == MAPP_KERNEL_NAME(gelu_grad) && on.dgelu && f.free(in))
+        f.dgradGelu(b, i);
+      if (!f.free(in) || !on.residual)
+        continue;
+      if (in.kernel == MAPP_KERNEL_NAME(linear))
+        f.residualAdd(b, i, FusedOp::LinearAdd);
+      else if (in.kernel == MAPP_KERNEL_NAME(layer_norm_grad) ||
+               in.kernel == MAPP_KERNEL_NAME(rms_norm_grad))
+        f.residualAdd(b, i, FusedOp::NormGradAdd);
     }
   if (on.adam || on.sgd)
     for (const Block &b : p.blocks)
@@ -301,15 +421,38 @@ bool cuda::runFused(const KernelArgs &a) {
   auto partnerValue = [&](int v) {
     return be.valueTensor(v, a.out[0], self.outputs[0]);
   };
+  if (f->kind == FusedOp::DgradGelu) {
+    // a: gelu_grad(y, pre) -> dpre; the partner matmul made y = dy·op(w).
+    const Instr &mm = *f->partner;
+    Tensor dy = be.valueTensor(mm.inputs[0], a.in[0], self.inputs[0]);
+    Tensor w = be.valueTensor(mm.inputs[1], a.in[0], self.inputs[0]);
+    if (__nv_bfloat16 *shadow = be.shadowOf(w.data))
+      w = {shadow, {DType::BF16, w.type.shape}};
+    if (dgradGelu(be, dy, w, mm.attrs.flag("transpose_b"), a.in[1], a.out[0]))
+      return true;
+    call(cuda::matmul, mm.attrs, {dy, w}, {a.in[0]}, a.ctx); // unfused
+    cuda::gelu_grad(a);
+    return true;
+  }
+  if (f->kind == FusedOp::LinearAdd || f->kind == FusedOp::NormGradAdd) {
+    const Instr &add = *f->partner;
+    int otherValue = add.inputs[0] == self.outputs[0] ? add.inputs[1] : add.inputs[0];
+    Tensor other = partnerValue(otherValue), sum = partnerValue(add.outputs[0]);
+    if (f->kind == FusedOp::NormGradAdd) {
+      normGradResidual(a, self.kernel == MAPP_KERNEL_NAME(rms_norm_grad), other,
+                       sum);
+      return true;
+    }
+    if (linearAdd(be, a.in[0], a.in[1], linearBias(a), other, sum))
+      return true;
+    cuda::linear(a); // unfused, in the plan's order
+    call(cuda::add, add.attrs, {partnerValue(add.inputs[0]),
+                                partnerValue(add.inputs[1])}, {sum}, a.ctx);
+    return true;
+  }
   if (f->kind == FusedOp::LinearGelu) {
     Tensor act = partnerValue(f->partner->outputs[0]);
-    const float *bias = nullptr;
-    if (a.numIn == 3) {
-      if (isBf16(a.in[2]))
-        fail("linear: the CUDA backend expects an fp32 bias");
-      bias = a.in[2].f32();
-    }
-    if (linearGelu(be, a.in[0], a.in[1], bias, a.out[0], act))
+    if (linearGelu(be, a.in[0], a.in[1], linearBias(a), a.out[0], act))
       return true;
     cuda::linear(a); // unfused, in the plan's order
     call(cuda::gelu, f->partner->attrs, {a.out[0]}, {act}, a.ctx);
@@ -343,6 +486,8 @@ std::string cuda::fusionSummary(Backend &b) {
   os << "linear+gelu " << t.linearGelu << ", bgrad " << t.biasGrad
      << ", accumulate " << t.accumulate << ", adam " << t.adamGroups << " ("
      << t.adamGrouped << " instrs), sgd " << t.sgdGroups << " ("
-     << t.sgdGrouped << " instrs)";
+     << t.sgdGrouped << " instrs), linear+add " << t.linearAdd
+     << ", norm_grad+add " << t.normGradAdd << ", matmul+gelu_grad "
+     << t.dgradGelu;
   return os.str();
 }

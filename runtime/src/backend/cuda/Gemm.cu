@@ -19,9 +19,11 @@
 #include "Fusion.h"
 #include "LtTune.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <map>
 #include <mutex>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <tuple>
@@ -48,15 +50,17 @@ struct GemmKey {
   const CudaBackend *owner;
   int64_t m, n, k, lda, ldb, ldd;
   int transA, transB, dBf16, epilogue, batch;
+  int biasBf16; // the epilogue's bias vector is bf16 (else fp32)
   int f32; // A and B are fp32 (gemmF32), else bf16
   int64_t strideA, strideB, strideD;
   uint32_t align; // smallest alignment of the pointers, in bytes (≤ 256)
   bool operator<(const GemmKey &o) const {
     return std::tie(owner, m, n, k, lda, ldb, ldd, transA, transB, dBf16, f32,
-                    epilogue, batch, strideA, strideB, strideD, align) <
+                    epilogue, biasBf16, batch, strideA, strideB, strideD,
+                    align) <
            std::tie(o.owner, o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.transA, o.transB,
-                    o.dBf16, o.f32, o.epilogue, o.batch, o.strideA, o.strideB,
-                    o.strideD, o.align);
+                    o.dBf16, o.f32, o.epilogue, o.biasBf16, o.batch, o.strideA,
+                    o.strideB, o.strideD, o.align);
   }
 };
 
@@ -69,10 +73,12 @@ struct GemmPlan {
   // operands and the fastest kept (the first choice is often not it).
   std::vector<cublasLtMatmulAlgo_t> candidates;
   bool tuned = false;
+  bool refusalSaid = false; // the fallback to separate kernels was reported
 };
 
 std::mutex gMutex;
 std::map<GemmKey, GemmPlan> gPlans;
+int gRefusals = 0; // GEMM plans whose epilogue cuBLASLt refused (gMutex)
 
 void setBatch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
   if (batch <= 1)
@@ -87,7 +93,7 @@ void setBatch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
 /// The epilogue's extra operands, set on the descriptor before every call
 /// (and before the heuristic: it derives alignment from the pointers).
 struct EpilogueArgs {
-  const float *bias = nullptr; // BIAS input, or BGRADB output (fp32)
+  const void *bias = nullptr; // BIAS input (bf16 or fp32), or BGRADB output (fp32)
   void *aux = nullptr;         // GELU_AUX: the pre-activation output
   int64_t auxLd = 0;
 };
@@ -123,9 +129,19 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
     auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
     MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
         p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    cudaDataType_t bt = CUDA_R_32F; // biases and bias gradients are fp32
-    MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
-        p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    // Bias gradients are fp32; a bias is stored as the GEMM reads it (a
+    // linear's bias is the bf16 shadow of its fp32 master, as under
+    // autocast: cuBLASLt 13 has no algorithm for an fp32 bias with a bf16
+    // output).
+    // Only epilogues with a bias vector get its type: a type set for one
+    // without (GELU_AUX, DGELU) makes cuBLASLt 13 find no algorithm.
+    if (key.epilogue == CUBLASLT_EPILOGUE_BIAS ||
+        key.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+        key.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+      cudaDataType_t bt = key.biasBf16 ? CUDA_R_16BF : CUDA_R_32F;
+      MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
+          p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    }
     setEpiloguePointers(p.desc, key.epilogue, e);
   }
   // Stored shapes: op(A) is m×k, so A is m×k (N) or k×m (T).
@@ -176,11 +192,22 @@ const __nv_bfloat16 *asBf16(CudaBackend &be, const Tensor &t, int scratchSlot) {
   return dst;
 }
 
-__global__ void addBiasKernel(DView y, const float *bias, int64_t rows,
-                              int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y.st(i, y.ld(i) + bias[i % n]);
+/// y[r, c] += bias[c]: blocks along x cover the columns, along y rows.
+__global__ void addBiasKernel(DView y, DView bias, int64_t rows, int64_t n) {
+  int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= n)
+    return;
+  float b = bias.ld(c);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    y.st(r * n + c, y.ld(r * n + c) + b);
+}
+
+void addBias(const Tensor &y, const Tensor &bias, int64_t rows, int64_t n,
+             cudaStream_t s) {
+  dim3 grid(static_cast<unsigned>((n + 255) / 256),
+            static_cast<unsigned>(std::min<int64_t>(rows, 4096)));
+  addBiasKernel<<<grid, 256, 0, s>>>(view(y), view(bias), rows, n);
+  MAPP_CUDA_LAUNCHED();
 }
 
 /// The column-major key of row-major C[M,N] = op(A)·op(B), issued as
@@ -211,6 +238,45 @@ uint32_t commonAlignment(std::initializer_list<const void *> ptrs) {
   return static_cast<uint32_t>(bits & (~bits + 1)); // lowest set bit
 }
 
+/// MAPP_CUDA_PROFILE's detail row of one GEMM: " gemm MxNxK[xbatch] tA tB
+/// epilogue -> bf16|f32" (row-major sizes; the leading space marks a
+/// record inside its kernel's).
+std::string gemmLabel(const GemmKey &key, int64_t M, int64_t N, int64_t K,
+                      bool ta, bool tb, bool accumulate) {
+  const char *epi = "";
+  switch (key.epilogue) {
+  case CUBLASLT_EPILOGUE_BIAS: epi = " +bias"; break;
+  case CUBLASLT_EPILOGUE_GELU_AUX: epi = " +gelu_aux"; break;
+  case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: epi = " +gelu_aux_bias"; break;
+  case CUBLASLT_EPILOGUE_BGRADB: epi = " +bgradb"; break;
+  case CUBLASLT_EPILOGUE_DGELU: epi = " +dgelu"; break;
+  default: break;
+  }
+  std::string s = " gemm " + std::to_string(M) + "x" + std::to_string(N) +
+                  "x" + std::to_string(K);
+  if (key.batch > 1)
+    s += "x" + std::to_string(key.batch);
+  s += ta ? " T" : " N";
+  s += tb ? "T" : "N";
+  return s + epi + (accumulate ? " +=" : "") + (key.dBf16 ? " ->bf16" : " ->f32");
+}
+
+/// Says once per GEMM plan, on stderr, that cuBLASLt refused its epilogue
+/// and why: the work then runs as separate kernels, correct but slower,
+/// which a profile would otherwise show only as time in the wrong place.
+void sayRefused(GemmPlan &p, const GemmKey &key, int64_t M, int64_t N,
+                int64_t K, bool ta, bool tb, const char *why) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  if (p.refusalSaid)
+    return;
+  p.refusalSaid = true;
+  ++gRefusals;
+  std::fprintf(stderr,
+               "mapp cuda: cuBLASLt refused the%s GEMM (%s); it runs as "
+               "separate kernels\n",
+               gemmLabel(key, M, N, K, ta, tb, false).c_str() + 5, why);
+}
+
 /// Row-major C[batch][M,N] = op(A)·op(B) with GemmExtras as described in
 /// Fusion.h. Returns false, having done nothing, when a fused epilogue
 /// (gelu, biasGrad, beta) cannot be used here: the caller then runs the
@@ -220,22 +286,24 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
                   int batch, int64_t strideA, int64_t strideB,
                   const GemmExtras &x) {
   cudaStream_t s = be.stream();
-  const float *bias = x.bias;
-  bool fused = x.gelu || x.biasGrad || x.beta != 0.0f;
+  const Tensor *bias = x.bias;
+  bool fused = x.gelu || x.biasGrad || x.beta != 0.0f || x.addend || x.dgeluPre;
   if (fused && (K == 0 || batch != 1 || M == 0 || N == 0))
     return false;
   if (x.gelu && (N % 8 != 0 || x.geluPre.type.dtype != C.type.dtype))
     return false; // GELU aux: ld divisible by 8, stored like the output
   if (x.biasGrad && !ta)
     return false; // BGRADB reduces op(A) over k: only the wgrad layout
+  if (x.addend && x.addend->type.dtype != C.type.dtype)
+    return false; // C is read through D's layout
+  if (x.dgeluPre && (N % 8 != 0 || x.dgeluPre->type.dtype != C.type.dtype))
+    return false; // the aux input: ld divisible by 8, stored like the output
   if (M == 0 || N == 0)
     return true;
   if (K == 0) {
     fillZero(view(C), C.numel(), s);
-    if (bias) {
-      addBiasKernel<<<gridFor(M * N, 256), 256, 0, s>>>(view(C), bias, M * batch, N);
-      MAPP_CUDA_LAUNCHED();
-    }
+    if (bias)
+      addBias(C, *bias, M * batch, N, s);
     return true;
   }
   const __nv_bfloat16 *a = asBf16(be, A, 0), *b = asBf16(be, B, 3);
@@ -245,8 +313,12 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
   if (x.gelu) {
     // D = gelu(product + bias), the pre-activation into the aux matrix.
     key.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    epi.bias = bias;
     epi.aux = x.geluPre.data;
+    epi.auxLd = N;
+  } else if (x.dgeluPre) {
+    // D = product · gelu'(pre), pre read as the aux matrix.
+    key.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    epi.aux = x.dgeluPre->data;
     epi.auxLd = N;
   } else if (x.biasGrad) {
     // Lt's B is our A (dY, k = rows): its sums over k are our column sums.
@@ -254,19 +326,27 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
     epi.bias = x.biasGrad;
   } else if (bias) {
     key.epilogue = CUBLASLT_EPILOGUE_BIAS;
-    epi.bias = bias;
+  }
+  if (bias && !x.biasGrad) {
+    epi.bias = bias->data;
+    key.biasBf16 = isBf16(*bias);
   }
   key.batch = batch;
   key.strideA = strideB;
   key.strideB = strideA;
   key.strideD = M * N;
-  key.align = commonAlignment({a, b, C.data, epi.bias, epi.aux});
+  key.align = commonAlignment({a, b, C.data, epi.bias, epi.aux,
+                               x.addend ? x.addend->data : nullptr});
   GemmPlan *p = &planFor(be, key, epi);
+  if (!p->ok && (fused || bias))
+    sayRefused(*p, key, M, N, K, ta, tb, "no algorithm");
   if (!p->ok && fused)
     return false;
   bool separateBias = false;
   if (!p->ok && bias) {
     key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    key.biasBf16 = 0;
+    epi.bias = nullptr;
     separateBias = true;
     p = &planFor(be, key, epi);
   }
@@ -274,7 +354,8 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
     fail("cuBLASLt found no algorithm for a ", M, "x", N, "x", K,
          " bf16 GEMM (batch ", batch, ")");
   setEpiloguePointers(p->desc, key.epilogue, epi);
-  float alpha = 1.0f, beta = x.beta;
+  float alpha = 1.0f, beta = x.addend ? 1.0f : x.beta;
+  const void *cIn = x.addend ? x.addend->data : C.data;
   // MAPP_CUDA_GEMM_TUNE=0 keeps the heuristic's first algorithm.
   if (!p->tuned && worthTuning(be, p->candidates.size(), M * N * K)) {
     // The real call below rewrites every output, except when it accumulates
@@ -292,36 +373,44 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
       p->algo = p->candidates[best];
     p->tuned = true;
   }
+  bool timed = be.profiling();
+  if (timed)
+    be.profBegin(be.profLabel(gemmLabel(key, M, N, K, ta, tb, beta != 0.0f)));
   cublasStatus_t st = cublasLtMatmul(
-      be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta, C.data, p->d, C.data,
+      be.lt(), p->desc, &alpha, b, p->a, a, p->b, &beta, cIn, p->d, C.data,
       p->d, &p->algo, be.ltWorkspace(), be.ltWorkspaceBytes(), s);
-  if (st != CUBLAS_STATUS_SUCCESS && fused)
+  if (timed)
+    be.profEnd();
+  if (st != CUBLAS_STATUS_SUCCESS && fused) {
+    sayRefused(*p, key, M, N, K, ta, tb,
+               ("status " + std::to_string(static_cast<int>(st))).c_str());
     return false; // launched nothing: the unfused kernels run instead
+  }
   if (st != CUBLAS_STATUS_SUCCESS)
     fail("cuBLASLt error ", static_cast<int>(st), " in a ", M, "x", N, "x",
          K, " bf16 GEMM");
-  if (separateBias) {
-    addBiasKernel<<<gridFor(M * N * batch, 256), 256, 0, s>>>(view(C), bias,
-                                                            M * batch, N);
-    MAPP_CUDA_LAUNCHED();
-  }
+  if (separateBias)
+    addBias(C, *bias, M * batch, N, s);
   return true;
 }
 
 } // namespace
 
+int cuda::gemmRefusals() {
+  std::lock_guard<std::mutex> lock(gMutex);
+  return gRefusals;
+}
+
+const Tensor *cuda::linearBias(const KernelArgs &a) {
+  return a.numIn < 3 ? nullptr : &a.in[2];
+}
+
 void cuda::linear(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
   int64_t k = a.in[0].dim(-1), n = a.in[1].dim(0);
   int64_t m = n ? a.out[0].numel() / n : 0;
-  const float *bias = nullptr;
-  if (a.numIn == 3) {
-    if (isBf16(a.in[2]))
-      fail("linear: the CUDA backend expects an fp32 bias");
-    bias = a.in[2].f32();
-  }
   GemmExtras x;
-  x.bias = bias;
+  x.bias = linearBias(a);
   rowMajorGemm(be, a.in[0], false, a.in[1], true, a.out[0], m, n, k, 1, 0, 0,
                x);
 }
@@ -371,7 +460,7 @@ void cuda::gemmF32(CudaBackend &be, const float *a, const float *b, float *c,
 }
 
 bool cuda::linearGelu(CudaBackend &be, const Tensor &x, const Tensor &w,
-                      const float *bias, const Tensor &pre, const Tensor &act) {
+                      const Tensor *bias, const Tensor &pre, const Tensor &act) {
   int64_t k = x.dim(-1), n = w.dim(0);
   int64_t m = n ? act.numel() / n : 0;
   GemmExtras e;
@@ -379,6 +468,25 @@ bool cuda::linearGelu(CudaBackend &be, const Tensor &x, const Tensor &w,
   e.gelu = true;
   e.geluPre = pre;
   return rowMajorGemm(be, x, false, w, true, act, m, n, k, 1, 0, 0, e);
+}
+
+bool cuda::linearAdd(CudaBackend &be, const Tensor &x, const Tensor &w,
+                     const Tensor *bias, const Tensor &addend, const Tensor &out) {
+  int64_t k = x.dim(-1), n = w.dim(0);
+  int64_t m = n ? out.numel() / n : 0;
+  GemmExtras e;
+  e.bias = bias;
+  e.addend = &addend;
+  return rowMajorGemm(be, x, false, w, true, out, m, n, k, 1, 0, 0, e);
+}
+
+bool cuda::dgradGelu(CudaBackend &be, const Tensor &dy, const Tensor &w,
+                     bool transW, const Tensor &pre, const Tensor &dpre) {
+  int64_t k = dy.dim(-1), n = transW ? w.dim(0) : w.dim(1);
+  int64_t m = k ? dy.numel() / k : 0;
+  GemmExtras e;
+  e.dgeluPre = &pre;
+  return rowMajorGemm(be, dy, false, w, transW, dpre, m, n, k, 1, 0, 0, e);
 }
 
 bool cuda::wgradGemm(CudaBackend &be, const Tensor &dy, const Tensor &x,

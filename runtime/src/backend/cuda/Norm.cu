@@ -101,9 +101,11 @@ __global__ void normForwardVec(DView x, const float *g, const float *b, DView y,
 
 /// dx per row (one warp a row); the row statistics go to stats[2r..2r+1]
 /// for the column pass.
+/// dx of each row; with res.p set, dx + res is written instead (the
+/// residual-gradient add fused, Fusion.h).
 __global__ void normBackwardRows(DView dy, DView x, const float *g, DView dx,
-                                 int64_t rows, int64_t h, float eps, bool rms,
-                                 float *stats) {
+                                 DView res, int64_t rows, int64_t h, float eps,
+                                 bool rms, float *stats) {
   int lane = threadIdx.x & 31;
   int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
   for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
@@ -124,7 +126,8 @@ __global__ void normBackwardRows(DView dy, DView x, const float *g, DView dx,
       float gdy = dy.ld(base + c) * g[c];
       // layer: rstd·(gdy − mean(gdy) − xhat·mean(gdy·xhat));
       // rms:   rstd·(gdy − xhat·mean(gdy·xhat)).
-      dx.st(base + c, st.rstd * (gdy - (rms ? 0.0f : sg) - xh * sgx));
+      float d = st.rstd * (gdy - (rms ? 0.0f : sg) - xh * sgx);
+      dx.st(base + c, res.p ? d + res.ld(base + c) : d);
     }
     if (lane == 0) {
       stats[2 * r] = st.mean;
@@ -168,8 +171,8 @@ __global__ void normBackwardCols(DView dy, DView x, const float *stats,
 /// normBackwardRows with 8-element accesses (h % 8 == 0, aligned rows); the
 /// repeated passes over the row hit L1.
 __global__ void normBackwardRowsVec(DView dy, DView x, const float *g, DView dx,
-                                    int64_t rows, int64_t h, float eps,
-                                    bool rms, float *stats) {
+                                    DView res, int64_t rows, int64_t h,
+                                    float eps, bool rms, float *stats) {
   int lane = threadIdx.x & 31;
   int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
   for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
@@ -197,6 +200,12 @@ __global__ void normBackwardRowsVec(DView dy, DView x, const float *g, DView dx,
       for (int j = 0; j < 8; ++j) {
         float gdy = dv[j] * g[c + j];
         xv[j] = rstd * (gdy - (rms ? 0.0f : sg) - (xv[j] - mean) * rstd * sgx);
+      }
+      if (res.p) {
+        res.ld8(base + c, dv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          xv[j] += dv[j];
       }
       dx.st8(base + c, xv);
     }
@@ -294,7 +303,10 @@ void forward(const KernelArgs &a, bool rms) {
   MAPP_CUDA_LAUNCHED();
 }
 
-void backward(const KernelArgs &a, bool rms) {
+/// The norm gradient of `a`; with `res` set, out[0] := dx + res is written
+/// to `sum` instead of dx to out[0].
+void backward(const KernelArgs &a, bool rms, const Tensor *res = nullptr,
+              const Tensor *sum = nullptr) {
   CudaBackend &be = backendOf(a);
   const char *k = rms ? "rms_norm_grad" : "layer_norm_grad";
   int64_t h = a.in[1].dim(-1), rows = h ? a.in[1].numel() / h : 0;
@@ -311,17 +323,18 @@ void backward(const KernelArgs &a, bool rms) {
     return;
   }
   float *stats = static_cast<float *>(be.scratch(rows * 2 * sizeof(float), 5));
-  DView dy = view(a.in[0]), x = view(a.in[1]), dx = view(a.out[0]);
+  DView dy = view(a.in[0]), x = view(a.in[1]);
+  DView dx = view(sum ? *sum : a.out[0]), r = res ? view(*res) : DView{nullptr, 0};
   const float *g = f32Param(a.in[2], k);
   bool vec = h % 8 == 0 && aligned16(dy.p) && aligned16(x.p) &&
-             aligned16(dx.p) && aligned16(g);
+             aligned16(dx.p) && aligned16(g) && aligned16(r.p);
   int rowGrid = gridFor(rows * 32, 32 * kWarps);
   if (vec)
     normBackwardRowsVec<<<rowGrid, 32 * kWarps, 0, be.stream()>>>(
-        dy, x, g, dx, rows, h, epsOf(a), rms, stats);
+        dy, x, g, dx, r, rows, h, epsOf(a), rms, stats);
   else
     normBackwardRows<<<rowGrid, 32 * kWarps, 0, be.stream()>>>(
-        dy, x, g, dx, rows, h, epsOf(a), rms, stats);
+        dy, x, g, dx, r, rows, h, epsOf(a), rms, stats);
   MAPP_CUDA_LAUNCHED();
   int64_t rowsPer = std::max<int64_t>(64, (rows + 127) / 128);
   int64_t blocks = (rows + rowsPer - 1) / rowsPer;
@@ -347,3 +360,7 @@ void cuda::layer_norm(const KernelArgs &a) { forward(a, false); }
 void cuda::rms_norm(const KernelArgs &a) { forward(a, true); }
 void cuda::layer_norm_grad(const KernelArgs &a) { backward(a, false); }
 void cuda::rms_norm_grad(const KernelArgs &a) { backward(a, true); }
+void cuda::normGradResidual(const KernelArgs &a, bool rms, const Tensor &res,
+                            const Tensor &sum) {
+  backward(a, rms, &res, &sum);
+}
