@@ -375,7 +375,7 @@ void dgradGeluCase(Backend &gpu, Checker &ck) {
   std::string sFused, sPlain;
   std::vector<std::pair<int, std::vector<float>>> in = {{dy, hdy}, {w, hw}, {pre, hpre}};
   int refusedBefore = mapp::rt::cuda::gemmRefusals();
-  auto fused = run(gpu, *mp, "1", in, {dpre, y}, sFused);
+  auto fused = run(gpu, *mp, "all", in, {dpre, y}, sFused); // dgelu is opt-in
   int refused = mapp::rt::cuda::gemmRefusals() - refusedBefore;
   auto plain = run(gpu, *mp, "0", in, {dpre}, sPlain);
   ck.check(name + " found", sFused.find("matmul+gelu_grad 1") != std::string::npos &&

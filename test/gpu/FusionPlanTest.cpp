@@ -74,9 +74,16 @@ Builder fc2Backward(uint64_t dpreOffset, bool writeDy) {
   return b;
 }
 
+/// The switches with the opt-in DGELU on (MAPP_CUDA_FUSE=all).
+FusionSwitches withDgelu() {
+  FusionSwitches on;
+  on.dgelu = true;
+  return on;
+}
+
 TEST(FusionPlan, DgelusAcrossViewReshapes) {
   Builder b = fc2Backward(5 * kSlot, false);
-  FusionTable t = planFusions(b.p, FusionSwitches{});
+  FusionTable t = planFusions(b.p, withDgelu());
   EXPECT_EQ(t.dgradGelu, 1);
   const Instr &gg = b.at(b.p.blocks[0].instrs.size() - 1);
   const FusedOp *f = t.find(gg.attrs);
@@ -89,13 +96,11 @@ TEST(FusionPlan, DgelusAcrossViewReshapes) {
 
 TEST(FusionPlan, DgeluKeptApartWhenItsInputsChangeOrShareBytes) {
   // The gradient in dy's (dead) slot: the late GEMM would read what it writes.
-  EXPECT_EQ(planFusions(fc2Backward(0, false).p, FusionSwitches{}).dgradGelu, 0);
+  EXPECT_EQ(planFusions(fc2Backward(0, false).p, withDgelu()).dgradGelu, 0);
   // dy overwritten between the matmul and the gelu_grad.
-  EXPECT_EQ(planFusions(fc2Backward(5 * kSlot, true).p, FusionSwitches{}).dgradGelu, 0);
-  // Switched off.
-  FusionSwitches off;
-  off.dgelu = false;
-  EXPECT_EQ(planFusions(fc2Backward(5 * kSlot, false).p, off).dgradGelu, 0);
+  EXPECT_EQ(planFusions(fc2Backward(5 * kSlot, true).p, withDgelu()).dgradGelu, 0);
+  // Off by default.
+  EXPECT_EQ(planFusions(fc2Backward(5 * kSlot, false).p, FusionSwitches{}).dgradGelu, 0);
 }
 
 /// linear → add(residual, out), the sum at `sumOffset`.

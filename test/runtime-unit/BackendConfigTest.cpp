@@ -64,7 +64,8 @@ TEST_F(CudaConfigEnv, UnsetGivesTheDefaults) {
   EXPECT_TRUE(c.bf16Storage);
   EXPECT_FALSE(c.profile);
   EXPECT_TRUE(c.fuse.gelu && c.fuse.bgrad && c.fuse.accumulate &&
-              c.fuse.adam && c.fuse.sgd);
+              c.fuse.adam && c.fuse.sgd && c.fuse.residual);
+  EXPECT_FALSE(c.fuse.dgelu); // opt-in: MAPP_CUDA_FUSE=all or a list
   EXPECT_FALSE(c.fuseLog);
   EXPECT_TRUE(c.gemmTune);
   EXPECT_EQ(c.attn, CudaAttnImpl::Auto);
@@ -79,7 +80,7 @@ TEST_F(CudaConfigEnv, UnsetGivesTheDefaults) {
 TEST_F(CudaConfigEnv, EachVariableSetsItsField) {
   setenv("MAPP_CUDA_STORAGE", "f32", 1);
   setenv("MAPP_CUDA_PROFILE", "1", 1);
-  setenv("MAPP_CUDA_FUSE", "bgrad,sgd,residual", 1);
+  setenv("MAPP_CUDA_FUSE", "bgrad,sgd,residual,dgelu", 1);
   setenv("MAPP_CUDA_FUSE_LOG", "1", 1);
   setenv("MAPP_CUDA_GEMM_TUNE", "0", 1);
   setenv("MAPP_CUDA_ATTN", "wmma", 1);
@@ -93,7 +94,7 @@ TEST_F(CudaConfigEnv, EachVariableSetsItsField) {
   EXPECT_FALSE(c.bf16Storage);
   EXPECT_TRUE(c.profile);
   EXPECT_TRUE(!c.fuse.gelu && c.fuse.bgrad && !c.fuse.accumulate &&
-              !c.fuse.adam && c.fuse.sgd && c.fuse.residual);
+              !c.fuse.adam && c.fuse.sgd && c.fuse.residual && c.fuse.dgelu);
   EXPECT_TRUE(c.fuseLog);
   EXPECT_FALSE(c.gemmTune);
   EXPECT_EQ(c.attn, CudaAttnImpl::Wmma);
@@ -112,8 +113,11 @@ TEST_F(CudaConfigEnv, EachVariableSetsItsField) {
   c = CudaConfig::fromEnv();
   EXPECT_FALSE(c.profile);
   EXPECT_FALSE(c.fuse.gelu || c.fuse.bgrad || c.fuse.accumulate ||
-               c.fuse.adam || c.fuse.sgd || c.fuse.residual);
+               c.fuse.adam || c.fuse.sgd || c.fuse.residual || c.fuse.dgelu);
   EXPECT_TRUE(c.gemmTune);
+  setenv("MAPP_CUDA_FUSE", "all", 1);
+  c = CudaConfig::fromEnv();
+  EXPECT_TRUE(c.fuse.gelu && c.fuse.residual && c.fuse.adam && c.fuse.dgelu);
   EXPECT_EQ(c.attn, CudaAttnImpl::Auto);
   EXPECT_FALSE(c.moeCountsSync);
 }

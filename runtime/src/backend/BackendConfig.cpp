@@ -80,6 +80,10 @@ CudaFusionSwitches CudaConfig::fusionFromEnv() {
   std::string v = e ? e : "1";
   if (v == "1")
     return on;
+  if (v == "all") {
+    on.dgelu = true;
+    return on;
+  }
   on.gelu = on.bgrad = on.accumulate = on.adam = on.sgd = on.residual =
       on.dgelu = false;
   if (v == "0")
@@ -103,8 +107,8 @@ CudaFusionSwitches CudaConfig::fusionFromEnv() {
       on.dgelu = true;
     else
       fail("MAPP_CUDA_FUSE: unknown fusion '", word,
-           "' (use 0, 1, or a comma list of gelu, bgrad, accumulate, adam, "
-           "sgd, residual, dgelu)");
+           "' (use 0, 1, all, or a comma list of gelu, bgrad, accumulate, "
+           "adam, sgd, residual, dgelu)");
   }
   return on;
 }

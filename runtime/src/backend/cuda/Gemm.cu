@@ -168,10 +168,14 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     MAPP_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align,
                                                        sizeof(key.align)));
-  cublasLtMatmulHeuristicResult_t res[8];
+  // More candidates than the first few: the heuristic's ranking of the
+  // epilogue variants (bias gradient, GELU) is often off, and timing them
+  // is a one-time cost per shape.
+  constexpr int kCandidates = 32;
+  cublasLtMatmulHeuristicResult_t res[kCandidates];
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      be.lt(), p.desc, p.a, p.b, p.d, p.d, pref, 8, res, &found);
+      be.lt(), p.desc, p.a, p.b, p.d, p.d, pref, kCandidates, res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
     p.algo = res[0].algo;
