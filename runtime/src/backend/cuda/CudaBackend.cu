@@ -24,7 +24,12 @@ constexpr size_t kScalarCap = 1 << 14;
 /// Copies above this size skip the pinned staging buffers (parameter loads).
 constexpr size_t kStageMax = size_t(64) << 20;
 
-__global__ void sumSquaresKernel(const float *x, int64_t n, double *out) {
+/// Σ x² over every span, one launch: blocks along y take one span each,
+/// along x they stride through it; each block adds its sum to *out.
+__global__ void sumSquaresKernel(const CudaBackend::SquareSpan *spans,
+                                 double *out) {
+  const float *x = spans[blockIdx.y].data;
+  int64_t n = spans[blockIdx.y].n;
   double s = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -300,13 +305,31 @@ void CudaBackend::zeroStorage(void *dst, size_t bytes) {
 
 double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
   MAPP_CUDA_CHECK(cudaMemsetAsync(normDev_, 0, sizeof(double), stream_));
-  for (const Tensor &t : ts) {
-    int64_t n = t.numel();
-    if (!n)
-      continue;
-    sumSquaresKernel<<<gridFor(n, 256, sms_ * 4), 256, 0, stream_>>>(
-        static_cast<const float *>(t.data), n, normDev_);
-    MAPP_CUDA_LAUNCHED();
+  // One launch for every gradient (hundreds of tensors: a launch each was
+  // host time in the middle of the step). The executor passes the same
+  // list every step, so its descriptors go to the device once.
+  std::vector<SquareSpan> spans;
+  int64_t most = 0;
+  for (const Tensor &t : ts)
+    if (t.numel()) {
+      spans.push_back({static_cast<const float *>(t.data), t.numel()});
+      most = std::max(most, t.numel());
+    }
+  if (!spans.empty()) {
+    if (spans != normSpans_) {
+      normSpans_ = spans;
+      normSpansDev_.reset(static_cast<SquareSpan *>(
+          deviceAlloc(spans.size() * sizeof(SquareSpan))));
+      MAPP_CUDA_CHECK(cudaMemcpyAsync(normSpansDev_, normSpans_.data(),
+                                      spans.size() * sizeof(SquareSpan),
+                                      cudaMemcpyHostToDevice, stream_));
+    }
+    for (size_t first = 0; first < spans.size(); first += 65535) {
+      unsigned count = static_cast<unsigned>(std::min<size_t>(spans.size() - first, 65535));
+      dim3 grid(static_cast<unsigned>(std::min<int64_t>(gridFor(most, 256), 64)), count);
+      sumSquaresKernel<<<grid, 256, 0, stream_>>>(normSpansDev_ + first, normDev_);
+      MAPP_CUDA_LAUNCHED();
+    }
   }
   double s = 0;
   copyFromStorage(&s, normDev_, sizeof(double));

@@ -81,6 +81,12 @@ public:
   void readScalarAsync(float *dst, const void *src) override;
   void zeroStorage(void *dst, size_t bytes) override;
   double sumSquares(const std::vector<Tensor> &ts) override;
+  /// One tensor of a sumSquares call, as its kernel reads it.
+  struct SquareSpan {
+    const float *data;
+    int64_t n;
+    bool operator==(const SquareSpan &o) const { return data == o.data && n == o.n; }
+  };
   void synchronize() override;
   void waitComm() override;
   double peakDeviceGiB() const override {
@@ -191,6 +197,8 @@ private:
   DeviceBuffer<DeviceError> devError_;
   PinnedBuffer<DeviceError> hostError_;
   DeviceBuffer<double> normDev_;
+  std::vector<SquareSpan> normSpans_; // the last sumSquares list ...
+  DeviceBuffer<SquareSpan> normSpansDev_; // ... and its copy on the device
   PinnedBuffer<float> scalarPinned_; // readScalarAsync staging
   std::vector<float *> scalarDst_;
   size_t scalarCap_ = 0;

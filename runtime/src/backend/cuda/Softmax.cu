@@ -61,16 +61,50 @@ __device__ __forceinline__ float blockSum(float v) {
   return v;
 }
 
-/// Row log-sum-exp (natural log) of x[row*n .. +n).
-__device__ __forceinline__ float rowLse(DView x, int64_t base, int64_t n) {
+/// Whether a row kernel over x (and y) may take 8 elements (16 bytes of
+/// bf16) per access: rows of a multiple of 8 elements, aligned storage.
+inline bool rowsVec8(int64_t n, const void *x, const void *y = nullptr) {
+  return n % 8 == 0 && aligned16(x) && aligned16(y);
+}
+
+/// Adds 8 values to a thread's online-softmax state (m, s): one rescale for
+/// the group's maximum, then its exponentials.
+__device__ __forceinline__ void onlineAdd8(const float (&v)[8], float &m,
+                                           float &s) {
+  float mx = v[0];
+#pragma unroll
+  for (int j = 1; j < 8; ++j)
+    mx = fmaxf(mx, v[j]);
+  if (mx == -INFINITY)
+    return; // all eight are -inf: they add nothing
+  if (mx > m) {
+    s = m == -INFINITY ? 0.0f : s * expf(m - mx);
+    m = mx;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    s += expf(v[j] - m);
+}
+
+/// Row log-sum-exp (natural log) of x[row*n .. +n); vec: rowsVec8 holds.
+__device__ __forceinline__ float rowLse(DView x, int64_t base, int64_t n,
+                                        bool vec = false) {
   float m = -INFINITY, s = 0;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-    float v = x.ld(base + c);
-    if (v > m) {
-      s = (m == -INFINITY ? 0.0f : s * expf(m - v)) + 1.0f;
-      m = v;
-    } else {
-      s += expf(v - m);
+  if (vec) {
+    float v[8];
+    for (int64_t c = threadIdx.x * int64_t(8); c < n; c += blockDim.x * int64_t(8)) {
+      x.ld8(base + c, v);
+      onlineAdd8(v, m, s);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      float v = x.ld(base + c);
+      if (v > m) {
+        s = (m == -INFINITY ? 0.0f : s * expf(m - v)) + 1.0f;
+        m = v;
+      } else {
+        s += expf(v - m);
+      }
     }
   }
   blockMaxSum(m, s);
@@ -100,9 +134,9 @@ __global__ void softmaxGradKernel(DView dy, DView y, DView dx, int64_t rows,
 /// Per row: lse, and loss_r = lse − x[target] (0 for ignored rows).
 __global__ void ceForward(DView x, const int32_t *t, int64_t rows, int64_t v,
                           int64_t ignore, float *lseOut, float *rowLoss,
-                          DeviceError *err) {
+                          DeviceError *err, bool vec) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    float lse = rowLse(x, r * v, v);
+    float lse = rowLse(x, r * v, v, vec);
     if (threadIdx.x == 0) {
       lseOut[r] = lse;
       int32_t tr = t[r];
@@ -173,22 +207,32 @@ __global__ void ceCount(const int32_t *t, int64_t rows, int64_t ignore,
 __global__ void ceBackward(const float *dloss, DView x, const int32_t *t,
                            DView dx, int64_t rows, int64_t v, int64_t ignore,
                            const float *lseIn, const int *count,
-                           DeviceError *err) {
+                           DeviceError *err, bool vec) {
   float coef = *count ? *dloss / *count : 0.0f;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     int32_t tr = t[r];
     int64_t base = r * v;
-    if (tr == ignore) {
-      for (int64_t c = threadIdx.x; c < v; c += blockDim.x)
-        dx.st(base + c, 0.0f);
-      continue;
-    }
-    if ((tr < 0 || tr >= v) && threadIdx.x == 0)
+    bool ignored = tr == ignore;
+    if (!ignored && (tr < 0 || tr >= v) && threadIdx.x == 0)
       reportError(err, kErrCeGradTarget, tr, r, v);
-    float lse = lseIn ? lseIn[r] : rowLse(x, base, v);
-    for (int64_t c = threadIdx.x; c < v; c += blockDim.x) {
-      float p = expf(x.ld(base + c) - lse);
-      dx.st(base + c, coef * (p - (c == tr ? 1.0f : 0.0f)));
+    // An ignored row's gradient is zero (no exp of its logits: no inf·0).
+    float lse = ignored ? 0.0f : lseIn ? lseIn[r] : rowLse(x, base, v, vec);
+    if (vec) {
+      float e[8];
+      for (int64_t c = threadIdx.x * int64_t(8); c < v; c += blockDim.x * int64_t(8)) {
+        if (!ignored)
+          x.ld8(base + c, e);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          e[j] = ignored ? 0.0f
+                         : coef * (expf(e[j] - lse) - (c + j == tr ? 1.0f : 0.0f));
+        dx.st8(base + c, e);
+      }
+    } else {
+      for (int64_t c = threadIdx.x; c < v; c += blockDim.x)
+        dx.st(base + c, ignored ? 0.0f
+                                : coef * (expf(x.ld(base + c) - lse) -
+                                          (c == tr ? 1.0f : 0.0f)));
     }
   }
 }
@@ -233,7 +277,7 @@ void cuda::cross_entropy(const KernelArgs &a) {
   if (rows) {
     ceForward<<<rowGrid(be, rows), kThreads, 0, be.stream()>>>(
         view(a.in[0]), a.in[1].i32(), rows, v, ignore, sv.lse, rowLoss,
-        be.deviceError());
+        be.deviceError(), rowsVec8(v, a.in[0].data));
     MAPP_CUDA_LAUNCHED();
   }
   ceFinish<<<1, 1024, 0, be.stream()>>>(rowLoss, a.in[1].i32(), rows, ignore,
@@ -264,6 +308,6 @@ void cuda::cross_entropy_grad(const KernelArgs &a) {
   }
   ceBackward<<<rowGrid(be, rows), kThreads, 0, be.stream()>>>(
       a.in[0].f32(), view(a.in[1]), a.in[2].i32(), view(a.out[0]), rows, v,
-      ignore, lse, count, be.deviceError());
+      ignore, lse, count, be.deviceError(), rowsVec8(v, a.in[1].data, a.out[0].data));
   MAPP_CUDA_LAUNCHED();
 }
