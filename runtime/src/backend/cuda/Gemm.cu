@@ -398,6 +398,15 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
   return true;
 }
 
+/// out = x·wᵀ (linear's layout: w is [N, K], x's rows times K) with the
+/// extras' epilogue; false as rowMajorGemm.
+bool linearGemm(CudaBackend &be, const Tensor &x, const Tensor &w,
+                const Tensor &out, const GemmExtras &e) {
+  int64_t k = x.dim(-1), n = w.dim(0);
+  int64_t m = n ? out.numel() / n : 0;
+  return rowMajorGemm(be, x, false, w, true, out, m, n, k, 1, 0, 0, e);
+}
+
 } // namespace
 
 int cuda::gemmRefusals() {
@@ -410,13 +419,9 @@ const Tensor *cuda::linearBias(const KernelArgs &a) {
 }
 
 void cuda::linear(const KernelArgs &a) {
-  CudaBackend &be = backendOf(a);
-  int64_t k = a.in[0].dim(-1), n = a.in[1].dim(0);
-  int64_t m = n ? a.out[0].numel() / n : 0;
   GemmExtras x;
   x.bias = linearBias(a);
-  rowMajorGemm(be, a.in[0], false, a.in[1], true, a.out[0], m, n, k, 1, 0, 0,
-               x);
+  linearGemm(backendOf(a), a.in[0], a.in[1], a.out[0], x);
 }
 
 void cuda::matmul(const KernelArgs &a) {
@@ -465,23 +470,19 @@ void cuda::gemmF32(CudaBackend &be, const float *a, const float *b, float *c,
 
 bool cuda::linearGelu(CudaBackend &be, const Tensor &x, const Tensor &w,
                       const Tensor *bias, const Tensor &pre, const Tensor &act) {
-  int64_t k = x.dim(-1), n = w.dim(0);
-  int64_t m = n ? act.numel() / n : 0;
   GemmExtras e;
   e.bias = bias;
   e.gelu = true;
   e.geluPre = pre;
-  return rowMajorGemm(be, x, false, w, true, act, m, n, k, 1, 0, 0, e);
+  return linearGemm(be, x, w, act, e);
 }
 
 bool cuda::linearAdd(CudaBackend &be, const Tensor &x, const Tensor &w,
                      const Tensor *bias, const Tensor &addend, const Tensor &out) {
-  int64_t k = x.dim(-1), n = w.dim(0);
-  int64_t m = n ? out.numel() / n : 0;
   GemmExtras e;
   e.bias = bias;
   e.addend = &addend;
-  return rowMajorGemm(be, x, false, w, true, out, m, n, k, 1, 0, 0, e);
+  return linearGemm(be, x, w, out, e);
 }
 
 bool cuda::dgradGelu(CudaBackend &be, const Tensor &dy, const Tensor &w,
