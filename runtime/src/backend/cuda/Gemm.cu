@@ -129,12 +129,10 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
     auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
     MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
         p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    // Bias gradients are fp32; a bias is stored as the GEMM reads it (a
-    // linear's bias is the bf16 shadow of its fp32 master, as under
-    // autocast: cuBLASLt 13 has no algorithm for an fp32 bias with a bf16
-    // output).
-    // Only epilogues with a bias vector get its type: a type set for one
-    // without (GELU_AUX, DGELU) makes cuBLASLt 13 find no algorithm.
+    // Only epilogues with a bias vector get its type (cuBLASLt 13 finds no
+    // algorithm for GELU_AUX or DGELU with one set). Bias gradients are
+    // fp32; a linear's bias is its bf16 shadow, as under autocast, since
+    // there is no algorithm for an fp32 bias with a bf16 output.
     if (key.epilogue == CUBLASLT_EPILOGUE_BIAS ||
         key.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
         key.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
