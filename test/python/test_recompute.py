@@ -91,7 +91,7 @@ def check_allocation(runs, memory, stage_of):
         assert allocated == memory[stage_of(rank)]["peak_bytes"], (rank, allocated)
 
 
-@pytest.mark.parametrize("policy", ["selective", "full"])
+@pytest.mark.parametrize("policy", ["selective", "full", "activations"])
 def test_single_rank_identical_and_smaller(model, policy):
     base = ["-mapp-autodiff"]
     opt = ["-mapp-optimizer=lr=1e-3"]
@@ -104,7 +104,9 @@ def test_single_rank_identical_and_smaller(model, policy):
     check_allocation(rc, rc_mem, lambda r: 0)
     # The stash shrinks by what the pass dropped minus what it saved instead
     # (every tensor here is a multiple of the 64-byte plan alignment).
-    assert counts["dropped"] >= (2 if policy == "selective" else 10)
+    assert counts["dropped"] >= {"selective": 2, "full": 10, "activations": 2}[policy]
+    if policy == "activations":  # the pre-activation was saved already
+        assert counts["added"] == 0
     saved = counts["dropped_bytes"] - counts["added_bytes"]
     assert plain_mem[0]["stash_bytes"] - rc_mem[0]["stash_bytes"] == saved
     assert rc_mem[0]["arena_bytes"] < plain_mem[0]["arena_bytes"]
@@ -114,7 +116,7 @@ def test_single_rank_identical_and_smaller(model, policy):
 
 
 @pytest.mark.parametrize("policy,layers", [("selective", "all"), ("full", "all"),
-                                           ("full", "3")])
+                                           ("full", "3"), ("activations", "all")])
 def test_tp2_pp2_identical_and_smaller(model, policy, layers):
     pipe = "--mapp-train-pipeline=tp=2 pp=2 microbatches=2 schedule=1f1b lr=1e-3"
     plain_plan, plain_mem, _ = compile_plan(model, "pp-plain", [pipe])
