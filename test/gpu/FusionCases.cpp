@@ -192,27 +192,76 @@ std::vector<double> widen(const std::vector<float> &v) {
   return {v.begin(), v.end()};
 }
 
+/// A pair's program run fused (MAPP_CUDA_FUSE=fuse) and unfused, reading
+/// `outputs` (the first is the result) and, on the fused run only,
+/// `skipped`, the value the pair must never write; then the checks every
+/// pair shares: the planner found it (`counter` "N" with fusion, "0"
+/// without), cuBLASLt refused no GEMM plan on the fused run (a refusal falls
+/// back to the unfused kernels, whose results pass every numeric check),
+/// and `skipped` stayed poisoned.
+struct PairRuns {
+  std::vector<std::vector<float>> fused, plain;
+};
+PairRuns runPair(Backend &gpu, Checker &ck, MiniProgram &mp, const std::string &name,
+                 const char *fuse, const std::string &counter,
+                 const std::vector<std::pair<int, std::vector<float>>> &in,
+                 std::vector<int> outputs, int skipped) {
+  std::string sFused, sPlain;
+  std::vector<int> readFused = outputs;
+  readFused.push_back(skipped);
+  int refusedBefore = mapp::rt::cuda::gemmRefusals();
+  PairRuns r{run(gpu, mp, fuse, in, readFused, sFused), {}};
+  int refused = mapp::rt::cuda::gemmRefusals() - refusedBefore;
+  r.plain = run(gpu, mp, "0", in, outputs, sPlain);
+  ck.check(name + " found", sFused.find(counter + " 1") != std::string::npos &&
+                                sPlain.find(counter + " 0") != std::string::npos,
+           sFused + " / unfused: " + sPlain);
+  ck.check(name + " on cuBLASLt's epilogue", refused == 0,
+           std::to_string(refused) + " GEMM plan(s) refused");
+  bool untouched = true;
+  for (float v : r.fused.back())
+    untouched &= std::isnan(v);
+  ck.check(name + " skips " + mp.p.values[skipped].name, untouched,
+           untouched ? "still poisoned after the fused run"
+                     : "written by the fused run");
+  return r;
+}
+
+/// A linear's operands in a MiniProgram: x [2,70,K], w [N,K] and, with a
+/// bias, b [N]; random host values as the device reads them (bf16-stored x,
+/// the bf16 shadows of w and b), and the fp64 product x·wᵀ (+ b).
+struct LinearInputs {
+  static constexpr int64_t R = 2 * 70, K = 96, N = 160;
+  std::vector<int> operands; // x, w (, b): the linear instr's inputs
+  std::vector<std::pair<int, std::vector<float>>> host;
+  Doubles ref;
+};
+
+LinearInputs linearInputs(MiniProgram &mp, bool withBias) {
+  const int64_t R = LinearInputs::R, K = LinearInputs::K, N = LinearInputs::N;
+  LinearInputs li;
+  li.operands = {mp.value("x", ValueKind::Temp, {2, 70, K}),
+                 mp.value("w", ValueKind::Param, {N, K})};
+  if (withBias)
+    li.operands.push_back(mp.value("b", ValueKind::Param, {N}));
+  auto hx = randoms(R * K, true), hw = randoms(N * K, true), hb = randoms(N, true);
+  li.ref = linearRef(hx.data(), hw.data(), withBias ? hb.data() : nullptr, R, N, K);
+  li.host = {{li.operands[0], std::move(hx)}, {li.operands[1], std::move(hw)}};
+  if (withBias)
+    li.host.push_back({li.operands[2], std::move(hb)});
+  return li;
+}
+
 void linearGeluCase(Backend &gpu, Checker &ck, bool withBias) {
-  const int64_t R = 2 * 70, K = 96, N = 160;
+  const int64_t N = LinearInputs::N;
   auto mp = std::make_unique<MiniProgram>();
-  int x = mp->value("x", ValueKind::Temp, {2, 70, K});
-  int w = mp->value("w", ValueKind::Param, {N, K});
-  int b = withBias ? mp->value("b", ValueKind::Param, {N}) : -1;
+  LinearInputs li = linearInputs(*mp, withBias);
   int pre = mp->value("pre", ValueKind::Temp, {2, 70, N});
   int act = mp->value("act", ValueKind::Temp, {2, 70, N});
-  std::vector<int> lin = {x, w};
-  if (withBias)
-    lin.push_back(b);
-  mp->instr("linear", lin, {pre});
+  mp->instr("linear", li.operands, {pre});
   mp->instr("gelu", {pre}, {act}).attrs.setStr("approximate", "tanh");
-  // bf16-stored x and the bf16 shadow of w are what the GEMM reads.
-  auto hx = randoms(R * K, true), hw = randoms(N * K, true);
-  auto hb = randoms(N, false);
-  std::vector<std::pair<int, std::vector<float>>> in = {{x, hx}, {w, hw}};
-  if (withBias)
-    in.push_back({b, hb});
-  std::vector<double> refPre = linearRef(hx.data(), hw.data(),
-                                         withBias ? hb.data() : nullptr, R, N, K);
+  const auto &in = li.host;
+  const Doubles &refPre = li.ref;
   std::vector<double> refAct(refPre.size());
   for (size_t i = 0; i < refPre.size(); ++i)
     refAct[i] = geluTanh(refPre[i]);
@@ -295,46 +344,24 @@ void wgradCase(Backend &gpu, Checker &ck) {
 /// order: one GEMM writing x·wᵀ + b + r (beta = 1, C = r, D = the sum); the
 /// linear's own output is never written.
 void linearAddCase(Backend &gpu, Checker &ck, bool withBias, bool residualFirst) {
-  const int64_t R = 2 * 70, K = 96, N = 160;
+  const int64_t R = LinearInputs::R, N = LinearInputs::N;
   auto mp = std::make_unique<MiniProgram>();
-  int x = mp->value("x", ValueKind::Temp, {2, 70, K});
-  int w = mp->value("w", ValueKind::Param, {N, K});
-  int b = withBias ? mp->value("b", ValueKind::Param, {N}) : -1;
+  LinearInputs li = linearInputs(*mp, withBias);
   int r = mp->value("r", ValueKind::Temp, {2, 70, N});
   int y = mp->value("y", ValueKind::Temp, {2, 70, N});
   int sum = mp->value("sum", ValueKind::Temp, {2, 70, N});
-  std::vector<int> lin = {x, w};
-  if (withBias)
-    lin.push_back(b);
-  mp->instr("linear", lin, {y});
+  mp->instr("linear", li.operands, {y});
   mp->instr("add", residualFirst ? std::vector<int>{r, y} : std::vector<int>{y, r},
             {sum});
-  auto hx = randoms(R * K, true), hw = randoms(N * K, true);
-  auto hb = randoms(N, true), hr = randoms(R * N, true);
-  std::vector<std::pair<int, std::vector<float>>> in = {{x, hx}, {w, hw}, {r, hr}};
-  if (withBias)
-    in.push_back({b, hb});
-  Doubles ref = linearRef(hx.data(), hw.data(), withBias ? hb.data() : nullptr,
-                          R, N, K);
+  auto hr = randoms(R * N, true);
+  auto in = li.host;
+  in.push_back({r, hr});
+  Doubles &ref = li.ref;
   for (int64_t i = 0; i < R * N; ++i)
     ref[i] += hr[i];
   std::string name = std::string("fused linear") + (withBias ? "+bias" : "") +
                      "+add" + (residualFirst ? " (r first)" : "");
-  std::string sFused, sPlain;
-  int refusedBefore = mapp::rt::cuda::gemmRefusals();
-  auto fused = run(gpu, *mp, "1", in, {sum, y}, sFused);
-  int refused = mapp::rt::cuda::gemmRefusals() - refusedBefore;
-  auto plain = run(gpu, *mp, "0", in, {sum}, sPlain);
-  ck.check(name + " found", sFused.find("linear+add 1") != std::string::npos &&
-                                sPlain.find("linear+add 0") != std::string::npos,
-           sFused + " / unfused: " + sPlain);
-  ck.check(name + " on cuBLASLt's epilogue", refused == 0,
-           std::to_string(refused) + " GEMM plan(s) refused");
-  bool untouched = true;
-  for (float v : fused[1])
-    untouched &= std::isnan(v);
-  ck.check(name + " skips the linear's output", untouched,
-           "y written by the fused run");
+  auto [fused, plain] = runPair(gpu, ck, *mp, name, "1", "linear+add", in, {sum}, y);
   ck.near(name + " vs fp64", fused[0], ref, 1e-2);
   ck.near(name + " unfused vs fp64", plain[0], ref, 1e-2);
   ck.near(name + " fused vs unfused", fused[0], widen(plain[0]), 1e-2);
@@ -372,21 +399,9 @@ void dgradGeluCase(Backend &gpu, Checker &ck) {
       ref[r * N + n] = acc * geluTanhGrad(hpre[r * N + n]);
     }
   std::string name = "fused matmul+gelu_grad (DGELU)";
-  std::string sFused, sPlain;
   std::vector<std::pair<int, std::vector<float>>> in = {{dy, hdy}, {w, hw}, {pre, hpre}};
-  int refusedBefore = mapp::rt::cuda::gemmRefusals();
-  auto fused = run(gpu, *mp, "all", in, {dpre, y}, sFused); // dgelu is opt-in
-  int refused = mapp::rt::cuda::gemmRefusals() - refusedBefore;
-  auto plain = run(gpu, *mp, "0", in, {dpre}, sPlain);
-  ck.check(name + " found", sFused.find("matmul+gelu_grad 1") != std::string::npos &&
-                                sPlain.find("matmul+gelu_grad 0") != std::string::npos,
-           sFused + " / unfused: " + sPlain);
-  ck.check(name + " on cuBLASLt's epilogue", refused == 0,
-           std::to_string(refused) + " GEMM plan(s) refused");
-  bool untouched = true;
-  for (float v : fused[1])
-    untouched &= std::isnan(v);
-  ck.check(name + " skips the product", untouched, "dact written by the fused run");
+  auto [fused, plain] = runPair(gpu, ck, *mp, name, "all", // dgelu is opt-in
+                                "matmul+gelu_grad", in, {dpre}, y);
   ck.near(name + " vs fp64", fused[0], ref, 1e-2);
   ck.near(name + " unfused vs fp64", plain[0], ref, 1e-2);
   ck.near(name + " fused vs unfused", fused[0], widen(plain[0]), 1e-2);
@@ -436,18 +451,10 @@ void normGradAddCase(Backend &gpu, Checker &ck, int64_t H) {
     }
   }
   std::string name = "fused layer_norm_grad+add h=" + std::to_string(H);
-  std::string sFused, sPlain;
   std::vector<std::pair<int, std::vector<float>>> in = {
       {dy, hdy}, {x, hx}, {g, hg}, {r, hr}};
-  auto fused = run(gpu, *mp, "1", in, {sum, dg, db, dx}, sFused);
-  auto plain = run(gpu, *mp, "0", in, {sum}, sPlain);
-  ck.check(name + " found", sFused.find("norm_grad+add 1") != std::string::npos &&
-                                sPlain.find("norm_grad+add 0") != std::string::npos,
-           sFused + " / unfused: " + sPlain);
-  bool untouched = true;
-  for (float v : fused[3])
-    untouched &= std::isnan(v);
-  ck.check(name + " skips dx", untouched, "dx written by the fused run");
+  auto [fused, plain] =
+      runPair(gpu, ck, *mp, name, "1", "norm_grad+add", in, {sum, dg, db}, dx);
   ck.near(name + " vs fp64", fused[0], ref, 1e-2);
   ck.near(name + " dgamma vs fp64", fused[1], refG, 1e-2);
   ck.near(name + " dbeta vs fp64", fused[2], refB, 1e-2);
