@@ -77,8 +77,9 @@ Consistency mapp::scan::checkConsistency(const Trace &t, const Matches &m,
     return c;
   const bool oneClock = a.sharedClocks + 1 >= t.ranks.size();
   const double residualLimit =
-      std::max(opts.maxResidualFraction * meanStep,
-               oneClock ? opts.sharedClockJitterNs : 0.0);
+      oneClock ? std::max(opts.sharedClockStepFraction * meanStep,
+                          opts.sharedClockJitterNs)
+               : opts.maxResidualFraction * meanStep;
   if (meanStep > 0 && a.collRmsNs > residualLimit) {
     std::snprintf(buf, sizeof buf,
                   "alignment residual %.3f ms rms (max %.3f ms) is %.1f%% of "
@@ -86,8 +87,8 @@ Consistency mapp::scan::checkConsistency(const Trace &t, const Matches &m,
                   "fit one timeline",
                   a.collRmsNs * 1e-6, a.collMaxNs * 1e-6,
                   100 * a.collRmsNs / meanStep,
-                  100 * opts.maxResidualFraction,
-                  oneClock ? ", or the one host clock's jitter allowance"
+                  100 * residualLimit / meanStep,
+                  oneClock ? ", one host clock: wake-up jitter allowed"
                            : "");
     c.problems.push_back(buf);
   }
