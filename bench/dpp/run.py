@@ -12,7 +12,7 @@ gradients into the first stage) of US microseconds from step 2 on.
 
 usage: bench/dpp/run.py [--steps N] [--us U] [--comms local,mpi] [--out DIR]
                         [--backend cpu|cuda] [--prepare-only] [--plans DIR]
-                        [--rounds R] [--sim]
+                        [--rounds R] [--sim] [--mem-cap-mb M]
 Needs build/bin/{mapp-run,mapp-adaptive-plan} and mapp-opt/mapp-translate
 (build/bin, or MAPP_OPT / MAPP_TRANSLATE / MAPP_RUN). On a machine without
 the compiler (the GPU machine): `--prepare-only --out DIR` here, then
@@ -23,6 +23,11 @@ build/bin/mapp-sim): the modeled device speed is calibrated once per comm on
 the measured fault-free 1F1B row (FLOP and byte rates scaled together, so
 that row's prediction equals its measurement); every other row is a
 prediction, printed with its error against the measurement.
+`--mem-cap-mb M` (default 4.8; 0: off) adds the row `adaptive@cap`: the
+adaptive plan under `--mem-cap` M MB per rank, between dfc's in-flight stash
+(3.7 MB) and bfc's (5.9 MB), so breadth-first admits a microbatch only when
+backwards free its stash; the last line counts ranks whose peak stash
+passed the cap (must be 0).
 """
 import argparse
 import json
@@ -81,15 +86,18 @@ def compile_plans(d):
 
 
 NAMES = ("1f1b", "dfc", "bfc", "adaptive")
+CAPPED = "adaptive@cap"
 
 
-def train(plan, comm, steps, fault, d, tag, backend):
+def train(plan, comm, steps, fault, d, tag, backend, cap=0):
     metrics = d / f"{tag}.jsonl"
     args = [plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
             "--seed", 1, "--metrics", metrics, "--threads", 1, "--quiet",
             f"--backend={backend}"]
     if fault:
         args += ["--inject", fault]
+    if cap:
+        args += ["--mem-cap", cap]
     if comm == "mpi":
         cmd = [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
                "-np", 4, tool("mapp-run", "MAPP_RUN"), *args, "--comm=mpi"]
@@ -104,16 +112,21 @@ def train(plan, comm, steps, fault, d, tag, backend):
     return statistics.median(ms[2:]), max(peaks) if peaks else 0, losses[-1], switches
 
 
-def simulate(plans, fault, steps, speed):
+def simulate(plans, fault, steps, speed, cap=0):
     """mapp-sim's step time (ms) of every schedule, devices at `speed` x
-    the simulator's default rates."""
+    the simulator's default rates (with a cap: adaptive under it, as
+    CAPPED)."""
     cmd = [tool("mapp-sim", "MAPP_SIM"), plans["1f1b"], plans["adaptive"],
-           "--compare", ",".join(NAMES), "--steps", min(steps, 4), "--json",
+           "--steps", min(steps, 4), "--json",
            "--tflops", 100 * speed, "--mem-gbps", 2000 * speed,
            "--latency-us", 20]
+    cmd += ["--compare", "adaptive", "--mem-cap", cap] if cap else \
+        ["--compare", ",".join(NAMES)]
     if fault:
         cmd += ["--inject", fault.split(",from-step")[0]]
     rows = json.loads(run(cmd).stdout)
+    if cap:
+        return {CAPPED: rows[0]["step_us"] / 1000}
     return {r["schedule"]: r["step_us"] / 1000 for r in rows}
 
 
@@ -141,7 +154,13 @@ def main():
                     help="alternate every schedule this many times (median)")
     ap.add_argument("--sim", action="store_true",
                     help="add mapp-sim's calibrated prediction of each row")
+    ap.add_argument("--mem-cap-mb", type=float, default=4.8,
+                    help="the adaptive@cap row's --mem-cap (MB; 0: no row)")
     a = ap.parse_args()
+    if a.mem_cap_mb < 0:
+        sys.exit("--mem-cap-mb must be >= 0 (0: no capped row)")
+    cap = int(a.mem_cap_mb * 1e6)
+    names = NAMES + ((CAPPED,) if cap else ())
     d = pathlib.Path(a.out)
     d.mkdir(parents=True, exist_ok=True)
     if a.plans:
@@ -163,15 +182,17 @@ def main():
     for _ in range(a.rounds):
         for comm in comms:
             for slow in (False, True):
-                for name in NAMES:
+                for name in names:
+                    plan = plans["adaptive" if name == CAPPED else name]
                     runs.setdefault((comm, slow, name), []).append(
-                        train(plans[name], comm, a.steps, fault if slow else None,
-                              d, f"{comm}-{name}-{int(slow)}", a.backend))
+                        train(plan, comm, a.steps, fault if slow else None,
+                              d, f"{comm}-{name}-{int(slow)}", a.backend,
+                              cap if name == CAPPED else 0))
     rows = []
     for comm in comms:
         for slow in (False, True):
             base = None
-            for name in NAMES:
+            for name in names:
                 got = runs[(comm, slow, name)]
                 ms = statistics.median(r[0] for r in got)
                 peak = max(r[1] for r in got)
@@ -192,18 +213,25 @@ def main():
                   f"default rates (fault-free 1f1b = {base:.1f} ms)")
             for slow in (False, True):
                 pred = simulate(plans, fault if slow else None, a.steps, speed)
-                for name in NAMES:
+                if cap:
+                    pred.update(simulate(plans, fault if slow else None,
+                                         a.steps, speed, cap))
+                for name in names:
                     predicted[(comm, slow, name)] = pred[name]
-    print(f"{'comm':5} {'fault':10} {'schedule':9} {'step ms':>9} {'vs 1f1b':>8} "
+    print(f"{'comm':5} {'fault':10} {'schedule':12} {'step ms':>9} {'vs 1f1b':>8} "
           f"{'peak stash':>11} {'switches':>8} {'last loss':>10}"
           + (f" {'sim ms':>9} {'sim err':>8}" if a.sim else ""))
     for comm, fault_s, name, ms, speed, peak, sw, loss in rows:
-        line = (f"{comm:5} {fault_s:10} {name:9} {ms:9.1f} {speed:7.2f}x "
+        line = (f"{comm:5} {fault_s:10} {name:12} {ms:9.1f} {speed:7.2f}x "
                 f"{peak / 1e6:9.2f}MB {sw:8d} {loss:10.5f}")
         if a.sim:
             p = predicted[(comm, fault_s != "none", name)]
             line += f" {p:9.1f} {100 * (p / ms - 1):+7.1f}%"
         print(line)
+    if cap:
+        over = sum(r[5] > cap for r in rows if r[2] == CAPPED)
+        print(f"{CAPPED}: --mem-cap {cap} bytes per rank; rows whose peak "
+              f"stash passed it: {over}")
 
 
 if __name__ == "__main__":

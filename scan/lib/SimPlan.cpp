@@ -2,9 +2,13 @@
 
 #include "mapp/scan/SimPlan.h"
 #include "SimFbd.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/TaskPool.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <memory>
 #include <map>
 #include <numeric>
 
@@ -102,12 +106,35 @@ double blockFlops(const rt::Program &p, const rt::Block &b) {
   return f;
 }
 
+/// The most chunks a table keeps forwarded and not yet backwarded.
+int64_t peakChunksInFlight(const rt::Program &p,
+                           const std::vector<rt::Task> &t) {
+  int64_t now = 0, peak = 0;
+  for (const rt::Task &task : t) {
+    rt::BlockKind k = p.blocks[task.block].kind;
+    if (k == rt::BlockKind::Forward)
+      peak = std::max(peak, ++now);
+    else if (k == rt::BlockKind::Backward || k == rt::BlockKind::BackwardWeight)
+      --now;
+  }
+  return peak;
+}
+
 /// Builds the engine's programs for one table name.
 class JobBuilder {
 public:
   JobBuilder(const rt::Plan &plan, const PlanCluster &c) : plan(plan), c(c) {}
 
   std::vector<fbd::ParamMessage> paramMsgs; // split plans: the step-end copy
+
+  /// The ops of one task of step 0 (collectives keep their cost, not their
+  /// synchronization, in adaptiveOrders' use).
+  std::vector<SimOp> taskOps(const rt::Program &p, const rt::Task &t,
+                             SimJob &job) {
+    std::vector<SimOp> ops;
+    addTask(p, t, 0, ops, job);
+    return ops;
+  }
 
   bool build(const std::string &table, SimJob &job,
              std::vector<int64_t> &peakInFlight, std::string *error) {
@@ -142,15 +169,7 @@ public:
           for (size_t b = 0; b < p.blocks.size(); ++b)
             if (p.blocks[b].kind != rt::BlockKind::Optimizer)
               order.push_back({int(b), mb});
-      int64_t inFlight = 0;
-      for (const rt::Task &t : order) {
-        rt::BlockKind k = p.blocks[t.block].kind;
-        if (k == rt::BlockKind::Forward)
-          peakInFlight[pi] = std::max(peakInFlight[pi], ++inFlight);
-        else if (k == rt::BlockKind::Backward ||
-                 k == rt::BlockKind::BackwardWeight)
-          --inFlight;
-      }
+      peakInFlight[pi] = peakChunksInFlight(p, order);
       // A forward rank of a split plan keeps nothing for a backward: each
       // microbatch's outputs leave as sends and its arena slot is reused.
       if (p.placement.role == "fwd")
@@ -514,6 +533,128 @@ double slowestLink(const rt::Plan &plan, const PlanCluster &c, int &src,
   return worst;
 }
 
+/// The order every rank runs one step in under the adaptive scheduler,
+/// simulated: each rank, when free, takes among its candidate tasks (the
+/// runtime's rules, mapp/rt/TaskPool.h) whose receives have arrived the one
+/// first in the policy's table, or waits for the earliest arrival. The
+/// policy is bfc while `slow` and the next microbatch fits the cap, else dfc.
+/// Ranks decide in time order, so a decision sees every message that has
+/// arrived by then. Collectives inside tasks are charged their transfer time
+/// without synchronizing (tensor-parallel peers decide alike). The orders
+/// then replay in the full engine for every step.
+bool adaptiveOrders(const rt::Plan &plan, const PlanCluster &c, uint64_t cap,
+                    bool slow, std::vector<std::vector<rt::Task>> &orders,
+                    uint64_t &peakStash, bool &capBound, std::string *error) {
+  SimNetwork net = makeNetwork(networkConfig(plan, c, true));
+  JobBuilder jb(plan, c);
+  SimJob scratch;
+  scratch.world = plan.worldSize;
+  struct Rank {
+    const rt::Program *prog;
+    std::unique_ptr<rt::sched::TaskPool> pool;
+    std::vector<std::vector<SimOp>> ops; // per pool task
+    double now = 0;
+  };
+  std::vector<Rank> ranks;
+  try {
+    for (const rt::Program &p : plan.programs) {
+      Rank r;
+      r.prog = &p;
+      r.pool = std::make_unique<rt::sched::TaskPool>(plan, p, cap);
+      for (size_t i = 0; i < r.pool->size(); ++i)
+        r.ops.push_back(jb.taskOps(p, (*r.pool)[i].task, scratch));
+      ranks.push_back(std::move(r));
+    }
+  } catch (const rt::Error &e) {
+    *error = std::string("schedule 'adaptive': ") + e.what();
+    return false;
+  }
+  std::map<std::tuple<int, int, int64_t>, double> arrival;
+  std::map<std::pair<int, int>, double> linkFree;
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  orders.assign(ranks.size(), {});
+  capBound = false;
+  for (;;) {
+    // Each rank's next decision: when, and which task.
+    int who = -1, pick = -1;
+    double when = kNever;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      Rank &r = ranks[k];
+      if (!r.pool->remaining())
+        continue;
+      std::vector<int> cand[2];
+      r.pool->candidates(cand);
+      int pol = slow && r.pool->nextFits() ? rt::sched::BFC : rt::sched::DFC;
+      capBound |= slow && pol == rt::sched::DFC;
+      const std::vector<int> &from = cand[pol].empty() ? cand[rt::sched::BFC]
+                                                       : cand[pol];
+      auto readyAt = [&](int i) {
+        double t = r.now;
+        for (const SimOp &op : r.ops[i])
+          if (op.kind == SimOp::Recv) {
+            auto it = arrival.find({op.peer, r.prog->rank, op.tag});
+            t = std::max(t, it == arrival.end() ? kNever : it->second);
+          }
+        return t;
+      };
+      double t = kNever;
+      for (int i : from)
+        t = std::min(t, readyAt(i));
+      if (t == kNever || t >= when)
+        continue;
+      std::vector<char> ok(r.pool->size(), 0);
+      for (int i : from)
+        ok[i] = readyAt(i) <= t;
+      who = int(k);
+      when = t;
+      pick = r.pool->pick(from, pol, &ok);
+    }
+    if (who < 0)
+      break;
+    Rank &r = ranks[who];
+    double t = when;
+    for (const SimOp &op : r.ops[pick]) {
+      if (op.kind == SimOp::Compute) {
+        t += op.durNs;
+      } else if (op.kind == SimOp::Coll) {
+        t += net.coll(scratch.groups[op.group], op.op, op.bytes);
+      } else if (op.kind == SimOp::Send) {
+        // As the engine's asynchronous send: bytes serialize on the link.
+        double &free = linkFree[{r.prog->rank, op.peer}];
+        double xfer = net.p2p(r.prog->rank, op.peer, op.bytes);
+        double begin = std::max(t, free);
+        free = begin + std::max(0.0, xfer - net.p2p(r.prog->rank, op.peer, 0));
+        arrival[{r.prog->rank, op.peer, op.tag}] = begin + xfer;
+      }
+    }
+    r.now = t;
+    const rt::Task task = (*r.pool)[pick].task;
+    r.pool->start(pick);
+    r.pool->finish(task);
+    orders[who].push_back(task);
+  }
+  peakStash = 0;
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    Rank &r = ranks[k];
+    if (r.pool->remaining()) {
+      *error = "schedule 'adaptive': rank " + std::to_string(r.prog->rank) +
+               " cannot run its remaining " +
+               std::to_string(r.pool->remaining()) +
+               " task(s): their receives are never sent (tables that "
+               "disagree with the sends?)";
+      return false;
+    }
+    peakStash = std::max(peakStash, r.pool->peakStashBytes());
+    // Optimizer blocks run at the step's end, in the dfc table's order.
+    for (const rt::ScheduleTable &tab : r.prog->scheduleTables)
+      if (tab.name == "dfc")
+        for (const rt::Task &task : tab.tasks)
+          if (r.prog->blocks[task.block].kind == rt::BlockKind::Optimizer)
+            orders[k].push_back(task);
+  }
+  return true;
+}
+
 } // namespace
 
 bool mapp::scan::simulatePlan(const rt::Plan &plan, const std::string &schedule,
@@ -533,41 +674,50 @@ bool mapp::scan::simulatePlan(const rt::Plan &plan, const std::string &schedule,
              "schedule=adaptive (dfc and bfc tables)";
     return false;
   }
-  // The adaptive policy: breadth-first while a link is slow and its
-  // activations fit, depth-first otherwise.
-  PlanSimResult bfc;
-  if (!replay(plan, "bfc", cluster, bfc, error))
-    return false;
+  // The adaptive policy, as the runtime's scheduler decides it with every
+  // receive arrived (mapp/rt/TaskPool.h): depth-first while no link is
+  // slow; under a slow link breadth-first, admitting a microbatch only while
+  // the stash it reserves fits the cap (--mem-cap, else the plan's).
   uint64_t cap = cluster.memCapBytes ? cluster.memCapBytes
                                      : plan.adaptive.memCapBytes;
   int src = -1, dst = -1;
   double ratio = slowestLink(plan, cluster, src, dst);
-  uint64_t peak = *std::max_element(bfc.peakBytes.begin(), bfc.peakBytes.end());
-  bool slow = ratio >= plan.adaptive.slowLinkRatio;
-  bool fits = cap == 0 || peak <= cap;
-  char why[256];
-  if (slow && fits) {
+  const bool slow = ratio >= plan.adaptive.slowLinkRatio;
+  std::vector<std::vector<rt::Task>> orders;
+  uint64_t peakStash = 0;
+  bool capBound = false;
+  if (!adaptiveOrders(plan, cluster, cap, slow, orders, peakStash, capBound,
+                      error))
+    return false;
+  rt::Plan ordered = plan;
+  for (size_t k = 0; k < ordered.programs.size(); ++k)
+    ordered.programs[k].tasks = orders[k];
+  ordered.schedule = "adaptive";
+  if (!replay(ordered, "adaptive", cluster, out, error))
+    return false;
+  char why[320];
+  if (!slow) {
+    out.chosen = "dfc";
     std::snprintf(why, sizeof why,
-                  "link %d->%d is %.2fx slower (>= %.2f) and bfc's peak %llu B "
-                  "fits the cap",
-                  src, dst, ratio, plan.adaptive.slowLinkRatio,
-                  (unsigned long long)peak);
-    out = bfc;
+                  "no link is %.2fx slower than nominal (slowest %.2fx)",
+                  plan.adaptive.slowLinkRatio, ratio);
+  } else if (!capBound) {
+    out.chosen = "bfc";
+    std::snprintf(why, sizeof why,
+                  "link %d->%d is %.2fx slower (>= %.2f) and %s", src, dst,
+                  ratio, plan.adaptive.slowLinkRatio,
+                  cap ? "bfc's stash fits the cap" : "no memory cap");
   } else {
-    if (!replay(plan, "dfc", cluster, out, error))
-      return false;
-    if (!slow)
-      std::snprintf(why, sizeof why,
-                    "no link is %.2fx slower than nominal (slowest %.2fx)",
-                    plan.adaptive.slowLinkRatio, ratio);
-    else
-      std::snprintf(why, sizeof why,
-                    "link %d->%d is slow but bfc's peak %llu B exceeds the cap "
-                    "%llu B",
-                    src, dst, (unsigned long long)peak,
-                    (unsigned long long)cap);
+    out.chosen = "bfc under the cap";
+    std::snprintf(why, sizeof why,
+                  "link %d->%d is %.2fx slower (>= %.2f); under the cap %llu "
+                  "B (stash peak %llu B) a microbatch waits for backwards to "
+                  "free its stash",
+                  src, dst, ratio, plan.adaptive.slowLinkRatio,
+                  (unsigned long long)cap, (unsigned long long)peakStash);
   }
   out.schedule = "adaptive";
   out.reason = why;
+  out.peakStashBytes = peakStash;
   return true;
 }

@@ -155,6 +155,8 @@ static int runPlans(const std::vector<std::string> &paths,
                             {"step_us", r.stepUs},
                             {"peak_bytes", r.peakBytes},
                             {"peak_in_flight", r.peakInFlight}};
+      if (r.schedule == "adaptive")
+        row["peak_stash_bytes"] = r.peakStashBytes;
       if (!r.roles.empty()) {
         row["roles"] = r.roles;
         row["peak_bytes_bwd"] = sidePeak[0];

@@ -232,33 +232,3 @@ bool TaskPool::finish(const Task &t) {
   }
   return false;
 }
-
-std::vector<Task> mapp::rt::sched::readyOrder(const Plan &plan,
-                                              const Program &p,
-                                              uint64_t capBytes, bool slow,
-                                              uint64_t *peakStash) {
-  TaskPool pool(plan, p, capBytes);
-  std::vector<Task> order;
-  std::vector<int> cand[2];
-  while (pool.remaining()) {
-    pool.candidates(cand);
-    int pol = slow && pool.nextFits() ? BFC : DFC;
-    // As the scheduler: the dfc limit yields when it leaves no candidate.
-    const std::vector<int> &from = cand[pol].empty() ? cand[BFC] : cand[pol];
-    int i = pool.pick(from, pol, nullptr);
-    if (i < 0)
-      fail("adaptive order of rank ", p.rank, ": no task can run with ",
-           pool.remaining(), " left (tables that disagree with the plan?)");
-    pool.start(i);
-    order.push_back(pool[i].task);
-    pool.finish(pool[i].task);
-  }
-  for (const ScheduleTable &t : p.scheduleTables)
-    if (t.name == "dfc")
-      for (const Task &task : t.tasks)
-        if (p.blocks[task.block].kind == BlockKind::Optimizer)
-          order.push_back(task);
-  if (peakStash)
-    *peakStash = pool.peakStashBytes();
-  return order;
-}

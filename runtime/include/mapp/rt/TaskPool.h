@@ -4,9 +4,9 @@
 // or the breadth-first (bfc) policy, and the activation stash they reserve:
 // the adaptive scheduler's rules without its communication. The runtime's
 // scheduler (runtime/src/sched/AdaptiveScheduler.cpp) adds posted receives,
-// link measurement and tensor-parallel agreement; mapp-sim replays the same
-// rules with every receive arrived (readyOrder), so a memory cap bounds the
-// simulated breadth-first schedule exactly as it bounds the real one.
+// link measurement and tensor-parallel agreement; mapp-sim decides with the
+// same rules on its modeled arrivals (scan/lib/SimPlan.cpp adaptiveOrders),
+// so a memory cap bounds the simulated schedule as it bounds the real one.
 //
 // A task is a candidate when
 //  - the tasks of its microbatch before it in the dfc table ran (the per-
@@ -100,14 +100,6 @@ private:
   std::map<std::pair<int, int>, int> bwdLeft_;
   std::set<std::pair<int, int>> inflight_;
 };
-
-/// The order one step of `p` runs in under the adaptive scheduler when every
-/// receive has arrived at once: bfc while `slow` and the next microbatch's
-/// stash fits `capBytes`, dfc otherwise (optimizer tasks last, in the dfc
-/// table's order). `peakStash`, if given, receives the in-flight peak.
-std::vector<Task> readyOrder(const Plan &plan, const Program &p,
-                             uint64_t capBytes, bool slow,
-                             uint64_t *peakStash = nullptr);
 
 } // namespace mapp::rt::sched
 
