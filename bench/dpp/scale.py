@@ -94,7 +94,7 @@ def main():
                   f" {100 * (ms['adaptive'] / best - 1):+14.1f}%"
                   f" {r['adaptive']['chosen']:>13}"
                   f" {peak['1f1b']:12.2f} / {peak['adaptive']:.2f}")
-            over += cap and max(r["adaptive"]["peak_bytes"]) > cap
+            over += cap and r["adaptive"]["peak_stash_bytes"] > cap
     if cap:
         print(f"adaptive peaks above the cap: {over}")
 

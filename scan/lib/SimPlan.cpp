@@ -574,43 +574,63 @@ bool adaptiveOrders(const rt::Plan &plan, const PlanCluster &c, uint64_t cap,
   constexpr double kNever = std::numeric_limits<double>::infinity();
   orders.assign(ranks.size(), {});
   capBound = false;
+  std::map<int, size_t> indexOf; // program rank -> ranks[] index
+  for (size_t k = 0; k < ranks.size(); ++k)
+    indexOf[ranks[k].prog->rank] = k;
+  // Each rank's next decision (when, which task, under which policy), kept
+  // until the rank acts or a message to it is sent.
+  struct Decision {
+    bool valid = false;
+    double when = kNever;
+    int pick = -1, policy = rt::sched::DFC;
+  };
+  std::vector<Decision> next(ranks.size());
+  auto decide = [&](size_t k) {
+    Rank &r = ranks[k];
+    Decision d;
+    d.valid = true;
+    if (!r.pool->remaining())
+      return d;
+    std::vector<int> cand[2];
+    r.pool->candidates(cand);
+    d.policy = slow && r.pool->nextFits() ? rt::sched::BFC : rt::sched::DFC;
+    const std::vector<int> &from =
+        cand[d.policy].empty() ? cand[rt::sched::BFC] : cand[d.policy];
+    std::vector<double> readyAt(r.pool->size(), kNever);
+    for (int i : from) {
+      double t = r.now;
+      for (const SimOp &op : r.ops[i])
+        if (op.kind == SimOp::Recv) {
+          auto it = arrival.find({op.peer, r.prog->rank, op.tag});
+          t = std::max(t, it == arrival.end() ? kNever : it->second);
+        }
+      readyAt[i] = t;
+      d.when = std::min(d.when, t);
+    }
+    if (d.when == kNever)
+      return d;
+    std::vector<char> ok(r.pool->size(), 0);
+    for (int i : from)
+      ok[i] = readyAt[i] <= d.when;
+    d.pick = r.pool->pick(from, d.policy, &ok);
+    return d;
+  };
   for (;;) {
-    // Each rank's next decision: when, and which task.
-    int who = -1, pick = -1;
+    int who = -1;
     double when = kNever;
     for (size_t k = 0; k < ranks.size(); ++k) {
-      Rank &r = ranks[k];
-      if (!r.pool->remaining())
-        continue;
-      std::vector<int> cand[2];
-      r.pool->candidates(cand);
-      int pol = slow && r.pool->nextFits() ? rt::sched::BFC : rt::sched::DFC;
-      capBound |= slow && pol == rt::sched::DFC;
-      const std::vector<int> &from = cand[pol].empty() ? cand[rt::sched::BFC]
-                                                       : cand[pol];
-      auto readyAt = [&](int i) {
-        double t = r.now;
-        for (const SimOp &op : r.ops[i])
-          if (op.kind == SimOp::Recv) {
-            auto it = arrival.find({op.peer, r.prog->rank, op.tag});
-            t = std::max(t, it == arrival.end() ? kNever : it->second);
-          }
-        return t;
-      };
-      double t = kNever;
-      for (int i : from)
-        t = std::min(t, readyAt(i));
-      if (t == kNever || t >= when)
-        continue;
-      std::vector<char> ok(r.pool->size(), 0);
-      for (int i : from)
-        ok[i] = readyAt(i) <= t;
-      who = int(k);
-      when = t;
-      pick = r.pool->pick(from, pol, &ok);
+      if (!next[k].valid)
+        next[k] = decide(k);
+      if (next[k].when < when) {
+        who = int(k);
+        when = next[k].when;
+      }
     }
     if (who < 0)
       break;
+    const int pick = next[who].pick;
+    capBound |= slow && next[who].policy == rt::sched::DFC;
+    next[who].valid = false;
     Rank &r = ranks[who];
     double t = when;
     for (const SimOp &op : r.ops[pick]) {
@@ -625,6 +645,9 @@ bool adaptiveOrders(const rt::Plan &plan, const PlanCluster &c, uint64_t cap,
         double begin = std::max(t, free);
         free = begin + std::max(0.0, xfer - net.p2p(r.prog->rank, op.peer, 0));
         arrival[{r.prog->rank, op.peer, op.tag}] = begin + xfer;
+        auto peer = indexOf.find(op.peer);
+        if (peer != indexOf.end())
+          next[peer->second].valid = false;
       }
     }
     r.now = t;

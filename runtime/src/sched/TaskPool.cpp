@@ -172,10 +172,10 @@ bool TaskPool::waiting(int i) const {
   int mb = pt.task.microbatch;
   if (nextMbOfBlock_.at(pt.task.block) != mb)
     return false;
-  // The tasks of this microbatch before it in the table have run.
-  for (const PoolTask &other : tasks_)
-    if (other.task.microbatch == mb && other.mbPos < pt.mbPos && !other.done)
-      return false;
+  // The tasks of this microbatch before it in the table have run (they run
+  // in table order, so counting them is enough).
+  if (mbTasks_[mb] - mbLeft_[mb] != pt.mbPos)
+    return false;
   int owner = slotOwner_[mb % slotOwner_.size()];
   return owner < 0 || owner == mb;
 }
