@@ -1,13 +1,12 @@
 """MegaDPP end to end: the run-time scheduler on compiled GPT plans.
 
-A GPT (8 layers, hidden 32) is compiled with --mapp-train-pipeline
-(interleaved = the depth-first dfc order) for pp=4·chunks=2 with 8
-microbatches and for tp=2·pp=2·dp=2·chunks=2; mapp-adaptive-plan (test
-tooling until the compiler emits adaptive plans) adds the bfc table and the
-adaptive policy. Each trains 20 steps under the static table and under the
-adaptive scheduler, over --comm=local and --comm=mpi (skipped without
-mpirun / an MPI build); every step's loss and grad norm must match the
-single-rank run within 1e-5 relative (test_parallel_e2e's check). Under a
+A GPT (8 layers, hidden 32) is compiled with --mapp-train-pipeline for
+pp=4 with 8 microbatches and for tp=2·pp=2·dp=2 under every schedule (1f1b,
+gpipe, zb-h1 at chunks=1; dfc, bfc, adaptive at chunks=2); each trains 20
+steps over --comm=local and --comm=mpi (skipped without mpirun / an MPI
+build), and every step's loss and grad norm must match the single-rank run
+within 1e-5 relative (test_parallel_e2e's check). mapp-adaptive-plan's
+adaptive plans (bench/dpp's) must match too. Under a
 link delay the adaptive run must switch to bfc (stderr names the switch and
 its reason) and still match; its reported peak in-flight stash must stay
 under --mem-cap; a cap below one microbatch's activations is an error.
@@ -94,19 +93,47 @@ def peaks(stderr):
 
 
 LAYOUTS = [(1, 4, 1, 2), (2, 2, 2, 2)]
+# Every schedule the compiler generates: the one-chunk tables at chunks=1,
+# the interleaved family (dfc = group p, bfc = group m; with m = 8 / 4 no
+# other group divides m) and adaptive at chunks=2.
+SCHEDULES = [("1f1b", 1), ("gpipe", 1), ("zb-h1", 1), ("dfc", 2), ("bfc", 2),
+             ("adaptive", 2)]
+
+
+@pytest.mark.parametrize("comm", ["local", "mpi"])
+@pytest.mark.parametrize("schedule,chunks", SCHEDULES, ids=[s for s, _ in SCHEDULES])
+@pytest.mark.parametrize("tp,pp,dp", [l[:3] for l in LAYOUTS],
+                         ids=[f"tp{a}pp{b}dp{c}" for a, b, c, _ in LAYOUTS])
+def test_every_schedule_matches_single_rank(gpt, tmp_path, comm, tp, pp, dp,
+                                            schedule, chunks):
+    """20 steps under each compiled schedule, every step's loss and grad norm
+    within 1e-5 relative of the single-rank run."""
+    if comm == "mpi" and not mpi_ok():
+        pytest.skip("no mpirun, or mapp-run built without MPI")
+    d, model, weights, ref = gpt
+    micro = ROWS // (MBS * dp)
+    pipeline = (f"--mapp-train-pipeline=tp={tp} pp={pp} dp={dp} chunks={chunks} "
+                f"microbatches={micro} schedule={schedule} {pe.OPT}")
+    plan = pe.to_plan(tmp_path, model, [pipeline], schedule)
+    world = tp * pp * dp
+    got, err = train(plan, tmp_path / "run", world, comm, weights)
+    check(ref, got, dp, micro)
+    if schedule == "adaptive":
+        assert len(peaks(err)) == world, err
 
 
 @pytest.mark.parametrize("comm", ["local", "mpi"])
 @pytest.mark.parametrize("tp,pp,dp,chunks", LAYOUTS,
                          ids=[f"tp{a}pp{b}dp{c}ch{e}" for a, b, c, e in LAYOUTS])
-def test_static_and_adaptive_match_single_rank(gpt, tmp_path, comm, tp, pp, dp, chunks):
+def test_tool_made_adaptive_plans_match_single_rank(gpt, tmp_path, comm, tp, pp, dp,
+                                                    chunks):
+    """mapp-adaptive-plan's plans (the bench's: bfc as the looped order of the
+    dfc tasks, stash = arena / chunks) train as the single rank does."""
     if comm == "mpi" and not mpi_ok():
         pytest.skip("no mpirun, or mapp-run built without MPI")
     d, model, weights, ref = gpt
-    static, adaptive, micro = plans(tmp_path, model, tp, pp, dp, chunks)
+    _, adaptive, micro = plans(tmp_path, model, tp, pp, dp, chunks)
     world = tp * pp * dp
-    got, _ = train(static, tmp_path / "static", world, comm, weights)
-    check(ref, got, dp, micro)
     got, err = train(adaptive, tmp_path / "adaptive", world, comm, weights)
     check(ref, got, dp, micro)
     assert len(peaks(err)) == world, err
