@@ -1,7 +1,8 @@
 //===- AdaptiveScheduler.cpp - dfc/bfc switched by links and memory -------===//
 //
 // Which tasks may run under either policy and the stash they reserve are the
-// task pool's rules (mapp/rt/TaskPool.h, with the deadlock-freedom argument).
+// task pool's rules (mapp/rt/TaskPool.h; the deadlock-freedom argument is in
+// TaskPool.cpp).
 // This adds the communication: per step every task's receives are posted
 // (forward input: recvs of forward blocks, backward input: recvs of backward
 // blocks; forward/backward outputs leave through the send kernels, which
@@ -15,11 +16,6 @@
 #include "mapp/rt/DType.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/TaskPool.h"
-
-#include <algorithm>
-#include <limits>
-#include <map>
-#include <set>
 
 using namespace mapp::rt;
 using namespace mapp::rt::sched;
