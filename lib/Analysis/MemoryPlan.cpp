@@ -14,14 +14,16 @@ bool mapp::isPersistentAlias(Value v) {
   return isa_and_nonnull<ParamRefOp, GradRefOp>(v.getDefiningOp());
 }
 
-int64_t mapp::inFlightMicrobatches(ModuleOp module, int64_t stage) {
+int64_t mapp::inFlightMicrobatches(ModuleOp module, int64_t stage,
+                                   StringRef kind) {
   // A microbatch holds its slot from its first task on the stage to its last
   // (every chunk's activations of one microbatch share the slot); slot =
   // microbatch mod slots, so the span of microbatches alive at once must
   // fit.
   int64_t best = 1;
   for (auto sched : module.getOps<ScheduleOp>()) {
-    if (stage >= (int64_t)sched.getTables().size())
+    if (stage >= (int64_t)sched.getTables().size() ||
+        (!kind.empty() && sched.getKind() != kind))
       continue;
     auto table = cast<ArrayAttr>(sched.getTables()[stage]);
     llvm::DenseMap<int64_t, std::pair<int64_t, int64_t>> life;
@@ -59,18 +61,24 @@ int64_t mapp::peakStashed(ScheduleOp sched, int64_t stage) {
   return peak;
 }
 
-LogicalResult mapp::checkMemCap(ModuleOp module, const ParallelLayout &layout,
-                                const StageMemory &mem) {
+LogicalResult mapp::applyMemCap(ModuleOp module, const ParallelLayout &layout,
+                                StageMemory &mem) {
   if (!layout.adaptive || layout.adaptive->memCapBytes == 0)
     return success();
-  uint64_t cap = layout.adaptive->memCapBytes,
-           need = mem.persistentBytes + mem.arenaBytes;
-  if (cap >= need)
-    return success();
-  return module.emitError("adaptive schedule: mem-cap ")
-         << cap << " B is below one microbatch on stage " << mem.stage
-         << ": persistent " << mem.persistentBytes << " B + one arena slot "
-         << mem.arenaBytes << " B = " << need << " B";
+  uint64_t cap = layout.adaptive->memCapBytes;
+  int64_t dfcSlots = inFlightMicrobatches(module, mem.stage, "dfc");
+  uint64_t need = mem.persistentBytes + uint64_t(dfcSlots) * mem.arenaBytes;
+  if (cap < need)
+    return module.emitError("adaptive schedule: mem-cap ")
+           << cap << " B is below what the dfc table needs on stage "
+           << mem.stage << ": persistent " << mem.persistentBytes << " B + "
+           << dfcSlots << " arena slot(s) x " << mem.arenaBytes << " B = "
+           << need << " B";
+  if (mem.arenaBytes) {
+    uint64_t fit = (cap - mem.persistentBytes) / mem.arenaBytes;
+    mem.slots = std::min<int64_t>(mem.slots, std::max<uint64_t>(fit, 1));
+  }
+  return success();
 }
 
 /// Whether `op` may write the storage of one of its operands. Compute ops

@@ -139,6 +139,47 @@ def test_tool_made_adaptive_plans_match_single_rank(gpt, tmp_path, comm, tp, pp,
     assert len(peaks(err)) == world, err
 
 
+def memory_remarks(model, pipeline):
+    """Per stage (peak, persistent, slots, arena) from -mapp-plan-memory."""
+    r = pe.run([pe.tool("mapp-opt"), model, pipeline, "-mapp-plan-memory",
+                "-o", "/dev/null"])
+    return [tuple(map(int, m)) for m in re.findall(
+        r"memory plan, stage \d+: peak (\d+) B .*?= persistent (\d+) B \+ "
+        r"(\d+) slot\(s\) x arena (\d+) B", r.stderr)]
+
+
+def test_compiled_mem_cap_bounds_the_arena(gpt, tmp_path):
+    """schedule=adaptive mem-cap=C: each stage's arena slots shrink to what C
+    holds (persistent + slots x arena <= C, never below the dfc table's),
+    and the scheduler, admitting microbatches only into free slots, still
+    trains as one rank does under a slow link (breadth-first pressing on
+    the slots)."""
+    d, model, weights, ref = gpt
+    base = (f"--mapp-train-pipeline=pp=2 chunks=2 microbatches={ROWS} "
+            f"schedule=adaptive {pe.OPT}")
+    free = memory_remarks(model, base)
+    dfc = memory_remarks(model, base.replace("schedule=adaptive", "schedule=dfc"))
+    assert all(s == ROWS for _, _, s, _ in free), free
+    # One slot more than the dfc table needs on the stage that needs most.
+    cap = max(p + (s + 1) * a for (_, p, s, a) in dfc)
+    capped = memory_remarks(model, f"{base} mem-cap={cap}")
+    for (peak, _, slots, _), (_, _, need, _) in zip(capped, dfc):
+        assert peak <= cap and need <= slots < ROWS, (capped, dfc, cap)
+    plan = pe.to_plan(tmp_path, model, [f"{base} mem-cap={cap}"], "capped")
+    fault = "link-delay:src=1,dst=0,us=20000,from-step=2"
+    got, err = train(plan, tmp_path / "run", 2, "local", weights,
+                     ["--inject", fault])
+    check(ref, got, 1, ROWS)
+    assert "scheduler dfc -> bfc" in err, err
+    # Below what dfc needs: a located error naming the figures.
+    r = pe.subprocess.run([str(pe.tool("mapp-opt")), str(model),
+                           f"{base} mem-cap={min(p for _, p, _, _ in dfc)}",
+                           "-mapp-plan-memory", "-o", "/dev/null"],
+                          capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "is below what the dfc table needs on stage" in r.stderr, r.stderr
+
+
 def test_slow_link_switches_and_matches(gpt, tmp_path):
     d, model, weights, ref = gpt
     static, adaptive, micro = plans(tmp_path, model, 1, 4, 1, 2)

@@ -113,6 +113,20 @@ TEST(ScheduleTables, CorruptTablesNameTheProblem) {
        [](Plan &p) { p.adaptive.slowLinkRatio = 0.5; }},
       {"plan: adaptive bandwidth_smoothing = 0 (must be in (0, 1])",
        [](Plan &p) { p.adaptive.bandwidthSmoothing = 0; }},
+      // GPipe's order (F0 F1 B0 B1) keeps both microbatches in flight: one
+      // arena slot would let F1 overwrite what B0 reads.
+      {"plan: program 0: microbatches 0 and 1 share arena slot 0 (slots = 1) "
+       "while both are in flight (task 1 starts 1 before task 2 ends 0): the "
+       "plan needs more slots",
+       [](Plan &p) {
+         Program &prog = p.programs[0];
+         prog.slots = 1;
+         std::stable_sort(prog.tasks.begin(), prog.tasks.end(),
+                          [&](const Task &a, const Task &b) {
+                            return prog.blocks[a.block].kind <
+                                   prog.blocks[b.block].kind;
+                          });
+       }},
   };
   for (const Case &c : cases)
     EXPECT_NE(errorOf(c.edit).find(c.expect), std::string::npos)

@@ -70,18 +70,23 @@ mlir::FailureOr<StageMemory> planStageMemory(mlir::ModuleOp module,
                                              bool aliasReshapes = true);
 
 /// Microbatches whose activations are alive at once on `stage`, from the
-/// module's mapp.schedule table (1 without one).
-int64_t inFlightMicrobatches(mlir::ModuleOp module, int64_t stage);
+/// module's mapp.schedule tables (only the one of `kind` when given; 1
+/// without one).
+int64_t inFlightMicrobatches(mlir::ModuleOp module, int64_t stage,
+                             llvm::StringRef kind = {});
 
 /// The most (chunk, microbatch) activations `stage` holds at once under the
 /// table of `sched`: from a forward to its backward (B, or W when split).
 int64_t peakStashed(ScheduleOp sched, int64_t stage);
 
-/// schedule=adaptive: a located error when the policy's memory cap cannot
-/// hold one microbatch of `mem` (persistent pool plus one arena slot).
-mlir::LogicalResult checkMemCap(mlir::ModuleOp module,
+/// schedule=adaptive with a memory cap: the arena slots of `mem` shrink to
+/// what the cap holds (persistent pool + slots x arena <= cap), since the
+/// runtime's scheduler admits a microbatch only into a free slot; a located
+/// error when the cap cannot hold the slots the dfc table needs (the order
+/// `--schedule static` runs, and the scheduler's fallback).
+mlir::LogicalResult applyMemCap(mlir::ModuleOp module,
                                 const ParallelLayout &layout,
-                                const StageMemory &mem);
+                                StageMemory &mem);
 
 /// The module attribute that selects activation storage, and its values.
 constexpr llvm::StringLiteral kActivationStorageAttr = "mapp.activation_storage";

@@ -632,7 +632,7 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
   for (int64_t s = 0; s < l.pp; ++s) {
     FailureOr<StageMemory> mem =
         planStageMemory(module, *step, s, aliasReshapes);
-    if (failed(mem) || failed(checkMemCap(module, l, *mem)))
+    if (failed(mem) || failed(applyMemCap(module, l, *mem)))
       return failure();
     stages.push_back(std::move(*mem));
   }

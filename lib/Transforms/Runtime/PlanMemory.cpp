@@ -59,7 +59,7 @@ struct PlanMemoryPass : mapp::impl::MappPlanMemoryBase<PlanMemoryPass> {
     SmallVector<Attribute> stages;
     for (int64_t s = 0; s < step->layout.pp; ++s) {
       FailureOr<StageMemory> mem = planStageMemory(module, *step, s);
-      if (failed(mem) || failed(checkMemCap(module, step->layout, *mem)))
+      if (failed(mem) || failed(applyMemCap(module, step->layout, *mem)))
         return signalPassFailure();
       // Per schedule table: the activations it stashes at its peak.
       std::string stash;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <vector>
 
 using namespace mapp::rt;
@@ -305,6 +306,38 @@ void verifyScheduleTables(const Plan &plan, const Program &p,
   }
 }
 
+/// The static executor keeps microbatch mb's activations in arena slot
+/// mb mod slots from its first task in Program.tasks to its last: two
+/// microbatches in flight at once must not share a slot, or the later one's
+/// forward overwrites what the earlier one's backward still reads.
+void verifySlots(const Program &p, const std::string &where) {
+  std::map<int, std::pair<size_t, size_t>> life; // mb -> first, last task
+  for (size_t i = 0; i < p.tasks.size(); ++i) {
+    const Task &t = p.tasks[i];
+    if (p.blocks[t.block].kind == BlockKind::Optimizer)
+      continue;
+    auto [it, fresh] = life.try_emplace(t.microbatch, i, i);
+    if (!fresh)
+      it->second.second = i;
+  }
+  std::map<int, std::pair<int, size_t>> holder; // slot -> mb, its last task
+  for (size_t i = 0; i < p.tasks.size(); ++i) {
+    const Task &t = p.tasks[i];
+    auto span = life.find(t.microbatch);
+    if (span == life.end() || span->second.first != i)
+      continue;
+    int slot = t.microbatch % p.slots;
+    auto held = holder.find(slot);
+    if (held != holder.end() && held->second.second > i)
+      fail(where, ": microbatches ", held->second.first, " and ",
+           t.microbatch, " share arena slot ", slot, " (slots = ", p.slots,
+           ") while both are in flight (task ", i, " starts ", t.microbatch,
+           " before task ", held->second.second, " ends ",
+           held->second.first, "): the plan needs more slots");
+    holder[slot] = {t.microbatch, span->second.second};
+  }
+}
+
 void verifyProgram(const Plan &plan, const Program &p, size_t pi) {
   std::string where = "plan: program " + std::to_string(pi);
   if (p.rank < 0 || p.rank >= plan.worldSize)
@@ -341,6 +374,7 @@ void verifyProgram(const Plan &plan, const Program &p, size_t pi) {
       fail(where, ": task ", t, ": microbatch ", task.microbatch,
            " out of range (num_microbatches ", plan.numMicrobatches, ")");
   }
+  verifySlots(p, where);
   verifyScheduleTables(plan, p, where);
   auto checkSpecial = [&](int v, const char *what, ValueKind kind,
                           const Shape &shape, DType dt) {

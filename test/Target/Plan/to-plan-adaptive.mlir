@@ -70,4 +70,12 @@
 // STATIC-NOT: "schedule_tables"
 // STATIC-NOT: "adaptive"
 
-// CAP: error: adaptive schedule: mem-cap 65536 B is below one microbatch on stage 0: persistent {{[0-9]+}} B + one arena slot {{[0-9]+}} B = {{[0-9]+}} B
+// CAP: error: adaptive schedule: mem-cap 65536 B is below what the dfc table needs on stage 0: persistent {{[0-9]+}} B + 4 arena slot(s) x {{[0-9]+}} B = {{[0-9]+}} B
+
+// A cap between dfc's and bfc's needs shrinks the arena slots to what it
+// holds (8 microbatches: bfc keeps all 8 alive, dfc 4 on stage 0 and 3 on
+// stage 1): 133120 + 6 x 42496 = 388096 <= 400000 on stage 0, 133120 + 5 x
+// 46848 on stage 1; the runtime's scheduler admits into free slots only.
+// RUN: mapp-opt %S/../../Transforms/Parallel/Inputs/gpt-4l.mlir --mapp-train-pipeline="pp=2 chunks=2 microbatches=8 schedule=adaptive mem-cap=400000" -mapp-plan-memory -o /dev/null 2>&1 | FileCheck %s --check-prefix=SLOTS
+// SLOTS: remark: memory plan, stage 0: peak 388096 B {{.*}} + 6 slot(s) x arena 42496 B
+// SLOTS: remark: memory plan, stage 1: peak 367360 B {{.*}} + 5 slot(s) x arena 46848 B

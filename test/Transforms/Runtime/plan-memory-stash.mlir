@@ -29,9 +29,10 @@ module attributes {mapp.parallel = {microbatches = 3 : i64, schedule = "gpipe"}}
 
 // -----
 
-// An adaptive cap below one microbatch (the pool: w and its gradient,
-// 2 x 16384 B, plus one arena slot) is an error naming the constraint.
-// CHECK: error: adaptive schedule: mem-cap 40000 B is below one microbatch on stage 0: persistent 32768 B + one arena slot [[ARENA:[0-9]+]] B = {{[0-9]+}} B
+// An adaptive cap below what the dfc table needs (the pool: w and its
+// gradient, 2 x 16384 B, plus its one arena slot) is an error naming the
+// constraint.
+// CHECK: error: adaptive schedule: mem-cap 40000 B is below what the dfc table needs on stage 0: persistent 32768 B + 1 arena slot(s) x [[ARENA:[0-9]+]] B = {{[0-9]+}} B
 
 module attributes {mapp.parallel = {microbatches = 2 : i64, schedule = "adaptive"}, mapp.adaptive = {mem_cap_bytes = 40000 : i64, slow_link_ratio = 1.5 : f64, bandwidth_smoothing = 0.25 : f64}} {
   mapp.param @w : tensor<64x64xf32>
