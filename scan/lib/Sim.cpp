@@ -70,11 +70,9 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
           double xfer =
               op.xferNs >= 0 ? op.xferNs : net.p2p(r, op.peer, op.bytes);
           if (op.async) {
-            // Latency overlaps the next transfer; the bytes serialize.
-            double begin = std::max(start, free);
             double latency = op.xferNs >= 0 ? 0 : net.p2p(r, op.peer, 0);
-            free = begin + std::max(0.0, xfer - latency);
-            inflight[{r, op.peer, op.tag}].push_back({begin + xfer});
+            inflight[{r, op.peer, op.tag}].push_back(
+                {postAsyncSend(start, free, xfer, latency)});
             end = start;
           } else {
             end = std::max(start, free) + xfer;

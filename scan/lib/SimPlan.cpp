@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <map>
+#include <memory>
 #include <numeric>
 
 using namespace mapp::scan;
@@ -639,12 +639,10 @@ bool adaptiveOrders(const rt::Plan &plan, const PlanCluster &c, uint64_t cap,
       } else if (op.kind == SimOp::Coll) {
         t += net.coll(scratch.groups[op.group], op.op, op.bytes);
       } else if (op.kind == SimOp::Send) {
-        // As the engine's asynchronous send: bytes serialize on the link.
-        double &free = linkFree[{r.prog->rank, op.peer}];
-        double xfer = net.p2p(r.prog->rank, op.peer, op.bytes);
-        double begin = std::max(t, free);
-        free = begin + std::max(0.0, xfer - net.p2p(r.prog->rank, op.peer, 0));
-        arrival[{r.prog->rank, op.peer, op.tag}] = begin + xfer;
+        arrival[{r.prog->rank, op.peer, op.tag}] = postAsyncSend(
+            t, linkFree[{r.prog->rank, op.peer}],
+            net.p2p(r.prog->rank, op.peer, op.bytes),
+            net.p2p(r.prog->rank, op.peer, 0));
         auto peer = indexOf.find(op.peer);
         if (peer != indexOf.end())
           next[peer->second].valid = false;
@@ -697,8 +695,8 @@ bool mapp::scan::simulatePlan(const rt::Plan &plan, const std::string &schedule,
              "schedule=adaptive (dfc and bfc tables)";
     return false;
   }
-  // The adaptive policy, as the runtime's scheduler decides it with every
-  // receive arrived (mapp/rt/TaskPool.h): depth-first while no link is
+  // The adaptive policy, decided task by task with the runtime's rules on
+  // the modeled arrivals (adaptiveOrders): depth-first while no link is
   // slow; under a slow link breadth-first, admitting a microbatch only while
   // the stash it reserves fits the cap (--mem-cap, else the plan's).
   uint64_t cap = cluster.memCapBytes ? cluster.memCapBytes

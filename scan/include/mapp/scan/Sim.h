@@ -56,6 +56,16 @@ struct SimNetwork {
   std::function<double(const SimGroup &, Op, uint64_t bytes)> coll;
 };
 
+/// An asynchronous send posted at `start` on a link that is free from
+/// `linkFree`: its bytes serialize behind the link's previous transfer, its
+/// latency overlaps the next one. Updates `linkFree`; returns the arrival.
+inline double postAsyncSend(double start, double &linkFree, double xferNs,
+                            double latencyNs) {
+  double begin = start > linkFree ? start : linkFree;
+  linkFree = begin + (xferNs > latencyNs ? xferNs - latencyNs : 0.0);
+  return begin + xferNs;
+}
+
 struct SimJob {
   int world = 0, tp = 1, pp = 1, dp = 1;
   std::vector<std::vector<SimOp>> programs; // per rank

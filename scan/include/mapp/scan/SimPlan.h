@@ -49,10 +49,11 @@ struct PlanCluster {
 
 struct PlanSimResult {
   std::string schedule; // the table replayed ("adaptive" resolves to one)
-  std::string chosen; // adaptive: "dfc", "bfc", "bfc under the cap"; else
-                      // = schedule
-  std::string reason;   // adaptive: why
-  uint64_t peakStashBytes = 0; // adaptive: the largest in-flight stash of a rank
+  /// adaptive: "dfc", "bfc" or "bfc under the cap"; else = schedule.
+  std::string chosen;
+  std::string reason; // adaptive: why
+  /// adaptive: the largest in-flight stash of a rank.
+  uint64_t peakStashBytes = 0;
   double stepUs = 0;    // mean step time
   std::vector<int64_t> peakInFlight; // per program (rank order)
   std::vector<uint64_t> peakBytes;   // per program
