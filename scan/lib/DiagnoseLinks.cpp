@@ -60,13 +60,14 @@ struct LinkSamples {
 void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
                                const DiagnoseOptions &opts, Diagnosis &d) {
   // Per transfer, the wire time. A recv that records when its payload was
-  // complete (`arrived`, the runtime's P2P request time) gives it exactly:
+  // complete here (`arrived`, the runtime's P2P request time: exact on a
+  // thread world, when progress noticed it over MPI) bounds it by
   // arrived - send begin, both on the aligned timeline (the recv's clock
-  // offset maps `arrived`). Without it (device marks, simulated or older
-  // traces), min(send end, recv end) - send begin: the bytes cannot have
-  // left before the send began nor arrived after either end finished, so
-  // this bounds the cost from above whether sends are eager or wait for
-  // the receiver; noise (scheduling, a late receiver) only makes it larger.
+  // offset maps `arrived`); the recv's end bounds it too. An eager send's
+  // end bounds nothing: its bytes may still be on the wire. Without
+  // `arrived` (device marks, older traces), min(send end, recv end) - send
+  // begin: exact for sends that wait for their receiver. Noise (scheduling,
+  // a late receiver, a late poll) only ever makes a bound larger.
   std::map<std::pair<int, int>, LinkSamples> samples;
   std::map<std::pair<int, int>, LinkStats> links;
   for (size_t k = 0; k < m.p2p.size(); ++k) {
@@ -79,8 +80,10 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     ls.intraHost = t.ranks[p.src].hdr.host == t.ranks[p.dst].hdr.host;
     ++ls.messages;
     ls.bytes += s.bytes;
-    double ns = rv.arrived >= 0 ? double(rv.arrived) + (rv.gb - rv.b) - s.gb
-                                : std::min(s.ge, rv.ge) - s.gb;
+    double ns =
+        rv.arrived >= 0
+            ? std::min(double(rv.arrived) + (rv.gb - rv.b), rv.ge) - s.gb
+            : std::min(s.ge, rv.ge) - s.gb;
     if (ns <= 0 || !s.bytes)
       continue;
     LinkSamples &ss = samples[{p.src, p.dst}];

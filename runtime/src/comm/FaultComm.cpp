@@ -167,7 +167,9 @@ public:
                   int64_t tag) override {
     return c_->isend(buf, bytes, peer, tag);
   }
-  bool exactArrival() const override { return c_->exactArrival(); }
+  bool sharesClockWith(int peer) const override {
+    return c_->sharesClockWith(peer);
+  }
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
     recvPosted(buf, bytes, peer, tag);
   }

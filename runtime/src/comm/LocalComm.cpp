@@ -283,7 +283,7 @@ class ThreadComm final : public Communicator {
 public:
   ThreadComm(ThreadWorld &w, int rank) : world_(w), rank_(rank) {}
   std::string name() const override { return "local"; }
-  bool exactArrival() const override { return true; }
+  bool sharesClockWith(int) const override { return true; }
   int rank() const override { return rank_; }
   int worldSize() const override;
   void allReduce(float *buf, int64_t count, ReduceOp op,

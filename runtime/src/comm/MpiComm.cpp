@@ -84,6 +84,21 @@ public:
                               MPI_INFO_NULL, &host),
           "MPI_Comm_split_type");
     MPI_Comm_size(host, &hostSize_);
+    // The world ranks of this host share its steady clock (P2P stamps).
+    MPI_Group hostGroup, worldGroup;
+    MPI_Comm_group(host, &hostGroup);
+    MPI_Comm_group(MPI_COMM_WORLD, &worldGroup);
+    std::vector<int> local(hostSize_), world(hostSize_);
+    for (int i = 0; i < hostSize_; ++i)
+      local[i] = i;
+    MPI_Group_translate_ranks(hostGroup, hostSize_, local.data(), worldGroup,
+                              world.data());
+    sameHost_.assign(size_, false);
+    for (int r : world)
+      if (r >= 0 && r < size_)
+        sameHost_[r] = true;
+    MPI_Group_free(&hostGroup);
+    MPI_Group_free(&worldGroup);
     MPI_Comm_free(&host);
   }
   ~MpiComm() override {
@@ -99,6 +114,9 @@ public:
   int rank() const override { return rank_; }
   int worldSize() const override { return size_; }
   int ranksOnThisHost() const override { return hostSize_; }
+  bool sharesClockWith(int peer) const override {
+    return peer >= 0 && peer < size_ && sameHost_[peer];
+  }
 
   void allReduce(float *buf, int64_t count, ReduceOp op,
                  const CommGroup &g) override {
@@ -453,6 +471,7 @@ private:
   }
 
   int rank_ = 0, size_ = 1, tagUb_ = 32767, hostSize_ = 1;
+  std::vector<bool> sameHost_; // world rank -> on this host
   std::map<std::vector<int>, MPI_Comm> comms_;
   std::list<Pending> pending_;
 };

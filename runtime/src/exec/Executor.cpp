@@ -469,12 +469,15 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       injectNan(in, slot);
     if (checkFinite_ && pr.kind == Prepared::Compute)
       checkOutputsFinite(in, block, mb, slot);
-    // Kept when the time is the payload's landing (a thread world's
-    // sender stamps it); MPI only notices a payload when its progress runs,
-    // which a busy receiver's or sender's compute delays. Device marks:
-    // another timeline.
-    if (!arrivedNs || !tr || sink_->deferred() || !comm_.exactArrival())
+    // `arrived` is this rank's clock, exact (a thread world's sender stamps
+    // the landing) or when its progress noticed the payload (MPI): an upper
+    // bound of the landing either way, which is what the receiver waited
+    // for. `sent` only where the sender's clock is this rank's. Device
+    // marks: another timeline.
+    if (!arrivedNs || !tr || sink_->deferred())
       sentNs = arrivedNs = 0;
+    else if (!comm_.sharesClockWith(peer))
+      sentNs = 0;
     if (tr && !peers.send.empty() && !autoTrace)
       for (OpenRegion &o : open_)
         o.peerBytes = trace_->storePeerBytes(peers.send, peers.recv);

@@ -213,10 +213,13 @@ public:
   /// When the sender of that recv called send (p2pNowNs clock, the
   /// sender's; 0 = unknown): with lastRecvCompletedNs() the wire time.
   uint64_t lastRecvSentNs() const { return lastRecvSentNs_; }
-  /// Whether completedNs is when the payload landed even if this rank was
-  /// busy then (thread world: the sender stamps it), rather than when this
-  /// rank's progress noticed it (MPI: exact only while it waits).
-  virtual bool exactArrival() const { return false; }
+  /// Whether `peer`'s steady clock is this rank's (the same host), so a
+  /// sentNs it stamped can be subtracted from this rank's completedNs.
+  /// completedNs itself is always this rank's clock: exact where the sender
+  /// stamps the landing (thread world), else when this rank's progress
+  /// noticed the payload (MPI: at most a poll late while it waits, later
+  /// when it was busy) — an upper bound either way.
+  virtual bool sharesClockWith(int /*peer*/) const { return false; }
   /// Clears both, so a recv that does not set them reads as unknown.
   void forgetLastRecv() { lastRecvNs_ = lastRecvSentNs_ = 0; }
 

@@ -169,6 +169,7 @@ public:
   void barrier() override { inner().barrier(); }
   void flush() override { inner().flush(); }
   bool sharesAddressSpace() const override { return true; }
+  bool sharesClockWith(int) const override { return true; }
   void *deviceImpl() const override { return rank_; }
   int deviceOrdinal() const override { return rank_->device; }
 
