@@ -86,10 +86,20 @@ def faults(kind, tp, pp, dp, factor=SLOW_FACTOR):
     if kind in ("bw", "double-bw"):
         out.append((f"link-bandwidth:src={a},dst={b},gbps={LINK_GBPS}",
                     ("slow-link", (a, b))))
+    if kind == "links2":
+        # Two slow links of different directions and pairs: the forward
+        # link above and a backward one on the first tp/dp index (two
+        # ranks have no third link to compare with: world >= 4).
+        c = rank_of(tp, dp, 0, 0, pp - 1)
+        e = rank_of(tp, dp, 0, 0, pp - 2)
+        out.append((f"link-delay:src={a},dst={b},us={LINK_US}",
+                    ("slow-link", (a, b))))
+        out.append((f"link-delay:src={c},dst={e},us={LINK_US}",
+                    ("slow-link", (c, e))))
     return out
 
 
-LAYOUTS = {"tp2pp2dp2": (2, 2, 2), "pp4dp2": (1, 4, 2), "pp2dp4": (1, 2, 4),
+LAYOUTS = {"pp2": (1, 2, 1), "tp2pp2dp2": (2, 2, 2), "pp4dp2": (1, 4, 2), "pp2dp4": (1, 2, 4),
            "tp2pp4": (2, 4, 1), "tp2pp2dp4": (2, 2, 4), "pp2dp2": (1, 2, 2)}
 
 # (comm, layout, kind): 24 runs; QUICK: the 4 of the pytest.

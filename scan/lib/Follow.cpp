@@ -158,6 +158,11 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
     e.sentNs = static_cast<uint64_t>(std::max<int64_t>(0, num(j, "sent", 0)));
     e.arrivedNs =
         static_cast<uint64_t>(std::max<int64_t>(0, num(j, "arrived", 0)));
+    if (j.contains("pending")) {
+      e.pendingNs =
+          static_cast<uint64_t>(std::max<int64_t>(0, num(j, "pending", 0)));
+      e.arrivalExact = false;
+    }
     // Events come in step order per rank: a later step closes the earlier.
     if (e.step > t.lastStep + 1) {
       for (int s : t.sum.openSteps())

@@ -149,11 +149,15 @@ void parseEvent(const json &j, Event &e) {
   e.stream = getStr(j, "stream", false);
   e.sent = getInt(j, "sent", -1, false);
   e.arrived = getInt(j, "arrived", -1, false);
+  e.pending = getInt(j, "pending", -1, false);
   if ((j.contains("sent") && e.sent < 0) ||
-      (j.contains("arrived") && e.arrived < 0))
-    throw LineError{"'sent' and 'arrived' must be non-negative"};
-  if ((e.sent >= 0 || e.arrived >= 0) && e.op != Op::Recv)
-    throw LineError{"'sent' and 'arrived' are recv fields"};
+      (j.contains("arrived") && e.arrived < 0) ||
+      (j.contains("pending") && e.pending < 0))
+    throw LineError{"'sent', 'arrived' and 'pending' must be non-negative"};
+  if ((e.sent >= 0 || e.arrived >= 0 || e.pending >= 0) && e.op != Op::Recv)
+    throw LineError{"'sent', 'arrived' and 'pending' are recv fields"};
+  if (e.pending >= 0 && (e.arrived < 0 || e.pending > e.arrived))
+    throw LineError{"'pending' needs an 'arrived' at or after it"};
   for (const char *key : {"send_bytes", "recv_bytes"}) {
     if (!j.contains(key))
       continue;

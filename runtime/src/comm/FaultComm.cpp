@@ -271,6 +271,9 @@ private:
     }
     deliver = std::max(deliver, r.sentNs + static_cast<uint64_t>(delayS * 1e9));
     r.deliverNs = deliver;
+    // Never deliverable before `deliver`: exact when the fault held the
+    // payload back past the inner landing, else a lower bound of it.
+    r.pendingNs = std::max(deliver, r.inner->pendingNs);
     r.completedNs = std::max(r.completedNs, deliver);
     r.timed = true;
     return true;

@@ -209,8 +209,7 @@ void Communicator::recvPosted(void *buf, size_t bytes, int peer,
   P2PHandle r = irecv(buf, bytes, peer, tag);
   try {
     wait(*r);
-    lastRecvNs_ = r->completedNs;
-    lastRecvSentNs_ = r->sentNs;
+    lastRecv_ = RecvStamps::of(*r);
   } catch (...) {
     cancel(*r); // nobody may write into `buf` once we have given up
     throw;
@@ -581,7 +580,7 @@ void ThreadComm::send(const void *buf, size_t bytes, int peer, int64_t tag) {
       else
         std::memcpy(r->buf, buf, bytes);
       r->sentNs = now;
-      r->completedNs = p2pNowNs();
+      r->completedNs = r->pendingNs = p2pNowNs(); // exact: stamped here
       r->done = true;
     } else {
       ThreadWorld::Mail m;
@@ -622,7 +621,7 @@ P2PHandle ThreadComm::irecv(void *buf, size_t bytes, int peer, int64_t tag) {
     else
       std::memcpy(buf, m.data.data(), bytes);
     r->sentNs = m.sentNs;
-    r->completedNs = m.arrivedNs;
+    r->completedNs = r->pendingNs = m.arrivedNs; // exact: the sender's stamp
     r->done = true;
   } else {
     world_.posted_[key].push_back(r);

@@ -243,8 +243,10 @@ public:
     int rc = MPI_Test(&r->req, &done, &st);
     if (rc != MPI_SUCCESS)
       fail(r->what, ": MPI error: ", mpiError(rc));
-    if (!done)
+    if (!done) {
+      r->pendingNs = p2pNowNs(); // the landing is later than this
       return false;
+    }
     int got = 0;
     MPI_Get_count(&st, MPI_BYTE, &got);
     if (static_cast<size_t>(got) != r->staging.size())

@@ -40,7 +40,7 @@ struct Executor::OpenRegion {
   int peer = -1;
   int64_t tag = -1;
   uint64_t bytes = 0;
-  uint64_t sentNs = 0, arrivedNs = 0; // recv: the message's P2P times
+  RecvStamps stamps; // recv: the message's P2P times
   int32_t peerBytes = -1; // variable all_to_all: MappTraceWriter's entry
 };
 
@@ -360,8 +360,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         if (rec.cat != mapp::TraceCategory::Comm)
           rec.cpuNs = cpuSince(o.cpu0);
         rec.endNs = mark();
-        rec.sentNs = o.sentNs;
-        rec.arrivedNs = o.arrivedNs;
+        rec.setRecvStamps(o.stamps.sentNs, o.stamps.pendingNs,
+                          o.stamps.arrivedNs);
         rec.peerBytes = o.peerBytes;
         sink_->appendMarked(rec);
         break;
@@ -413,12 +413,12 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     // recv: when its message was sent and when it was complete here
     // (p2pNowNs, the trace's steady clock); the host trace records them so
     // mapp-scan sees the wire time even when the bytes beat the receiver.
-    uint64_t sentNs = 0, arrivedNs = 0;
+    RecvStamps stamps;
     PeerBytes peers; // filled by a variable all_to_all when traced
     try {
       const void *got = pr.op == mapp::TraceOp::Recv && sched_
                             ? sched_->received({block, mb}, recvIndex++,
-                                               &sentNs, &arrivedNs)
+                                               &stamps)
                             : nullptr;
       if (got) {
         // A device backend's letter: the payload moves on the device.
@@ -442,8 +442,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         pr.fn(args);
         ctx.peerBytes = nullptr;
         if (pr.op == mapp::TraceOp::Recv) {
-          sentNs = comm_.lastRecvSentNs();
-          arrivedNs = comm_.lastRecvCompletedNs();
+          stamps = comm_.lastRecvStamps();
         }
       }
     } catch (const Error &e) {
@@ -474,17 +473,16 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     // bound of the landing either way, which is what the receiver waited
     // for. `sent` only where the sender's clock is this rank's. Device
     // marks: another timeline.
-    if (!arrivedNs || !tr || sink_->deferred())
-      sentNs = arrivedNs = 0;
+    if (!stamps.arrivedNs || !tr || sink_->deferred())
+      stamps = {};
     else if (!comm_.sharesClockWith(peer))
-      sentNs = 0;
+      stamps.sentNs = 0;
     if (tr && !peers.send.empty() && !autoTrace)
       for (OpenRegion &o : open_)
         o.peerBytes = trace_->storePeerBytes(peers.send, peers.recv);
     if (tr && pr.op == mapp::TraceOp::Recv)
       for (OpenRegion &o : open_) {
-        o.sentNs = sentNs;
-        o.arrivedNs = arrivedNs;
+        o.stamps = stamps;
       }
     if (slow && pr.kind == Prepared::Compute) {
       if (cpuTimed_) {
@@ -521,10 +519,9 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       // A blocking recv ends when its bytes were complete, not when the
       // waiting thread got the core back (host marks share that clock).
       if (pr.op == mapp::TraceOp::Recv && !sink_->deferred()) {
-        if (arrivedNs > rec.beginNs && arrivedNs < rec.endNs)
-          rec.endNs = arrivedNs;
-        rec.sentNs = sentNs;
-        rec.arrivedNs = arrivedNs;
+        if (stamps.arrivedNs > rec.beginNs && stamps.arrivedNs < rec.endNs)
+          rec.endNs = stamps.arrivedNs;
+        rec.setRecvStamps(stamps.sentNs, stamps.pendingNs, stamps.arrivedNs);
       }
       sink_->appendMarked(rec);
     }

@@ -34,7 +34,8 @@ double percentile(std::vector<double> v, double q) {
 struct LinkNow {
   int src, dst;
   double wireNs;
-  double bytes; // per message
+  double wireLoNs; // at least this: a link is judged slow by it
+  double bytes;    // per message
   bool intra;
   int dir; // +1 forward, -1 backward, 0 other (or the source unknown)
   size_t peers = 0;
@@ -56,6 +57,7 @@ void WindowDiagnoser::judgeLinks(int64_t step,
         continue;
       const StepSummary *s = byRank[p.peer];
       LinkNow l{p.peer, d->rank, p.minWireNs,
+                p.minWireLoNs < 0 ? 0 : p.minWireLoNs, // < 0: proves nothing
                 static_cast<double>(p.bytes) / p.count,
                 s && s->host == d->host, 0};
       if (s)
@@ -127,8 +129,10 @@ void WindowDiagnoser::judgeLinks(int64_t step,
       continue;
     double bar = std::max({l.ref / (1 - T), l.ref + opts_.minLinkExcessNs,
                            l.ref + 3 * l.noise});
-    bool slow = l.wireNs >= bar;
-    bool strong = l.wireNs >= l.ref + 2 * (bar - l.ref);
+    // Slow by what the link took at least, back to normal by what it took
+    // at most: an MPI receiver that polled late proves neither.
+    bool slow = l.wireLoNs >= bar;
+    bool strong = l.wireLoNs >= l.ref + 2 * (bar - l.ref);
     bool normal = l.wireNs < (l.ref + bar) / 2;
     double ratio = l.wireNs / l.ref;
     Track &t = linkTracks_[{l.src, l.dst}];

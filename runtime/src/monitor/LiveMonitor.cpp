@@ -98,6 +98,8 @@ void LiveMonitor::onRecord(const mapp::TraceRecord &r) {
   e.cpuNs = r.cpuNs;
   e.sentNs = r.sentNs;
   e.arrivedNs = r.arrivedNs;
+  e.pendingNs = r.pendingNs;
+  e.arrivalExact = r.arrivalExact;
   summarizer_.add(e);
 }
 

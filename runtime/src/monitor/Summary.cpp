@@ -119,9 +119,16 @@ void Summarizer::add(const SummaryEvent &e) {
   if (e.op == Op::Recv) {
     s.syncNs[SyncRecv] += span;
     ++s.syncOps[SyncRecv];
-    double wire = span;
+    // wireLo < 0: a receiver whose first poll found the payload did not
+    // wait for it and bounds nothing from below (docs/mapp-scan.md).
+    double wire = span, wireLo = span;
     if (e.sentNs && e.arrivedNs >= e.sentNs) {
-      wire = static_cast<double>(e.arrivedNs - e.sentNs);
+      wire = wireLo = static_cast<double>(e.arrivedNs - e.sentNs);
+      if (!e.arrivalExact)
+        wireLo = e.pendingNs == 0 ? -1
+                 : e.pendingNs > e.sentNs
+                     ? static_cast<double>(e.pendingNs - e.sentNs)
+                     : 0;
       s.flags |= StepSummary::HasWire;
     }
     PeerStats *p = nullptr;
@@ -143,6 +150,9 @@ void Summarizer::add(const SummaryEvent &e) {
       return;
     p->sumWireNs += wire;
     p->minWireNs = p->minWireNs < 0 ? wire : std::min(p->minWireNs, wire);
+    if (wireLo >= 0)
+      p->minWireLoNs =
+          p->minWireLoNs < 0 ? wireLo : std::min(p->minWireLoNs, wireLo);
     return;
   }
   auto g = groupClass_.find(e.group);

@@ -205,8 +205,7 @@ public:
          t.microbatch, ") was not handed out");
   }
 
-  const void *received(const Task &t, int k, uint64_t *sentNs,
-                       uint64_t *arrivedNs) override {
+  const void *received(const Task &t, int k, RecvStamps *stamps) override {
     for (size_t i = 0; i < pool_.size(); ++i)
       if (pool_[i].running && pool_[i].task.block == t.block &&
           pool_[i].task.microbatch == t.microbatch) {
@@ -214,10 +213,8 @@ public:
           fail("adaptive scheduler: recv ", k, " of block ", t.block,
                " was not posted");
         const auto &r = recvs_[i][k];
-        if (sentNs)
-          *sentNs = r.handle ? r.handle->sentNs : 0;
-        if (arrivedNs)
-          *arrivedNs = r.handle ? r.handle->completedNs : 0;
+        if (stamps && r.handle)
+          *stamps = RecvStamps::of(*r.handle);
         return r.buf.data();
       }
     return nullptr;

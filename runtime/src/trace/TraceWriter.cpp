@@ -309,8 +309,11 @@ size_t MappTraceWriter::drain(std::string &buf) {
       appendInt(buf, "tag", r.tag);
     if (r.sentNs)
       appendInt(buf, "sent", (long long)r.sentNs);
-    if (r.arrivedNs)
+    if (r.arrivedNs) {
       appendInt(buf, "arrived", (long long)r.arrivedNs);
+      if (!r.arrivalExact)
+        appendInt(buf, "pending", (long long)r.pendingNs);
+    }
     if (r.group >= 0)
       appendInt(buf, "group", r.group);
     if (r.seq >= 0)

@@ -28,7 +28,7 @@
 
 namespace mapp::monitor {
 
-constexpr uint32_t kSummaryMagic = 0x4d534d31; // "MSM1"
+constexpr uint32_t kSummaryMagic = 0x4d534d32; // "MSM2": PeerStats.minWireLoNs
 
 /// Op classes: the trace categories that are not communication.
 enum OpClass : int { ClassCompute, ClassOptimizer, ClassData, ClassMemcpy,
@@ -47,6 +47,10 @@ struct PeerStats {
   /// Fastest and total wire time (payload complete here - send call),
   /// or, without those stamps, the receive's span. -1: none measured.
   double minWireNs = -1, sumWireNs = 0;
+  /// What the fastest waited-for transfer took at least: minWireNs where
+  /// landings are exact, less where a poll only bounds them (MPI:
+  /// `pendingNs`). -1: no receive waited for its payload.
+  double minWireLoNs = -1;
 };
 
 constexpr int kMaxPeers = 8;
@@ -103,6 +107,8 @@ struct SummaryEvent {
   uint64_t beginNs = 0, endNs = 0;
   uint64_t cpuNs = 0;               // 0: not measured
   uint64_t sentNs = 0, arrivedNs = 0; // recv stamps; 0: unknown
+  uint64_t pendingNs = 0;     // the landing is after this (if not exact)
+  bool arrivalExact = true;
   bool wireUnknown = false; // recv: neither stamps nor a usable span
 };
 

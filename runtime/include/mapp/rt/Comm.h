@@ -113,6 +113,11 @@ struct P2PRequest {
   /// Steady clock (ns) of the sender's send call and of the moment the
   /// payload was complete at this rank (0 = unknown).
   uint64_t sentNs = 0, completedNs = 0;
+  /// The landing lies in (pendingNs, completedNs]: the last time this rank
+  /// saw the payload incomplete (0: its first look found it complete).
+  /// Equal to completedNs where the landing is known exactly (a thread
+  /// world's sender stamps it; an injected link delay decides it).
+  uint64_t pendingNs = 0;
   /// Set by the matching side on a mismatch (size): test() throws it.
   std::string error;
 };
@@ -120,6 +125,17 @@ using P2PHandle = std::shared_ptr<P2PRequest>;
 
 /// Steady-clock nanoseconds, the clock of P2PRequest's stamps.
 uint64_t p2pNowNs();
+
+/// A completed receive's times (P2PRequest's; 0 = unknown), as the trace
+/// records them.
+struct RecvStamps {
+  uint64_t sentNs = 0, pendingNs = 0, arrivedNs = 0;
+  static RecvStamps of(const P2PRequest &r) {
+    return {r.sentNs, r.pendingNs, r.completedNs};
+  }
+  /// Whether the landing time is exact rather than an interval.
+  bool exact() const { return pendingNs == arrivedNs; }
+};
 
 class Communicator {
 public:
@@ -206,13 +222,11 @@ public:
   virtual void cancel(P2PRequest &) {}
   /// The training step now running (time-windowed fault injection).
   virtual void setStep(int64_t) {}
-  /// When the payload of this rank's last blocking recv was complete here
-  /// (p2pNowNs clock; 0 = unknown): the trace ends the recv there, not when
-  /// the waiting thread woke up.
-  uint64_t lastRecvCompletedNs() const { return lastRecvNs_; }
-  /// When the sender of that recv called send (p2pNowNs clock, the
-  /// sender's; 0 = unknown): with lastRecvCompletedNs() the wire time.
-  uint64_t lastRecvSentNs() const { return lastRecvSentNs_; }
+  /// The times of this rank's last blocking recv (p2pNowNs clock): when
+  /// its payload was complete here (the trace ends the recv there, not when
+  /// the waiting thread woke up), when it was last seen incomplete, and
+  /// when the sender called send (the sender's clock).
+  RecvStamps lastRecvStamps() const { return lastRecv_; }
   /// Whether `peer`'s steady clock is this rank's (the same host), so a
   /// sentNs it stamped can be subtracted from this rank's completedNs.
   /// completedNs itself is always this rank's clock: exact where the sender
@@ -220,8 +234,8 @@ public:
   /// noticed the payload (MPI: at most a poll late while it waits, later
   /// when it was busy) — an upper bound either way.
   virtual bool sharesClockWith(int /*peer*/) const { return false; }
-  /// Clears both, so a recv that does not set them reads as unknown.
-  void forgetLastRecv() { lastRecvNs_ = lastRecvSentNs_ = 0; }
+  /// Clears them, so a recv that does not set them reads as unknown.
+  void forgetLastRecv() { lastRecv_ = {}; }
 
   virtual void barrier() = 0;
   /// Lets the transport move this rank's queued messages while it computes;
@@ -265,7 +279,7 @@ protected:
   Layout second_;
   int secondBase_ = -1; // -1: no second layout
   double timeoutS_ = 300;
-  uint64_t lastRecvNs_ = 0, lastRecvSentNs_ = 0;
+  RecvStamps lastRecv_;
 };
 
 /// The group of a communication instr: `ranks` (explicit global ranks) when

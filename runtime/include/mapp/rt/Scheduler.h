@@ -86,11 +86,10 @@ public:
   /// The executor finished `t`.
   virtual void finished(const Task &t) = 0;
   /// Adaptive: the received payload for the `k`-th recv instr of `t`'s block
-  /// (null: the recv kernel receives itself). `sentNs`/`arrivedNs`, when
-  /// given, get the message's P2PRequest times (p2pNowNs clock).
+  /// (null: the recv kernel receives itself). `stamps`, when given, gets
+  /// the message's P2PRequest times (p2pNowNs clock).
   virtual const void *received(const Task &, int /*k*/,
-                               uint64_t * /*sentNs*/ = nullptr,
-                               uint64_t * /*arrivedNs*/ = nullptr) {
+                               RecvStamps * /*stamps*/ = nullptr) {
     return nullptr;
   }
   /// Policy switches since the last call.

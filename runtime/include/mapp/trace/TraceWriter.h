@@ -53,8 +53,17 @@ struct TraceRecord {
   // time the thread was descheduled (docs/trace-format.md).
   uint64_t cpuNs = 0;
   // recv: when the sender called send and when the payload was complete
-  // here (the P2PRequest's times, same steady clock; 0 = unknown).
-  uint64_t sentNs = 0, arrivedNs = 0;
+  // here (the P2PRequest's times, same steady clock; 0 = unknown). Where
+  // the landing is only bounded, it lies in (pendingNs, arrivedNs]
+  // (pendingNs 0: no lower bound but the send).
+  uint64_t sentNs = 0, arrivedNs = 0, pendingNs = 0;
+  bool arrivalExact = true;
+  void setRecvStamps(uint64_t sent, uint64_t pending, uint64_t arrived) {
+    sentNs = sent;
+    arrivedNs = arrived;
+    pendingNs = pending;
+    arrivalExact = pending == arrived;
+  }
   // Variable all-to-all (ep_dispatch / ep_combine): the bytes this rank
   // sent to and received from each member, held by the writer
   // (storePeerBytes) so the ring's records keep a fixed size; -1 = none.

@@ -148,8 +148,7 @@ public:
   }
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
     inner().recv(buf, bytes, peer, tag);
-    lastRecvNs_ = host_->lastRecvCompletedNs();
-    lastRecvSentNs_ = host_->lastRecvSentNs();
+    lastRecv_ = host_->lastRecvStamps();
   }
   // Asynchronous point-to-point of host buffers: the thread world's posted
   // receives (device payloads are staged by the caller).

@@ -38,8 +38,10 @@ struct Event {
   int64_t cpu = -1;      // thread CPU time of a host compute op (-1: none)
   double gb = 0, ge = 0; // aligned global time, ns (set by align())
   // recv: the sender's send call (its clock) and when the payload was
-  // complete here (this rank's clock); -1 = not recorded.
-  int64_t sent = -1, arrived = -1;
+  // complete here (this rank's clock); -1 = not recorded. `pending`: the
+  // landing is only bounded, in (pending, arrived] (0: by the send alone);
+  // -1 = `arrived` is exact.
+  int64_t sent = -1, arrived = -1, pending = -1;
   // Variable all_to_all (ep_dispatch / ep_combine): bytes sent to and
   // received from each group member, member order; empty = not recorded.
   std::vector<uint64_t> sendBytes, recvBytes;

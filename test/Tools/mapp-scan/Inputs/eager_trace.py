@@ -7,6 +7,11 @@ the recvs' `sent`/`arrived` fields show it (docs/trace-format.md).
 
   eager_trace.py DIR               with sent/arrived on every recv
   eager_trace.py DIR --no-arrived  without them (an older trace)
+  eager_trace.py DIR --polled      as MPI writes them: receivers wait in
+      their recv, and a poll notices a payload between `pending` (the last
+      poll that missed it) and `arrived`; link 0 -> 2's receiver is
+      descheduled for 3 ms after its last miss, every time (clean link,
+      late receiver: only its upper bound looks slow).
 """
 import argparse
 import json
@@ -18,12 +23,14 @@ STEPS, MICROBATCHES = 4, 4
 FWD_NS, BWD_NS, SEND_NS, RECV_NS = 200_000, 400_000, 20_000, 2_000
 LINK_NS, SLOW_LINK_NS = 20_000, 5_000_000
 SLOW_LINK = (5, 7)
+POLL_NS, LATE_NS, LATE_LINK = 50_000, 3_000_000, (0, 2)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--no-arrived", action="store_true")
+    ap.add_argument("--polled", action="store_true")
     a = ap.parse_args()
     t = [1_000_000_000] * WORLD
     events = [[] for _ in range(WORLD)]
@@ -48,6 +55,20 @@ def main():
 
     def recv(dst, src, name, step, mb, tag, inbox):
         sent, arrived = inbox[(dst, tag)]
+        if a.polled:
+            b = t[dst] + 1_000
+            if arrived > b:  # waits, polling
+                late = LATE_NS if (src, dst) == LATE_LINK else POLL_NS // 2
+                pending = max(b, arrived - POLL_NS // 2)
+                noticed = arrived + late
+            else:  # the first poll finds it
+                pending, noticed = 0, b
+            add(dst, name=name, cat="comm", op="recv", b=b,
+                e=noticed + RECV_NS, step=step, mb=mb, bytes=65536,
+                peer=src, tag=tag, sent=sent, arrived=noticed,
+                pending=pending)
+            t[dst] = noticed + RECV_NS
+            return
         # Busy elsewhere until the bytes are in: the recv never waits.
         t[dst] = max(t[dst], arrived) + 10_000
         e = dict(name=name, cat="comm", op="recv", b=t[dst],
