@@ -14,7 +14,8 @@ and overall.
       [--keep DIR] [--json OUT]
 
 Tools: $MAPP_RUN, $MAPP_MAKE_TEST_PLAN, $MAPP_SCAN, else $MAPP_BIN or
-build/bin. test/python/test_scan_scenarios.py runs the --quick subset.
+build/bin. test/python/test_scan_comm_parity.py runs its layouts over
+both communicators.
 """
 import argparse
 import json
@@ -42,6 +43,8 @@ def tool(env, name):
 MAPP_RUN = tool("MAPP_RUN", "mapp-run")
 MAKE_PLAN = tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
 MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
+MAPP_OPT = tool("MAPP_OPT", "mapp-opt")
+MAPP_TRANSLATE = tool("MAPP_TRANSLATE", "mapp-translate")
 MPIRUN = shutil.which("mpirun")
 
 
@@ -99,7 +102,10 @@ def faults(kind, tp, pp, dp, factor=SLOW_FACTOR):
     return out
 
 
-LAYOUTS = {"pp2": (1, 2, 1), "tp2pp2dp2": (2, 2, 2), "pp4dp2": (1, 4, 2), "pp2dp4": (1, 2, 4),
+# gpt8-pp2: a GPT of 8 layers (mapp-translate's config importer, the
+# compiler's own pipeline partition: 4 layers a stage), as a user builds it;
+# the others are the hand-built MLP.
+LAYOUTS = {"gpt8-pp2": (1, 2, 1), "pp2": (1, 2, 1), "tp2pp2dp2": (2, 2, 2), "pp4dp2": (1, 4, 2), "pp2dp4": (1, 2, 4),
            "tp2pp4": (2, 4, 1), "tp2pp2dp4": (2, 2, 4), "pp2dp2": (1, 2, 2)}
 
 # (comm, layout, kind): 24 runs; QUICK: the 4 of the pytest.
@@ -117,7 +123,7 @@ SCENARIOS = [
     ("mpi", "pp4dp2", "slow"), ("mpi", "pp4dp2", "delay"),
     ("mpi", "tp2pp2dp4", "slow"), ("mpi", "tp2pp2dp4", "double-bw"),
 ]
-# The fast subset of test/python/test_scan_scenarios.py: a control, a slow
+# A fast subset (once test_scan_scenarios.py): a control, a slow
 # rank and a slow link on 8 rank threads (5 repeats on the loaded 2-core
 # dev box were exact, docs/benchmarks.md), and a slow rank among 4 MPI
 # processes.
@@ -133,6 +139,19 @@ def sh(args, timeout=300):
     return r
 
 
+def make_gpt_plan(d, plan, pp):
+    cfg = {"variant": "gpt", "num_layers": 8, "hidden_size": 64,
+           "num_attention_heads": 4, "seq_length": 32, "vocab_size": 256,
+           "micro_batch_size": 4, "tie_embeddings": True}
+    (d / "gpt.json").write_text(json.dumps(cfg))
+    sh([MAPP_TRANSLATE, "--import-gpt-config", d / "gpt.json",
+        "-o", d / "m.mlir"])
+    sh([MAPP_OPT, d / "m.mlir", "--mapp-train-pipeline="
+        f"pp={pp} microbatches={MB_PER_DP} schedule=1f1b",
+        "-o", d / "t.mlir"])
+    sh([MAPP_TRANSLATE, "--mapp-to-plan", d / "t.mlir", "-o", plan])
+
+
 def name_of(sc):
     return "-".join(sc)
 
@@ -145,8 +164,11 @@ def run_scenario(sc, work, factor=SLOW_FACTOR):
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     plan = d / "p.mplan"
-    sh([MAKE_PLAN, plan, *MODEL, f"microbatches={MB_PER_DP}", f"tp={tp}",
-        f"pp={pp}", f"dp={dp}"])
+    if layout.startswith("gpt"):
+        make_gpt_plan(d, plan, pp)
+    else:
+        sh([MAKE_PLAN, plan, *MODEL, f"microbatches={MB_PER_DP}",
+            f"tp={tp}", f"pp={pp}", f"dp={dp}"])
     fl = faults(kind, tp, pp, dp, factor)
     args = [plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", STEPS,
             "--quiet", "--trace-dir", d / "tr", "--threads", 1]

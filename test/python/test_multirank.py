@@ -7,7 +7,7 @@ reproduce the single-rank run of the same global batch — loss and grad_norm
 within 1e-5 relative for 20 steps, final parameters gathered by --save, the
 batches every dp rank used — with the thread world (--comm=local) and with
 one MPI process per rank (--comm=mpi). Then the failure paths and trace
-sampling. MegaScan's diagnosis of real runs: test_scan_scenarios.py.
+sampling. MegaScan's diagnosis of real runs: test_scan_comm_parity.py.
 
 Tools: $MAPP_RUN, $MAPP_MAKE_TEST_PLAN, else $MAPP_BIN or
 build/bin.
