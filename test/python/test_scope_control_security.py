@@ -214,10 +214,12 @@ def test_reconnecting_clients_do_not_lock_the_port_out(plan, tmp_path):
         for c in idle[:16]:
             r = json.loads(c.makefile().readline())
             assert r["ok"] is False and "too many connections" in r["error"], r
-        for c in idle[16:]:
-            c.setblocking(False)
-            with pytest.raises(BlockingIOError):
-                c.recv(1)  # still held, within its deadline
+        for c in idle[16:]:  # still held (or, on a stalled machine, past
+            c.setblocking(False)  # their 3 s and closed without a word)
+            try:
+                assert c.recv(4096) == b""
+            except BlockingIOError:
+                pass
         assert job.poll() is None
     finally:
         stop.set()

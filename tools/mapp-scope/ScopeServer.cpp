@@ -411,6 +411,9 @@ void mapp::scope::serve(ScopeApi &api, const ServeOptions &o,
       return rawReply(503, "Service Unavailable",
                       "too many connections waiting for their request head");
     default:
+      // Left, Failed, Idle: nothing to answer. An idle connection is a
+      // browser's preconnect as often as an attack: closed silently, as
+      // browsers expect of an idle socket.
       return "";
     }
   };

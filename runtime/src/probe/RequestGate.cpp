@@ -182,7 +182,9 @@ void RequestGate::run(const std::atomic<bool> &stop) {
       if (ev)
         c.answering ? writeTo(c) : readFrom(c);
       if (c.fd >= 0 && now > c.deadline)
-        drop(c, GateDrop::TimedOut, timedOut);
+        drop(c, c.in.empty() && !c.answering ? GateDrop::Idle
+                                             : GateDrop::TimedOut,
+             timedOut);
     }
     conns.remove_if([](const Conn &c) { return c.fd < 0; });
 

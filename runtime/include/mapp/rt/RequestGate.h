@@ -42,7 +42,9 @@ struct GateLimits {
 enum class GateDrop {
   Left,     // connected and closed without sending a byte
   Failed,   // a connection error, or closed with half a request
-  TimedOut, // the deadline passed
+  Idle,     // the deadline passed before a byte came (a browser's
+            // preconnect: best closed without an answer)
+  TimedOut, // the deadline passed with part of a request
   TooLarge, // more than maxHeadBytes without the head's end
   Evicted,  // the oldest of maxWaiting waiting connections, for a newcomer
 };
