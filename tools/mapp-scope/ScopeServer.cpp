@@ -363,12 +363,12 @@ void mapp::scope::serve(ScopeApi &api, const ServeOptions &o,
 
   // Complete heads go to the workers; at most maxQueued wait or run there
   // (past that: 503), which with maxWaiting also bounds the open sockets.
+  std::atomic<size_t> inFlight{0};
   httplib::ThreadPool pool(static_cast<size_t>(o.threads));
-  struct JoinAtExit {
+  struct JoinAtExit { // before what the jobs use goes
     httplib::ThreadPool &p;
     ~JoinAtExit() { p.shutdown(); }
   } join{pool};
-  std::atomic<size_t> inFlight{0};
   mapp::rt::GateLimits limits;
   limits.headMs = o.headTimeoutMs;
   limits.maxHeadBytes = o.maxHeadBytes;
