@@ -214,12 +214,17 @@ def test_reconnecting_clients_do_not_lock_the_port_out(plan, tmp_path):
         for c in idle[:16]:
             r = json.loads(c.makefile().readline())
             assert r["ok"] is False and "too many connections" in r["error"], r
-        for c in idle[16:]:  # still held (or, on a stalled machine, past
-            c.setblocking(False)  # their 3 s and closed without a word)
+        # The 17th oldest also gives way when the valid request's line came
+        # after its connection was accepted (it waited too, for a moment);
+        # the newer ones are still held (or, on a stalled machine, past
+        # their 3 s and closed without a word).
+        for i, c in enumerate(idle[16:]):
+            c.setblocking(False)
             try:
-                assert c.recv(4096) == b""
+                got = c.recv(4096)
             except BlockingIOError:
-                pass
+                continue
+            assert got == b"" or (i == 0 and b"too many connections" in got), (i, got)
         assert job.poll() is None
     finally:
         stop.set()

@@ -337,12 +337,17 @@ def test_connections_waiting_for_their_head_are_capped(store):
         for c in idle[:20]:
             got = c.recv(4096)
             assert got.startswith(b"HTTP/1.1 503") and b"too many connections" in got, got
-        for c in idle[20:]:  # still held (or, on a stalled machine, past
-            c.setblocking(False)  # their 5 s and closed without a word)
+        # The 21st oldest also gives way when the token holder's head came
+        # after its connection was accepted (it waited too, for a moment);
+        # the newer ones are still held (or, on a stalled machine, past
+        # their 5 s and closed without a word).
+        for i, c in enumerate(idle[20:]):
+            c.setblocking(False)
             try:
-                assert c.recv(4096) == b""
+                got = c.recv(4096)
             except BlockingIOError:
-                pass
+                continue
+            assert got == b"" or (i == 0 and got.startswith(b"HTTP/1.1 503")), (i, got)
     finally:
         for c in idle:
             c.close()
