@@ -105,15 +105,15 @@ std::string rawReply(int status, const char *reason, const std::string &msg) {
 bool waitFor(int fd, short events, long long ms) {
   pollfd p{fd, events, 0};
   for (;;) {
-    int n = ::poll(&p, 1, static_cast<int>(std::clamp<long long>(ms, 0, INT_MAX)));
+    int n =
+        ::poll(&p, 1, static_cast<int>(std::clamp<long long>(ms, 0, INT_MAX)));
     if (n >= 0 || errno != EINTR)
       return n > 0;
   }
 }
 
 long long msUntil(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t -
-                                                               Clock::now())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now())
       .count();
 }
 

@@ -116,7 +116,8 @@ void RequestGate::run(const std::atomic<bool> &stop) {
       }
     }
     size_t head = h_.headLength(c.in, closed);
-    if (head > limits_.maxHeadBytes || (!head && c.in.size() > limits_.maxHeadBytes))
+    if (head > limits_.maxHeadBytes ||
+        (!head && c.in.size() > limits_.maxHeadBytes))
       return drop(c, GateDrop::TooLarge,
                   "request longer than " +
                       std::to_string(limits_.maxHeadBytes) + " bytes");
@@ -166,12 +167,13 @@ void RequestGate::run(const std::atomic<bool> &stop) {
     if (!accepting)
       timeoutMs = 10;
     for (const Conn &c : conns) {
-      fds.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+      fds.push_back(
+          {c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                       c.deadline - now)
-                      .count() + 1;
-      timeoutMs = static_cast<int>(
-          std::clamp<long long>(left, 0, timeoutMs));
+                      .count() +
+                  1;
+      timeoutMs = static_cast<int>(std::clamp<long long>(left, 0, timeoutMs));
     }
     if (::poll(fds.data(), fds.size(), timeoutMs) < 0 && errno != EINTR)
       break;
@@ -182,8 +184,8 @@ void RequestGate::run(const std::atomic<bool> &stop) {
       if (ev)
         c.answering ? writeTo(c) : readFrom(c);
       if (c.fd >= 0 && now > c.deadline)
-        drop(c, c.in.empty() && !c.answering ? GateDrop::Idle
-                                             : GateDrop::TimedOut,
+        drop(c,
+             c.in.empty() && !c.answering ? GateDrop::Idle : GateDrop::TimedOut,
              timedOut);
     }
     conns.remove_if([](const Conn &c) { return c.fd < 0; });
@@ -191,8 +193,8 @@ void RequestGate::run(const std::atomic<bool> &stop) {
     if (!(fds[0].revents & POLLIN))
       continue;
     for (int k = 0; k < kAcceptsPerRound; ++k) {
-      int fd = ::accept4(listenFd_, nullptr, nullptr,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd =
+          ::accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED)
           continue;

@@ -1,4 +1,4 @@
-//===- RequestGate.h - hold connections until their request has come -*- C++ -*-===//
+//===- RequestGate.h - wait for a request head, then hand over --*- C++ -*-===//
 //
 // The front of mapp's two loopback servers, mapp-run's probe-control port
 // (ProbeControl.cpp) and mapp-scope's HTTP server (ScopeServer.cpp): one
