@@ -515,7 +515,8 @@ int main(int argc, char **argv) {
   so.token = kToken;
   so.ratePerSecond = 0;
   so.threads = 4;
-  so.readTimeoutSeconds = 1;
+  so.headTimeoutMs = 1000;
+  so.bodyTimeoutMs = 1000;
   std::signal(SIGPIPE, SIG_IGN); // as mapp-scope serve does
   std::thread([&t, so] {
     try {

@@ -86,12 +86,15 @@ bool RequestGuard::allowRate(const std::string &peer) {
 GuardVerdict RequestGuard::checkImpl(
     const std::string &method, const std::string &path,
     const std::string &queryToken, const std::string &peer,
-    size_t headerBytes, const std::string &host, const std::string &origin,
+    size_t headerBytes, const std::string &repeated, const std::string &host,
+    const std::string &origin,
     const std::string &authorization, const std::string &cookie,
     const std::string &contentType, const std::string &contentLength,
     const std::string &transferEncoding) {
   if (!allowRate(peer))
     return deny(429, "too many requests from " + peer + "; slow down");
+  if (!repeated.empty())
+    return deny(400, "more than one " + repeated + " header");
   if (headerBytes > maxHeader_)
     return deny(413, "request headers larger than " +
                          std::to_string(maxHeader_) + " bytes");

@@ -1,7 +1,8 @@
 //===- ScopeGuard.h - who may talk to mapp-scope ----------------*- C++ -*-===//
 //
 // The checks every HTTP request passes before it reaches a handler, in
-// order: a per-client rate limit (429), size limits (413; 411 for a chunked
+// order: a per-client rate limit (429), a header the checks read given
+// twice (400: kOnceOnly), size limits (413; 411 for a chunked
 // body, whose size is not known before it is read), Host (403: DNS
 // rebinding), Origin when present (403: cross-site requests), the access
 // token (401) from `Authorization: Bearer`, the page's HttpOnly cookie, or
@@ -33,13 +34,26 @@ public:
                double ratePerSecond, size_t maxBodyBytes,
                size_t maxHeaderBytes);
 
-  /// `header(name)` returns a request header ("" when absent);
-  /// `headerBytes` sums the request's header lines.
-  template <typename HeaderFn>
+  /// The headers the checks read: each may come once at most (400), so
+  /// that a second `Host` or `Authorization` cannot ride behind a right
+  /// first one (a proxy or a browser may pick the other).
+  static constexpr const char *kOnceOnly[] = {
+      "Host",         "Origin",         "Authorization",    "Cookie",
+      "Content-Type", "Content-Length", "Transfer-Encoding"};
+
+  /// `header(name)` returns a request header ("" when absent) and
+  /// `count(name)` how many times it came; `headerBytes` sums the
+  /// request's header lines.
+  template <typename HeaderFn, typename CountFn>
   GuardVerdict check(const std::string &method, const std::string &path,
                      const std::string &queryToken, const std::string &peer,
-                     size_t headerBytes, const HeaderFn &header) {
-    return checkImpl(method, path, queryToken, peer, headerBytes,
+                     size_t headerBytes, const HeaderFn &header,
+                     const CountFn &count) {
+    std::string repeated;
+    for (const char *name : kOnceOnly)
+      if (repeated.empty() && count(name) > 1)
+        repeated = name;
+    return checkImpl(method, path, queryToken, peer, headerBytes, repeated,
                      header("Host"), header("Origin"),
                      header("Authorization"), header("Cookie"),
                      header("Content-Type"), header("Content-Length"),
@@ -52,6 +66,7 @@ private:
   GuardVerdict checkImpl(const std::string &method, const std::string &path,
                          const std::string &queryToken,
                          const std::string &peer, size_t headerBytes,
+                         const std::string &repeated,
                          const std::string &host, const std::string &origin,
                          const std::string &authorization,
                          const std::string &cookie,

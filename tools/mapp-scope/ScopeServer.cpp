@@ -2,15 +2,22 @@
 #include "ScopeServer.h"
 #include "ScopeGuard.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/RequestGate.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <arpa/inet.h>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +25,7 @@
 using namespace mapp::scope;
 using mapp::rt::fail;
 using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -81,6 +89,134 @@ void reply(httplib::Response &res, int status, const std::string &body,
   res.set_content(body, type);
 }
 
+/// A whole answer the gate sends itself (before cpp-httplib sees the
+/// connection), then closes.
+std::string rawReply(int status, const char *reason, const std::string &msg) {
+  std::string body = errorBody(msg);
+  return "HTTP/1.1 " + std::to_string(status) + " " + reason +
+         "\r\nContent-Type: " + kJson +
+         "\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\nCache-Control: no-store\r\n"
+         "X-Content-Type-Options: nosniff\r\n\r\n" +
+         body;
+}
+
+/// Waits until `fd` is ready for `events`, at most `ms` (<= 0: only looks).
+bool waitFor(int fd, short events, long long ms) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    int n =
+        ::poll(&p, 1, static_cast<int>(std::clamp<long long>(ms, 0, INT_MAX)));
+    if (n >= 0 || errno != EINTR)
+      return n > 0;
+  }
+}
+
+long long msUntil(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now())
+      .count();
+}
+
+void socketAddress(int fd, bool peer, std::string &ip, int &port) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  ip.clear();
+  port = 0;
+  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr *>(&a), &len)
+                : ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (rc == 0 && a.ss_family == AF_INET) {
+    auto *v4 = reinterpret_cast<sockaddr_in *>(&a);
+    inet_ntop(AF_INET, &v4->sin_addr, buf, sizeof buf);
+    port = ntohs(v4->sin_port);
+  } else if (rc == 0 && a.ss_family == AF_INET6) {
+    auto *v6 = reinterpret_cast<sockaddr_in6 *>(&a);
+    inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof buf);
+    port = ntohs(v6->sin6_port);
+  }
+  ip = buf;
+}
+
+/// cpp-httplib's view of a connection the gate hands over: the bytes the
+/// gate read (the head, maybe part of the body) first, then the socket
+/// until the body's deadline (a total, like the head's: a trickled body
+/// cannot keep a worker), and each send within the write timeout.
+class GatedStream final : public httplib::Stream {
+public:
+  GatedStream(int fd, std::string in, Clock::time_point readUntil,
+              int writeMs)
+      : fd_(fd), in_(std::move(in)), readUntil_(readUntil),
+        writeMs_(writeMs) {}
+
+  bool is_readable() const override {
+    return pos_ < in_.size() || waitFor(fd_, POLLIN, msUntil(readUntil_));
+  }
+  bool is_writable() const override {
+    return waitFor(fd_, POLLOUT, writeMs_);
+  }
+  ssize_t read(char *ptr, size_t size) override {
+    if (pos_ < in_.size()) {
+      size_t n = std::min(size, in_.size() - pos_);
+      std::memcpy(ptr, in_.data() + pos_, n);
+      pos_ += n;
+      return static_cast<ssize_t>(n);
+    }
+    for (;;) {
+      if (!waitFor(fd_, POLLIN, msUntil(readUntil_)))
+        return -1;
+      ssize_t n = ::recv(fd_, ptr, size, MSG_DONTWAIT);
+      if (n >= 0 || (errno != EAGAIN && errno != EINTR))
+        return n;
+    }
+  }
+  ssize_t write(const char *ptr, size_t size) override {
+    for (;;) {
+      if (!waitFor(fd_, POLLOUT, writeMs_))
+        return -1;
+      ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0 || (errno != EAGAIN && errno != EINTR))
+        return n;
+    }
+  }
+  void get_remote_ip_and_port(std::string &ip, int &port) const override {
+    socketAddress(fd_, true, ip, port);
+  }
+  void get_local_ip_and_port(std::string &ip, int &port) const override {
+    socketAddress(fd_, false, ip, port);
+  }
+  socket_t socket() const override { return fd_; }
+
+private:
+  int fd_;
+  std::string in_;
+  size_t pos_ = 0;
+  Clock::time_point readUntil_;
+  int writeMs_;
+};
+
+/// cpp-httplib's parser, routing and handlers, fed by the gate: its
+/// protected process_request runs on a GatedStream in our worker pool,
+/// instead of its own accept loop (which hands each connection to a worker
+/// before a byte has come, with an idle timeout per read: no total).
+class GatedServer : public httplib::Server {
+public:
+  int listeningSocket() const { return svr_sock_; }
+
+  /// One request (its head already in `in`), answered; then closes `fd`.
+  void serveConnection(int fd, std::string in, Clock::time_point bodyUntil,
+                       int writeMs) {
+    try {
+      GatedStream s(fd, std::move(in), bodyUntil, writeMs);
+      bool closed = true;
+      process_request(s, /*close_connection=*/true, closed, nullptr);
+    } catch (...) {
+      // an answer that could not be built or sent: the connection goes
+    }
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+  }
+};
+
 } // namespace
 
 std::string mapp::scope::resolveStatic(const std::string &webDir,
@@ -120,18 +256,13 @@ std::string mapp::scope::resolveStatic(const std::string &webDir,
 
 void mapp::scope::serve(ScopeApi &api, const ServeOptions &o,
                         const std::function<void(int)> &ready) {
-  httplib::Server svr;
-  int threads = o.threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  GatedServer svr;
   // Not cpp-httplib's default SO_REUSEPORT: no second process may bind
   // the port beside us and take half the connections.
   svr.set_socket_options([](int sock) {
     int one = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   });
-  svr.set_read_timeout(o.readTimeoutSeconds, 0);
-  svr.set_write_timeout(5, 0);
-  svr.set_keep_alive_max_count(1); // one request per connection
   svr.set_payload_max_length(o.maxBodyBytes);
   svr.set_default_headers({
       {"Cache-Control", "no-store"},
@@ -153,6 +284,9 @@ void mapp::scope::serve(ScopeApi &api, const ServeOptions &o,
   } else if (!svr.bind_to_port(o.host, port)) {
     fail("cannot listen on ", o.host, ":", port, ": ", std::strerror(errno));
   }
+  // cpp-httplib listens with a backlog of 5: in a burst of connects the
+  // kernel would drop the rest's SYNs, and a client retries after 1 s.
+  ::listen(svr.listeningSocket(), SOMAXCONN);
   RequestGuard guard(o.host, port, o.token, o.ratePerSecond, o.maxBodyBytes,
                      o.maxHeaderBytes);
 
@@ -165,7 +299,8 @@ void mapp::scope::serve(ScopeApi &api, const ServeOptions &o,
         req.method, req.path,
         req.has_param("token") ? req.get_param_value("token") : "",
         req.remote_addr, headerBytes,
-        [&](const char *name) { return req.get_header_value(name); });
+        [&](const char *name) { return req.get_header_value(name); },
+        [&](const char *name) { return req.get_header_value_count(name); });
     if (v.status) {
       if (v.status == 401)
         res.set_header("WWW-Authenticate", "Bearer");
@@ -225,7 +360,65 @@ void mapp::scope::serve(ScopeApi &api, const ServeOptions &o,
         }
         reply(res, 500, errorBody(what));
       });
+
+  // Complete heads go to the workers; at most maxQueued wait or run there
+  // (past that: 503), which with maxWaiting also bounds the open sockets.
+  std::atomic<size_t> inFlight{0};
+  httplib::ThreadPool pool(static_cast<size_t>(o.threads));
+  struct JoinAtExit { // before what the jobs use goes
+    httplib::ThreadPool &p;
+    ~JoinAtExit() { p.shutdown(); }
+  } join{pool};
+  mapp::rt::GateLimits limits;
+  limits.headMs = o.headTimeoutMs;
+  limits.maxHeadBytes = o.maxHeadBytes;
+  limits.maxWaiting = o.maxWaiting;
+  mapp::rt::RequestGate::Handlers h;
+  h.headLength = [](const std::string &in, bool) -> size_t {
+    // cpp-httplib's end of the head: the first bare CRLF line after the
+    // request line (its header lines may end in LF alone).
+    size_t end = in.find("\n\r\n");
+    return end == std::string::npos ? 0 : end + 3;
+  };
+  h.onRequest = [&](int fd, std::string in,
+                    const std::string &) -> std::optional<std::string> {
+    if (inFlight >= o.maxQueued)
+      return rawReply(503, "Service Unavailable",
+                      "the server is busy: " + std::to_string(o.maxQueued) +
+                          " requests in progress");
+    ++inFlight;
+    Clock::time_point bodyUntil =
+        Clock::now() + std::chrono::milliseconds(o.bodyTimeoutMs);
+    pool.enqueue([&svr, &inFlight, fd, in = std::move(in), bodyUntil,
+                  writeMs = o.writeTimeoutMs]() mutable {
+      svr.serveConnection(fd, std::move(in), bodyUntil, writeMs);
+      --inFlight;
+    });
+    return std::nullopt;
+  };
+  h.onDrop = [&](mapp::rt::GateDrop kind, const std::string &,
+                 const std::string &) -> std::string {
+    switch (kind) {
+    case mapp::rt::GateDrop::TimedOut:
+      return rawReply(408, "Request Timeout",
+                      "the request head did not arrive within " +
+                          std::to_string(o.headTimeoutMs) + " ms");
+    case mapp::rt::GateDrop::TooLarge:
+      return rawReply(413, "Payload Too Large",
+                      "request head larger than " +
+                          std::to_string(o.maxHeadBytes) + " bytes");
+    case mapp::rt::GateDrop::Evicted:
+      return rawReply(503, "Service Unavailable",
+                      "too many connections waiting for their request head");
+    default:
+      // Left, Failed, Idle: nothing to answer. An idle connection is a
+      // browser's preconnect as often as an attack: closed silently, as
+      // browsers expect of an idle socket.
+      return "";
+    }
+  };
   ready(port);
-  if (!svr.listen_after_bind())
-    fail("the server stopped: ", std::strerror(errno));
+  std::atomic<bool> stop{false};
+  mapp::rt::RequestGate(svr.listeningSocket(), limits, std::move(h)).run(stop);
+  fail("the server stopped: ", std::strerror(errno));
 }

@@ -2,27 +2,23 @@
 #include "mapp/rt/ProbeControl.h"
 #include "mapp/rt/ControlFiles.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/RequestGate.h"
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <iostream>
-#include <memory>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 using namespace mapp::rt;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -103,7 +99,7 @@ ProbeControl::ProbeControl(
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (listenFd_ < 0 ||
       bind(listenFd_, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
-      listen(listenFd_, 16) != 0) {
+      listen(listenFd_, SOMAXCONN) != 0) {
     int e = errno;
     if (listenFd_ >= 0)
       close(listenFd_);
@@ -212,18 +208,6 @@ std::vector<SwitchCommand> ProbeControl::poll() {
   return out;
 }
 
-struct ProbeControl::Client {
-  int fd = -1;
-  std::string peer, in, out;
-  size_t sent = 0;
-  bool answered = false;
-  Clock::time_point deadline;
-  ~Client() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
-
 std::string ProbeControl::answer(const std::string &line,
                                  const std::string &peer) {
   json reply;
@@ -263,87 +247,38 @@ std::string ProbeControl::answer(const std::string &line,
 }
 
 void ProbeControl::serve() {
-  std::vector<std::unique_ptr<Client>> clients;
-  while (!stop_) {
-    std::vector<pollfd> fds;
-    fds.push_back({listenFd_, POLLIN, 0});
-    for (auto &c : clients)
-      fds.push_back(
-          {c->fd, static_cast<short>(c->answered ? POLLOUT : POLLIN), 0});
-    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR)
-      break;
-    Clock::time_point now = Clock::now();
-    // Serve the connections we have before taking new ones.
-    for (size_t i = 0; i < clients.size(); ++i) {
-      Client &c = *clients[i];
-      short ev = fds[i + 1].revents;
-      std::string drop; // why this client goes, "" = keep, "done" = served
-      if (!c.answered && (ev & (POLLIN | POLLHUP | POLLERR))) {
-        char buf[1024];
-        ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n > 0) {
-          c.in.append(buf, static_cast<size_t>(n));
-        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-          // nothing yet
-        } else if (n < 0) {
-          drop = std::string("connection error before a full request (") +
-                 std::strerror(errno) + ")";
-        } else if (c.in.empty()) {
-          drop = "done"; // connected and left: nothing to log
-        }
-        // n == 0 with data: the client closed its side; answer what it sent.
-        size_t nl = c.in.find('\n');
-        if (drop.empty() && (nl != std::string::npos || n == 0)) {
-          c.out = answer(c.in.substr(0, nl), c.peer);
-          c.answered = true;
-        } else if (drop.empty() && c.in.size() > kMaxRequest) {
-          c.out = json({{"ok", false}, {"error", "request line too long"}})
-                      .dump() +
-                  "\n";
-          c.answered = true;
-          log("request from " + c.peer + " longer than " +
-              std::to_string(kMaxRequest) + " bytes");
-        }
-      }
-      if (drop.empty() && c.answered && c.sent < c.out.size()) {
-        ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent,
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0)
-          c.sent += static_cast<size_t>(n);
-        else if (n < 0 && errno != EAGAIN && errno != EINTR)
-          drop = std::string("connection error while answering (") +
-                 std::strerror(errno) + ")";
-      }
-      if (drop.empty() && c.answered && c.sent == c.out.size())
-        drop = "done";
-      if (drop.empty() && now > c.deadline)
-        drop = "timed out after " + std::to_string(kRequestMs) + " ms";
-      if (!drop.empty()) {
-        if (drop != "done")
-          log("dropped client " + c.peer + ": " + drop);
-        clients[i].reset();
-      }
-    }
-    clients.erase(std::remove(clients.begin(), clients.end(), nullptr),
-                  clients.end());
-    if (fds[0].revents & POLLIN) {
-      sockaddr_in a{};
-      socklen_t len = sizeof a;
-      int fd = ::accept4(listenFd_, reinterpret_cast<sockaddr *>(&a), &len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd >= 0) {
-        auto c = std::make_unique<Client>();
-        c->fd = fd;
-        char ip[INET_ADDRSTRLEN] = "?";
-        inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
-        c->peer = std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
-        c->deadline = now + std::chrono::milliseconds(kRequestMs);
-        if (clients.size() >= static_cast<size_t>(kMaxClients))
-          log("refused client " + c->peer + ": " +
-              std::to_string(kMaxClients) + " connections already open");
-        else
-          clients.push_back(std::move(c));
-      }
-    }
-  }
+  // One request line per connection, answered from the gate's own loop
+  // (the answer is a token check and a queue push): RequestGate.h.
+  GateLimits limits;
+  limits.headMs = kRequestMs;
+  limits.maxHeadBytes = kMaxRequest;
+  limits.maxWaiting = kMaxWaiting;
+  RequestGate::Handlers h;
+  h.headLength = [](const std::string &in, bool closed) -> size_t {
+    size_t nl = in.find('\n');
+    if (nl != std::string::npos)
+      return nl + 1;
+    return closed ? in.size() : 0; // closed its side: answer what it sent
+  };
+  h.onRequest = [this](int, std::string in, const std::string &peer) {
+    return std::optional<std::string>(
+        answer(in.substr(0, in.find('\n')), peer));
+  };
+  h.onDrop = [this](GateDrop kind, const std::string &peer,
+                    const std::string &why) -> std::string {
+    if (kind == GateDrop::Left)
+      return ""; // connected and left: nothing to log
+    log("dropped client " + peer + ": " + why);
+    if (kind == GateDrop::TooLarge)
+      return json({{"ok", false}, {"error", "request line too long"}}).dump() +
+             "\n";
+    if (kind == GateDrop::Evicted)
+      return json({{"ok", false},
+                   {"error", "too many connections waiting: send the "
+                             "request line at once"}})
+                 .dump() +
+             "\n";
+    return "";
+  };
+  RequestGate(listenFd_, limits, std::move(h)).run(stop_);
 }

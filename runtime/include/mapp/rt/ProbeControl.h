@@ -11,9 +11,11 @@
 //
 // The port requires the token the job writes to its token file (0600,
 // ControlFiles.h); a request without it is refused and logged. The server
-// is one poll() loop over at most kMaxClients connections, each with a
-// deadline: a slow or vanished client costs nothing to the others and never
-// a signal (sends use MSG_NOSIGNAL).
+// is one poll() loop (RequestGate.h): each connection has a deadline for
+// its request line and answer, at most kMaxWaiting wait for their line (a
+// newcomer displaces the oldest, so reconnecting clients cannot lock the
+// port), and a slow or vanished client costs nothing to the others and
+// never a signal (sends use MSG_NOSIGNAL).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_PROBECONTROL_H
@@ -47,8 +49,9 @@ std::string magnitudeProblem(const std::string &kind, double m);
 
 class ProbeControl {
 public:
-  static constexpr int kMaxClients = 16;
-  static constexpr int kRequestMs = 3000; // to send the request line
+  static constexpr int kMaxWaiting = 64;
+  static constexpr int kRequestMs = 3000; // to send the request line and
+                                          // receive the answer, in total
   static constexpr size_t kMaxRequest = 4096;
 
   /// `endpoint` is a file path or a port number (0 = any free port). For a
@@ -70,7 +73,6 @@ public:
   const std::string &tokenFile() const { return tokenFile_; }
 
 private:
-  struct Client;
   void serve();
   std::string answer(const std::string &line, const std::string &peer);
   void log(const std::string &msg);
