@@ -107,7 +107,7 @@ struct Answer {
 /// for one more grace period after the communicator is gone).
 class Witness {
 public:
-  explicit Witness(int rank) : rank_(rank) {
+  Witness() {
     check(MPI_Comm_dup(MPI_COMM_WORLD, &side_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
   }
@@ -292,10 +292,11 @@ private:
         return;
       std::vector<int64_t> q;
       std::string unused;
-      if (!decode(msg, q, unused) || q.size() < 2)
+      if (!decode(msg, q, unused) || q.size() < 3 || q[1] < 0 ||
+          static_cast<size_t>(q[1]) > q.size() - 3)
         continue;
       size_t nTags = static_cast<size_t>(q[1]);
-      if (q.size() < 3 + nTags ||
+      if (q[2 + nTags] < 0 ||
           q.size() != 3 + nTags + static_cast<size_t>(q[2 + nTags]))
         continue;
       int asker = st.MPI_SOURCE;
@@ -319,7 +320,6 @@ private:
     }
   }
 
-  int rank_;
   MPI_Comm side_ = MPI_COMM_NULL;
   std::list<Owned> sends_;
   uint64_t nextQuestion_ = 1, lastServeNs_ = 0;
@@ -331,15 +331,19 @@ std::shared_ptr<Witness> &theWitness() {
   return w;
 }
 
-/// Marks the witness as waiting in `what` while it lives.
-class Waiting {
+/// Marks the witness as waiting in `what` (since `start`) while it lives.
+class WaitMark {
 public:
-  Waiting(Witness &w, const std::string &what)
+  WaitMark(Witness &w, const std::string &what, Clock::time_point start)
       : w_(w), prev_(w.waitingIn), prevSince_(w.waitingSinceNs) {
     w.waitingIn = &what;
-    w.waitingSinceNs = p2pNowNs();
+    // The wait's own clock reading (p2pNowNs is this clock in ns).
+    w.waitingSinceNs = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            start.time_since_epoch())
+            .count());
   }
-  ~Waiting() {
+  ~WaitMark() {
     w_.waitingIn = prev_;
     w_.waitingSinceNs = prevSince_;
   }
@@ -402,7 +406,7 @@ public:
     MPI_Group_free(&hostGroup);
     MPI_Group_free(&worldGroup);
     MPI_Comm_free(&host);
-    w_ = std::make_shared<Witness>(rank_);
+    w_ = std::make_shared<Witness>();
     theWitness() = w_;
     for (int r = 0; r < size_; ++r)
       world_.push_back(r);
@@ -579,7 +583,7 @@ public:
     auto start = Clock::now();
     auto *first = reqs.empty() ? nullptr : dynamic_cast<MpiRecv *>(reqs[0]);
     static const std::string kWaitAny = "waitAny";
-    Waiting waiting(*w_, first ? first->what : kWaitAny);
+    WaitMark waiting(*w_, first ? first->what : kWaitAny, start);
     int spins = 0;
     for (;;) {
       for (size_t i = 0; i < reqs.size(); ++i)
@@ -851,7 +855,7 @@ private:
   /// `a` waits for.
   void waitFor(MPI_Request &r, const std::string &what, const Awaited &a) {
     auto start = Clock::now();
-    Waiting waiting(*w_, what);
+    WaitMark waiting(*w_, what, start);
     int spins = 0;
     for (;;) {
       int done = 0;
