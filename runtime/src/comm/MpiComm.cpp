@@ -641,7 +641,8 @@ public:
 
   void flush() override {
     for (Pending &p : pending_)
-      waitFor(p.req, p.what + " (delivery)", Awaited{nullptr, 0, p.peer, p.tag});
+      waitFor(p.req, p.what + " (delivery)",
+              Awaited{nullptr, 0, p.peer, p.tag});
     pending_.clear();
   }
 

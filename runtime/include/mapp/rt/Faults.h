@@ -15,9 +15,9 @@
 //                                     (SIGSTOP) at the start of step K,
 //                                     as a hung process (testing
 //                                     --comm-timeout; --comm=mpi only)
-// each (but stop) optionally followed by ,from-step=K,to-step=L: active in steps
-// K <= step < L only (default: every step), so a run sees a link go slow and
-// recover. A link fault acts on the transfer as a slow wire would: the
+// each (but stop) optionally followed by ,from-step=K,to-step=L: active in
+// steps K <= step < L only (default: every step), so a run sees a link go slow
+// and recover. A link fault acts on the transfer as a slow wire would: the
 // sender goes on at once, the receiver's recv (or posted irecv) completes
 // only once the message is deliverable, so a schedule can hide the delay.
 // It is applied on the receiving side (the message carries its send time);
@@ -36,8 +36,13 @@
 namespace mapp::rt {
 
 struct Injection {
-  enum Kind { SlowCompute, LinkDelay, LinkBandwidth, MonitorSilence, Stop } kind =
-      SlowCompute;
+  enum Kind {
+    SlowCompute,
+    LinkDelay,
+    LinkBandwidth,
+    MonitorSilence,
+    Stop
+  } kind = SlowCompute;
   int rank = -1, src = -1, dst = -1;
   double factor = 1, us = 0, gbps = 0;
   int64_t fromStep = 0, toStep = -1; ///< active in [fromStep, toStep); -1: no end
