@@ -86,13 +86,26 @@ def rank_pids(mpirun_pid):
     return out
 
 
-def state(pid):
-    """The process state letter (R, S, T, Z, ...) or None when gone."""
+def stat_fields(pid):
+    """/proc/PID/stat after the command name, or None when gone."""
     try:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[0]
+    return stat.rsplit(")", 1)[1].split()
+
+
+def state(pid):
+    """The process state letter (R, S, T, Z, ...) or None when gone."""
+    f = stat_fields(pid)
+    return f[0] if f else None
+
+
+def start_time(pid):
+    """When the process started (clock ticks since boot): with the pid, it
+    tells our rank from a later process that got the same pid."""
+    f = stat_fields(pid)
+    return f[19] if f else None
 
 
 class Job:
@@ -109,7 +122,7 @@ class Job:
             for s, d in ((self.p.stdout, self.out), (self.p.stderr, self.err))]
         for t in self.readers:
             t.start()
-        self.pids = {}
+        self.pids, self.starts = {}, {}
 
     @staticmethod
     def _read(stream, chunks):
@@ -124,8 +137,9 @@ class Job:
     def wait_for(self, cond, what, limit=90):
         deadline = time.time() + limit
         while time.time() < deadline:
-            if not self.pids or len(self.pids) < self.n:
+            if len(self.pids) < self.n:
                 self.pids = rank_pids(self.p.pid)
+                self.starts = {p: start_time(p) for p in self.pids.values()}
             if cond():
                 return
             assert self.p.poll() is None, (
@@ -143,8 +157,11 @@ class Job:
         return "".join(self.err)
 
     def cleanup(self):
-        # Nothing left behind: continue the stopped rank and end them all.
+        # Nothing left behind: continue the stopped rank and end them all
+        # (those still running: the same pid and start time).
         for pid in self.pids.values():
+            if start_time(pid) is None or start_time(pid) != self.starts[pid]:
+                continue
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 try:
                     os.kill(pid, sig)
