@@ -216,6 +216,13 @@ TEST(Faults, ParseInjection) {
   EXPECT_THROW(parseInjection("slow-compute:rank=1"), Error);
   EXPECT_THROW(parseInjection("slow-compute:rank=x,factor=2"), Error);
   EXPECT_THROW(parseInjection("link-delay:src=1,dst=2,us=5,extra=1"), Error);
+  // stop: once, at from-step; it has no end (SIGCONT ends it).
+  Injection s = parseInjection("stop:rank=2,from-step=5");
+  EXPECT_EQ(s.kind, Injection::Stop);
+  EXPECT_EQ(s.rank, 2);
+  EXPECT_EQ(s.fromStep, 5);
+  EXPECT_THROW(parseInjection("stop:rank=2,from-step=5,to-step=6"), Error);
+  EXPECT_THROW(parseInjection("stop:from-step=5"), Error);
 }
 
 // A link delay acts on the transfer: the sender returns at once, the

@@ -54,6 +54,7 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                                link-delay:src=A,dst=B,us=U
                                link-bandwidth:src=A,dst=B,gbps=G
                                monitor-silence:rank=R (--monitor testing)
+                               stop:rank=R (SIGSTOP at from-step; mpi)
                              each with optional ,from-step=K,to-step=L
                              (active in steps K <= step < L); a link fault
                              delays the transfer, not the sender

@@ -3,6 +3,7 @@
 #include "mapp/rt/Faults.h"
 
 #include <cmath>
+#include <csignal>
 
 #include <chrono>
 #include <map>
@@ -22,10 +23,12 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
     in.kind = Injection::LinkBandwidth;
   else if (kind == "monitor-silence")
     in.kind = Injection::MonitorSilence;
+  else if (kind == "stop")
+    in.kind = Injection::Stop;
   else
     fail("--inject '", spec,
          "': unknown fault (slow-compute, link-delay, link-bandwidth, "
-         "monitor-silence)");
+         "monitor-silence, stop)");
   std::map<std::string, std::string> kv;
   if (colon != std::string::npos) {
     std::string rest = spec.substr(colon + 1);
@@ -78,11 +81,15 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
     in.gbps = num("gbps", 1e-9, false);
     break;
   case Injection::MonitorSilence:
+  case Injection::Stop:
     in.rank = static_cast<int>(num("rank", 0, true));
     break;
   }
   if (kv.count("from-step"))
     in.fromStep = static_cast<int64_t>(num("from-step", 0, true));
+  if (kv.count("to-step") && in.kind == Injection::Stop)
+    fail("--inject '", spec, "': stop takes no to-step (the process stays "
+         "stopped until it gets SIGCONT)");
   if (kv.count("to-step")) {
     in.toStep = static_cast<int64_t>(num("to-step", 0, true));
     if (in.toStep <= in.fromStep)
@@ -94,11 +101,13 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
          "' (keys of ", kind, ": ",
          in.kind == Injection::SlowCompute      ? "rank, factor"
          : in.kind == Injection::MonitorSilence ? "rank"
+         : in.kind == Injection::Stop           ? "rank"
          : in.kind == Injection::LinkDelay      ? "src, dst, us"
                                                 : "src, dst, gbps",
-         ", from-step, to-step)");
-  if (in.kind != Injection::SlowCompute &&
-      in.kind != Injection::MonitorSilence && in.src == in.dst)
+         in.kind == Injection::Stop ? ", from-step)" : ", from-step, to-step)");
+  if ((in.kind == Injection::LinkDelay ||
+       in.kind == Injection::LinkBandwidth) &&
+      in.src == in.dst)
     fail("--inject '", spec, "': src and dst are the same rank (", in.src,
          ")");
   return in;
@@ -111,6 +120,13 @@ double mapp::rt::slowComputeFactor(const std::vector<Injection> &inj,
     if (i.kind == Injection::SlowCompute && i.rank == rank && i.activeAt(step))
       f *= i.factor;
   return f;
+}
+
+void mapp::rt::stopIfInjected(const std::vector<Injection> &inj, int rank,
+                              int64_t step) {
+  for (const Injection &i : inj)
+    if (i.kind == Injection::Stop && i.rank == rank && i.fromStep == step)
+      raise(SIGSTOP);
 }
 
 namespace {

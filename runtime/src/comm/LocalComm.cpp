@@ -660,8 +660,11 @@ int ThreadComm::waitAny(const std::vector<P2PRequest *> &reqs,
     double waited =
         std::chrono::duration<double>(Clock::now() - start).count();
     if (timeoutS_ > 0 && waited > timeoutS_)
-      fail(what, ": timed out after ", timeoutS_,
-           " s (the sender is dead or the plan has no matching send)");
+      fail(what, ": timed out after ", timeoutS_, " s",
+           reqs.empty() ? std::string()
+                        : " waiting for rank(s) " +
+                              std::to_string(reqs[0]->peer),
+           " (the sender is dead or the plan has no matching send)");
     lk.lock();
   }
 }

@@ -21,6 +21,23 @@
 // irecv posts MPI_Irecv into a staging buffer of bytes + 8 and copies the
 // payload into the caller's buffer when test() finds it complete.
 //
+// Naming the ranks a timed-out wait waits for. A pending MPI request cannot
+// say which member is missing, so each rank keeps a few counters (the
+// collectives it posted per group, the messages it sent and received per
+// peer and tag) and answers questions about them on a duplicate of
+// MPI_COMM_WORLD: a wait that times out asks the members it waits for
+// ("where are you; how many collectives of this group did you post; how
+// many messages of this tag did you send me?") and listens for a grace
+// period, min(2 s, timeout / 4). Ranks answer whenever they are in a
+// communication wait (every 2 ms of waiting) or between ops (progress(),
+// every 10 ms), so a live rank answers within milliseconds; a stopped, hung
+// or dead process cannot, and is named as such. Nothing is sent unless a
+// wait times out: the normal path costs a counter update per operation and
+// a clock comparison per progress() call. A rank that failed this way keeps
+// answering ("has failed: ...") for one more grace period before
+// MPI_Abort ends the job, so ranks that time out just after it still get
+// their answers and report too.
+//
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
@@ -31,8 +48,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <list>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <thread>
 
 using namespace mapp::rt;
@@ -56,6 +76,292 @@ void check(int rc, const std::string &what) {
 template <typename T> MPI_Datatype mpiType();
 template <> MPI_Datatype mpiType<float>() { return MPI_FLOAT; }
 template <> MPI_Datatype mpiType<double>() { return MPI_DOUBLE; }
+
+std::string seconds(double s) {
+  std::ostringstream os;
+  os.precision(s < 10 ? 2 : 3);
+  os << s;
+  return os.str();
+}
+
+std::string rankList(const std::vector<int> &ranks) {
+  std::string s;
+  for (int r : ranks)
+    s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+/// What another rank said about itself (file comment, "Naming the ranks").
+struct Answer {
+  /// Where it is: in no communication call, waiting in one, or failed
+  /// (its wait timed out).
+  enum State { Computing, Waiting, Failed } state = Computing;
+  uint64_t entered = 0; ///< collectives it posted on the asked group
+  /// Per asked tag: messages it sent to / completed from the asker.
+  std::vector<uint64_t> sent, received;
+  std::string activity; ///< "is waiting in ...", "has failed: ...", ...
+};
+
+/// This process's answers and questions about who is where. One per
+/// process (the communicator's counters must outlive it: mpiAbort answers
+/// for one more grace period after the communicator is gone).
+class Witness {
+public:
+  Witness() {
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &side_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
+  }
+  ~Witness() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+      return;
+    for (Owned &o : sends_) {
+      int done = 0;
+      MPI_Test(&o.req, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        // A question to a rank that never took it: withdrawn; its buffer
+        // is left to the process, which is about to end.
+        MPI_Cancel(&o.req);
+        MPI_Request_free(&o.req);
+        new std::vector<uint8_t>(std::move(o.data));
+      }
+    }
+    MPI_Comm_free(&side_);
+  }
+
+  // --- counters, updated by the communicator ---
+  std::map<std::vector<int>, uint64_t> entered; ///< per member set
+  std::map<std::pair<int, int64_t>, uint64_t> sent, received; ///< per peer, tag
+
+  /// The wait this rank is in (null: none) and since when.
+  const std::string *waitingIn = nullptr;
+  uint64_t waitingSinceNs = 0;
+  /// Set once a wait of this rank timed out: that wait, and the grace
+  /// period it listened for answers.
+  std::string failed;
+  double failedGraceS = 0;
+
+  /// Answers the questions that have come, at most every `intervalNs`
+  /// (`now`: p2pNowNs()).
+  void serveEvery(uint64_t intervalNs, uint64_t now = p2pNowNs()) {
+    if (now - lastServeNs_ >= intervalNs)
+      serve(now);
+  }
+
+  /// Asks `peers` about the member set `members` (a collective) or about
+  /// the messages of tags[i] that peers[i] sent this rank (tags empty: no
+  /// such question); returns the answers that came within `graceS`
+  /// seconds, answering others' questions meanwhile.
+  std::map<int, Answer> ask(const std::vector<int> &peers,
+                            const std::vector<int> &members,
+                            const std::vector<std::vector<int64_t>> &tags,
+                            double graceS) {
+    uint64_t id = nextQuestion_++;
+    static const std::vector<int64_t> kNoTags;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const std::vector<int64_t> &t = tags.empty() ? kNoTags : tags[i];
+      std::vector<int64_t> q{static_cast<int64_t>(id),
+                             static_cast<int64_t>(t.size())};
+      q.insert(q.end(), t.begin(), t.end());
+      q.push_back(static_cast<int64_t>(members.size()));
+      q.insert(q.end(), members.begin(), members.end());
+      post(peers[i], kQuestionTag, q, "");
+    }
+    std::map<int, Answer> got;
+    uint64_t deadline = p2pNowNs() + static_cast<uint64_t>(graceS * 1e9);
+    while (got.size() < peers.size() && p2pNowNs() < deadline) {
+      serve(p2pNowNs());
+      for (;;) {
+        MPI_Status st;
+        std::vector<uint8_t> msg;
+        if (!take(kAnswerTag, msg, st))
+          break;
+        std::vector<int64_t> w;
+        std::string text;
+        auto who = std::find(peers.begin(), peers.end(), st.MPI_SOURCE);
+        if (!decode(msg, w, text) || w.size() < 4 ||
+            static_cast<uint64_t>(w[0]) != id || who == peers.end())
+          continue; // a late answer to an earlier question
+        size_t n = static_cast<size_t>(w[1]);
+        size_t asked = tags.empty() ? 0 : tags[who - peers.begin()].size();
+        if (n != asked || w.size() != 4 + 2 * n || w[3] < Answer::Computing ||
+            w[3] > Answer::Failed)
+          continue;
+        Answer a;
+        a.entered = static_cast<uint64_t>(w[2]);
+        a.state = static_cast<Answer::State>(w[3]);
+        for (size_t i = 0; i < n; ++i) {
+          a.sent.push_back(static_cast<uint64_t>(w[4 + 2 * i]));
+          a.received.push_back(static_cast<uint64_t>(w[5 + 2 * i]));
+        }
+        a.activity = std::move(text);
+        got[st.MPI_SOURCE] = std::move(a);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return got;
+  }
+
+  /// After a timeout: keeps answering (as failed) for the grace period, so
+  /// the ranks that time out just after this one learn where it is.
+  void linger() {
+    uint64_t end = p2pNowNs() + static_cast<uint64_t>(failedGraceS * 1e9);
+    while (p2pNowNs() < end) {
+      serve(p2pNowNs());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+private:
+  static constexpr int kQuestionTag = 1, kAnswerTag = 2;
+  struct Owned {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<uint8_t> data;
+  };
+
+  /// One message: int64 words, then text.
+  static std::vector<uint8_t> encode(const std::vector<int64_t> &w,
+                                     const std::string &text) {
+    std::vector<uint8_t> b(8 + w.size() * 8 + text.size());
+    uint64_t n = w.size();
+    std::memcpy(b.data(), &n, 8);
+    if (!w.empty())
+      std::memcpy(b.data() + 8, w.data(), w.size() * 8);
+    if (!text.empty())
+      std::memcpy(b.data() + 8 + w.size() * 8, text.data(), text.size());
+    return b;
+  }
+  static bool decode(const std::vector<uint8_t> &b, std::vector<int64_t> &w,
+                     std::string &text) {
+    uint64_t n = 0;
+    if (b.size() < 8)
+      return false;
+    std::memcpy(&n, b.data(), 8);
+    if (n > (b.size() - 8) / 8)
+      return false;
+    w.resize(n);
+    if (n)
+      std::memcpy(w.data(), b.data() + 8, n * 8);
+    text.assign(reinterpret_cast<const char *>(b.data()) + 8 + n * 8,
+                b.size() - 8 - n * 8);
+    return true;
+  }
+
+  void post(int peer, int tag, const std::vector<int64_t> &w,
+            const std::string &text) {
+    sends_.push_back({MPI_REQUEST_NULL, encode(w, text)});
+    Owned &o = sends_.back();
+    if (MPI_Isend(o.data.data(), static_cast<int>(o.data.size()), MPI_BYTE,
+                  peer, tag, side_, &o.req) != MPI_SUCCESS)
+      sends_.pop_back();
+  }
+
+  bool take(int tag, std::vector<uint8_t> &msg, MPI_Status &st) {
+    int flag = 0;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, tag, side_, &flag, &st) != MPI_SUCCESS ||
+        !flag)
+      return false;
+    int n = 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    msg.resize(static_cast<size_t>(std::max(n, 0)));
+    return MPI_Recv(msg.data(), n, MPI_BYTE, st.MPI_SOURCE, tag, side_,
+                    MPI_STATUS_IGNORE) == MPI_SUCCESS;
+  }
+
+  std::string activity() const {
+    if (!failed.empty())
+      return "has failed: its " + failed + " timed out";
+    if (waitingIn)
+      return "is waiting in " + *waitingIn + " for " +
+             seconds((p2pNowNs() - waitingSinceNs) * 1e-9) + " s";
+    return "is computing (in no communication call)";
+  }
+
+  void serve(uint64_t now) {
+    lastServeNs_ = now;
+    sends_.remove_if([](Owned &o) {
+      int done = 0;
+      MPI_Test(&o.req, &done, MPI_STATUS_IGNORE);
+      return done != 0;
+    });
+    for (;;) {
+      MPI_Status st;
+      std::vector<uint8_t> msg;
+      if (!take(kQuestionTag, msg, st))
+        return;
+      std::vector<int64_t> q;
+      std::string unused;
+      if (!decode(msg, q, unused) || q.size() < 3 || q[1] < 0 ||
+          static_cast<size_t>(q[1]) > q.size() - 3)
+        continue;
+      size_t nTags = static_cast<size_t>(q[1]);
+      if (q[2 + nTags] < 0 ||
+          q.size() != 3 + nTags + static_cast<size_t>(q[2 + nTags]))
+        continue;
+      int asker = st.MPI_SOURCE;
+      std::vector<int> members(q.begin() + 3 + nTags, q.end());
+      auto e = entered.find(members);
+      std::vector<int64_t> a{
+          q[0], static_cast<int64_t>(nTags),
+          static_cast<int64_t>(e == entered.end() ? 0 : e->second),
+          !failed.empty() ? Answer::Failed
+          : waitingIn     ? Answer::Waiting
+                          : Answer::Computing};
+      for (size_t i = 0; i < nTags; ++i) {
+        std::pair<int, int64_t> key{asker, q[2 + i]};
+        auto s = sent.find(key);
+        auto r = received.find(key);
+        a.push_back(static_cast<int64_t>(s == sent.end() ? 0 : s->second));
+        a.push_back(
+            static_cast<int64_t>(r == received.end() ? 0 : r->second));
+      }
+      post(asker, kAnswerTag, a, activity());
+    }
+  }
+
+  MPI_Comm side_ = MPI_COMM_NULL;
+  std::list<Owned> sends_;
+  uint64_t nextQuestion_ = 1, lastServeNs_ = 0;
+};
+
+/// The process's witness (MPI_COMM_WORLD is per process, so is it).
+std::shared_ptr<Witness> &theWitness() {
+  static std::shared_ptr<Witness> w;
+  return w;
+}
+
+/// Marks the witness as waiting in `what` (since `start`) while it lives.
+class WaitMark {
+public:
+  WaitMark(Witness &w, const std::string &what, Clock::time_point start)
+      : w_(w), prev_(w.waitingIn), prevSince_(w.waitingSinceNs) {
+    w.waitingIn = &what;
+    // The wait's own clock reading (p2pNowNs is this clock in ns).
+    w.waitingSinceNs = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            start.time_since_epoch())
+            .count());
+  }
+  ~WaitMark() {
+    w_.waitingIn = prev_;
+    w_.waitingSinceNs = prevSince_;
+  }
+
+private:
+  Witness &w_;
+  const std::string *prev_;
+  uint64_t prevSince_;
+};
+
+/// What a wait waits for: the `seq`-th collective posted on the
+/// communicator of `members`, or a message to `peer` of `tag` (delivery).
+struct Awaited {
+  const std::vector<int> *members = nullptr;
+  uint64_t seq = 0;
+  int peer = -1;
+  int64_t tag = 0;
+};
 
 class MpiComm final : public Communicator {
 public:
@@ -100,15 +406,24 @@ public:
     MPI_Group_free(&hostGroup);
     MPI_Group_free(&worldGroup);
     MPI_Comm_free(&host);
+    w_ = std::make_shared<Witness>();
+    theWitness() = w_;
+    for (int r = 0; r < size_; ++r)
+      world_.push_back(r);
   }
   ~MpiComm() override {
-    try {
-      flush();
-    } catch (...) {
+    // Unwinding from an error (a peer that timed out, say): the job is
+    // about to be aborted, and waiting for undelivered sends would only
+    // delay that by another timeout.
+    if (!std::uncaught_exceptions() && w_->failed.empty()) {
+      try {
+        flush();
+      } catch (...) {
+      }
     }
     for (auto &[k, c] : comms_)
-      if (c != MPI_COMM_WORLD && c != MPI_COMM_NULL)
-        MPI_Comm_free(&c);
+      if (c.comm != MPI_COMM_WORLD && c.comm != MPI_COMM_NULL)
+        MPI_Comm_free(&c.comm);
   }
   std::string name() const override { return "mpi"; }
   int rank() const override { return rank_; }
@@ -129,35 +444,35 @@ public:
 
   void allGather(const float *in, float *out, int64_t count,
                  const CommGroup &g) override {
-    MPI_Comm c = commOf(g, "all_gather");
+    GroupComm &c = commOf(g, "all_gather");
     MPI_Request r;
     check(MPI_Iallgather(in, asInt(count), MPI_FLOAT, out, asInt(count),
-                         MPI_FLOAT, c, &r),
+                         MPI_FLOAT, c.comm, &r),
           "all_gather over " + g.str());
-    waitFor(r, "all_gather over " + g.str());
+    waitFor(r, "all_gather over " + g.str(), c.posted());
   }
 
   void reduceScatter(const float *in, float *out, int64_t count, ReduceOp op,
                      const CommGroup &g) override {
-    MPI_Comm c = commOf(g, "reduce_scatter");
+    GroupComm &c = commOf(g, "reduce_scatter");
     int n = g.size();
     std::vector<float> blocks(static_cast<size_t>(count) * n);
     MPI_Request r;
     check(MPI_Ialltoall(in, asInt(count), MPI_FLOAT, blocks.data(),
-                        asInt(count), MPI_FLOAT, c, &r),
+                        asInt(count), MPI_FLOAT, c.comm, &r),
           "reduce_scatter over " + g.str());
-    waitFor(r, "reduce_scatter over " + g.str());
+    waitFor(r, "reduce_scatter over " + g.str(), c.posted());
     reduceBlocks(blocks.data(), out, count, n, op);
   }
 
   void allToAll(const void *in, void *out, size_t bytes,
                 const CommGroup &g) override {
-    MPI_Comm c = commOf(g, "all_to_all");
+    GroupComm &c = commOf(g, "all_to_all");
     MPI_Request r;
     check(MPI_Ialltoall(in, asInt(bytes), MPI_BYTE, out, asInt(bytes),
-                        MPI_BYTE, c, &r),
+                        MPI_BYTE, c.comm, &r),
           "all_to_all over " + g.str());
-    waitFor(r, "all_to_all over " + g.str());
+    waitFor(r, "all_to_all over " + g.str(), c.posted());
   }
 
   // Counts agreed on every member first (agreeCounts), so MPI never sees a
@@ -172,7 +487,7 @@ public:
         std::memmove(out, in, sendBytes[0]);
       return;
     }
-    MPI_Comm c = commOf(g, "all_to_allv");
+    GroupComm &c = commOf(g, "all_to_allv");
     std::vector<int> sc(n), sd(n), rc(n), rd(n);
     int64_t so = 0, ro = 0;
     for (int i = 0; i < n; ++i) {
@@ -186,9 +501,9 @@ public:
     std::string what = "all_to_allv over " + g.str();
     MPI_Request r;
     check(MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(),
-                         rd.data(), MPI_BYTE, c, &r),
+                         rd.data(), MPI_BYTE, c.comm, &r),
           what);
-    waitFor(r, what);
+    waitFor(r, what, c.posted());
   }
 
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override {
@@ -200,6 +515,8 @@ public:
     pending_.emplace_back();
     Pending &p = pending_.back();
     p.what = what;
+    p.peer = peer;
+    p.tag = tag;
     p.data.resize(bytes + sizeof(uint64_t));
     if (bytes)
       std::memcpy(p.data.data(), buf, bytes);
@@ -208,6 +525,7 @@ public:
     check(MPI_Isend(p.data.data(), asInt(p.data.size()), MPI_BYTE, peer,
                     static_cast<int>(tag), MPI_COMM_WORLD, &p.req),
           what);
+    ++w_->sent[{peer, tag}];
   }
 
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
@@ -247,6 +565,7 @@ public:
       r->pendingNs = p2pNowNs(); // the landing is later than this
       return false;
     }
+    ++w_->received[{r->peer, r->tag}];
     int got = 0;
     MPI_Get_count(&st, MPI_BYTE, &got);
     if (static_cast<size_t>(got) != r->staging.size())
@@ -264,6 +583,9 @@ public:
   int waitAny(const std::vector<P2PRequest *> &reqs,
               uint64_t deadlineNs) override {
     auto start = Clock::now();
+    auto *first = reqs.empty() ? nullptr : dynamic_cast<MpiRecv *>(reqs[0]);
+    static const std::string kWaitAny = "waitAny";
+    WaitMark waiting(*w_, first ? first->what : kWaitAny, start);
     int spins = 0;
     for (;;) {
       for (size_t i = 0; i < reqs.size(); ++i)
@@ -273,19 +595,17 @@ public:
         return -1;
       // Backed off: MPI has no blocking wait on several requests with a
       // timeout; 200 us sleeps keep a waiting rank off the cores.
-      if (++spins < 64)
+      if (++spins < 64) {
         std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(
-            std::chrono::microseconds(spins < 1000 ? 20 : 200));
+        continue;
+      }
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(spins < 1000 ? 20 : 200));
+      w_->serveEvery(kServeWaitingNs);
       double waited =
           std::chrono::duration<double>(Clock::now() - start).count();
-      if (timeoutS_ > 0 && waited > timeoutS_) {
-        auto *r = reqs.empty() ? nullptr : dynamic_cast<MpiRecv *>(reqs[0]);
-        fail(r ? r->what : std::string("waitAny"), " (rank ", rank_,
-             "): timed out after ", timeoutS_,
-             " s (a peer is dead or the ranks' plans disagree)");
-      }
+      if (timeoutS_ > 0 && waited > timeoutS_)
+        recvTimedOut(reqs);
     }
   }
 
@@ -298,9 +618,11 @@ public:
   }
 
   void barrier() override {
+    CommGroup world{"world", world_};
+    GroupComm &c = commOf(world, "barrier");
     MPI_Request r;
-    check(MPI_Ibarrier(MPI_COMM_WORLD, &r), "barrier");
-    waitFor(r, "barrier over world");
+    check(MPI_Ibarrier(c.comm, &r), "barrier");
+    waitFor(r, "barrier over world", c.posted());
   }
 
   void progress() override {
@@ -309,6 +631,7 @@ public:
     if (now - lastProgressNs_ < kProgressIntervalNs)
       return;
     lastProgressNs_ = now;
+    w_->serveEvery(kServeComputingNs, now);
     if (!pending_.empty()) {
       reap(); // testing a send runs MPI's progress engine for everything
       return;
@@ -320,12 +643,16 @@ public:
 
   void flush() override {
     for (Pending &p : pending_)
-      waitFor(p.req, p.what + " (delivery)");
+      waitFor(p.req, p.what + " (delivery)",
+              Awaited{nullptr, 0, p.peer, p.tag});
     pending_.clear();
   }
 
 private:
   static constexpr uint64_t kProgressIntervalNs = 20000;
+  // How often a rank looks for questions: while it waits, and between ops.
+  static constexpr uint64_t kServeWaitingNs = 2000000;
+  static constexpr uint64_t kServeComputingNs = 10000000;
   uint64_t lastProgressNs_ = 0;
 
   struct MpiRecv : P2PRequest {
@@ -337,6 +664,17 @@ private:
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<uint8_t> data;
     std::string what;
+    int peer = -1;
+    int64_t tag = 0;
+  };
+  /// A group's communicator and the number of collectives posted on it
+  /// (the witness's counter, which outlives this communicator).
+  struct GroupComm {
+    MPI_Comm comm = MPI_COMM_NULL;
+    const std::vector<int> *members = nullptr;
+    uint64_t *entered = nullptr;
+    /// Counts one more collective posted; what a wait for it waits for.
+    Awaited posted() { return {members, ++*entered, -1, 0}; }
   };
 
   static int asInt(int64_t n) {
@@ -361,36 +699,192 @@ private:
     }
   }
 
-  /// Polls `r` until complete; Error after the timeout.
-  void waitFor(MPI_Request &r, const std::string &what,
-               MPI_Status *status = nullptr) {
+  /// How long a timed-out wait listens for the answers of the ranks it
+  /// waits for (a live rank answers within milliseconds).
+  double graceS() const { return std::min(2.0, timeoutS_ / 4); }
+
+  /// Records the timeout (the witness answers "has failed" from now on)
+  /// and throws `what (rank R): timed out after T s` + `why`.
+  [[noreturn]] void timedOut(const std::string &what, const std::string &why) {
+    w_->failed = what;
+    w_->failedGraceS = graceS();
+    fail(what, " (rank ", rank_, "): timed out after ", timeoutS_, " s", why);
+  }
+
+  static std::string silentClause(const std::vector<int> &silent, double g) {
+    return std::string(silent.size() == 1 ? "rank " : "ranks ") +
+           rankList(silent) + " did not answer within " + seconds(g) +
+           " s: stopped, hung or dead";
+  }
+
+  /// A collective timed out: asks the other members how many collectives
+  /// of the group they posted. The ranks it waits for are those that did
+  /// not reach it and did not answer (stopped, hung or dead) or are in no
+  /// communication call; members that did not reach it because they wait
+  /// themselves (for the same culprit, usually: an MPI collective can
+  /// complete on some members before others) are named after them. Only
+  /// when every absent member waits are they the ranks it waits for.
+  [[noreturn]] void collectiveTimedOut(const std::string &what,
+                                       const Awaited &a) {
+    std::vector<int> others;
+    for (int m : *a.members)
+      if (m != rank_)
+        others.push_back(m);
+    double g = graceS();
+    std::map<int, Answer> got = w_->ask(others, *a.members, {}, g);
+    std::vector<int> culprits, silent, heldUp;
+    std::vector<std::string> busy, held;
+    for (int m : others) {
+      auto it = got.find(m);
+      std::string r = "rank " + std::to_string(m) + " ";
+      if (it == got.end()) {
+        culprits.push_back(m);
+        silent.push_back(m);
+      } else if (it->second.entered >= a.seq) {
+        continue; // here (or past it)
+      } else if (it->second.state == Answer::Computing) {
+        culprits.push_back(m);
+        busy.push_back(r + it->second.activity);
+      } else {
+        heldUp.push_back(m);
+        uint64_t behind = a.seq - it->second.entered;
+        held.push_back(r + "is " + std::to_string(behind) + " collective" +
+                       (behind == 1 ? "" : "s") + " of this group behind and " +
+                       it->second.activity);
+      }
+    }
+    if (culprits.empty() && heldUp.empty())
+      timedOut(what, " with every member inside it (they all answered: MPI "
+                     "made no progress, or the ranks' plans disagree on its "
+                     "sizes)");
+    if (culprits.empty()) {
+      culprits.swap(heldUp);
+      busy.swap(held);
+    }
+    std::string why = silent.empty() ? "" : silentClause(silent, g);
+    for (const std::string &s : busy)
+      why += (why.empty() ? "" : "; ") + s;
+    std::string also;
+    if (!heldUp.empty()) {
+      also = "; rank(s) " + rankList(heldUp) +
+             " did not get here either, held up themselves: ";
+      for (size_t i = 0; i < held.size(); ++i)
+        also += (i ? "; " : "") + held[i];
+    }
+    timedOut(what, " waiting for rank(s) " + rankList(culprits) + " (" + why +
+                       ")" + also);
+  }
+
+  /// A receive (or several, waitAny) timed out: asks each sender whether
+  /// it sent the message. Not answering: stopped, hung or dead; answering
+  /// without having sent it: the rank the receive waits for (and where it
+  /// is); having sent it: the message is incomplete here.
+  [[noreturn]] void recvTimedOut(const std::vector<P2PRequest *> &reqs) {
+    auto *first = reqs.empty() ? nullptr : dynamic_cast<MpiRecv *>(reqs[0]);
+    std::string what = first ? first->what : std::string("waitAny");
+    if (reqs.size() > 1)
+      what += " and " + std::to_string(reqs.size() - 1) + " other receive(s)";
+    std::vector<int> peers;
+    std::map<int, std::vector<int64_t>> tags;
+    for (P2PRequest *r : reqs) {
+      if (!tags.count(r->peer))
+        peers.push_back(r->peer);
+      auto &t = tags[r->peer];
+      if (std::find(t.begin(), t.end(), r->tag) == t.end())
+        t.push_back(r->tag);
+    }
+    double g = graceS();
+    std::vector<std::vector<int64_t>> asked;
+    for (int p : peers)
+      asked.push_back(tags[p]);
+    std::map<int, Answer> got = w_->ask(peers, {}, asked, g);
+    std::vector<int> waitingFor, silent;
+    std::vector<std::string> clauses;
+    for (int p : peers) {
+      auto it = got.find(p);
+      if (it == got.end()) {
+        waitingFor.push_back(p);
+        silent.push_back(p);
+        continue;
+      }
+      const std::vector<int64_t> &t = tags[p];
+      std::vector<int64_t> unsent;
+      for (size_t i = 0; i < t.size(); ++i) {
+        auto r = w_->received.find({p, t[i]});
+        uint64_t mine = r == w_->received.end() ? 0 : r->second;
+        if (it->second.sent[i] <= mine)
+          unsent.push_back(t[i]);
+      }
+      std::string p_ = "rank " + std::to_string(p);
+      if (!unsent.empty()) {
+        waitingFor.push_back(p);
+        std::string which = reqs.size() == 1 ? "it" : "tag(s) ";
+        if (reqs.size() > 1)
+          for (size_t i = 0; i < unsent.size(); ++i)
+            which += (i ? "," : "") + std::to_string(unsent[i]);
+        clauses.push_back(p_ + " has not sent " + which + "; " + p_ + " " +
+                          it->second.activity);
+      } else {
+        clauses.push_back("the message from " + p_ +
+                          " is incomplete here: " + p_ + " has sent it; " +
+                          p_ + " " + it->second.activity);
+      }
+    }
+    std::string why = silent.empty() ? "" : silentClause(silent, g);
+    for (const std::string &c : clauses)
+      why += (why.empty() ? "" : "; ") + c;
+    if (waitingFor.empty())
+      timedOut(what, ": " + why);
+    timedOut(what, " waiting for rank(s) " + rankList(waitingFor) + " (" +
+                       why + ")");
+  }
+
+  /// A send's delivery timed out: asks the receiver where it is.
+  [[noreturn]] void deliveryTimedOut(const std::string &what,
+                                     const Awaited &a) {
+    double g = graceS();
+    std::map<int, Answer> got = w_->ask({a.peer}, {}, {{a.tag}}, g);
+    auto it = got.find(a.peer);
+    std::string p_ = "rank " + std::to_string(a.peer);
+    timedOut(what, " waiting for rank(s) " + std::to_string(a.peer) + " (" +
+                       (it == got.end()
+                            ? silentClause({a.peer}, g)
+                            : p_ + " has not taken it; " + p_ + " " +
+                                  it->second.activity) +
+                       ")");
+  }
+
+  /// Polls `r` until complete; Error after the timeout, naming the ranks
+  /// `a` waits for.
+  void waitFor(MPI_Request &r, const std::string &what, const Awaited &a) {
     auto start = Clock::now();
-    MPI_Status st;
+    WaitMark waiting(*w_, what, start);
     int spins = 0;
     for (;;) {
       int done = 0;
-      int rc = MPI_Test(&r, &done, &st);
+      int rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS)
         fail(what, " (rank ", rank_, "): MPI error: ", mpiError(rc));
-      if (done) {
-        if (status)
-          *status = st;
+      if (done)
         return;
-      }
-      if (++spins < 64)
+      if (++spins < 64) {
         std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(
-            spins < 1000 ? 20 : 200));
+        continue;
+      }
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(spins < 1000 ? 20 : 200));
+      w_->serveEvery(kServeWaitingNs);
       double waited =
           std::chrono::duration<double>(Clock::now() - start).count();
-      if (timeoutS_ > 0 && waited > timeoutS_)
-        fail(what, " (rank ", rank_, "): timed out after ", timeoutS_,
-             " s (a peer is dead or the ranks' plans disagree)");
+      if (timeoutS_ > 0 && waited > timeoutS_) {
+        if (a.members)
+          collectiveTimedOut(what, a);
+        deliveryTimedOut(what, a);
+      }
     }
   }
 
-  MPI_Comm commOf(const CommGroup &g, const char *what) {
+  GroupComm &commOf(const CommGroup &g, const char *what) {
     if (g.indexOf(rank_) < 0)
       fail(what, " over ", g.str(), ": rank ", rank_, " is not a member");
     for (int m : g.members)
@@ -400,9 +894,13 @@ private:
     auto it = comms_.find(g.members);
     if (it != comms_.end())
       return it->second;
+    GroupComm gc;
+    auto counter = w_->entered.emplace(g.members, 0).first;
+    gc.members = &counter->first;
+    gc.entered = &counter->second;
     if (g.size() == size_) {
-      comms_[g.members] = MPI_COMM_WORLD;
-      return MPI_COMM_WORLD;
+      gc.comm = MPI_COMM_WORLD;
+      return comms_[g.members] = gc;
     }
     MPI_Group world, sub;
     MPI_Comm_group(MPI_COMM_WORLD, &world);
@@ -418,8 +916,8 @@ private:
     MPI_Group_free(&world);
     check(rc, std::string("creating the communicator of ") + g.str());
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    comms_[g.members] = c;
-    return c;
+    gc.comm = c;
+    return comms_[g.members] = gc;
   }
 
   template <typename T>
@@ -443,7 +941,7 @@ private:
     if (n == 1)
       return;
     std::string what = "all_reduce over " + g.str();
-    MPI_Comm c = commOf(g, "all_reduce");
+    GroupComm &c = commOf(g, "all_reduce");
     int idx = g.indexOf(rank_);
     std::vector<int> cnt(n), displ(n), rcnt(n), rdispl(n);
     for (int i = 0; i < n; ++i) {
@@ -462,19 +960,21 @@ private:
     MPI_Request r;
     check(MPI_Ialltoallv(buf, cnt.data(), displ.data(), mpiType<T>(),
                          blocks.data(), rcnt.data(), rdispl.data(),
-                         mpiType<T>(), c, &r),
+                         mpiType<T>(), c.comm, &r),
           what);
-    waitFor(r, what);
+    waitFor(r, what, c.posted());
     reduceBlocks(blocks.data(), chunk.data(), myCount, n, op);
     check(MPI_Iallgatherv(chunk.data(), asInt(myCount), mpiType<T>(), buf,
-                          cnt.data(), displ.data(), mpiType<T>(), c, &r),
+                          cnt.data(), displ.data(), mpiType<T>(), c.comm, &r),
           what);
-    waitFor(r, what);
+    waitFor(r, what, c.posted());
   }
 
   int rank_ = 0, size_ = 1, tagUb_ = 32767, hostSize_ = 1;
   std::vector<bool> sameHost_; // world rank -> on this host
-  std::map<std::vector<int>, MPI_Comm> comms_;
+  std::shared_ptr<Witness> w_;
+  std::vector<int> world_;
+  std::map<std::vector<int>, GroupComm> comms_;
   std::list<Pending> pending_;
 };
 
@@ -490,14 +990,21 @@ void mapp::rt::mpiAbort(int code) {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
-  if (inited && !finalized)
-    MPI_Abort(MPI_COMM_WORLD, code);
+  if (!inited || finalized)
+    return;
+  // A rank whose wait timed out answers its peers' questions a little
+  // longer: they are likely timing out too, and name it alive, not dead.
+  if (std::shared_ptr<Witness> w = theWitness(); w && !w->failed.empty())
+    w->linger();
+  MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 void mapp::rt::mpiFinalize() {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
-  if (inited && !finalized)
+  if (inited && !finalized) {
+    theWitness().reset();
     MPI_Finalize();
+  }
 }

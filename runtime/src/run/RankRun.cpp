@@ -325,6 +325,7 @@ private:
       if (scope_)
         scope_->beginStep(s);
       exec_->setSlowCompute(slowComputeFactor(o_.inject, rank_, s));
+      stopIfInjected(o_.inject, rank_, s);
       auto t0 = std::chrono::steady_clock::now();
       StepResult r = exec_->step(batches, gradHook);
       if (r.overflow) {

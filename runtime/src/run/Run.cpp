@@ -57,12 +57,16 @@ void shareRunId(Communicator &comm, std::string &runId) {
 void checkInjections(const RunOptions &o, const Plan &plan) {
   for (const Injection &i : o.inject) {
     int r = i.kind == Injection::SlowCompute ||
-                    i.kind == Injection::MonitorSilence
+                    i.kind == Injection::MonitorSilence ||
+                    i.kind == Injection::Stop
                 ? i.rank
                 : std::max(i.src, i.dst);
     if (r >= plan.worldSize)
       fail("--inject: rank ", r, " is outside the plan's world of ",
            plan.worldSize);
+    if (i.kind == Injection::Stop && o.comm != "mpi")
+      fail("--inject stop: needs --comm=mpi (the ranks of --comm=", o.comm,
+           " are threads of one process, which would stop them all)");
   }
 }
 

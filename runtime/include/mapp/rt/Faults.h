@@ -11,9 +11,13 @@
 //   monitor-silence:rank=R            testing mapp-run --monitor: rank R
 //                                     stops sending its step summaries
 //                                     (the job itself goes on)
-// each optionally followed by ,from-step=K,to-step=L: active in steps
-// K <= step < L only (default: every step), so a run sees a link go slow and
-// recover. A link fault acts on the transfer as a slow wire would: the
+//   stop:rank=R,from-step=K           rank R's process stops itself
+//                                     (SIGSTOP) at the start of step K,
+//                                     as a hung process (testing
+//                                     --comm-timeout; --comm=mpi only)
+// each (but stop) optionally followed by ,from-step=K,to-step=L: active in
+// steps K <= step < L only (default: every step), so a run sees a link go slow
+// and recover. A link fault acts on the transfer as a slow wire would: the
 // sender goes on at once, the receiver's recv (or posted irecv) completes
 // only once the message is deliverable, so a schedule can hide the delay.
 // It is applied on the receiving side (the message carries its send time);
@@ -32,8 +36,13 @@
 namespace mapp::rt {
 
 struct Injection {
-  enum Kind { SlowCompute, LinkDelay, LinkBandwidth, MonitorSilence } kind =
-      SlowCompute;
+  enum Kind {
+    SlowCompute,
+    LinkDelay,
+    LinkBandwidth,
+    MonitorSilence,
+    Stop
+  } kind = SlowCompute;
   int rank = -1, src = -1, dst = -1;
   double factor = 1, us = 0, gbps = 0;
   int64_t fromStep = 0, toStep = -1; ///< active in [fromStep, toStep); -1: no end
@@ -48,6 +57,8 @@ Injection parseInjection(const std::string &spec);
 /// `step` (1 = none).
 double slowComputeFactor(const std::vector<Injection> &inj, int rank,
                          int64_t step);
+/// Stops this process (SIGSTOP) when a stop fault names `rank` at `step`.
+void stopIfInjected(const std::vector<Injection> &inj, int rank, int64_t step);
 /// Wraps `c` so messages to it over a faulty link (dst = c's rank) become
 /// deliverable only after the link's delay; returns `c` itself when no
 /// fault names c's rank as dst.
