@@ -289,6 +289,11 @@ size_t MappTraceWriter::drain(std::string &buf) {
       buf += trace::opName(r.op);
       buf += '"';
     }
+    if (r.phase != TracePhase::None) {
+      buf += ",\"phase\":\"";
+      buf += trace::phaseName(r.phase);
+      buf += '"';
+    }
     appendInt(buf, "b", (long long)r.beginNs);
     appendInt(buf, "e", (long long)r.endNs);
     if (r.step >= 0)
