@@ -289,11 +289,6 @@ size_t MappTraceWriter::drain(std::string &buf) {
       buf += trace::opName(r.op);
       buf += '"';
     }
-    if (r.phase != TracePhase::None) {
-      buf += ",\"phase\":\"";
-      buf += trace::phaseName(r.phase);
-      buf += '"';
-    }
     appendInt(buf, "b", (long long)r.beginNs);
     appendInt(buf, "e", (long long)r.endNs);
     if (r.step >= 0)
@@ -332,6 +327,11 @@ size_t MappTraceWriter::drain(std::string &buf) {
     if (r.stream[0]) {
       buf += ",\"stream\":";
       appendEscaped(buf, r.stream);
+    }
+    if (r.phase != TracePhase::None) {
+      buf += ",\"phase\":\"";
+      buf += trace::phaseName(r.phase);
+      buf += '"';
     }
     buf += "}\n";
     slot.seq.store(tail + mask + 1, std::memory_order_release);
