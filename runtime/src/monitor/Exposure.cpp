@@ -2,7 +2,6 @@
 #include "mapp/monitor/Exposure.h"
 
 #include <algorithm>
-#include <map>
 
 using namespace mapp::monitor;
 
@@ -53,26 +52,32 @@ uint32_t mapp::monitor::trackOf(const char *stream) {
 std::vector<char>
 mapp::monitor::regionsOf(const std::vector<ExposureEvent> &ev) {
   std::vector<char> region(ev.size(), 0);
-  std::map<uint32_t, std::vector<size_t>> byTrack;
+  // By track, then outer before inner: by begin, the longer first.
+  std::vector<size_t> idx(ev.size());
   for (size_t i = 0; i < ev.size(); ++i)
-    byTrack[ev[i].track].push_back(i);
-  for (auto &[track, idx] : byTrack) {
-    // Outer before inner: by begin, the longer first at equal begins.
-    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-      return ev[a].b < ev[b].b || (ev[a].b == ev[b].b && ev[a].e > ev[b].e) ||
-             (ev[a].b == ev[b].b && ev[a].e == ev[b].e && a < b);
-    });
-    for (size_t k = 0; k < idx.size(); ++k) {
-      const ExposureEvent &outer = ev[idx[k]];
-      bool compute = outer.commClass < 0;
-      for (size_t n = k + 1; n < idx.size() && ev[idx[n]].b < outer.e; ++n) {
-        const ExposureEvent &inner = ev[idx[n]];
-        if (inner.e > outer.e)
-          continue; // overlaps, not inside
-        if (compute || inner.commClass >= 0) {
-          region[idx[k]] = 1;
-          break;
-        }
+    idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    const ExposureEvent &x = ev[a], &y = ev[b];
+    if (x.track != y.track)
+      return x.track < y.track;
+    if (x.b != y.b)
+      return x.b < y.b;
+    if (x.e != y.e)
+      return x.e > y.e;
+    return a < b;
+  });
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const ExposureEvent &outer = ev[idx[k]];
+    bool compute = outer.commClass < 0;
+    for (size_t n = k + 1; n < idx.size() && ev[idx[n]].track == outer.track &&
+                           ev[idx[n]].b < outer.e;
+         ++n) {
+      const ExposureEvent &inner = ev[idx[n]];
+      if (inner.e > outer.e)
+        continue; // overlaps, not inside
+      if (compute || inner.commClass >= 0) {
+        region[idx[k]] = 1;
+        break;
       }
     }
   }
