@@ -191,6 +191,9 @@ const char *kClassColors[] = {"#4e79a7", "#f28e2b", "#e15759",
 std::string exposureSvg(const ScanResult &s) {
   namespace mon = mapp::monitor;
   const ExposureAnalysis &a = s.exposure;
+  if (a.ranks.size() > 256)
+    return "<p>World too large for a bar per rank; see report.json's "
+           "exposed_comm.</p>";
   double steps = std::max<size_t>(1, a.stepIds.size()), maxv = 1e-9;
   for (const RankExposure &r : a.ranks)
     maxv = std::max(maxv, r.commNs / steps * 1e-6);
@@ -298,9 +301,12 @@ std::string classStatsHtml(const ScanResult &s) {
   for (const ClassStats &c : s.classes) {
     double slowest = 0;
     std::string per;
+    const bool all = c.ranks.size() <= 64; // else the slowest rank only
     for (const RankClassStats &r : c.ranks) {
       if (r.rank == c.slowestRank)
         slowest = r.perStepNs;
+      if (!all && r.rank != c.slowestRank)
+        continue;
       per += (r.rank == c.slowestRank ? "<b>" : std::string()) +
              std::to_string(r.rank) +
              f(": %.3f / %.3f / %.3f / %.3f", r.minNs * 1e-6, r.meanNs * 1e-6,
