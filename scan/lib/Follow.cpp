@@ -127,6 +127,9 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
                         static_cast<int>(num(j, "dp", 0)),
                         static_cast<int>(num(j, "pp", 0)),
                         j.value("host", ""));
+      t.sum.setLayout(static_cast<int>(num(j, "tp_size", 0)),
+                      static_cast<int>(num(j, "dp_size", 0)),
+                      static_cast<int>(num(j, "pp_size", 0)));
       return true;
     }
     if (!t.header)
@@ -163,6 +166,8 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
           static_cast<uint64_t>(std::max<int64_t>(0, num(j, "pending", 0)));
       e.arrivalExact = false;
     }
+    std::string stream = j.value("stream", "");
+    e.track = monitor::trackOf(stream.c_str());
     // Events come in step order per rank: a later step closes the earlier.
     if (e.step > t.lastStep + 1) {
       for (int s : t.sum.openSteps())
@@ -259,6 +264,7 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
       out.alerts = log->written();
       out.complete = allEnded;
       out.peakMemoryBytes = std::max(out.peakMemoryBytes, diag->memoryBytes());
+      out.exposure = monitor::exposureText(diag->exposure());
       return true;
     }
     if (!grew)

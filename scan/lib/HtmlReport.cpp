@@ -182,6 +182,148 @@ std::string timelineSvg(const ScanResult &s) {
   }
   return o + marks + "</svg>";
 }
+const char *kClassColors[] = {"#4e79a7", "#f28e2b", "#e15759",
+                              "#76b7b2", "#59a14f", "#edc948",
+                              "#b07aa1", "#ff9da7", "#9c755f"};
+
+// Per rank: exposed communication per class (stacked, ms per step), and the
+// hidden rest of its communication as a grey tail.
+std::string exposureSvg(const ScanResult &s) {
+  namespace mon = mapp::monitor;
+  const ExposureAnalysis &a = s.exposure;
+  if (a.ranks.size() > 256)
+    return "<p>World too large for a bar per rank; see report.json's "
+           "exposed_comm.</p>";
+  double steps = std::max<size_t>(1, a.stepIds.size()), maxv = 1e-9;
+  for (const RankExposure &r : a.ranks)
+    maxv = std::max(maxv, r.commNs / steps * 1e-6);
+  int barH = 14, W = 640, left = 120;
+  int H = a.ranks.size() * (barH + 4) + 60;
+  std::string o = "<svg width=\"" + std::to_string(W + left + 20) +
+                  "\" height=\"" + std::to_string(H) + "\">";
+  for (size_t i = 0; i < a.ranks.size(); ++i) {
+    const RankExposure &r = a.ranks[i];
+    int y = 10 + i * (barH + 4);
+    double x = left;
+    o += "<text x=\"4\" y=\"" + std::to_string(y + 11) + "\">" +
+         std::to_string(r.rank) + " " + h(s.trace.rankLabel(r.rank)) +
+         "</text>";
+    for (int c = 0; c < mon::kCommClasses; ++c) {
+      double ms = r.cls[c].exposedNs / steps * 1e-6, w = ms / maxv * W;
+      if (w <= 0)
+        continue;
+      o += "<rect x=\"" + f("%.1f", x) + "\" y=\"" + std::to_string(y) +
+           "\" width=\"" + f("%.1f", w) + "\" height=\"" +
+           std::to_string(barH) + "\" fill=\"" + kClassColors[c] +
+           "\"><title>" + mon::commClassName(c) + f(" exposed %.3f ms", ms) +
+           "</title></rect>";
+      x += w;
+    }
+    double hidden = (r.commNs - r.exposedNs) / steps * 1e-6;
+    if (hidden > 0)
+      o += "<rect x=\"" + f("%.1f", x) + "\" y=\"" + std::to_string(y) +
+           "\" width=\"" + f("%.1f", hidden / maxv * W) + "\" height=\"" +
+           std::to_string(barH) + "\" fill=\"#ddd\"><title>" +
+           f("hidden %.3f ms", hidden) + "</title></rect>";
+  }
+  int lx = left, ly = H - 40;
+  for (int c = 0; c <= mon::kCommClasses; ++c) {
+    const char *name = c < mon::kCommClasses ? mon::commClassName(c) : "hidden";
+    const char *col = c < mon::kCommClasses ? kClassColors[c] : "#ddd";
+    o += "<rect x=\"" + std::to_string(lx) + "\" y=\"" + std::to_string(ly) +
+         "\" width=\"12\" height=\"12\" fill=\"" + col + "\"/><text x=\"" +
+         std::to_string(lx + 16) + "\" y=\"" + std::to_string(ly + 10) +
+         "\">" + name + "</text>";
+    lx += 110;
+    if (lx > left + W - 100) {
+      lx = left;
+      ly += 18;
+    }
+  }
+  return o + "</svg>";
+}
+
+std::string exposureTables(const ScanResult &s) {
+  namespace mon = mapp::monitor;
+  const ExposureAnalysis &a = s.exposure;
+  double steps = std::max<size_t>(1, a.stepIds.size());
+  double world = std::max(1, s.trace.world);
+  std::string o = "<table><tr><th>class</th><th>exposed (ms/step, mean "
+                  "rank)</th><th>communication</th><th>hidden</th><th>most "
+                  "exposed rank</th></tr>";
+  for (int c = 0; c < mon::kCommClasses; ++c) {
+    double exposed = 0, comm = 0, most = -1;
+    int mostRank = -1;
+    for (const RankExposure &r : a.ranks) {
+      exposed += r.cls[c].exposedNs;
+      comm += r.cls[c].commNs;
+      if (r.cls[c].events && r.cls[c].exposedNs > most) {
+        most = r.cls[c].exposedNs;
+        mostRank = r.rank;
+      }
+    }
+    if (mostRank < 0)
+      continue;
+    o += std::string("<tr><td>") + mon::commClassName(c) + "</td><td>" +
+         f("%.3f", exposed / world / steps * 1e-6) + "</td><td>" +
+         f("%.3f", comm / world / steps * 1e-6) + "</td><td>" +
+         f("%.0f%%", comm > 0 ? 100 * (1 - exposed / comm) : 0.0) +
+         "</td><td>" + std::to_string(mostRank) +
+         f(" (%.3f ms)", most / steps * 1e-6) + "</td></tr>";
+  }
+  o += "</table><h3>Critical path per step (ms)</h3><table><tr><th>step"
+       "</th><th>step time</th><th>compute</th><th>communication</th><th>"
+       "other</th><th>ended on rank</th></tr>";
+  for (const CriticalPathStep &p : a.path) {
+    std::string comm = f("%.3f", p.totalCommNs() * 1e-6);
+    std::string parts;
+    for (int c = 0; c < mon::kCommClasses; ++c)
+      if (p.commNs[c] > 0)
+        parts += std::string(parts.empty() ? "" : ", ") +
+                 mon::commClassName(c) + f(" %.3f", p.commNs[c] * 1e-6);
+    o += "<tr><td>" + std::to_string(p.step) + "</td><td>" +
+         f("%.3f", p.stepNs * 1e-6) + "</td><td>" +
+         f("%.3f", p.computeNs * 1e-6) + "</td><td>" + comm +
+         (parts.empty() ? "" : " (" + parts + ")") + "</td><td>" +
+         f("%.3f", p.otherNs * 1e-6) + "</td><td>" +
+         std::to_string(p.endRank) + "</td></tr>";
+  }
+  return o + "</table>";
+}
+
+// Per class: the slowest rank, and each rank's min/mean/p95/max per event.
+std::string classStatsHtml(const ScanResult &s) {
+  if (s.classes.empty())
+    return "<p>No events.</p>";
+  std::string o = "<table><tr><th>class</th><th>slowest rank</th><th>ms/step"
+                  " (x median rank)</th><th>waited for</th><th>per rank: "
+                  "min / mean / p95 / max per event (ms)</th></tr>";
+  for (const ClassStats &c : s.classes) {
+    double slowest = 0;
+    std::string per;
+    const bool all = c.ranks.size() <= 64; // else the slowest rank only
+    for (const RankClassStats &r : c.ranks) {
+      if (r.rank == c.slowestRank)
+        slowest = r.perStepNs;
+      if (!all && r.rank != c.slowestRank)
+        continue;
+      per += (r.rank == c.slowestRank ? "<b>" : std::string()) +
+             std::to_string(r.rank) +
+             f(": %.3f / %.3f / %.3f / %.3f", r.minNs * 1e-6, r.meanNs * 1e-6,
+               r.p95Ns * 1e-6, r.maxNs * 1e-6) +
+             (r.rank == c.slowestRank ? "</b>" : "") + "<br>";
+    }
+    o += "<tr><td>" + h(c.name) + "</td><td>" +
+         std::to_string(c.slowestRank) + " " +
+         h(s.trace.rankLabel(c.slowestRank)) + "</td><td>" +
+         f("%.3f (%.2fx)", slowest * 1e-6, c.slowestRatio) + "</td><td>" +
+         (c.lateRank >= 0 ? std::to_string(c.lateRank) +
+                                f(" (%.3f ms/step)", c.lateNsPerStep * 1e-6)
+                          : std::string("")) +
+         "</td><td>" + per + "</td></tr>";
+  }
+  return o + "</table>";
+}
 } // namespace
 
 bool mapp::scan::writeHtmlReport(const ScanResult &s, const std::string &path,
@@ -218,6 +360,11 @@ bool mapp::scan::writeHtmlReport(const ScanResult &s, const std::string &path,
     o += "</table>";
   }
   o += "<h2>Per-rank time per step (ms)</h2>" + breakdownSvg(s);
+  o += "<h2>Exposed communication (ms per step)</h2><p>Time in a "
+       "communication event with none of the rank's compute beside it; "
+       "grey: the rest, hidden behind compute.</p>" +
+       exposureSvg(s) + exposureTables(s);
+  o += "<h2>Per-rank statistics per event class</h2>" + classStatsHtml(s);
   o += "<h2>Link bandwidth</h2>" + heatmapSvg(s);
   o += "<h2>Evidence on the timeline</h2>" + timelineSvg(s);
   if (s.haveWhatIf) {

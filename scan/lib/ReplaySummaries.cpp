@@ -37,6 +37,7 @@ bool mapp::scan::replaySummaries(const std::vector<StepSummary> &records,
   for (monitor::Alert &a : d.finish())
     out.alerts.push_back(std::move(a));
   out.totalS = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.exposure = monitor::exposureText(d.exposure());
   out.world = world;
   out.steps = static_cast<int>(stepMs.size());
   out.maxStepMs = *std::max_element(stepMs.begin(), stepMs.end());

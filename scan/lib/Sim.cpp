@@ -31,9 +31,31 @@ double mapp::scan::hashNormal(uint64_t seed, uint64_t a, uint64_t b) {
   return std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
+const std::string &SimJob::streamOf(size_t program) const {
+  static const std::string first;
+  return program < static_cast<size_t>(world) ? first
+                                              : streamName[program - world];
+}
+
+std::vector<size_t> SimJob::programsOf(int r) const {
+  std::vector<size_t> p{static_cast<size_t>(r)};
+  for (size_t k = 0; k < streamOwner.size(); ++k)
+    if (streamOwner[k] == r)
+      p.push_back(world + k);
+  return p;
+}
+
+std::vector<std::pair<size_t, size_t>> SimJob::opsOf(int r) const {
+  std::vector<std::pair<size_t, size_t>> ops;
+  for (size_t p : programsOf(r))
+    for (size_t i = 0; i < programs[p].size(); ++i)
+      ops.push_back({p, i});
+  return ops;
+}
+
 bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
                         std::string *error) {
-  int R = job.world;
+  int R = static_cast<int>(job.programs.size()); // ranks and their streams
   out.ops.assign(R, {});
   for (int r = 0; r < R; ++r)
     out.ops[r].resize(job.programs[r].size());
@@ -67,8 +89,10 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
           end = start + op.durNs;
         } else if (op.kind == SimOp::Send) {
           double &free = linkFree[{r, op.peer}];
-          double xfer =
-              op.xferNs >= 0 ? op.xferNs : net.p2p(r, op.peer, op.bytes);
+          double xfer = op.streamSync ? 0
+                        : op.xferNs >= 0
+                            ? op.xferNs
+                            : net.p2p(r, op.peer, op.bytes);
           if (op.async) {
             double latency = op.xferNs >= 0 ? 0 : net.p2p(r, op.peer, 0);
             inflight[{r, op.peer, op.tag}].push_back(
@@ -123,7 +147,9 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
         if (pc[r] < job.programs[r].size()) {
           const SimOp &op = job.programs[r][pc[r]];
           msg +=
-              "\n  rank " + std::to_string(r) + " at op " +
+              "\n  rank " + std::to_string(job.ownerOf(r)) +
+              (job.streamOf(r).empty() ? "" : " stream " + job.streamOf(r)) +
+              " at op " +
               std::to_string(pc[r]) + " '" + op.name + "' (" +
               (op.kind == SimOp::Recv ? "recv from " + std::to_string(op.peer) +
                                             " tag " + std::to_string(op.tag)
@@ -143,7 +169,7 @@ std::vector<double> mapp::scan::stepTimesNs(const SimJob &job,
                                             const SimTimes &times) {
   std::map<int, double> lastEnd;
   double first = 1e300;
-  for (int r = 0; r < job.world; ++r)
+  for (size_t r = 0; r < job.programs.size(); ++r)
     for (size_t i = 0; i < job.programs[r].size(); ++i) {
       const SimOp &op = job.programs[r][i];
       first = std::min(first, times.ops[r][i].first);
@@ -180,6 +206,75 @@ std::vector<SimClock> mapp::scan::makeClocks(const SimConfig &c) {
   return out;
 }
 
+nlohmann::json mapp::scan::simExposureTruth(const SimJob &job,
+                                            const SimTimes &times) {
+  namespace mon = mapp::monitor;
+  std::set<int> steps;
+  for (const auto &prog : job.programs)
+    for (const SimOp &op : prog)
+      if (op.step >= 0)
+        steps.insert(op.step);
+  double n = std::max<size_t>(1, steps.size());
+  int stage = std::max(1, job.tp * job.dp);
+  nlohmann::json ranks = nlohmann::json::array();
+  double sumExposed = 0, sumComm = 0;
+  for (int r = 0; r < job.world; ++r) {
+    // The engine's true times of every op of the rank, on all its streams.
+    std::vector<mon::ExposureEvent> ev;
+    std::vector<int> stepOf;
+    for (size_t p : job.programsOf(r))
+      for (size_t i = 0; i < job.programs[p].size(); ++i) {
+        const SimOp &op = job.programs[p][i];
+        if (op.streamSync)
+          continue;
+        mon::ExposureEvent x;
+        x.b = times.ops[p][i].first;
+        x.e = times.ops[p][i].second;
+        x.track = mon::trackOf(job.streamOf(p).c_str());
+        if (op.kind == SimOp::Coll)
+          x.commClass = mon::commClassOfGroupKind(job.groups[op.group].kind);
+        else if (op.kind == SimOp::Send || op.kind == SimOp::Recv) {
+          int peer = job.ownerOf(op.peer);
+          int a = op.kind == SimOp::Send ? r : peer;
+          int b = op.kind == SimOp::Send ? peer : r;
+          x.commClass = mon::p2pClass(a / stage, b / stage, job.pp);
+        }
+        ev.push_back(x);
+        stepOf.push_back(op.step);
+      }
+    std::vector<double> exposed = mon::exposedTimes(ev);
+    double cls[mon::kCommClasses] = {}, comm[mon::kCommClasses] = {};
+    for (size_t i = 0; i < ev.size(); ++i) {
+      if (exposed[i] < 0 || stepOf[i] < 0)
+        continue;
+      cls[ev[i].commClass] += exposed[i];
+      comm[ev[i].commClass] += ev[i].e - ev[i].b;
+    }
+    nlohmann::json classes = nlohmann::json::object();
+    double rankExposed = 0, rankComm = 0;
+    for (int c = 0; c < mon::kCommClasses; ++c) {
+      if (comm[c] <= 0)
+        continue;
+      classes[mon::commClassName(c)] = {
+          {"exposed_ms_per_step", cls[c] / n * 1e-6},
+          {"comm_ms_per_step", comm[c] / n * 1e-6}};
+      rankExposed += cls[c];
+      rankComm += comm[c];
+    }
+    ranks.push_back({{"rank", r},
+                     {"exposed_ms_per_step", rankExposed / n * 1e-6},
+                     {"comm_ms_per_step", rankComm / n * 1e-6},
+                     {"classes", classes}});
+    sumExposed += rankExposed;
+    sumComm += rankComm;
+  }
+  double world = std::max(1, job.world);
+  return {{"steps", steps.size()},
+          {"exposed_ms_per_step", sumExposed / world / n * 1e-6},
+          {"comm_ms_per_step", sumComm / world / n * 1e-6},
+          {"ranks", ranks}};
+}
+
 bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
                                 const SimJob &job, const SimTimes &times,
                                 std::string *error) {
@@ -214,40 +309,55 @@ bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
     h.monoStartNs = local(0);
     h.wallStartNs = (uint64_t)(wall0 + k.wallErrorNs);
     h.runId = runId;
-    auto w =
-        mapp::MappTraceWriter::open(dir, h, error, job.programs[r].size() + 64);
+    // In time order over the rank's streams, as a recorder appends them
+    // (mapp-scan --follow takes a later step's event as the end of a step).
+    std::vector<std::pair<size_t, size_t>> ops = job.opsOf(r);
+    std::stable_sort(ops.begin(), ops.end(), [&](auto x, auto y) {
+      return times.ops[x.first][x.second].first <
+             times.ops[y.first][y.second].first;
+    });
+    auto w = mapp::MappTraceWriter::open(dir, h, error, ops.size() + 64);
     if (!w)
       return false;
     w->setBlockWhenFull(true);
     std::map<int, int> localGroup;
-    for (size_t i = 0; i < job.programs[r].size(); ++i) {
-      const SimOp &op = job.programs[r][i];
+    for (auto [p, i] : ops) { // every stream of the rank
+      const SimOp &op = job.programs[p][i];
+      if (op.streamSync)
+        continue; // a wait between the rank's streams, not an event
       mapp::TraceRecord rec;
       rec.setName(op.name.c_str());
+      if (!job.streamOf(p).empty())
+        rec.setStream(job.streamOf(p).c_str());
       rec.cat = (mapp::TraceCategory)op.cat;
       rec.op = (mapp::TraceOp)op.op;
+      rec.phase = op.phase;
       rec.step = op.step;
       rec.microbatch = op.mb;
       rec.layer = op.layer;
       rec.chunk = op.chunk;
       rec.bytes = op.bytes;
       if (op.kind == SimOp::Send || op.kind == SimOp::Recv) {
-        rec.peer = op.peer;
+        rec.peer = job.ownerOf(op.peer);
         rec.tag = op.tag;
       }
       if (op.kind == SimOp::Coll) {
         auto it = localGroup.find(op.group);
-        if (it == localGroup.end())
+        if (it == localGroup.end()) {
+          std::vector<int> members; // ranks, not their streams' programs
+          for (int m : job.groups[op.group].members)
+            members.push_back(job.ownerOf(m));
           it = localGroup
                    .emplace(op.group,
                             w->registerGroup(job.groups[op.group].kind,
-                                             job.groups[op.group].members))
+                                             members))
                    .first;
+        }
         rec.group = it->second;
         rec.seq = op.seq;
       }
-      rec.beginNs = local(times.ops[r][i].first);
-      rec.endNs = local(times.ops[r][i].second);
+      rec.beginNs = local(times.ops[p][i].first);
+      rec.endNs = local(times.ops[p][i].second);
       w->append(rec);
     }
     w->close();
@@ -269,6 +379,7 @@ bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
     sum += s;
   }
   truth["mean_step_ms"] = st.empty() ? 0.0 : sum / st.size() * 1e-6;
+  truth["exposed_comm"] = simExposureTruth(job, times);
   std::ofstream out(dir + "/sim-truth.json");
   out << truth.dump(1) << "\n";
   if (!out) {

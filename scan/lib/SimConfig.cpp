@@ -121,6 +121,7 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
                                               "tp_allreduce_bytes",
                                               "dp_allreduce_bytes",
                                               "grad_norm_allreduce",
+                                              "overlap_grad_reduce",
                                               "network",
                                               "clock",
                                               "jitter",
@@ -154,6 +155,7 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
     c.tpAllreduceBytes = j.value("tp_allreduce_bytes", (uint64_t)0);
     c.dpAllreduceBytes = j.value("dp_allreduce_bytes", (uint64_t)0);
     c.gradNormAllreduce = j.value("grad_norm_allreduce", true);
+    c.overlapGradReduce = j.value("overlap_grad_reduce", false);
     if (j.contains("network")) {
       const json &n = j["network"];
       c.gpusPerNode = n.value("gpus_per_node", 0);
@@ -262,6 +264,7 @@ struct Builder {
   int R;
   std::map<std::string, int> groupIds;
   std::vector<std::map<int, int64_t>> seqs; // per rank: group -> next seq
+  Phase phase = Phase::None; // of the ops base() makes (the task's pass)
 
   int rankOf(int t, int d, int p) const { return t + c.tp * (d + c.dp * p); }
 
@@ -286,6 +289,7 @@ struct Builder {
     op.mb = mb;
     op.layer = layer;
     op.chunk = chunk;
+    op.phase = phase;
     return op;
   }
 
@@ -324,6 +328,12 @@ struct Builder {
 
   // One forward or backward task of (chunk, mb) on rank r.
   void task(int r, int step, int chunk, int mb, bool fwd) {
+    phase = fwd ? Phase::Forward : Phase::Backward;
+    taskOps(r, step, chunk, mb, fwd);
+    phase = Phase::None;
+  }
+
+  void taskOps(int r, int step, int chunk, int mb, bool fwd) {
     int t = r % c.tp, d = (r / c.tp) % c.dp, s = r / (c.tp * c.dp);
     int V = c.pp * c.chunks, vs = chunk * c.pp + s;
     int lv = c.layers / V;
@@ -378,6 +388,8 @@ struct Builder {
       if (tpg >= 0)
         coll(r, base("bwd.attn.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
              c.tpAllreduceBytes);
+      if (c.overlapGradReduce && c.dp > 1 && mb == M - 1)
+        gradBucket(r, step, chunk, l, lv);
     }
     if (vs != 0)
       p2p(r, base("send.bwd", Cat::Comm, step, mb, -1, chunk), true, prev,
@@ -385,6 +397,37 @@ struct Builder {
     else if (c.embeddingUs > 0)
       compute(r, base("bwd.embedding", Cat::Compute, step, mb, -1, chunk),
               c.embeddingUs * 1e3);
+  }
+
+  // Overlapped gradient reduction: the layer's gradients are complete after
+  // the last microbatch's backward of it; the rank's communication stream
+  // (program R + r) all-reduces them over its DP peers' streams while the
+  // compute stream goes on.
+  void gradBucket(int r, int step, int chunk, int layer, int layersPerChunk) {
+    int t = r % c.tp, s = r / (c.tp * c.dp);
+    std::vector<int> m;
+    for (int dd = 0; dd < c.dp; ++dd)
+      m.push_back(R + rankOf(t, dd, s));
+    streamSignal(r, R + r, step);
+    SimOp op = base("grad.allreduce", Cat::Comm, step, -1, layer, chunk);
+    op.phase = Phase::None;
+    coll(R + r, op, group("dp", m),
+         c.dpAllreduceBytes / (c.chunks * layersPerChunk));
+  }
+
+  // Program `to` waits here until `from` reaches this point.
+  void streamSignal(int from, int to, int step) {
+    SimOp s = base("stream.signal", Cat::Comm, step, -1, -1, -1);
+    s.kind = SimOp::Send;
+    s.op = Op::Send;
+    s.peer = to;
+    s.tag = 0;
+    s.streamSync = true;
+    job.programs[from].push_back(s);
+    s.kind = SimOp::Recv;
+    s.op = Op::Recv;
+    s.peer = from;
+    job.programs[to].push_back(s);
   }
 
   std::vector<int> tpMembers(int d, int s) const {
@@ -448,14 +491,23 @@ bool mapp::scan::buildSimJob(const SimConfig &c, SimJob &job,
   job.tp = c.tp;
   job.pp = c.pp;
   job.dp = c.dp;
-  job.programs.assign(R, {});
-  Builder b{c, job, R, {}, std::vector<std::map<int, int64_t>>(R)};
+  // With overlapped gradient reduction each rank has a communication
+  // stream: program R + r.
+  int programs = c.overlapGradReduce && c.dp > 1 ? 2 * R : R;
+  job.programs.assign(programs, {});
+  for (int r = 0; R + r < programs; ++r) {
+    job.streamOwner.push_back(r);
+    job.streamName.push_back("comm");
+  }
+  Builder b{c, job, R, {}, std::vector<std::map<int, int64_t>>(programs)};
   for (int step = 0; step < c.steps; ++step)
     for (int r = 0; r < R; ++r) {
       int t = r % c.tp, d = (r / c.tp) % c.dp, s = r / (c.tp * c.dp);
       for (auto [fwd, ch, mb] : b.order(s))
         b.task(r, step, ch, mb, fwd);
-      if (c.dp > 1) {
+      if (c.dp > 1 && c.overlapGradReduce) {
+        b.streamSignal(R + r, r, step); // the update waits for the buckets
+      } else if (c.dp > 1) {
         std::vector<int> m;
         for (int dd = 0; dd < c.dp; ++dd)
           m.push_back(b.rankOf(t, dd, s));

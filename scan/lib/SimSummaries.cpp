@@ -34,11 +34,11 @@ bool mapp::scan::simSummaries(const SimConfig &c, const SimJob &job,
   };
   std::map<std::tuple<int, int, int64_t>, std::deque<SendTimes>> sends;
   int steps = 0;
-  for (int r = 0; r < job.world; ++r)
+  for (int r = 0; r < static_cast<int>(job.programs.size()); ++r)
     for (size_t i = 0; i < job.programs[r].size(); ++i) {
       const SimOp &op = job.programs[r][i];
       steps = std::max(steps, op.step + 1);
-      if (op.kind == SimOp::Send)
+      if (op.kind == SimOp::Send && !op.streamSync)
         sends[{r, op.peer, op.tag}].push_back(
             {times.ops[r][i].first, times.ops[r][i].second, op.async});
     }
@@ -50,21 +50,25 @@ bool mapp::scan::simSummaries(const SimConfig &c, const SimJob &job,
                     "sim-node" + std::to_string(r / gpn));
     for (size_t g = 0; g < job.groups.size(); ++g)
       sum.setGroupKind(static_cast<int>(g), job.groups[g].kind);
-    for (size_t i = 0; i < job.programs[r].size(); ++i) {
-      const SimOp &op = job.programs[r][i];
-      auto [b, e] = times.ops[r][i];
+    sum.setLayout(c.tp, c.dp, c.pp);
+    for (auto [p, i] : job.opsOf(r)) { // every stream of the rank
+      const SimOp &op = job.programs[p][i];
+      if (op.streamSync)
+        continue; // a wait between the rank's streams, not an event
+      auto [b, e] = times.ops[p][i];
       SummaryEvent ev;
+      ev.track = mapp::monitor::trackOf(job.streamOf(p).c_str());
       ev.name = op.name.c_str();
       ev.step = op.step;
       ev.cat = op.cat;
       ev.op = op.op;
       ev.group = op.kind == SimOp::Coll ? op.group : -1;
-      ev.peer = op.peer;
+      ev.peer = op.peer < 0 ? -1 : job.ownerOf(op.peer);
       ev.bytes = op.bytes;
       ev.beginNs = static_cast<uint64_t>(b);
       ev.endNs = static_cast<uint64_t>(e);
       if (op.kind == SimOp::Recv) {
-        auto &q = sends[{op.peer, r, op.tag}];
+        auto &q = sends[{op.peer, static_cast<int>(p), op.tag}];
         if (q.empty()) {
           if (error)
             *error = "simSummaries: recv of rank " + std::to_string(r) +

@@ -130,6 +130,9 @@ void parseEvent(const json &j, Event &e) {
   std::string op = getStr(j, "op", false);
   if (!parseOp(op, e.op))
     throw LineError{"unknown op '" + op + "'"};
+  std::string phase = getStr(j, "phase", false);
+  if (!mapp::trace::parsePhase(phase, e.phase))
+    throw LineError{"unknown phase '" + phase + "'"};
   e.b = getInt(j, "b", 0, true);
   e.e = getInt(j, "e", 0, true);
   if (e.e < e.b)

@@ -177,6 +177,27 @@ def test_follow_matches_in_run_monitor(plan, tmp_path):
                 for x in alerts(follow_out)]
     assert live == followed, (live, followed)
     assert live[0][0] == "slow-rank" and live[0][2] == 2 and live[0][3] <= 13
+    # Exposed communication: the monitor's summaries and --follow's say
+    # the same, and mapp-scan's whole-trace figure (same events, one host
+    # clock) agrees per class.
+    def exposed(text, tag):
+        line = [l for l in text.splitlines() if tag in l]
+        assert line, text
+        return line[0].split(tag, 1)[1]
+    live_x = exposed(r.stderr, "mapp-run: monitor: exposed communication")
+    assert live_x == exposed(err, "mapp-scan --follow: exposed communication")
+    s = subprocess.run([MAPP_SCAN, str(tr), "--report", str(tmp_path / "r.json"),
+                        "-q", "--allow-inconsistent"],
+                       capture_output=True, text=True, timeout=120)
+    assert s.returncode == 0, s.stderr
+    scan = json.loads((tmp_path / "r.json").read_text())["exposed_comm"]
+    per_rank = float(live_x.split()[0])
+    assert abs(scan["exposed_ms_per_step"] - per_rank) <= 0.02 * per_rank, \
+        (scan["exposed_ms_per_step"], live_x)
+    for c, v in scan["by_class"].items():
+        monitor_ms = float(live_x.split(" " + c + " ")[1].split(",")[0].split(";")[0])
+        assert abs(v["exposed_ms_per_step"] - monitor_ms) <= \
+            0.02 * per_rank, (c, v, live_x)
 
 
 @pytest.mark.skipif(not MAPP_SCAN, reason="mapp-scan not built")

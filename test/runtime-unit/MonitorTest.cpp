@@ -185,3 +185,102 @@ TEST(Monitor, AlertLogRefusesUnwritablePath) {
 }
 
 } // namespace
+
+// Exposed communication in a step summary (mapp/monitor/Exposure.h), known
+// in closed form: rank 5 of tp2 pp2 dp2 (stage 1). Host thread: recv from
+// stage 0 (forward) 0-100, compute 100-400, tp all-reduce 400-450, an
+// `optimizer` region 450-700 around a world all-reduce 450-500 and adamw
+// 500-700, send to stage 0 (backward) 700-720. Stream "comm": a dp
+// all-reduce 300-600, beside compute 300-400 and adamw 500-600.
+TEST(Monitor, SummaryExposedCommunicationPerClass) {
+  using mapp::trace::Category;
+  using mapp::trace::Op;
+  Summarizer sum;
+  sum.setIdentity(5, 1, 0, 1, "h");
+  sum.setLayout(2, 2, 2);
+  sum.setGroupKind(0, "tp");
+  sum.setGroupKind(1, "dp");
+  sum.setGroupKind(2, "world");
+  auto ev = [&](Category cat, Op op, int group, int peer, uint64_t b,
+                uint64_t e, const char *stream = "") {
+    SummaryEvent x;
+    x.name = "x";
+    x.step = 3;
+    x.cat = cat;
+    x.op = op;
+    x.group = group;
+    x.peer = peer;
+    x.beginNs = 1000 * b;
+    x.endNs = 1000 * e;
+    x.track = trackOf(stream);
+    sum.add(x);
+  };
+  ev(Category::Comm, Op::Recv, -1, 1, 0, 100);
+  ev(Category::Compute, Op::None, -1, -1, 100, 400);
+  ev(Category::Comm, Op::AllReduce, 0, -1, 400, 450);
+  ev(Category::Optimizer, Op::None, -1, -1, 450, 700); // region
+  ev(Category::Comm, Op::AllReduce, 2, -1, 450, 500);
+  ev(Category::Optimizer, Op::None, -1, -1, 500, 700);
+  ev(Category::Comm, Op::Send, -1, 1, 700, 720);
+  ev(Category::Comm, Op::AllReduce, 1, -1, 300, 600, "comm");
+  StepSummary s = sum.take(3);
+  EXPECT_FLOAT_EQ(s.exposedNs[CommP2pForward], 100e3);
+  EXPECT_FLOAT_EQ(s.exposedNs[CommTp], 50e3);
+  // The region is not compute: the all-reduce inside it is exposed.
+  EXPECT_FLOAT_EQ(s.exposedNs[CommOther], 50e3);
+  EXPECT_FLOAT_EQ(s.exposedNs[CommP2pBackward], 20e3);
+  // 300 us beside compute 300-400 and adamw 500-600: 100 us exposed.
+  EXPECT_FLOAT_EQ(s.commClassNs[CommDp], 300e3);
+  EXPECT_FLOAT_EQ(s.exposedNs[CommDp], 100e3);
+  EXPECT_FLOAT_EQ(s.spanNs, 720e3);
+  EXPECT_NEAR(s.totalExposedNs(), 320e3, 1);
+
+  // Without the layout the transfers' direction is unknown.
+  Summarizer plain;
+  plain.setIdentity(5, 1, 0, 1, "h");
+  SummaryEvent x;
+  x.name = "recv";
+  x.step = 0;
+  x.cat = Category::Comm;
+  x.op = Op::Recv;
+  x.peer = 1;
+  x.endNs = 5000;
+  plain.add(x);
+  EXPECT_FLOAT_EQ(plain.take(0).exposedNs[CommP2p], 5000);
+}
+
+// The window sums what the summaries say; the line names the most exposed
+// rank.
+TEST(Monitor, ExposureTotalsOverTheWindow) {
+  WindowDiagnoser d(kWorld);
+  feed(d, 4, [](StepSummary &s) {
+    s.spanNs = 10e6;
+    s.commClassNs[CommTp] = 2e6;
+    s.exposedNs[CommTp] = s.rank == 6 ? 2e6 : 1e6;
+  });
+  const ExposureTotals &t = d.exposure();
+  EXPECT_EQ(t.steps, 4);
+  EXPECT_EQ(t.summaries, 4 * kWorld);
+  EXPECT_DOUBLE_EQ(t.exposedNs[CommTp], 4 * (7 * 1e6 + 2e6));
+  std::string line = exposureText(t);
+  EXPECT_NE(line.find("exposed communication 1.125 ms per rank and step "
+                      "(11.2% of its step; communication 2.000 ms): tp 1.125"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("most exposed: rank 6, 2.000 ms"), std::string::npos)
+      << line;
+}
+
+// A summary of another layout version is refused, not misread.
+TEST(Monitor, SummaryOfAnotherVersionRefused) {
+  StepSummary s = summary(0, 0);
+  s.magic = 0x4d534d31; // "MSM1", the layout before exposure
+  std::string path = ::testing::TempDir() + "/old.summaries";
+  std::string err;
+  ASSERT_TRUE(writeSummaries(path, {s}, &err)) << err;
+  std::vector<StepSummary> back;
+  EXPECT_FALSE(readSummaries(path, back, &err));
+  EXPECT_NE(err.find("bad magic"), std::string::npos) << err;
+  WindowDiagnoser d(kWorld);
+  EXPECT_FALSE(d.add(s));
+}

@@ -203,6 +203,9 @@ int main(int argc, char **argv) {
                  "window memory %.1f MiB; %zu alert line(s)\n",
                  st.world, st.steps, st.maxStepMs, st.medianStepMs, st.totalS,
                  st.memoryBytes / 1048576.0, st.alerts.size());
+    if (!st.exposure.empty())
+      std::fprintf(stderr, "mapp-scan --replay-summaries: %s\n",
+                   st.exposure.c_str());
     return 0;
   }
   if (dir.empty()) {
@@ -224,6 +227,8 @@ int main(int argc, char **argv) {
                    fr.peakMemoryBytes / 1048576.0,
                    fr.complete ? "" : "; stopped: nothing grew for the "
                                       "--follow-timeout");
+      if (!fr.exposure.empty())
+        std::fprintf(stderr, "mapp-scan --follow: %s\n", fr.exposure.c_str());
     }
     return 0;
   }
@@ -241,6 +246,8 @@ int main(int argc, char **argv) {
   s.matches = matchEvents(s.trace);
   s.align = alignClocks(s.trace, s.matches, ao);
   s.diag = diagnose(s.trace, s.matches, dopt);
+  s.exposure = analyzeExposure(s.trace, s.matches);
+  s.classes = eventClassStats(s.trace, s.matches);
   copt.checkAlignment = ao.enabled;
   s.consistency = checkConsistency(s.trace, s.matches, s.align, s.diag, copt);
   if (!allowInconsistent)

@@ -59,6 +59,22 @@ mapp::TraceOp traceOpOf(const std::string &kernel) {
   return op;
 }
 
+// The trace's "phase": which pass of the step a block's events belong to.
+mapp::TracePhase phaseOf(BlockKind k) {
+  switch (k) {
+  case BlockKind::Forward:
+    return mapp::TracePhase::Forward;
+  case BlockKind::Backward:
+    return mapp::TracePhase::Backward;
+  case BlockKind::BackwardInput:
+    return mapp::TracePhase::BackwardInput;
+  case BlockKind::BackwardWeight:
+    return mapp::TracePhase::BackwardWeight;
+  default:
+    return mapp::TracePhase::None;
+  }
+}
+
 mapp::TraceCategory categoryOf(const std::string &c) {
   mapp::TraceCategory cat;
   return mapp::trace::parseCategory(c, cat) ? cat
@@ -296,6 +312,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     mapp::TraceRecord rec;
     rec.setName(i.name.empty() ? i.kernel.c_str() : i.name.c_str());
     rec.cat = cat;
+    rec.phase = phaseOf(blk.kind);
     rec.step = static_cast<int32_t>(step_);
     rec.microbatch = blk.kind == BlockKind::Optimizer ? -1 : mb;
     rec.chunk = blk.chunk;
@@ -343,6 +360,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         rec.setName(ba.getStr("name", o.begin->name).c_str());
         rec.cat = categoryOf(ba.getStr("category", "compute"));
         rec.op = o.op;
+        rec.phase = phaseOf(blk.kind);
         rec.step = static_cast<int32_t>(step_);
         rec.microbatch = o.mb;
         rec.chunk = o.chunk;

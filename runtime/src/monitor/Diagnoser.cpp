@@ -43,6 +43,51 @@ std::string mapp::monitor::throttleReasonNames(uint64_t bits) {
   return s.empty() ? "none" : s;
 }
 
+std::string mapp::monitor::exposureText(const ExposureTotals &t) {
+  if (t.summaries == 0)
+    return "";
+  double n = static_cast<double>(t.summaries), exposed = 0, comm = 0;
+  for (int c = 0; c < kCommClasses; ++c) {
+    exposed += t.exposedNs[c];
+    comm += t.commNs[c];
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "exposed communication %.3f ms per rank and step (%.1f%% of "
+                "its step; communication %.3f ms)",
+                exposed / n * 1e-6,
+                t.spanNs > 0 ? 100 * exposed / t.spanNs : 0.0,
+                comm / n * 1e-6);
+  std::string out = buf;
+  std::string classes;
+  for (int c = 0; c < kCommClasses; ++c) {
+    if (t.commNs[c] <= 0)
+      continue;
+    std::snprintf(buf, sizeof buf, "%s%s %.3f", classes.empty() ? "" : ", ",
+                  commClassName(c), t.exposedNs[c] / n * 1e-6);
+    classes += buf;
+  }
+  if (!classes.empty())
+    out += ": " + classes;
+  int most = -1;
+  double mostMs = -1;
+  for (size_t r = 0; r < t.rankExposedNs.size(); ++r) {
+    if (t.rankSteps[r] == 0)
+      continue;
+    double ms = t.rankExposedNs[r] / t.rankSteps[r] * 1e-6;
+    if (ms > mostMs) {
+      mostMs = ms;
+      most = static_cast<int>(r);
+    }
+  }
+  if (most >= 0) {
+    std::snprintf(buf, sizeof buf, "; most exposed: rank %d, %.3f ms", most,
+                  mostMs);
+    out += buf;
+  }
+  return out;
+}
+
 WindowDiagnoser::WindowDiagnoser(int world, MonitorOptions opts)
     : world_(world), opts_(opts) {
   opts_.window = std::max(opts_.window, opts_.missingAfter + 2);
@@ -57,6 +102,8 @@ WindowDiagnoser::WindowDiagnoser(int world, MonitorOptions opts)
   lastStep_.assign(world_, -1);
   missing_.assign(world_, 0);
   rankTracks_.resize(world_);
+  exposure_.rankExposedNs.assign(world_, 0.0);
+  exposure_.rankSteps.assign(world_, 0);
 }
 
 size_t WindowDiagnoser::memoryBytes() const {
@@ -69,6 +116,7 @@ size_t WindowDiagnoser::memoryBytes() const {
         opts_.window * sizeof(double) + 4 * sizeof(void *));
   b += linkTracks_.size() *
        (sizeof(std::pair<int, int>) + sizeof(Track) + 4 * sizeof(void *));
+  b += world_ * (sizeof(double) + sizeof(int64_t)); // exposure per rank
   return b;
 }
 
@@ -150,6 +198,17 @@ void WindowDiagnoser::diagnoseStep(int64_t step, std::vector<Alert> &out) {
                   : " (last one step " + std::to_string(lastStep_[r]) + ")") +
              "; the rank stopped reporting or is stuck";
     out.push_back(a);
+  }
+  ++exposure_.steps;
+  for (const StepSummary *s : got) {
+    ++exposure_.summaries;
+    exposure_.spanNs += s->spanNs;
+    for (int c = 0; c < kCommClasses; ++c) {
+      exposure_.exposedNs[c] += s->exposedNs[c];
+      exposure_.commNs[c] += s->commClassNs[c];
+    }
+    exposure_.rankExposedNs[s->rank] += s->totalExposedNs();
+    ++exposure_.rankSteps[s->rank];
   }
   if (step >= opts_.warmupSteps) {
     judgeRanks(step, got, out);

@@ -29,6 +29,7 @@ LiveMonitor::LiveMonitor(Communicator &comm, LiveMonitorOptions opts)
     : comm_(comm), opts_(std::move(opts)), rank_(comm.rank()),
       world_(comm.worldSize()) {
   summarizer_.setIdentity(rank_, opts_.tp, opts_.dp, opts_.pp, hostName());
+  summarizer_.setLayout(opts_.tpSize, opts_.dpSize, opts_.ppSize);
   if (opts_.nvml) {
     std::string why;
     nvml_ = monitor::NvmlReader::open(opts_.device, &why);
@@ -100,6 +101,7 @@ void LiveMonitor::onRecord(const mapp::TraceRecord &r) {
   e.arrivedNs = r.arrivedNs;
   e.pendingNs = r.pendingNs;
   e.arrivalExact = r.arrivalExact;
+  e.track = monitor::trackOf(r.stream);
   summarizer_.add(e);
 }
 
@@ -278,6 +280,9 @@ void LiveMonitor::finish() {
     msg += buf;
   }
   msg += "\n";
+  std::string exposed = monitor::exposureText(diag_->exposure());
+  if (!exposed.empty())
+    msg += "mapp-run: monitor: " + exposed + "\n";
   std::fwrite(msg.data(), 1, msg.size(), stderr);
   for (P2PHandle &h : posted_)
     if (h) {
@@ -302,6 +307,12 @@ mapp::rt::attachLiveMonitor(Executor &exec, Communicator &comm,
   o.tp = exec.program().tp;
   o.dp = exec.program().dp;
   o.pp = exec.program().pp;
+  const Plan &plan = exec.plan();
+  if (plan.worldSize == plan.tp * plan.dp * plan.pp) { // one layout (no FBD)
+    o.tpSize = plan.tp;
+    o.dpSize = plan.dp;
+    o.ppSize = plan.pp;
+  }
   o.deferredMarks = exec.backend().traceMarksDeferred();
   o.every = every;
   if (verdictsToScheduler) {

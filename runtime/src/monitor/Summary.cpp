@@ -34,6 +34,13 @@ double StepSummary::totalSyncNs() const {
   return s;
 }
 
+double StepSummary::totalExposedNs() const {
+  double s = 0;
+  for (float v : exposedNs)
+    s += v;
+  return s;
+}
+
 uint32_t mapp::monitor::hostHash(const std::string &host) {
   uint32_t h = 2166136261u; // FNV-1a
   for (unsigned char c : host)
@@ -84,6 +91,23 @@ void Summarizer::setIdentity(int rank, int tp, int dp, int pp,
 void Summarizer::setGroupKind(int group, const std::string &kind) {
   std::lock_guard<std::mutex> lock(mu_);
   groupClass_[group] = syncClassOfGroupKind(kind);
+  groupCommClass_[group] = commClassOfGroupKind(kind);
+}
+
+void Summarizer::setLayout(int tpSize, int dpSize, int ppSize) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tpSize_ = tpSize;
+  dpSize_ = dpSize;
+  ppSize_ = ppSize;
+}
+
+int Summarizer::p2pClassOf(const SummaryEvent &e) const {
+  if (tpSize_ <= 0 || dpSize_ <= 0 || e.peer < 0)
+    return CommP2p;
+  int peerStage = e.peer / (tpSize_ * dpSize_);
+  bool send = e.op == Op::Send;
+  return p2pClass(send ? identity_.pp : peerStage,
+                  send ? peerStage : identity_.pp, ppSize_);
 }
 
 StepSummary Summarizer::fresh(int step) const {
@@ -102,6 +126,17 @@ void Summarizer::add(const SummaryEvent &e) {
     it = open_.emplace(e.step, fresh(e.step)).first;
   StepSummary &s = it->second;
   ++s.events;
+  ExposureEvent x;
+  x.b = static_cast<double>(e.beginNs);
+  x.e = static_cast<double>(e.endNs);
+  x.track = e.track;
+  if (e.op == Op::Send || e.op == Op::Recv) {
+    x.commClass = p2pClassOf(e);
+  } else if (e.op != Op::None || e.cat == Category::Comm) {
+    auto g = groupCommClass_.find(e.group);
+    x.commClass = g == groupCommClass_.end() ? CommOther : g->second;
+  }
+  timeline_[e.step].push_back(x);
   if (e.cat != Category::Comm && e.op == Op::None) {
     int c = opClassOf(e.cat);
     s.wallNs[c] += span;
@@ -167,7 +202,23 @@ StepSummary Summarizer::take(int step) {
   auto it = open_.find(step);
   if (it != open_.end())
     s = it->second;
+  auto tl = timeline_.find(step);
+  if (tl != timeline_.end() && !tl->second.empty()) {
+    const std::vector<ExposureEvent> &ev = tl->second;
+    std::vector<double> exposed = exposedTimes(ev);
+    double first = ev[0].b, last = ev[0].e;
+    for (size_t i = 0; i < ev.size(); ++i) {
+      first = std::min(first, ev[i].b);
+      last = std::max(last, ev[i].e);
+      if (exposed[i] < 0)
+        continue;
+      s.commClassNs[ev[i].commClass] += static_cast<float>(ev[i].e - ev[i].b);
+      s.exposedNs[ev[i].commClass] += static_cast<float>(exposed[i]);
+    }
+    s.spanNs = static_cast<float>(last - first);
+  }
   open_.erase(open_.begin(), open_.upper_bound(step));
+  timeline_.erase(timeline_.begin(), timeline_.upper_bound(step));
   return s;
 }
 

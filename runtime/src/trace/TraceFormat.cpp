@@ -9,6 +9,10 @@ static const char *const kCategories[] = {"compute", "comm", "memcpy", "data",
 static const char *const kOps[] = {"",           "send",       "recv",
                                    "all_reduce", "all_gather", "reduce_scatter",
                                    "all_to_all", "broadcast",  "barrier"};
+static const char *const kPhases[] = {"", "fwd", "bwd", "bwd_input",
+                                      "bwd_weight"};
+constexpr int kNumPhases = sizeof kPhases / sizeof *kPhases;
+static_assert(kNumPhases == int(Phase::BackwardWeight) + 1, "names");
 constexpr int kNumCategories = sizeof kCategories / sizeof *kCategories;
 constexpr int kNumOps = sizeof kOps / sizeof *kOps;
 static_assert(kNumCategories == int(Category::Optimizer) + 1, "names");
@@ -37,6 +41,20 @@ bool mapp::trace::parseOp(const std::string &s, Op &out) {
   for (int i = 0; i < kNumOps; ++i)
     if (s == kOps[i]) {
       out = static_cast<Op>(i);
+      return true;
+    }
+  return false;
+}
+
+const char *mapp::trace::phaseName(Phase p) {
+  int i = static_cast<int>(p);
+  return i < kNumPhases ? kPhases[i] : "";
+}
+
+bool mapp::trace::parsePhase(const std::string &s, Phase &out) {
+  for (int i = 0; i < kNumPhases; ++i)
+    if (s == kPhases[i]) {
+      out = static_cast<Phase>(i);
       return true;
     }
   return false;

@@ -331,6 +331,11 @@ size_t MappTraceWriter::drain(std::string &buf) {
       buf += ",\"stream\":";
       appendEscaped(buf, r.stream);
     }
+    if (r.phase != TracePhase::None) {
+      buf += ",\"phase\":\"";
+      buf += trace::phaseName(r.phase);
+      buf += '"';
+    }
     buf += "}\n";
     slot.seq.store(tail + mask + 1, std::memory_order_release);
     ++tail;

@@ -64,6 +64,19 @@ struct Alert {
 constexpr uint64_t kThrottleSlowingMask = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
 std::string throttleReasonNames(uint64_t bits);
 
+/// Exposed communication (Exposure.h) summed over the diagnosed steps.
+struct ExposureTotals {
+  int64_t steps = 0;     // steps diagnosed
+  int64_t summaries = 0; // rank-steps summed below
+  double exposedNs[kCommClasses] = {}, commNs[kCommClasses] = {};
+  double spanNs = 0;                 // sum of the ranks' step spans
+  std::vector<double> rankExposedNs; // per rank, over its steps
+  std::vector<int64_t> rankSteps;
+};
+/// One line: exposed communication per rank and step, its share of the
+/// step, per class, and the most exposed rank ("" before any step).
+std::string exposureText(const ExposureTotals &t);
+
 class WindowDiagnoser {
 public:
   explicit WindowDiagnoser(int world, MonitorOptions opts = {});
@@ -82,6 +95,8 @@ public:
   /// Bytes held: bounded by the window, independent of the run's length.
   size_t memoryBytes() const;
   const MonitorOptions &options() const { return opts_; }
+  /// Exposed communication over every step diagnosed so far.
+  const ExposureTotals &exposure() const { return exposure_; }
 
 private:
   struct Track { // one rank or link's run of verdicts
@@ -116,6 +131,7 @@ private:
   std::map<std::pair<int, int>, std::vector<double>> linkHistory_; // wire ns
   std::map<std::pair<int, int>, Track> linkTracks_;
   std::vector<Alert> pending_;
+  ExposureTotals exposure_;
 };
 
 } // namespace mapp::monitor

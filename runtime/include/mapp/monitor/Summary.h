@@ -17,6 +17,7 @@
 #ifndef MAPP_MONITOR_SUMMARY_H
 #define MAPP_MONITOR_SUMMARY_H
 
+#include "mapp/monitor/Exposure.h"
 #include "mapp/trace/TraceFormat.h"
 
 #include <cstdint>
@@ -28,7 +29,10 @@
 
 namespace mapp::monitor {
 
-constexpr uint32_t kSummaryMagic = 0x4d534d32; // "MSM2": PeerStats.minWireLoNs
+// The record's layout version: a monitor refuses records of another layout
+// (MSM3: PeerStats.minWireLoNs; MSM2 added the exposed communication per
+// class and the step's span).
+constexpr uint32_t kSummaryMagic = 0x4d534d33; // "MSM3"
 
 /// Op classes: the trace categories that are not communication.
 enum OpClass : int { ClassCompute, ClassOptimizer, ClassData, ClassMemcpy,
@@ -87,10 +91,17 @@ struct StepSummary {
   // temperature, nvmlClocksThrottleReasons bits.
   float smClockMhz = -1, smClockMaxMhz = -1, powerW = -1, temperatureC = -1;
   uint64_t throttleReasons = 0;
+  // Communication per class (Exposure.h): its time, and the part of it
+  // with none of the rank's compute beside it, within this step's events.
+  float commClassNs[kCommClasses] = {};
+  float exposedNs[kCommClasses] = {};
+  float spanNs = 0; // the step's first begin to last end on this rank
+  uint32_t reserved2 = 0;
 
   /// Compute cost of the rank's step: CPU time when measured, else wall.
   double computeNs(bool cpu) const;
   double totalSyncNs() const;
+  double totalExposedNs() const;
 };
 static_assert(std::is_trivially_copyable<StepSummary>::value,
               "summaries travel as raw bytes");
@@ -110,6 +121,7 @@ struct SummaryEvent {
   uint64_t pendingNs = 0;     // the landing is after this (if not exact)
   bool arrivalExact = true;
   bool wireUnknown = false; // recv: neither stamps nor a usable span
+  uint32_t track = 0;       // trackOf(stream): 0 = the rank's host thread
 };
 
 uint32_t hostHash(const std::string &host);
@@ -121,6 +133,9 @@ class Summarizer {
 public:
   void setIdentity(int rank, int tp, int dp, int pp, const std::string &host);
   void setGroupKind(int group, const std::string &kind);
+  /// The job's degrees (Megatron order): a send/recv's pipeline direction
+  /// comes from its peer's stage. Without them it is `p2p`.
+  void setLayout(int tpSize, int dpSize, int ppSize);
   void add(const SummaryEvent &e);
   /// The summary of `step` (an empty one if it saw no events); forgets it
   /// and every older step.
@@ -130,10 +145,15 @@ public:
 
 private:
   StepSummary fresh(int step) const;
+  int p2pClassOf(const SummaryEvent &e) const;
   std::mutex mu_;
   StepSummary identity_;
+  int tpSize_ = 0, dpSize_ = 0, ppSize_ = 0;
   std::map<int, SyncClass> groupClass_;
+  std::map<int, CommClass> groupCommClass_;
   std::map<int, StepSummary> open_;
+  // The open steps' events, for their exposure at take().
+  std::map<int, std::vector<ExposureEvent>> timeline_;
 };
 
 /// A summaries file: the raw records back to back (as they travel), in

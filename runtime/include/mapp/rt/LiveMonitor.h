@@ -50,6 +50,9 @@ struct LiveMonitorOptions {
   bool nvml = false;             // read NVML (CUDA backends)
   int device = 0;                // NVML device index
   int tp = 0, dp = 0, pp = 0;    // this rank's coordinates
+  /// The job's degrees (Megatron order; 0: unknown), for the pipeline
+  /// direction of transfers in the exposed-communication classes.
+  int tpSize = 0, dpSize = 0, ppSize = 0;
   /// The trace marks resolve after the step (CUDA events): summaries of
   /// step s are complete two steps later.
   bool deferredMarks = false;

@@ -33,10 +33,23 @@ enum class Op : uint8_t {
   Barrier
 };
 
+/// "phase" of an event: the part of the training step that ran it (the
+/// plan block's kind). None: not recorded, or outside the passes (data,
+/// optimizer, the step's metrics).
+enum class Phase : uint8_t {
+  None,
+  Forward,
+  Backward,
+  BackwardInput,  // split backward (MegaDPP, zero-bubble): input gradients
+  BackwardWeight, // ... and weight gradients
+};
+
 const char *categoryName(Category c); // "compute", "comm", ...
 const char *opName(Op o);             // "" for None, "send", "all_reduce", ...
 bool parseCategory(const std::string &s, Category &out);
 bool parseOp(const std::string &s, Op &out); // "" parses as None
+const char *phaseName(Phase p); // "" for None, "fwd", "bwd", "bwd_input", "bwd_weight"
+bool parsePhase(const std::string &s, Phase &out); // "" parses as None
 inline bool isCollective(Op o) { return o >= Op::AllReduce; }
 
 } // namespace mapp::trace

@@ -33,6 +33,7 @@ namespace mapp {
 /// The writer's names for the shared vocabulary (TraceFormat.h).
 using TraceCategory = trace::Category;
 using TraceOp = trace::Op;
+using TracePhase = trace::Phase;
 
 /// One event as the recorder hands it over. Fixed size so the ring needs no
 /// allocation; names longer than the buffer are truncated.
@@ -41,6 +42,7 @@ struct TraceRecord {
   char stream[16] = {0}; // empty: the reader derives the track from `cat`
   TraceCategory cat = TraceCategory::Compute;
   TraceOp op = TraceOp::None;
+  TracePhase phase = TracePhase::None;
   int32_t step = -1, microbatch = -1, layer = -1, chunk = -1;
   int32_t peer = -1;  // p2p: the other global rank
   int32_t group = -1; // collectives: id from registerGroup()

@@ -34,6 +34,7 @@ struct FollowResult {
   bool complete = false;    // every rank file ended with its footer
   std::vector<int> unfinished; // ranks without a footer (timeout)
   size_t peakMemoryBytes = 0; // the diagnoser's window
+  std::string exposure;       // monitor::exposureText of the steps
 };
 
 /// Follows opts.dir until the exit condition; false with *error naming the
@@ -49,6 +50,7 @@ struct ReplayStats {
   double maxStepMs = 0, medianStepMs = 0, totalS = 0;
   size_t memoryBytes = 0;
   std::vector<monitor::Alert> alerts;
+  std::string exposure; // monitor::exposureText of the steps
 };
 bool replaySummaries(const std::vector<monitor::StepSummary> &records,
                      const monitor::MonitorOptions &opts, ReplayStats &out,

@@ -8,6 +8,7 @@
 #define MAPP_SCAN_REPORT_H
 
 #include "mapp/scan/Align.h"
+#include "mapp/scan/CommStats.h"
 #include "mapp/scan/Consistency.h"
 #include "mapp/scan/Diagnose.h"
 #include "mapp/scan/Replay.h"
@@ -28,6 +29,10 @@ struct ScanResult {
   std::vector<Finding> withheld;
   bool haveWhatIf = false;
   WhatIfResult whatIf;
+  /// Exposed communication, the steps' critical paths and per-class
+  /// statistics (CommStats.h).
+  ExposureAnalysis exposure;
+  std::vector<ClassStats> classes;
 };
 
 /// Moves the findings to `withheld` when the data is inconsistent: no

@@ -13,12 +13,14 @@
 #ifndef MAPP_SCAN_SIM_H
 #define MAPP_SCAN_SIM_H
 
+#include "mapp/monitor/Summary.h"
 #include "mapp/scan/Trace.h"
+
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <map>
 #include <string>
-#include "mapp/monitor/Summary.h"
 #include <vector>
 
 namespace mapp::scan {
@@ -28,6 +30,7 @@ struct SimOp {
   std::string name;
   Cat cat = Cat::Compute;
   Op op = Op::None;
+  Phase phase = Phase::None; // traced as the event's "phase"
   int step = -1, mb = -1, layer = -1, chunk = -1;
   double durNs = 0;      // Compute: duration
   double xferNs = -1;    // Send/Coll: fixed transfer time (replay); <0: model
@@ -43,6 +46,9 @@ struct SimOp {
   /// link carries it after the link's previous transfer's bytes, it
   /// arrives latency + bytes/bandwidth later, and the sender goes on.
   bool async = false;
+  /// Send/Recv between two streams of one rank (SimJob::streamOwner): an
+  /// event the other stream waits for; no bytes, no time, not traced.
+  bool streamSync = false;
 };
 
 struct SimGroup {
@@ -68,8 +74,26 @@ inline double postAsyncSend(double start, double &linkFree, double xferNs,
 
 struct SimJob {
   int world = 0, tp = 1, pp = 1, dp = 1;
-  std::vector<std::vector<SimOp>> programs; // per rank
+  /// Per rank; programs beyond `world` are further streams of a rank (a
+  /// communication stream beside its compute): program world + k runs on
+  /// rank streamOwner[k], in the trace's stream streamName[k]. Their
+  /// collectives' groups list programs, not ranks.
+  std::vector<std::vector<SimOp>> programs;
   std::vector<SimGroup> groups;
+  std::vector<int> streamOwner;
+  std::vector<std::string> streamName;
+
+  int ownerOf(size_t program) const {
+    return program < static_cast<size_t>(world)
+               ? static_cast<int>(program)
+               : streamOwner[program - world];
+  }
+  /// "" for a rank's first stream.
+  const std::string &streamOf(size_t program) const;
+  /// The programs that run on rank r: r itself, then its further streams.
+  std::vector<size_t> programsOf(int r) const;
+  /// (program, op index) of every op of rank r, program by program.
+  std::vector<std::pair<size_t, size_t>> opsOf(int r) const;
 };
 
 struct SimTimes {
@@ -111,6 +135,11 @@ struct SimConfig {
   double embeddingUs = 0, lossUs = 0, optimizerUs = 0, dataUs = 0;
   uint64_t activationBytes = 0, tpAllreduceBytes = 0, dpAllreduceBytes = 0;
   bool gradNormAllreduce = true; // model-parallel all-reduce before the update
+  // Megatron's overlap_grad_reduce: the DP all-reduce runs per layer (one
+  // bucket each) on a communication stream as the last microbatch's
+  // backward of that layer ends, beside the rest of the backward; the
+  // update waits for it.
+  bool overlapGradReduce = false;
   int gpusPerNode = 0;           // ranks r/gpusPerNode share a node; 0 = tp
   double interGbps = 100, interLatencyUs = 5;
   double intraGbps = 1800, intraLatencyUs = 2;
@@ -136,8 +165,13 @@ struct SimClock {
 };
 std::vector<SimClock> makeClocks(const SimConfig &c);
 
+/// The true exposed communication of a simulated job (mapp/monitor/
+/// Exposure.h on the engine's times): per rank and class, per step mean,
+/// as sim-truth.json's "exposed_comm" (docs/mapp-sim.md).
+nlohmann::json simExposureTruth(const SimJob &job, const SimTimes &times);
+
 /// Writes DIR/rank-*.trace.jsonl (through MappTraceWriter) and
-/// DIR/sim-truth.json (clocks, faults, step times).
+/// DIR/sim-truth.json (clocks, faults, step times, exposed communication).
 bool writeSimTraces(const std::string &dir, const SimConfig &c,
                     const SimJob &job, const SimTimes &times,
                     std::string *error);

@@ -19,6 +19,7 @@ namespace mapp::scan {
 // The vocabulary is the trace-format library's (mapp/trace/TraceFormat.h).
 using Cat = mapp::trace::Category;
 using Op = mapp::trace::Op;
+using Phase = mapp::trace::Phase;
 using mapp::trace::categoryName;
 using mapp::trace::isCollective;
 using mapp::trace::opName;
@@ -30,6 +31,7 @@ struct Event {
   std::string name, stream;
   Cat cat = Cat::Compute;
   Op op = Op::None;
+  Phase phase = Phase::None; // recorded pass (None: not recorded)
   int step = -1, mb = -1, layer = -1, chunk = -1;
   int peer = -1, group = -1;
   int64_t tag = -1, seq = -1;
