@@ -11,7 +11,7 @@ truth. Prints one line per run and a precision/recall table per fault kind
 and overall.
 
   /usr/bin/python3 bench/scan/scenarios.py [--quick] [--only NAME,...]
-      [--keep DIR] [--json OUT]
+      [--keep DIR] [--json OUT] [--repeat N] [--extra comm:layout:kind,...]
 
 Tools: $MAPP_RUN, $MAPP_MAKE_TEST_PLAN, $MAPP_SCAN, else $MAPP_BIN or
 build/bin. test/python/test_scan_comm_parity.py runs its layouts over
@@ -240,6 +240,10 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--keep", default="")
     ap.add_argument("--json", default="")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each selected scenario N times")
+    ap.add_argument("--extra", default="",
+                    help="also run these comm:layout:kind scenarios")
     a = ap.parse_args()
     if not (MAPP_RUN and MAKE_PLAN and MAPP_SCAN):
         sys.exit("scenarios.py: mapp-run / mapp-make-test-plan / mapp-scan not built")
@@ -247,13 +251,16 @@ def main():
     if a.only:
         want = set(a.only.split(","))
         scs = [s for s in scs if name_of(s) in want]
+    if a.extra:
+        scs += [tuple(x.split(":")) for x in a.extra.split(",")]
+    scs = [s for s in scs for _ in range(a.repeat)]
     if not mpi_usable():
         scs = [s for s in scs if s[0] != "mpi"]
     work = a.keep or tempfile.mkdtemp(prefix="mapp-scen-")
     t0 = time.time()
     results = []
     for sc in scs:
-        r = run_scenario(sc, work)
+        r = run_scenario(sc, work, 5 if sc[0] == "mpi" else SLOW_FACTOR)
         results.append(r)
         ok = "ok " if not r["fp"] and not r["fn"] else "BAD"
         print(f"{ok} {r['name']:28s} world {r['world']:2d} step {r['step_ms']:7.1f} ms "
