@@ -310,6 +310,9 @@ private:
 
     CheckpointMeta meta{o_.seed, o_.shuffle,
                         loader_ ? loader_->numTokens() : -1};
+    meta.runId = sh_.runId;
+    meta.planChecksum = plan_.checksum;
+    meta.runSteps = o_.steps;
     TrainControl control(*exec_, o_.ckpt, meta);
     const int64_t first = control.start();
     exec_->setSkipNonFinite(true); // a non-finite step never touches the state
