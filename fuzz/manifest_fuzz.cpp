@@ -307,10 +307,12 @@ struct Target {
   CheckpointMeta meta;
   std::string work;
   uint64_t collisions = 0;
+  uint64_t unsealedEdits = 0; // inputs the refusal oracle applied to
 
   std::string run(const Bytes &b) {
     LastMutation last = gLast;
     gLast = {};
+    unsealedEdits += last.active && last.mustRefuse;
     FileSet s;
     if (!unbundle(b, s))
       return "not a bundle";
@@ -480,6 +482,11 @@ int main(int argc, char **argv) {
   int status = corpusLoop<Error>({"mapp-fuzz-manifest"}, o, std::move(seeds),
                                  [&](const Bytes &b) { return t.run(b); },
                                  mutate);
+  if (!o.repro)
+    std::printf("mapp-fuzz-manifest: %llu inputs changed a sealed manifest's "
+                "fields without recomputing the seal: %llu accepted\n",
+                static_cast<unsigned long long>(t.unsealedEdits),
+                static_cast<unsigned long long>(t.collisions));
   if (t.collisions)
     std::printf("mapp-fuzz-manifest: %llu unsealed edits kept the CRC-32 "
                 "(collisions, accepted as sealed)\n",
