@@ -37,6 +37,11 @@ std::string mapp::rt::ckpt::stepFolderName(int64_t step) {
   return buf;
 }
 
+std::string mapp::rt::ckpt::temporaryName(const std::string &stepFolder,
+                                          const std::string &runId, bool old) {
+  return stepFolder + "." + runId + (old ? ".old.tmp" : ".tmp");
+}
+
 int64_t mapp::rt::ckpt::stepOfFolder(const std::string &name) {
   if (name.size() != 13 || name.rfind("step-", 0) != 0)
     return -1;
@@ -204,17 +209,16 @@ std::string mapp::rt::saveCheckpoint(Executor &exec, const std::string &dir,
   if (!isHex(meta.runId, 16))
     fail("saveCheckpoint: run id '", meta.runId, "' is not 16 hex digits");
   const std::string final = dir + "/" + stepFolderName(step);
-  std::string tmp;
+  // Every rank knows the temporary's name: a function of (step, run id).
+  const std::string tmp = dir + "/" + temporaryName(stepFolderName(step), meta.runId);
   if (rank == 0) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec)
       fail("--save-dir: cannot create '", dir, "': ", ec.message());
-    tmp = beginTemporary(dir, step, meta);
+    beginTemporary(dir, step, meta);
   }
   comm.barrier();
-  // Every rank knows the temporary's name: a function of (step, run id).
-  tmp = final + "." + meta.runId + ".tmp";
 
   // A non-finite state is never checkpointed (the optimizer's own float
   // arithmetic can overflow, e.g. AdamW's exp_avg_sq, while the loss and

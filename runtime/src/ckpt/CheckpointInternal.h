@@ -13,6 +13,10 @@ constexpr const char *kManifest = "manifest.json";
 
 /// "step-NNNNNNNN".
 std::string stepFolderName(int64_t step);
+/// This run's temporary of a step folder: "step-NNNNNNNN.RUNID.tmp" (being
+/// written) or, `old`, "step-NNNNNNNN.RUNID.old.tmp" (being removed).
+std::string temporaryName(const std::string &stepFolder,
+                          const std::string &runId, bool old = false);
 /// N of a complete step folder's name "step-NNNNNNNN", -1 otherwise.
 int64_t stepOfFolder(const std::string &name);
 /// "0x%08x" of the plan seal's checksum (as in trace headers).

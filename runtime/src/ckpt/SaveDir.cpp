@@ -74,17 +74,19 @@ bool processAlive(long pid, const std::string &start) {
   return now.empty() || start.empty() || now == start;
 }
 
-/// A temporary's name: "step-NNNNNNNN.RUNID.tmp" or "...RUNID.old.tmp";
-/// RUNID (16 hex digits) or "" when the name is not a mapp temporary.
+/// The run id of a temporary's name (temporaryName), "" when the name is
+/// not a mapp temporary.
 std::string runOfTemporary(const std::string &name) {
   if (name.size() < 13 + 1 + 16 + 4 || stepOfFolder(name.substr(0, 13)) < 0 ||
       name[13] != '.')
     return "";
-  std::string run = name.substr(14, 16), rest = name.substr(30);
+  std::string step = name.substr(0, 13), run = name.substr(14, 16);
   for (char c : run)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
       return "";
-  return rest == ".tmp" || rest == ".old.tmp" ? run : "";
+  return name == temporaryName(step, run) || name == temporaryName(step, run, true)
+             ? run
+             : "";
 }
 
 void writeOwnerFile(const std::string &folder, const CheckpointMeta &meta) {
@@ -199,7 +201,7 @@ std::string mapp::rt::ckpt::beginTemporary(const std::string &dir,
   }
   if (ec)
     fail("--save-dir: cannot list '", dir, "': ", ec.message());
-  std::string tmp = dir + "/" + stepFolderName(step) + "." + meta.runId + ".tmp";
+  std::string tmp = dir + "/" + temporaryName(stepFolderName(step), meta.runId);
   fs::create_directory(tmp, ec);
   if (ec)
     fail("--save-dir: cannot create '", tmp, "': ", ec.message());
@@ -210,8 +212,8 @@ std::string mapp::rt::ckpt::beginTemporary(const std::string &dir,
 void mapp::rt::ckpt::retireFolder(const std::string &dir,
                                   const std::string &folder,
                                   const CheckpointMeta &meta) {
-  std::string name = fs::path(folder).filename().string();
-  std::string tmp = dir + "/" + name + "." + meta.runId + ".old.tmp";
+  std::string tmp = dir + "/" + temporaryName(fs::path(folder).filename().string(),
+                                             meta.runId, true);
   removeFolder(tmp); // this run's own leftover, if any
   writeOwnerFile(folder, meta);
   std::error_code ec;

@@ -308,8 +308,10 @@ private:
         writeSafetensors(o_.saveGrads, g);
     };
 
-    CheckpointMeta meta{o_.seed, o_.shuffle,
-                        loader_ ? loader_->numTokens() : -1};
+    CheckpointMeta meta;
+    meta.seed = o_.seed;
+    meta.shuffle = o_.shuffle;
+    meta.dataTokens = loader_ ? loader_->numTokens() : -1;
     meta.runId = sh_.runId;
     meta.planChecksum = plan_.checksum;
     meta.runSteps = o_.steps;

@@ -138,8 +138,10 @@ struct CheckpointPolicy {
 class TrainControl {
 public:
   TrainControl(Executor &exec, CheckpointPolicy policy, CheckpointMeta meta);
-  /// --resume: loads the checkpoint; returns the first step to run (0
-  /// without --resume).
+  /// --resume: loads the checkpoint (this run continues its lineage);
+  /// --save-dir: refuses a save dir holding another run's newer checkpoints
+  /// unless --save-dir-overwrite. Warns of step folders without a manifest.
+  /// Returns the first step to run (0 without --resume).
   int64_t start();
   /// After each step. Ranks agree (one small world all-reduce, only with
   /// --save-dir) on whether a stop signal came or the save interval passed,
