@@ -2,7 +2,8 @@
 # ctest smoke run of one fuzz driver: fixed seed, a few seconds, artifacts in
 # WORKDIR; also the seeds of a long run (fuzz/README in docs/reliability.md).
 # Usage: fuzz/smoke.sh KIND DRIVER BINDIR WORKDIR SECONDS [EXTRA-ARGS...]
-#   KIND: plan | trace | safetensors | data | tokenizer | probespec | scope
+#   KIND: plan | trace | safetensors | manifest | data | tokenizer | probespec
+#         | scope
 # BINDIR holds the normal build's tools (the compiler's, when built, write
 # plan seeds and the probe store of the scope driver).
 set -euo pipefail
@@ -38,6 +39,8 @@ safetensors)
     [ -f "$work/seeds/gpt-micro.mplan" ] && plan=(--plan "$work/seeds/gpt-micro.mplan")
   fi
   exec "$driver" "${common[@]}" --work "$work/run" "${plan[@]}" "$@" ;;
+manifest)
+  exec "$driver" "${common[@]}" --work "$work/run" "$@" ;;
 data)
   exec "$driver" "${common[@]}" --work "$work/run" "$@" "$src/data/gpt/news-1k.jsonl" ;;
 tokenizer)

@@ -16,8 +16,10 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import time
+import zlib
 
 import pytest
 
@@ -211,7 +213,8 @@ def test_elastic_restart_dp2_to_dp1(tmp_path):
 def test_kill_during_save_keeps_previous(tmp_path):
     plan = make_plan(tmp_path / "p.mplan")
     ck, marker = tmp_path / "ck", tmp_path / "stalled"
-    env = dict(os.environ, MAPP_TEST_STALL_WRITE=f"step-00000006.tmp/rank-00000:{marker}")
+    env = dict(os.environ,
+               MAPP_TEST_STALL_WRITE=f"step-00000006.*.tmp/rank-00000:{marker}")
     args = train_args(plan, 10, tmp_path / "m.jsonl",
                       ["--save-dir", ck, "--save-every", 3, "--threads", 1])
     p = subprocess.Popen([str(a) for a in [MAPP_RUN, *args]], env=env,
@@ -227,7 +230,8 @@ def test_kill_during_save_keeps_previous(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
-    partial = list((ck / "step-00000006.tmp").iterdir())
+    tmp, = ck.glob("step-00000006.*.tmp")  # named by the killed run's id
+    partial = [f for f in tmp.iterdir() if f.name != "mapp-owner.json"]
     assert partial and all(".tmp-" in f.name for f in partial)
     assert not (ck / "step-00000006").exists()
     # The previous checkpoint resumes exactly.
@@ -236,7 +240,8 @@ def test_kill_during_save_keeps_previous(tmp_path):
     train(plan, 8, got, ["--resume", ck, "--save-dir", ck])
     assert metrics(got) == [dict(m, tokens_per_s=g["tokens_per_s"], step_ms=g["step_ms"])
                             for m, g in zip(metrics(ref)[3:], metrics(got))]
-    assert not (ck / "step-00000006.tmp").exists()  # stale leftovers removed
+    # The killed job's leftover: same plan, its process gone: removed.
+    assert not list(ck.glob("step-00000006.*.tmp"))
     assert (ck / "step-00000008" / "manifest.json").exists()
 
 
@@ -519,3 +524,192 @@ def test_nan_check_every_step_names_the_op(tmp_path):
     assert "non-finite value: step 2" in r.stderr and "op 'gelu'" in r.stderr, r.stderr
     assert "re-ran" not in r.stderr
     assert len(metrics(tmp_path / "m.jsonl")) == 2
+
+
+# ---- issue 43: the save directory owns only what it wrote; sealed manifests
+
+def step_folders(sd):
+    return sorted(d.name for d in sd.iterdir() if d.is_dir() and len(d.name) == 13
+                  and d.name.startswith("step-"))
+
+
+def manifest_of(folder):
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def owner_file(folder, run, plan_hash, pid, pid_start=""):
+    folder.mkdir(parents=True)
+    (folder / "mapp-owner.json").write_text(json.dumps(
+        {"run": run, "plan": plan_hash, "host": socket.gethostname(), "pid": pid,
+         "pid_start": pid_start}))
+    (folder / "rank-00000.safetensors").write_bytes(b"partial")
+
+
+def test_save_dir_keeps_what_it_does_not_own(tmp_path):
+    """Issue 43 (1): a save removes only its own temporaries and those a dead
+    job of the same plan left; a user's `my-results.tmp/` and temporaries of
+    a live job or another plan stay."""
+    plan = make_plan(tmp_path / "p.mplan")
+    train(plan, 1, tmp_path / "m0.jsonl", ["--save-dir", tmp_path / "sd0"])
+    m0 = manifest_of(tmp_path / "sd0" / "step-00000001")
+    plan_hash = m0.get("run", {}).get("plan", "0x00000000")
+    sd = tmp_path / "sd"
+    (sd / "my-results.tmp").mkdir(parents=True)
+    (sd / "my-results.tmp" / "data.txt").write_text("x")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    me = os.getpid()
+    me_start = pathlib.Path(f"/proc/{me}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    kept = {
+        "no owner file": sd / "step-00000001.0123456789abcdef.tmp",
+        "live job": sd / "step-00000001.1111111111111111.tmp",
+        "another plan": sd / "step-00000001.2222222222222222.tmp",
+    }
+    kept["no owner file"].mkdir()
+    owner_file(kept["live job"], "1111111111111111", plan_hash, me, me_start)
+    owner_file(kept["another plan"], "2222222222222222", "0xdeadbeef", dead.pid)
+    abandoned = sd / "step-00000001.3333333333333333.tmp"
+    owner_file(abandoned, "3333333333333333", plan_hash, dead.pid)
+    train(plan, 2, tmp_path / "m.jsonl", ["--save-dir", sd])
+    assert (sd / "my-results.tmp" / "data.txt").exists()
+    assert (sd / "my-results.tmp" / "data.txt").read_text() == "x"
+    for why, d in kept.items():
+        assert d.exists(), why
+    assert not abandoned.exists()
+    assert step_folders(sd) == ["step-00000002"]
+
+
+def test_other_runs_newer_checkpoints_refused_then_overwritten(tmp_path):
+    """Issue 43 (2): a save dir with another run's step-3/4/5 and a new run
+    of 2 steps: refused at start naming them (it used to write step-2 and
+    prune it as the oldest, exit 0); --save-dir-overwrite replaces them."""
+    plan = make_plan(tmp_path / "p.mplan")
+    sd = tmp_path / "sd"
+    train(plan, 5, tmp_path / "a.jsonl", ["--save-dir", sd, "--save-every", 1])
+    assert step_folders(sd) == ["step-00000003", "step-00000004", "step-00000005"]
+    r = train(plan, 2, tmp_path / "b.jsonl", ["--save-dir", sd], check=False)
+    assert r.returncode != 0
+    for n in (3, 4, 5):
+        assert f"step-0000000{n} (run " in r.stderr, r.stderr
+    assert "--save-dir-overwrite" in r.stderr
+    assert step_folders(sd) == ["step-00000003", "step-00000004", "step-00000005"]
+    r = train(plan, 2, tmp_path / "c.jsonl", ["--save-dir", sd, "--save-dir-overwrite"])
+    assert step_folders(sd) == ["step-00000002"]
+    got = tmp_path / "d.jsonl"
+    train(plan, 3, got, ["--resume", sd])
+    assert [m["step"] for m in metrics(got)] == [2]
+
+
+def test_retention_follows_the_lineage(tmp_path):
+    """Issue 43 (2): "keep the newest 3" prunes this run's lineage (its own
+    checkpoints and those of the run it resumed), never another run's."""
+    plan = make_plan(tmp_path / "p.mplan")
+    sd, other = tmp_path / "sd", tmp_path / "other"
+    train(plan, 1, tmp_path / "x.jsonl", ["--save-dir", other])
+    train(plan, 4, tmp_path / "a.jsonl", ["--save-dir", sd, "--save-every", 1])
+    assert step_folders(sd) == ["step-00000002", "step-00000003", "step-00000004"]
+    shutil.copytree(other / "step-00000001", sd / "step-00000001")
+    run_a = manifest_of(sd / "step-00000004").get("run", {}).get("id")
+    train(plan, 7, tmp_path / "b.jsonl",
+          ["--resume", sd, "--save-dir", sd, "--save-every", 1])
+    assert step_folders(sd) == ["step-00000001", "step-00000005", "step-00000006",
+                                "step-00000007"]
+    m = manifest_of(sd / "step-00000007")
+    assert m["run"]["lineage"] == [{"run": run_a, "step": 4}]
+    assert m["run"]["id"] != run_a
+
+
+def test_manifestless_step_folder_reported_on_resume(tmp_path):
+    """Issue 43 (2): a step-N without manifest.json (a kill while an older
+    mapp pruned) is named on resume, not skipped silently."""
+    plan = make_plan(tmp_path / "p.mplan")
+    sd = tmp_path / "sd"
+    train(plan, 2, tmp_path / "a.jsonl", ["--save-dir", sd])
+    shutil.copytree(sd / "step-00000002", sd / "step-00000009")
+    (sd / "step-00000009" / "manifest.json").unlink()
+    got = tmp_path / "b.jsonl"
+    r = train(plan, 3, got, ["--resume", sd])
+    assert "step-00000009' has no manifest.json" in r.stderr, r.stderr
+    assert [m["step"] for m in metrics(got)] == [2]
+
+
+@pytest.fixture(scope="module")
+def sealed_checkpoint(tmp_path_factory):
+    """A tp=2 checkpoint at step 2 (two shards) to edit."""
+    d = tmp_path_factory.mktemp("sealed")
+    plan, ck = make_checkpoint(d)
+    return plan, ck
+
+
+def reseal(m):
+    """The seal as docs/checkpoints.md defines it: CRC-32 of the compact,
+    key-sorted JSON of every field but "seal"."""
+    body = {k: v for k, v in m.items() if k != "seal"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    m["seal"] = {"crc32": "%08x" % zlib.crc32(text.encode())}
+
+
+def swap_ranks(m):
+    a, b = m["shards"][0], m["shards"][1]
+    a["rank"], b["rank"] = b["rank"], a["rank"]
+
+
+def set_step(n, consistent=False):
+    def edit(m):
+        m["step"] = n
+        if consistent:  # the fields that follow the step, edited alike
+            m["rng"]["step"] = n
+            m["data"]["samples_consumed"] = n * m["data"]["samples_per_step"]
+    return edit
+
+
+def set_field(section, key, value):
+    def edit(m):
+        m[section][key] = value
+    return edit
+
+
+# (edit, resealed, what the error must say): unresealed edits are refused by
+# the seal (naming the field the shards contradict); resealed ones by the
+# field checks or by the shards' own metadata.
+MANIFEST_EDITS = {
+    "swap-rank": (swap_ranks, False, ["seal does not match", "'shards[0].rank' says 1"]),
+    "step-3": (set_step(3), False, ["seal does not match", "'step' says 3"]),
+    "step-99999999": (set_step(99999999), False, ["seal does not match", "'step' says 99999999"]),
+    "no-seal": (lambda m: m.pop("seal", None), False, ["not sealed"]),
+    "resealed-swap-rank": (swap_ranks, True, ["field 'shards[0].rank' is 1"]),
+    "resealed-step-3": (set_step(3, True), True, ["field 'step' says 3", "own metadata says step 2"]),
+    "resealed-step-99999999": (set_step(99999999, True), True, ["step 99999999", "--steps 4"]),
+    "resealed-tp-0": (set_field("layout", "tp", 0), True, ["field 'layout.tp' is 0"]),
+    "resealed-dp-neg": (set_field("layout", "dp", -1), True, ["field 'layout.dp' is -1"]),
+    "resealed-vocab": (set_field("model", "vocab_size", 300), True, ["'model.vocab_size'", "300"]),
+    "resealed-optimizer": (set_field("model", "optimizer", "sgd"), True, ["'model.optimizer'", "'sgd'"]),
+    "resealed-unknown-field": (set_field("data", "extra", 1), True, ["field 'data.extra' is not a field"]),
+}
+
+
+@pytest.mark.parametrize("case", MANIFEST_EDITS)
+def test_manifest_edit_refused_naming_the_field(tmp_path, sealed_checkpoint, case):
+    """Issue 43 (3): the manifest is sealed and every field checked; an edit
+    used to resume silently into wrong state (swapped ranks, step 3 with
+    step-2 weights) or exit 0 having done nothing (step 99999999)."""
+    plan, src = sealed_checkpoint
+    ck = tmp_path / "ck"
+    shutil.copytree(src, ck)
+    edit, resealed, says = MANIFEST_EDITS[case]
+    m = manifest_of(ck)
+    edit(m)
+    if resealed:
+        reseal(m)
+    (ck / "manifest.json").write_text(json.dumps(m, indent=1))
+    err = resume_error(plan, ck, tmp_path)
+    for s in says:
+        assert s in err, err
+
+
+def test_checkpoint_past_steps_refused(tmp_path, sealed_checkpoint):
+    """Issue 43 (3): a checkpoint past --steps has nothing to run (it used to
+    exit 0 having done nothing)."""
+    plan, ck = sealed_checkpoint
+    r = train(plan, 1, tmp_path / "r.jsonl", ["--resume", ck], check=False)
+    assert r.returncode != 0 and "past this run's --steps 1" in r.stderr, r.stderr

@@ -93,7 +93,12 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              finishes the step, saves, exits 0)
   --save-every N             also every N steps
   --save-interval-s S        also when S seconds passed since the last save
-  --save-keep K              keep the newest K checkpoints (default 3; 0 = all)
+  --save-keep K              keep the newest K checkpoints of this run's lineage
+                             (its own and those it resumed from; default 3;
+                             0 = all); other runs' are never deleted
+  --save-dir-overwrite       start even though DIR holds another run's
+                             checkpoints newer than this run's start (refused
+                             without it): they are removed after the first save
   --resume DIR               continue from a checkpoint (DIR itself or the
                              newest in a --save-dir); --steps counts the whole
                              run; another tp/pp/dp layout reshards
@@ -233,6 +238,10 @@ RunOptions parseArgs(int argc, char **argv) {
       o.nanCheck = true;
       continue;
     }
+    if (a == "--save-dir-overwrite") {
+      o.ckpt.overwrite = true;
+      continue;
+    }
     if (a == "--allow-nonfinite-weights") {
       o.allowNonfiniteWeights = true;
       continue;
@@ -342,6 +351,8 @@ RunOptions parseArgs(int argc, char **argv) {
   }
   if ((o.ckpt.every || o.ckpt.intervalS) && o.ckpt.saveDir.empty())
     usageError("--save-every and --save-interval-s need --save-dir");
+  if (o.ckpt.overwrite && o.ckpt.saveDir.empty())
+    usageError("--save-dir-overwrite needs --save-dir");
   if (!o.ckpt.resume.empty() && !o.weights.empty())
     usageError("--resume and --weights both set the parameters; give one");
   if (o.generate && (!o.ckpt.resume.empty() || !o.ckpt.saveDir.empty()))

@@ -7,6 +7,7 @@
 #include "mapp/rt/AtomicFile.h"
 #include "mapp/rt/Error.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -44,16 +45,25 @@ void writeAll(int fd, const uint8_t *p, size_t n, const std::string &path) {
 
 /// MAPP_TEST_STALL_WRITE=SUBSTRING:MARKER (tests only): a write whose path
 /// contains SUBSTRING stops halfway, creates MARKER and sleeps until killed,
-/// so a test can kill -9 a save in progress deterministically.
+/// so a test can kill -9 a save in progress deterministically. A '*' in
+/// SUBSTRING stands for any text (temporaries carry the run id).
 void testStall(const std::string &path) {
   const char *env = std::getenv("MAPP_TEST_STALL_WRITE");
   if (!env)
     return;
   std::string s = env;
   size_t colon = s.find(':');
-  if (colon == std::string::npos || colon == 0 ||
-      path.find(s.substr(0, colon)) == std::string::npos)
+  if (colon == std::string::npos || colon == 0)
     return;
+  size_t at = 0;
+  for (size_t b = 0; b <= colon;) {
+    size_t e = std::min(s.find('*', b), colon);
+    at = path.find(s.substr(b, e - b), at);
+    if (at == std::string::npos)
+      return;
+    at += e - b;
+    b = e + 1;
+  }
   std::ofstream(s.substr(colon + 1)) << path << "\n";
   for (;;)
     std::this_thread::sleep_for(std::chrono::seconds(1));

@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <set>
 
 using namespace mapp::rt;
 
@@ -32,11 +34,49 @@ TrainControl::TrainControl(Executor &exec, CheckpointPolicy policy,
       lastSaveTime_(std::chrono::steady_clock::now()) {}
 
 int64_t TrainControl::start() {
-  if (policy_.resume.empty())
-    return 0;
-  std::string ckpt = findCheckpoint(policy_.resume);
-  int64_t step = loadCheckpoint(exec_, ckpt, meta_);
-  lastSaved_ = step;
+  const bool lead = exec_.comm().rank() == 0;
+  std::set<std::string> reported;
+  auto warnIncomplete = [&](const std::vector<std::string> &folders,
+                            const char *flag) {
+    for (const std::string &f : folders)
+      if (reported.insert(f).second && lead)
+        std::fprintf(stderr,
+                     "mapp-run: %s: warning: '%s' has no manifest.json (a "
+                     "save or prune that was interrupted, or not mapp's): not "
+                     "a checkpoint, left as it is\n",
+                     flag, f.c_str());
+  };
+  int64_t step = 0;
+  if (!policy_.resume.empty()) {
+    std::vector<std::string> incomplete;
+    std::string ckpt = findCheckpoint(policy_.resume, &incomplete);
+    warnIncomplete(incomplete, "--resume");
+    std::vector<LineageLink> lineage;
+    step = loadCheckpoint(exec_, ckpt, meta_, &lineage);
+    meta_.ancestors = lineage; // this run continues that chain
+    lastSaved_ = step;
+  }
+  if (!policy_.saveDir.empty()) {
+    SaveDirScan scan = scanSaveDir(policy_.saveDir, meta_, step);
+    warnIncomplete(scan.incomplete, "--save-dir");
+    if (!scan.newer.empty()) {
+      std::string list;
+      for (const std::string &n : scan.newer)
+        list += (list.empty() ? "" : ", ") + n;
+      if (!policy_.overwrite)
+        fail("--save-dir '", policy_.saveDir, "' holds checkpoints newer than "
+             "this run's start (step ", step, ") that are not of its lineage: ",
+             list, ". A later --resume of it would continue them, not this "
+             "run; use another --save-dir, --resume from it, or "
+             "--save-dir-overwrite to replace them");
+      if (lead)
+        std::fprintf(stderr,
+                     "mapp-run: --save-dir-overwrite: %s will be removed after "
+                     "this run's first save\n",
+                     list.c_str());
+      replace_ = scan.newerPaths;
+    }
+  }
   return step;
 }
 
@@ -59,7 +99,8 @@ bool TrainControl::afterStep(bool lastStep) {
   bool due = lastStep || stop || timeDue ||
              (policy_.every > 0 && done % policy_.every == 0);
   if (due && done != lastSaved_) {
-    saveCheckpoint(exec_, policy_.saveDir, meta_, policy_.keep);
+    saveCheckpoint(exec_, policy_.saveDir, meta_, policy_.keep, replace_);
+    replace_.clear();
     lastSaved_ = done;
     lastSaveTime_ = std::chrono::steady_clock::now();
   }

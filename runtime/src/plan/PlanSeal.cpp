@@ -26,17 +26,20 @@ static constexpr uint32_t kMagic = static_cast<uint32_t>(fb::SealMagic::MPSL);
 /// Bytes of the seal covered by the checksum: magic, version, body_bytes.
 static constexpr size_t kCovered = 16;
 
-static uint32_t sealChecksum(const uint8_t *body, size_t size,
-                             const uint8_t *sealHead) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // zlib takes uInt lengths: feed large bodies in pieces.
+uint32_t mapp::rt::sealCrc32(const uint8_t *data, size_t size, uint32_t crc) {
+  uLong c = crc;
+  // zlib takes uInt lengths: feed large inputs in pieces.
   for (size_t off = 0; off < size;) {
     size_t n = std::min<size_t>(size - off, 1u << 30);
-    crc = crc32(crc, body + off, static_cast<uInt>(n));
+    c = crc32(c, data + off, static_cast<uInt>(n));
     off += n;
   }
-  crc = crc32(crc, sealHead, kCovered);
-  return static_cast<uint32_t>(crc);
+  return static_cast<uint32_t>(c);
+}
+
+static uint32_t sealChecksum(const uint8_t *body, size_t size,
+                             const uint8_t *sealHead) {
+  return sealCrc32(sealHead, kCovered, sealCrc32(body, size));
 }
 
 std::vector<uint8_t> mapp::rt::sealPlan(const uint8_t *body, size_t size) {

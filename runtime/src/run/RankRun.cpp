@@ -308,8 +308,13 @@ private:
         writeSafetensors(o_.saveGrads, g);
     };
 
-    CheckpointMeta meta{o_.seed, o_.shuffle,
-                        loader_ ? loader_->numTokens() : -1};
+    CheckpointMeta meta;
+    meta.seed = o_.seed;
+    meta.shuffle = o_.shuffle;
+    meta.dataTokens = loader_ ? loader_->numTokens() : -1;
+    meta.runId = sh_.runId;
+    meta.planChecksum = plan_.checksum;
+    meta.runSteps = o_.steps;
     TrainControl control(*exec_, o_.ckpt, meta);
     const int64_t first = control.start();
     exec_->setSkipNonFinite(true); // a non-finite step never touches the state

@@ -124,8 +124,8 @@ int runMpiRank(RunShared &sh) {
   try {
     if (!sh.o.quiet)
       printCoords(plan, rank, sh.threadsPerRank), std::fflush(stdout);
-    if (!sh.o.traceDir.empty())
-      shareRunId(*comm, sh.runId);
+    if (!sh.o.traceDir.empty() || !sh.o.ckpt.saveDir.empty())
+      shareRunId(*comm, sh.runId); // names traces and checkpoint temporaries
     runRank(sh, std::move(comm));
   } catch (const std::exception &e) {
     // One write, so ranks' messages do not interleave mid-line.

@@ -142,6 +142,10 @@ struct Plan {
 
 /// Size of the PlanSeal trailer after the FlatBuffers body (plan.fbs).
 constexpr size_t kPlanSealBytes = 24;
+/// CRC-32 (zlib's) of `size` bytes, continuing `crc` (0 to start): the
+/// plan seal's checksum, also used for checkpoint shards and the manifest
+/// seal (Checkpoint.cpp).
+uint32_t sealCrc32(const uint8_t *data, size_t size, uint32_t crc = 0);
 /// Appends the seal to a FlatBuffers Plan body: the bytes of a .mplan file.
 std::vector<uint8_t> sealPlan(const uint8_t *body, size_t size);
 /// Checks the seal of a .mplan file held in memory and returns the body's
