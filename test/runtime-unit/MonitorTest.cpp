@@ -37,7 +37,7 @@ StepSummary summary(int rank, int step, double slow = 1, double noise = 0) {
   p.peer = rank < 4 ? rank + 4 : rank - 4;
   p.count = 4;
   p.bytes = 4 * 32768;
-  p.minWireNs = 20e3;
+  p.minWireNs = p.minWireLoNs = 20e3; // exact landings: lo = hi
   p.sumWireNs = 4 * 20e3;
   return s;
 }
@@ -137,8 +137,8 @@ TEST(Monitor, ThrottledGpuNamedAsCause) {
 TEST(Monitor, SlowLinkNamedWithDirection) {
   WindowDiagnoser d(kWorld);
   auto a = feed(d, 20, [](StepSummary &s) {
-    if (s.rank == 6 && s.step >= 8)
-      s.recvFrom[0].minWireNs = 5e6; // 2 -> 6 carries 5 ms more
+    if (s.rank == 6 && s.step >= 8) // 2 -> 6 carries 5 ms more
+      s.recvFrom[0].minWireNs = s.recvFrom[0].minWireLoNs = 5e6;
   });
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].kind, "slow-link");
@@ -156,16 +156,17 @@ TEST(Monitor, StampedWireAcrossHostsUsesTheAnchor) {
   auto crossHost = [&](StepSummary &s, bool sharedAnchor) {
     s.host = 100 + s.rank; // every rank its own host and clock
     PeerStats &p = s.recvFrom[0];
-    p.stamped = p.count;
+    p.stamped = p.stampedLo = p.count;
     p.minWireNs += (offMs[s.rank] - offMs[p.peer]) * 1e6;
+    p.minWireLoNs = p.minWireNs;
     s.anchorKey = sharedAnchor ? 42 : 42 + s.rank / 4;
     s.anchorEndNs = 5e9 + offMs[s.rank] * 1e6;
   };
   {
     WindowDiagnoser d(kWorld);
     auto a = feed(d, 20, [&](StepSummary &s) {
-      if (s.rank == 6 && s.step >= 8)
-        s.recvFrom[0].minWireNs = 5e6; // 2 -> 6 carries 5 ms more
+      if (s.rank == 6 && s.step >= 8) // 2 -> 6 carries 5 ms more
+        s.recvFrom[0].minWireNs = s.recvFrom[0].minWireLoNs = 5e6;
       crossHost(s, true);
     });
     ASSERT_EQ(a.size(), 1u) << a[0].text;
@@ -226,10 +227,20 @@ TEST(Monitor, SummarizerStampsAndAnchor) {
   EXPECT_EQ(sa.recvFrom[0].stamped, 2u);
   EXPECT_DOUBLE_EQ(sa.recvFrom[0].minWireNs, -500);
   EXPECT_DOUBLE_EQ(sa.recvFrom[0].sumWireNs, -200);
+  EXPECT_EQ(sa.recvFrom[0].stampedLo, 2u); // exact landings bound it too
+  EXPECT_DOUBLE_EQ(sa.recvFrom[0].minWireLoNs, -500);
+  EXPECT_TRUE(sa.recvFrom[0].hasWireLo());
   EXPECT_TRUE(sa.flags & StepSummary::HasWire);
   EXPECT_NE(sa.anchorKey, 0u);
   EXPECT_EQ(sa.anchorKey, sb.anchorKey);
   EXPECT_DOUBLE_EQ(sa.anchorEndNs, 6000);
+  Summarizer d; // a polled landing the first poll found: no lower bound
+  SummaryEvent polled = recv(1000, 1200, 900, 1150);
+  polled.arrivalExact = false;
+  d.add(polled);
+  StepSummary sd = d.take(0);
+  EXPECT_EQ(sd.recvFrom[0].stamped, 1u);
+  EXPECT_FALSE(sd.recvFrom[0].hasWireLo());
   Summarizer c; // another group of the kind: another instance
   c.setGroupKind(0, "world", {0, 2});
   c.add(coll(7, 9000));
