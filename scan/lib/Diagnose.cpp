@@ -128,6 +128,7 @@ static double peerReference(const DurationsByRank &perRank, bool symmetric) {
 // peers' lockstep ops of the name where at least two ranks have some.
 static std::vector<std::vector<OpRatio>>
 rateComputeOps(const Trace &t, const std::vector<std::vector<char>> &container,
+               const std::vector<std::vector<char>> &loadDependent,
                bool symmetric, bool cpuClock) {
   std::vector<std::vector<OpRatio>> ops(t.world);
   std::map<std::string, DurationsByRank> all, lockstep;
@@ -146,7 +147,7 @@ rateComputeOps(const Trace &t, const std::vector<std::vector<char>> &container,
         afterCollective = e.op != Op::Send && e.op != Op::Recv;
         continue;
       }
-      if (container[r][i])
+      if (container[r][i] || loadDependent[r][i])
         continue;
       ops[r].push_back({i, 1, 0, afterCollective});
       all[e.name][r].push_back(costOf(e, cpuClock));
@@ -432,10 +433,12 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   d.cpuClock = opts.cpuClock && hasCpuTimes(t, container);
   if (d.cpuClock)
     noteOffCpuRanks(t, container, d);
-  std::vector<std::vector<OpRatio>> ratios =
-      rateComputeOps(t, container, /*symmetric=*/false, d.cpuClock);
-  std::vector<std::vector<OpRatio>> symmetricRatios =
-      rateComputeOps(t, container, /*symmetric=*/true, d.cpuClock);
+  std::vector<std::vector<char>> loadDependent;
+  diagnoseRouting(t, container, d.cpuClock, opts, d, loadDependent);
+  std::vector<std::vector<OpRatio>> ratios = rateComputeOps(
+      t, container, loadDependent, /*symmetric=*/false, d.cpuClock);
+  std::vector<std::vector<OpRatio>> symmetricRatios = rateComputeOps(
+      t, container, loadDependent, /*symmetric=*/true, d.cpuClock);
   std::vector<double> all, deviations;
   for (int r = 0; r < R; ++r) {
     RankStats &rs = d.ranks[r];

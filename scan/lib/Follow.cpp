@@ -135,8 +135,14 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
     if (!t.header)
       return fail(where + ": no header line before it");
     if (type == "group") {
+      std::vector<int> members;
+      auto m = j.find("members");
+      if (m != j.end() && m->is_array())
+        for (const auto &v : *m)
+          if (v.is_number_integer())
+            members.push_back(v.get<int>());
       t.sum.setGroupKind(static_cast<int>(num(j, "id", -1)),
-                         j.value("kind", ""));
+                         j.value("kind", ""), members);
       return true;
     }
     if (type == "footer") {
@@ -153,6 +159,7 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
         !trace::parseOp(j.value("op", ""), e.op))
       return fail(where + ": unknown cat or op");
     e.group = static_cast<int>(num(j, "group", -1));
+    e.seq = num(j, "seq", -1);
     e.peer = static_cast<int>(num(j, "peer", -1));
     e.bytes = static_cast<uint64_t>(num(j, "bytes", 0));
     e.beginNs = static_cast<uint64_t>(num(j, "b", 0));

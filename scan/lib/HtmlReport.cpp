@@ -54,7 +54,7 @@ std::string breakdownSvg(const ScanResult &s) {
                   "\" height=\"" + std::to_string(H) + "\">";
   std::set<int> culprits;
   for (const Finding &fd : s.diag.findings)
-    if (fd.kind == "slow-rank")
+    if (fd.aboutRank())
       culprits.insert(fd.rank);
   for (size_t i = 0; i < rs.size(); ++i) {
     const RankStats &r = rs[i];
@@ -344,7 +344,7 @@ bool mapp::scan::writeHtmlReport(const ScanResult &s, const std::string &path,
     o += "<table><tr><th>kind</th><th>where</th><th>confidence</th><th>"
          "magnitude</th><th>evidence events</th></tr>";
     for (const Finding &fd : s.diag.findings) {
-      std::string where = fd.kind == "slow-rank"
+      std::string where = fd.aboutRank()
                               ? "rank " + std::to_string(fd.rank) + " (" +
                                     t.rankLabel(fd.rank) + ")"
                               : "link " + std::to_string(fd.src) + " &#8594; " +

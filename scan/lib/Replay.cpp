@@ -139,10 +139,11 @@ bool mapp::scan::whatIf(const Trace &t, const Matches &m, const Diagnosis &d,
   out.savedPct =
       out.replayStepMs > 0 ? 100 * out.savedMs / out.replayStepMs : 0;
   for (const Finding &f : d.findings)
-    out.repaired.push_back(
-        f.kind == "slow-rank"
-            ? "rank " + std::to_string(f.rank) + " compute at peers' median"
-            : "link " + std::to_string(f.src) + "->" + std::to_string(f.dst) +
-                  " at peer links' bandwidth");
+    if (f.kind == "slow-rank" || f.kind == "slow-link") // not the routing
+      out.repaired.push_back(
+          f.kind == "slow-rank"
+              ? "rank " + std::to_string(f.rank) + " compute at peers' median"
+              : "link " + std::to_string(f.src) + "->" +
+                    std::to_string(f.dst) + " at peer links' bandwidth");
   return true;
 }

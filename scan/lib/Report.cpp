@@ -3,6 +3,7 @@
 #include "mapp/scan/Report.h"
 #include "mapp/scan/AllToAllLoad.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 
@@ -26,10 +27,16 @@ static json findingJson(const Trace &t, const Finding &f) {
             {"ratio", f.ratio},
             {"magnitude", f.magnitude},
             {"evidence", f.evidence}};
-  if (f.kind == "slow-rank") {
+  if (f.aboutRank()) {
     x["rank"] = f.rank;
     x["label"] = t.rankLabel(f.rank);
     x["victims"] = f.victims;
+    if (!f.members.empty()) {
+      x["ep_group"] = f.members;
+      x["ep_member"] = std::find(f.members.begin(), f.members.end(), f.rank) -
+                       f.members.begin();
+      x["recv_bytes_per_member"] = f.memberBytes;
+    }
   } else {
     x["src"] = f.src;
     x["dst"] = f.dst;
@@ -452,11 +459,11 @@ std::string mapp::scan::textSummary(const ScanResult &s) {
   else if (s.diag.findings.empty())
     out += "findings: none\n";
   for (const Finding &f : s.diag.findings) {
-    if (f.kind == "slow-rank")
+    if (f.aboutRank())
       std::snprintf(buf, sizeof(buf),
-                    "finding: slow-rank rank=%d (%s) confidence=%.2f: %s\n",
-                    f.rank, t.rankLabel(f.rank).c_str(), f.confidence,
-                    f.magnitude.c_str());
+                    "finding: %s rank=%d (%s) confidence=%.2f: %s\n",
+                    f.kind.c_str(), f.rank, t.rankLabel(f.rank).c_str(),
+                    f.confidence, f.magnitude.c_str());
     else
       std::snprintf(buf, sizeof(buf),
                     "finding: slow-link src=%d dst=%d confidence=%.2f: %s\n",

@@ -57,13 +57,14 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
                         std::string *error) {
   int R = static_cast<int>(job.programs.size()); // ranks and their streams
   out.ops.assign(R, {});
+  out.recvs.assign(R, {});
   for (int r = 0; r < R; ++r)
     out.ops[r].resize(job.programs[r].size());
   std::vector<size_t> pc(R, 0);
   std::vector<double> now(R, 0.0);
   std::vector<char> arrived(R, 0); // waiting inside a collective
   struct Msg {
-    double arrival;
+    double sent, arrival;
   };
   std::map<std::tuple<int, int, int64_t>, std::deque<Msg>> inflight;
   std::map<std::pair<int, int>, double> linkFree;
@@ -96,18 +97,20 @@ bool mapp::scan::runSim(const SimJob &job, const SimNetwork &net, SimTimes &out,
           if (op.async) {
             double latency = op.xferNs >= 0 ? 0 : net.p2p(r, op.peer, 0);
             inflight[{r, op.peer, op.tag}].push_back(
-                {postAsyncSend(start, free, xfer, latency)});
+                {start, postAsyncSend(start, free, xfer, latency)});
             end = start;
           } else {
             end = std::max(start, free) + xfer;
             free = end;
-            inflight[{r, op.peer, op.tag}].push_back({end});
+            inflight[{r, op.peer, op.tag}].push_back({start, end});
           }
         } else if (op.kind == SimOp::Recv) {
           auto it = inflight.find({op.peer, r, op.tag});
           if (it == inflight.end() || it->second.empty())
             break;
-          end = std::max(start, it->second.front().arrival);
+          const Msg &m = it->second.front();
+          end = std::max(start, m.arrival);
+          out.recvs[r].push_back({pc[r], m.sent, m.arrival});
           it->second.pop_front();
         } else {
           const SimGroup &g = job.groups[op.group];
@@ -289,11 +292,14 @@ bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
         id = (id ^ static_cast<uint64_t>(std::llround(v))) * 1099511628211ull;
   char runId[32];
   std::snprintf(runId, sizeof runId, "sim-%016llx", (unsigned long long)id);
-  for (int r = 0; r < job.world; ++r) {
+  auto clockOf = [&](int r, double t) {
     const SimClock &k = clocks[r];
-    auto local = [&](double t) {
-      return (uint64_t)std::llround(k.offsetNs + (1 + k.driftPpm * 1e-6) * t);
-    };
+    return (uint64_t)std::llround(k.offsetNs + (1 + k.driftPpm * 1e-6) * t);
+  };
+  for (int r = 0; r < job.world; ++r) {
+    auto local = [&](double t) { return clockOf(r, t); };
+    const SimClock &k = clocks[r];
+    std::map<size_t, size_t> nextStamp; // program -> its next recv stamp
     mapp::TraceHeader h;
     h.rank = r;
     h.world = job.world;
@@ -355,9 +361,24 @@ bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
         }
         rec.group = it->second;
         rec.seq = op.seq;
+        if (op.peerBytes >= 0)
+          rec.peerBytes = w->storePeerBytes(job.peerBytes[op.peerBytes].send,
+                                            job.peerBytes[op.peerBytes].recv);
       }
       rec.beginNs = local(times.ops[p][i].first);
       rec.endNs = local(times.ops[p][i].second);
+      // What the runtime's receives carry: the send call on the sender's
+      // clock, the payload's arrival on this rank's.
+      if (op.kind == SimOp::Recv && p < times.recvs.size()) {
+        const std::vector<SimRecvStamp> &stamps = times.recvs[p];
+        size_t &k = nextStamp[p];
+        while (k < stamps.size() && stamps[k].op < i)
+          ++k; // the stream waits skipped above
+        if (k < stamps.size() && stamps[k].op == i) {
+          rec.sentNs = clockOf(job.ownerOf(op.peer), stamps[k].sentNs);
+          rec.arrivedNs = local(stamps[k].arrivedNs);
+        }
+      }
       w->append(rec);
     }
     w->close();

@@ -122,6 +122,11 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
                                               "dp_allreduce_bytes",
                                               "grad_norm_allreduce",
                                               "overlap_grad_reduce",
+                                              "ep",
+                                              "moe_experts",
+                                              "moe_dispatch_bytes",
+                                              "moe_expert_us",
+                                              "moe_expert_load",
                                               "network",
                                               "clock",
                                               "jitter",
@@ -156,6 +161,11 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
     c.dpAllreduceBytes = j.value("dp_allreduce_bytes", (uint64_t)0);
     c.gradNormAllreduce = j.value("grad_norm_allreduce", true);
     c.overlapGradReduce = j.value("overlap_grad_reduce", false);
+    c.ep = j.value("ep", 1);
+    c.moeExperts = j.value("moe_experts", 0);
+    c.moeDispatchBytes = j.value("moe_dispatch_bytes", (uint64_t)0);
+    c.moeExpertUs = j.value("moe_expert_us", 0.0);
+    c.moeExpertLoad = j.value("moe_expert_load", std::vector<double>{});
     if (j.contains("network")) {
       const json &n = j["network"];
       c.gpusPerNode = n.value("gpus_per_node", 0);
@@ -199,6 +209,39 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
                "device_tflops");
   if (c.interGbps <= 0 || c.intraGbps <= 0)
     return bad("link bandwidths must be positive");
+  if (c.ep < 1 || c.dp % c.ep)
+    return bad("ep must be >= 1 and divide dp (" + std::to_string(c.dp) +
+               ")");
+  if (c.moeExperts < 0 || (c.ep > 1 && c.moeExperts == 0))
+    return bad("ep > 1 needs moe_experts");
+  if (c.moeExperts > 0) {
+    if (c.moeExperts % c.ep)
+      return bad(std::to_string(c.moeExperts) + " experts cannot be split "
+                 "evenly over ep " + std::to_string(c.ep));
+    if (c.moeExpertUs <= 0)
+      return bad("moe_experts needs moe_expert_us > 0");
+    if (c.ep > 1 && c.moeDispatchBytes == 0)
+      return bad("ep > 1 needs moe_dispatch_bytes > 0");
+    if (c.moeExpertLoad.empty())
+      c.moeExpertLoad.assign(c.moeExperts, 1.0);
+    if (static_cast<int>(c.moeExpertLoad.size()) != c.moeExperts)
+      return bad("moe_expert_load needs one entry per expert (" +
+                 std::to_string(c.moeExperts) + "), got " +
+                 std::to_string(c.moeExpertLoad.size()));
+    double sum = 0;
+    for (double w : c.moeExpertLoad) {
+      if (!(w >= 0) || !std::isfinite(w))
+        return bad("moe_expert_load entries must be finite and >= 0");
+      sum += w;
+    }
+    if (sum <= 0)
+      return bad("moe_expert_load must give some expert a load");
+    for (double &w : c.moeExpertLoad)
+      w /= sum;
+  } else if (c.moeDispatchBytes || c.moeExpertUs > 0 ||
+             !c.moeExpertLoad.empty()) {
+    return bad("moe_* keys need moe_experts");
+  }
   if (j.contains("faults")) {
     if (!j["faults"].is_array())
       return bad("'faults' must be an array of strings");
@@ -265,6 +308,8 @@ struct Builder {
   std::map<std::string, int> groupIds;
   std::vector<std::map<int, int64_t>> seqs; // per rank: group -> next seq
   Phase phase = Phase::None; // of the ops base() makes (the task's pass)
+  std::map<std::pair<std::vector<uint64_t>, std::vector<uint64_t>>, int32_t>
+      peerBytesIds;
 
   int rankOf(int t, int d, int p) const { return t + c.tp * (d + c.dp * p); }
 
@@ -316,6 +361,71 @@ struct Builder {
     job.programs[r].push_back(op);
   }
 
+  // A variable all_to_all over the ep group (ep_dispatch / ep_combine).
+  void allToAll(int r, SimOp op, int g, const SimPeerBytes &counts) {
+    uint64_t busiest = 0; // the member that moves the most paces it
+    for (size_t m = 0; m < counts.send.size(); ++m)
+      busiest = std::max(busiest, std::max(counts.send[m], counts.recv[m]));
+    coll(r, op, g, busiest * counts.send.size());
+    SimOp &o = job.programs[r].back();
+    o.op = Op::AllToAll;
+    auto key = std::make_pair(counts.send, counts.recv);
+    auto it = peerBytesIds.find(key);
+    if (it == peerBytesIds.end()) {
+      it = peerBytesIds.emplace(key, (int32_t)job.peerBytes.size()).first;
+      job.peerBytes.push_back(counts);
+    }
+    o.peerBytes = it->second;
+  }
+
+  // Share of all routed rows that member j's experts get.
+  double memberShare(int j) const {
+    int per = c.moeExperts / c.ep;
+    double s = 0;
+    for (int e = j * per; e < (j + 1) * per; ++e)
+      s += c.moeExpertLoad[e];
+    return s;
+  }
+
+  // The experts of one layer on rank r: dispatch, the experts' compute
+  // (proportional to the rows they got), combine. The backward runs the
+  // same exchanges around the experts' backward: the combine's gradient
+  // moves what the dispatch did, the dispatch's gradient what the combine
+  // did (named as the runtime names them, after the forward op).
+  void experts(int r, int step, int mb, int l, int chunk, bool fwd) {
+    int t = r % c.tp, d = (r / c.tp) % c.dp, s = r / (c.tp * c.dp);
+    double factor = fwd ? 1.0 : c.backwardFactor;
+    const char *work = fwd ? "fwd.experts" : "bwd.experts";
+    if (c.ep == 1) {
+      compute(r, base(work, Cat::Compute, step, mb, l, chunk),
+              factor * c.moeExpertUs * 1e3);
+      return;
+    }
+    std::vector<int> members;
+    for (int k = 0; k < c.ep; ++k)
+      members.push_back(rankOf(t, d - d % c.ep + k, s));
+    int g = group("ep", members);
+    int me = d % c.ep, n = c.ep;
+    SimPeerBytes dispatch, combine;
+    for (int j = 0; j < n; ++j) {
+      uint64_t toJ = (uint64_t)std::llround(c.moeDispatchBytes * memberShare(j));
+      uint64_t fromJ =
+          (uint64_t)std::llround(c.moeDispatchBytes * memberShare(me));
+      dispatch.send.push_back(toJ);
+      dispatch.recv.push_back(fromJ);
+      combine.send.push_back(fromJ);
+      combine.recv.push_back(toJ);
+    }
+    allToAll(r, base(fwd ? "fwd.ep_dispatch" : "bwd.ep_combine", Cat::Comm,
+                     step, mb, l, chunk),
+             g, dispatch);
+    compute(r, base(work, Cat::Compute, step, mb, l, chunk),
+            factor * c.moeExpertUs * 1e3 * n * memberShare(me));
+    allToAll(r, base(fwd ? "fwd.ep_combine" : "bwd.ep_dispatch", Cat::Comm,
+                     step, mb, l, chunk),
+             g, combine);
+  }
+
   void p2p(int r, SimOp op, bool send, int peer, int64_t tag) {
     op.kind = send ? SimOp::Send : SimOp::Recv;
     op.cat = Cat::Comm;
@@ -361,6 +471,8 @@ struct Builder {
           coll(r, base("fwd.attn.allreduce", Cat::Comm, step, mb, l, chunk),
                tpg, c.tpAllreduceBytes);
         compute(r, base("fwd.mlp", Cat::Compute, step, mb, l, chunk), 0.6 * lf);
+        if (c.moeExperts > 0)
+          experts(r, step, mb, l, chunk, true);
         if (tpg >= 0)
           coll(r, base("fwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
                c.tpAllreduceBytes);
@@ -380,6 +492,8 @@ struct Builder {
           (2 * vs + 1) * M + mb);
     double bf = c.backwardFactor * lf;
     for (int l = (vs + 1) * lv - 1; l >= vs * lv; --l) {
+      if (c.moeExperts > 0)
+        experts(r, step, mb, l, chunk, false);
       compute(r, base("bwd.mlp", Cat::Compute, step, mb, l, chunk), 0.6 * bf);
       if (tpg >= 0)
         coll(r, base("bwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk), tpg,

@@ -1,18 +1,16 @@
 //===- SimSummaries.cpp - Live-monitor summaries of a simulated job -------===//
 //
 // Each rank's simulated ops go through the live monitor's Summarizer, as
-// the runtime's trace records do. A receive's wire time: from the matching
-// send's begin to the payload's arrival -- the receive's end when it
-// waited (the engine ends a receive at max(posted, arrival)), else the
-// end of a blocking send (it ends on arrival); an early payload for a
-// non-blocking send has no known arrival and gives no wire sample.
+// the runtime's trace records do, on the rank's own clock (its node's, as
+// in the trace files): a receive carries the send call on the sender's
+// clock and the payload's arrival on its own, as the runtime's do.
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/scan/Sim.h"
 
-#include <deque>
+#include <cmath>
 #include <map>
-#include <tuple>
+#include <set>
 
 using namespace mapp::scan;
 using mapp::monitor::StepSummary;
@@ -22,36 +20,42 @@ bool mapp::scan::simSummaries(const SimConfig &c, const SimJob &job,
                               const SimTimes &times,
                               std::vector<StepSummary> &out,
                               std::string *error) {
-  if (times.ops.size() != job.programs.size()) {
+  if (times.ops.size() != job.programs.size() ||
+      times.recvs.size() != job.programs.size()) {
     if (error)
       *error = "simSummaries: times do not match the job";
     return false;
   }
-  // Sends by (src, dst, tag) in issue order: the non-overtaking match.
-  struct SendTimes {
-    double begin, end;
-    bool async;
-  };
-  std::map<std::tuple<int, int, int64_t>, std::deque<SendTimes>> sends;
   int steps = 0;
-  for (int r = 0; r < static_cast<int>(job.programs.size()); ++r)
-    for (size_t i = 0; i < job.programs[r].size(); ++i) {
-      const SimOp &op = job.programs[r][i];
+  for (const auto &prog : job.programs)
+    for (const SimOp &op : prog)
       steps = std::max(steps, op.step + 1);
-      if (op.kind == SimOp::Send && !op.streamSync)
-        sends[{r, op.peer, op.tag}].push_back(
-            {times.ops[r][i].first, times.ops[r][i].second, op.async});
-    }
+  std::vector<SimClock> clocks = makeClocks(c);
+  auto clockOf = [&](int r, double t) {
+    const SimClock &k = clocks[r];
+    return static_cast<uint64_t>(
+        std::llround(k.offsetNs + (1 + k.driftPpm * 1e-6) * t));
+  };
   int gpn = c.gpusPerNode > 0 ? c.gpusPerNode : c.tp;
   std::vector<std::vector<StepSummary>> perRank(job.world);
   for (int r = 0; r < job.world; ++r) {
     mapp::monitor::Summarizer sum;
     sum.setIdentity(r, r % c.tp, (r / c.tp) % c.dp, r / (c.tp * c.dp),
                     "sim-node" + std::to_string(r / gpn));
-    for (size_t g = 0; g < job.groups.size(); ++g)
-      sum.setGroupKind(static_cast<int>(g), job.groups[g].kind);
+    std::vector<std::pair<size_t, size_t>> ops = job.opsOf(r);
+    std::set<int> used; // the rank's own groups (a large job has thousands)
+    for (auto [p, i] : ops)
+      if (job.programs[p][i].kind == SimOp::Coll)
+        used.insert(job.programs[p][i].group);
+    for (int g : used) {
+      std::vector<int> members; // ranks, not their streams' programs
+      for (int m : job.groups[g].members)
+        members.push_back(job.ownerOf(m));
+      sum.setGroupKind(g, job.groups[g].kind, members);
+    }
     sum.setLayout(c.tp, c.dp, c.pp);
-    for (auto [p, i] : job.opsOf(r)) { // every stream of the rank
+    std::map<size_t, size_t> nextStamp; // program -> its next recv stamp
+    for (auto [p, i] : ops) { // every stream of the rank
       const SimOp &op = job.programs[p][i];
       if (op.streamSync)
         continue; // a wait between the rank's streams, not an event
@@ -63,27 +67,24 @@ bool mapp::scan::simSummaries(const SimConfig &c, const SimJob &job,
       ev.cat = op.cat;
       ev.op = op.op;
       ev.group = op.kind == SimOp::Coll ? op.group : -1;
+      ev.seq = op.kind == SimOp::Coll ? op.seq : -1;
       ev.peer = op.peer < 0 ? -1 : job.ownerOf(op.peer);
       ev.bytes = op.bytes;
-      ev.beginNs = static_cast<uint64_t>(b);
-      ev.endNs = static_cast<uint64_t>(e);
+      ev.beginNs = clockOf(r, b);
+      ev.endNs = clockOf(r, e);
       if (op.kind == SimOp::Recv) {
-        auto &q = sends[{op.peer, static_cast<int>(p), op.tag}];
-        if (q.empty()) {
+        const std::vector<SimRecvStamp> &stamps = times.recvs[p];
+        size_t &k = nextStamp[p];
+        while (k < stamps.size() && stamps[k].op < i)
+          ++k; // the stream waits skipped above
+        if (k >= stamps.size() || stamps[k].op != i) {
           if (error)
-            *error = "simSummaries: recv of rank " + std::to_string(r) +
-                     " from " + std::to_string(op.peer) + " has no send";
+            *error = "simSummaries: recv " + std::to_string(i) + " of rank " +
+                     std::to_string(r) + " has no message";
           return false;
         }
-        SendTimes s = q.front();
-        q.pop_front();
-        double arrived = e > b ? e : s.async ? -1 : s.end;
-        if (arrived > s.begin) {
-          ev.sentNs = static_cast<uint64_t>(s.begin);
-          ev.arrivedNs = static_cast<uint64_t>(arrived);
-        } else {
-          ev.wireUnknown = true;
-        }
+        ev.sentNs = clockOf(ev.peer, stamps[k].sentNs);
+        ev.arrivedNs = clockOf(r, stamps[k].arrivedNs);
       }
       sum.add(ev);
     }

@@ -37,7 +37,7 @@ StepSummary summary(int rank, int step, double slow = 1, double noise = 0) {
   p.peer = rank < 4 ? rank + 4 : rank - 4;
   p.count = 4;
   p.bytes = 4 * 32768;
-  p.minWireNs = 20e3;
+  p.minWireNs = p.minWireLoNs = 20e3; // exact landings: lo = hi
   p.sumWireNs = 4 * 20e3;
   return s;
 }
@@ -137,14 +137,114 @@ TEST(Monitor, ThrottledGpuNamedAsCause) {
 TEST(Monitor, SlowLinkNamedWithDirection) {
   WindowDiagnoser d(kWorld);
   auto a = feed(d, 20, [](StepSummary &s) {
-    if (s.rank == 6 && s.step >= 8)
-      s.recvFrom[0].minWireNs = 5e6; // 2 -> 6 carries 5 ms more
+    if (s.rank == 6 && s.step >= 8) // 2 -> 6 carries 5 ms more
+      s.recvFrom[0].minWireNs = s.recvFrom[0].minWireLoNs = 5e6;
   });
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].kind, "slow-link");
   EXPECT_EQ(a[0].src, 2);
   EXPECT_EQ(a[0].dst, 6);
   EXPECT_EQ(a[0].step, 9);
+}
+
+// Ranks on different hosts read different clocks: a stamped wire time
+// (arrived on the receiver's clock - sent on the sender's) carries their
+// offset, here tens of ms against 20 us transfers. The step's anchor
+// collective, which both ends left together, gives the offset back.
+TEST(Monitor, StampedWireAcrossHostsUsesTheAnchor) {
+  const double offMs[kWorld] = {0, 31, 7, 45, 13, 2, 29, 50};
+  auto crossHost = [&](StepSummary &s, bool sharedAnchor) {
+    s.host = 100 + s.rank; // every rank its own host and clock
+    PeerStats &p = s.recvFrom[0];
+    p.stamped = p.stampedLo = p.count;
+    p.minWireNs += (offMs[s.rank] - offMs[p.peer]) * 1e6;
+    p.minWireLoNs = p.minWireNs;
+    s.anchorKey = sharedAnchor ? 42 : 42 + s.rank / 4;
+    s.anchorEndNs = 5e9 + offMs[s.rank] * 1e6;
+  };
+  {
+    WindowDiagnoser d(kWorld);
+    auto a = feed(d, 20, [&](StepSummary &s) {
+      if (s.rank == 6 && s.step >= 8) // 2 -> 6 carries 5 ms more
+        s.recvFrom[0].minWireNs = s.recvFrom[0].minWireLoNs = 5e6;
+      crossHost(s, true);
+    });
+    ASSERT_EQ(a.size(), 1u) << a[0].text;
+    EXPECT_EQ(a[0].kind, "slow-link");
+    EXPECT_EQ(a[0].src, 2);
+    EXPECT_EQ(a[0].dst, 6);
+    EXPECT_EQ(a[0].step, 9);
+  }
+  { // no collective both ends left together: the offset is unknown and
+    // such links are not judged (their raw stamps raise false alerts)
+    WindowDiagnoser d(kWorld);
+    auto a = feed(d, 20, [&](StepSummary &s) { crossHost(s, false); });
+    EXPECT_TRUE(a.empty()) << a[0].text;
+  }
+}
+
+// The summarizer keeps stamped samples only once it has one (a span says
+// nothing next to them), keeps their sign, and anchors the step at the
+// collective that ended last.
+TEST(Monitor, SummarizerStampsAndAnchor) {
+  Summarizer a, b;
+  for (Summarizer *z : {&a, &b})
+    z->setGroupKind(0, "world", {0, 1});
+  auto recv = [](uint64_t b, uint64_t e, uint64_t sent, uint64_t arrived) {
+    SummaryEvent ev;
+    ev.step = 0;
+    ev.cat = mapp::trace::Category::Comm;
+    ev.op = mapp::trace::Op::Recv;
+    ev.peer = 1;
+    ev.bytes = 8;
+    ev.beginNs = b;
+    ev.endNs = e;
+    ev.sentNs = sent;
+    ev.arrivedNs = arrived;
+    return ev;
+  };
+  auto coll = [](int64_t seq, uint64_t end) {
+    SummaryEvent ev;
+    ev.step = 0;
+    ev.cat = mapp::trace::Category::Comm;
+    ev.op = mapp::trace::Op::AllReduce;
+    ev.group = 0;
+    ev.seq = seq;
+    ev.beginNs = end - 10;
+    ev.endNs = end;
+    return ev;
+  };
+  a.add(recv(1000, 2000, 0, 0));       // a span of 1000 ns
+  a.add(recv(3000, 3100, 9000, 8500)); // stamped: -500 (clocks differ)
+  a.add(recv(4000, 4001, 0, 0));       // a 1 ns span: not mixed in
+  a.add(recv(5000, 5200, 9000, 9300)); // stamped: 300
+  a.add(coll(7, 6000));
+  a.add(coll(3, 2500)); // earlier: not the anchor
+  b.add(coll(7, 9000));
+  StepSummary sa = a.take(0), sb = b.take(0);
+  ASSERT_EQ(sa.recvPeers, 1);
+  EXPECT_EQ(sa.recvFrom[0].count, 4u);
+  EXPECT_EQ(sa.recvFrom[0].stamped, 2u);
+  EXPECT_DOUBLE_EQ(sa.recvFrom[0].minWireNs, -500);
+  EXPECT_DOUBLE_EQ(sa.recvFrom[0].sumWireNs, -200);
+  EXPECT_EQ(sa.recvFrom[0].stampedLo, 2u); // exact landings bound it too
+  EXPECT_DOUBLE_EQ(sa.recvFrom[0].minWireLoNs, -500);
+  EXPECT_TRUE(sa.recvFrom[0].hasWireLo());
+  EXPECT_TRUE(sa.flags & StepSummary::HasWire);
+  EXPECT_NE(sa.anchorKey, 0u);
+  EXPECT_EQ(sa.anchorKey, sb.anchorKey);
+  EXPECT_DOUBLE_EQ(sa.anchorEndNs, 6000);
+  Summarizer d; // a polled landing the first poll found: no lower bound
+  SummaryEvent polled = recv(1000, 1200, 900, 1150);
+  polled.arrivalExact = false;
+  d.add(polled);
+  StepSummary sd = d.take(0);
+  EXPECT_EQ(sd.recvFrom[0].stamped, 1u);
+  EXPECT_FALSE(sd.recvFrom[0].hasWireLo());
+  Summarizer c; // another group of the kind: another instance
+  c.setGroupKind(0, "world", {0, 2});
+  c.add(coll(7, 9000));
+  EXPECT_NE(c.take(0).anchorKey, sa.anchorKey);
 }
 
 TEST(Monitor, SilentRankNamedOnceWithoutWaitingForIt) {

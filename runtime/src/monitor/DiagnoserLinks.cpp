@@ -8,6 +8,14 @@
 // classes when a class has fewer than three links. The noise bar is the
 // class's pooled 90th percentile above its median over the window.
 //
+// Stamped wire times (arrived on the receiver's clock - sent on the
+// sender's) are exact between ranks of one host, which read one steady
+// clock. Between hosts they carry the clocks' offset; both ends' summaries
+// name the step's anchor, a collective both left at the same instant, and
+// the difference of its ends on the two clocks is that offset (to the
+// collective's exit skew and the clocks' drift over one step). A stamped
+// cross-host link without a common anchor is not judged.
+//
 //===----------------------------------------------------------------------===//
 #include "mapp/monitor/Diagnoser.h"
 
@@ -53,11 +61,21 @@ void WindowDiagnoser::judgeLinks(int64_t step,
   for (const StepSummary *d : got)
     for (int k = 0; k < d->recvPeers; ++k) {
       const PeerStats &p = d->recvFrom[k];
-      if (p.count == 0 || p.minWireNs < 0 || p.peer < 0 || p.peer >= world_)
+      if (p.count == 0 || !p.hasWire() || p.peer < 0 || p.peer >= world_)
         continue;
       const StepSummary *s = byRank[p.peer];
-      LinkNow l{p.peer, d->rank, p.minWireNs,
-                p.minWireLoNs < 0 ? 0 : p.minWireLoNs, // < 0: proves nothing
+      double wire = p.minWireNs;
+      double wireLo = p.hasWireLo() ? p.minWireLoNs : 0; // none: proves nothing
+      if (p.stamped && !(s && s->host == d->host)) {
+        if (!s || !s->anchorKey || s->anchorKey != d->anchorKey)
+          continue; // the clocks' offset is unknown
+        wire -= d->anchorEndNs - s->anchorEndNs;
+        if (p.hasWireLo())
+          wireLo -= d->anchorEndNs - s->anchorEndNs;
+      }
+      if (p.stamped && wire <= 0)
+        continue; // clocks that do not order the stamps say nothing
+      LinkNow l{p.peer, d->rank, wire, std::max(0.0, wireLo),
                 static_cast<double>(p.bytes) / p.count,
                 s && s->host == d->host, 0};
       if (s)

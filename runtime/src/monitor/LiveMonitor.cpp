@@ -81,8 +81,8 @@ mapp::MappTraceWriter &LiveMonitor::tapOnlyWriter() {
 }
 
 void LiveMonitor::onGroup(int id, const std::string &kind,
-                          const std::vector<int> &) {
-  summarizer_.setGroupKind(id, kind);
+                          const std::vector<int> &members) {
+  summarizer_.setGroupKind(id, kind, members);
 }
 
 void LiveMonitor::onRecord(const mapp::TraceRecord &r) {
@@ -92,6 +92,7 @@ void LiveMonitor::onRecord(const mapp::TraceRecord &r) {
   e.cat = r.cat;
   e.op = r.op;
   e.group = r.group;
+  e.seq = r.seq;
   e.peer = r.peer;
   e.bytes = r.bytes;
   e.beginNs = r.beginNs;

@@ -88,10 +88,21 @@ void Summarizer::setIdentity(int rank, int tp, int dp, int pp,
   identity_.host = hostHash(host);
 }
 
-void Summarizer::setGroupKind(int group, const std::string &kind) {
+static uint32_t fnv(uint32_t h, uint64_t v) {
+  for (int i = 0; i < 8; ++i, v >>= 8)
+    h = (h ^ static_cast<uint8_t>(v)) * 16777619u;
+  return h;
+}
+
+void Summarizer::setGroupKind(int group, const std::string &kind,
+                              const std::vector<int> &members) {
   std::lock_guard<std::mutex> lock(mu_);
   groupClass_[group] = syncClassOfGroupKind(kind);
   groupCommClass_[group] = commClassOfGroupKind(kind);
+  uint32_t h = hostHash(kind);
+  for (int m : members)
+    h = fnv(h, static_cast<uint64_t>(m));
+  groupHash_[group] = h;
 }
 
 void Summarizer::setLayout(int tpSize, int dpSize, int ppSize) {
@@ -154,16 +165,20 @@ void Summarizer::add(const SummaryEvent &e) {
   if (e.op == Op::Recv) {
     s.syncNs[SyncRecv] += span;
     ++s.syncOps[SyncRecv];
-    // wireLo < 0: a receiver whose first poll found the payload did not
-    // wait for it and bounds nothing from below (docs/mapp-scan.md).
+    // wireLo: what the transfer took at least. A receiver whose first poll
+    // found the payload did not wait for it and bounds nothing from below
+    // (docs/mapp-scan.md). Stamped values are signed: the sender's clock
+    // may be another host's, whose offset the diagnoser takes out.
     double wire = span, wireLo = span;
-    if (e.sentNs && e.arrivedNs >= e.sentNs) {
-      wire = wireLo = static_cast<double>(e.arrivedNs - e.sentNs);
-      if (!e.arrivalExact)
-        wireLo = e.pendingNs == 0 ? -1
-                 : e.pendingNs > e.sentNs
-                     ? static_cast<double>(e.pendingNs - e.sentNs)
-                     : 0;
+    bool bounded = true;
+    const bool stamped = e.sentNs && e.arrivedNs;
+    if (stamped) {
+      const double sent = static_cast<double>(e.sentNs);
+      wire = wireLo = static_cast<double>(e.arrivedNs) - sent;
+      if (!e.arrivalExact) {
+        bounded = e.pendingNs != 0;
+        wireLo = static_cast<double>(e.pendingNs) - sent;
+      }
       s.flags |= StepSummary::HasWire;
     }
     PeerStats *p = nullptr;
@@ -181,19 +196,34 @@ void Summarizer::add(const SummaryEvent &e) {
     }
     ++p->count;
     p->bytes += e.bytes;
-    if (e.wireUnknown)
-      return;
+    if (e.wireUnknown || (!stamped && p->stamped))
+      return; // stamped samples, once there, are the only ones kept
+    if (stamped && p->stamped++ == 0) { // drop the spans seen before
+      p->minWireNs = wire;
+      p->sumWireNs = 0;
+      p->minWireLoNs = -1;
+    } else if (!stamped && p->minWireNs < 0) {
+      p->minWireNs = wire;
+    }
+    p->minWireNs = std::min(p->minWireNs, wire);
     p->sumWireNs += wire;
-    p->minWireNs = p->minWireNs < 0 ? wire : std::min(p->minWireNs, wire);
-    if (wireLo >= 0)
-      p->minWireLoNs =
-          p->minWireLoNs < 0 ? wireLo : std::min(p->minWireLoNs, wireLo);
+    if (bounded) {
+      bool first = stamped ? p->stampedLo++ == 0 : p->minWireLoNs < 0;
+      p->minWireLoNs = first ? wireLo : std::min(p->minWireLoNs, wireLo);
+    }
     return;
   }
   auto g = groupClass_.find(e.group);
   int c = g == groupClass_.end() ? SyncOther : g->second;
   s.syncNs[c] += span;
   ++s.syncOps[c];
+  if (e.seq >= 0 && (s.anchorKey == 0 || e.endNs >= s.anchorEndNs)) {
+    auto h = groupHash_.find(e.group);
+    if (h != groupHash_.end()) {
+      s.anchorKey = std::max<uint32_t>(1, fnv(h->second, e.seq));
+      s.anchorEndNs = static_cast<double>(e.endNs);
+    }
+  }
 }
 
 StepSummary Summarizer::take(int step) {

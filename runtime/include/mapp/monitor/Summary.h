@@ -30,9 +30,10 @@
 namespace mapp::monitor {
 
 // The record's layout version: a monitor refuses records of another layout
-// (MSM3: PeerStats.minWireLoNs; MSM2 added the exposed communication per
-// class and the step's span).
-constexpr uint32_t kSummaryMagic = 0x4d534d33; // "MSM3"
+// (MSM4: stamp counts per source and the step's anchor; MSM3:
+// PeerStats.minWireLoNs; MSM2 added the exposed communication per class
+// and the step's span).
+constexpr uint32_t kSummaryMagic = 0x4d534d34; // "MSM4"
 
 /// Op classes: the trace categories that are not communication.
 enum OpClass : int { ClassCompute, ClassOptimizer, ClassData, ClassMemcpy,
@@ -48,13 +49,25 @@ struct PeerStats {
   int32_t peer = -1;
   uint32_t count = 0;
   uint64_t bytes = 0;
-  /// Fastest and total wire time (payload complete here - send call),
-  /// or, without those stamps, the receive's span. -1: none measured.
+  /// Fastest and total wire time: with `stamped` samples, arrived - sent
+  /// of those receives only (the payload complete here on this rank's
+  /// clock minus the send call on the sender's: across hosts the clocks'
+  /// offset is in it, and the value may be negative -- the diagnoser takes
+  /// it out with the step's anchor collective); without stamps the
+  /// receives' spans (-1: none measured).
   double minWireNs = -1, sumWireNs = 0;
   /// What the fastest waited-for transfer took at least: minWireNs where
   /// landings are exact, less where a poll only bounds them (MPI:
-  /// `pendingNs`). -1: no receive waited for its payload.
+  /// `pendingNs`). Without stamps -1: no receive waited for its payload;
+  /// with them signed as minWireNs, valid when `stampedLo` > 0.
   double minWireLoNs = -1;
+  uint32_t stamped = 0;   // receives that carried sent/arrived stamps
+  uint32_t stampedLo = 0; // ... of which bounded the transfer from below
+
+  bool hasWire() const { return stamped > 0 || minWireNs >= 0; }
+  bool hasWireLo() const {
+    return stamped > 0 ? stampedLo > 0 : minWireLoNs >= 0;
+  }
 };
 
 constexpr int kMaxPeers = 8;
@@ -96,7 +109,15 @@ struct StepSummary {
   float commClassNs[kCommClasses] = {};
   float exposedNs[kCommClasses] = {};
   float spanNs = 0; // the step's first begin to last end on this rank
+  // The step's anchor: the collective that ended last in it (the gradient
+  // norm's or the metrics' all-reduce over the model-parallel group or the
+  // world), its end on this rank's clock and a key naming the instance
+  // (group kind, members, seq). Members of one collective leave it
+  // together, so two ranks with the same key give their clocks' offset:
+  // what stamped wire times between hosts need. anchorKey 0: none.
+  uint32_t anchorKey = 0;
   uint32_t reserved2 = 0;
+  double anchorEndNs = 0;
 
   /// Compute cost of the rank's step: CPU time when measured, else wall.
   double computeNs(bool cpu) const;
@@ -113,6 +134,7 @@ struct SummaryEvent {
   trace::Category cat = trace::Category::Compute;
   trace::Op op = trace::Op::None;
   int group = -1; // collectives: the group id (kind via setGroupKind)
+  int64_t seq = -1; // collectives: the per-group instance number
   int peer = -1;
   uint64_t bytes = 0;
   uint64_t beginNs = 0, endNs = 0;
@@ -132,7 +154,10 @@ SyncClass syncClassOfGroupKind(const std::string &kind);
 class Summarizer {
 public:
   void setIdentity(int rank, int tp, int dp, int pp, const std::string &host);
-  void setGroupKind(int group, const std::string &kind);
+  /// A communicator's kind and members (members name the instance for
+  /// the step's anchor; empty: the kind alone, as for the world).
+  void setGroupKind(int group, const std::string &kind,
+                    const std::vector<int> &members = {});
   /// The job's degrees (Megatron order): a send/recv's pipeline direction
   /// comes from its peer's stage. Without them it is `p2p`.
   void setLayout(int tpSize, int dpSize, int ppSize);
@@ -151,6 +176,7 @@ private:
   int tpSize_ = 0, dpSize_ = 0, ppSize_ = 0;
   std::map<int, SyncClass> groupClass_;
   std::map<int, CommClass> groupCommClass_;
+  std::map<int, uint32_t> groupHash_; // kind and members
   std::map<int, StepSummary> open_;
   // The open steps' events, for their exposure at take().
   std::map<int, std::vector<ExposureEvent>> timeline_;

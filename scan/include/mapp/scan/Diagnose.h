@@ -45,13 +45,22 @@ struct LinkStats {
 };
 
 struct Finding {
-  std::string kind; // slow-rank | slow-link
+  std::string kind; // slow-rank | slow-link | routing-imbalance
   int rank = -1, src = -1, dst = -1;
   double confidence = 0;
-  double ratio = 1; // slow-rank: compute vs peers; slow-link: bw vs peers
+  // slow-rank: compute vs peers; slow-link: bw vs peers; routing-imbalance:
+  // tokens received vs the ep group's mean
+  double ratio = 1;
   std::string magnitude;
   std::vector<std::string> evidence; // "rank:id"
   std::vector<int> victims;
+  // routing-imbalance: the ep group (member order; member j owns experts
+  // [j E/n, (j+1) E/n)) and the bytes each member received
+  std::vector<int> members;
+  std::vector<double> memberBytes;
+
+  /// Names a rank (slow-rank, routing-imbalance), not a link.
+  bool aboutRank() const { return kind != "slow-link"; }
 };
 
 struct DiagnoseOptions {
@@ -65,6 +74,9 @@ struct DiagnoseOptions {
   // Compare compute by thread CPU time when the trace has it (false: by
   // span always, as before the traces carried CPU time).
   bool cpuClock = true;
+  // routing-imbalance: an ep member received at least this x the group's
+  // mean tokens (docs/mapp-scan.md, "Routing imbalance")
+  double routingImbalance = 1.5;
 };
 
 struct Diagnosis {
@@ -88,6 +100,15 @@ Diagnosis diagnose(const Trace &t, const Matches &m,
 /// slow-link findings.
 void diagnoseLinks(const Trace &t, const Matches &m,
                    const DiagnoseOptions &opts, Diagnosis &d);
+
+/// Expert parallelism (DiagnoseRouting.cpp): appends routing-imbalance
+/// findings; marks in `loadDependent` the compute events whose cost follows
+/// the tokens routed to the rank (its experts' work), which the slow-rank
+/// rule does not compare.
+void diagnoseRouting(const Trace &t,
+                     const std::vector<std::vector<char>> &container,
+                     bool cpuClock, const DiagnoseOptions &opts, Diagnosis &d,
+                     std::vector<std::vector<char>> &loadDependent);
 
 double median(std::vector<double> v);
 /// Median of (value, weight) pairs: the smallest value with at least half

@@ -42,6 +42,7 @@ struct SimOp {
   int group = -1; // index into SimJob::groups
   int64_t seq = -1;
   int64_t srcId = -1; // replay: the trace event id this op came from
+  int32_t peerBytes = -1; // Coll all_to_all: index into SimJob::peerBytes
   /// Send: posted without blocking the sender (a non-blocking isend): the
   /// link carries it after the link's previous transfer's bytes, it
   /// arrives latency + bytes/bandwidth later, and the sender goes on.
@@ -72,6 +73,12 @@ inline double postAsyncSend(double start, double &linkFree, double xferNs,
   return begin + xferNs;
 }
 
+/// A variable all_to_all's bytes to and from each group member (member
+/// order), as ep_dispatch / ep_combine trace them.
+struct SimPeerBytes {
+  std::vector<uint64_t> send, recv;
+};
+
 struct SimJob {
   int world = 0, tp = 1, pp = 1, dp = 1;
   /// Per rank; programs beyond `world` are further streams of a rank (a
@@ -80,6 +87,7 @@ struct SimJob {
   /// collectives' groups list programs, not ranks.
   std::vector<std::vector<SimOp>> programs;
   std::vector<SimGroup> groups;
+  std::vector<SimPeerBytes> peerBytes; // shared by ops with the same counts
   std::vector<int> streamOwner;
   std::vector<std::string> streamName;
 
@@ -96,8 +104,17 @@ struct SimJob {
   std::vector<std::pair<size_t, size_t>> opsOf(int r) const;
 };
 
+/// A receive's message on the true clock: when its sender called send and
+/// when the payload was complete at the receiver (the engine knows both;
+/// traces carry them as the recv's `sent`/`arrived`, docs/trace-format.md).
+struct SimRecvStamp {
+  size_t op; // index of the recv in its program
+  double sentNs, arrivedNs;
+};
+
 struct SimTimes {
   std::vector<std::vector<std::pair<double, double>>> ops; // begin/end ns
+  std::vector<std::vector<SimRecvStamp>> recvs; // per program, in order
 };
 
 /// Runs the job. Returns false with a message naming the blocked ops when
@@ -134,6 +151,14 @@ struct SimConfig {
   double backwardFactor = 2.0;
   double embeddingUs = 0, lossUs = 0, optimizerUs = 0, dataUs = 0;
   uint64_t activationBytes = 0, tpAllreduceBytes = 0, dpAllreduceBytes = 0;
+  // Mixture of experts (docs/mapp-sim.md): every layer's MLP is followed by
+  // the experts, split over `ep` consecutive dp ranks; member j of an ep
+  // group owns experts [j E/ep, (j+1) E/ep) and receives the share of each
+  // member's routed rows that `moeExpertLoad` gives its experts.
+  int ep = 1, moeExperts = 0;
+  uint64_t moeDispatchBytes = 0; // a rank's routed rows, per layer and mb
+  double moeExpertUs = 0;        // the experts' forward at a balanced load
+  std::vector<double> moeExpertLoad; // per expert, normalized (empty: equal)
   bool gradNormAllreduce = true; // model-parallel all-reduce before the update
   // Megatron's overlap_grad_reduce: the DP all-reduce runs per layer (one
   // bucket each) on a communication stream as the last microbatch's
