@@ -28,17 +28,18 @@ std::vector<int64_t> mapp::rt::epochOrder(int64_t numSamples, uint64_t seed,
   return order;
 }
 
-BatchLoader::BatchLoader(std::vector<int32_t> tokens, int seqLength,
-                         uint64_t seed, bool shuffle)
+BatchLoader::BatchLoader(std::shared_ptr<const TokenStream> tokens,
+                         int seqLength, uint64_t seed, bool shuffle)
     : tokens_(std::move(tokens)), seqLength_(seqLength), seed_(seed),
       shuffle_(shuffle) {
   if (seqLength_ < 1)
     fail("data: seq_length must be >= 1");
-  int64_t n = static_cast<int64_t>(tokens_.size());
+  int64_t n = tokens_->size();
   numSamples_ = n > 0 ? (n - 1) / seqLength_ : 0;
   if (numSamples_ == 0)
     fail("data: the corpus has ", n, " tokens; one sample needs ",
          seqLength_ + 1);
+  window_.resize(static_cast<size_t>(seqLength_) + 1);
 }
 
 void BatchLoader::sample(int64_t g, int32_t *inputs, int32_t *targets) {
@@ -47,9 +48,10 @@ void BatchLoader::sample(int64_t g, int32_t *inputs, int32_t *targets) {
     order_ = epochOrder(numSamples_, seed_, epoch, shuffle_);
     epoch_ = epoch;
   }
-  const int32_t *s = tokens_.data() + order_[g % numSamples_] * seqLength_;
-  std::copy(s, s + seqLength_, inputs);
-  std::copy(s + 1, s + 1 + seqLength_, targets);
+  tokens_->read(order_[g % numSamples_] * seqLength_, seqLength_ + 1,
+                window_.data());
+  std::copy(window_.begin(), window_.end() - 1, inputs);
+  std::copy(window_.begin() + 1, window_.end(), targets);
 }
 
 void BatchLoader::microbatch(int64_t step, int dpRank, int dp, int numMb,
@@ -61,9 +63,4 @@ void BatchLoader::microbatch(int64_t step, int dpRank, int dp, int numMb,
   for (int b = 0; b < mbs; ++b)
     sample(first + b, inputs + static_cast<int64_t>(b) * seqLength_,
            targets + static_cast<int64_t>(b) * seqLength_);
-}
-
-int32_t BatchLoader::maxToken() const {
-  return tokens_.empty() ? -1
-                         : *std::max_element(tokens_.begin(), tokens_.end());
 }

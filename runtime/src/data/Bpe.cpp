@@ -5,14 +5,15 @@
 // lowest-ranked adjacent pair until none is in merges.txt.
 //
 //===----------------------------------------------------------------------===//
+#include "data/InputFile.h"
 #include "data/Unicode.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <climits>
-#include <fstream>
 #include <mutex>
 #include <unordered_map>
 
@@ -48,11 +49,19 @@ public:
     for (const std::string &piece : unicode::gpt2PreTokenize(text)) {
       std::lock_guard<std::mutex> lock(cacheMu_);
       auto it = cache_.find(piece);
-      if (it == cache_.end())
+      if (it == cache_.end()) {
+        // Bounded: a large corpus holds millions of distinct pieces.
+        if (cache_.size() >= kMaxCachedPieces)
+          cache_.clear();
         it = cache_.emplace(piece, bpe(piece)).first;
+      }
       ids.insert(ids.end(), it->second.begin(), it->second.end());
     }
     return ids;
+  }
+
+  size_t cutPoint(std::string_view text) const override {
+    return unicode::gpt2CutPoint(text);
   }
 
   std::string decode(const std::vector<int32_t> &ids) const override {
@@ -101,12 +110,11 @@ private:
   }
 
   void loadVocab(const std::string &path) {
-    std::ifstream f(path);
-    if (!f)
-      fail("tokenizer: cannot open vocab '", path, "'");
+    std::string text =
+        InputFile(path, "tokenizer: ", "vocab ").readAll(kMaxVocabBytes);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(f);
+      j = nlohmann::json::parse(text);
     } catch (const std::exception &e) {
       fail("tokenizer: vocab '", path, "' is not valid JSON (", e.what(), ")");
     }
@@ -148,47 +156,41 @@ private:
   }
 
   // Bounds on merges.txt: GPT-2's is 456 KB with lines under 40 bytes, so a
-  // file past these is not a merges file (/dev/zero would grow a single
-  // getline line without end).
+  // file past these is not a merges file (and is refused before it is read
+  // whole). Devices such as /dev/zero are refused by InputFile.
   static constexpr size_t kMaxMergesBytes = size_t(256) << 20;
   static constexpr size_t kMaxMergeLine = 4096;
+  // GPT-2's vocab.json is 1 MB.
+  static constexpr size_t kMaxVocabBytes = size_t(256) << 20;
+  // GPT-2's own encoder.py caches without bound; this one forgets all when
+  // full (each entry is a piece and its ids, ~100 bytes: ~6 MiB).
+  static constexpr size_t kMaxCachedPieces = size_t(1) << 16;
 
   void loadMerges(const std::string &path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f)
-      fail("tokenizer: cannot open merges '", path, "'");
+    InputFile file(path, "tokenizer: ", "merges ");
+    if (file.size() > kMaxMergesBytes)
+      fail("tokenizer: merges '", path, "' is larger than ",
+           kMaxMergesBytes >> 20, " MiB: not a merges file");
+    const std::string content = file.readAll(kMaxMergesBytes);
     auto bad = [&](int lineNo, const std::string &why) {
       fail("tokenizer: merges '", path, "' line ", lineNo, ": ", why,
            " (not a GPT-2 merges.txt?)");
     };
     std::string line;
     int rank = 0, lineNo = 0;
-    size_t total = 0;
-    char buf[kMaxMergeLine + 1];
-    while (true) {
-      // getline into a fixed buffer: a line that does not fit is an error,
-      // never a growing string.
-      f.getline(buf, sizeof buf);
-      std::streamsize got = f.gcount();
-      if (got == 0 && !f)
-        break;
+    for (size_t pos = 0; pos < content.size();) {
+      size_t end = std::min(content.find('\n', pos), content.size());
       ++lineNo;
-      total += static_cast<size_t>(got);
-      if (f.fail() && !f.eof())
+      if (end - pos > kMaxMergeLine)
         bad(lineNo, "longer than " + std::to_string(kMaxMergeLine) + " bytes");
-      if (total > kMaxMergesBytes)
-        fail("tokenizer: merges '", path, "' is larger than ",
-             kMaxMergesBytes >> 20, " MiB: not a merges file");
-      line.assign(buf);
-      if (line.size() + (f.eof() ? 0 : 1) != static_cast<size_t>(got))
+      line.assign(content, pos, end - pos);
+      pos = end + 1;
+      if (line.find('\0') != std::string::npos)
         bad(lineNo, "contains a NUL byte");
       if (!line.empty() && line.back() == '\r')
         line.pop_back();
-      if (line.empty() || line.rfind("#version", 0) == 0) {
-        if (f.eof())
-          break;
+      if (line.empty() || line.rfind("#version", 0) == 0)
         continue;
-      }
       size_t sp = line.find(' ');
       if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() ||
           line.find(' ', sp + 1) != std::string::npos)
@@ -203,8 +205,6 @@ private:
       if (!vocab_.count(a + b))
         bad(lineNo, "the merge '" + a + b + "' is not in the vocab");
       ranks_.emplace(line, rank++);
-      if (f.eof())
-        break;
     }
     if (rank == 0)
       fail("tokenizer: merges '", path, "' holds no merges (",

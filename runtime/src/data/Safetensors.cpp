@@ -1,5 +1,6 @@
 //===- Safetensors.cpp ----------------------------------------------------===//
 #include "mapp/rt/Safetensors.h"
+#include "data/InputFile.h"
 #include "mapp/rt/AtomicFile.h"
 #include "mapp/rt/Error.h"
 
@@ -9,8 +10,6 @@
 #include <set>
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 
 using namespace mapp::rt;
 using json = nlohmann::json;
@@ -219,11 +218,9 @@ void mapp::rt::checkFinite(const Safetensors &st, const std::string &where) {
 }
 
 Safetensors mapp::rt::readSafetensors(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail("cannot open safetensors file '", path, "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
-                             std::istreambuf_iterator<char>());
+  InputFile f(path, "", "safetensors file ");
+  std::vector<uint8_t> bytes(f.size());
+  bytes.resize(f.readAt(0, bytes.data(), bytes.size()));
   return parseSafetensors(bytes, path);
 }
 

@@ -21,6 +21,10 @@ public:
         s += static_cast<char>(id);
     return s;
   }
+  // Every byte is its own token: any cut keeps the encoding.
+  size_t cutPoint(std::string_view text) const override {
+    return text.size();
+  }
   int32_t eot() const override { return 0; }
   int32_t vocabSize() const override { return 256; }
 };

@@ -31,7 +31,7 @@ bool unicode::isSpace(uint32_t cp) {
          cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-void unicode::decodeUtf8(const std::string &s, std::vector<uint32_t> &cps,
+void unicode::decodeUtf8(std::string_view s, std::vector<uint32_t> &cps,
                          std::vector<size_t> &offsets) {
   cps.clear();
   offsets.clear();
@@ -144,4 +144,14 @@ std::vector<std::string> unicode::gpt2PreTokenize(const std::string &text) {
     emit(i, e);
   }
   return pieces;
+}
+
+size_t unicode::gpt2CutPoint(std::string_view text) {
+  std::vector<uint32_t> cp;
+  std::vector<size_t> off;
+  decodeUtf8(text, cp, off);
+  for (size_t p = cp.size(); p-- > 1;)
+    if (off[p] + 4 <= text.size() && isSpace(cp[p]) && !isSpace(cp[p - 1]))
+      return off[p];
+  return 0;
 }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mapp::rt::unicode {
@@ -24,13 +25,23 @@ bool isSpace(uint32_t cp);  // \s of the `regex` module: White_Space
 /// Code points of `s` with the byte offset where each starts; offsets has one
 /// extra entry (s.size()). Invalid UTF-8 bytes decode as U+FFFD, one byte
 /// each, so every byte of the input still belongs to exactly one piece.
-void decodeUtf8(const std::string &s, std::vector<uint32_t> &cps,
+void decodeUtf8(std::string_view s, std::vector<uint32_t> &cps,
                 std::vector<size_t> &offsets);
 
 /// Splits text like GPT-2's pattern
 ///   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 /// returning the pieces as substrings of `text`.
 std::vector<std::string> gpt2PreTokenize(const std::string &text);
+
+/// The last place where `text` may be cut without changing its GPT-2
+/// pre-tokenization (Tokenizer::cutPoint), 0 when there is none: a
+/// whitespace code point right after a non-whitespace one. No piece of the
+/// pattern spans such a boundary (a piece holds whitespace only as its first
+/// character or throughout) and no piece looks behind, nor further ahead than
+/// the whitespace, so both sides pre-tokenize as within the whole text. Only
+/// code points starting 4 bytes or more before the end count: those decode
+/// the same whatever bytes follow.
+size_t gpt2CutPoint(std::string_view text);
 
 } // namespace mapp::rt::unicode
 

@@ -105,11 +105,11 @@ Safetensors readWeights(const RunOptions &o, CheckpointNaming &naming,
   return naming.toMapp(std::move(st), plan, "--weights " + o.weights);
 }
 
-std::vector<int32_t> readTokens(const RunOptions &o) {
+std::shared_ptr<const TokenStream> readTokens(const RunOptions &o) {
   std::unique_ptr<Tokenizer> tok;
   if (!o.tokenizer.empty())
     tok = createTokenizer(o.tokenizer);
-  return loadTokens(o.data, o.dataFormat, tok.get());
+  return openTokens(o.data, o.dataFormat, tok.get());
 }
 
 BatchDump::BatchDump(const std::string &path) : out_(path) {

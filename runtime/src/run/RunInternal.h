@@ -3,6 +3,7 @@
 #define MAPP_RT_RUN_INTERNAL_H
 
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/Dataset.h"
 #include "mapp/rt/HfNames.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Run.h"
@@ -22,7 +23,7 @@ namespace mapp::rt {
 struct RunShared {
   const RunOptions &o;
   const Plan &plan;
-  std::vector<int32_t> tokens;
+  std::shared_ptr<const TokenStream> tokens;
   bool haveTokens = false;
   int threadsPerRank = 0;
   std::string runId = mapp::newRunId(); // docs/trace-format.md
@@ -37,7 +38,7 @@ void checkInputsAndOutputs(const RunOptions &o);
 /// --weights in mapp's names (Hugging Face names mapped by `naming`).
 Safetensors readWeights(const RunOptions &o, CheckpointNaming &naming,
                         const Plan &plan);
-std::vector<int32_t> readTokens(const RunOptions &o);
+std::shared_ptr<const TokenStream> readTokens(const RunOptions &o);
 
 /// --dump-batches: one line per microbatch: {"step", "microbatch",
 /// "dp_rank", "tokens": [[...] x mbs], "targets": [[...] x mbs]}.

@@ -7,18 +7,113 @@
 // Samples are visited in a seeded shuffled order, epoch after epoch; see
 // BatchLoader for the exact algorithm.
 //
+// Memory is bounded whatever the corpus's size (docs/reliability.md, "Memory
+// of a corpus"): text is read and tokenized a chunk at a time into a
+// temporary token file, a Megatron .bin is read where it lies, and training
+// reads each sample from the file when it needs it. What stays in memory is
+// kCorpusMemoryBytes at most while reading, plus the shuffle index (8 bytes
+// a sample).
+//
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_DATASET_H
 #define MAPP_RT_DATASET_H
 
 #include "mapp/rt/Tokenizer.h"
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mapp::rt {
 
+/// Text is tokenized kTextChunkBytes at a time, cut where the tokenizer says
+/// the encoding does not change (Tokenizer::cutPoint); a chunk grows up to
+/// kMaxTextChunkBytes when no cut point comes sooner, and text without one in
+/// that much is refused.
+constexpr size_t kTextChunkBytes = size_t(1) << 20;
+constexpr size_t kMaxTextChunkBytes = size_t(4) << 20;
+/// A JSONL line (one document) is read whole: longer lines are refused.
+constexpr size_t kMaxJsonlLineBytes = size_t(64) << 20;
+/// What reading a corpus may hold beyond the tokenizer's own tables and the
+/// shuffle index: one JSONL line and its decoded text (2 x 64 MiB), one text
+/// chunk with the tokenizer's working set for it (about 25 bytes a byte of
+/// text: code points, offsets, pieces; 4 MiB chunk -> ~100 MiB), the BPE
+/// cache and the token file's write buffer. Measured and tested in
+/// test_corpus_memory.py.
+constexpr size_t kCorpusMemoryBytes = size_t(256) << 20;
+
+/// A corpus's token stream, read on demand.
+class TokenStream {
+public:
+  virtual ~TokenStream() = default;
+  virtual int64_t size() const = 0;
+  /// Tokens [first, first + count) into `out`; the range must lie inside the
+  /// stream. Safe to call from several threads.
+  virtual void read(int64_t first, int64_t count, int32_t *out) const = 0;
+  /// The largest id (-1 for an empty stream).
+  virtual int32_t maxToken() const = 0;
+};
+
+/// A stream over tokens already in memory (tests, small inputs).
+std::shared_ptr<const TokenStream> tokensInMemory(std::vector<int32_t> tokens);
+
+/// Tokens written to an unlinked temporary file in $TMPDIR (else /tmp) and
+/// read back with pread: 2 bytes a token when the vocabulary fits 16 bits,
+/// else 4. Nothing is left behind, even when the process is killed.
+class TokenFileWriter {
+public:
+  explicit TokenFileWriter(int32_t vocabSize);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter &) = delete;
+  TokenFileWriter &operator=(const TokenFileWriter &) = delete;
+  void append(const int32_t *ids, size_t n);
+  /// The stream of everything appended; the writer is spent.
+  std::shared_ptr<const TokenStream> finish();
+
+private:
+  void flush();
+  std::string dir_;
+  int fd_ = -1;
+  int width_;
+  int64_t count_ = 0;
+  int32_t max_ = -1;
+  std::vector<uint8_t> buf_;
+  size_t used_ = 0;
+};
+
+/// Encodes one document handed over in pieces of any size: the text is
+/// encoded a chunk at a time (kTextChunkBytes, cut where tok.cutPoint allows,
+/// growing to kMaxTextChunkBytes when it must), so the ids are exactly those
+/// of tok.encode(whole document) followed by tok.eot(), in bounded memory.
+/// `where` names the document in errors ("FILE" or "FILE:LINE").
+class DocumentEncoder {
+public:
+  using Sink = std::function<void(const std::vector<int32_t> &)>;
+  DocumentEncoder(const Tokenizer &tok, Sink sink,
+                  size_t chunkBytes = kTextChunkBytes,
+                  size_t maxChunkBytes = kMaxTextChunkBytes);
+  void feed(std::string_view text, const std::string &where);
+  /// Encodes the rest of the document and its EOT.
+  void finish();
+
+private:
+  void encodeReady(const std::string &where);
+  const Tokenizer &tok_;
+  Sink sink_;
+  size_t chunk_, maxChunk_, limit_;
+  std::string pending_;
+  uint64_t consumed_ = 0; // bytes of this document already encoded
+};
+
+/// Calls fn(text, "FILE:LINE") for the "text" field of every line of a JSONL
+/// file (blank lines skipped), one line in memory at a time.
+void forEachJsonlText(
+    const std::string &path,
+    const std::function<void(std::string &&, const std::string &)> &fn);
 /// The "text" field of every line of a JSONL file (blank lines skipped).
 std::vector<std::string> readJsonlTexts(const std::string &path);
 /// Tokenizes documents and appends tok.eot() after each.
@@ -27,11 +122,21 @@ std::vector<int32_t> tokenizeDocuments(const std::vector<std::string> &docs,
 
 /// Megatron-LM indexed dataset (PREFIX.idx + PREFIX.bin, "MMIDIDX" version 1):
 /// all sequences concatenated in order, as stored (Megatron's preprocessing
-/// already appends EOD when asked to).
+/// already appends EOD when asked to). The sequences must lie back to back in
+/// the .bin, as Megatron writes them: overlapping, out-of-order or gapped
+/// sequences and ids outside int32 are refused at open. The .bin is read
+/// where it lies, a sample at a time.
+std::shared_ptr<const TokenStream>
+openMegatronTokens(const std::string &prefix);
 std::vector<int32_t> readMegatronTokens(const std::string &prefix);
 
 /// Picks the format: "megatron" for .bin/.idx or format == "megatron",
-/// "jsonl" otherwise (.json/.jsonl), "text" for .txt (one document).
+/// "jsonl" otherwise (.json/.jsonl), "text" for .txt (one document), and
+/// opens the corpus as a stream (text and JSONL tokenized into a token file).
+std::shared_ptr<const TokenStream> openTokens(const std::string &path,
+                                              const std::string &format,
+                                              const Tokenizer *tok);
+/// openTokens, read whole into memory (tests and small corpora).
 std::vector<int32_t> loadTokens(const std::string &path,
                                 const std::string &format,
                                 const Tokenizer *tok);
@@ -58,10 +163,14 @@ std::vector<int64_t> epochOrder(int64_t numSamples, uint64_t seed,
 
 class BatchLoader {
 public:
+  BatchLoader(std::shared_ptr<const TokenStream> tokens, int seqLength,
+              uint64_t seed, bool shuffle);
   BatchLoader(std::vector<int32_t> tokens, int seqLength, uint64_t seed,
-              bool shuffle);
+              bool shuffle)
+      : BatchLoader(tokensInMemory(std::move(tokens)), seqLength, seed,
+                    shuffle) {}
   int64_t numSamples() const { return numSamples_; }
-  int64_t numTokens() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t numTokens() const { return tokens_->size(); }
   int seqLength() const { return seqLength_; }
   /// The g-th sample of the endless shuffled stream (epoch = g / S).
   void sample(int64_t g, int32_t *inputs, int32_t *targets);
@@ -71,16 +180,17 @@ public:
   void microbatch(int64_t step, int dpRank, int dp, int numMb, int mb, int mbs,
                   int32_t *inputs, int32_t *targets);
   /// Largest id in the stream (to check against the plan's vocab).
-  int32_t maxToken() const;
+  int32_t maxToken() const { return tokens_->maxToken(); }
 
 private:
-  std::vector<int32_t> tokens_;
+  std::shared_ptr<const TokenStream> tokens_;
   int seqLength_;
   uint64_t seed_;
   bool shuffle_;
   int64_t numSamples_;
   int64_t epoch_ = -1;
   std::vector<int64_t> order_;
+  std::vector<int32_t> window_; // one sample's seq_length + 1 tokens
 };
 
 } // namespace mapp::rt

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mapp::rt {
@@ -14,6 +15,11 @@ public:
   virtual ~Tokenizer() = default;
   virtual std::vector<int32_t> encode(const std::string &text) const = 0;
   virtual std::string decode(const std::vector<int32_t> &ids) const = 0;
+  /// Where a long text may be cut so that its pieces encode as the whole:
+  /// the largest n <= text.size() with encode(text + more) ==
+  /// encode(text[0, n)) + encode(text[n, end) + more) for whatever `more`
+  /// follows; 0 when there is none. Corpora are tokenized in chunks cut here.
+  virtual size_t cutPoint(std::string_view text) const = 0;
   /// Id appended after every document.
   virtual int32_t eot() const = 0;
   /// Smallest vocabulary that holds every id this tokenizer emits.
