@@ -4,14 +4,15 @@
 //                  [common options] [SEED...]
 //   mapp-fuzz-data --repro FILE...
 //
-// Inputs are what `--data` reads, through the runtime's loadTokens (the
+// Inputs are what `--data` reads, through the runtime's openTokens (the
 // function mapp-run calls, runtime/src/data/Corpus.cpp):
 //   * a bundle of corpus.idx + corpus.bin, a Megatron-LM indexed dataset
-//     (readMegatronTokens);
+//     (openMegatronTokens);
 //   * anything else as a .jsonl corpus with the byte tokenizer
-//     (readJsonlTexts, tokenizeDocuments), one time in four as a .txt.
+//     (forEachJsonlText, DocumentEncoder), one time in four as a .txt.
 // The token stream then feeds a BatchLoader (seq_length 4) for a few
-// microbatches, and every id must lie in [0, INT32_MAX].
+// microbatches, and every id must lie in [0, maxToken()] (maxToken() in
+// [0, INT32_MAX]).
 //
 // Seeds: Megatron files in each integer dtype (u8, i8, i16, i32, i64, u16)
 // written by this driver's writer of the documented layout (the repository
@@ -155,33 +156,34 @@ struct Target {
   std::unique_ptr<Tokenizer> bytes = createByteTokenizer();
 
   std::string run(const Bytes &b) {
-    std::vector<int32_t> tokens;
+    std::shared_ptr<const TokenStream> tokens;
     std::string kind;
     if (isBundle(b)) {
       FileSet s;
       if (!unbundle(b, s))
         return "not a bundle";
       writeSet(work + "/mm", s);
-      tokens = loadTokens(work + "/mm/corpus.bin", "auto", nullptr);
+      tokens = openTokens(work + "/mm/corpus.bin", "auto", nullptr);
       kind = "megatron";
     } else {
       bool asText = b.size() % 4 == 1; // a quarter, reproducibly
       std::string path = work + (asText ? "/corpus.txt" : "/corpus.jsonl");
       writeFile(path, b);
-      tokens = loadTokens(path, "auto", bytes.get());
+      tokens = openTokens(path, "auto", bytes.get());
       kind = asText ? "text" : "jsonl";
     }
-    for (int32_t t : tokens)
-      if (t < 0) {
-        std::fprintf(stderr, "mapp-fuzz-data: WRONG: negative token id %d\n",
-                     t);
-        std::abort();
-      }
-    BatchLoader loader(std::move(tokens), 4, 11, true);
+    BatchLoader loader(tokens, 4, 11, true);
     int32_t in[8], tgt[8];
-    for (int64_t step = 0; step < 3; ++step)
+    for (int64_t step = 0; step < 3; ++step) {
       loader.microbatch(step, 0, 1, 1, 0, 2, in, tgt);
-    (void)loader.maxToken();
+      for (int32_t t : in)
+        if (t < 0 || t > tokens->maxToken()) {
+          std::fprintf(stderr,
+                       "mapp-fuzz-data: WRONG: token id %d outside [0, %d]\n",
+                       t, tokens->maxToken());
+          std::abort();
+        }
+    }
     return "ok: " + kind + " batches";
   }
 };

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <set>
 
@@ -142,6 +144,194 @@ TEST(Megatron, ReadsIndexedDataset) {
     f.write(reinterpret_cast<const char *>(idx.data()), cut);
     f.close();
     EXPECT_THROW(readMegatronTokens(prefix), Error) << cut;
+  }
+}
+
+namespace {
+
+/// A Megatron index of `count` sequences with the given sizes and pointers.
+std::vector<uint8_t> megatronIndex(uint8_t code,
+                                   const std::vector<int32_t> &sizes,
+                                   const std::vector<int64_t> &pointers) {
+  std::vector<uint8_t> idx = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+  auto put = [&](const void *p, size_t n) {
+    idx.insert(idx.end(), static_cast<const uint8_t *>(p),
+               static_cast<const uint8_t *>(p) + n);
+  };
+  uint64_t version = 1, count = sizes.size(), docs = sizes.size() + 1;
+  put(&version, 8);
+  put(&code, 1);
+  put(&count, 8);
+  put(&docs, 8);
+  put(sizes.data(), 4 * sizes.size());
+  put(pointers.data(), 8 * pointers.size());
+  for (int64_t d = 0; d < static_cast<int64_t>(docs); ++d)
+    put(&d, 8);
+  return idx;
+}
+
+void writeBytes(const std::string &path, const void *p, size_t n) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(static_cast<const char *>(p), n);
+}
+
+std::string errorOf(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+} // namespace
+
+// Every dtype is read where it lies, a window at a time, widened in place.
+TEST(Megatron, StreamsEveryDtypeAtAnyOffset) {
+  std::string prefix = tempPath("mmdt");
+  struct Case {
+    uint8_t code;
+    int size;
+  };
+  for (Case c : {Case{1, 1}, Case{2, 1}, Case{3, 2}, Case{4, 4}, Case{5, 8},
+                 Case{8, 2}}) {
+    // 3 sequences back to back after 2 bytes no sequence holds.
+    std::vector<int32_t> sizes = {7, 0, 13};
+    std::vector<int64_t> ptrs = {16, 16 + 7 * c.size, 16 + 7 * c.size};
+    std::vector<uint8_t> bin(16 + 20 * c.size);
+    std::vector<int32_t> expect;
+    for (int i = 0; i < 20; ++i) {
+      int64_t v = (i * 37) % 120 + 1;
+      std::memcpy(bin.data() + 16 + i * c.size, &v, c.size);
+      expect.push_back(static_cast<int32_t>(v));
+    }
+    std::vector<uint8_t> idx = megatronIndex(c.code, sizes, ptrs);
+    writeBytes(prefix + ".idx", idx.data(), idx.size());
+    writeBytes(prefix + ".bin", bin.data(), bin.size());
+    auto s = openMegatronTokens(prefix);
+    ASSERT_EQ(s->size(), 20) << int(c.code);
+    EXPECT_EQ(s->maxToken(), *std::max_element(expect.begin(), expect.end()));
+    for (int first = 0; first < 20; first += 3)
+      for (int n : {1, 5, 20 - first}) {
+        if (first + n > 20)
+          continue;
+        std::vector<int32_t> got(n);
+        s->read(first, n, got.data());
+        EXPECT_EQ(got, std::vector<int32_t>(expect.begin() + first,
+                                            expect.begin() + first + n))
+            << "code " << int(c.code) << " first " << first << " n " << n;
+      }
+  }
+}
+
+// Issue 43, defect 5: overlapping sequences that fit the .bin (the same
+// pointer twice) were accepted; a short index was called "bad magic".
+TEST(Megatron, RefusesOverlapsGapsAndShortIndexes) {
+  std::string prefix = tempPath("mmbad");
+  std::vector<uint8_t> bin(100);
+  for (int i = 0; i < 100; ++i)
+    bin[i] = static_cast<uint8_t>(i);
+  writeBytes(prefix + ".bin", bin.data(), bin.size());
+  auto withIndex = [&](const std::vector<int32_t> &sizes,
+                       const std::vector<int64_t> &ptrs) {
+    std::vector<uint8_t> idx = megatronIndex(1, sizes, ptrs);
+    writeBytes(prefix + ".idx", idx.data(), idx.size());
+    return errorOf([&] { openMegatronTokens(prefix); });
+  };
+  EXPECT_NE(withIndex({50, 50}, {0, 0}).find(
+                "sequence 1 of '" + prefix +
+                ".idx' starts at byte 0 of '" + prefix +
+                ".bin', before sequence 0 ends (byte 50): sequences overlap"),
+            std::string::npos);
+  EXPECT_NE(withIndex({30, 30, 30}, {0, 30, 20}).find("sequences overlap"),
+            std::string::npos); // out of order
+  EXPECT_NE(withIndex({40, 40}, {0, 60}).find(
+                "past the end of sequence 0 (byte 40): Megatron stores "
+                "sequences back to back"),
+            std::string::npos);
+  EXPECT_NE(withIndex({50, 51}, {0, 50}).find("points outside"),
+            std::string::npos);
+  EXPECT_NE(withIndex({10}, {-8}).find("points outside"), std::string::npos);
+  EXPECT_NE(withIndex({-1}, {0}).find("has size -1"), std::string::npos);
+  EXPECT_EQ(withIndex({50, 50}, {0, 50}), "(no error)");
+
+  std::vector<uint8_t> idx = megatronIndex(1, {100}, {0});
+  for (size_t cut : {size_t(0), size_t(5), size_t(20), size_t(33)}) {
+    writeBytes(prefix + ".idx", idx.data(), cut);
+    EXPECT_NE(errorOf([&] { openMegatronTokens(prefix); })
+                  .find("is too short for a Megatron index: " +
+                        std::to_string(cut) + " bytes"),
+              std::string::npos)
+        << cut;
+  }
+  idx[3] = 'X';
+  writeBytes(prefix + ".idx", idx.data(), idx.size());
+  EXPECT_NE(errorOf([&] { openMegatronTokens(prefix); }).find("bad magic"),
+            std::string::npos);
+  writeBytes(prefix + ".idx", idx.data(), 20);
+  EXPECT_NE(errorOf([&] { openMegatronTokens(prefix); }).find("bad magic"),
+            std::string::npos);
+}
+
+TEST(TokenFile, RoundTripsBothWidths) {
+  for (int32_t vocab : {300, 65536, 70000}) {
+    TokenFileWriter w(vocab);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 3000000; ++i) // past the 4 MiB write buffer
+      ids.push_back(static_cast<int32_t>((int64_t(i) * 7919) % vocab));
+    w.append(ids.data(), 1000);
+    w.append(ids.data() + 1000, ids.size() - 1000);
+    auto s = w.finish();
+    ASSERT_EQ(s->size(), static_cast<int64_t>(ids.size()));
+    EXPECT_EQ(s->maxToken(), vocab - 1);
+    for (int64_t first : {int64_t(0), int64_t(1), int64_t(2999990)}) {
+      std::vector<int32_t> got(10);
+      s->read(first, 10, got.data());
+      EXPECT_EQ(got, std::vector<int32_t>(ids.begin() + first,
+                                          ids.begin() + first + 10))
+          << vocab << " " << first;
+    }
+  }
+  TokenFileWriter narrow(256);
+  int32_t wide = 65536;
+  EXPECT_THROW(narrow.append(&wide, 1), Error);
+}
+
+// The streamed text and JSONL readers against the byte encoding done here:
+// every byte, a 0 after each document; JSONL documents across read blocks.
+TEST(Corpus, TextAndJsonlStreamsHoldEveryDocument) {
+  auto bytes = createByteTokenizer();
+  std::string txt = tempPath("big.txt"), jsonl = tempPath("big.jsonl");
+  std::string text;
+  std::vector<int32_t> expect;
+  {
+    std::ofstream f(jsonl);
+    for (int d = 0; d < 3000; ++d) {
+      std::string doc(1 + (d * 977) % 3000, static_cast<char>('a' + d % 26));
+      doc[doc.size() / 2] = ' ';
+      f << "{\"text\": \"" << doc << "\"}\n";
+      for (unsigned char c : doc)
+        expect.push_back(c);
+      expect.push_back(0);
+      text += doc;
+    }
+  }
+  writeBytes(txt, text.data(), text.size());
+  EXPECT_EQ(loadTokens(jsonl, "auto", bytes.get()), expect);
+  std::vector<int32_t> asText(text.begin(), text.end());
+  asText.push_back(0);
+  EXPECT_EQ(loadTokens(txt, "auto", bytes.get()), asText);
+  auto s = openTokens(txt, "auto", bytes.get());
+  EXPECT_EQ(s->maxToken(), 'z');
+  // A sample read from the stream is the slice the old in-memory loader
+  // gave (sample i = tokens[i*T, i*T+T]).
+  BatchLoader fromFile(s, 16, 3, true), inMemory(asText, 16, 3, true);
+  std::vector<int32_t> a(16), b(16), c(16), d(16);
+  for (int64_t g : {int64_t(0), int64_t(7), int64_t(100000), int64_t(999999)}) {
+    fromFile.sample(g, a.data(), b.data());
+    inMemory.sample(g, c.data(), d.data());
+    EXPECT_EQ(a, c);
+    EXPECT_EQ(b, d);
   }
 }
 

@@ -52,6 +52,53 @@ TEST(Gpt2Tokenizer, RoundTripsTheCorpus) {
   EXPECT_EQ(t.decode(t.encode(odd)), odd);
 }
 
+// Issue 43, defect 4: corpora are encoded a chunk at a time, cut where
+// Tokenizer::cutPoint allows; the ids must be those of encoding each
+// document whole (the reader before the fix), for any chunk size.
+TEST(Gpt2Tokenizer, ChunkedEncodingIsTheWholeEncoding) {
+  Tokenizer &t = *gpt2();
+  std::vector<std::string> docs = readJsonlTexts(kDir + "/news-1k.jsonl");
+  std::string text;
+  for (size_t i = 0; i < docs.size(); i += 7)
+    text += docs[i] + "\n\n";
+  // Cuts next to what the pattern treats specially: contractions, the
+  // optional leading space, whitespace runs before a word and at the end,
+  // Unicode spaces (U+00A0, U+3000), CRLF, invalid UTF-8.
+  text += "it's we're they'll I'd  \t\n  x y\r\nz 42\xc2\xa0a\xe3\x80\x80b "
+          "\xff\xfe\xe2\x98 caf\xc3\xa9 '' 're 's   ";
+  Ids whole = t.encode(text);
+  whole.push_back(t.eot());
+  for (size_t chunk : {size_t(5), size_t(64), size_t(1000), kTextChunkBytes}) {
+    Ids got;
+    DocumentEncoder enc(t, [&](const Ids &ids) {
+      got.insert(got.end(), ids.begin(), ids.end());
+    }, chunk, 1 << 16);
+    // Fed in odd pieces: cut points must not depend on how text arrives.
+    for (size_t at = 0; at < text.size(); at += 777)
+      enc.feed(std::string_view(text).substr(at, 777), "test");
+    enc.finish();
+    ASSERT_EQ(got, whole) << "chunk " << chunk;
+  }
+  // The property itself at many prefixes: whatever follows the prefix,
+  // cutting at cutPoint(prefix) keeps the encoding.
+  for (size_t k = 1; k < text.size(); k += text.size() / 23 + 1) {
+    size_t c = t.cutPoint(std::string_view(text).substr(0, k));
+    ASSERT_LE(c, k);
+    if (c == 0)
+      continue;
+    Ids left = t.encode(text.substr(0, c)), right = t.encode(text.substr(c));
+    left.insert(left.end(), right.begin(), right.end());
+    whole.pop_back();
+    ASSERT_EQ(left, whole) << "cut at " << c << " of prefix " << k;
+    whole.push_back(t.eot());
+  }
+  // No cut inside a word or a whitespace run, nor in the last 4 bytes.
+  EXPECT_EQ(t.cutPoint("abcdef"), 0u);
+  EXPECT_EQ(t.cutPoint("      "), 0u);
+  EXPECT_EQ(t.cutPoint("ab cdefg"), 2u);
+  EXPECT_EQ(t.cutPoint("ab cd"), 0u);
+}
+
 TEST(Gpt2PreTokenize, MatchesTheRegexOnAscii) {
   using V = std::vector<std::string>;
   EXPECT_EQ(unicode::gpt2PreTokenize("Hello world  foo\n\nbar's"),

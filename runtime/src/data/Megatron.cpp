@@ -26,7 +26,8 @@ using namespace mapp::rt;
 namespace {
 
 constexpr size_t kHeaderBytes = 34;
-constexpr size_t kBlockBytes = size_t(4) << 20;
+constexpr size_t kBlockBytes = size_t(4) << 20; // of the .bin, when checked
+constexpr size_t kIndexBlockItems = size_t(1) << 16;
 const char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 
 template <typename T> T load(const uint8_t *p) {
@@ -64,7 +65,7 @@ public:
   IndexArray(const InputFile &f, uint64_t offset) : f_(f), offset_(offset) {}
   T operator[](uint64_t i) {
     if (i < first_ || i >= first_ + block_.size()) {
-      block_.resize(kBlockBytes / sizeof(T));
+      block_.resize(kIndexBlockItems);
       size_t got = f_.readAt(offset_ + i * sizeof(T), block_.data(),
                              block_.size() * sizeof(T));
       block_.resize(got / sizeof(T));
@@ -175,7 +176,8 @@ mapp::rt::openMegatronTokens(const std::string &prefix) {
 
   // Every id checked once, here, so that training never meets a bad one.
   int32_t max = -1;
-  std::vector<uint8_t> block(kBlockBytes); // a multiple of every item size
+  // A multiple of every item size.
+  std::vector<uint8_t> block(std::min<uint64_t>(kBlockBytes, end - start));
   for (uint64_t at = start; at < end;) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(block.size(), end - at));
     if (bin->readAt(at, block.data(), n) != n)
