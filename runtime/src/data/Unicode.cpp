@@ -72,7 +72,7 @@ void unicode::decodeUtf8(std::string_view s, std::vector<uint32_t> &cps,
 
 namespace {
 
-enum class Cls { Letter, Number, Space, Other };
+enum class Cls : uint8_t { Letter, Number, Space, Other };
 
 Cls classify(uint32_t cp) {
   if (isLetter(cp))

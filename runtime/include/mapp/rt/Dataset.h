@@ -33,17 +33,19 @@ namespace mapp::rt {
 /// Text is tokenized kTextChunkBytes at a time, cut where the tokenizer says
 /// the encoding does not change (Tokenizer::cutPoint); a chunk grows up to
 /// kMaxTextChunkBytes when no cut point comes sooner, and text without one in
-/// that much is refused.
+/// that much is refused (2 MiB without a space after a non-space is no text).
 constexpr size_t kTextChunkBytes = size_t(1) << 20;
-constexpr size_t kMaxTextChunkBytes = size_t(4) << 20;
+constexpr size_t kMaxTextChunkBytes = size_t(2) << 20;
 /// A JSONL line (one document) is read whole: longer lines are refused.
-constexpr size_t kMaxJsonlLineBytes = size_t(64) << 20;
-/// What reading a corpus may hold beyond the tokenizer's own tables and the
-/// shuffle index: one JSONL line and its decoded text (2 x 64 MiB), one text
-/// chunk with the tokenizer's working set for it (about 25 bytes a byte of
-/// text: code points, offsets, pieces; 4 MiB chunk -> ~100 MiB), the BPE
-/// cache and the token file's write buffer. Measured and tested in
-/// test_corpus_memory.py.
+constexpr size_t kMaxJsonlLineBytes = size_t(32) << 20;
+/// What reading a corpus may hold at once beyond the tokenizer's own tables
+/// and the shuffle index, in the worst case: a JSONL line, its decoded text
+/// and the parser's copy (3 x 32 MiB while parsing, 2 x 32 MiB after); one
+/// text chunk with the GPT-2 tokenizer's working set for it (at most ~54
+/// bytes a byte of text, when every character is a piece of its own: 2 MiB
+/// -> 108 MiB; ~30 for prose); the BPE cache (2^16 pieces, ~13 MiB); the
+/// token file's 4 MiB write buffer and a 1 MiB read block. Training then
+/// holds one sample. test_corpus_memory.py measures a run against it.
 constexpr size_t kCorpusMemoryBytes = size_t(256) << 20;
 
 /// A corpus's token stream, read on demand.
