@@ -65,7 +65,8 @@ TEST(Gpt2Tokenizer, ChunkedEncodingIsTheWholeEncoding) {
   // optional leading space, whitespace runs before a word and at the end,
   // Unicode spaces (U+00A0, U+3000), CRLF, invalid UTF-8.
   text += "it's we're they'll I'd  \t\n  x y\r\nz 42\xc2\xa0a\xe3\x80\x80b "
-          "\xff\xfe\xe2\x98 caf\xc3\xa9 '' 're 's   ";
+          "\xff\xfe\xe2\x98 caf\xc3\xa9 '' 're 's \xe3\x80\x80 x\xc2\xa0\ny"
+          "\xe2\x98 z\xe3\x80\x80w   ";
   Ids whole = t.encode(text);
   whole.push_back(t.eot());
   for (size_t chunk : {size_t(5), size_t(64), size_t(1000), kTextChunkBytes}) {
@@ -97,6 +98,10 @@ TEST(Gpt2Tokenizer, ChunkedEncodingIsTheWholeEncoding) {
   EXPECT_EQ(t.cutPoint("      "), 0u);
   EXPECT_EQ(t.cutPoint("ab cdefg"), 2u);
   EXPECT_EQ(t.cutPoint("ab cd"), 0u);
+  // Before an ASCII space: a non-space code point of two bytes (a cut), an
+  // ideographic space (none; the cut falls before it, found by decoding).
+  EXPECT_EQ(t.cutPoint("\xc3\xa9 bcdef"), 2u);
+  EXPECT_EQ(t.cutPoint("a\xe3\x80\x80 bcdef"), 1u);
 }
 
 TEST(Gpt2PreTokenize, MatchesTheRegexOnAscii) {

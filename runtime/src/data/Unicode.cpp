@@ -35,6 +35,8 @@ void unicode::decodeUtf8(std::string_view s, std::vector<uint32_t> &cps,
                          std::vector<size_t> &offsets) {
   cps.clear();
   offsets.clear();
+  cps.reserve(s.size());
+  offsets.reserve(s.size() + 1);
   size_t i = 0, n = s.size();
   while (i < n) {
     unsigned char c = s[i];
@@ -147,11 +149,37 @@ std::vector<std::string> unicode::gpt2PreTokenize(const std::string &text) {
 }
 
 size_t unicode::gpt2CutPoint(std::string_view text) {
+  auto asciiSpace = [](unsigned char c) {
+    return c == ' ' || (c >= 0x09 && c <= 0x0D);
+  };
   std::vector<uint32_t> cp;
   std::vector<size_t> off;
+  // Fast path, from the end: an ASCII whitespace byte is always a code point
+  // of its own (never a continuation byte). The code point before it is
+  // decoded from the nearest ASCII byte back, also a code point boundary
+  // (the text starts at one); a sequence cut short by the ASCII byte decodes
+  // as U+FFFD there, as it does in the whole text.
+  size_t n = text.size();
+  for (size_t p = n >= 5 ? n - 4 : 0; p >= 1; --p) {
+    if (!asciiSpace(text[p]))
+      continue;
+    unsigned char before = text[p - 1];
+    if (before < 0x80) {
+      if (!asciiSpace(before))
+        return p;
+      continue;
+    }
+    size_t q = p - 1;
+    while (q > 0 && static_cast<unsigned char>(text[q - 1]) >= 0x80)
+      --q;
+    decodeUtf8(text.substr(q, p - q), cp, off);
+    if (!isSpace(cp.back()))
+      return p;
+  }
+  // Text without such a place (no ASCII whitespace): every code point.
   decodeUtf8(text, cp, off);
   for (size_t p = cp.size(); p-- > 1;)
-    if (off[p] + 4 <= text.size() && isSpace(cp[p]) && !isSpace(cp[p - 1]))
+    if (off[p] + 4 <= n && isSpace(cp[p]) && !isSpace(cp[p - 1]))
       return off[p];
   return 0;
 }

@@ -33,14 +33,15 @@ void decodeUtf8(std::string_view s, std::vector<uint32_t> &cps,
 /// returning the pieces as substrings of `text`.
 std::vector<std::string> gpt2PreTokenize(const std::string &text);
 
-/// The last place where `text` may be cut without changing its GPT-2
+/// A place where `text` may be cut without changing its GPT-2
 /// pre-tokenization (Tokenizer::cutPoint), 0 when there is none: a
 /// whitespace code point right after a non-whitespace one. No piece of the
 /// pattern spans such a boundary (a piece holds whitespace only as its first
 /// character or throughout) and no piece looks behind, nor further ahead than
 /// the whitespace, so both sides pre-tokenize as within the whole text. Only
 /// code points starting 4 bytes or more before the end count: those decode
-/// the same whatever bytes follow.
+/// the same whatever bytes follow. The last ASCII whitespace that qualifies
+/// is taken (found without decoding the text), else the last of any kind.
 size_t gpt2CutPoint(std::string_view text);
 
 } // namespace mapp::rt::unicode

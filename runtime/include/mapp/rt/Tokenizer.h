@@ -16,9 +16,10 @@ public:
   virtual std::vector<int32_t> encode(const std::string &text) const = 0;
   virtual std::string decode(const std::vector<int32_t> &ids) const = 0;
   /// Where a long text may be cut so that its pieces encode as the whole:
-  /// the largest n <= text.size() with encode(text + more) ==
-  /// encode(text[0, n)) + encode(text[n, end) + more) for whatever `more`
-  /// follows; 0 when there is none. Corpora are tokenized in chunks cut here.
+  /// an n <= text.size() (near the end where possible) with
+  /// encode(text + more) == encode(text[0, n)) + encode(text[n, end) + more)
+  /// for whatever `more` follows; 0 when there is none. Corpora are
+  /// tokenized in chunks cut here.
   virtual size_t cutPoint(std::string_view text) const = 0;
   /// Id appended after every document.
   virtual int32_t eot() const = 0;
