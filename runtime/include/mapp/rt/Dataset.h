@@ -34,7 +34,7 @@ namespace mapp::rt {
 /// the encoding does not change (Tokenizer::cutPoint); a chunk grows up to
 /// kMaxTextChunkBytes when no cut point comes sooner, and text without one in
 /// that much is refused (2 MiB without a space after a non-space is no text).
-constexpr size_t kTextChunkBytes = size_t(1) << 20;
+constexpr size_t kTextChunkBytes = size_t(64) << 10;
 constexpr size_t kMaxTextChunkBytes = size_t(2) << 20;
 /// A JSONL line (one document) is read whole: longer lines are refused.
 constexpr size_t kMaxJsonlLineBytes = size_t(32) << 20;
