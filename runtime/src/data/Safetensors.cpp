@@ -2,6 +2,7 @@
 #include "mapp/rt/Safetensors.h"
 #include "mapp/rt/AtomicFile.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/RegularFile.h"
 
 #include <nlohmann/json.hpp>
 
@@ -9,8 +10,6 @@
 #include <set>
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 
 using namespace mapp::rt;
 using json = nlohmann::json;
@@ -219,11 +218,10 @@ void mapp::rt::checkFinite(const Safetensors &st, const std::string &where) {
 }
 
 Safetensors mapp::rt::readSafetensors(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail("cannot open safetensors file '", path, "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
-                             std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes;
+  std::string why;
+  if (!readRegularFile(path, bytes, why))
+    fail("cannot open safetensors file '", path, "' (", why, ")");
   return parseSafetensors(bytes, path);
 }
 
