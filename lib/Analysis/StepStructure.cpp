@@ -49,8 +49,7 @@ static FailureOr<ParallelLayout> readLayout(ModuleOp module) {
   // The bounds the passes that set these keep (mapp/rt/PlanLimits.h): one
   // program per rank, per-microbatch bookkeeping.
   if (l.tp > rt::kMaxWorldSize || l.pp > rt::kMaxWorldSize ||
-      l.dp > rt::kMaxWorldSize ||
-      l.tp * l.pp * l.dp > rt::kMaxWorldSize)
+      l.dp > rt::kMaxWorldSize || l.tp * l.pp * l.dp > rt::kMaxWorldSize)
     return module.emitError("mapp.parallel tp x pp x dp = ")
            << l.tp << " x " << l.pp << " x " << l.dp << " is more than "
            << rt::kMaxWorldSize << " ranks";

@@ -13,7 +13,7 @@ using namespace mapp;
 
 /// MLIR bytecode (its magic "ML\xefR") is binary: not scanned.
 static bool isBytecode(llvm::StringRef text) {
-  return text.starts_with("ML\xef" "R");
+  return text.starts_with("ML\xefR"); // 'R' is not a hex digit
 }
 
 mlir::LogicalResult mapp::checkInputNesting(llvm::SourceMgr &sourceMgr,

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>

@@ -4,8 +4,8 @@
 #include "mapp/Support/InputChecks.h"
 #include "mapp/Transforms/Passes.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Func/Extensions/InlinerExtension.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -28,7 +28,8 @@ int main(int argc, char **argv) {
   mlir::func::registerInlinerExtension(registry);
   auto [inputFile, outputFile] = mlir::registerAndParseCLIOptions(
       argc, argv, "mapp optimizer driver\n", registry);
-  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  mlir::MlirOptMainConfig config =
+      mlir::MlirOptMainConfig::createFromCLOptions();
   if (config.shouldShowDialects())
     return mlir::asMainReturnCode(
         mlir::MlirOptMain(argc, argv, inputFile, outputFile, registry));

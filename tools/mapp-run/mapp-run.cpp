@@ -349,7 +349,8 @@ RunOptions parseArgs(int argc, char **argv) {
       usageError("--inject-nan needs STEP:OP, got '" + injectNan + "'");
     // STEP as the progress lines and the messages count (1 = the first);
     // the executor counts steps done.
-    o.nanStep = parseInt("--inject-nan STEP", injectNan.substr(0, colon), 1) - 1;
+    o.nanStep =
+        parseInt("--inject-nan STEP", injectNan.substr(0, colon), 1) - 1;
     o.nanOp = injectNan.substr(colon + 1);
   }
   if ((o.ckpt.every || o.ckpt.intervalS) && o.ckpt.saveDir.empty())

@@ -7,9 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mapp/rt/RegularFile.h"
 #include "mapp/scan/Sim.h"
 #include "mapp/scan/SimPlan.h"
-#include "mapp/rt/RegularFile.h"
 
 #include <nlohmann/json.hpp>
 

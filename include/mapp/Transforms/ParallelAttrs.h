@@ -60,9 +60,9 @@ inline mlir::LogicalResult checkAtMost(mlir::ModuleOp module,
                                        int64_t limit, llvm::StringRef what) {
   if (value <= limit)
     return mlir::success();
-  return module.emitError(pass) << ": " << option << "=" << value
-                                << " is more than " << limit << " (" << what
-                                << ")";
+  return module.emitError(pass)
+         << ": " << option << "=" << value << " is more than " << limit << " ("
+         << what << ")";
 }
 
 /// Parallel degrees (tp, pp, dp, ep) and their product, the world size.

@@ -190,8 +190,8 @@ bool Parser::parseMoe(GPTConfig &c) {
                 "must be positive, got " + llvm::Twine(c.numMoeExperts));
   if (c.numMoeExperts > rt::kMaxExperts)
     return fail("num_moe_experts", "must be at most " +
-                                       llvm::Twine(rt::kMaxExperts) +
-                                       ", got " + llvm::Twine(c.numMoeExperts));
+                                       llvm::Twine(rt::kMaxExperts) + ", got " +
+                                       llvm::Twine(c.numMoeExperts));
   if (c.moeRouterTopk < 1 || c.moeRouterTopk > c.numMoeExperts)
     return fail("moe_router_topk", llvm::Twine(c.moeRouterTopk) +
                                        " is not in [1, num_moe_experts = " +
@@ -404,8 +404,7 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
   if (c.vocabSize > rt::kMaxVocabSize)
     return p.fail("vocab_size", "padded to a multiple of " +
                                     llvm::Twine(c.vocabDivisor) + " is " +
-                                    llvm::Twine(c.vocabSize) +
-                                    ", more than " +
+                                    llvm::Twine(c.vocabSize) + ", more than " +
                                     llvm::Twine(rt::kMaxVocabSize));
   // The largest f32 activations, [micro_batch_size, seq_length, N]: the
   // runtime refuses a plan holding a tensor beyond kMaxTensorBytes. (The
@@ -414,13 +413,12 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
                             std::pair{"ffn_hidden_size", c.ffnHiddenSize}}) {
     uint64_t bytes = uint64_t(c.microBatchSize * c.seqLength) * width * 4;
     if (bytes > rt::kMaxTensorBytes)
-      return p.fail(key, "the f32 tensor [micro_batch_size, seq_length, " +
-                             llvm::Twine(key) + "] = [" +
-                             llvm::Twine(c.microBatchSize) + ", " +
-                             llvm::Twine(c.seqLength) + ", " +
-                             llvm::Twine(width) + "] would take " +
-                             llvm::Twine(bytes) + " bytes, more than " +
-                             llvm::Twine(rt::kMaxTensorBytes));
+      return p.fail(
+          key, "the f32 tensor [micro_batch_size, seq_length, " +
+                   llvm::Twine(key) + "] = [" + llvm::Twine(c.microBatchSize) +
+                   ", " + llvm::Twine(c.seqLength) + ", " + llvm::Twine(width) +
+                   "] would take " + llvm::Twine(bytes) + " bytes, more than " +
+                   llvm::Twine(rt::kMaxTensorBytes));
   }
   return p.parseMoe(c);
 }

@@ -451,7 +451,8 @@ void mapp::registerGPTImportTranslation() {
   static TranslateToMLIRRegistration reg(
       "import-gpt-config",
       "build the forward graph of the reference GPT from a config JSON",
-      [](llvm::SourceMgr &sourceMgr, MLIRContext *ctx) -> OwningOpRef<Operation *> {
+      [](llvm::SourceMgr &sourceMgr,
+         MLIRContext *ctx) -> OwningOpRef<Operation *> {
         if (failed(checkInputNesting(sourceMgr, ctx)))
           return nullptr;
         const llvm::MemoryBuffer *buf =

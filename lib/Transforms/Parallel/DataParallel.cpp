@@ -72,8 +72,7 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
     // The world is complete here: tp and pp come from the passes before.
     if (failed(checkAtMost(module, "mapp-data-parallel", "dp", dp, kMaxDegree,
                            kMaxDegreeWhy)) ||
-        failed(checkAtMost(module, "mapp-data-parallel",
-                           "world size tp*pp*dp",
+        failed(checkAtMost(module, "mapp-data-parallel", "world size tp*pp*dp",
                            worldSize(getParallelInt(module, "tp", 1),
                                      getParallelInt(module, "pp", 1), dp),
                            kMaxDegree, kMaxDegreeWhy)))

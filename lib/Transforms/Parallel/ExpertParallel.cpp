@@ -179,8 +179,8 @@ struct ExpertParallelPass
           << ep.getValue();
       return signalPassFailure();
     }
-    if (failed(checkAtMost(module, "mapp-expert-parallel", "ep", ep,
-                           kMaxDegree, kMaxDegreeWhy)))
+    if (failed(checkAtMost(module, "mapp-expert-parallel", "ep", ep, kMaxDegree,
+                           kMaxDegreeWhy)))
       return signalPassFailure();
     auto fn = module.lookupSymbol<func::FuncOp>("forward");
     if (ep == 1)

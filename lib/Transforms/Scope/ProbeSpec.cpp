@@ -359,8 +359,8 @@ llvm::Expected<ProbeSpec> mapp::scope::loadProbeSpec(const std::string &path) {
   std::string why = rt::whyNotRegularFile(path);
   if (!why.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "cannot read probe spec '" + path + "': " +
-                                       why);
+                                   "cannot read probe spec '" + path +
+                                       "': " + why);
   auto buf = llvm::MemoryBuffer::getFile(path);
   if (!buf)
     return llvm::createStringError(buf.getError(),
@@ -373,10 +373,9 @@ llvm::Expected<ProbeSpec> mapp::scope::loadProbeSpec(const std::string &path) {
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         path + ":" + std::to_string(1 + before.count('\n')) + ":" +
-            std::to_string(*at - (lineStart == llvm::StringRef::npos
-                                      ? 0
-                                      : lineStart + 1) +
-                           1) +
+            std::to_string(
+                *at - (lineStart == llvm::StringRef::npos ? 0 : lineStart + 1) +
+                1) +
             ": " + nestingMessage());
   }
   llvm::StringRef ext = llvm::StringRef(path).rsplit('.').second;

@@ -5,8 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/ProbeStoreReader.h"
 #include "mapp/rt/Error.h"
-#include "mapp/rt/RegularFile.h"
 #include "mapp/rt/ProbeStore.h"
+#include "mapp/rt/RegularFile.h"
 
 #include <sqlite3.h>
 

@@ -39,8 +39,9 @@ void reportSwitches(Executor &exec, int rank, bool quiet) {
   for (const SchedSwitch &s : exec.takeSchedSwitches()) {
     if (quiet || shown.fetch_add(1) >= 20 * exec.plan().worldSize)
       continue;
-    std::fprintf(stderr, "mapp-run: rank %d step %lld: scheduler %s -> %s (%s)\n",
-                 rank, static_cast<long long>(s.step + 1), s.from.c_str(),
+    std::fprintf(stderr,
+                 "mapp-run: rank %d step %lld: scheduler %s -> %s (%s)\n", rank,
+                 static_cast<long long>(s.step + 1), s.from.c_str(),
                  s.to.c_str(), s.reason.c_str());
   }
 }

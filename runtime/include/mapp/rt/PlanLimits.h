@@ -36,8 +36,8 @@ inline constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 48;
 inline constexpr int64_t kMaxTokensPerMicrobatch = INT32_MAX;
 
 /// Model shape (the compiler's GPT importer and python/mapp/config.py):
-/// several times the largest published models, small enough that the
-/// forward graph of the largest stays a few hundred MB of IR.
+/// several times the largest published models; the graph of 1024 layers
+/// imports in under a second and 75 MB (docs/benchmarks.md).
 inline constexpr int64_t kMaxLayers = 1024;
 inline constexpr int64_t kMaxHiddenSize = int64_t(1) << 17;
 inline constexpr int64_t kMaxFfnHiddenSize = int64_t(1) << 19;

@@ -1,4 +1,4 @@
-//===- RegularFile.h - inputs are regular files ------------------*- C++ -*-===//
+//===- RegularFile.h - inputs are regular files -----------------*- C++ -*-===//
 //
 // Every reader of a named input (plans, checkpoints, safetensors, corpora,
 // traces, probe stores, compiler inputs) takes regular files only: a FIFO
@@ -43,8 +43,7 @@ inline std::string whyNotRegularFile(const std::string &path) {
   if (::stat(path.c_str(), &st) != 0)
     return std::strerror(errno);
   if (!S_ISREG(st.st_mode))
-    return std::string(fileKindName(st.st_mode)) +
-           ", not a regular file";
+    return std::string(fileKindName(st.st_mode)) + ", not a regular file";
   return "";
 }
 
@@ -65,8 +64,7 @@ inline int openRegularFile(const std::string &path, std::string &why) {
     return -1;
   }
   if (!S_ISREG(st.st_mode)) {
-    why = std::string(fileKindName(st.st_mode)) +
-          ", not a regular file";
+    why = std::string(fileKindName(st.st_mode)) + ", not a regular file";
     ::close(fd);
     return -1;
   }
