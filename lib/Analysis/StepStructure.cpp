@@ -1,4 +1,5 @@
 #include "mapp/Analysis/StepStructure.h"
+#include "mapp/rt/PlanLimits.h"
 
 using namespace mlir;
 using namespace mapp;
@@ -45,6 +46,18 @@ static FailureOr<ParallelLayout> readLayout(ModuleOp module) {
   if (l.ep < 0 || (l.ep > 0 && l.dp % l.ep))
     return module.emitError("mapp.parallel ep ")
            << l.ep << " must divide dp " << l.dp;
+  // The bounds the passes that set these keep (mapp/rt/PlanLimits.h): one
+  // program per rank, per-microbatch bookkeeping.
+  if (l.tp > rt::kMaxWorldSize || l.pp > rt::kMaxWorldSize ||
+      l.dp > rt::kMaxWorldSize || l.tp * l.pp * l.dp > rt::kMaxWorldSize)
+    return module.emitError("mapp.parallel tp x pp x dp = ")
+           << l.tp << " x " << l.pp << " x " << l.dp << " is more than "
+           << rt::kMaxWorldSize << " ranks";
+  if (l.microbatches > rt::kMaxMicrobatches || l.chunks > rt::kMaxLayers)
+    return module.emitError("mapp.parallel microbatches ")
+           << l.microbatches << " and chunks " << l.chunks
+           << " must be at most " << rt::kMaxMicrobatches << " and "
+           << rt::kMaxLayers;
   return l;
 }
 

@@ -65,6 +65,25 @@ KEY_ORDER = (
 )
 
 
+# Upper bounds of the sizes (runtime/include/mapp/rt/PlanLimits.h, which the
+# C++ importer and the runtime share): a config beyond them is refused before
+# anything is built from it.
+LIMITS = {
+    "num_layers": 1024,
+    "hidden_size": 1 << 17,
+    "num_attention_heads": 1 << 12,
+    "num_query_groups": 1 << 12,
+    "ffn_hidden_size": 1 << 19,
+    "seq_length": 1 << 20,
+    "vocab_size": 1 << 22,
+    "micro_batch_size": 1 << 16,
+    "make_vocab_size_divisible_by": 1 << 22,
+}
+MAX_EXPERTS = 1 << 12
+MAX_TOKENS_PER_MICROBATCH = 2**31 - 1
+MAX_TENSOR_BYTES = 1 << 48
+
+
 class ConfigError(ValueError):
     pass
 
@@ -119,6 +138,12 @@ def normalize_config(raw):
                 "seq_length", "vocab_size", "micro_batch_size", "make_vocab_size_divisible_by"):
         if cfg[key] <= 0:
             raise ConfigError(f"config key '{key}': must be positive, got {cfg[key]}")
+        if cfg[key] > LIMITS[key]:
+            raise ConfigError(f"config key '{key}': must be at most {LIMITS[key]}, got {cfg[key]}")
+    tokens = cfg["micro_batch_size"] * cfg["seq_length"]
+    if tokens > MAX_TOKENS_PER_MICROBATCH:
+        raise ConfigError(f"config key 'seq_length': micro_batch_size x seq_length = {tokens} "
+                          f"tokens per microbatch, more than {MAX_TOKENS_PER_MICROBATCH}")
     if h % cfg["num_attention_heads"]:
         raise ConfigError(f"config key 'num_attention_heads': {cfg['num_attention_heads']} "
                           f"does not divide hidden_size {h}")
@@ -141,6 +166,15 @@ def normalize_config(raw):
             raise ConfigError(f"config key '{key}': must be in [0, 1)")
     div = cfg["make_vocab_size_divisible_by"]
     cfg["vocab_size"] = -(-cfg["vocab_size"] // div) * div
+    if cfg["vocab_size"] > LIMITS["vocab_size"]:
+        raise ConfigError(f"config key 'vocab_size': padded to a multiple of {div} is "
+                          f"{cfg['vocab_size']}, more than {LIMITS['vocab_size']}")
+    for key in ("vocab_size", "ffn_hidden_size"):
+        nbytes = tokens * cfg[key] * 4
+        if nbytes > MAX_TENSOR_BYTES:
+            raise ConfigError(f"config key '{key}': the f32 tensor [micro_batch_size, seq_length, "
+                              f"{key}] = [{cfg['micro_batch_size']}, {cfg['seq_length']}, "
+                              f"{cfg[key]}] would take {nbytes} bytes, more than {MAX_TENSOR_BYTES}")
     out = {key: cfg[key] for key in KEY_ORDER}
     out.update(_normalize_moe(cfg))
     return out
@@ -162,6 +196,9 @@ def _normalize_moe(cfg):
     experts = out["num_moe_experts"]
     if experts <= 0:
         raise ConfigError(f"config key 'num_moe_experts': must be positive, got {experts}")
+    if experts > MAX_EXPERTS:
+        raise ConfigError(f"config key 'num_moe_experts': must be at most {MAX_EXPERTS}, "
+                          f"got {experts}")
     k = out["moe_router_topk"]
     if not 1 <= k <= experts:
         raise ConfigError(f"config key 'moe_router_topk': {k} is not in [1, num_moe_experts "
@@ -170,6 +207,9 @@ def _normalize_moe(cfg):
     if out["moe_ffn_hidden_size"] <= 0:
         raise ConfigError("config key 'moe_ffn_hidden_size': must be positive, got "
                           f"{out['moe_ffn_hidden_size']}")
+    if out["moe_ffn_hidden_size"] > LIMITS["ffn_hidden_size"]:
+        raise ConfigError(f"config key 'moe_ffn_hidden_size': must be at most "
+                          f"{LIMITS['ffn_hidden_size']}, got {out['moe_ffn_hidden_size']}")
     for key in ("moe_aux_loss_coeff", "moe_z_loss_coeff"):
         if out[key] < 0:
             raise ConfigError(f"config key '{key}': must be >= 0, got {out[key]}")

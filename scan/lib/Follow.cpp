@@ -2,12 +2,15 @@
 #include "mapp/scan/Follow.h"
 
 #include "mapp/monitor/Summary.h"
+#include "mapp/rt/RegularFile.h"
 #include "mapp/trace/TraceFormat.h"
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <dirent.h>
 #include <memory>
@@ -38,11 +41,18 @@ struct Tail {
 
 constexpr size_t kChunk = 1 << 20;
 
-/// Reads what the file gained (up to a chunk); false on an open error.
-bool readMore(Tail &t, bool &grew) {
-  std::FILE *f = std::fopen(t.path.c_str(), "r");
-  if (!f)
+/// Reads what the file gained (up to a chunk); false with `why` on an open
+/// error (a FIFO named like a trace file is one: it would block the read).
+bool readMore(Tail &t, bool &grew, std::string &why) {
+  int fd = mapp::rt::openRegularFile(t.path, why);
+  std::FILE *f = fd < 0 ? nullptr : ::fdopen(fd, "r");
+  if (!f) {
+    if (fd >= 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+    }
     return false;
+  }
   std::fseek(f, t.offset, SEEK_SET);
   std::string buf(kChunk, '\0');
   size_t n = std::fread(&buf[0], 1, kChunk, f);
@@ -198,8 +208,9 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
       progress = false;
       for (auto &[path, tp] : tails) {
         Tail &t = *tp;
-        if (t.pending.empty() && !t.footer && !readMore(t, grew))
-          return fail(path + ": cannot open");
+        std::string why;
+        if (t.pending.empty() && !t.footer && !readMore(t, grew, why))
+          return fail(path + ": cannot open (" + why + ")");
         // A rank ahead of the others waits (its lines stay pending) so the
         // diagnoser's window holds every rank's step.
         while (!t.pending.empty()) {

@@ -1,6 +1,7 @@
 //===- Trace.cpp - Trace reader and event matching ------------------------===//
 
 #include "mapp/scan/Trace.h"
+#include "mapp/rt/RegularFile.h"
 
 #include <nlohmann/json.hpp>
 
@@ -189,14 +190,11 @@ void parseEvent(const json &j, Event &e) {
 
 bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
                               RankTrace &out, std::string *error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": cannot open file";
+  std::string text, why;
+  if (!rt::readRegularFile(path, text, why)) {
+    *error = path + ": cannot open file (" + why + ")";
     return false;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
   out.path = path;
   bool haveHeader = false;
   std::map<std::string, int> inlineGroups;
@@ -347,6 +345,13 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
       return false;
     }
     int r = std::stoi(num);
+    // Before the header pass below opens it: a FIFO would block it forever.
+    if (std::string why = rt::whyNotRegularFile(dir + "/" + name);
+        !why.empty()) {
+      *error = dir + "/" + name + ": cannot open file (" + why + ")";
+      closedir(d);
+      return false;
+    }
     auto [it, fresh] = files.emplace(r, dir + "/" + name);
     if (!fresh) {
       *error = dir + "/" + name + " and " + it->second + " both name rank " +

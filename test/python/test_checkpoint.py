@@ -375,16 +375,17 @@ def test_no_checkpoint_in_folder(tmp_path):
 
 @pytest.mark.parametrize("layout", [(1, 1, 1), (2, 2, 2)])
 def test_injected_nan_names_the_op(tmp_path, layout):
-    """A NaN written by the first gelu at step 3: the run stops non-zero,
-    names the op, and the newest checkpoint is the one before the NaN."""
+    """A NaN written by the first gelu at step 4 (steps count from 1, as the
+    progress lines do): the run stops non-zero, names the op, and the newest
+    checkpoint is the one before the NaN."""
     plan = make_plan(tmp_path / "p.mplan", *layout)
     ck, out = tmp_path / "ck", tmp_path / "w.safetensors"
     r = train(plan, 10, tmp_path / "m.jsonl",
               ["--save-dir", ck, "--save-every", 1, "--save", out,
-               "--inject-nan", "3:gelu"], check=False)
+               "--inject-nan", "4:gelu"], check=False)
     assert r.returncode != 0
     assert "non-finite" in r.stderr and "op 'gelu'" in r.stderr, r.stderr
-    assert "step 3" in r.stderr
+    assert "step 4" in r.stderr
     assert len(metrics(tmp_path / "m.jsonl")) == 3
     assert sorted(d.name for d in ck.iterdir()) == [
         "step-00000001", "step-00000002", "step-00000003"]
@@ -518,10 +519,10 @@ def test_bad_checkpoint_flags(tmp_path, flags, message):
 def test_nan_check_every_step_names_the_op(tmp_path):
     """--nan-check: the per-op check runs in the step itself (no re-run)."""
     plan = make_plan(tmp_path / "p.mplan")
-    r = train(plan, 6, tmp_path / "m.jsonl", ["--nan-check", "--inject-nan", "2:gelu"],
+    r = train(plan, 6, tmp_path / "m.jsonl", ["--nan-check", "--inject-nan", "3:gelu"],
               check=False)
     assert r.returncode != 0
-    assert "non-finite value: step 2" in r.stderr and "op 'gelu'" in r.stderr, r.stderr
+    assert "non-finite value: step 3" in r.stderr and "op 'gelu'" in r.stderr, r.stderr
     assert "re-ran" not in r.stderr
     assert len(metrics(tmp_path / "m.jsonl")) == 2
 

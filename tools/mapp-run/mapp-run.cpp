@@ -106,6 +106,7 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              non-finite loss or gradient norm always stops the
                              run and re-runs that step so to name the op
   --inject-nan STEP:OP       testing: op OP (IR name) writes a NaN at step STEP
+                             (1 = the first, as the progress lines count)
   --metrics FILE             one JSON object per step (jsonl)
   --dump-batches FILE        write every microbatch's tokens/targets (jsonl)
   --threads K                CPU worker threads per rank (default: the cores
@@ -346,7 +347,10 @@ RunOptions parseArgs(int argc, char **argv) {
     size_t colon = injectNan.find(':');
     if (colon == std::string::npos || colon + 1 == injectNan.size())
       usageError("--inject-nan needs STEP:OP, got '" + injectNan + "'");
-    o.nanStep = parseInt("--inject-nan STEP", injectNan.substr(0, colon), 0);
+    // STEP as the progress lines and the messages count (1 = the first);
+    // the executor counts steps done.
+    o.nanStep =
+        parseInt("--inject-nan STEP", injectNan.substr(0, colon), 1) - 1;
     o.nanOp = injectNan.substr(colon + 1);
   }
   if ((o.ckpt.every || o.ckpt.intervalS) && o.ckpt.saveDir.empty())

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mapp/rt/RegularFile.h"
 #include "mapp/scan/Sim.h"
 #include "mapp/scan/SimPlan.h"
 
@@ -15,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 #include <sstream>
 
@@ -320,13 +320,11 @@ int main(int argc, char **argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  std::ifstream in(config);
-  if (!in)
-    return fail(config + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text, why;
+  if (!mapp::rt::readRegularFile(config, text, why))
+    return fail(config + ": cannot open (" + why + ")");
   SimConfig c;
-  if (!parseSimConfig(ss.str(), c, &err))
+  if (!parseSimConfig(text, c, &err))
     return fail(config + ": " + err);
   if (haveSeed)
     c.seed = seed;
@@ -338,12 +336,11 @@ int main(int argc, char **argv) {
   }
 
   if (!whatIf.empty()) {
-    std::ifstream rin(whatIf);
-    if (!rin)
-      return fail(whatIf + ": cannot open");
+    if (!mapp::rt::readRegularFile(whatIf, text, why))
+      return fail(whatIf + ": cannot open (" + why + ")");
     nlohmann::json rep;
     try {
-      rin >> rep;
+      rep = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception &e) {
       return fail(whatIf + ": invalid JSON: " + e.what());
     }

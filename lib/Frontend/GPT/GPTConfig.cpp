@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mapp/Frontend/GPT/GPTImporter.h"
+#include "mapp/rt/PlanLimits.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -187,6 +188,10 @@ bool Parser::parseMoe(GPTConfig &c) {
   if (c.numMoeExperts <= 0)
     return fail("num_moe_experts",
                 "must be positive, got " + llvm::Twine(c.numMoeExperts));
+  if (c.numMoeExperts > rt::kMaxExperts)
+    return fail("num_moe_experts", "must be at most " +
+                                       llvm::Twine(rt::kMaxExperts) + ", got " +
+                                       llvm::Twine(c.numMoeExperts));
   if (c.moeRouterTopk < 1 || c.moeRouterTopk > c.numMoeExperts)
     return fail("moe_router_topk", llvm::Twine(c.moeRouterTopk) +
                                        " is not in [1, num_moe_experts = " +
@@ -194,6 +199,10 @@ bool Parser::parseMoe(GPTConfig &c) {
   if (c.moeFfnHiddenSize <= 0)
     return fail("moe_ffn_hidden_size",
                 "must be positive, got " + llvm::Twine(c.moeFfnHiddenSize));
+  if (c.moeFfnHiddenSize > rt::kMaxFfnHiddenSize)
+    return fail("moe_ffn_hidden_size",
+                "must be at most " + llvm::Twine(rt::kMaxFfnHiddenSize) +
+                    ", got " + llvm::Twine(c.moeFfnHiddenSize));
   for (auto [key, value] : {std::pair{"moe_aux_loss_coeff", c.moeAuxLossCoeff},
                             std::pair{"moe_z_loss_coeff", c.moeZLossCoeff}})
     if (!(value >= 0))
@@ -335,19 +344,36 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
   if (c.variant != "gpt" && c.variant != "llama")
     return p.fail("variant",
                   "must be \"gpt\" or \"llama\", got \"" + c.variant + "\"");
-  std::pair<const char *, int64_t> positive[] = {
-      {"num_layers", c.numLayers},
-      {"hidden_size", c.hiddenSize},
-      {"num_attention_heads", c.numHeads},
-      {"num_query_groups", c.numQueryGroups},
-      {"ffn_hidden_size", c.ffnHiddenSize},
-      {"seq_length", c.seqLength},
-      {"vocab_size", c.vocabSize},
-      {"micro_batch_size", c.microBatchSize},
-      {"make_vocab_size_divisible_by", c.vocabDivisor}};
-  for (auto [key, value] : positive)
-    if (value <= 0)
-      return p.fail(key, "must be positive, got " + llvm::Twine(value));
+  // Positive and bounded before anything is built from them (num_layers =
+  // 10^8 grew the graph past 4 GB): mapp/rt/PlanLimits.h, the same bounds as
+  // python/mapp/config.py LIMITS. num_query_groups divides the heads.
+  struct Size {
+    const char *key;
+    int64_t value, limit;
+  };
+  const Size sizes[] = {
+      {"num_layers", c.numLayers, rt::kMaxLayers},
+      {"hidden_size", c.hiddenSize, rt::kMaxHiddenSize},
+      {"num_attention_heads", c.numHeads, rt::kMaxAttentionHeads},
+      {"num_query_groups", c.numQueryGroups, rt::kMaxAttentionHeads},
+      {"ffn_hidden_size", c.ffnHiddenSize, rt::kMaxFfnHiddenSize},
+      {"seq_length", c.seqLength, rt::kMaxSeqLength},
+      {"vocab_size", c.vocabSize, rt::kMaxVocabSize},
+      {"micro_batch_size", c.microBatchSize, rt::kMaxMicroBatchSize},
+      {"make_vocab_size_divisible_by", c.vocabDivisor, rt::kMaxVocabSize}};
+  for (const Size &s : sizes) {
+    if (s.value <= 0)
+      return p.fail(s.key, "must be positive, got " + llvm::Twine(s.value));
+    if (s.value > s.limit)
+      return p.fail(s.key, "must be at most " + llvm::Twine(s.limit) +
+                               ", got " + llvm::Twine(s.value));
+  }
+  if (c.microBatchSize * c.seqLength > rt::kMaxTokensPerMicrobatch)
+    return p.fail("seq_length",
+                  "micro_batch_size x seq_length = " +
+                      llvm::Twine(c.microBatchSize * c.seqLength) +
+                      " tokens per microbatch, more than " +
+                      llvm::Twine(rt::kMaxTokensPerMicrobatch));
   if (c.hiddenSize % c.numHeads)
     return p.fail("num_attention_heads",
                   llvm::Twine(c.numHeads) + " does not divide hidden_size " +
@@ -375,6 +401,25 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
   if (!(c.attentionDropout >= 0 && c.attentionDropout < 1))
     return p.fail("attention_dropout", "must be in [0, 1)");
   c.vocabSize = (c.vocabSize + c.vocabDivisor - 1) / c.vocabDivisor * c.vocabDivisor;
+  if (c.vocabSize > rt::kMaxVocabSize)
+    return p.fail("vocab_size", "padded to a multiple of " +
+                                    llvm::Twine(c.vocabDivisor) + " is " +
+                                    llvm::Twine(c.vocabSize) + ", more than " +
+                                    llvm::Twine(rt::kMaxVocabSize));
+  // The largest f32 activations, [micro_batch_size, seq_length, N]: the
+  // runtime refuses a plan holding a tensor beyond kMaxTensorBytes. (The
+  // bounds above keep these products below 2^56.)
+  for (auto [key, width] : {std::pair{"vocab_size", c.vocabSize},
+                            std::pair{"ffn_hidden_size", c.ffnHiddenSize}}) {
+    uint64_t bytes = uint64_t(c.microBatchSize * c.seqLength) * width * 4;
+    if (bytes > rt::kMaxTensorBytes)
+      return p.fail(
+          key, "the f32 tensor [micro_batch_size, seq_length, " +
+                   llvm::Twine(key) + "] = [" + llvm::Twine(c.microBatchSize) +
+                   ", " + llvm::Twine(c.seqLength) + ", " + llvm::Twine(width) +
+                   "] would take " + llvm::Twine(bytes) + " bytes, more than " +
+                   llvm::Twine(rt::kMaxTensorBytes));
+  }
   return p.parseMoe(c);
 }
 

@@ -11,6 +11,7 @@
 #include "mapp/Frontend/GPT/GPTImporter.h"
 
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
+#include "mapp/Support/InputChecks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -450,7 +451,10 @@ void mapp::registerGPTImportTranslation() {
   static TranslateToMLIRRegistration reg(
       "import-gpt-config",
       "build the forward graph of the reference GPT from a config JSON",
-      [](llvm::SourceMgr &sourceMgr, MLIRContext *ctx) -> OwningOpRef<Operation *> {
+      [](llvm::SourceMgr &sourceMgr,
+         MLIRContext *ctx) -> OwningOpRef<Operation *> {
+        if (failed(checkInputNesting(sourceMgr, ctx)))
+          return nullptr;
         const llvm::MemoryBuffer *buf =
             sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
         GPTImportOptions opts;

@@ -3,7 +3,11 @@
 #include "mapp/Target/Plan/PlanBuilder.h"
 #include "mapp/Target/Plan/plan_generated.h"
 
+#include "mapp/Support/InputChecks.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Tools/ParseUtilities.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/Support/CRC.h"
 #include "llvm/Support/CommandLine.h"
@@ -43,15 +47,25 @@ LogicalResult mapp::writePlan(ModuleOp module, llvm::raw_ostream &os,
 }
 
 void mapp::registerToPlanTranslation() {
-  TranslateFromMLIRRegistration reg(
+  // Parses the module itself (what TranslateFromMLIRRegistration would do)
+  // so that the input's nesting is checked before the parser recurses.
+  TranslateRegistration reg(
       "mapp-to-plan", "serialize a training module as a runtime plan (.mplan)",
-      [](Operation *op, llvm::raw_ostream &os) -> LogicalResult {
-        auto module = dyn_cast<ModuleOp>(op);
+      [](const std::shared_ptr<llvm::SourceMgr> &sourceMgr,
+         llvm::raw_ostream &os, MLIRContext *ctx) -> LogicalResult {
+        if (failed(checkInputNesting(*sourceMgr, ctx)))
+          return failure();
+        DialectRegistry registry;
+        registry.insert<MappDialect, func::FuncDialect>();
+        ctx->appendDialectRegistry(registry);
+        OwningOpRef<Operation *> op =
+            parseSourceFileForTool(sourceMgr, ParserConfig(ctx),
+                                   /*insertImplicitModule=*/true);
+        if (!op || failed(verify(*op)))
+          return failure();
+        auto module = dyn_cast<ModuleOp>(*op);
         if (!module)
           return op->emitError("mapp-to-plan expects a builtin.module");
         return writePlan(module, os, !copyReshapes);
-      },
-      [](DialectRegistry &registry) {
-        registry.insert<MappDialect, func::FuncDialect>();
       });
 }

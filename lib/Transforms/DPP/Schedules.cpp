@@ -1,5 +1,6 @@
 // Generators of the standard pipeline schedules (task tables per rank).
 #include "mapp/Transforms/Schedules.h"
+#include "mapp/rt/PlanLimits.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -117,6 +118,25 @@ bool sched::generate(StringRef kind, int64_t stages, int64_t chunks,
                      int64_t group) {
   if (stages < 1 || chunks < 1 || microbatches < 1) {
     error = "stages, chunks and microbatches must be >= 1";
+    return false;
+  }
+  // Bounded before the tables (two tasks per microbatch and stage) are
+  // built: microbatches=10^9 ran out of memory after two minutes.
+  const std::tuple<const char *, int64_t, int64_t> bounds[] = {
+      {"microbatches", microbatches, rt::kMaxMicrobatches},
+      {"stages", stages, rt::kMaxWorldSize},
+      {"chunks", chunks, rt::kMaxLayers}};
+  for (auto [name, value, limit] : bounds)
+    if (value > limit) {
+      error = std::string(name) + "=" + str(value) + " is more than " +
+              str(limit) + " (the most a plan may have)";
+      return false;
+    }
+  if (stages * chunks * microbatches > rt::kMaxScheduleSlots) {
+    error = "stages x chunks x microbatches = " +
+            str(stages * chunks * microbatches) + " is more than " +
+            str(rt::kMaxScheduleSlots) +
+            " (the task tables hold two tasks for each)";
     return false;
   }
   if (group < 0) {

@@ -64,6 +64,9 @@ struct SplitFwdBwdPass : mapp::impl::MappSplitFwdBwdBase<SplitFwdBwdPass> {
       return fail(module, "device indices must be >= 0");
     if (fwdTp < 0 || bwdTp < 0)
       return fail(module, "fwd-tp and bwd-tp must be >= 1");
+    if (failed(checkAtMost(module, "mapp-split-fwd-bwd", "fwd-tp", fwdTp,
+                           kMaxDegree, kMaxDegreeWhy)))
+      return failure();
     if (module->hasAttr("mapp.fbd"))
       return fail(module, "the module is already split (mapp.fbd)");
     int64_t tp = getParallelInt(module, "tp", 1);

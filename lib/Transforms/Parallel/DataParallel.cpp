@@ -14,6 +14,8 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <cmath>
+
 namespace mapp {
 #define GEN_PASS_DEF_MAPPDATAPARALLEL
 #include "mapp/Transforms/Passes.h.inc"
@@ -63,10 +65,18 @@ struct DataParallelPass : mapp::impl::MappDataParallelBase<DataParallelPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (dp < 1 || bucketMb <= 0) {
+    if (dp < 1 || !(bucketMb > 0) || !std::isfinite(bucketMb)) {
       module.emitError("mapp-data-parallel: dp must be >= 1 and bucket-mb > 0");
       return signalPassFailure();
     }
+    // The world is complete here: tp and pp come from the passes before.
+    if (failed(checkAtMost(module, "mapp-data-parallel", "dp", dp, kMaxDegree,
+                           kMaxDegreeWhy)) ||
+        failed(checkAtMost(module, "mapp-data-parallel", "world size tp*pp*dp",
+                           worldSize(getParallelInt(module, "tp", 1),
+                                     getParallelInt(module, "pp", 1), dp),
+                           kMaxDegree, kMaxDegreeWhy)))
+      return signalPassFailure();
     SmallVector<func::FuncOp> backwards;
     for (auto fn : module.getOps<func::FuncOp>())
       if (auto phase = fn->getAttrOfType<StringAttr>("mapp.phase"))

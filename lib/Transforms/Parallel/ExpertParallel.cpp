@@ -179,6 +179,9 @@ struct ExpertParallelPass
           << ep.getValue();
       return signalPassFailure();
     }
+    if (failed(checkAtMost(module, "mapp-expert-parallel", "ep", ep, kMaxDegree,
+                           kMaxDegreeWhy)))
+      return signalPassFailure();
     auto fn = module.lookupSymbol<func::FuncOp>("forward");
     if (ep == 1)
       return; // every rank holds all experts (the layout keeps ep unset)

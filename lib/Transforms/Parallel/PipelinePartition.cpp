@@ -60,6 +60,13 @@ struct PipelinePartitionPass
       module.emitError("mapp-pipeline-partition: pp and chunks must be >= 1");
       return signalPassFailure();
     }
+    if (failed(checkAtMost(module, "mapp-pipeline-partition", "pp", pp,
+                           kMaxDegree, kMaxDegreeWhy)) ||
+        failed(checkAtMost(module, "mapp-pipeline-partition", "chunks", chunks,
+                           rt::kMaxLayers,
+                           "a chunk holds at least one of the most layers a "
+                           "model may have")))
+      return signalPassFailure();
     auto fn = module.lookupSymbol<func::FuncOp>("forward");
     if (!fn) {
       module.emitError("mapp-pipeline-partition: no function @forward (run "

@@ -522,6 +522,9 @@ struct TensorParallelPass
       module.emitError("mapp-tensor-parallel: tp must be >= 1");
       return signalPassFailure();
     }
+    if (failed(checkAtMost(module, "mapp-tensor-parallel", "tp", tp, kMaxDegree,
+                           kMaxDegreeWhy)))
+      return signalPassFailure();
     setParallelInt(module, "tp", tp);
     if (tp == 1)
       return; // nothing to shard

@@ -1,5 +1,7 @@
 //===- ProbeSpec.cpp - parse and validate probes.json ---------------------===//
 #include "ProbeSpec.h"
+#include "mapp/Support/Nesting.h"
+#include "mapp/rt/RegularFile.h"
 
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/JSON.h"
@@ -353,11 +355,29 @@ mapp::scope::parseProbeSpecYaml(llvm::StringRef text, const std::string &path) {
 }
 
 llvm::Expected<ProbeSpec> mapp::scope::loadProbeSpec(const std::string &path) {
+  // A FIFO would block the read: regular files only.
+  std::string why = rt::whyNotRegularFile(path);
+  if (!why.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "cannot read probe spec '" + path +
+                                       "': " + why);
   auto buf = llvm::MemoryBuffer::getFile(path);
   if (!buf)
     return llvm::createStringError(buf.getError(),
                                    "cannot read probe spec '" + path +
                                        "': " + buf.getError().message());
+  // Both parsers recurse once per level of nesting.
+  if (std::optional<size_t> at = findNestingBeyond((*buf)->getBuffer())) {
+    llvm::StringRef before = (*buf)->getBuffer().take_front(*at);
+    size_t lineStart = before.rfind('\n');
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        path + ":" + std::to_string(1 + before.count('\n')) + ":" +
+            std::to_string(
+                *at - (lineStart == llvm::StringRef::npos ? 0 : lineStart + 1) +
+                1) +
+            ": " + nestingMessage());
+  }
   llvm::StringRef ext = llvm::StringRef(path).rsplit('.').second;
   if (ext.equals_insensitive("yaml") || ext.equals_insensitive("yml"))
     return parseProbeSpecYaml((*buf)->getBuffer(), path);

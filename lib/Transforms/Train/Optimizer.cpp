@@ -4,6 +4,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <cmath>
+#include <sstream>
+
 namespace mapp {
 #define GEN_PASS_DEF_MAPPOPTIMIZER
 #include "mapp/Transforms/Passes.h.inc"
@@ -23,17 +26,37 @@ struct OptimizerPass : mapp::impl::MappOptimizerBase<OptimizerPass> {
     };
     if (optimizer != "adamw" && optimizer != "sgd")
       return fail("optimizer must be adamw or sgd, got '" + optimizer + "'");
-    if (!(lr >= 0))
-      return fail("lr must be >= 0");
-    if (maxGradNorm < 0)
-      return fail("max-grad-norm must be >= 0");
+    // Every number finite and in its range (lr=inf was accepted and trained
+    // to NaN); negated comparisons so that NaN fails too.
+    auto number = [](double v) { // "inf", "0.001"
+      std::ostringstream os;
+      os << v;
+      return os.str();
+    };
+    auto notIn = [&](StringRef name, double v, StringRef range) {
+      return fail(name + " must be " + range + ", got " + number(v));
+    };
+    for (auto [name, v] : {std::pair{"lr", lr.getValue()},
+                           std::pair{"weight-decay", weightDecay.getValue()},
+                           std::pair{"momentum", momentum.getValue()},
+                           std::pair{"max-grad-norm", maxGradNorm.getValue()}})
+      if (!(v >= 0) || !std::isfinite(v))
+        return notIn(name, v, "finite and >= 0");
+    for (auto [name, v] : {std::pair{"beta1", beta1.getValue()},
+                           std::pair{"beta2", beta2.getValue()}})
+      if (!(v >= 0 && v < 1))
+        return notIn(name, v, "in [0, 1)");
+    if (!(eps > 0) || !std::isfinite(eps))
+      return notIn("eps", eps, "finite and > 0");
+    if (!(minLr >= 0 && minLr <= lr))
+      return notIn("min-lr", minLr, "within [0, lr]");
     if (schedule != "constant" && schedule != "cosine")
       return fail("lr-schedule must be constant or cosine, got '" +
                   schedule + "'");
     if (schedule == "cosine" && totalSteps <= warmup)
       return fail("cosine schedule needs total-steps > warmup");
-    if (warmup < 0 || minLr < 0 || minLr > lr)
-      return fail("warmup must be >= 0 and min-lr within [0, lr]");
+    if (warmup < 0 || totalSteps < 0)
+      return fail("warmup and total-steps must be >= 0");
     if (module.lookupSymbol("optimizer_step"))
       return fail("module already has an @optimizer_step");
     return success();

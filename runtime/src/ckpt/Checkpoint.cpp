@@ -12,6 +12,7 @@
 #include "CheckpointInternal.h"
 
 #include "mapp/rt/Error.h"
+#include "mapp/rt/RegularFile.h"
 #include "mapp/rt/Shard.h"
 
 #include <nlohmann/json.hpp>
@@ -171,11 +172,12 @@ int64_t samplesPerStep(const Plan &plan) {
 }
 
 std::vector<uint8_t> readBytes(const std::string &path, const std::string &what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail(what, ": missing (cannot open '", path, "')");
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)),
-                              std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes;
+  std::string why;
+  if (!readRegularFile(path, bytes, why))
+    fail(what, std::filesystem::exists(path) ? ": unreadable" : ": missing",
+         " (cannot open '", path, "': ", why, ")");
+  return bytes;
 }
 
 } // namespace
@@ -229,10 +231,11 @@ std::string mapp::rt::saveCheckpoint(Executor &exec, const std::string &dir,
   if (world > 1)
     comm.allReduce(&anyBad, 1, ReduceOp::Sum, comm.group(Group::World));
   if (anyBad > 0)
-    fail("refusing to checkpoint step ", step, ": ",
-         bad.empty() ? std::string("another rank's state")
-                     : "tensor '" + bad + "' (rank " + std::to_string(rank) + ")",
-         " holds non-finite values (the previous checkpoint is kept)");
+    fail("refusing to checkpoint step ", step, ": non-finite state on ",
+         bad.empty() ? std::string("another rank")
+                     : "rank " + std::to_string(rank) + ": " +
+                           exec.describeNonFinite(bad),
+         " (the previous checkpoint is kept)");
   // The shard's own record of where it belongs, compared with the manifest
   // on load ("step" comes from saveState).
   state.metadata["rank"] = std::to_string(rank);

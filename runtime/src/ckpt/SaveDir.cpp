@@ -20,6 +20,7 @@
 
 #include "mapp/rt/AtomicFile.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/RegularFile.h"
 
 #include <nlohmann/json.hpp>
 
@@ -118,10 +119,11 @@ bool provablyAbandoned(const fs::path &tmp, const std::string &run,
                        const CheckpointMeta &meta) {
   json owner;
   try {
-    std::ifstream f(tmp / kOwnerFile);
-    if (!f)
+    // A FIFO planted as the owner file would block the save.
+    std::string text, why;
+    if (!readRegularFile((tmp / kOwnerFile).string(), text, why))
       return false;
-    owner = json::parse(f);
+    owner = json::parse(text);
     if (owner.at("run") != run ||
         owner.at("plan") != planHashText(meta.planChecksum))
       return false;

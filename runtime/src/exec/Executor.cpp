@@ -464,7 +464,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         }
       }
     } catch (const Error &e) {
-      fail("step ", step_, ", microbatch ", mb, ", block ", block, ", ",
+      fail("step ", step_ + 1, ", microbatch ", mb, ", block ", block, ", ",
            pr.instr->kernel,
            pr.instr->name.empty() ? std::string() : " '" + pr.instr->name + "'",
            ": ", e.what());

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
+#include "mapp/rt/KernelVocab.h"
 
 #include <algorithm>
 #include <cmath>
@@ -70,7 +71,53 @@ int64_t firstNonFinite(const std::vector<float> &xs) {
       return static_cast<int64_t>(i);
   return -1;
 }
+
+/// "op 'X' (kernel K, layer L) wrote V to tensor 'T'`where` at element i of
+/// n": the per-op check and the refusals to save a state (checkpoint,
+/// --save, the non-finite step) name a non-finite value alike.
+std::string nonFiniteWrite(const Instr *op, const Value &val,
+                           const std::string &where,
+                           const std::vector<float> &xs, int64_t bad) {
+  std::ostringstream os;
+  if (op)
+    os << "op '" << (op->name.empty() ? op->kernel : op->name) << "' (kernel "
+       << op->kernel
+       << (op->layer >= 0 ? ", layer " + std::to_string(op->layer) : "")
+       << ") wrote " << xs[bad] << " to ";
+  os << "tensor '" << val.name << "'" << where;
+  if (!op)
+    os << " holds " << xs[bad];
+  os << " at element " << bad << " of " << xs.size();
+  return os.str();
+}
 } // namespace
+
+std::string Executor::describeNonFinite(const std::string &tensor) const {
+  for (size_t v = 0; v < prog_->values.size(); ++v) {
+    const Value &val = prog_->values[v];
+    if (val.name != tensor ||
+        (val.kind != ValueKind::Param && val.kind != ValueKind::OptState))
+      continue;
+    std::vector<float> xs = hostCopy(static_cast<int>(v));
+    int64_t bad = firstNonFinite(xs);
+    if (bad < 0)
+      break;
+    // The last writer in program order: an in-place optimizer update, for
+    // Params and their states.
+    const Instr *writer = nullptr;
+    for (const Block &b : prog_->blocks)
+      for (const Instr &in : b.instrs) {
+        const KernelInfo *k = findKernelInfo(in.kernel);
+        bool inPlace = k && k->has(kInPlace);
+        for (const std::vector<int> *ops : {&in.outputs, &in.inputs})
+          if ((ops == &in.outputs || inPlace) &&
+              std::count(ops->begin(), ops->end(), static_cast<int>(v)))
+            writer = &in;
+      }
+    return nonFiniteWrite(writer, val, "", xs, bad);
+  }
+  return "tensor '" + tensor + "' holds non-finite values on another rank";
+}
 
 void Executor::injectNan(const Instr &in, int slot) {
   if (in.name != nanOp_ || in.outputs.empty())
@@ -103,12 +150,10 @@ void Executor::checkOutputsFinite(const Instr &in, int block, int mb,
           firstNonFinite(readFloats(u, slot, 0, iv.type.numel())) >= 0)
         inputs += (inputs.empty() ? "" : ", ") + std::string("'") + iv.name + "'";
     }
-    fail("non-finite value: step ", step_, ", microbatch ", mb, ", ",
-         blockKindName(prog_->blocks[block].kind), " block ", block, ": op '",
-         in.name.empty() ? in.kernel : in.name, "' (kernel ", in.kernel,
-         in.layer >= 0 ? ", layer " + std::to_string(in.layer) : std::string(),
-         ") wrote ", xs[bad], " to output ", k, " ('", val.name, "') at element ",
-         bad, " of ", xs.size(),
+    fail("non-finite value: step ", step_ + 1, ", microbatch ", mb, ", ",
+         blockKindName(prog_->blocks[block].kind), " block ", block, ": ",
+         nonFiniteWrite(&in, val, " (output " + std::to_string(k) + ")", xs,
+                        bad),
          inputs.empty() ? std::string("; its inputs were finite")
                         : "; its non-finite inputs: " + inputs);
   }
@@ -117,7 +162,7 @@ void Executor::checkOutputsFinite(const Instr &in, int block, int mb,
 void mapp::rt::failNonFinite(Executor &exec, const StepResult &r,
                              const Executor::BatchFn &batches) {
   std::ostringstream what;
-  what << "step " << r.step << ": non-finite loss or gradient (loss "
+  what << "step " << r.step + 1 << ": non-finite loss or gradient (loss "
        << r.globalLoss << ", grad norm " << r.gradNorm
        << "); the optimizer was skipped, no checkpoint written";
   std::string param = exec.firstNonFiniteParam();

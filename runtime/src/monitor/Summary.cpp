@@ -1,5 +1,6 @@
 //===- Summary.cpp - Step summaries from trace events ---------------------===//
 #include "mapp/monitor/Summary.h"
+#include "mapp/rt/RegularFile.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -282,10 +283,16 @@ bool mapp::monitor::writeSummaries(const std::string &path,
 bool mapp::monitor::readSummaries(const std::string &path,
                                   std::vector<StepSummary> &out,
                                   std::string *error) {
-  std::FILE *f = std::fopen(path.c_str(), "rb");
+  std::string why;
+  int fd = rt::openRegularFile(path, why);
+  std::FILE *f = fd < 0 ? nullptr : ::fdopen(fd, "rb");
   if (!f) {
+    if (fd >= 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+    }
     if (error)
-      *error = "cannot read '" + path + "' (" + std::strerror(errno) + ")";
+      *error = "cannot read '" + path + "' (" + why + ")";
     return false;
   }
   StepSummary s;

@@ -8,11 +8,10 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Plan.h"
+#include "mapp/rt/RegularFile.h"
 #include "mapp/rt/plan_generated.h"
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 using namespace mapp::rt;
 namespace fb = mapp::plan;
@@ -199,13 +198,10 @@ Plan mapp::rt::parsePlan(const uint8_t *data, size_t fileSize) {
 }
 
 Plan mapp::rt::loadPlan(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail("plan: cannot open '", path, "'");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)),
-                          std::istreambuf_iterator<char>());
-  if (f.bad())
-    fail("plan: cannot read '", path, "'");
+  std::vector<char> bytes;
+  std::string why;
+  if (!readRegularFile(path, bytes, why))
+    fail("plan: cannot open '", path, "' (", why, ")");
   try {
     // Copy into an aligned buffer: FlatBuffers reads scalars in place.
     std::vector<uint64_t> aligned((bytes.size() + 7) / 8);

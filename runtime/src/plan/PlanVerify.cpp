@@ -11,6 +11,7 @@
 #include "mapp/rt/KernelVocab.h"
 #include "mapp/rt/Kernels.h"
 #include "mapp/rt/Plan.h"
+#include "mapp/rt/PlanLimits.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -55,9 +56,8 @@ const char *mapp::rt::blockKindName(BlockKind k) {
 
 namespace {
 
-// Largest tensor we accept: keeps every byte computation far from overflow.
-constexpr uint64_t kMaxBytes = uint64_t(1) << 48;
-constexpr int kMaxMicrobatches = 1 << 20;
+// The compiler refuses the same (mapp/rt/PlanLimits.h).
+constexpr uint64_t kMaxBytes = kMaxTensorBytes;
 
 void verifyValue(const Program &p, size_t vi, const std::string &where) {
   const Value &v = p.values[vi];
@@ -472,8 +472,9 @@ void mapp::rt::verifyPlan(const Plan &plan) {
   if (plan.version != kPlanSchemaVersion)
     fail("plan: schema version ", plan.version, " but this runtime reads ",
          kPlanSchemaVersion);
-  if (plan.worldSize < 1)
-    fail("plan: world_size = ", plan.worldSize, " (must be >= 1)");
+  if (plan.worldSize < 1 || plan.worldSize > kMaxWorldSize)
+    fail("plan: world_size = ", plan.worldSize, " (must be 1..", kMaxWorldSize,
+         ")");
   if (plan.tp < 1 || plan.pp < 1 || plan.dp < 1 || plan.chunks < 1)
     fail("plan: tp/pp/dp/chunks must be >= 1 (got ", plan.tp, "/", plan.pp, "/",
          plan.dp, "/", plan.chunks, ")");
@@ -489,7 +490,7 @@ void mapp::rt::verifyPlan(const Plan &plan) {
   if (plan.numMicrobatches < 1 || plan.numMicrobatches > kMaxMicrobatches)
     fail("plan: num_microbatches = ", plan.numMicrobatches, " (must be 1..",
          kMaxMicrobatches, ")");
-  if (int64_t(plan.microBatchSize) * plan.seqLength > INT32_MAX)
+  if (int64_t(plan.microBatchSize) * plan.seqLength > kMaxTokensPerMicrobatch)
     fail("plan: micro_batch_size x seq_length = ",
          int64_t(plan.microBatchSize) * plan.seqLength, " is too large");
   if (!(plan.maxGradNorm >= 0))

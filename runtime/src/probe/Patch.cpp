@@ -2,9 +2,9 @@
 #include "mapp/rt/Patch.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Generate.h"
+#include "mapp/rt/RegularFile.h"
 
 #include <cctype>
-#include <fstream>
 #include <sstream>
 
 using namespace mapp::rt;
@@ -12,12 +12,9 @@ using namespace mapp::rt;
 namespace {
 
 std::string readText(const std::string &path, const char *what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail("--patch: cannot read ", what, " '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
+  std::string s, why;
+  if (!readRegularFile(path, s, why))
+    fail("--patch: cannot read ", what, " '", path, "' (", why, ")");
   // An editor's final newline is not part of the prompt.
   if (!s.empty() && s.back() == '\n')
     s.pop_back();

@@ -6,6 +6,7 @@
 #include "mapp/rt/ProbeStoreReader.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/ProbeStore.h"
+#include "mapp/rt/RegularFile.h"
 
 #include <sqlite3.h>
 
@@ -77,6 +78,9 @@ private:
 } // namespace
 
 ProbeStoreReader::ProbeStoreReader(const std::string &path) : path_(path) {
+  // SQLite would open a FIFO and block in its first read.
+  if (std::string why = whyNotRegularFile(path); !why.empty())
+    fail("cannot open probe db '", path, "' (", why, ")");
   // Read-only and mutex-serialized: a server answers on several threads,
   // and a reader never writes to the store.
   if (sqlite3_open_v2(path.c_str(), &db_,

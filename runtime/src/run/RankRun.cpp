@@ -39,8 +39,9 @@ void reportSwitches(Executor &exec, int rank, bool quiet) {
   for (const SchedSwitch &s : exec.takeSchedSwitches()) {
     if (quiet || shown.fetch_add(1) >= 20 * exec.plan().worldSize)
       continue;
-    std::fprintf(stderr, "mapp-run: rank %d step %lld: scheduler %s -> %s (%s)\n",
-                 rank, static_cast<long long>(s.step), s.from.c_str(),
+    std::fprintf(stderr,
+                 "mapp-run: rank %d step %lld: scheduler %s -> %s (%s)\n", rank,
+                 static_cast<long long>(s.step + 1), s.from.c_str(),
                  s.to.c_str(), s.reason.c_str());
   }
 }
@@ -338,7 +339,7 @@ private:
           std::fprintf(stderr,
                        "mapp-run: step %lld: gradient overflow at loss scale "
                        "%g: skipped, scale now %g\n",
-                       static_cast<long long>(r.step), r.lossScale,
+                       static_cast<long long>(r.step + 1), r.lossScale,
                        exec_->lossScaleState().scale);
       } else if (!stepFinite(r)) {
         failNonFinite(*exec_, r, batches);
@@ -394,8 +395,8 @@ private:
       if (lead_) {
         std::string bad = firstNonFiniteTensor(st);
         if (!bad.empty())
-          fail("--save: refusing to write '", o_.save, "': parameter '", bad,
-               "' holds non-finite values");
+          fail("--save: refusing to write '", o_.save,
+               "': non-finite parameters: ", exec_->describeNonFinite(bad));
         writeSafetensors(o_.save, naming_.forSave(st));
       }
     }

@@ -55,6 +55,7 @@ void shareRunId(Communicator &comm, std::string &runId) {
 
 /// Faults name ranks of the plan's world.
 void checkInjections(const RunOptions &o, const Plan &plan) {
+  checkInjectNan(o, plan);
   for (const Injection &i : o.inject) {
     int r = i.kind == Injection::SlowCompute ||
                     i.kind == Injection::MonitorSilence ||

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,7 +70,60 @@ void checkOutputDir(const std::string &path, const char *flag) {
     fail(flag, ": cannot write in '", path, "' (", std::strerror(errno), ")");
 }
 
+/// Edit distance (insertions, deletions, substitutions) of two names.
+size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
 } // namespace
+
+/// --inject-nan names an op of the plan that writes an f32 output (an
+/// unknown name was silently ignored); the error lists near names.
+void checkInjectNan(const RunOptions &o, const Plan &plan) {
+  if (o.nanStep < 0)
+    return;
+  std::set<std::string> names;
+  bool f32Output = false, found = false;
+  for (const Program &p : plan.programs)
+    for (const Block &b : p.blocks)
+      for (const Instr &in : b.instrs) {
+        names.insert(in.name);
+        if (in.name != o.nanOp || in.outputs.empty())
+          continue;
+        found = true;
+        const Value &v = p.values[in.outputs[0]];
+        f32Output |= v.type.dtype == DType::F32 && !v.storedBf16;
+      }
+  if (found && !f32Output)
+    fail("--inject-nan: op '", o.nanOp, "' has no f32 output");
+  if (found)
+    return;
+  std::vector<std::pair<size_t, std::string>> near;
+  for (const std::string &n : names)
+    if (!n.empty() && (n.find(o.nanOp) != std::string::npos ||
+                       editDistance(n, o.nanOp) <= 2 + o.nanOp.size() / 4))
+      near.push_back({editDistance(n, o.nanOp), n});
+  std::sort(near.begin(), near.end());
+  std::string list;
+  for (size_t i = 0; i < near.size() && i < 8; ++i)
+    list += (i ? ", '" : "'") + near[i].second + "'";
+  fail("--inject-nan: the plan has no op named '", o.nanOp, "'",
+       list.empty() ? std::string(" (ops are named as in the IR)")
+                    : "; near: " + list);
+}
 
 /// Every output path is checked before the work starts, so that an
 /// unwritable --save is not found after the last step.

@@ -35,6 +35,8 @@ void runRank(RunShared &sh, std::unique_ptr<Communicator> comm);
 
 // RunIO.cpp: inputs and outputs checked before the work starts.
 void checkInputsAndOutputs(const RunOptions &o);
+/// --inject-nan names an op of `plan` with an f32 output.
+void checkInjectNan(const RunOptions &o, const Plan &plan);
 /// --weights in mapp's names (Hugging Face names mapped by `naming`).
 Safetensors readWeights(const RunOptions &o, CheckpointNaming &naming,
                         const Plan &plan);

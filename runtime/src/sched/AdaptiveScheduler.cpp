@@ -158,7 +158,7 @@ public:
         return true;
       }
       if (pool.empty())
-        fail("adaptive scheduler on rank ", comm_.rank(), ", step ", step_,
+        fail("adaptive scheduler on rank ", comm_.rank(), ", step ", step_ + 1,
              ": no task can run (", pool_.remaining(),
              " left; a plan whose tables disagree with its sends?)");
       // Wait for a receive of a candidate: block when nothing is ready here;
@@ -183,7 +183,7 @@ public:
       if (pending.empty()) {
         if (tpGroup_.size() > 1)
           continue; // ready here; a peer still waits: agree again
-        fail("adaptive scheduler on rank ", comm_.rank(), ", step ", step_,
+        fail("adaptive scheduler on rank ", comm_.rank(), ", step ", step_ + 1,
              ": candidates without receives are not ready (internal)");
       }
       uint64_t deadline = localReady ? p2pNowNs() + 2000000 : 0;
@@ -274,7 +274,7 @@ private:
       }
     } catch (const Error &e) {
       fail(e.what(), "; adaptive scheduler of rank ", comm_.rank(),
-           ", sharing the pipeline's link verdict at step ", step_);
+           ", sharing the pipeline's link verdict at step ", step_ + 1);
     }
     pipelineSlow_ = slowStages > 0;
     if (pipelineSlow_ && !here)

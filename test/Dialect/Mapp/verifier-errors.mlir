@@ -28,8 +28,36 @@ func.func @global_norm_empty() {
 
 mapp.param @w : tensor<4xf32>
 func.func @adamw_lr(%g: tensor<4xf32>) {
-  // expected-error @+1 {{'mapp.adamw' op lr must be >= 0}}
+  // expected-error @+1 {{'mapp.adamw' op lr must be >= 0 and finite, got -1}}
   mapp.adamw @w, %g {lr = -1.0 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Issue 43: lr = inf was accepted (and trained to NaN).
+mapp.param @w : tensor<4xf32>
+func.func @sgd_lr_inf(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'mapp.sgd' op lr must be >= 0 and finite, got inf}}
+  mapp.sgd @w, %g {lr = 0x7FF0000000000000 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+mapp.param @w : tensor<4xf32>
+func.func @adamw_min_lr(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'mapp.adamw' op min_lr must be in [0, lr], got 0.5}}
+  mapp.adamw @w, %g {lr = 0.1 : f64, min_lr = 0.5 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+mapp.param @w : tensor<4xf32>
+func.func @adamw_beta_nan(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'mapp.adamw' op betas must be in [0, 1)}}
+  mapp.adamw @w, %g {lr = 0.1 : f64, beta1 = 0x7FF8000000000000 : f64} : tensor<4xf32>
   return
 }
 
@@ -55,7 +83,7 @@ func.func @sgd_warmup(%g: tensor<4xf32>) {
 
 mapp.param @w : tensor<4xf32>
 func.func @sgd_max_norm(%g: tensor<4xf32>) {
-  // expected-error @+1 {{max_norm must be >= 0}}
+  // expected-error @+1 {{max_norm must be >= 0 and finite, got -1}}
   mapp.sgd @w, %g {lr = 0.1 : f64, max_norm = -1.0 : f64} : tensor<4xf32>
   return
 }
@@ -64,7 +92,7 @@ func.func @sgd_max_norm(%g: tensor<4xf32>) {
 
 mapp.param @w : tensor<4xf32>
 func.func @adamw_eps(%g: tensor<4xf32>) {
-  // expected-error @+1 {{'mapp.adamw' op eps must be > 0}}
+  // expected-error @+1 {{'mapp.adamw' op eps must be > 0 and finite}}
   mapp.adamw @w, %g {lr = 1.0e-3 : f64, eps = 0.0 : f64} : tensor<4xf32>
   return
 }
@@ -73,7 +101,7 @@ func.func @adamw_eps(%g: tensor<4xf32>) {
 
 mapp.param @w : tensor<4xf32>
 func.func @adamw_weight_decay(%g: tensor<4xf32>) {
-  // expected-error @+1 {{'mapp.adamw' op weight_decay must be >= 0}}
+  // expected-error @+1 {{'mapp.adamw' op weight_decay must be >= 0 and finite}}
   mapp.adamw @w, %g {lr = 1.0e-3 : f64, weight_decay = -0.1 : f64} : tensor<4xf32>
   return
 }
@@ -82,7 +110,7 @@ func.func @adamw_weight_decay(%g: tensor<4xf32>) {
 
 mapp.param @w : tensor<4xf32>
 func.func @sgd_momentum(%g: tensor<4xf32>) {
-  // expected-error @+1 {{momentum must be >= 0}}
+  // expected-error @+1 {{momentum must be >= 0 and finite}}
   mapp.sgd @w, %g {lr = 0.1 : f64, momentum = -0.5 : f64} : tensor<4xf32>
   return
 }
@@ -91,8 +119,8 @@ func.func @sgd_momentum(%g: tensor<4xf32>) {
 
 mapp.param @w : tensor<4xf32>
 func.func @sgd_weight_decay(%g: tensor<4xf32>) {
-  // expected-error @+1 {{'mapp.sgd' op weight_decay must be >= 0}}
-  mapp.sgd @w, %g {lr = 0.1 : f64, weight_decay = -1.0 : f64} : tensor<4xf32>
+  // expected-error @+1 {{'mapp.sgd' op weight_decay must be >= 0 and finite}}
+  mapp.sgd @w, %g {lr = 0.1 : f64, weight_decay = 0x7FF0000000000000 : f64} : tensor<4xf32>
   return
 }
 

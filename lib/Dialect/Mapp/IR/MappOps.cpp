@@ -7,6 +7,9 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <cmath>
+#include <sstream>
+
 using namespace mlir;
 using namespace mapp;
 
@@ -123,11 +126,21 @@ LogicalResult GlobalNormOp::verify() {
   return success();
 }
 
-static LogicalResult verifySchedule(Operation *op, double lr, StringRef kind,
-                                    int64_t warmup, int64_t total,
-                                    double maxNorm, bool hasNorm) {
-  if (!(lr >= 0))
-    return op->emitOpError("lr must be >= 0");
+/// A number as people write it ("inf", "0.001"), not Diagnostic's "%e".
+static std::string number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+static LogicalResult verifySchedule(Operation *op, double lr, double minLr,
+                                    StringRef kind, int64_t warmup,
+                                    int64_t total, double maxNorm,
+                                    bool hasNorm) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    return op->emitOpError("lr must be >= 0 and finite, got ") << number(lr);
+  if (!(minLr >= 0 && minLr <= lr))
+    return op->emitOpError("min_lr must be in [0, lr], got ") << number(minLr);
   if (kind != "constant" && kind != "cosine")
     return op->emitOpError("schedule must be \"constant\" or \"cosine\", got \"")
            << kind << "\"";
@@ -136,8 +149,9 @@ static LogicalResult verifySchedule(Operation *op, double lr, StringRef kind,
   if (kind == "cosine" && total <= warmup)
     return op->emitOpError("cosine schedule needs total_steps (")
            << total << ") > warmup (" << warmup << ")";
-  if (maxNorm < 0)
-    return op->emitOpError("max_norm must be >= 0");
+  if (!(maxNorm >= 0) || !std::isfinite(maxNorm))
+    return op->emitOpError("max_norm must be >= 0 and finite, got ")
+           << number(maxNorm);
   if (hasNorm != (maxNorm > 0))
     return op->emitOpError("a clip operand and max_norm > 0 go together");
   return success();
@@ -145,23 +159,30 @@ static LogicalResult verifySchedule(Operation *op, double lr, StringRef kind,
 
 LogicalResult AdamWOp::verify() {
   double b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble();
-  if (b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
+  // Negated comparisons: NaN fails every one.
+  if (!(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1))
     return emitOpError("betas must be in [0, 1)");
-  if (getEps().convertToDouble() <= 0)
-    return emitOpError("eps must be > 0");
-  if (getWeightDecay().convertToDouble() < 0)
-    return emitOpError("weight_decay must be >= 0");
-  return verifySchedule(*this, getLr().convertToDouble(), getSchedule(),
+  double eps = getEps().convertToDouble();
+  if (!(eps > 0) || !std::isfinite(eps))
+    return emitOpError("eps must be > 0 and finite");
+  double wd = getWeightDecay().convertToDouble();
+  if (!(wd >= 0) || !std::isfinite(wd))
+    return emitOpError("weight_decay must be >= 0 and finite");
+  return verifySchedule(*this, getLr().convertToDouble(),
+                        getMinLr().convertToDouble(), getSchedule(),
                         getWarmupAttr().getInt(), getTotalStepsAttr().getInt(),
                         getMaxNorm().convertToDouble(), !!getNorm());
 }
 
 LogicalResult SGDOp::verify() {
-  if (getMomentum().convertToDouble() < 0)
-    return emitOpError("momentum must be >= 0");
-  if (getWeightDecay().convertToDouble() < 0)
-    return emitOpError("weight_decay must be >= 0");
-  return verifySchedule(*this, getLr().convertToDouble(), getSchedule(),
+  double momentum = getMomentum().convertToDouble();
+  if (!(momentum >= 0) || !std::isfinite(momentum))
+    return emitOpError("momentum must be >= 0 and finite");
+  double wd = getWeightDecay().convertToDouble();
+  if (!(wd >= 0) || !std::isfinite(wd))
+    return emitOpError("weight_decay must be >= 0 and finite");
+  return verifySchedule(*this, getLr().convertToDouble(),
+                        getMinLr().convertToDouble(), getSchedule(),
                         getWarmupAttr().getInt(), getTotalStepsAttr().getInt(),
                         getMaxNorm().convertToDouble(), !!getNorm());
 }

@@ -178,6 +178,11 @@ public:
   void setLossScaleState(LossScaleState s) { ls_ = s; }
   /// The first Param holding a non-finite element ("" if none).
   std::string firstNonFiniteParam() const;
+  /// This rank's Param or OptState `tensor`, non-finite after a step that
+  /// updated it, in the words of the per-op check: "op 'X' (kernel K) wrote
+  /// nan to tensor 'T' at element i of n" (the op: the last instr that
+  /// writes it, its optimizer update).
+  std::string describeNonFinite(const std::string &tensor) const;
 
   /// MegaScope: probe sink and perturbation switches for later kernels
   /// (null = off). Not owned.
