@@ -41,10 +41,12 @@ mapp::openCheckedInput(llvm::StringRef path) {
   } else {
     // One descriptor for the check and the read: the file checked is the
     // file read.
-    int fd = rt::openRegularFile(path.str(), why);
+    bool notRegular = false;
+    int fd = rt::openRegularFile(path.str(), why, &notRegular);
     if (fd < 0) {
-      llvm::errs() << "cannot open input file '" << path << "' (" << why
-                   << ")\n";
+      llvm::errs() << rt::openFailure("input file ", path.str(), why,
+                                      notRegular)
+                   << "\n";
       return nullptr;
     }
     buf = llvm::MemoryBuffer::getOpenFile(
@@ -81,12 +83,13 @@ bool mapp::checkInputArguments(int argc, char **argv) {
     // Options (and their "=value"s) name no input; "-" is stdin.
     if (arg.starts_with("-") || !llvm::sys::fs::exists(arg))
       continue;
-    std::string why = rt::whyNotRegularFile(arg.str());
+    bool notRegular = false;
+    std::string why = rt::whyNotRegularFile(arg.str(), &notRegular);
     if (why.empty())
       continue;
-    llvm::errs() << llvm::sys::path::filename(argv[0])
-                 << ": cannot open input file '" << arg << "' (" << why
-                 << ")\n";
+    llvm::errs() << llvm::sys::path::filename(argv[0]) << ": "
+                 << rt::openFailure("input file ", arg.str(), why, notRegular)
+                 << "\n";
     return false;
   }
   return true;

@@ -41,16 +41,19 @@ struct Tail {
 
 constexpr size_t kChunk = 1 << 20;
 
-/// Reads what the file gained (up to a chunk); false with `why` on an open
-/// error (a FIFO named like a trace file is one: it would block the read).
+/// Reads what the file gained (up to a chunk); false with the message in
+/// `why` on an open error (a FIFO named like a trace file is one: it would
+/// block the read).
 bool readMore(Tail &t, bool &grew, std::string &why) {
-  int fd = mapp::rt::openRegularFile(t.path, why);
+  bool notRegular = false;
+  int fd = mapp::rt::openRegularFile(t.path, why, &notRegular);
   std::FILE *f = fd < 0 ? nullptr : ::fdopen(fd, "r");
   if (!f) {
     if (fd >= 0) {
       why = std::strerror(errno);
       ::close(fd);
     }
+    why = mapp::rt::openFailure("", t.path, why, notRegular);
     return false;
   }
   std::fseek(f, t.offset, SEEK_SET);
@@ -210,7 +213,7 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
         Tail &t = *tp;
         std::string why;
         if (t.pending.empty() && !t.footer && !readMore(t, grew, why))
-          return fail(path + ": cannot open (" + why + ")");
+          return fail(why);
         // A rank ahead of the others waits (its lines stay pending) so the
         // diagnoser's window holds every rank's step.
         while (!t.pending.empty()) {

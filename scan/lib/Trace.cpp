@@ -191,8 +191,10 @@ void parseEvent(const json &j, Event &e) {
 bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
                               RankTrace &out, std::string *error) {
   std::string text, why;
-  if (!rt::readRegularFile(path, text, why)) {
-    *error = path + ": cannot open file (" + why + ")";
+  bool notRegular = false;
+  if (!rt::readRegularFile(path, text, why, &notRegular)) {
+    *error = notRegular ? rt::openFailure("", path, why, true)
+                        : path + ": cannot open file (" + why + ")";
     return false;
   }
   out.path = path;
@@ -346,9 +348,10 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
     }
     int r = std::stoi(num);
     // Before the header pass below opens it: a FIFO would block it forever.
-    if (std::string why = rt::whyNotRegularFile(dir + "/" + name);
-        !why.empty()) {
-      *error = dir + "/" + name + ": cannot open file (" + why + ")";
+    bool notRegular = false;
+    std::string why = rt::whyNotRegularFile(dir + "/" + name, &notRegular);
+    if (notRegular) {
+      *error = rt::openFailure("", dir + "/" + name, why, true);
       closedir(d);
       return false;
     }

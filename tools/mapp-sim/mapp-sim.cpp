@@ -321,8 +321,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   std::string text, why;
-  if (!mapp::rt::readRegularFile(config, text, why))
-    return fail(config + ": cannot open (" + why + ")");
+  bool notRegular = false;
+  if (!mapp::rt::readRegularFile(config, text, why, &notRegular))
+    return fail(notRegular ? mapp::rt::openFailure("", config, why, true)
+                           : config + ": cannot open (" + why + ")");
   SimConfig c;
   if (!parseSimConfig(text, c, &err))
     return fail(config + ": " + err);
@@ -336,8 +338,9 @@ int main(int argc, char **argv) {
   }
 
   if (!whatIf.empty()) {
-    if (!mapp::rt::readRegularFile(whatIf, text, why))
-      return fail(whatIf + ": cannot open (" + why + ")");
+    if (!mapp::rt::readRegularFile(whatIf, text, why, &notRegular))
+      return fail(notRegular ? mapp::rt::openFailure("", whatIf, why, true)
+                             : whatIf + ": cannot open (" + why + ")");
     nlohmann::json rep;
     try {
       rep = nlohmann::json::parse(text);

@@ -356,11 +356,12 @@ mapp::scope::parseProbeSpecYaml(llvm::StringRef text, const std::string &path) {
 
 llvm::Expected<ProbeSpec> mapp::scope::loadProbeSpec(const std::string &path) {
   // A FIFO would block the read: regular files only.
-  std::string why = rt::whyNotRegularFile(path);
-  if (!why.empty())
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "cannot read probe spec '" + path +
-                                       "': " + why);
+  bool notRegular = false;
+  std::string why = rt::whyNotRegularFile(path, &notRegular);
+  if (notRegular)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        rt::openFailure("probe spec ", path, why, true));
   auto buf = llvm::MemoryBuffer::getFile(path);
   if (!buf)
     return llvm::createStringError(buf.getError(),

@@ -174,9 +174,11 @@ int64_t samplesPerStep(const Plan &plan) {
 std::vector<uint8_t> readBytes(const std::string &path, const std::string &what) {
   std::vector<uint8_t> bytes;
   std::string why;
-  if (!readRegularFile(path, bytes, why))
-    fail(what, std::filesystem::exists(path) ? ": unreadable" : ": missing",
-         " (cannot open '", path, "': ", why, ")");
+  bool notRegular = false;
+  if (!readRegularFile(path, bytes, why, &notRegular))
+    fail(what, ": ",
+         notRegular ? openFailure("", path, why, true)
+                    : "missing (cannot open '" + path + "': " + why + ")");
   return bytes;
 }
 

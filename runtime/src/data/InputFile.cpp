@@ -1,6 +1,7 @@
 //===- InputFile.cpp - data files opened without hanging ------------------===//
 #include "data/InputFile.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/RegularFile.h"
 
 #include <cerrno>
 #include <cstring>
@@ -10,38 +11,21 @@
 
 using namespace mapp::rt;
 
-static const char *fileKind(mode_t m) {
-  if (S_ISDIR(m))
-    return "a directory";
-  if (S_ISFIFO(m))
-    return "a FIFO (named pipe)";
-  if (S_ISCHR(m))
-    return "a character device";
-  if (S_ISBLK(m))
-    return "a block device";
-  if (S_ISSOCK(m))
-    return "a socket";
-  return "not a regular file";
-}
-
 InputFile::InputFile(const std::string &path, const std::string &prefix,
                      const std::string &noun)
     : path_(path), prefix_(prefix) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // The check every reader of a named input shares (mapp/rt/RegularFile.h).
+  std::string why;
+  bool notRegular = false;
+  fd_ = openRegularFile(path, why, &notRegular);
   if (fd_ < 0)
-    fail(prefix, "cannot open ", noun, "'", path, "' (", std::strerror(errno),
-         ")");
+    fail(prefix, openFailure(noun, path, why, notRegular));
   struct stat st;
   if (::fstat(fd_, &st) != 0) {
     int err = errno;
     ::close(fd_);
     fail(prefix, "cannot stat ", noun, "'", path, "' (", std::strerror(err),
          ")");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    fail(prefix, noun, "'", path, "' is ", fileKind(st.st_mode),
-         ", not a regular file");
   }
   size_ = static_cast<uint64_t>(st.st_size);
 }

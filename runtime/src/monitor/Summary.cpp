@@ -284,7 +284,8 @@ bool mapp::monitor::readSummaries(const std::string &path,
                                   std::vector<StepSummary> &out,
                                   std::string *error) {
   std::string why;
-  int fd = rt::openRegularFile(path, why);
+  bool notRegular = false;
+  int fd = rt::openRegularFile(path, why, &notRegular);
   std::FILE *f = fd < 0 ? nullptr : ::fdopen(fd, "rb");
   if (!f) {
     if (fd >= 0) {
@@ -292,7 +293,7 @@ bool mapp::monitor::readSummaries(const std::string &path,
       ::close(fd);
     }
     if (error)
-      *error = "cannot read '" + path + "' (" + why + ")";
+      *error = rt::openFailure("", path, why, notRegular, "cannot read");
     return false;
   }
   StepSummary s;

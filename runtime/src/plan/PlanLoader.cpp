@@ -200,8 +200,9 @@ Plan mapp::rt::parsePlan(const uint8_t *data, size_t fileSize) {
 Plan mapp::rt::loadPlan(const std::string &path) {
   std::vector<char> bytes;
   std::string why;
-  if (!readRegularFile(path, bytes, why))
-    fail("plan: cannot open '", path, "' (", why, ")");
+  bool notRegular = false;
+  if (!readRegularFile(path, bytes, why, &notRegular))
+    fail("plan: ", openFailure("", path, why, notRegular));
   try {
     // Copy into an aligned buffer: FlatBuffers reads scalars in place.
     std::vector<uint64_t> aligned((bytes.size() + 7) / 8);

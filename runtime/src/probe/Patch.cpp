@@ -13,8 +13,10 @@ namespace {
 
 std::string readText(const std::string &path, const char *what) {
   std::string s, why;
-  if (!readRegularFile(path, s, why))
-    fail("--patch: cannot read ", what, " '", path, "' (", why, ")");
+  bool notRegular = false;
+  if (!readRegularFile(path, s, why, &notRegular))
+    fail("--patch: ", openFailure(std::string(what) + " ", path, why,
+                                  notRegular, "cannot read"));
   // An editor's final newline is not part of the prompt.
   if (!s.empty() && s.back() == '\n')
     s.pop_back();

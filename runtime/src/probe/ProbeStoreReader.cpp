@@ -79,8 +79,9 @@ private:
 
 ProbeStoreReader::ProbeStoreReader(const std::string &path) : path_(path) {
   // SQLite would open a FIFO and block in its first read.
-  if (std::string why = whyNotRegularFile(path); !why.empty())
-    fail("cannot open probe db '", path, "' (", why, ")");
+  bool notRegular = false;
+  if (std::string why = whyNotRegularFile(path, &notRegular); !why.empty())
+    fail(openFailure("probe db ", path, why, notRegular));
   // Read-only and mutex-serialized: a server answers on several threads,
   // and a reader never writes to the store.
   if (sqlite3_open_v2(path.c_str(), &db_,

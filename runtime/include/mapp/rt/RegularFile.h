@@ -36,22 +36,31 @@ inline const char *fileKindName(mode_t mode) {
 }
 
 /// "" when `path` (symlinks followed) names a regular file; otherwise why
-/// not, in a phrase for "cannot open 'PATH' (WHY)": "a FIFO, not a regular
-/// file", "No such file or directory".
-inline std::string whyNotRegularFile(const std::string &path) {
+/// not: "a FIFO, not a regular file" (`notRegular` set) or the system's
+/// reason ("No such file or directory"). openFailure makes the sentence.
+inline std::string whyNotRegularFile(const std::string &path,
+                                     bool *notRegular = nullptr) {
+  if (notRegular)
+    *notRegular = false;
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     return std::strerror(errno);
-  if (!S_ISREG(st.st_mode))
-    return std::string(fileKindName(st.st_mode)) + ", not a regular file";
-  return "";
+  if (S_ISREG(st.st_mode))
+    return "";
+  if (notRegular)
+    *notRegular = true;
+  return std::string(fileKindName(st.st_mode)) + ", not a regular file";
 }
 
 /// Opens `path` for reading if it is a regular file: the descriptor, or -1
-/// with `why` set as whyNotRegularFile does. The open cannot block (a FIFO
-/// without a writer would block open() itself): O_NONBLOCK until fstat has
-/// shown a regular file, which the check and the read then share.
-inline int openRegularFile(const std::string &path, std::string &why) {
+/// with `why` (and `notRegular`) set as whyNotRegularFile does. The open
+/// cannot block (a FIFO without a writer would block open() itself):
+/// O_NONBLOCK until fstat has shown a regular file, which the check and the
+/// read then share.
+inline int openRegularFile(const std::string &path, std::string &why,
+                           bool *notRegular = nullptr) {
+  if (notRegular)
+    *notRegular = false;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     why = std::strerror(errno);
@@ -65,6 +74,8 @@ inline int openRegularFile(const std::string &path, std::string &why) {
   }
   if (!S_ISREG(st.st_mode)) {
     why = std::string(fileKindName(st.st_mode)) + ", not a regular file";
+    if (notRegular)
+      *notRegular = true;
     ::close(fd);
     return -1;
   }
@@ -73,10 +84,12 @@ inline int openRegularFile(const std::string &path, std::string &why) {
 }
 
 /// Reads all of the regular file `path` into `out` (std::string or a
-/// vector of a byte type); false with `why` set otherwise.
+/// vector of a byte type); false with `why` (and `notRegular`) set
+/// otherwise.
 template <typename Bytes>
-bool readRegularFile(const std::string &path, Bytes &out, std::string &why) {
-  int fd = openRegularFile(path, why);
+bool readRegularFile(const std::string &path, Bytes &out, std::string &why,
+                     bool *notRegular = nullptr) {
+  int fd = openRegularFile(path, why, notRegular);
   if (fd < 0)
     return false;
   out.clear();
@@ -99,6 +112,17 @@ bool readRegularFile(const std::string &path, Bytes &out, std::string &why) {
   }
   ::close(fd);
   return true;
+}
+
+/// The one sentence of a failed open: "NOUN'PATH' is a FIFO, not a regular
+/// file" when it is not a regular file, else "VERB NOUN'PATH' (WHY)"; `noun`
+/// ends in a space when given ("vocab ").
+inline std::string openFailure(const std::string &noun, const std::string &path,
+                               const std::string &why, bool notRegular,
+                               const std::string &verb = "cannot open") {
+  if (notRegular)
+    return noun + "'" + path + "' is " + why;
+  return verb + " " + noun + "'" + path + "' (" + why + ")";
 }
 
 } // namespace mapp::rt
