@@ -3,10 +3,13 @@
 test_monitor.py model) with the monitor on and off, alternated PAIRS times
 in one invocation; prints each pair's wall times and the median ratio of
 mean step time (from --metrics step_ms). Not asserted in CI (2 busy cores).
+`--comm mpi` runs the 8 ranks as MPI processes (mpirun -np 8), where the
+summaries travel over the job's communicator.
 
   /usr/bin/python3 bench/scan/monitor_overhead.py [--steps N] [--pairs P]
+      [--comm local|mpi]
 """
-import argparse, json, os, pathlib, statistics, subprocess, tempfile
+import argparse, json, os, pathlib, shutil, statistics, subprocess, tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(os.environ.get("MAPP_BIN", REPO / "build" / "bin"))
@@ -15,13 +18,16 @@ MODEL = ["vocab=256", "hidden=64", "ffn=128", "batch=4", "seq=32",
          "tp=2", "pp=2", "dp=2"]
 
 
-def mean_step_ms(plan, work, steps, monitor):
+def mean_step_ms(plan, work, steps, monitor, comm):
     m = work / "m.jsonl"
     args = [BIN / "mapp-run", plan, "--data", REPO / "data/gpt/news-1k.jsonl",
             "--tokenizer", "bytes", "--steps", steps, "--quiet", "--threads",
-            1, "--comm=local", "--metrics", m]
+            1, f"--comm={comm}", "--metrics", m]
     if monitor:
         args += ["--monitor", work / "a.jsonl"]
+    if comm == "mpi":
+        args = [shutil.which("mpirun"), "--allow-run-as-root",
+                "--oversubscribe", "-np", 8, *args]
     subprocess.run([str(a) for a in args], check=True, capture_output=True)
     ms = [json.loads(l)["step_ms"] for l in m.read_text().splitlines()]
     return statistics.mean(ms[2:])  # without the first-touch steps
@@ -31,6 +37,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--comm", choices=("local", "mpi"), default="local")
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="mapp-monov-"))
     plan = work / "p.mplan"
@@ -38,8 +45,13 @@ def main():
                    check=True, capture_output=True)
     ratios = []
     for i in range(a.pairs):
-        off = mean_step_ms(plan, work, a.steps, False)
-        on = mean_step_ms(plan, work, a.steps, True)
+        # Alternate which runs first, so drift over the invocation cancels.
+        if i % 2:
+            on = mean_step_ms(plan, work, a.steps, True, a.comm)
+            off = mean_step_ms(plan, work, a.steps, False, a.comm)
+        else:
+            off = mean_step_ms(plan, work, a.steps, False, a.comm)
+            on = mean_step_ms(plan, work, a.steps, True, a.comm)
         ratios.append(on / off)
         print(f"pair {i}: off {off:.3f} ms/step, on {on:.3f} ms/step, "
               f"ratio {on / off:.4f}")

@@ -259,10 +259,13 @@ def main():
     work = a.keep or tempfile.mkdtemp(prefix="mapp-scen-")
     t0 = time.time()
     results = []
-    for sc in scs:
+    for n, sc in enumerate(scs):
         r = run_scenario(sc, work, 5 if sc[0] == "mpi" else SLOW_FACTOR)
         results.append(r)
         ok = "ok " if not r["fp"] and not r["fn"] else "BAD"
+        if ok == "BAD" and a.keep:  # the next repeat would overwrite it
+            shutil.copytree(pathlib.Path(work) / r["name"],
+                            pathlib.Path(work) / f"{r['name']}-bad{n}")
         print(f"{ok} {r['name']:28s} world {r['world']:2d} step {r['step_ms']:7.1f} ms "
               f"run {r['run_s']:5.1f} s  truth {r['truth']} found {r['found']}",
               flush=True)

@@ -272,6 +272,8 @@ static void noteOffCpuRanks(const Trace &t,
     double off = std::clamp(1 - cpu / wall, 0.0, 1.0);
     d.ranks[r].offCpuFraction = off;
     if (off > 0.25)
+      d.busyHosts.insert(t.ranks[r].hdr.host);
+    if (off > 0.25)
       d.warnings.push_back(
           fmt("rank %.0f was off its core for %.0f%% of its compute time: "
               "the host ran more threads than cores; compute was compared "
@@ -497,6 +499,19 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
         rs.consistency < opts.minSlowOpShare ||
         excess < 5 * noiseOf(static_cast<int>(i)))
       continue;
+    const std::string &host = t.ranks[rs.rank].hdr.host;
+    double busyBar = 1 + std::max(opts.rankThreshold, opts.busyHostRankThreshold);
+    if (d.busyHosts.count(host) && std::min(rs.computeRatio,
+                                            rs.kindRatioLowerQuartile) < busyBar) {
+      d.warnings.push_back(
+          fmt("rank %.0f's compute was %.2fx its peers' median", rs.rank,
+              rs.computeRatio) +
+          fmt(", under the %.2fx bar of a host that ran more threads than "
+              "cores (",
+              busyBar) +
+          host + "): not judged");
+      continue;
+    }
     Finding f;
     f.kind = "slow-rank";
     f.rank = rs.rank;

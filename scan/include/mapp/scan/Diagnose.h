@@ -8,6 +8,7 @@
 #define MAPP_SCAN_DIAGNOSE_H
 
 #include "mapp/scan/Trace.h"
+#include <set>
 
 namespace mapp::scan {
 
@@ -70,6 +71,12 @@ struct DiagnoseOptions {
   // busy 2-core host); a healthy rank disturbed by its host slows some
   // (57-60% in the false findings it caused): the share needed to name one.
   double minSlowOpShare = 0.75;
+  // On a host that ran more runnable threads than cores (a rank of it off
+  // its core for over a quarter of its compute), CPU time carries the
+  // contention too (hypervisor steal, shared caches): healthy MPI ranks of
+  // a 2-core VM running 8 measured up to 1.31x their peers' CPU time for
+  // a whole run (docs/mapp-scan.md, "Slow rank"). The bar there.
+  double busyHostRankThreshold = 0.50;
   size_t evidence = 6;
   // Compare compute by thread CPU time when the trace has it (false: by
   // span always, as before the traces carried CPU time).
@@ -90,6 +97,7 @@ struct Diagnosis {
   // Compute ops compared by their thread CPU time (every leaf compute event
   // carries one): a rank descheduled by other work on its host is not slow.
   bool cpuClock = false;
+  std::set<std::string> busyHosts; // ran more threads than cores
   std::vector<std::string> warnings;
 };
 

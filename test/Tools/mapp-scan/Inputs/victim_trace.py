@@ -7,6 +7,7 @@ waits (victims) or one rank's device is slow (a culprit).
                                      ranks 5 and 7 run every op 1.5x slower
                                      except those right after a collective
   victim_trace.py DIR --culprit R    rank R runs every op 1.5x slower
+  ... --factor F                     (F x slower instead)
   ... --culprit-sends                and its sends take 1.5x longer too
   (both at once: rank R is a culprit and, if 5 or 7, a victim too)
   ... --cpu                          compute ops carry their thread CPU time
@@ -56,6 +57,8 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--victims", action="store_true")
     ap.add_argument("--culprit", type=int)
+    ap.add_argument("--factor", type=float, default=FACTOR,
+                    help="the culprit's slowdown")
     ap.add_argument("--culprit-sends", action="store_true",
                     help="the culprit's sends take FACTOR longer too")
     ap.add_argument("--cpu", action="store_true",
@@ -77,7 +80,9 @@ def main():
 
     def op(rk, name, base, step, mb, cat="compute", lockstep=False):
         f = 1 + rng.uniform(-0.03, 0.03)
-        if rk.r == a.culprit or (rk.r in victims and not lockstep):
+        if rk.r == a.culprit:
+            f *= a.factor
+        elif rk.r in victims and not lockstep:
             f *= FACTOR
         span = base * f * (FACTOR if rk.r == a.descheduled else 1)
         rk.t += GAP_NS
