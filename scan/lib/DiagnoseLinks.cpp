@@ -58,34 +58,6 @@ struct LinkSamples {
   double typicalBytes = 0;
 };
 
-// The rank's time inside communication events (any stream), as sorted
-// disjoint intervals on the aligned timeline.
-std::vector<std::pair<double, double>>
-commIntervals(const std::vector<Event> &events) {
-  std::vector<std::pair<double, double>> v;
-  for (const Event &e : events)
-    if (e.cat == Cat::Comm)
-      v.push_back({e.gb, e.ge});
-  std::sort(v.begin(), v.end());
-  std::vector<std::pair<double, double>> merged;
-  for (const auto &iv : v)
-    if (!merged.empty() && iv.first <= merged.back().second)
-      merged.back().second = std::max(merged.back().second, iv.second);
-    else
-      merged.push_back(iv);
-  return merged;
-}
-
-// The first moment from `t` on that the rank was inside a communication
-// event: where progress on a message sent at `t` could begin.
-double progressFrom(const std::vector<std::pair<double, double>> &inComm,
-                    double t) {
-  auto it = std::lower_bound(
-      inComm.begin(), inComm.end(), t,
-      [](const std::pair<double, double> &iv, double x) { return iv.second < x; });
-  return it == inComm.end() ? t : std::max(t, it->first);
-}
-
 } // namespace
 
 void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
@@ -97,20 +69,13 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
   // recv's end bounds it too. An eager send's end bounds nothing: its bytes
   // may still be on the wire. `arrived` is exact on a thread world (lo =
   // hi); over MPI it is when a poll found the payload, and `pending`, the
-  // poll before that found it missing, bounds it from below -- counted
-  // from when both ends were in the communicator: under MPI's rendezvous
-  // protocol a receiver's bytes only move while it is inside some
-  // communication call (any wait drives progress), so the time a busy
-  // receiver spent computing says nothing of the wire. Without
+  // poll before that found it missing, bounds it from below. Without
   // `arrived` (device marks, older traces), min(send end, recv end) - send
   // begin: exact for sends that wait for their receiver. Noise (scheduling,
   // a late receiver, a late poll) only ever widens the interval: a link is
   // judged slow by lo against what its peers achieve, hi.
   std::map<std::pair<int, int>, LinkSamples> samples;
   std::map<std::pair<int, int>, LinkStats> links;
-  std::vector<std::vector<std::pair<double, double>>> inComm(t.world);
-  for (int r = 0; r < t.world; ++r)
-    inComm[r] = commIntervals(t.ranks[r].events);
   for (size_t k = 0; k < m.p2p.size(); ++k) {
     const P2PPair &p = m.p2p[k];
     const Event &s = t.ranks[p.src].events[p.send];
@@ -137,8 +102,7 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     if (rv.pending != 0) {
       double lo = rv.pending < 0 ? ns
                                  : std::clamp(double(rv.pending) + offset -
-                                                  progressFrom(inComm[p.dst],
-                                                               s.gb),
+                                                  s.gb,
                                               0.0, ns);
       auto [lt, freshLo] = ss.stepMinLo.try_emplace(s.step, lo);
       if (!freshLo)

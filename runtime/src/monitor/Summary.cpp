@@ -128,21 +128,6 @@ StepSummary Summarizer::fresh(int step) const {
   return s;
 }
 
-// The first moment from `t` on that this rank was inside a communication
-// event of the step: under MPI's rendezvous protocol a receiver's bytes
-// only move while it is in some communication call, so the time a busy
-// receiver spent computing bounds nothing of the wire (as in mapp-scan's
-// DiagnoseLinks.cpp).
-static double progressFrom(const std::vector<ExposureEvent> &step, double t) {
-  double from = -1;
-  for (const ExposureEvent &x : step)
-    if (x.commClass >= 0 && x.e >= t) {
-      double b = std::max(t, x.b);
-      from = from < 0 ? b : std::min(from, b);
-    }
-  return from < 0 ? t : from;
-}
-
 void Summarizer::add(const SummaryEvent &e) {
   if (e.step < 0 || e.endNs < e.beginNs)
     return; // outside a step (setup), or a record without times
@@ -193,8 +178,7 @@ void Summarizer::add(const SummaryEvent &e) {
       wire = wireLo = static_cast<double>(e.arrivedNs) - sent;
       if (!e.arrivalExact) {
         bounded = e.pendingNs != 0;
-        wireLo = static_cast<double>(e.pendingNs) -
-                 progressFrom(timeline_[e.step], sent);
+        wireLo = static_cast<double>(e.pendingNs) - sent;
       }
       s.flags |= StepSummary::HasWire;
     }

@@ -12,11 +12,6 @@ the recvs' `sent`/`arrived` fields show it (docs/trace-format.md).
       poll that missed it) and `arrived`; link 0 -> 2's receiver is
       descheduled for 3 ms after its last miss, every time (clean link,
       late receiver: only its upper bound looks slow).
-  eager_trace.py DIR --polled --rendezvous-into R
-      rank R is busy 2 ms before each recv, and its messages move only
-      once it waits (MPI's rendezvous protocol: the receiver's progress
-      drives the copy): its first poll misses every payload that would
-      long have landed by the send's begin alone.
 """
 import argparse
 import json
@@ -29,7 +24,6 @@ FWD_NS, BWD_NS, SEND_NS, RECV_NS = 200_000, 400_000, 20_000, 2_000
 LINK_NS, SLOW_LINK_NS = 20_000, 5_000_000
 SLOW_LINK = (5, 7)
 POLL_NS, LATE_NS, LATE_LINK = 50_000, 3_000_000, (0, 2)
-BUSY_NS = 2_000_000
 
 
 def main():
@@ -37,7 +31,6 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--no-arrived", action="store_true")
     ap.add_argument("--polled", action="store_true")
-    ap.add_argument("--rendezvous-into", type=int, default=-1)
     a = ap.parse_args()
     t = [1_000_000_000] * WORLD
     events = [[] for _ in range(WORLD)]
@@ -63,12 +56,7 @@ def main():
     def recv(dst, src, name, step, mb, tag, inbox):
         sent, arrived = inbox[(dst, tag)]
         if a.polled:
-            if dst == a.rendezvous_into:
-                t[dst] += BUSY_NS
             b = t[dst] + 1_000
-            if dst == a.rendezvous_into and arrived <= b:
-                wire = arrived - sent  # moves once the receiver waits
-                arrived = b + wire
             if arrived > b:  # waits, polling
                 late = LATE_NS if (src, dst) == LATE_LINK else POLL_NS // 2
                 pending = max(b, arrived - POLL_NS // 2)
