@@ -13,9 +13,14 @@ import argparse, json, os, pathlib, shutil, statistics, subprocess, tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(os.environ.get("MAPP_BIN", REPO / "build" / "bin"))
-MODEL = ["vocab=256", "hidden=64", "ffn=128", "batch=4", "seq=32",
-         "optimizer=adamw", "lr=0.01", "trace=1", "microbatches=4",
-         "tp=2", "pp=2", "dp=2"]
+LAYOUT = ["optimizer=adamw", "lr=0.01", "trace=1", "microbatches=4",
+          "tp=2", "pp=2", "dp=2"]
+# tiny: the test_monitor.py model, ~60 ops of a few us each per rank and
+# step (per-op tracing at its most expensive, relatively); mid: ops 16x
+# larger, still well under a second a step.
+SIZES = {"tiny": ["vocab=256", "hidden=64", "ffn=128", "batch=4", "seq=32"],
+         "mid": ["vocab=256", "hidden=256", "ffn=1024", "batch=8",
+                 "seq=64"]}
 
 
 def mean_step_ms(plan, work, steps, monitor, comm):
@@ -26,8 +31,10 @@ def mean_step_ms(plan, work, steps, monitor, comm):
     if monitor:
         args += ["--monitor", work / "a.jsonl"]
     if comm == "mpi":
-        args = [shutil.which("mpirun"), "--allow-run-as-root",
-                "--oversubscribe", "-np", 8, *args]
+        bind = ["--bind-to", "core"] if os.cpu_count() >= 8 else \
+            ["--oversubscribe"]
+        args = [shutil.which("mpirun"), "--allow-run-as-root", *bind,
+                "-np", 8, *args]
     subprocess.run([str(a) for a in args], check=True, capture_output=True)
     ms = [json.loads(l)["step_ms"] for l in m.read_text().splitlines()]
     return statistics.mean(ms[2:])  # without the first-touch steps
@@ -38,10 +45,12 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--comm", choices=("local", "mpi"), default="local")
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="mapp-monov-"))
     plan = work / "p.mplan"
-    subprocess.run([str(BIN / "mapp-make-test-plan"), str(plan), *MODEL],
+    subprocess.run([str(BIN / "mapp-make-test-plan"), str(plan),
+                    *SIZES[a.size], *LAYOUT],
                    check=True, capture_output=True)
     ratios = []
     for i in range(a.pairs):
@@ -55,8 +64,11 @@ def main():
         ratios.append(on / off)
         print(f"pair {i}: off {off:.3f} ms/step, on {on:.3f} ms/step, "
               f"ratio {on / off:.4f}")
+    r = sorted(ratios)
+    q1, q3 = r[len(r) // 4], r[(3 * len(r)) // 4]
     print(f"median ratio on/off {statistics.median(ratios):.4f} "
-          f"(overhead {100 * (statistics.median(ratios) - 1):+.2f}%)")
+          f"(overhead {100 * (statistics.median(ratios) - 1):+.2f}%; "
+          f"quartiles {q1:.4f}..{q3:.4f}, {a.comm}, {a.size})")
 
 
 if __name__ == "__main__":

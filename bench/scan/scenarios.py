@@ -46,6 +46,10 @@ MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
 MAPP_OPT = tool("MAPP_OPT", "mapp-opt")
 MAPP_TRANSLATE = tool("MAPP_TRANSLATE", "mapp-translate")
 MPIRUN = shutil.which("mpirun")
+# Where MPI puts the ranks: Open MPI's default, or $MAPP_MPI_PLACEMENT (e.g.
+# "--bind-to core": one physical core each, on a host with enough of them).
+MPI_PLACEMENT = os.environ.get("MAPP_MPI_PLACEMENT",
+                               "--oversubscribe").split()
 
 
 def mpi_usable():
@@ -176,7 +180,7 @@ def run_scenario(sc, work, factor=SLOW_FACTOR):
         args += ["--inject", spec]
     t0 = time.time()
     if comm == "mpi":
-        sh([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", world,
+        sh([MPIRUN, "--allow-run-as-root", *MPI_PLACEMENT, "-np", world,
             MAPP_RUN, *args, "--comm=mpi"])
     else:
         sh([MAPP_RUN, *args, "--comm=local"])

@@ -491,6 +491,10 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   };
   double center = median(all);
   d.rankNoise = noiseOf(-1);
+  std::set<std::pair<std::string, int64_t>> pids;
+  for (int r = 0; r < R; ++r)
+    pids.insert({t.ranks[r].hdr.host, t.ranks[r].hdr.pid});
+  const size_t processes = pids.size();
   for (size_t i = 0; i < compared.size(); ++i) {
     const RankStats &rs = d.ranks[compared[i]];
     double excess = rs.computeRatio - std::max(1.0, center);
@@ -499,17 +503,26 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
         rs.consistency < opts.minSlowOpShare ||
         excess < 5 * noiseOf(static_cast<int>(i)))
       continue;
+    // Where CPU times say less of the hardware, a higher bar; a rank under
+    // it is said, not judged.
     const std::string &host = t.ranks[rs.rank].hdr.host;
-    double busyBar = 1 + std::max(opts.rankThreshold, opts.busyHostRankThreshold);
-    if (d.busyHosts.count(host) && std::min(rs.computeRatio,
-                                            rs.kindRatioLowerQuartile) < busyBar) {
-      d.warnings.push_back(
-          fmt("rank %.0f's compute was %.2fx its peers' median", rs.rank,
-              rs.computeRatio) +
-          fmt(", under the %.2fx bar of a host that ran more threads than "
-              "cores (",
-              busyBar) +
-          host + "): not judged");
+    double bar = 0;
+    std::string why;
+    if (d.cpuClock && processes > 1) {
+      bar = opts.processRankThreshold;
+      why = "of CPU time compared across processes";
+    }
+    if (d.busyHosts.count(host) && opts.busyHostRankThreshold > bar) {
+      bar = opts.busyHostRankThreshold;
+      why = "of a host that ran more threads than cores (" + host + ")";
+    }
+    bar = 1 + std::max(opts.rankThreshold, bar);
+    if (std::min(rs.computeRatio, rs.kindRatioLowerQuartile) < bar) {
+      d.warnings.push_back(fmt("rank %.0f's compute was %.2fx its peers' "
+                               "median",
+                               rs.rank, rs.computeRatio) +
+                           fmt(", under the %.2fx bar ", bar) + why +
+                           ": not judged");
       continue;
     }
     Finding f;

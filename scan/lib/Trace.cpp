@@ -105,6 +105,7 @@ void parseHeader(const json &j, Header &h) {
   h.host = getStr(j, "host", false);
   h.device = getStr(j, "device", false);
   h.clock = getStr(j, "clock", false);
+  h.pid = getInt(j, "pid", 0, false);
   h.monoStartNs = getInt(j, "mono_start_ns", 0, false);
   h.wallStartNs = getInt(j, "wall_start_ns", 0, false);
   h.runId = getStr(j, "run_id", false);

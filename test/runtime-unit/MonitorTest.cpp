@@ -90,6 +90,33 @@ TEST(Monitor, MarginalSlowdownNeedsThreeSteps) {
   EXPECT_EQ(a[0].step, 12);
 }
 
+// MPI ranks: CPU time compared across processes carries each process's
+// placement (a healthy MPI rank measured 1.72x its peers' for a whole run,
+// docs/mapp-scan.md): 1.6x there is not a straggler, 3x is; rank threads
+// of one process are judged at the usual bar.
+TEST(Monitor, ProcessesNeedTwiceTheirPeersCpuTime) {
+  auto slowFrom10 = [](double f) {
+    return [f](StepSummary &s) {
+      if (s.rank == 3 && s.step >= 10)
+        s = summary(3, s.step, f);
+    };
+  };
+  MonitorOptions processes;
+  processes.ranksAreProcesses = true;
+  WindowDiagnoser mpi(kWorld, processes);
+  auto a = feed(mpi, 30, slowFrom10(1.6));
+  EXPECT_TRUE(a.empty()) << a[0].text;
+  WindowDiagnoser threads(kWorld);
+  a = feed(threads, 30, slowFrom10(1.6));
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].rank, 3);
+  WindowDiagnoser mpi3(kWorld, processes);
+  a = feed(mpi3, 30, slowFrom10(3));
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, "slow-rank");
+  EXPECT_EQ(a[0].rank, 3);
+}
+
 TEST(Monitor, SlowRankAlertedThenRecovered) {
   WindowDiagnoser d(kWorld);
   auto a = feed(d, 30, [](StepSummary &s) {

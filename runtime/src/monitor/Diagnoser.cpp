@@ -327,7 +327,10 @@ void WindowDiagnoser::judgeRanks(int64_t step,
   for (const Rated &r : rated) {
     Track &t = rankTracks_[r.s->rank];
     bool wasAlerted = t.alerted;
-    bool slow = r.ratio >= 1 + T && r.ratio - 1 >= 5 * sigma;
+    const double bar = r.cpu && opts_.ranksAreProcesses
+                           ? std::max(T, opts_.processRankThreshold)
+                           : T;
+    bool slow = r.ratio >= 1 + bar && r.ratio - 1 >= 5 * sigma;
     bool strong = slow && r.ratio >= 1 + 2 * T;
     // Below the slow bar counts towards recovery: right after a fault the
     // rank's ratio sat at 1.15-1.3 on the busy 2-core host for steps (a

@@ -50,6 +50,7 @@ LiveMonitor::LiveMonitor(Communicator &comm, LiveMonitorOptions opts)
   log_ = monitor::AlertLog::open(opts_.path, "mapp-run: monitor", &err);
   if (!log_)
     fail("--monitor: ", err);
+  opts_.diagnosis.ranksAreProcesses = !comm_.sharesAddressSpace();
   diag_ = std::make_unique<monitor::WindowDiagnoser>(world_, opts_.diagnosis);
   inbox_.assign(world_, std::vector<StepSummary>(opts_.every));
   posted_.resize(world_);

@@ -34,6 +34,11 @@ namespace mapp::monitor {
 struct MonitorOptions {
   int window = 8;              // steps of summaries and verdicts kept
   double rankThreshold = 0.3;  // slow: compute >= (1 + t) x role peers
+  // CPU time compared across processes (MPI ranks) carries each process's
+  // placement and memory layout (up to 1.72x between healthy MPI ranks,
+  // docs/mapp-scan.md "Compute clock"): the bar there.
+  bool ranksAreProcesses = false;
+  double processRankThreshold = 1.0;
   double linkThreshold = 0.3;  // slow: fastest transfer >= ref / (1 - t)
   double minLinkExcessNs = 500e3; // ... and at least this much above ref
   int alertAfter = 3;          // slow steps in a row before an alert

@@ -77,6 +77,12 @@ struct DiagnoseOptions {
   // a 2-core VM running 8 measured up to 1.31x their peers' CPU time for
   // a whole run (docs/mapp-scan.md, "Slow rank"). The bar there.
   double busyHostRankThreshold = 0.50;
+  // CPU time compared across processes (MPI ranks) carries each process's
+  // own placement and memory layout: healthy MPI ranks of a 16-vCPU VM with
+  // cores to spare measured up to 1.72x their peers' for a whole run (4 of
+  // 20 clean runs over 1.5x), rank threads of one process never did. The
+  // bar there; injected 5x slow ranks read 4.3-5.1x.
+  double processRankThreshold = 1.00;
   size_t evidence = 6;
   // Compare compute by thread CPU time when the trace has it (false: by
   // span always, as before the traces carried CPU time).

@@ -59,6 +59,7 @@ struct Header {
   int rank = 0, world = 1;
   int dp = 0, pp = 0, tp = 0, dpSize = 1, ppSize = 1, tpSize = 1;
   std::string host, device, clock;
+  int64_t pid = 0; // 0: not recorded
   int64_t monoStartNs = 0, wallStartNs = 0;
   // Run identity (docs/trace-format.md): shared by every rank of one job;
   // empty in traces written before it existed.

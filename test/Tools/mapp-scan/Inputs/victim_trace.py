@@ -11,6 +11,8 @@ waits (victims) or one rank's device is slow (a culprit).
   ... --culprit-sends                and its sends take 1.5x longer too
   (both at once: rank R is a culprit and, if 5 or 7, a victim too)
   ... --cpu                          compute ops carry their thread CPU time
+  ... --processes                    one process a rank (MPI); else the
+                                     ranks are threads of one process
   victim_trace.py DIR --cpu --descheduled R
                                      rank R's op spans are FACTOR longer
                                      (its thread shared a core) but its CPU
@@ -63,6 +65,8 @@ def main():
                     help="the culprit's sends take FACTOR longer too")
     ap.add_argument("--cpu", action="store_true",
                     help="compute ops carry 'cpu' (thread CPU time)")
+    ap.add_argument("--processes", action="store_true",
+                    help="a pid per rank (MPI), not one (rank threads)")
     ap.add_argument("--descheduled", type=int,
                     help="this rank's spans are FACTOR longer, not its CPU")
     ap.add_argument("--pp", type=int, default=PP,
@@ -164,7 +168,8 @@ def main():
         hdr = {"type": "header", "format": "mapp-trace", "version": 1,
                "rank": rk.r, "world": WORLD, "dp": d, "pp": p, "tp": 0,
                "dp_size": DP, "pp_size": PP, "tp_size": TP, "host": "h0",
-               "device": "cpu", "pid": 100 + rk.r, "clock": "steady",
+               "device": "cpu",
+               "pid": 100 + rk.r if a.processes else 100, "clock": "steady",
                "mono_start_ns": 1_000_000_000,
                "wall_start_ns": 1_700_000_000_000_000_000}
         with open(os.path.join(a.dir, f"rank-{rk.r}.trace.jsonl"), "w") as f:
