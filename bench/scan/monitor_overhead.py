@@ -2,7 +2,7 @@
 """mapp-run --monitor's cost: the same 8-rank job (tp2 x pp2 x dp2, the
 test_monitor.py model) with the monitor on and off, alternated PAIRS times
 in one invocation; prints each pair's wall times and the median ratio of
-mean step time (from --metrics step_ms). Not asserted in CI (2 busy cores).
+median step time (from --metrics step_ms). Not asserted in CI (2 busy cores).
 `--comm mpi` runs the 8 ranks as MPI processes (mpirun -np 8), where the
 summaries travel over the job's communicator.
 
@@ -23,7 +23,7 @@ SIZES = {"tiny": ["vocab=256", "hidden=64", "ffn=128", "batch=4", "seq=32"],
                  "seq=64"]}
 
 
-def mean_step_ms(plan, work, steps, monitor, comm):
+def median_step_ms(plan, work, steps, monitor, comm):
     m = work / "m.jsonl"
     args = [BIN / "mapp-run", plan, "--data", REPO / "data/gpt/news-1k.jsonl",
             "--tokenizer", "bytes", "--steps", steps, "--quiet", "--threads",
@@ -35,9 +35,14 @@ def mean_step_ms(plan, work, steps, monitor, comm):
             ["--oversubscribe"]
         args = [shutil.which("mpirun"), "--allow-run-as-root", *bind,
                 "-np", 8, *args]
+    # The same address-space layout every run (ASLR off, inherited by the
+    # ranks): per-process layout moved a rank's CPU time by up to 1.7x
+    # between runs (docs/mapp-scan.md), noise an on/off pair would carry.
+    if shutil.which("setarch"):
+        args = ["setarch", os.uname().machine, "-R", *args]
     subprocess.run([str(a) for a in args], check=True, capture_output=True)
     ms = [json.loads(l)["step_ms"] for l in m.read_text().splitlines()]
-    return statistics.mean(ms[2:])  # without the first-touch steps
+    return statistics.median(ms[2:])  # without the first-touch steps
 
 
 def main():
@@ -56,11 +61,11 @@ def main():
     for i in range(a.pairs):
         # Alternate which runs first, so drift over the invocation cancels.
         if i % 2:
-            on = mean_step_ms(plan, work, a.steps, True, a.comm)
-            off = mean_step_ms(plan, work, a.steps, False, a.comm)
+            on = median_step_ms(plan, work, a.steps, True, a.comm)
+            off = median_step_ms(plan, work, a.steps, False, a.comm)
         else:
-            off = mean_step_ms(plan, work, a.steps, False, a.comm)
-            on = mean_step_ms(plan, work, a.steps, True, a.comm)
+            off = median_step_ms(plan, work, a.steps, False, a.comm)
+            on = median_step_ms(plan, work, a.steps, True, a.comm)
         ratios.append(on / off)
         print(f"pair {i}: off {off:.3f} ms/step, on {on:.3f} ms/step, "
               f"ratio {on / off:.4f}")
