@@ -67,6 +67,9 @@ struct Finding {
 struct DiagnoseOptions {
   double rankThreshold = 0.10; // flag compute >= (1 + t) x peers' median
   double linkThreshold = 0.30; // flag bandwidth <= (1 - t) x peer links
+  // A link compared with links of the other pipeline direction (its own
+  // has fewer than three) must also be this much slower than them.
+  double crossDirectionMinExcessNs = 1e6;
   // A slow device slows nearly every op (87-100% in injected faults on a
   // busy 2-core host); a healthy rank disturbed by its host slows some
   // (57-60% in the false findings it caused): the share needed to name one.

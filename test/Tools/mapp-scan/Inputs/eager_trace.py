@@ -12,6 +12,10 @@ the recvs' `sent`/`arrived` fields show it (docs/trace-format.md).
       poll that missed it) and `arrived`; link 0 -> 2's receiver is
       descheduled for 3 ms after its last miss, every time (clean link,
       late receiver: only its upper bound looks slow).
+  eager_trace.py DIR --polled --pp 2 --forward-us F [--slow-us S]
+      a pp2-dp2 job (two links each way) whose forward links all take F us
+      and backward ones 20 us (a direction-wide difference of the
+      schedule); with --slow-us, link 0 -> 2 takes S us instead.
 """
 import argparse
 import json
@@ -27,11 +31,20 @@ POLL_NS, LATE_NS, LATE_LINK = 50_000, 3_000_000, (0, 2)
 
 
 def main():
+    global PP, WORLD, SLOW_LINK, SLOW_LINK_NS
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--no-arrived", action="store_true")
     ap.add_argument("--polled", action="store_true")
+    ap.add_argument("--pp", type=int, default=PP)
+    ap.add_argument("--forward-us", type=int, default=0)
+    ap.add_argument("--slow-us", type=int, default=0)
     a = ap.parse_args()
+    PP = a.pp
+    WORLD = PP * DP
+    if PP == 2:  # links 0 -> 2, 1 -> 3 forward; 2 -> 0, 3 -> 1 backward
+        SLOW_LINK = (0, 2) if a.slow_us else None
+        SLOW_LINK_NS = a.slow_us * 1000
     t = [1_000_000_000] * WORLD
     events = [[] for _ in range(WORLD)]
 
@@ -50,6 +63,8 @@ def main():
             e=t[src] + SEND_NS, step=step, mb=mb, bytes=65536, peer=dst,
             tag=tag)
         wire = SLOW_LINK_NS if (src, dst) == SLOW_LINK else LINK_NS
+        if a.forward_us and dst > src and (src, dst) != SLOW_LINK:
+            wire = a.forward_us * 1000
         inbox[(dst, tag)] = (t[src], t[src] + wire)
         t[src] += SEND_NS
 
