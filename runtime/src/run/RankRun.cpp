@@ -91,7 +91,8 @@ public:
     // MegaScan live: after the trace writer, so it is detached first.
     live_ = attachLiveMonitor(*exec_, *comm_, o_.monitor, o_.inject,
                               backendName_ == "cuda", device_, trace_.get(),
-                              o_.monitorEvery, o_.monitorToDpp);
+                              o_.monitorEvery, o_.monitorToDpp,
+                              o_.elasticAttempt > 0);
     // Detaches the writer (appending what the executor still holds) before
     // the writer closes, also when a step throws.
     struct DetachTrace {
@@ -296,9 +297,11 @@ private:
   void train() {
     std::unique_ptr<MetricsWriter> metrics;
     if (lead_ && !o_.metrics.empty())
-      metrics = std::make_unique<MetricsWriter>(o_.metrics);
+      metrics = std::make_unique<MetricsWriter>(o_.metrics,
+                                                o_.elasticAttempt > 0);
     if (lead_ && !o_.dumpBatches.empty())
-      dump_ = std::make_unique<BatchDump>(o_.dumpBatches);
+      dump_ = std::make_unique<BatchDump>(o_.dumpBatches,
+                                          o_.elasticAttempt > 0);
     Executor::BatchFn batches = batchFn();
     Executor::GradHook gradHook = [&](Executor &e) {
       if (o_.saveGrads.empty() || e.stepsDone() != 0)
@@ -332,6 +335,7 @@ private:
         scope_->beginStep(s);
       exec_->setSlowCompute(slowComputeFactor(o_.inject, rank_, s));
       stopIfInjected(o_.inject, rank_, s);
+      crashIfInjected(o_.inject, rank_, s, o_.comm == "mpi");
       auto t0 = std::chrono::steady_clock::now();
       StepResult r = exec_->step(batches, gradHook);
       if (r.overflow) {
@@ -372,6 +376,16 @@ private:
         if (lead_ && !o_.quiet)
           std::fprintf(stderr,
                        "mapp-run: stop signal: saved step %lld, exiting\n",
+                       static_cast<long long>(exec_->stepsDone()));
+        break;
+      }
+      // Elastic grow: ranks came back; this layout ends at a checkpoint.
+      if (o_.stopAtSaveFrom >= 0 && control.lastSaved() == exec_->stepsDone() &&
+          exec_->stepsDone() >= o_.stopAtSaveFrom && s + 1 < o_.steps) {
+        if (lead_ && !o_.quiet)
+          std::fprintf(stderr,
+                       "mapp-run: elastic: saved step %lld, ending this layout "
+                       "(ranks are back)\n",
                        static_cast<long long>(exec_->stepsDone()));
         break;
       }

@@ -2,6 +2,7 @@
 #include "RunInternal.h"
 
 #include "mapp/rt/Checkpoint.h"
+#include "mapp/rt/Elastic.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Fbd.h"
 
@@ -59,7 +60,8 @@ void checkInjections(const RunOptions &o, const Plan &plan) {
   for (const Injection &i : o.inject) {
     int r = i.kind == Injection::SlowCompute ||
                     i.kind == Injection::MonitorSilence ||
-                    i.kind == Injection::Stop
+                    i.kind == Injection::Stop ||
+                    i.kind == Injection::RankCrash
                 ? i.rank
                 : std::max(i.src, i.dst);
     if (r >= plan.worldSize)
@@ -141,8 +143,14 @@ int runMpiRank(RunShared &sh) {
   return 0;
 }
 
+/// How a world of rank threads ended, for --elastic.
+struct ThreadsEnd {
+  std::vector<int> crashed; // ranks a rank-crash fault killed
+  std::string why;          // the first failure
+};
+
 /// Every rank of the plan as a thread of this process (local or NCCL world).
-int runRankThreads(RunShared &sh) {
+int runRankThreads(RunShared &sh, ThreadsEnd *end = nullptr) {
   const RunOptions &o = sh.o;
   int n = sh.plan.worldSize;
   if (!sh.threadsPerRank)
@@ -166,10 +174,13 @@ int runRankThreads(RunShared &sh) {
   std::mutex errMu;
   std::vector<std::string> errors(n);
   int firstFailed = -1;
-  auto failed = [&](int r, const std::string &what) {
+  std::vector<int> crashed;
+  auto failed = [&](int r, const std::string &what, bool crash = false) {
     {
       std::lock_guard<std::mutex> lk(errMu);
       errors[r] = what;
+      if (crash)
+        crashed.push_back(r);
       if (firstFailed < 0)
         firstFailed = r;
     }
@@ -180,6 +191,8 @@ int runRankThreads(RunShared &sh) {
     threads.emplace_back([&, r] {
       try {
         runRank(sh, std::move(comms[r]));
+      } catch (const RankCrashed &e) { // as if killed: the world learns it
+        failed(r, e.what(), true);
       } catch (const std::exception &e) {
         failed(r, e.what());
       } catch (...) {
@@ -193,16 +206,81 @@ int runRankThreads(RunShared &sh) {
   // The root cause first; the others' "rank R failed" follow-ups are noise.
   std::cerr << "mapp-run: rank " << firstFailed << ": " << errors[firstFailed]
             << "\n";
+  if (end) {
+    end->crashed = crashed;
+    end->why = errors[firstFailed];
+  }
   return 1;
+}
+
+/// --elastic over rank threads: every attempt a fresh world of threads in
+/// the layout ElasticJob chose, resumed from its checkpoint.
+int runElasticThreads(const RunOptions &o) {
+  ElasticJob::Options eo;
+  eo.plans.push_back(o.plan);
+  eo.plans.insert(eo.plans.end(), o.elasticPlans.begin(), o.elasticPlans.end());
+  eo.saveDir = o.ckpt.saveDir;
+  eo.metrics = o.metrics;
+  eo.monitor = o.monitor;
+  eo.dumpBatches = o.dumpBatches;
+  eo.steps = o.steps;
+  eo.maxRestarts = o.elasticMaxRestarts;
+  ElasticJob job(eo);
+  while (true) {
+    const ElasticAttempt &a = job.attempt();
+    RunOptions ao = o;
+    ao.plan = a.layout.plan;
+    ao.elasticAttempt = a.index;
+    ao.stopAtSaveFrom = a.stopAtSaveFrom;
+    if (a.index > 0) {
+      ao.ckpt.resume = a.resume;
+      // Faults name ranks of the first layout; a crash happens once.
+      ao.inject.clear();
+      for (const Injection &i : o.inject)
+        if (i.kind != Injection::RankCrash &&
+            std::max({i.rank, i.src, i.dst}) < a.layout.world)
+          ao.inject.push_back(i);
+    }
+    Plan plan = loadPlan(ao.plan);
+    checkInjections(ao, plan);
+    RunShared sh{ao, plan, {}, false, o.threads};
+    ThreadsEnd end;
+    int status = plan.worldSize == 1 ? (runRank(sh, createLocalComm()), 0)
+                                     : runRankThreads(sh, &end);
+    AttemptEnd ae;
+    ae.status = status;
+    ae.lost = end.crashed;
+    ae.why = end.why;
+    if (a.index == 0)
+      for (const Injection &i : o.inject)
+        if (i.kind == Injection::RankCrash && i.toStep >= 0 &&
+            std::count(end.crashed.begin(), end.crashed.end(), i.rank))
+          job.ranksReturnAt(i.toStep, 1);
+    if (!job.next(ae))
+      return job.exitStatus();
+  }
 }
 
 } // namespace
 
-int runJob(const RunOptions &o) {
+int runJob(const RunOptions &given) {
+  RunOptions o = given;
+  if (o.elasticAttempt > 0 && !o.elastic) // mapp-launch's restart: crashed once
+    o.inject.erase(std::remove_if(o.inject.begin(), o.inject.end(),
+                                  [](const Injection &i) {
+                                    return i.kind == Injection::RankCrash;
+                                  }),
+                   o.inject.end());
   checkInputsAndOutputs(o);
-  Plan plan = loadPlan(o.plan);
   if (!o.ckpt.saveDir.empty())
     installStopSignals();
+  if (o.elastic) {
+    if (o.comm != "local")
+      fail("--elastic restarts rank threads (--comm=local); for processes "
+           "run mapp-launch --elastic -- mpirun ... mapp-run ...");
+    return runElasticThreads(o);
+  }
+  Plan plan = loadPlan(o.plan);
   checkInjections(o, plan);
   if (isFbdPlan(plan))
     checkFbdWorld(o, plan);

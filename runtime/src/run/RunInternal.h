@@ -46,7 +46,7 @@ std::shared_ptr<const TokenStream> readTokens(const RunOptions &o);
 /// "dp_rank", "tokens": [[...] x mbs], "targets": [[...] x mbs]}.
 class BatchDump {
 public:
-  explicit BatchDump(const std::string &path);
+  explicit BatchDump(const std::string &path, bool append = false);
   void write(int64_t step, int mb, int dpRank, int mbs, int t,
              const int32_t *tok, const int32_t *tgt);
 

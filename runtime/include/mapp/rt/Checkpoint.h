@@ -148,6 +148,8 @@ public:
   /// save when due (every N steps, the interval, the last step, a signal),
   /// and return true when the run must stop now (a signal).
   bool afterStep(bool lastStep);
+  /// Steps done at the newest checkpoint this run wrote or resumed (-1: none).
+  int64_t lastSaved() const { return lastSaved_; }
 
 private:
   Executor &exec_;

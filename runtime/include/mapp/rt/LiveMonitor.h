@@ -44,6 +44,7 @@ constexpr int kMaxMonitorEvery = 64;
 
 struct LiveMonitorOptions {
   std::string path; // alerts (JSON lines); written by the monitor rank
+  bool append = false; // an elastic restart continues the file
   monitor::MonitorOptions diagnosis;
   std::vector<Injection> inject; // monitor-silence faults
   double drainS = 5;             // end of run: wait for the last summaries
@@ -133,7 +134,7 @@ std::unique_ptr<LiveMonitor>
 attachLiveMonitor(Executor &exec, Communicator &comm, const std::string &path,
                   const std::vector<Injection> &inject, bool cuda, int device,
                   mapp::MappTraceWriter *trace, int every = 1,
-                  bool verdictsToScheduler = false);
+                  bool verdictsToScheduler = false, bool append = false);
 
 } // namespace mapp::rt
 
