@@ -1,0 +1,240 @@
+"""Elastic restarts (docs/elastic.md): mapp-run --elastic over rank threads,
+mapp-launch --elastic over MPI processes.
+
+Independent references: a manual --resume of the same checkpoint into the
+smaller layout (the losses after the restart), the uninterrupted run
+(--dump-batches: every sample of every step seen once, in the same order;
+losses 1e-5 across layouts), injected faults with known answers (the rank
+that dies, the step, the checkpoint that is damaged).
+
+Tools: $MAPP_RUN, $MAPP_MAKE_TEST_PLAN, $MAPP_LAUNCH, else $MAPP_BIN or
+build/bin.
+"""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def tool(env, name):
+    if os.environ.get(env):
+        return os.environ[env]
+    for d in (os.environ.get("MAPP_BIN"), REPO / "build" / "bin"):
+        if d and (pathlib.Path(d) / name).exists():
+            return str(pathlib.Path(d) / name)
+    return None
+
+
+MAPP_RUN = tool("MAPP_RUN", "mapp-run")
+MAKE_PLAN = tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
+MAPP_LAUNCH = tool("MAPP_LAUNCH", "mapp-launch")
+MPIRUN = shutil.which("mpirun")
+CORPUS = REPO / "data" / "gpt" / "news-1k.jsonl"
+pytestmark = pytest.mark.skipif(MAPP_RUN is None or MAKE_PLAN is None,
+                                reason="mapp-run / mapp-make-test-plan not built")
+
+MODEL = ["vocab=256", "hidden=16", "ffn=24", "batch=2", "seq=16",
+         "optimizer=adamw", "lr=0.01", "max_grad_norm=0.5"]
+GLOBAL_MB = 4  # microbatches x dp: the global batch every layout keeps
+
+
+def run(args, check=True, timeout=300):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True,
+                       timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args[0]} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def make_plan(path, tp, pp, dp):
+    run([MAKE_PLAN, path, *MODEL, f"microbatches={GLOBAL_MB // dp}",
+         f"tp={tp}", f"pp={pp}", f"dp={dp}"])
+    return path
+
+
+def train_args(plan, steps, metrics, extra=()):
+    return [plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
+            "--seed", 3, "--metrics", metrics, "--quiet", "--threads", 1,
+            *extra]
+
+
+def jsonl(path):
+    return [json.loads(l) for l in pathlib.Path(path).read_text().splitlines()]
+
+
+def decisions(monitor):
+    return [j for j in jsonl(monitor) if j.get("event") == "elastic"]
+
+
+def global_rows(dump):
+    """step -> token rows in global-batch order (dp rank, microbatch, row):
+    the order runtime/README.md's data pipeline defines for any layout."""
+    by = {}
+    for d in jsonl(dump):
+        by.setdefault(d["step"], []).append(d)
+    out = {}
+    for step, ds in by.items():
+        ds.sort(key=lambda d: (d["dp_rank"], d["microbatch"]))
+        out[step] = [row for d in ds for row in d["tokens"]]
+    return out
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plans")
+    return {"p8": make_plan(d / "p8.mplan", 2, 2, 2),
+            "p4": make_plan(d / "p4.mplan", 2, 2, 1),
+            "p1": make_plan(d / "p1.mplan", 1, 1, 1)}
+
+
+def close(a, b, tol=1e-5):
+    return abs(a - b) <= tol * max(abs(b), 1e-30)
+
+
+def test_thread_crash_continues_on_remaining_replica(tmp_path, plans):
+    """The issue's first 'done when': 8 rank threads tp2 pp2 dp2, 60 steps,
+    checkpoints every 10, rank 5 killed at step 25 -> exit 0, every step
+    once, losses after the restart equal a manual --resume into tp2 pp2 dp1,
+    every sample once in order (the uninterrupted run's batches)."""
+    ck, mon, m = tmp_path / "ck", tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
+    dump = tmp_path / "dump.jsonl"
+    r = run([MAPP_RUN, *train_args(plans["p8"], 60, m, [
+        "--save-dir", ck, "--save-every", 10, "--save-keep", 0, "--elastic",
+        "--elastic-plan", plans["p4"], "--elastic-plan", plans["p1"],
+        "--inject", "rank-crash:rank=5,at-step=25", "--monitor", mon,
+        "--dump-batches", dump])])
+    got = jsonl(m)
+    assert [x["step"] for x in got] == list(range(60))
+    ds = decisions(mon)
+    assert len(ds) == 1, ds
+    d = ds[0]
+    assert d["decision"] == "shrink" and d["lost_ranks"] == [5]
+    assert d["resume_step"] == 20 and d["ranks_available"] == 7
+    assert (d["to"]["tp"], d["to"]["pp"], d["to"]["dp"]) == (2, 2, 1)
+    assert "elastic: rank(s) 5 lost (rank 5 died (injected rank-crash at step 25))" in r.stderr
+    assert "tp 2 x pp 2 x dp 1 (4 ranks, 4 microbatches)" in r.stderr
+
+    # The manual restart: --resume of the same checkpoint into dp 1.
+    man = tmp_path / "man.jsonl"
+    run([MAPP_RUN, *train_args(plans["p4"], 60, man,
+                               ["--resume", ck / "step-00000020"])])
+    want = jsonl(man)
+    assert [x["step"] for x in want] == list(range(20, 60))
+    for g, w in zip(got[20:], want):
+        assert close(g["loss"], w["loss"]), (g, w)
+
+    # Data position: the uninterrupted run's samples, each step's once.
+    ref, ref_dump = tmp_path / "ref.jsonl", tmp_path / "ref-dump.jsonl"
+    run([MAPP_RUN, *train_args(plans["p8"], 60, ref,
+                               ["--dump-batches", ref_dump])])
+    assert global_rows(dump) == global_rows(ref_dump)
+    for g, w in zip(got, jsonl(ref)):  # and the losses, across the layouts
+        assert close(g["loss"], w["loss"]), (g, w)
+
+
+def test_thread_grow_back_at_checkpoint(tmp_path, plans):
+    """Rank 5 dies at step 25 and is back from step 40: shrink (resume 20),
+    the dp 1 layout ends at its checkpoint 40, grow to dp 2 from 40."""
+    ck, mon, m = tmp_path / "ck", tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
+    r = run([MAPP_RUN, *train_args(plans["p8"], 60, m, [
+        "--save-dir", ck, "--save-every", 10, "--elastic",
+        "--elastic-plan", plans["p4"],
+        "--inject", "rank-crash:rank=5,at-step=25,back-at-step=40",
+        "--monitor", mon])])
+    ds = decisions(mon)
+    assert [d["decision"] for d in ds] == ["shrink", "grow"], r.stderr
+    assert ds[1]["resume_step"] == 40 and ds[1]["to"]["dp"] == 2
+    got = jsonl(m)
+    assert [x["step"] for x in got] == list(range(60))
+    ref = tmp_path / "ref.jsonl"
+    run([MAPP_RUN, *train_args(plans["p8"], 60, ref)])
+    for g, w in zip(got, jsonl(ref)):
+        assert close(g["loss"], w["loss"]), (g, w)
+
+
+def test_no_valid_layout_names_the_ranks(tmp_path, plans):
+    """Only the 8-rank plan: 7 ranks left fit no layout -> exit 1, a clear
+    message naming the lost rank and what the plans need."""
+    mon = tmp_path / "mon.jsonl"
+    r = run([MAPP_RUN, *train_args(plans["p8"], 30, tmp_path / "m.jsonl", [
+        "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
+        "--inject", "rank-crash:rank=5,at-step=12", "--monitor", mon])],
+        check=False)
+    assert r.returncode == 1
+    assert ("no valid layout on the 7 remaining rank(s) (the given plans "
+            "need 8 ranks; lost so far: rank 5 of attempt 1") in r.stderr
+    assert [d["decision"] for d in decisions(mon)] == ["give-up"]
+
+
+def test_other_failure_is_not_restarted(tmp_path, plans):
+    """A failure that loses no rank (an injected NaN) would fail again: the
+    job ends with it, no restart."""
+    r = run([MAPP_RUN, *train_args(plans["p8"], 30, tmp_path / "m.jsonl", [
+        "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
+        "--elastic-plan", plans["p4"], "--inject-nan", "4:gelu"])], check=False)
+    assert r.returncode == 1
+    assert "failed without losing a rank" in r.stderr
+    assert "elastic: rank(s)" not in r.stderr
+
+
+def test_damaged_newest_checkpoint_falls_back(tmp_path, plans):
+    """The newest checkpoint (step 20) has a flipped byte: the restart says
+    so, sets it aside (kept as step-00000020.damaged) and resumes step 10."""
+    ck, mon, m = tmp_path / "ck", tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
+    # Checkpoints 10 and 20 of this plan and seed, the newest damaged ...
+    run([MAPP_RUN, *train_args(plans["p8"], 20, tmp_path / "pre.jsonl",
+                               ["--save-dir", ck, "--save-every", 10])])
+    shard = ck / "step-00000020" / "rank-00003.safetensors"
+    b = bytearray(shard.read_bytes())
+    b[-5] ^= 0x40
+    shard.write_bytes(bytes(b))
+    # ... then an elastic job over that folder loses rank 2 before saving.
+    r = run([MAPP_RUN, *train_args(plans["p8"], 30, m, [
+        "--save-dir", ck, "--save-every", 10, "--save-dir-overwrite",
+        "--elastic", "--elastic-plan", plans["p4"],
+        "--inject", "rank-crash:rank=2,at-step=4", "--monitor", mon])])
+    ds = decisions(mon)
+    assert [d["decision"] for d in ds] == ["checkpoint-set-aside", "shrink"]
+    assert "step-00000020: shard rank-00003.safetensors fails its CRC-32" in ds[0]["what"]
+    assert "falling back to the previous one" in r.stderr
+    assert ds[1]["resume_step"] == 10
+    assert (ck / "step-00000020.damaged" / "rank-00003.safetensors").exists()
+    # This job ran steps 0-3, then 10-29 from the earlier run's step 10
+    # (that run's metrics hold 4-9).
+    got = jsonl(m)
+    assert [x["step"] for x in got] == [0, 1, 2, 3] + list(range(10, 30))
+    ref = tmp_path / "ref.jsonl"
+    run([MAPP_RUN, *train_args(plans["p8"], 30, ref)])
+    want = jsonl(ref)
+    for g in got:
+        assert close(g["loss"], want[g["step"]]["loss"]), (g, want[g["step"]])
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--elastic"], "--elastic needs --save-dir DIR"),
+    (["--elastic-plan", "x.mplan"], "--elastic-plan and --elastic-max-restarts need --elastic"),
+    (["--inject", "rank-crash:rank=1"], "rank-crash needs at-step="),
+    (["--inject", "rank-crash:rank=1,at-step=3,back-at-step=2"],
+     "back-at-step (2) must be greater than at-step (3)"),
+])
+def test_bad_elastic_flags(tmp_path, plans, flags, message):
+    r = run([MAPP_RUN, plans["p8"], "--steps", 2, *flags], check=False)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_layout_changing_global_batch_refused(tmp_path, plans):
+    bad = tmp_path / "bad.mplan"
+    run([MAKE_PLAN, bad, *MODEL, "microbatches=2", "tp=2", "pp=2", "dp=1"])
+    r = run([MAPP_RUN, *train_args(plans["p8"], 4, tmp_path / "m.jsonl", [
+        "--save-dir", tmp_path / "ck", "--elastic", "--elastic-plan", bad])],
+        check=False)
+    assert r.returncode == 1
+    assert "takes 4 samples per step, the job's plan" in r.stderr
+    assert "every layout must keep the global batch" in r.stderr
