@@ -120,6 +120,8 @@ def test_thread_crash_continues_on_remaining_replica(tmp_path, plans):
     assert (d["to"]["tp"], d["to"]["pp"], d["to"]["dp"]) == (2, 2, 1)
     assert "elastic: rank(s) 5 lost (rank 5 died (injected rank-crash at step 25))" in r.stderr
     assert "tp 2 x pp 2 x dp 1 (4 ranks, 4 microbatches)" in r.stderr
+    # The restarted run's monitor starts at its resume step.
+    assert not [j for j in jsonl(mon) if j.get("kind") == "missing-summaries"]
 
     # The manual restart: --resume of the same checkpoint into dp 1.
     man = tmp_path / "man.jsonl"
@@ -157,6 +159,18 @@ def test_thread_grow_back_at_checkpoint(tmp_path, plans):
     run([MAPP_RUN, *train_args(plans["p8"], 60, ref)])
     for g, w in zip(got, jsonl(ref)):
         assert close(g["loss"], w["loss"]), (g, w)
+
+
+def test_resumed_monitor_waits_for_no_earlier_step(tmp_path, plans):
+    """Regression: a --resume'd run with --monitor named every rank but
+    0 'no summary for step 0 (none ever arrived)': the diagnoser waited for
+    the steps before the checkpoint."""
+    ck, mon = tmp_path / "ck", tmp_path / "mon.jsonl"
+    run([MAPP_RUN, *train_args(plans["p8"], 6, tmp_path / "a.jsonl",
+                               ["--save-dir", ck])])
+    run([MAPP_RUN, *train_args(plans["p8"], 12, tmp_path / "b.jsonl",
+                               ["--resume", ck, "--monitor", mon])])
+    assert not [j for j in jsonl(mon) if j["kind"] == "missing-summaries"]
 
 
 def test_no_valid_layout_names_the_ranks(tmp_path, plans):

@@ -321,6 +321,8 @@ private:
     meta.runSteps = o_.steps;
     TrainControl control(*exec_, o_.ckpt, meta);
     const int64_t first = control.start();
+    if (live_)
+      live_->startAt(first);
     exec_->setSkipNonFinite(true); // a non-finite step never touches the state
     // Every rank counts: the dp group sums its counts for the lead's line
     // and MegaScope's "experts" samples (the same flags on every rank).

@@ -81,6 +81,12 @@ public:
   /// After training step `step`: sends the newest complete summary; on the
   /// monitor rank also takes what arrived and writes new alerts.
   void afterStep(int64_t step);
+  /// A run resumed at `step` (--resume, an elastic restart): call before the
+  /// first step.
+  void startAt(int64_t step) {
+    if (diag_)
+      diag_->startAt(step);
+  }
   /// After the last step (the trace flushed): sends what remains and an end
   /// marker; the monitor rank drains (bounded by drainS) and finishes.
   void finish();
