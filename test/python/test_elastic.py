@@ -366,3 +366,54 @@ def test_mpi_launch_kill_9_at_step_35_and_again_during_restart(tmp_path, plans):
     print(f"time lost {lost:.1f} s, {reached - resume} steps since the "
           f"checkpoint at {pace:.3f} s/step")
     assert lost <= (reached - resume) * pace + 30, lost
+
+
+def test_mpi_launch_hung_rank_restarts_without_it_then_grows(tmp_path, plans):
+    """A hung process (SIGSTOP at step 12): the MPI timeout names it as not
+    answering, the job ends, mapp-launch restarts on pp 2 x dp 1 from step
+    10 (the stop fault does not fire again). Then SIGUSR1 says the rank is
+    back: the job checkpoints where it is, stops, and grows to pp 2 x dp 2
+    from that checkpoint. Every step once; the losses those of the
+    uninterrupted run (1e-5)."""
+    if not mpi_ok():
+        pytest.skip("mpirun, mapp-launch or mapp-run's MPI communicator missing")
+    p4 = make_plan(tmp_path / "pp2dp2.mplan", 1, 2, 2)
+    p2 = make_plan(tmp_path / "pp2dp1.mplan", 1, 2, 1)
+    ck, mon, m = tmp_path / "ck", tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
+    # The delay on 0 -> 1 (a pipeline link only in the 2-rank layout) keeps
+    # the shrunk job's steps >= 4 x 30 ms, so the signal lands mid-run
+    # without burning the CPU.
+    p = subprocess.Popen([str(c) for c in [
+        MAPP_LAUNCH, "--elastic", "--elastic-plan", p2, "--",
+        MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", 4,
+        MAPP_RUN, *train_args(p4, 40, m, [
+            "--comm=mpi", "--save-dir", ck, "--save-every", 5,
+            "--comm-timeout", 4, "--monitor", mon,
+            "--inject", "stop:rank=3,from-step=12",
+            "--inject", "link-delay:src=0,dst=1,us=30000"])]],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while not (mon.exists() and decisions(mon)) or last_step(m) < 13:
+            assert p.poll() is None and time.time() < deadline, "no restart"
+            time.sleep(0.02)
+        p.send_signal(signal.SIGUSR1)
+        _, err = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    ds = decisions(mon)
+    assert [d["decision"] for d in ds] == ["shrink", "grow"], err
+    assert ds[0]["lost_ranks"] == [3] and ds[0]["resume_step"] == 10
+    assert "rank 3 did not answer" in ds[0]["reason"]
+    assert (ds[0]["to"]["pp"], ds[0]["to"]["dp"]) == (2, 1)
+    assert (ds[1]["to"]["pp"], ds[1]["to"]["dp"]) == (2, 2)
+    assert 13 < ds[1]["resume_step"] < 40
+    got = jsonl(m)
+    assert [x["step"] for x in got] == list(range(40))
+    ref = tmp_path / "ref.jsonl"
+    run([MAPP_RUN, *train_args(p4, 40, ref)])
+    for g, w in zip(got, jsonl(ref)):
+        assert close(g["loss"], w["loss"]), (g, w)

@@ -16,6 +16,8 @@ Runs the command; when a rank process dies or hangs, runs it again on the
 largest layout that fits the ranks left (dp shrinks first; every layout keeps
 the global batch), resumed from the newest intact checkpoint in DIR. Each
 decision is one stderr line and one JSON line in mapp-run's --monitor file.
+SIGUSR1 to mapp-launch: a rank is back (the job checkpoints, stops and grows
+to the largest layout that fits); SIGTERM/SIGINT end the job, no restart.
 docs/elastic.md.
 
   --elastic                  required (the only mode so far)

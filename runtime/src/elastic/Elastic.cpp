@@ -285,8 +285,7 @@ bool ElasticJob::next(const AttemptEnd &end) {
   if (end.status == 0) {
     ResumePoint rp = newestIntactCheckpoint(o_.saveDir);
     int64_t back = pendingReturnStep();
-    bool grow = attempt_.stopAtSaveFrom >= 0 && back >= 0 &&
-                rp.step >= back && rp.step < o_.steps;
+    bool grow = back >= 0 && rp.step >= back && rp.step < o_.steps;
     if (!grow) {
       exitStatus_ = 0;
       return false;

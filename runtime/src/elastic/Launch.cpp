@@ -26,6 +26,17 @@ namespace {
 
 std::atomic<pid_t> gChild{0};
 std::atomic<bool> gStop{false};
+std::atomic<int> gReturned{0};
+
+/// SIGUSR1: a rank is back. The job is asked to checkpoint and stop (mpirun
+/// forwards SIGUSR1 to every rank; mapp-run with --save-dir saves and exits
+/// 0 on it), then grows.
+extern "C" void rankReturned(int) {
+  gReturned.fetch_add(1);
+  pid_t c = gChild.load();
+  if (c > 0)
+    kill(c, SIGUSR1);
+}
 
 extern "C" void forwardStop(int sig) {
   gStop.store(true);
@@ -181,6 +192,8 @@ int mapp::rt::launchElastic(const LaunchOptions &lo) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sa.sa_handler = rankReturned;
+  sigaction(SIGUSR1, &sa, nullptr);
   while (true) {
     const ElasticAttempt &a = job.attempt();
     std::vector<std::string> argv = cmd;
@@ -203,6 +216,8 @@ int mapp::rt::launchElastic(const LaunchOptions &lo) {
       end.lost = lostRanksIn(errTail);
       end.why = firstFailureLine(errTail);
     }
+    if (int n = gReturned.exchange(0))
+      job.ranksReturnNow(n);
     if (!job.next(end))
       return job.exitStatus();
   }

@@ -54,6 +54,12 @@ void shareRunId(Communicator &comm, std::string &runId) {
   runId = buf;
 }
 
+/// A fault that kills or hangs its rank: it happens once in an elastic job
+/// (the restart runs without that rank; its numbers name other ranks).
+bool losesTheRank(const Injection &i) {
+  return i.kind == Injection::RankCrash || i.kind == Injection::Stop;
+}
+
 /// Faults name ranks of the plan's world.
 void checkInjections(const RunOptions &o, const Plan &plan) {
   checkInjectNan(o, plan);
@@ -237,7 +243,7 @@ int runElasticThreads(const RunOptions &o) {
       // Faults name ranks of the first layout; a crash happens once.
       ao.inject.clear();
       for (const Injection &i : o.inject)
-        if (i.kind != Injection::RankCrash &&
+        if (!losesTheRank(i) &&
             std::max({i.rank, i.src, i.dst}) < a.layout.world)
           ao.inject.push_back(i);
     }
@@ -265,10 +271,10 @@ int runElasticThreads(const RunOptions &o) {
 
 int runJob(const RunOptions &given) {
   RunOptions o = given;
-  if (o.elasticAttempt > 0 && !o.elastic) // mapp-launch's restart: crashed once
+  if (o.elasticAttempt > 0 && !o.elastic) // mapp-launch's restart
     o.inject.erase(std::remove_if(o.inject.begin(), o.inject.end(),
                                   [](const Injection &i) {
-                                    return i.kind == Injection::RankCrash;
+                                    return losesTheRank(i);
                                   }),
                    o.inject.end());
   checkInputsAndOutputs(o);

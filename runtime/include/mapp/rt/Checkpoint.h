@@ -118,8 +118,8 @@ int64_t loadCheckpoint(Executor &exec, const std::string &ckpt,
                        const CheckpointMeta &expect,
                        std::vector<LineageLink> *lineage = nullptr);
 
-/// SIGTERM / SIGINT set a flag (stopRequested) instead of killing: the run
-/// finishes its step, saves and exits 0.
+/// SIGTERM / SIGINT / SIGUSR1 set a flag (stopRequested) instead of killing:
+/// the run finishes its step, saves and exits 0.
 void installStopSignals();
 bool stopRequested();
 

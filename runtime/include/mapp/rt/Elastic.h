@@ -105,6 +105,9 @@ public:
   /// Ranks that are back from step `step` on (a rank-crash's back-at-step,
   /// a spare given): the job grows at the first checkpoint at or after it.
   void ranksReturnAt(int64_t step, int n);
+  /// Ranks that are back now (mapp-launch: SIGUSR1); the running attempt is
+  /// being asked to checkpoint and stop, the job then grows from there.
+  void ranksReturnNow(int n) { ranksReturnAt(0, n); }
   /// Decides after an attempt; true: run attempt() (the next one), false:
   /// the job is over with exitStatus().
   bool next(const AttemptEnd &end);

@@ -7,6 +7,9 @@
 // again on the largest given layout that fits the ranks left, resumed from
 // the newest intact checkpoint: ElasticJob's state machine (Elastic.h,
 // docs/elastic.md), the one mapp-run --elastic uses for rank threads.
+// SIGUSR1 to mapp-launch: a rank is back; the job checkpoints, stops and
+// grows to the largest layout that fits again. SIGTERM/SIGINT are passed to
+// mpirun and end the job without a restart.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_LAUNCH_H
