@@ -417,3 +417,102 @@ def test_mpi_launch_hung_rank_restarts_without_it_then_grows(tmp_path, plans):
     run([MAPP_RUN, *train_args(p4, 40, ref)])
     for g, w in zip(got, jsonl(ref)):
         assert close(g["loss"], w["loss"]), (g, w)
+
+
+MAPP_OPT = tool("MAPP_OPT", "mapp-opt")
+TRANSLATE = tool("MAPP_TRANSLATE", "mapp-translate")
+
+
+@pytest.fixture(scope="module")
+def gpt16(tmp_path_factory):
+    """A 16-layer GPT (vocabulary 64) compiled for pp=4 three ways: the even
+    cut and two with 2 layers on stage 1 or 2 (stage-layers=), and a corpus
+    of digits (byte ids < 64)."""
+    if MAPP_OPT is None or TRANSLATE is None:
+        pytest.skip("mapp-opt / mapp-translate not built")
+    d = tmp_path_factory.mktemp("gpt16")
+    model = d / "gpt16.mlir"
+    model.write_text(subprocess.run(
+        ["python3", REPO / "test/Transforms/Parallel/Inputs/gen_gpt.py", "16"],
+        capture_output=True, text=True, check=True).stdout)
+    plans = {}
+    for name, layers in (("even", ""), ("off1", "5,2,5,4"), ("off2", "5,5,2,4")):
+        opts = "pp=4 microbatches=4 optimizer=adamw lr=0.01"
+        opts += f" stage-layers={layers}" if layers else ""
+        run([MAPP_OPT, model, f"--mapp-train-pipeline={opts}", "-o", d / f"{name}.mlir"])
+        run([TRANSLATE, "--mapp-to-plan", d / f"{name}.mlir", "-o", d / f"{name}.mplan"])
+        plans[name] = d / f"{name}.mplan"
+    corpus = d / "digits.txt"
+    rng = __import__("random").Random(1)
+    corpus.write_text(" ".join(str(rng.randrange(10 ** rng.randint(1, 6)))
+                               for _ in range(6000)))
+    return plans, corpus
+
+
+def gpt_args(plans, corpus, steps, metrics, extra=()):
+    return [plans["even"], "--data", corpus, "--tokenizer", "bytes", "--steps",
+            steps, "--seed", 3, "--metrics", metrics, "--quiet", "--threads", 1,
+            *extra]
+
+
+def test_resume_pp4_middle_stages(tmp_path, gpt16):
+    """Regression: a --resume of any pp >= 3 plan failed on its middle
+    stages ('the token stream's length was N, this run has -1'): they read
+    no data. 4 + resume + 4 steps equal 8 straight, bit for bit."""
+    plans, corpus = gpt16
+    a, b1, b2 = tmp_path / "a.jsonl", tmp_path / "b1.jsonl", tmp_path / "b2.jsonl"
+    run([MAPP_RUN, *gpt_args(plans, corpus, 8, a)])
+    run([MAPP_RUN, *gpt_args(plans, corpus, 4, b1, ["--save-dir", tmp_path / "ck"])])
+    run([MAPP_RUN, *gpt_args(plans, corpus, 8, b2, ["--resume", tmp_path / "ck"])])
+    assert [x["loss"] for x in jsonl(a)] == [x["loss"] for x in jsonl(b1) + jsonl(b2)]
+
+
+def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
+    """pp=4, 16 layers; rank 1 (stage 1) twice as slow in steps 10-59: at
+    checkpoint 20 the job moves to 5,2,5,4 layers (the stage times of steps
+    10-19 predict 1.6x), stays while the fault lasts, and at checkpoint 70
+    (steps 60-69 clean) moves back to 4,4,4,4. Every step once; the losses
+    those of the run without faults (1e-5)."""
+    plans, corpus = gpt16
+    mon, m = tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
+    r = run([MAPP_RUN, *gpt_args(plans, corpus, 80, m, [
+        "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
+        "--repartition-plan", plans["off1"], "--repartition-plan", plans["off2"],
+        "--inject", "slow-compute:rank=1,factor=2,from-step=10,to-step=60",
+        "--monitor", mon])])
+    ds = [d for d in decisions(mon)]
+    assert [(d["decision"], d["resume_step"], d["evidence"]["layers_next"])
+            for d in ds] == [("repartition", 20, [5, 2, 5, 4]),
+                             ("repartition", 70, [4, 4, 4, 4])], r.stderr
+    assert ds[0]["evidence"]["predicted_gain"] >= 1.3
+    assert "elastic: repartition at step-00000020" in r.stderr
+    got = jsonl(m)
+    assert [x["step"] for x in got] == list(range(80))
+    ref = tmp_path / "ref.jsonl"
+    run([MAPP_RUN, *gpt_args(plans, corpus, 80, ref)])
+    for g, w in zip(got, jsonl(ref)):
+        assert close(g["loss"], w["loss"]), (g, w)
+
+
+def test_flapping_straggler_moves_nothing(tmp_path, gpt16):
+    """Stage 1 slow every other step (10, 12, ..., 28): no partition wins
+    80% of a window's steps, so no switch."""
+    plans, corpus = gpt16
+    mon = tmp_path / "mon.jsonl"
+    flaps = [a for k in range(10, 30, 2) for a in
+             ("--inject", f"slow-compute:rank=1,factor=2,from-step={k},to-step={k + 1}")]
+    r = run([MAPP_RUN, *gpt_args(plans, corpus, 40, tmp_path / "m.jsonl", [
+        "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
+        "--repartition-plan", plans["off1"], "--repartition-plan", plans["off2"],
+        "--monitor", mon, *flaps])])
+    assert decisions(mon) == [], r.stderr
+    assert [x["step"] for x in jsonl(tmp_path / "m.jsonl")] == list(range(40))
+
+
+def test_repartition_plan_of_another_layout_refused(tmp_path, gpt16, plans):
+    plans16, corpus = gpt16
+    r = run([MAPP_RUN, *gpt_args(plans16, corpus, 4, tmp_path / "m.jsonl", [
+        "--save-dir", tmp_path / "ck", "--elastic",
+        "--repartition-plan", plans["p8"]])], check=False)
+    assert r.returncode == 1
+    assert "--elastic" in r.stderr or "repartition" in r.stderr, r.stderr

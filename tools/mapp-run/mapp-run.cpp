@@ -68,6 +68,11 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --elastic-plan PLAN        a layout --elastic may switch to (repeatable;
                              the same global batch as the job's plan)
   --elastic-max-restarts N   give up after N restarts (default 8)
+  --repartition-plan PLAN    --elastic: another stage partition of the job's
+                             layout (compiled with stage-layers=); at each
+                             checkpoint the job switches to the one measured
+                             stage times predict >= 1.15x faster in >= 80% of
+                             the steps since (repeatable; docs/elastic.md)
   --elastic-attempt K        set by mapp-launch --elastic on its restarts:
                              outputs are appended, rank-crash faults done
   --schedule static|adaptive MegaDPP task scheduler (default: adaptive for
@@ -292,7 +297,7 @@ RunOptions parseArgs(int argc, char **argv) {
                  flag == "--save-interval-s" || flag == "--save-keep" ||
                  flag == "--hf-vocab-size" || flag == "--monitor-every" ||
                  flag == "--elastic-plan" || flag == "--elastic-max-restarts" ||
-                 flag == "--elastic-attempt";
+                 flag == "--elastic-attempt" || flag == "--repartition-plan";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
@@ -330,6 +335,8 @@ RunOptions parseArgs(int argc, char **argv) {
       o.ckpt.keep = static_cast<int>(parseInt(flag, value, 0, 1 << 20));
     else if (flag == "--elastic-plan")
       o.elasticPlans.push_back(value);
+    else if (flag == "--repartition-plan")
+      o.repartitionPlans.push_back(value);
     else if (flag == "--elastic-max-restarts")
       o.elasticMaxRestarts = static_cast<int>(parseInt(flag, value, 0, 1000));
     else if (flag == "--elastic-attempt")
@@ -409,8 +416,10 @@ RunOptions parseArgs(int argc, char **argv) {
   if (o.elastic && o.ckpt.saveDir.empty())
     usageError("--elastic needs --save-dir DIR (a restart resumes from its "
                "newest checkpoint)");
-  if (!o.elastic && (!o.elasticPlans.empty() || o.elasticMaxRestarts != 8))
-    usageError("--elastic-plan and --elastic-max-restarts need --elastic");
+  if (!o.elastic && (!o.elasticPlans.empty() || o.elasticMaxRestarts != 8 ||
+                     !o.repartitionPlans.empty()))
+    usageError("--elastic-plan, --elastic-max-restarts and --repartition-plan "
+               "need --elastic");
   if (o.elastic && (o.generate || !o.patch.empty()))
     usageError("--elastic is for training");
   if (o.elastic && !o.ckpt.resume.empty())

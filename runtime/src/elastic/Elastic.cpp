@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iomanip>
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 using namespace mapp::rt;
@@ -183,6 +185,89 @@ std::vector<int> mapp::rt::lostRanksIn(const std::string &text) {
   return out;
 }
 
+std::vector<int> mapp::rt::stageLayerCounts(const Plan &plan) {
+  std::vector<std::set<int>> layers(plan.pp);
+  static const std::regex re(R"(^layers\.([0-9]+)\.)");
+  for (const Program &p : plan.programs)
+    if (p.pp >= 0 && p.pp < plan.pp)
+      for (const Value &v : p.values) {
+        std::smatch m;
+        if (v.kind == ValueKind::Param && std::regex_search(v.name, m, re))
+          layers[p.pp].insert(std::stoi(m[1].str()));
+      }
+  std::vector<int> out;
+  for (const auto &s : layers)
+    out.push_back(static_cast<int>(s.size()));
+  return out;
+}
+
+Rebalancer::Rebalancer(std::vector<std::vector<int>> partitions, int current,
+                       int pp, int tp, int dp, double minGain, double persist)
+    : parts_(std::move(partitions)), current_(current), pp_(pp), tp_(tp),
+      dp_(dp), minGain_(minGain), persist_(persist) {}
+
+void Rebalancer::addStep(const std::vector<double> &rankSeconds) {
+  std::vector<double> stage(pp_, 0.0);
+  for (size_t r = 0; r < rankSeconds.size(); ++r) {
+    int s = static_cast<int>(r) / (tp_ * dp_); // Megatron order
+    if (s < pp_)
+      stage[s] = std::max(stage[s], rankSeconds[r]);
+  }
+  stageTimes_.push_back(stage);
+}
+
+int Rebalancer::decide(std::string *evidence) {
+  const std::vector<int> &now = parts_[current_];
+  auto predict = [&](const std::vector<double> &t, const std::vector<int> &m) {
+    double worst = 0;
+    for (int s = 0; s < pp_; ++s)
+      worst = std::max(worst, t[s] / std::max(now[s], 1) * m[s]);
+    return worst;
+  };
+  std::vector<int> votes(parts_.size(), 0);
+  std::vector<std::vector<double>> gains(parts_.size());
+  for (const auto &t : stageTimes_) {
+    size_t best = current_;
+    for (size_t c = 0; c < parts_.size(); ++c) {
+      gains[c].push_back(predict(t, now) / std::max(predict(t, parts_[c]), 1e-12));
+      if (predict(t, parts_[c]) < predict(t, parts_[best]))
+        best = c;
+    }
+    votes[best] += 1;
+  }
+  int pick = -1;
+  double gain = 1;
+  const size_t n = stageTimes_.size();
+  for (size_t c = 0; c < parts_.size(); ++c) {
+    if (static_cast<int>(c) == current_ || n == 0)
+      continue;
+    std::vector<double> g = gains[c];
+    std::nth_element(g.begin(), g.begin() + g.size() / 2, g.end());
+    double median = g[g.size() / 2];
+    if (votes[c] >= persist_ * n && median >= minGain_ && median > gain) {
+      pick = static_cast<int>(c);
+      gain = median;
+    }
+  }
+  if (evidence) {
+    std::vector<double> mean(pp_, 0.0);
+    for (const auto &t : stageTimes_)
+      for (int s = 0; s < pp_; ++s)
+        mean[s] += t[s] * 1e3 / std::max<size_t>(n, 1);
+    json e = {{"stage_ms", mean}, {"steps", n}, {"layers_now", now}};
+    if (pick >= 0) {
+      e["layers_next"] = parts_[pick];
+      e["predicted_gain"] = gain;
+      e["votes"] = votes[pick];
+    }
+    *evidence = e.dump();
+  }
+  stageTimes_.clear();
+  if (pick >= 0)
+    current_ = pick;
+  return pick;
+}
+
 namespace {
 json layoutJson(const ElasticLayout &l) {
   return {{"world", l.world}, {"tp", l.tp},         {"pp", l.pp},
@@ -270,6 +355,37 @@ bool ElasticJob::restartOn(const ElasticLayout &to, const char *decision,
   attempt_.stopAtSaveFrom =
       to.world < layouts_.front().world ? pendingReturnStep() : -1;
   return true;
+}
+
+void ElasticJob::repartition(const std::string &plan,
+                             const std::string &evidence) {
+  ElasticLayout to = describePlan(plan);
+  const ElasticLayout from = attempt_.layout;
+  ResumePoint rp = newestIntactCheckpoint(o_.saveDir);
+  json ev = json::parse(evidence, nullptr, false);
+  std::ostringstream line;
+  line << "repartition at " << fs::path(rp.folder).filename().string()
+       << ": stage times (ms)";
+  if (ev.is_object())
+    for (const json &t : ev["stage_ms"])
+      line << " " << std::fixed << std::setprecision(2) << t.get<double>();
+  line << "; layers " << ev.value("layers_now", json::array()).dump() << " -> "
+       << ev.value("layers_next", json::array()).dump() << ", predicted gain "
+       << std::setprecision(2) << ev.value("predicted_gain", 0.0) << "x ("
+       << to.plan << ", attempt " << attempt_.index + 2 << ")";
+  json j = {{"event", "elastic"},
+            {"decision", "repartition"},
+            {"attempt", attempt_.index + 1},
+            {"evidence", ev},
+            {"from", layoutJson(from)},
+            {"to", layoutJson(to)},
+            {"resume_step", rp.step},
+            {"resume_from", rp.folder}};
+  decide("repartition", line.str(), j.dump());
+  attempt_.index += 1;
+  attempt_.layout = to;
+  attempt_.resume = rp.folder;
+  attempt_.resumeStep = rp.step;
 }
 
 bool ElasticJob::next(const AttemptEnd &end) {

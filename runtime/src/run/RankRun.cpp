@@ -4,6 +4,7 @@
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Checkpoint.h"
 #include "mapp/rt/Dataset.h"
+#include "mapp/rt/Elastic.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Faults.h"
@@ -332,7 +333,12 @@ private:
       exec_->setInjectNan(o_.nanStep, o_.nanOp);
     Progress progress(o_.steps, lead_ && isatty(STDOUT_FILENO) != 0,
                       o_.quiet || !lead_);
+    std::unique_ptr<Rebalancer> rebalance;
+    if (sh_.partition >= 0)
+      rebalance = std::make_unique<Rebalancer>(sh_.partitions, sh_.partition,
+                                               plan_.pp, plan_.tp, plan_.dp);
     for (int64_t s = first; s < o_.steps; ++s) {
+      const uint64_t cpu0 = mapp::MappTraceWriter::threadCpuNs();
       if (scope_)
         scope_->beginStep(s);
       exec_->setSlowCompute(slowComputeFactor(o_.inject, rank_, s));
@@ -351,6 +357,13 @@ private:
         failNonFinite(*exec_, r, batches);
       }
       reportSwitches(*exec_, rank_, o_.quiet);
+      if (rebalance) { // every rank's compute time of the step, to all
+        std::vector<double> t(plan_.worldSize, 0.0);
+        t[rank_] = (mapp::MappTraceWriter::threadCpuNs() - cpu0) * 1e-9;
+        comm_->allReduce(t.data(), plan_.worldSize, ReduceOp::Sum,
+                         comm_->group(Group::World));
+        rebalance->addStep(t);
+      }
       if (live_)
         live_->afterStep(r.step);
       double ms = std::chrono::duration<double, std::milli>(
@@ -380,6 +393,19 @@ private:
                        "mapp-run: stop signal: saved step %lld, exiting\n",
                        static_cast<long long>(exec_->stepsDone()));
         break;
+      }
+      // Re-partitioning: decided alike on every rank from the same times.
+      if (rebalance && control.lastSaved() == exec_->stepsDone() &&
+          s + 1 < o_.steps) {
+        std::string evidence;
+        int to = rebalance->decide(&evidence);
+        if (to >= 0) {
+          if (lead_) {
+            sh_.switchTo = to;
+            sh_.switchEvidence = evidence;
+          }
+          break;
+        }
       }
       // Elastic grow: ranks came back; this layout ends at a checkpoint.
       if (o_.stopAtSaveFrom >= 0 && control.lastSaved() == exec_->stepsDone() &&

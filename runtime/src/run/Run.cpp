@@ -232,6 +232,25 @@ int runElasticThreads(const RunOptions &o) {
   eo.steps = o.steps;
   eo.maxRestarts = o.elasticMaxRestarts;
   ElasticJob job(eo);
+  // Other stage partitions of the job's own layout (docs/elastic.md).
+  std::vector<std::string> partPlans;
+  std::vector<std::vector<int>> partitions;
+  if (!o.repartitionPlans.empty()) {
+    partPlans.push_back(o.plan);
+    partPlans.insert(partPlans.end(), o.repartitionPlans.begin(),
+                     o.repartitionPlans.end());
+    std::vector<ElasticLayout> ls = elasticLayouts(partPlans);
+    for (size_t i = 0; i < partPlans.size(); ++i) {
+      if (ls[i].tp != ls[0].tp || ls[i].pp != ls[0].pp || ls[i].dp != ls[0].dp)
+        fail("--repartition-plan '", partPlans[i], "' is ", ls[i].text(),
+             ", the job's plan ", ls[0].text(),
+             ": a re-partition keeps the layout and moves layers between "
+             "stages");
+      if (ls[i].pp < 2)
+        fail("--repartition-plan needs a pipeline (pp >= 2)");
+      partitions.push_back(stageLayerCounts(loadPlan(partPlans[i])));
+    }
+  }
   while (true) {
     const ElasticAttempt &a = job.attempt();
     RunOptions ao = o;
@@ -250,6 +269,11 @@ int runElasticThreads(const RunOptions &o) {
     Plan plan = loadPlan(ao.plan);
     checkInjections(ao, plan);
     RunShared sh{ao, plan, {}, false, o.threads};
+    auto part = std::find(partPlans.begin(), partPlans.end(), a.layout.plan);
+    if (part != partPlans.end()) {
+      sh.partitions = partitions;
+      sh.partition = static_cast<int>(part - partPlans.begin());
+    }
     ThreadsEnd end;
     int status = plan.worldSize == 1 ? (runRank(sh, createLocalComm()), 0)
                                      : runRankThreads(sh, &end);
@@ -262,6 +286,10 @@ int runElasticThreads(const RunOptions &o) {
         if (i.kind == Injection::RankCrash && i.toStep >= 0 &&
             std::count(end.crashed.begin(), end.crashed.end(), i.rank))
           job.ranksReturnAt(i.toStep, 1);
+    if (status == 0 && sh.switchTo >= 0) {
+      job.repartition(partPlans[sh.switchTo], sh.switchEvidence);
+      continue;
+    }
     if (!job.next(ae))
       return job.exitStatus();
   }

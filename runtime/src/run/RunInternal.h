@@ -27,6 +27,12 @@ struct RunShared {
   bool haveTokens = false;
   int threadsPerRank = 0;
   std::string runId = mapp::newRunId(); // docs/trace-format.md
+  // Re-partitioning (--elastic --repartition-plan): the layer counts per
+  // stage of each partition, the running one; rank 0 reports a switch.
+  std::vector<std::vector<int>> partitions = {};
+  int partition = -1;
+  int switchTo = -1;
+  std::string switchEvidence = {};
 };
 
 /// One rank's whole run: executor, data, steps, outputs (rank 0 prints and

@@ -74,6 +74,37 @@ void trimJsonlSteps(const std::string &path, int64_t step);
 /// answer", mpirun's "process rank R ... exited on signal". Sorted, unique.
 std::vector<int> lostRanksIn(const std::string &text);
 
+struct Plan;
+
+/// Layers (`layers.N.*` parameters) held by each pipeline stage of `plan`.
+std::vector<int> stageLayerCounts(const Plan &plan);
+
+/// Re-partitioning (docs/elastic.md): every rank feeds it each step's
+/// compute time of every rank (thread CPU time, all-reduced), and at a
+/// checkpoint it says whether another of the given partitions of the same
+/// layout would be faster. Per step, the stage time is its slowest rank's,
+/// a layer of stage s costs T_s / n_s (n_s its layers now), and a partition
+/// m is predicted to take max_s T_s / n_s * m_s. It switches only to the
+/// partition that was best in at least `persist` of the window's steps with
+/// a median predicted gain of at least `minGain`: a straggler that comes and
+/// goes every step moves nothing; one that ends moves the layers back.
+class Rebalancer {
+public:
+  Rebalancer(std::vector<std::vector<int>> partitions, int current, int pp,
+             int tp, int dp, double minGain = 1.15, double persist = 0.8);
+  /// Compute seconds of every rank in one step (world entries).
+  void addStep(const std::vector<double> &rankSeconds);
+  /// At a checkpoint: the partition to switch to (-1: stay); the window is
+  /// cleared. `evidence` receives the measured stage times and the gain.
+  int decide(std::string *evidence);
+
+private:
+  std::vector<std::vector<int>> parts_;
+  int current_, pp_, tp_, dp_;
+  double minGain_, persist_;
+  std::vector<std::vector<double>> stageTimes_; // per step, per stage
+};
+
 /// How one attempt is to run.
 struct ElasticAttempt {
   int index = 0; // 0 = the first
@@ -111,6 +142,9 @@ public:
   /// Decides after an attempt; true: run attempt() (the next one), false:
   /// the job is over with exitStatus().
   bool next(const AttemptEnd &end);
+  /// The attempt ended at a checkpoint to switch to `plan` (the same layout,
+  /// other stages): restart on it from that checkpoint.
+  void repartition(const std::string &plan, const std::string &evidence);
   int exitStatus() const { return exitStatus_; }
 
 private:

@@ -60,6 +60,7 @@ struct RunOptions {
   int elasticMaxRestarts = 8;
   int elasticAttempt = 0;     // > 0: a restart (outputs appended, crashes done)
   int64_t stopAtSaveFrom = -1; // stop after the first save at >= this step
+  std::vector<std::string> repartitionPlans; // other stage partitions
 
   // MegaDPP.
   std::string schedule; // "" = the plan's; static | adaptive
