@@ -427,7 +427,9 @@ TRANSLATE = tool("MAPP_TRANSLATE", "mapp-translate")
 def gpt16(tmp_path_factory):
     """A 16-layer GPT (vocabulary 64) compiled for pp=4 three ways: the even
     cut and two with 2 layers on stage 1 or 2 (stage-layers=), and a corpus
-    of digits (byte ids < 64)."""
+    of digits (byte ids < 64). The uneven cuts are far enough from the even
+    one (6 layers on a stage) that each way's predicted gain stands clear
+    of the 1.15x threshold despite the stages' fixed costs."""
     if MAPP_OPT is None or TRANSLATE is None:
         pytest.skip("mapp-opt / mapp-translate not built")
     d = tmp_path_factory.mktemp("gpt16")
@@ -436,7 +438,7 @@ def gpt16(tmp_path_factory):
         ["python3", REPO / "test/Transforms/Parallel/Inputs/gen_gpt.py", "16"],
         capture_output=True, text=True, check=True).stdout)
     plans = {}
-    for name, layers in (("even", ""), ("off1", "5,2,5,4"), ("off2", "5,5,2,4")):
+    for name, layers in (("even", ""), ("off1", "6,2,4,4"), ("off2", "4,6,2,4")):
         opts = "pp=4 microbatches=4 optimizer=adamw lr=0.01"
         opts += f" stage-layers={layers}" if layers else ""
         run([MAPP_OPT, model, f"--mapp-train-pipeline={opts}", "-o", d / f"{name}.mlir"])
@@ -469,10 +471,11 @@ def test_resume_pp4_middle_stages(tmp_path, gpt16):
 
 def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     """pp=4, 16 layers; rank 1 (stage 1) twice as slow in steps 10-59: at
-    checkpoint 20 the job moves to 5,2,5,4 layers (the stage times of steps
-    10-19 predict 1.6x), stays while the fault lasts, and at checkpoint 70
-    (steps 60-69 clean) moves back to 4,4,4,4. Every step once; the losses
-    those of the run without faults (1e-5)."""
+    checkpoint 20 the job moves to 6,2,4,4 layers (the stage times of steps
+    10-19 predict 8/6 = 1.33x without fixed costs), stays while the fault
+    lasts, and at checkpoint 70 (steps 60-69 clean) moves back to 4,4,4,4
+    (6/4). Every step once; the losses those of the run without faults
+    (1e-5)."""
     plans, corpus = gpt16
     mon, m = tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
     r = run([MAPP_RUN, *gpt_args(plans, corpus, 80, m, [
@@ -482,9 +485,9 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
         "--monitor", mon])])
     ds = [d for d in decisions(mon)]
     assert [(d["decision"], d["resume_step"], d["evidence"]["layers_next"])
-            for d in ds] == [("repartition", 20, [5, 2, 5, 4]),
+            for d in ds] == [("repartition", 20, [6, 2, 4, 4]),
                              ("repartition", 70, [4, 4, 4, 4])], r.stderr
-    assert ds[0]["evidence"]["predicted_gain"] >= 1.3
+    assert ds[0]["evidence"]["predicted_gain"] >= 1.15
     assert "elastic: repartition at step-00000020" in r.stderr
     got = jsonl(m)
     assert [x["step"] for x in got] == list(range(80))

@@ -11,6 +11,8 @@
 //          newest intact checkpoint (a damaged one is set aside, named) -> RUN
 //   RUN (shrunk) --ranks returned, checkpoint saved at or after it--> GROW:
 //          the largest layout that fits again, from that checkpoint -> RUN
+//   RUN --a checkpoint where another partition of the stages wins--->
+//          REPARTITION: the same layout, layers moved (Rebalancer) -> RUN
 //   any other failure, no layout fits, too many restarts -------> FAILED
 //
 // Layouts are plans the user compiled (the runtime never compiles); every
