@@ -518,4 +518,24 @@ def test_repartition_plan_of_another_layout_refused(tmp_path, gpt16, plans):
         "--save-dir", tmp_path / "ck", "--elastic",
         "--repartition-plan", plans["p8"]])], check=False)
     assert r.returncode == 1
-    assert "--elastic" in r.stderr or "repartition" in r.stderr, r.stderr
+    assert "a re-partition keeps the layout and moves layers between stages" \
+        in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command,message", [
+    (["mpirun", "-np", "2", "true"], "the command runs no mapp-run"),
+    (["mpirun", "MAPP_RUN", "p.mplan", "--save-dir", "d"], "no -np N before mapp-run"),
+    (["mpirun", "-np", "2", "MAPP_RUN", "--save-dir", "d"], "no plan (a *.mplan argument) after mapp-run"),
+    (["mpirun", "-np", "2", "MAPP_RUN", "PLAN"], "needs --save-dir DIR"),
+    (["mpirun", "-np", "2", "MAPP_RUN", "PLAN", "--save-dir", "d", "--resume", "d"],
+     "leave --resume out of the mapp-run command"),
+])
+def test_launch_bad_commands(tmp_path, plans, command, message):
+    if MAPP_LAUNCH is None:
+        pytest.skip("mapp-launch not built")
+    cmd = [MAPP_RUN if c == "MAPP_RUN" else plans["p8"] if c == "PLAN" else c
+           for c in command]
+    r = run([MAPP_LAUNCH, "--elastic", "--", *cmd], check=False)
+    assert r.returncode == 1 and message in r.stderr, r.stderr
+    r = run([MAPP_LAUNCH, "--", *cmd], check=False)
+    assert r.returncode == 2 and "give --elastic" in r.stderr
