@@ -233,7 +233,8 @@ def test_damaged_newest_checkpoint_falls_back(tmp_path, plans):
 
 @pytest.mark.parametrize("flags,message", [
     (["--elastic"], "--elastic needs --save-dir DIR"),
-    (["--elastic-plan", "x.mplan"], "--elastic-plan and --elastic-max-restarts need --elastic"),
+    (["--elastic-plan", "x.mplan"], "--elastic-plan, --elastic-max-restarts and --repartition-plan need --elastic"),
+    (["--repartition-plan", "x.mplan"], "--repartition-plan need --elastic"),
     (["--inject", "rank-crash:rank=1"], "rank-crash needs at-step="),
     (["--inject", "rank-crash:rank=1,at-step=3,back-at-step=2"],
      "back-at-step (2) must be greater than at-step (3)"),
