@@ -12,6 +12,15 @@
 using namespace mapp::scan;
 using json = nlohmann::json;
 
+int mapp::scan::SimConfig::firstLayer(int vs) const {
+  if (stageLayers.empty())
+    return vs * (layers / (pp * chunks));
+  int first = 0;
+  for (int k = 0; k < vs; ++k)
+    first += stageLayers[k];
+  return first;
+}
+
 bool mapp::scan::parseFault(const std::string &s, int world, Fault &f,
                             std::string *error) {
   auto fail = [&](const std::string &m) {
@@ -108,6 +117,7 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
                                               "steps",
                                               "chunks",
                                               "layers",
+                                              "stage_layers",
                                               "schedule",
                                               "layer_forward_us",
                                               "layer_forward_flops",
@@ -147,6 +157,7 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
     c.steps = j.value("steps", 1);
     c.chunks = j.value("chunks", 1);
     c.layers = j.value("layers", c.pp * c.chunks);
+    c.stageLayers = j.value("stage_layers", std::vector<int>{});
     c.schedule = j.value("schedule", std::string("1f1b"));
     c.layerForwardUs = j.value("layer_forward_us", 0.0);
     c.layerForwardFlops = j.value("layer_forward_flops", 0.0);
@@ -201,8 +212,18 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
     return bad("1f1b runs one chunk per stage; use interleaved for chunks > 1");
   if (c.schedule == "interleaved" && c.microbatches % c.pp)
     return bad("interleaved needs microbatches divisible by pp");
-  if (c.layers % (c.pp * c.chunks))
-    return bad("layers must be divisible by pp*chunks");
+  if (!c.stageLayers.empty()) {
+    int sum = 0;
+    for (int n : c.stageLayers) {
+      if (n < 1)
+        return bad("every stage_layers entry must be >= 1");
+      sum += n;
+    }
+    if ((int)c.stageLayers.size() != c.pp * c.chunks || sum != c.layers)
+      return bad("stage_layers needs pp*chunks entries summing to layers");
+  } else if (c.layers % (c.pp * c.chunks)) {
+    return bad("layers must be divisible by pp*chunks (or give stage_layers)");
+  }
   if (c.layerForwardUs <= 0 &&
       (c.layerForwardFlops <= 0 || c.deviceTflops <= 0))
     return bad("give layer_forward_us, or layer_forward_flops and "
@@ -446,7 +467,7 @@ struct Builder {
   void taskOps(int r, int step, int chunk, int mb, bool fwd) {
     int t = r % c.tp, d = (r / c.tp) % c.dp, s = r / (c.tp * c.dp);
     int V = c.pp * c.chunks, vs = chunk * c.pp + s;
-    int lv = c.layers / V;
+    const int l0 = c.firstLayer(vs), l1 = c.firstLayer(vs + 1);
     int prev = rankOf(t, d, (s + c.pp - 1) % c.pp);
     int next = rankOf(t, d, (s + 1) % c.pp);
     int64_t M = c.microbatches;
@@ -464,7 +485,7 @@ struct Builder {
         p2p(r, base("recv.fwd", Cat::Comm, step, mb, -1, chunk), false, prev,
             (2 * vs) * M + mb);
       }
-      for (int l = vs * lv; l < (vs + 1) * lv; ++l) {
+      for (int l = l0; l < l1; ++l) {
         compute(r, base("fwd.attn", Cat::Compute, step, mb, l, chunk),
                 0.4 * lf);
         if (tpg >= 0)
@@ -491,7 +512,7 @@ struct Builder {
       p2p(r, base("recv.bwd", Cat::Comm, step, mb, -1, chunk), false, next,
           (2 * vs + 1) * M + mb);
     double bf = c.backwardFactor * lf;
-    for (int l = (vs + 1) * lv - 1; l >= vs * lv; --l) {
+    for (int l = l1 - 1; l >= l0; --l) {
       if (c.moeExperts > 0)
         experts(r, step, mb, l, chunk, false);
       compute(r, base("bwd.mlp", Cat::Compute, step, mb, l, chunk), 0.6 * bf);
@@ -503,7 +524,7 @@ struct Builder {
         coll(r, base("bwd.attn.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
              c.tpAllreduceBytes);
       if (c.overlapGradReduce && c.dp > 1 && mb == M - 1)
-        gradBucket(r, step, chunk, l, lv);
+        gradBucket(r, step, chunk, l, l1 - l0);
     }
     if (vs != 0)
       p2p(r, base("send.bwd", Cat::Comm, step, mb, -1, chunk), true, prev,

@@ -146,7 +146,9 @@ CONFIGS = [(tp, pp, dp, 1, "") for tp in (1, 2) for pp in (1, 2) for dp in (1, 2
            # MegaDPP compiler schedules: split backward (Bi/W blocks, the dp
            # grad_sync moved into W) and breadth-first chunks.
            (2, 2, 1, 1, "schedule=zb-h1"), (1, 2, 2, 1, "schedule=zb-h1"),
-           (1, 2, 1, 2, "schedule=bfc"), (1, 2, 1, 2, "schedule=adaptive")]
+           (1, 2, 1, 2, "schedule=bfc"), (1, 2, 1, 2, "schedule=adaptive"),
+           # Uneven stages (docs/elastic.md): layers moved off a stage.
+           (1, 2, 1, 1, "stage-layers=1,3"), (2, 2, 1, 1, "stage-weights=1,3")]
 MPI_CONFIGS = [(2, 1, 1, 1, ""), (1, 2, 2, 1, ""), (2, 2, 2, 2, ""),
                (2, 2, 2, 1, "zero1=true")]
 
@@ -175,6 +177,29 @@ def test_local_matches_single_rank(setup, tmp_path, tp, pp, dp, chunks, extra):
     got = train(plan, tmp_path, tp * pp * dp, "local", weights)
     worst = check(ref, got, dp, micro)
     print(f"tp{tp} pp{pp} dp{dp} chunks{chunks} {extra}: worst relative loss difference {worst:.2e}")
+
+
+def test_resume_into_uneven_stages(setup, tmp_path):
+    """The re-partitioning switch: 10 steps on the even pp=2 cut (2 | 2),
+    checkpoint, resume on 3 | 1 (stage-layers): the checkpoint's tensors
+    are re-cut onto the new stages and the run matches the reference."""
+    d, model, weights, ref, opt = setup
+    even, micro = layout_plan(tmp_path, model, 1, 2, 1, 1, "")
+    uneven = to_plan(tmp_path, model, [
+        f"--mapp-train-pipeline=pp=2 microbatches={micro} {opt} "
+        "stage-layers=3,1"], "uneven")
+    common = ["--data", CORPUS, "--tokenizer", "bytes", "--seed", 11,
+              "--quiet", "--comm=local", "--threads", 1]
+    ck, m1, m2 = tmp_path / "ck", tmp_path / "m1.jsonl", tmp_path / "m2.jsonl"
+    run([tool("mapp-run"), even, *common, "--steps", 10, "--weights", weights,
+         "--save-dir", ck, "--metrics", m1])
+    run([tool("mapp-run"), uneven, *common, "--steps", STEPS, "--resume", ck,
+         "--metrics", m2])
+    got = [json.loads(l) for l in m1.read_text().splitlines()] + \
+        [json.loads(l) for l in m2.read_text().splitlines()]
+    assert [x["step"] for x in got] == list(range(STEPS))
+    for x, y in zip(got, ref[0]):
+        assert rel(x["loss"], y["loss"]) <= TOLERANCE, (x, y)
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun")

@@ -55,9 +55,26 @@ const char *kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                                link-bandwidth:src=A,dst=B,gbps=G
                                monitor-silence:rank=R (--monitor testing)
                                stop:rank=R (SIGSTOP at from-step; mpi)
+                               rank-crash:rank=R,at-step=K[,back-at-step=L]
+                               (dies at step K: SIGKILL / thread as if killed)
                              each with optional ,from-step=K,to-step=L
                              (active in steps K <= step < L); a link fault
                              delays the transfer, not the sender
+  --elastic                  rank threads: when a rank dies, restart on the
+                             largest --elastic-plan layout that fits the ranks
+                             left, from the newest intact checkpoint; grow
+                             back at a checkpoint when ranks return (needs
+                             --save-dir; docs/elastic.md)
+  --elastic-plan PLAN        a layout --elastic may switch to (repeatable;
+                             the same global batch as the job's plan)
+  --elastic-max-restarts N   give up after N restarts (default 8)
+  --repartition-plan PLAN    --elastic: another stage partition of the job's
+                             layout (compiled with stage-layers=); at each
+                             checkpoint the job switches to the one measured
+                             stage times predict >= 1.15x faster in >= 80% of
+                             the steps since (repeatable; docs/elastic.md)
+  --elastic-attempt K        set by mapp-launch --elastic on its restarts:
+                             outputs are appended, rank-crash faults done
   --schedule static|adaptive MegaDPP task scheduler (default: adaptive for
                              plans compiled with schedule=adaptive, else
                              static = the plan's table in order)
@@ -239,6 +256,10 @@ RunOptions parseArgs(int argc, char **argv) {
       o.nanCheck = true;
       continue;
     }
+    if (a == "--elastic") {
+      o.elastic = true;
+      continue;
+    }
     if (a == "--save-dir-overwrite") {
       o.ckpt.overwrite = true;
       continue;
@@ -274,7 +295,9 @@ RunOptions parseArgs(int argc, char **argv) {
                  flag == "--max-new-tokens" || flag == "--temperature" ||
                  flag == "--top-k" || flag == "--save-every" ||
                  flag == "--save-interval-s" || flag == "--save-keep" ||
-                 flag == "--hf-vocab-size" || flag == "--monitor-every";
+                 flag == "--hf-vocab-size" || flag == "--monitor-every" ||
+                 flag == "--elastic-plan" || flag == "--elastic-max-restarts" ||
+                 flag == "--elastic-attempt" || flag == "--repartition-plan";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
@@ -310,6 +333,14 @@ RunOptions parseArgs(int argc, char **argv) {
       o.ckpt.intervalS = static_cast<double>(parseInt(flag, value, 1));
     else if (flag == "--save-keep")
       o.ckpt.keep = static_cast<int>(parseInt(flag, value, 0, 1 << 20));
+    else if (flag == "--elastic-plan")
+      o.elasticPlans.push_back(value);
+    else if (flag == "--repartition-plan")
+      o.repartitionPlans.push_back(value);
+    else if (flag == "--elastic-max-restarts")
+      o.elasticMaxRestarts = static_cast<int>(parseInt(flag, value, 0, 1000));
+    else if (flag == "--elastic-attempt")
+      o.elasticAttempt = static_cast<int>(parseInt(flag, value, 0, 1000000));
     else if (flag == "--monitor-every")
       o.monitorEvery = static_cast<int>(parseInt(flag, value, 1, 64));
     else if (flag == "--hf-vocab-size")
@@ -382,6 +413,18 @@ RunOptions parseArgs(int argc, char **argv) {
                " needs --monitor FILE");
   if (!o.monitor.empty() && o.generate)
     usageError("--monitor is for training, not --generate");
+  if (o.elastic && o.ckpt.saveDir.empty())
+    usageError("--elastic needs --save-dir DIR (a restart resumes from its "
+               "newest checkpoint)");
+  if (!o.elastic && (!o.elasticPlans.empty() || o.elasticMaxRestarts != 8 ||
+                     !o.repartitionPlans.empty()))
+    usageError("--elastic-plan, --elastic-max-restarts and --repartition-plan "
+               "need --elastic");
+  if (o.elastic && (o.generate || !o.patch.empty()))
+    usageError("--elastic is for training");
+  if (o.elastic && !o.ckpt.resume.empty())
+    usageError("--elastic starts fresh; its restarts resume by themselves "
+               "(leave out --resume)");
   if (coordinator != "on" && coordinator != "off")
     usageError("--coordinator must be on or off, got '" + coordinator + "'");
   o.coordinator = coordinator == "on";

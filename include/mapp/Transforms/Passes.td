@@ -316,12 +316,24 @@ def MappPipelinePartition : Pass<"mapp-pipeline-partition", "::mlir::ModuleOp"> 
     embeddings) get `mapp.pp_stages`. The module gets `mapp.pp` and
     `mapp.chunks`. With pp·chunks = 1 only those attributes are set.
     More virtual stages than layers is an error.
+
+    Uneven stages (docs/elastic.md, "Re-partitioning"): `stage-layers=7,9,8,8`
+    gives each virtual stage's layer count (pp·chunks entries, in virtual
+    stage order, each ≥ 1, summing to the model's layers); `stage-weights=
+    1,2,1,1` gives each pipeline stage's time per FLOP relative to the others
+    (pp entries > 0, e.g. measured step time ÷ FLOPs: a stage twice as slow
+    has weight 2) and the partition minimizes the most expensive weighted
+    virtual stage. Not both.
   }];
   let dependentDialects = ["::mapp::MappDialect", "::mlir::func::FuncDialect"];
   let options = [
     Option<"pp", "pp", "int64_t", "1", "Pipeline stages">,
     Option<"chunks", "chunks", "int64_t", "1",
            "Virtual chunks per stage (interleaved schedules)">,
+    ListOption<"stageLayers", "stage-layers", "int64_t",
+               "Layers of each virtual stage (pp*chunks entries)">,
+    ListOption<"stageWeights", "stage-weights", "double",
+               "Relative time per FLOP of each pipeline stage (pp entries)">,
   ];
 }
 

@@ -9,7 +9,9 @@
 // layer (final norm, LM head, loss). Units are grouped into pp·chunks
 // contiguous virtual stages minimizing the most expensive one (FLOPs from
 // the cost interface); virtual stage k runs on stage k mod pp as chunk
-// k / pp (Megatron's interleaved assignment).
+// k / pp (Megatron's interleaved assignment). stage-layers fixes the
+// groups; stage-weights scales each stage's FLOPs by its measured slowness
+// before the same minimization (uneven stages away from a slow rank).
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/ParallelAttrs.h"
 #include "mapp/Transforms/Passes.h"
@@ -155,37 +157,76 @@ struct PipelinePartitionPass
         if (auto cost = dyn_cast<CostOpInterface>(ops[i]))
           unitCost[u] += cost.getFlops();
 
-    // Linear partition minimizing the largest group: best[k][n] = the
-    // smallest max over k groups of the first n units.
     SmallVector<double> prefix{0};
     for (double c : unitCost)
       prefix.push_back(prefix.back() + c);
-    const double inf = std::numeric_limits<double>::infinity();
-    std::vector<std::vector<double>> best(
-        stages + 1, std::vector<double>(numLayers + 1, inf));
-    std::vector<std::vector<int64_t>> cut(
-        stages + 1, std::vector<int64_t>(numLayers + 1, 0));
-    best[0][0] = 0;
-    for (int64_t k = 1; k <= stages; ++k)
-      for (int64_t n = k; n <= numLayers; ++n)
-        for (int64_t j = k - 1; j < n; ++j) {
-          double v = std::max(best[k - 1][j], prefix[n] - prefix[j]);
-          // Ties go to the later cut: earlier stages get fewer layers, as
-          // the last one also holds the head and loss.
-          if (v <= best[k][n]) {
-            best[k][n] = v;
-            cut[k][n] = j;
-          }
+    // Time per FLOP of virtual stage k's pipeline stage (1: even stages).
+    SmallVector<double> weight(pp, 1.0);
+    if (!stageWeights.empty()) {
+      if (!stageLayers.empty())
+        return fn.emitError("mapp-pipeline-partition: give stage-layers or "
+                            "stage-weights, not both");
+      if ((int64_t)stageWeights.size() != pp)
+        return fn.emitError("mapp-pipeline-partition: stage-weights has ")
+               << stageWeights.size() << " entries, pp=" << pp.getValue()
+               << " needs one per pipeline stage";
+      for (auto [s, w] : llvm::enumerate(stageWeights)) {
+        if (!(w > 0) || !std::isfinite(w)) {
+          char text[32];
+          std::snprintf(text, sizeof text, "%g", w);
+          return fn.emitError("mapp-pipeline-partition: stage-weights entry ")
+                 << s << " is " << text << ", must be a finite number > 0";
         }
+        weight[s] = w;
+      }
+    }
     SmallVector<int64_t> bounds(stages + 1); // units [bounds[k], bounds[k+1])
-    bounds[stages] = numLayers;
-    for (int64_t k = stages; k > 0; --k)
-      bounds[k - 1] = cut[k][bounds[k]];
+    if (!stageLayers.empty()) {
+      if ((int64_t)stageLayers.size() != stages)
+        return fn.emitError("mapp-pipeline-partition: stage-layers has ")
+               << stageLayers.size() << " entries, pp=" << pp.getValue()
+               << " x chunks=" << chunks.getValue() << " needs " << stages;
+      int64_t sum = 0;
+      for (auto [k, n] : llvm::enumerate(stageLayers)) {
+        if (n < 1)
+          return fn.emitError("mapp-pipeline-partition: stage-layers entry ")
+                 << k << " is " << n << ", every stage needs a layer";
+        sum += n;
+        bounds[k + 1] = sum;
+      }
+      if (sum != numLayers)
+        return fn.emitError("mapp-pipeline-partition: stage-layers sums to ")
+               << sum << " layers, the model has " << numLayers;
+    } else {
+      // Linear partition minimizing the largest weighted group: best[k][n]
+      // = the smallest max over k groups of the first n units.
+      const double inf = std::numeric_limits<double>::infinity();
+      std::vector<std::vector<double>> best(
+          stages + 1, std::vector<double>(numLayers + 1, inf));
+      std::vector<std::vector<int64_t>> cut(
+          stages + 1, std::vector<int64_t>(numLayers + 1, 0));
+      best[0][0] = 0;
+      for (int64_t k = 1; k <= stages; ++k)
+        for (int64_t n = k; n <= numLayers; ++n)
+          for (int64_t j = k - 1; j < n; ++j) {
+            double v = std::max(best[k - 1][j],
+                                weight[(k - 1) % pp] * (prefix[n] - prefix[j]));
+            // Ties go to the later cut: earlier stages get fewer layers, as
+            // the last one also holds the head and loss.
+            if (v <= best[k][n]) {
+              best[k][n] = v;
+              cut[k][n] = j;
+            }
+          }
+      bounds[stages] = numLayers;
+      for (int64_t k = stages; k > 0; --k)
+        bounds[k - 1] = cut[k][bounds[k]];
+    }
 
     SmallVector<double> vcost(stages, 0), stageCost(pp, 0);
     for (int64_t k = 0; k < stages; ++k) {
       vcost[k] = prefix[bounds[k + 1]] - prefix[bounds[k]];
-      stageCost[k % pp] += vcost[k];
+      stageCost[k % pp] += weight[k % pp] * vcost[k];
     }
     reportBalance(fn, bounds, vcost, stageCost);
 
@@ -217,7 +258,8 @@ struct PipelinePartitionPass
       os << " [stage " << k % pp << " chunk " << k / pp << ": layers "
          << bounds[k] << "-" << bounds[k + 1] - 1 << ", "
          << llvm::format("%.0f", vcost[k]) << " FLOPs]";
-    os << "; per-stage FLOPs";
+    os << (stageWeights.empty() ? "; per-stage FLOPs"
+                                : "; per-stage weighted FLOPs");
     for (double c : stageCost)
       os << " " << llvm::format("%.0f", c);
     os << "; imbalance (max/mean) "

@@ -24,6 +24,12 @@ struct TrainPipelineOptions
   Option<int64_t> chunks{*this, "chunks",
                          llvm::cl::desc("Virtual chunks per pipeline stage"),
                          llvm::cl::init(1)};
+  ListOption<int64_t> stageLayers{
+      *this, "stage-layers",
+      llvm::cl::desc("Layers of each virtual pipeline stage (uneven stages)")};
+  ListOption<double> stageWeights{
+      *this, "stage-weights",
+      llvm::cl::desc("Relative time per FLOP of each pipeline stage")};
   Option<int64_t> dp{*this, "dp", llvm::cl::desc("Data-parallel degree"),
                      llvm::cl::init(1)};
   Option<int64_t> ep{*this, "ep",
@@ -116,6 +122,8 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   mapp::MappPipelinePartitionOptions ppOpts;
   ppOpts.pp = o.pp;
   ppOpts.chunks = o.chunks;
+  ppOpts.stageLayers = o.stageLayers;
+  ppOpts.stageWeights = o.stageWeights;
   pm.addPass(mapp::createMappPipelinePartition(ppOpts));
 
   // Gradients accumulate over microbatches: seeding d(loss) with 1/m makes

@@ -24,6 +24,9 @@ void mapp::rt::installStopSignals() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // mpirun forwards SIGUSR1 to every rank (it ends the job on SIGTERM):
+  // mapp-launch --elastic asks a running job to checkpoint and stop by it.
+  sigaction(SIGUSR1, &sa, nullptr);
 }
 
 bool mapp::rt::stopRequested() { return gStop.load(); }

@@ -25,10 +25,12 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
     in.kind = Injection::MonitorSilence;
   else if (kind == "stop")
     in.kind = Injection::Stop;
+  else if (kind == "rank-crash")
+    in.kind = Injection::RankCrash;
   else
     fail("--inject '", spec,
          "': unknown fault (slow-compute, link-delay, link-bandwidth, "
-         "monitor-silence, stop)");
+         "monitor-silence, stop, rank-crash)");
   std::map<std::string, std::string> kv;
   if (colon != std::string::npos) {
     std::string rest = spec.substr(colon + 1);
@@ -84,6 +86,19 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
   case Injection::Stop:
     in.rank = static_cast<int>(num("rank", 0, true));
     break;
+  case Injection::RankCrash:
+    in.rank = static_cast<int>(num("rank", 0, true));
+    in.fromStep = static_cast<int64_t>(num("at-step", 0, true));
+    if (kv.count("back-at-step")) {
+      in.toStep = static_cast<int64_t>(num("back-at-step", 0, true));
+      if (in.toStep <= in.fromStep)
+        fail("--inject '", spec, "': back-at-step (", in.toStep,
+             ") must be greater than at-step (", in.fromStep, ")");
+    }
+    if (kv.count("from-step") || kv.count("to-step"))
+      fail("--inject '", spec, "': rank-crash takes at-step= and "
+           "back-at-step=, not from-step/to-step");
+    break;
   }
   if (kv.count("from-step"))
     in.fromStep = static_cast<int64_t>(num("from-step", 0, true));
@@ -102,9 +117,12 @@ Injection mapp::rt::parseInjection(const std::string &spec) {
          in.kind == Injection::SlowCompute      ? "rank, factor"
          : in.kind == Injection::MonitorSilence ? "rank"
          : in.kind == Injection::Stop           ? "rank"
+         : in.kind == Injection::RankCrash      ? "rank, at-step, back-at-step"
          : in.kind == Injection::LinkDelay      ? "src, dst, us"
                                                 : "src, dst, gbps",
-         in.kind == Injection::Stop ? ", from-step)" : ", from-step, to-step)");
+         in.kind == Injection::Stop        ? ", from-step)"
+         : in.kind == Injection::RankCrash ? ")"
+                                           : ", from-step, to-step)");
   if ((in.kind == Injection::LinkDelay ||
        in.kind == Injection::LinkBandwidth) &&
       in.src == in.dst)
@@ -127,6 +145,17 @@ void mapp::rt::stopIfInjected(const std::vector<Injection> &inj, int rank,
   for (const Injection &i : inj)
     if (i.kind == Injection::Stop && i.rank == rank && i.fromStep == step)
       raise(SIGSTOP);
+}
+
+void mapp::rt::crashIfInjected(const std::vector<Injection> &inj, int rank,
+                               int64_t step, bool process) {
+  for (const Injection &i : inj)
+    if (i.kind == Injection::RankCrash && i.rank == rank &&
+        i.fromStep == step) {
+      if (process)
+        raise(SIGKILL); // as the OOM killer or a lost node would: no cleanup
+      throw RankCrashed(rank, step);
+    }
 }
 
 namespace {

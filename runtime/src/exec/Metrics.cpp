@@ -9,8 +9,8 @@
 
 using namespace mapp::rt;
 
-MetricsWriter::MetricsWriter(const std::string &path)
-    : out_(path), path_(path) {
+MetricsWriter::MetricsWriter(const std::string &path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::out), path_(path) {
   if (!out_)
     fail("cannot write metrics file '", path, "'");
 }

@@ -41,10 +41,10 @@ std::string mapp::monitor::alertJson(const Alert &a, int64_t atStep) {
 
 std::unique_ptr<AlertLog> AlertLog::open(const std::string &path,
                                          const std::string &tool,
-                                         std::string *error) {
+                                         std::string *error, bool append) {
   if (path == "-")
     return std::unique_ptr<AlertLog>(new AlertLog(stdout, false, tool));
-  std::FILE *f = std::fopen(path.c_str(), "w");
+  std::FILE *f = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f) {
     if (error)
       *error = "cannot write '" + path + "' (" + std::strerror(errno) + ")";

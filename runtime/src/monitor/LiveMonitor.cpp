@@ -47,7 +47,8 @@ LiveMonitor::LiveMonitor(Communicator &comm, LiveMonitorOptions opts)
   opts_.diagnosis.missingAfter =
       std::max(opts_.diagnosis.missingAfter, opts_.every + 2);
   std::string err;
-  log_ = monitor::AlertLog::open(opts_.path, "mapp-run: monitor", &err);
+  log_ = monitor::AlertLog::open(opts_.path, "mapp-run: monitor", &err,
+                                opts_.append);
   if (!log_)
     fail("--monitor: ", err);
   opts_.diagnosis.ranksAreProcesses = !comm_.sharesAddressSpace();
@@ -298,11 +299,13 @@ mapp::rt::attachLiveMonitor(Executor &exec, Communicator &comm,
                             const std::string &path,
                             const std::vector<Injection> &inject, bool cuda,
                             int device, mapp::MappTraceWriter *trace,
-                            int every, bool verdictsToScheduler) {
+                            int every, bool verdictsToScheduler,
+                            bool append) {
   if (path.empty())
     return nullptr;
   LiveMonitorOptions o;
   o.path = path;
+  o.append = append;
   o.inject = inject;
   o.nvml = cuda;
   o.device = device;

@@ -4,6 +4,7 @@
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Checkpoint.h"
 #include "mapp/rt/Dataset.h"
+#include "mapp/rt/Elastic.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Faults.h"
@@ -91,7 +92,8 @@ public:
     // MegaScan live: after the trace writer, so it is detached first.
     live_ = attachLiveMonitor(*exec_, *comm_, o_.monitor, o_.inject,
                               backendName_ == "cuda", device_, trace_.get(),
-                              o_.monitorEvery, o_.monitorToDpp);
+                              o_.monitorEvery, o_.monitorToDpp,
+                              o_.elasticAttempt > 0);
     // Detaches the writer (appending what the executor still holds) before
     // the writer closes, also when a step throws.
     struct DetachTrace {
@@ -296,9 +298,11 @@ private:
   void train() {
     std::unique_ptr<MetricsWriter> metrics;
     if (lead_ && !o_.metrics.empty())
-      metrics = std::make_unique<MetricsWriter>(o_.metrics);
+      metrics = std::make_unique<MetricsWriter>(o_.metrics,
+                                                o_.elasticAttempt > 0);
     if (lead_ && !o_.dumpBatches.empty())
-      dump_ = std::make_unique<BatchDump>(o_.dumpBatches);
+      dump_ = std::make_unique<BatchDump>(o_.dumpBatches,
+                                          o_.elasticAttempt > 0);
     Executor::BatchFn batches = batchFn();
     Executor::GradHook gradHook = [&](Executor &e) {
       if (o_.saveGrads.empty() || e.stepsDone() != 0)
@@ -318,6 +322,8 @@ private:
     meta.runSteps = o_.steps;
     TrainControl control(*exec_, o_.ckpt, meta);
     const int64_t first = control.start();
+    if (live_)
+      live_->startAt(first);
     exec_->setSkipNonFinite(true); // a non-finite step never touches the state
     // Every rank counts: the dp group sums its counts for the lead's line
     // and MegaScope's "experts" samples (the same flags on every rank).
@@ -327,11 +333,17 @@ private:
       exec_->setInjectNan(o_.nanStep, o_.nanOp);
     Progress progress(o_.steps, lead_ && isatty(STDOUT_FILENO) != 0,
                       o_.quiet || !lead_);
+    std::unique_ptr<Rebalancer> rebalance;
+    if (sh_.partition >= 0)
+      rebalance = std::make_unique<Rebalancer>(sh_.partitions, sh_.partition,
+                                               plan_.pp, plan_.tp, plan_.dp);
     for (int64_t s = first; s < o_.steps; ++s) {
+      const uint64_t cpu0 = mapp::MappTraceWriter::threadCpuNs();
       if (scope_)
         scope_->beginStep(s);
       exec_->setSlowCompute(slowComputeFactor(o_.inject, rank_, s));
       stopIfInjected(o_.inject, rank_, s);
+      crashIfInjected(o_.inject, rank_, s, o_.comm == "mpi");
       auto t0 = std::chrono::steady_clock::now();
       StepResult r = exec_->step(batches, gradHook);
       if (r.overflow) {
@@ -345,6 +357,13 @@ private:
         failNonFinite(*exec_, r, batches);
       }
       reportSwitches(*exec_, rank_, o_.quiet);
+      if (rebalance) { // every rank's compute time of the step, to all
+        std::vector<double> t(plan_.worldSize, 0.0);
+        t[rank_] = (mapp::MappTraceWriter::threadCpuNs() - cpu0) * 1e-9;
+        comm_->allReduce(t.data(), plan_.worldSize, ReduceOp::Sum,
+                         comm_->group(Group::World));
+        rebalance->addStep(t);
+      }
       if (live_)
         live_->afterStep(r.step);
       double ms = std::chrono::duration<double, std::milli>(
@@ -372,6 +391,29 @@ private:
         if (lead_ && !o_.quiet)
           std::fprintf(stderr,
                        "mapp-run: stop signal: saved step %lld, exiting\n",
+                       static_cast<long long>(exec_->stepsDone()));
+        break;
+      }
+      // Re-partitioning: decided alike on every rank from the same times.
+      if (rebalance && control.lastSaved() == exec_->stepsDone() &&
+          s + 1 < o_.steps) {
+        std::string evidence;
+        int to = rebalance->decide(&evidence);
+        if (to >= 0) {
+          if (lead_) {
+            sh_.switchTo = to;
+            sh_.switchEvidence = evidence;
+          }
+          break;
+        }
+      }
+      // Elastic grow: ranks came back; this layout ends at a checkpoint.
+      if (o_.stopAtSaveFrom >= 0 && control.lastSaved() == exec_->stepsDone() &&
+          exec_->stepsDone() >= o_.stopAtSaveFrom && s + 1 < o_.steps) {
+        if (lead_ && !o_.quiet)
+          std::fprintf(stderr,
+                       "mapp-run: elastic: saved step %lld, ending this layout "
+                       "(ranks are back)\n",
                        static_cast<long long>(exec_->stepsDone()));
         break;
       }

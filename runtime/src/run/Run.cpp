@@ -2,6 +2,7 @@
 #include "RunInternal.h"
 
 #include "mapp/rt/Checkpoint.h"
+#include "mapp/rt/Elastic.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Fbd.h"
 
@@ -53,13 +54,20 @@ void shareRunId(Communicator &comm, std::string &runId) {
   runId = buf;
 }
 
+/// A fault that kills or hangs its rank: it happens once in an elastic job
+/// (the restart runs without that rank; its numbers name other ranks).
+bool losesTheRank(const Injection &i) {
+  return i.kind == Injection::RankCrash || i.kind == Injection::Stop;
+}
+
 /// Faults name ranks of the plan's world.
 void checkInjections(const RunOptions &o, const Plan &plan) {
   checkInjectNan(o, plan);
   for (const Injection &i : o.inject) {
     int r = i.kind == Injection::SlowCompute ||
                     i.kind == Injection::MonitorSilence ||
-                    i.kind == Injection::Stop
+                    i.kind == Injection::Stop ||
+                    i.kind == Injection::RankCrash
                 ? i.rank
                 : std::max(i.src, i.dst);
     if (r >= plan.worldSize)
@@ -141,8 +149,14 @@ int runMpiRank(RunShared &sh) {
   return 0;
 }
 
+/// How a world of rank threads ended, for --elastic.
+struct ThreadsEnd {
+  std::vector<int> crashed; // ranks a rank-crash fault killed
+  std::string why;          // the first failure
+};
+
 /// Every rank of the plan as a thread of this process (local or NCCL world).
-int runRankThreads(RunShared &sh) {
+int runRankThreads(RunShared &sh, ThreadsEnd *end = nullptr) {
   const RunOptions &o = sh.o;
   int n = sh.plan.worldSize;
   if (!sh.threadsPerRank)
@@ -166,10 +180,13 @@ int runRankThreads(RunShared &sh) {
   std::mutex errMu;
   std::vector<std::string> errors(n);
   int firstFailed = -1;
-  auto failed = [&](int r, const std::string &what) {
+  std::vector<int> crashed;
+  auto failed = [&](int r, const std::string &what, bool crash = false) {
     {
       std::lock_guard<std::mutex> lk(errMu);
       errors[r] = what;
+      if (crash)
+        crashed.push_back(r);
       if (firstFailed < 0)
         firstFailed = r;
     }
@@ -180,6 +197,8 @@ int runRankThreads(RunShared &sh) {
     threads.emplace_back([&, r] {
       try {
         runRank(sh, std::move(comms[r]));
+      } catch (const RankCrashed &e) { // as if killed: the world learns it
+        failed(r, e.what(), true);
       } catch (const std::exception &e) {
         failed(r, e.what());
       } catch (...) {
@@ -193,16 +212,109 @@ int runRankThreads(RunShared &sh) {
   // The root cause first; the others' "rank R failed" follow-ups are noise.
   std::cerr << "mapp-run: rank " << firstFailed << ": " << errors[firstFailed]
             << "\n";
+  if (end) {
+    end->crashed = crashed;
+    end->why = errors[firstFailed];
+  }
   return 1;
+}
+
+/// --elastic over rank threads: every attempt a fresh world of threads in
+/// the layout ElasticJob chose, resumed from its checkpoint.
+int runElasticThreads(const RunOptions &o) {
+  ElasticJob::Options eo;
+  eo.plans.push_back(o.plan);
+  eo.plans.insert(eo.plans.end(), o.elasticPlans.begin(), o.elasticPlans.end());
+  eo.saveDir = o.ckpt.saveDir;
+  eo.metrics = o.metrics;
+  eo.monitor = o.monitor;
+  eo.dumpBatches = o.dumpBatches;
+  eo.steps = o.steps;
+  eo.maxRestarts = o.elasticMaxRestarts;
+  ElasticJob job(eo);
+  // Other stage partitions of the job's own layout (docs/elastic.md).
+  std::vector<std::string> partPlans;
+  std::vector<std::vector<int>> partitions;
+  if (!o.repartitionPlans.empty()) {
+    partPlans.push_back(o.plan);
+    partPlans.insert(partPlans.end(), o.repartitionPlans.begin(),
+                     o.repartitionPlans.end());
+    std::vector<ElasticLayout> ls = elasticLayouts(partPlans);
+    for (size_t i = 0; i < partPlans.size(); ++i) {
+      if (ls[i].tp != ls[0].tp || ls[i].pp != ls[0].pp || ls[i].dp != ls[0].dp)
+        fail("--repartition-plan '", partPlans[i], "' is ", ls[i].text(),
+             ", the job's plan ", ls[0].text(),
+             ": a re-partition keeps the layout and moves layers between "
+             "stages");
+      if (ls[i].pp < 2)
+        fail("--repartition-plan needs a pipeline (pp >= 2)");
+      partitions.push_back(stageLayerCounts(loadPlan(partPlans[i])));
+    }
+  }
+  while (true) {
+    const ElasticAttempt &a = job.attempt();
+    RunOptions ao = o;
+    ao.plan = a.layout.plan;
+    ao.elasticAttempt = a.index;
+    ao.stopAtSaveFrom = a.stopAtSaveFrom;
+    if (a.index > 0) {
+      ao.ckpt.resume = a.resume;
+      // Faults name ranks of the first layout; a crash happens once.
+      ao.inject.clear();
+      for (const Injection &i : o.inject)
+        if (!losesTheRank(i) &&
+            std::max({i.rank, i.src, i.dst}) < a.layout.world)
+          ao.inject.push_back(i);
+    }
+    Plan plan = loadPlan(ao.plan);
+    checkInjections(ao, plan);
+    RunShared sh{ao, plan, {}, false, o.threads};
+    auto part = std::find(partPlans.begin(), partPlans.end(), a.layout.plan);
+    if (part != partPlans.end()) {
+      sh.partitions = partitions;
+      sh.partition = static_cast<int>(part - partPlans.begin());
+    }
+    ThreadsEnd end;
+    int status = plan.worldSize == 1 ? (runRank(sh, createLocalComm()), 0)
+                                     : runRankThreads(sh, &end);
+    AttemptEnd ae;
+    ae.status = status;
+    ae.lost = end.crashed;
+    ae.why = end.why;
+    if (a.index == 0)
+      for (const Injection &i : o.inject)
+        if (i.kind == Injection::RankCrash && i.toStep >= 0 &&
+            std::count(end.crashed.begin(), end.crashed.end(), i.rank))
+          job.ranksReturnAt(i.toStep, 1);
+    if (status == 0 && sh.switchTo >= 0) {
+      job.repartition(partPlans[sh.switchTo], sh.switchEvidence);
+      continue;
+    }
+    if (!job.next(ae))
+      return job.exitStatus();
+  }
 }
 
 } // namespace
 
-int runJob(const RunOptions &o) {
+int runJob(const RunOptions &given) {
+  RunOptions o = given;
+  if (o.elasticAttempt > 0 && !o.elastic) // mapp-launch's restart
+    o.inject.erase(std::remove_if(o.inject.begin(), o.inject.end(),
+                                  [](const Injection &i) {
+                                    return losesTheRank(i);
+                                  }),
+                   o.inject.end());
   checkInputsAndOutputs(o);
-  Plan plan = loadPlan(o.plan);
   if (!o.ckpt.saveDir.empty())
     installStopSignals();
+  if (o.elastic) {
+    if (o.comm != "local")
+      fail("--elastic restarts rank threads (--comm=local); for processes "
+           "run mapp-launch --elastic -- mpirun ... mapp-run ...");
+    return runElasticThreads(o);
+  }
+  Plan plan = loadPlan(o.plan);
   checkInjections(o, plan);
   if (isFbdPlan(plan))
     checkFbdWorld(o, plan);

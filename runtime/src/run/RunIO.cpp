@@ -166,7 +166,8 @@ std::shared_ptr<const TokenStream> readTokens(const RunOptions &o) {
   return openTokens(o.data, o.dataFormat, tok.get());
 }
 
-BatchDump::BatchDump(const std::string &path) : out_(path) {
+BatchDump::BatchDump(const std::string &path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::out) {
   if (!out_)
     fail("cannot write '", path, "'");
 }

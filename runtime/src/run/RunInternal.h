@@ -27,6 +27,12 @@ struct RunShared {
   bool haveTokens = false;
   int threadsPerRank = 0;
   std::string runId = mapp::newRunId(); // docs/trace-format.md
+  // Re-partitioning (--elastic --repartition-plan): the layer counts per
+  // stage of each partition, the running one; rank 0 reports a switch.
+  std::vector<std::vector<int>> partitions = {};
+  int partition = -1;
+  int switchTo = -1;
+  std::string switchEvidence = {};
 };
 
 /// One rank's whole run: executor, data, steps, outputs (rank 0 prints and
@@ -46,7 +52,7 @@ std::shared_ptr<const TokenStream> readTokens(const RunOptions &o);
 /// "dp_rank", "tokens": [[...] x mbs], "targets": [[...] x mbs]}.
 class BatchDump {
 public:
-  explicit BatchDump(const std::string &path);
+  explicit BatchDump(const std::string &path, bool append = false);
   void write(int64_t step, int mb, int dpRank, int mbs, int t,
              const int32_t *tok, const int32_t *tgt);
 

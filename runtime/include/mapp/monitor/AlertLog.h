@@ -26,11 +26,13 @@ std::string alertJson(const Alert &a, int64_t atStep = -1);
 
 class AlertLog {
 public:
-  /// Creates (truncates) `path`; null with *error naming the path and the
-  /// reason when it cannot be written. "-" writes to stdout.
+  /// Creates (truncates; `append`: appends to) `path`; null with *error
+  /// naming the path and the reason when it cannot be written. "-" writes
+  /// to stdout.
   static std::unique_ptr<AlertLog> open(const std::string &path,
                                         const std::string &tool,
-                                        std::string *error);
+                                        std::string *error,
+                                        bool append = false);
   ~AlertLog();
   /// The JSON line to the file, "TOOL: step S: KIND TEXT" to stderr.
   void write(const Alert &a, int64_t atStep = -1);

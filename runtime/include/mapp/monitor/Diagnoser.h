@@ -96,6 +96,12 @@ public:
   std::vector<Alert> finish();
   /// Steps below this are diagnosed.
   int64_t nextStep() const { return next_; }
+  /// A run resumed at `step` (before any summary): its first step, so the
+  /// steps before it are not waited for, nor their ranks named missing.
+  void startAt(int64_t step) {
+    if (newest_ < 0)
+      next_ = step;
+  }
   int world() const { return world_; }
   /// Bytes held: bounded by the window, independent of the run's length.
   size_t memoryBytes() const;

@@ -118,8 +118,8 @@ int64_t loadCheckpoint(Executor &exec, const std::string &ckpt,
                        const CheckpointMeta &expect,
                        std::vector<LineageLink> *lineage = nullptr);
 
-/// SIGTERM / SIGINT set a flag (stopRequested) instead of killing: the run
-/// finishes its step, saves and exits 0.
+/// SIGTERM / SIGINT / SIGUSR1 set a flag (stopRequested) instead of killing:
+/// the run finishes its step, saves and exits 0.
 void installStopSignals();
 bool stopRequested();
 
@@ -148,6 +148,8 @@ public:
   /// save when due (every N steps, the interval, the last step, a signal),
   /// and return true when the run must stop now (a signal).
   bool afterStep(bool lastStep);
+  /// Steps done at the newest checkpoint this run wrote or resumed (-1: none).
+  int64_t lastSaved() const { return lastSaved_; }
 
 private:
   Executor &exec_;

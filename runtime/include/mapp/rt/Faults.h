@@ -15,6 +15,13 @@
 //                                     (SIGSTOP) at the start of step K,
 //                                     as a hung process (testing
 //                                     --comm-timeout; --comm=mpi only)
+//   rank-crash:rank=R,at-step=K       rank R dies abruptly at the start of
+//                                     step K (0-based): a process SIGKILLs
+//                                     itself; a rank thread ends as if
+//                                     killed (RankCrashed, the world is
+//                                     told it is gone). ,back-at-step=L:
+//                                     mapp-run --elastic may use the rank
+//                                     again from step L (docs/elastic.md)
 // each (but stop) optionally followed by ,from-step=K,to-step=L: active in
 // steps K <= step < L only (default: every step), so a run sees a link go slow
 // and recover. A link fault acts on the transfer as a slow wire would: the
@@ -28,6 +35,7 @@
 #define MAPP_RT_FAULTS_H
 
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/Error.h"
 
 #include <memory>
 #include <string>
@@ -41,7 +49,8 @@ struct Injection {
     LinkDelay,
     LinkBandwidth,
     MonitorSilence,
-    Stop
+    Stop,
+    RankCrash
   } kind = SlowCompute;
   int rank = -1, src = -1, dst = -1;
   double factor = 1, us = 0, gbps = 0;
@@ -59,6 +68,22 @@ double slowComputeFactor(const std::vector<Injection> &inj, int rank,
                          int64_t step);
 /// Stops this process (SIGSTOP) when a stop fault names `rank` at `step`.
 void stopIfInjected(const std::vector<Injection> &inj, int rank, int64_t step);
+/// A rank thread that a rank-crash fault killed: not an error of the rank,
+/// the loss of it (mapp-run --elastic restarts without it).
+struct RankCrashed : Error {
+  RankCrashed(int rank, int64_t step)
+      : Error("rank " + std::to_string(rank) +
+              " died (injected rank-crash at step " + std::to_string(step) +
+              ")"),
+        rank(rank), step(step) {}
+  int rank;
+  int64_t step;
+};
+/// rank-crash at `step` of `rank`: SIGKILLs this process when `process`,
+/// else throws RankCrashed.
+void crashIfInjected(const std::vector<Injection> &inj, int rank, int64_t step,
+                     bool process);
+
 /// Wraps `c` so messages to it over a faulty link (dst = c's rank) become
 /// deliverable only after the link's delay; returns `c` itself when no
 /// fault names c's rank as dst.

@@ -44,6 +44,7 @@ constexpr int kMaxMonitorEvery = 64;
 
 struct LiveMonitorOptions {
   std::string path; // alerts (JSON lines); written by the monitor rank
+  bool append = false; // an elastic restart continues the file
   monitor::MonitorOptions diagnosis;
   std::vector<Injection> inject; // monitor-silence faults
   double drainS = 5;             // end of run: wait for the last summaries
@@ -80,6 +81,12 @@ public:
   /// After training step `step`: sends the newest complete summary; on the
   /// monitor rank also takes what arrived and writes new alerts.
   void afterStep(int64_t step);
+  /// A run resumed at `step` (--resume, an elastic restart): call before the
+  /// first step.
+  void startAt(int64_t step) {
+    if (diag_)
+      diag_->startAt(step);
+  }
   /// After the last step (the trace flushed): sends what remains and an end
   /// marker; the monitor rank drains (bounded by drainS) and finishes.
   void finish();
@@ -133,7 +140,7 @@ std::unique_ptr<LiveMonitor>
 attachLiveMonitor(Executor &exec, Communicator &comm, const std::string &path,
                   const std::vector<Injection> &inject, bool cuda, int device,
                   mapp::MappTraceWriter *trace, int every = 1,
-                  bool verdictsToScheduler = false);
+                  bool verdictsToScheduler = false, bool append = false);
 
 } // namespace mapp::rt
 

@@ -25,7 +25,8 @@ struct StepMetrics {
 /// MoE plans add expert_tokens {moe_assign name: [rows per expert]}.
 class MetricsWriter {
 public:
-  explicit MetricsWriter(const std::string &path);
+  /// `append`: an elastic restart continues the file (trimmed before).
+  explicit MetricsWriter(const std::string &path, bool append = false);
   void write(const StepMetrics &m);
 
 private:

@@ -54,6 +54,14 @@ struct RunOptions {
   int64_t nanStep = -1; // --inject-nan STEP:OP
   std::string nanOp;
 
+  // Elastic restarts (docs/elastic.md).
+  bool elastic = false;                  // rank threads: restart without lost ranks
+  std::vector<std::string> elasticPlans; // other layouts it may switch to
+  int elasticMaxRestarts = 8;
+  int elasticAttempt = 0;     // > 0: a restart (outputs appended, crashes done)
+  int64_t stopAtSaveFrom = -1; // stop after the first save at >= this step
+  std::vector<std::string> repartitionPlans; // other stage partitions
+
   // MegaDPP.
   std::string schedule; // "" = the plan's; static | adaptive
   uint64_t memCapBytes = 0;

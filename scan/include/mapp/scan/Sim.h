@@ -144,6 +144,11 @@ bool parseFault(const std::string &s, int world, Fault &f, std::string *error);
 struct SimConfig {
   int tp = 1, pp = 1, dp = 1, microbatches = 1, steps = 1, chunks = 1;
   int layers = 0; // total transformer layers
+  /// Layers of each virtual stage (uneven stages, the compiler's
+  /// stage-layers=); empty: layers split evenly over pp*chunks.
+  std::vector<int> stageLayers;
+  /// First layer of virtual stage vs (vs = pp*chunks: the layer count).
+  int firstLayer(int vs) const;
   std::string schedule = "1f1b";
   // Per-rank compute (already divided by tp): either microseconds or FLOPs
   // over the device's sustained TFLOP/s.
