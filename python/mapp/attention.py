@@ -18,9 +18,10 @@ import math
 
 import torch
 
+from . import algebra as alg
 from . import complex_rotary as crot
 from . import ir
-from .values import Lazy, Pending, Step, Tensor, Virtual, fail
+from .values import Const, Lazy, Pending, Step, Tensor, Virtual, fail
 
 
 class Scores(Pending):
@@ -47,16 +48,21 @@ class Scores(Pending):
         return None
 
     def materialize(self, ctx, user):
-        if self.causal:
-            fail(user, "uses masked attention scores outside softmax(...) @ v; "
-                       "mapp only has the fused mapp.attention for a causal mask")
         a = self.q.materialize(ctx, user)
         b = self.k.materialize(ctx, user)
         mod = ctx.module(self.node)
         v = ctx.b.op("mapp.matmul", [a, b], a.shape[:-1] + b.shape[-1:], a.elem, module=mod)
         if self.scale != 1.0:
             v = ctx.b.op("mapp.scale", [v], v.shape, v.elem, {"factor": ir.F64(self.scale)}, module=mod)
-        return ctx.b.op("mapp.reshape", [v], self.shape, v.elem, module=mod) if v.shape != self.shape else v
+        if v.shape != self.shape:
+            v = ctx.b.op("mapp.reshape", [v], self.shape, v.elem, module=mod)
+        if self.causal:  # not consumed by mapp.attention: the mask as an add
+            t = self.shape[-1]
+            mask = torch.zeros(t, t).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1),
+                                                 float("-inf"))
+            v = alg.elementwise(ctx, user, "mapp.add", Tensor(v), Const(mask),
+                                shape=self.shape).materialize(ctx, user)
+        return v
 
 
 class Probs(Pending):
@@ -72,9 +78,6 @@ class Probs(Pending):
         return None
 
     def materialize(self, ctx, user):
-        if self.scores.causal:
-            fail(user, "uses causal attention probabilities other than as `probs @ v` "
-                       "(mapp.attention has no dropout: set attention dropout to 0)")
         v = self.scores.materialize(ctx, user)
         return ctx.b.op("mapp.softmax", [v], v.shape, v.elem, module=ctx.module(user))
 
@@ -131,18 +134,28 @@ class TimesTable(Pending):
         self.x, self.table, self.node = x, table, node
         self.shape, self.elem = x.shape, x.elem
 
+    def materialize(self, ctx, user):
+        return alg.elementwise(ctx, self.node, "mapp.mul", self.x, self.table) \
+            .materialize(ctx, user)
+
 
 class Rotated(Pending):
     """rotary(src) seen through `view` (a Lazy over a Virtual base)."""
 
     what = "rotary-embedded q or k"
 
-    def __init__(self, src, base_freq, view):
+    def __init__(self, src, base_freq, view, parts=None, node=None):
         self.src, self.base_freq, self.view = src, base_freq, view
+        self.parts, self.node = parts, node  # the two TimesTable, the add
         self.shape, self.elem = view.shape, "f32"
 
     def layout(self, step, node):
-        return Rotated(self.src, self.base_freq, self.view.then(step))
+        return Rotated(self.src, self.base_freq, self.view.then(step), self.parts, self.node)
+
+    def materialize(self, ctx, user):
+        # Not consumed by mapp.attention {rotary}: x·cos + rotate_half(x)·sin.
+        v = alg.elementwise(ctx, self.node, "mapp.add", *self.parts).materialize(ctx, user)
+        return alg.through_view(ctx, user, v, self.view)
 
 
 def base_from_theta1(theta1, d):
@@ -194,7 +207,7 @@ def rotary(node, a, b):
     base = _rotary_base(cos[0], sin[0], d)
     if base is None:
         return None
-    return Rotated(x, base, Lazy(Virtual(x.shape), []))
+    return Rotated(x, base, Lazy(Virtual(x.shape), []), (a, b), node)
 
 
 # ---- matching ------------------------------------------------------------
