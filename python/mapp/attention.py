@@ -79,7 +79,10 @@ class Probs(Pending):
 
     def materialize(self, ctx, user):
         v = self.scores.materialize(ctx, user)
-        return ctx.b.op("mapp.softmax", [v], v.shape, v.elem, module=ctx.module(user))
+        v = ctx.b.op("mapp.softmax", [v], v.shape, v.elem, module=ctx.module(user))
+        if tuple(v.shape) != tuple(self.shape):  # a reshape was applied to the probabilities
+            v = ctx.b.op("mapp.reshape", [v], self.shape, v.elem, module=ctx.module(user))
+        return v
 
 
 # ---- rotary pieces -------------------------------------------------------
@@ -342,12 +345,8 @@ def attention(ctx, node, probs, v):
                 q.shape[:-1] == k.shape[:-1]:
             break
     else:
-        if any(isinstance(x, crot.RotatedPairs) for x in (s.q, s.k, v)):
-            # Exact only when q and k are rotated alike (module docstring of
-            # complex_rotary.py); say so rather than fail later on the scores.
-            fail(node, "attention over complex-form rotary q/k that mapp.attention {rotary} "
-                       "cannot take: q and k must both be rotated (v not), pairs in the same "
-                       "order, by the same freqs_cis")
+        # Not the fused form (complex-form rotary that mapp.attention
+        # {rotary} cannot take, say): the caller emits the generic ops.
         return None
     attrs = {"heads": ir.I64(nh), "scale": ir.F64(s.scale)}
     if s.causal:

@@ -163,12 +163,10 @@ class Lowering(MoeLowering):
             return Const(step.apply(x.val).clone())
         if isinstance(x, Pending):
             r = x.layout(step, node)
-            if r is None and isinstance(x, att.Scores) and not x.causal:
-                # A product that looked like q @ k^T (probs @ v of a
-                # non-exact attention, say) is just a matmul.
-                return Lazy.of(Tensor(x.materialize(self, node))).then(step)
             if r is None:
-                fail(node, f"applies a layout change to {x.what}")
+                # Not (or no longer) the pattern: its generic ops, then the
+                # layout change (a pattern value that has none says why).
+                return Lazy.of(Tensor(x.materialize(self, node))).then(step)
             return r
         if isinstance(x, (Tensor, Param, Lazy)):
             return Lazy.of(x).then(step)
@@ -200,22 +198,28 @@ class Lowering(MoeLowering):
         if step == 1:
             return self._layout(node, x, Step("slice", _shape(node), node,
                                               dim=dim, start=start, end=end))
-        # x[start:end:step] = rows [start, start + k·step) seen as [k, step],
-        # column 0: a slice, a reshape, a slice and a reshape.
+        # x[start:end:step]: the dim seen as [n/step, step] (cut to whole
+        # strides first where step does not divide it): rows
+        # [start//step, +k) of column start % step.
         k = -(-(end - start) // step)
-        if start + k * step > n:
-            fail(node, f"strided slice {start}:{end}:{step} of a dim of {n}: mapp takes "
-                       "x[start::step] only where the last stride fits inside the dim")
+        r0, c = start // step, start % step
+        m = -(-n // step)
         shape = list(x.shape)
         y = x
-        if (start, k * step) != (0, n):
-            shape[dim] = k * step
-            y = self._layout(node, y, Step("slice", tuple(shape), node, dim=dim,
-                                           start=start, end=start + k * step))
-        y = self._layout(node, y, Step("reshape", tuple(shape[:dim] + [k, step] + shape[dim + 1:]),
+        if m * step != n:
+            m = n // step
+            if r0 + k > m:
+                fail(node, f"strided slice {start}:{end}:{step} of a dim of {n} whose last "
+                           "element lies past the last whole stride")
+            shape[dim] = m * step
+            y = self._layout(node, y, Step("slice", tuple(shape), node, dim=dim, start=0,
+                                           end=m * step))
+        y = self._layout(node, y, Step("reshape", tuple(shape[:dim] + [m, step] + shape[dim + 1:]),
                                        node))
+        y = self._layout(node, y, Step("slice", tuple(shape[:dim] + [k, step] + shape[dim + 1:]),
+                                       node, dim=dim, start=r0, end=r0 + k))
         y = self._layout(node, y, Step("slice", tuple(shape[:dim] + [k, 1] + shape[dim + 1:]),
-                                       node, dim=dim + 1, start=0, end=1))
+                                       node, dim=dim + 1, start=c, end=c + 1))
         return self._layout(node, y, Step("reshape", _shape(node), node))
 
     def op_select(self, node, x, dim, index):
@@ -710,6 +714,77 @@ class Lowering(MoeLowering):
 
     def op_stack(self, node, xs, dim=0):
         return alg.stack(self, node, xs, dim)
+
+    def op_empty(self, node, size, **kw):
+        # Uninitialized memory: only defined once filled (fill_ then folds
+        # it, as repeat_interleave's index tensor); zeros stand in for it.
+        return Const(torch.zeros(_shape(node), dtype=_meta(node).dtype))
+
+    def op_index_select(self, node, x, dim, index):
+        if not isinstance(index, Const):
+            fail(node, "index_select with indices computed from the input (mapp takes "
+                       "constant indices only)")
+        dim %= len(x.shape)
+        idx = index.val.reshape(-1).long()
+        n = x.shape[dim]
+        if idx.numel() and (idx.min() < 0 or idx.max() >= n):
+            fail(node, f"index_select: an index is out of range for a dim of {n}")
+        r = idx.numel() // n if n else 0
+        shape = tuple(x.shape)
+        if r and torch.equal(idx, torch.arange(n).repeat_interleave(r)):  # repeat_interleave
+            y = self._layout(node, x, Step("reshape", shape[:dim + 1] + (1,) + shape[dim + 1:], node))
+            y = self._layout(node, y, Step("expand", shape[:dim + 1] + (r,) + shape[dim + 1:], node))
+            return self._layout(node, y, Step("reshape", _shape(node), node))
+        # Any other constant index list: runs of consecutive indices are
+        # slices, concatenated.
+        runs, start = [], 0
+        for i in range(1, idx.numel() + 1):
+            if i == idx.numel() or idx[i] != idx[i - 1] + 1:
+                runs.append((int(idx[start]), int(idx[i - 1]) + 1))
+                start = i
+        parts = []
+        for lo, hi in runs:
+            part = list(shape)
+            part[dim] = hi - lo
+            parts.append(self._layout(node, x, Step("slice", tuple(part), node, dim=dim,
+                                                    start=lo, end=hi)))
+        if len(parts) == 1:
+            return parts[0]
+        vals = [p.materialize(self, node) for p in parts]
+        return Tensor(self.b.op("mapp.concat", vals, _shape(node), vals[0].elem,
+                                {"dim": ir.I64(dim)}, module=self.module(node)))
+
+    def op_relu(self, node, x):
+        return alg.elementwise(self, node, "mapp.maximum", x, 0.0)
+
+    def op_var(self, node, x, dims=None, *rest, **kw):
+        # var.dim(x, dims, unbiased, keepdim) / var.correction(x, dims, *,
+        # correction, keepdim): mean((x − mean)²)·n/(n − correction).
+        if node.target._overloadname == "correction":
+            correction = kw.get("correction", 1)
+            correction = 1 if correction is None else correction
+            keepdim = kw.get("keepdim", False)
+        else:
+            unbiased = rest[0] if rest else kw.get("unbiased", True)
+            keepdim = rest[1] if len(rest) > 1 else kw.get("keepdim", False)
+            correction = 1 if unbiased else 0
+        n = len(x.shape)
+        dims = list(dims) if dims else list(range(n))
+        count = math.prod(x.shape[d % n] for d in dims)
+        centered = alg.elementwise(self, node, "mapp.sub", x, alg.mean(self, node, x, dims, True),
+                                   shape=x.shape)
+        sq = alg.elementwise(self, node, "mapp.mul", centered, centered)
+        total = alg.reduce_sum(self, node, sq, dims, keepdim)
+        return alg.scale(self, node, total, 1.0 / (count - correction))
+
+    def op_repeat_interleave(self, node, x, repeats=None, dim=None, **kw):
+        if not isinstance(repeats, int) or dim is None:
+            fail(node, "repeat_interleave other than by an int along a dim")
+        dim %= len(x.shape)
+        shape = tuple(x.shape)
+        y = self._layout(node, x, Step("reshape", shape[:dim + 1] + (1,) + shape[dim + 1:], node))
+        y = self._layout(node, y, Step("expand", shape[:dim + 1] + (repeats,) + shape[dim + 1:], node))
+        return self._layout(node, y, Step("reshape", _shape(node), node))
 
     # -- dropout (CPU form) ------------------------------------------------
 
