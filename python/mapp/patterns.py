@@ -6,6 +6,8 @@ stands for (where mapp has them) or is an error naming the op that broke the
 pattern.
 """
 
+import math
+
 from . import algebra as alg
 from . import ir
 from .values import Pending, Tensor, fail
@@ -120,6 +122,14 @@ def cross_entropy(ctx, node, logsm, targets, reduction, ignore_index):
     tb = targets.leading_reshape(False) if isinstance(targets, Lazy) else None
     if lb is not None and tb is not None and tuple(lb.shape[:-1]) == tuple(tb.shape):
         logits, targets = lb, tb
+    elif tb is not None and len(logits.shape) == 2 and \
+            logits.shape[0] == math.prod(tb.shape) and not isinstance(logits, Pending):
+        # [N, V] logits already flat (their reshape cancelled out): shape
+        # them like the targets, not the integer targets like them.
+        shape = tuple(tb.shape) + (logits.shape[-1],)
+        lv = logits.materialize(ctx, node)
+        logits = Tensor(ctx.b.op("mapp.reshape", [lv], shape, lv.elem, module=ctx.module(node)))
+        targets = tb
     lv = logits.materialize(ctx, node)
     tv = targets.materialize(ctx, node)
     if tuple(lv.shape[:-1]) != tuple(tv.shape):
