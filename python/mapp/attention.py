@@ -375,8 +375,6 @@ def attention(ctx, node, probs, v):
 def sdpa(ctx, node, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None):
     """[B,nh,T,D] q, k, v -> mapp.attention (as the written-out pattern
     would be), or an error naming what does not fit."""
-    if dropout_p:
-        fail(node, "scaled_dot_product_attention with dropout_p > 0 (mapp.attention has no dropout)")
     if len(q.shape) != 4:
         fail(node, "scaled_dot_product_attention on other than [B, heads, T, D] tensors")
     t, d = q.shape[-2:]
@@ -396,8 +394,31 @@ def sdpa(ctx, node, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=No
                 or keep is None and is_causal_mask(mask, t, None):
             s.causal = True
         else:
-            fail(node, "scaled_dot_product_attention with a mask other than the causal one")
+            return _sdpa_generic(ctx, node, s, mask, v, dropout_p)
+    if dropout_p:
+        return _sdpa_generic(ctx, node, s, None, v, dropout_p)
     y = attention(ctx, node, Probs(s, s.shape), v)
     if y is None:
         fail(node, "scaled_dot_product_attention on q/k/v that are no head views mapp can merge")
     return y
+
+
+def _sdpa_generic(ctx, node, s, mask, v, dropout_p):
+    """softmax(scores + mask) (dropout) @ v as the tensor algebra's ops: a
+    mask other than the causal one (sliding window, padding: boolean
+    `keep` or additive), or attention dropout."""
+    from . import patterns as pat
+    scores = Tensor(s.materialize(ctx, node))
+    if mask is not None:
+        if mask.val.dtype == torch.bool:
+            scores = alg.select(ctx, node, mask, scores, float("-inf"))
+        else:
+            scores = alg.elementwise(ctx, node, "mapp.add", scores, mask, shape=scores.shape)
+    probs = alg.unary(ctx, node, "mapp.softmax", scores)
+    if dropout_p:
+        probs = pat.dropout(ctx, node, probs, float(dropout_p))
+    pv = probs.materialize(ctx, node)
+    vv = v.materialize(ctx, node)
+    return Tensor(ctx.b.op("mapp.matmul", [pv, vv], pv.shape[:-1] + vv.shape[-1:], pv.elem,
+                           module=ctx.module(node)))
+
