@@ -98,15 +98,12 @@ class Const(Abstract):
                             named=False)
         if elem != "f32":
             fail(user, f"uses a non-uniform {self.elem} constant; mapp.constant holds f32")
-        key = ("const", id(self.val))
-        hit = ctx.memo.get(key)
-        if hit is None:
-            vals = self.val.detach().reshape(-1).to(torch.float32).tolist()
-            # The memo keeps the tensor alive, so its id is never reused.
-            hit = (self.val, ctx.b.op("mapp.constant", [], self.shape, "f32",
-                                      {"value": ir.Dense(vals, self.shape)}, named=False))
-            ctx.memo[key] = hit
-        return hit[1]
+        # One mapp.constant per use, right before its user (as param_ref
+        # and fill): a table shared by all layers must not become a value
+        # that pipeline stages pass to each other.
+        vals = self.val.detach().reshape(-1).to(torch.float32).tolist()
+        return ctx.b.op("mapp.constant", [], self.shape, "f32",
+                        {"value": ir.Dense(vals, self.shape)}, named=False)
 
 
 class Pending(Abstract):
