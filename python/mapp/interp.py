@@ -238,13 +238,23 @@ _ALGEBRA = {
 
 
 def _dense(text, shape):
-    """dense<"0xHEX"> (little-endian f32) or dense<number> of mapp.constant."""
+    """mapp.constant's value: dense<"0xHEX"> (little-endian f32, what the
+    exporter writes), or as mlir-opt prints it, dense<[[1.0, 0xFF800000],
+    ...]> (an f32 bit pattern in hex for non-finite elements) or a splat
+    dense<number>."""
     import struct
-    body = text[len("dense<"):text.index(">")]
+    body = text[len("dense<"):text.rindex(">", 0, text.index(" : ") if " : " in text else None)]
     if body.startswith('"0x'):
         raw = bytes.fromhex(body[3:-1])
         return torch.tensor(struct.unpack(f"<{len(raw) // 4}f", raw)).reshape(shape)
-    return torch.full(shape, float(body))
+    def number(tok):
+        if tok.startswith("0x"):
+            return struct.unpack("<f", struct.pack("<I", int(tok, 16)))[0]
+        return float(tok)
+    toks = [t for t in body.replace("[", " ").replace("]", " ").replace(",", " ").split()]
+    if len(toks) == 1:
+        return torch.full(shape, number(toks[0]))
+    return torch.tensor([number(t) for t in toks]).reshape(shape)
 
 
 def run(text, weights, inputs, step=0):

@@ -133,3 +133,29 @@ def test_generic_export_pipelines(tmp_path):
              "--metrics", tmp_path / f"pp{pp}.jsonl", "--comm=local", "--threads", 1, "--quiet"])
         losses[pp] = [json.loads(l)["loss"] for l in (tmp_path / f"pp{pp}.jsonl").read_text().splitlines()]
     assert len(losses[1]) == 3 and losses[1] == pytest.approx(losses[2], rel=1e-6), losses
+
+
+@pytest.mark.parametrize("name,norms", [("pairs-rope", 3), ("rotate-half-qwen", 3),
+                                        ("complex-gemma", 3), ("mistral-window", 3)])
+def test_canonicalize_fuses_written_out_rms_norm(tmp_path, name, norms):
+    """Recognition as canonicalization: an export without recognition,
+    put through `mapp-opt -canonicalize`, has its written-out RMS norms
+    (rsqrt form; `1 + w` weights included) as mapp.rms_norm, and still
+    computes PyTorch's loss (the interpreter, on the generic form)."""
+    from mapp import interp
+    from train_harness import run, tool
+    spec, cfg, out = MODELS[name]
+    cfg = {**SHAPE, **cfg}
+    torch.manual_seed(0)
+    model = build(spec, cfg)
+    tokens, targets = example_inputs(cfg, torch.int64)
+    text = export_module(model, tokens, targets, output=out, tracer="make_fx", recognize=False)
+    assert op_counts(text)["rms_norm"] == 0
+    (tmp_path / "m.mlir").write_text(text)
+    canon = run([tool("mapp-opt"), tmp_path / "m.mlir", "-canonicalize",
+                 "-mlir-print-op-generic"]).stdout
+    ops = op_counts(canon)
+    assert ops["rms_norm"] == norms and ops["rsqrt"] == 0, ops
+    got = float(interp.run(canon, dict(model.state_dict()), [tokens.int(), targets.int()]))
+    want = float(pick_loss(model(tokens, targets), out))
+    assert abs(got - want) <= 1e-6 * abs(want), (got, want)

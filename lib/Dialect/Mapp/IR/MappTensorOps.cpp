@@ -3,6 +3,10 @@
 // runtime needs no *_grad kernel for them.
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 
+#include "mlir/IR/PatternMatch.h"
+
+#include <cmath>
+
 using namespace mlir;
 using namespace mapp;
 
@@ -278,3 +282,81 @@ MAPP_GRADIENT(ReduceSumOp) {
   return success();
 }
 #undef MAPP_GRADIENT
+
+//===----------------------------------------------------------------------===//
+// Canonicalization: recognition as a rewrite
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// x·x or pow(x, 2): returns x.
+Value squaredOperand(Value v) {
+  if (auto p = v.getDefiningOp<PowOp>())
+    return p.getExponent().convertToDouble() == 2.0 ? p.getX() : Value();
+  if (auto m = v.getDefiningOp<MulOp>())
+    return m.getLhs() == m.getRhs() ? m.getLhs() : Value();
+  return Value();
+}
+
+/// mul(mul(x, broadcast(rsqrt(add(scale(reshape(reduce_sum(x²)), 1/H),
+/// fill eps)))), w[H]) -> rms_norm(x, w) {eps}. Either operand order of
+/// both muls; the normalized value must have no other reader (else the
+/// generic ops stay and the work is done twice).
+struct FuseRMSNorm : OpRewritePattern<MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(MulOp op, PatternRewriter &rw) const override {
+    for (auto [normalized, weight] :
+         {std::pair(op.getLhs(), op.getRhs()), std::pair(op.getRhs(), op.getLhs())}) {
+      std::optional<std::pair<Value, double>> xe = normalizedInput(normalized);
+      if (!xe || !normalized.hasOneUse())
+        continue;
+      auto x = typeOf(xe->first), w = typeOf(weight);
+      if (w.getRank() != 1 || w.getDimSize(0) != x.getShape().back() ||
+          w.getElementType() != x.getElementType() || op.getType() != x)
+        continue;
+      rw.replaceOpWithNewOp<RMSNormOp>(op, x, xe->first, weight,
+                                       rw.getF64FloatAttr(xe->second));
+      return success();
+    }
+    return failure();
+  }
+
+  /// (x, eps) when v = x·broadcast(rsqrt(mean(x²) + eps)).
+  static std::optional<std::pair<Value, double>> normalizedInput(Value v) {
+    auto mul = v.getDefiningOp<MulOp>();
+    if (!mul)
+      return std::nullopt;
+    for (auto [x, b] : {std::pair(mul.getLhs(), mul.getRhs()),
+                        std::pair(mul.getRhs(), mul.getLhs())}) {
+      auto bc = b.getDefiningOp<BroadcastOp>();
+      auto rs = bc ? bc.getX().getDefiningOp<RsqrtOp>() : RsqrtOp();
+      auto add = rs ? rs.getX().getDefiningOp<AddOp>() : AddOp();
+      if (!add)
+        continue;
+      auto fill = add.getRhs().getDefiningOp<FillOp>();
+      auto scale = add.getLhs().getDefiningOp<ScaleOp>();
+      auto keep = scale ? scale.getX().getDefiningOp<ReshapeOp>() : ReshapeOp();
+      auto sum = keep ? keep.getX().getDefiningOp<ReduceSumOp>() : ReduceSumOp();
+      if (!fill || !sum || squaredOperand(sum.getX()) != x)
+        continue;
+      RankedTensorType xt = typeOf(x);
+      int64_t h = xt.getShape().back();
+      ArrayRef<int64_t> dims = sum.getDims();
+      if (dims.size() != 1 || dims[0] != xt.getRank() - 1 ||
+          typeOf(keep.getResult()).getShape().back() != 1 ||
+          std::fabs(scale.getFactor().convertToDouble() * h - 1.0) > 1e-12 ||
+          typeOf(mul.getResult()) != xt)
+        continue;
+      return std::pair(x, fill.getValue().convertToDouble());
+    }
+    return std::nullopt;
+  }
+};
+
+} // namespace
+
+void RsqrtOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                          MLIRContext *context) {
+  results.add<FuseRMSNorm>(context);
+}

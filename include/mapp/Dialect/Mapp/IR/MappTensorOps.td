@@ -46,7 +46,15 @@ def Mapp_SignOp : Mapp_MathOp<"sign", "y = sign(x) ∈ {−1, 0, 1} (gradient 0)
 def Mapp_ExpOp : Mapp_MathOp<"exp", "y = eˣ">;
 def Mapp_LogOp : Mapp_MathOp<"log", "natural logarithm">;
 def Mapp_SqrtOp : Mapp_MathOp<"sqrt", "square root">;
-def Mapp_RsqrtOp : Mapp_MathOp<"rsqrt", "y = 1/√x">;
+def Mapp_RsqrtOp : Mapp_MathOp<"rsqrt", "y = 1/√x"> {
+  let description = [{
+    Canonicalization rewrites an RMS norm written with the algebra,
+    x·broadcast(rsqrt(reduce_sum(x²)/H + eps))·w (x² as pow 2 or x·x, the
+    sum over the last dim kept as 1, w of shape [H]), into mapp.rms_norm
+    (the fused op pattern recognition would have made at export).
+  }];
+  let hasCanonicalizer = 1;
+}
 def Mapp_TanhOp : Mapp_MathOp<"tanh", "hyperbolic tangent">;
 def Mapp_SinOp : Mapp_MathOp<"sin", "sine">;
 def Mapp_CosOp : Mapp_MathOp<"cos", "cosine">;
