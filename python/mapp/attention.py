@@ -18,9 +18,10 @@ import math
 
 import torch
 
+from . import algebra as alg
 from . import complex_rotary as crot
 from . import ir
-from .values import Lazy, Pending, Step, Tensor, Virtual, fail
+from .values import Const, Lazy, Pending, Step, Tensor, Virtual, fail
 
 
 class Scores(Pending):
@@ -47,16 +48,21 @@ class Scores(Pending):
         return None
 
     def materialize(self, ctx, user):
-        if self.causal:
-            fail(user, "uses masked attention scores outside softmax(...) @ v; "
-                       "mapp only has the fused mapp.attention for a causal mask")
         a = self.q.materialize(ctx, user)
         b = self.k.materialize(ctx, user)
         mod = ctx.module(self.node)
         v = ctx.b.op("mapp.matmul", [a, b], a.shape[:-1] + b.shape[-1:], a.elem, module=mod)
         if self.scale != 1.0:
             v = ctx.b.op("mapp.scale", [v], v.shape, v.elem, {"factor": ir.F64(self.scale)}, module=mod)
-        return ctx.b.op("mapp.reshape", [v], self.shape, v.elem, module=mod) if v.shape != self.shape else v
+        if v.shape != self.shape:
+            v = ctx.b.op("mapp.reshape", [v], self.shape, v.elem, module=mod)
+        if self.causal:  # not consumed by mapp.attention: the mask as an add
+            t = self.shape[-1]
+            mask = torch.zeros(t, t).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1),
+                                                 float("-inf"))
+            v = alg.elementwise(ctx, user, "mapp.add", Tensor(v), Const(mask),
+                                shape=self.shape).materialize(ctx, user)
+        return v
 
 
 class Probs(Pending):
@@ -72,11 +78,11 @@ class Probs(Pending):
         return None
 
     def materialize(self, ctx, user):
-        if self.scores.causal:
-            fail(user, "uses causal attention probabilities other than as `probs @ v` "
-                       "(mapp.attention has no dropout: set attention dropout to 0)")
         v = self.scores.materialize(ctx, user)
-        return ctx.b.op("mapp.softmax", [v], v.shape, v.elem, module=ctx.module(user))
+        v = ctx.b.op("mapp.softmax", [v], v.shape, v.elem, module=ctx.module(user))
+        if tuple(v.shape) != tuple(self.shape):  # a reshape was applied to the probabilities
+            v = ctx.b.op("mapp.reshape", [v], self.shape, v.elem, module=ctx.module(user))
+        return v
 
 
 # ---- rotary pieces -------------------------------------------------------
@@ -131,18 +137,28 @@ class TimesTable(Pending):
         self.x, self.table, self.node = x, table, node
         self.shape, self.elem = x.shape, x.elem
 
+    def materialize(self, ctx, user):
+        return alg.elementwise(ctx, self.node, "mapp.mul", self.x, self.table) \
+            .materialize(ctx, user)
+
 
 class Rotated(Pending):
     """rotary(src) seen through `view` (a Lazy over a Virtual base)."""
 
     what = "rotary-embedded q or k"
 
-    def __init__(self, src, base_freq, view):
+    def __init__(self, src, base_freq, view, parts=None, node=None):
         self.src, self.base_freq, self.view = src, base_freq, view
+        self.parts, self.node = parts, node  # the two TimesTable, the add
         self.shape, self.elem = view.shape, "f32"
 
     def layout(self, step, node):
-        return Rotated(self.src, self.base_freq, self.view.then(step))
+        return Rotated(self.src, self.base_freq, self.view.then(step), self.parts, self.node)
+
+    def materialize(self, ctx, user):
+        # Not consumed by mapp.attention {rotary}: x·cos + rotate_half(x)·sin.
+        v = alg.elementwise(ctx, self.node, "mapp.add", *self.parts).materialize(ctx, user)
+        return alg.through_view(ctx, user, v, self.view)
 
 
 def base_from_theta1(theta1, d):
@@ -194,7 +210,7 @@ def rotary(node, a, b):
     base = _rotary_base(cos[0], sin[0], d)
     if base is None:
         return None
-    return Rotated(x, base, Lazy(Virtual(x.shape), []))
+    return Rotated(x, base, Lazy(Virtual(x.shape), []), (a, b), node)
 
 
 # ---- matching ------------------------------------------------------------
@@ -329,12 +345,8 @@ def attention(ctx, node, probs, v):
                 q.shape[:-1] == k.shape[:-1]:
             break
     else:
-        if any(isinstance(x, crot.RotatedPairs) for x in (s.q, s.k, v)):
-            # Exact only when q and k are rotated alike (module docstring of
-            # complex_rotary.py); say so rather than fail later on the scores.
-            fail(node, "attention over complex-form rotary q/k that mapp.attention {rotary} "
-                       "cannot take: q and k must both be rotated (v not), pairs in the same "
-                       "order, by the same freqs_cis")
+        # Not the fused form (complex-form rotary that mapp.attention
+        # {rotary} cannot take, say): the caller emits the generic ops.
         return None
     attrs = {"heads": ir.I64(nh), "scale": ir.F64(s.scale)}
     if s.causal:
@@ -363,8 +375,6 @@ def attention(ctx, node, probs, v):
 def sdpa(ctx, node, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None):
     """[B,nh,T,D] q, k, v -> mapp.attention (as the written-out pattern
     would be), or an error naming what does not fit."""
-    if dropout_p:
-        fail(node, "scaled_dot_product_attention with dropout_p > 0 (mapp.attention has no dropout)")
     if len(q.shape) != 4:
         fail(node, "scaled_dot_product_attention on other than [B, heads, T, D] tensors")
     t, d = q.shape[-2:]
@@ -384,8 +394,31 @@ def sdpa(ctx, node, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=No
                 or keep is None and is_causal_mask(mask, t, None):
             s.causal = True
         else:
-            fail(node, "scaled_dot_product_attention with a mask other than the causal one")
+            return _sdpa_generic(ctx, node, s, mask, v, dropout_p)
+    if dropout_p:
+        return _sdpa_generic(ctx, node, s, None, v, dropout_p)
     y = attention(ctx, node, Probs(s, s.shape), v)
     if y is None:
         fail(node, "scaled_dot_product_attention on q/k/v that are no head views mapp can merge")
     return y
+
+
+def _sdpa_generic(ctx, node, s, mask, v, dropout_p):
+    """softmax(scores + mask) (dropout) @ v as the tensor algebra's ops: a
+    mask other than the causal one (sliding window, padding: boolean
+    `keep` or additive), or attention dropout."""
+    from . import patterns as pat
+    scores = Tensor(s.materialize(ctx, node))
+    if mask is not None:
+        if mask.val.dtype == torch.bool:
+            scores = alg.select(ctx, node, mask, scores, float("-inf"))
+        else:
+            scores = alg.elementwise(ctx, node, "mapp.add", scores, mask, shape=scores.shape)
+    probs = alg.unary(ctx, node, "mapp.softmax", scores)
+    if dropout_p:
+        probs = pat.dropout(ctx, node, probs, float(dropout_p))
+    pv = probs.materialize(ctx, node)
+    vv = v.materialize(ctx, node)
+    return Tensor(ctx.b.op("mapp.matmul", [pv, vv], pv.shape[:-1] + vv.shape[-1:], pv.elem,
+                           module=ctx.module(node)))
+

@@ -85,6 +85,13 @@ class RotatedPairs(_Complex):
     def layout(self, step, node):
         return RotatedPairs(self.x, self.table, self.view.then(step), self.node)
 
+    def materialize(self, ctx, user):
+        # Not consumed by mapp.attention {rotary}: the complex product as
+        # real ops (algebra.py), then the layout changes applied since.
+        from . import algebra as alg
+        v = alg.rotate_pairs(ctx, self.node, self.x, self.table).materialize(ctx, user)
+        return alg.through_view(ctx, user, v, self.view)
+
 
 def view_as_complex(node, x):
     if isinstance(x, Pending) or not x.shape or x.shape[-1] != 2 or \

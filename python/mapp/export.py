@@ -3,7 +3,7 @@
     PYTHONPATH=python /usr/bin/python3 -m mapp.export \\
         --module mapp.reference:GPT --config examples/gpt-tiny.json \\
         -o model.mlir --weights init.safetensors [--seed S] \\
-        [--weights-from their.pt] [--output loss|INDEX|KEY]
+        [--weights-from their.pt] [--output loss|INDEX|KEY] [--no-recognize]
 
 The module is built as Class(config_dict) (plus seed=S when the class takes a
 `seed` argument, else torch.manual_seed(S) before construction) and traced as
@@ -13,6 +13,11 @@ It may return the loss, a tuple/list, a dict or a dataclass: `--output` picks
 the loss (`loss`: the element, key or attribute named loss, or the only scalar
 tensor of a tuple; an INDEX; a KEY).  `--weights-from FILE` loads the user's
 own state_dict (torch.save or safetensors) instead of fresh initialization.
+Every aten op lowers to the dialect's tensor algebra; recognized
+compositions (rotary, norms written out, attention, tanh gelu) are rewritten
+into the fused ops, never required: `--no-recognize` (or MAPP_RECOGNIZE=0)
+switches that recognition off (docs/models.md, "What the exporter lowers
+generically").
 The IR is one func.func @forward(%tokens, %targets) -> tensor<f32> over mapp
 ops in generic form, with a mapp.param per parameter (state_dict names).  Exit
 status 1 with a message naming the aten op and the source line when something
@@ -29,6 +34,7 @@ import sys
 import torch
 
 from . import ir, safetensors
+from .algebra import recognition_default
 from .config import ConfigError, normalize_config
 from .lower import Lowering
 from .trace import leaf_modules, parameter_names, trace
@@ -48,9 +54,13 @@ def example_inputs(config, dtype=torch.int32):
     return tokens, targets
 
 
-def export_module(module, tokens, targets, model_attrs=None, output="loss", tracer=None):
+def export_module(module, tokens, targets, model_attrs=None, output="loss", tracer=None,
+                  recognize=None):
     """Returns the mapp IR text of module(tokens, targets); `output` picks
-    the loss out of what forward returns (see pick_loss)."""
+    the loss out of what forward returns (see pick_loss); recognize=False
+    lowers without pattern recognition (None: MAPP_RECOGNIZE, default on)."""
+    if recognize is None:
+        recognize = recognition_default()
     module.train()  # dropout layers show up as mapp.dropout
     gm, lifted = trace(module, tokens, targets, lambda out: pick_loss(out, output), tracer)
     b = ir.Builder()
@@ -70,7 +80,7 @@ def export_module(module, tokens, targets, model_attrs=None, output="loss", trac
             args.append(Param(names[id(what)], what.shape, ir.elem_type(what.dtype)))
         else:
             args.append(Const(what.detach().clone()))
-    loss = Lowering(gm, b, names).run(args)
+    loss = Lowering(gm, b, names, recognize=recognize).run(args)
     b.prune(loss)
     b.assign_names(leaf_modules(module))
     return b.print(loss)
@@ -172,6 +182,9 @@ def main(argv=None):
     ap.add_argument("--tracer", choices=("make_fx", "export"),
                     help="how to trace (default: torch.export on torch >= 2.5, else make_fx; "
                          "env MAPP_TRACER)")
+    ap.add_argument("--no-recognize", action="store_true",
+                    help="no pattern recognition: lower every op to the tensor algebra "
+                         "(env MAPP_RECOGNIZE=0 does the same)")
     a = ap.parse_args(argv)
     try:
         with open(a.config) as f:
@@ -183,7 +196,8 @@ def main(argv=None):
             load_weights(module, a.weights_from)
         tokens, targets = example_inputs(cfg, torch.int64)
         text = export_module(module, tokens, targets, _model_attrs(attrs) if attrs else None,
-                             output=a.pick, tracer=a.tracer)
+                             output=a.pick, tracer=a.tracer,
+                             recognize=False if a.no_recognize else None)
     except (ExportError, ConfigError, OSError, ValueError, json.JSONDecodeError) as e:
         print(f"mapp.export: error: {e}", file=sys.stderr)
         return 1

@@ -123,15 +123,18 @@ def _rotary(x, heads, base):  # x: [B,T,H]
 
 def _attention(q, k, v, a):
     heads = a["heads"]
-    if a.get("rotary"):
-        q, k = _rotary(q, heads, a.get("rotary_base", 10000.0)), _rotary(k, heads, a.get("rotary_base", 10000.0))
     b, t, h = q.shape
     d = h // heads
-    split = lambda x: x.reshape(b, t, heads, d).transpose(1, 2)
-    s = a["scale"] * split(q) @ split(k).transpose(-2, -1)
+    groups = k.shape[-1] // d  # grouped-query attention: query head i uses k/v head i // (heads/groups)
+    if a.get("rotary"):
+        base = a.get("rotary_base", 10000.0)
+        q, k = _rotary(q, heads, base), _rotary(k, groups, base)
+    split = lambda x, n: x.reshape(b, t, n, d).transpose(1, 2).repeat_interleave(heads // n, dim=1)
+    split_q = lambda x: split(x, heads)
+    s = a["scale"] * split_q(q) @ split(k, groups).transpose(-2, -1)
     if a.get("causal"):
         s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-    return (torch.softmax(s, -1) @ split(v)).transpose(1, 2).reshape(b, t, h)
+    return (torch.softmax(s, -1) @ split(v, groups)).transpose(1, 2).reshape(b, t, h)
 
 
 def _cross_entropy(logits, targets, a):
@@ -220,6 +223,40 @@ def _moe(op, x, a):
     return None
 
 
+_B = lambda f: (lambda a, b: f(a, b).float())
+# The tensor algebra (docs/semantics.md, "Tensor algebra"); booleans as 0/1.
+_ALGEBRA = {
+    "neg": torch.neg, "abs": torch.abs, "sign": torch.sign, "exp": torch.exp,
+    "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh,
+    "sin": torch.sin, "cos": torch.cos, "sigmoid": torch.sigmoid,
+    "pow": lambda x, e: torch.pow(x, e),
+    "sub": torch.sub, "div": torch.div, "maximum": torch.maximum, "minimum": torch.minimum,
+    "lt": _B(torch.lt), "le": _B(torch.le), "gt": _B(torch.gt), "ge": _B(torch.ge),
+    "eq": _B(torch.eq), "ne": _B(torch.ne),
+    "select": lambda c, a, b: torch.where(c != 0, a, b),
+}
+
+
+def _dense(text, shape):
+    """mapp.constant's value: dense<"0xHEX"> (little-endian f32, what the
+    exporter writes), or as mlir-opt prints it, dense<[[1.0, 0xFF800000],
+    ...]> (an f32 bit pattern in hex for non-finite elements) or a splat
+    dense<number>."""
+    import struct
+    body = text[len("dense<"):text.rindex(">", 0, text.index(" : ") if " : " in text else None)]
+    if body.startswith('"0x'):
+        raw = bytes.fromhex(body[3:-1])
+        return torch.tensor(struct.unpack(f"<{len(raw) // 4}f", raw)).reshape(shape)
+    def number(tok):
+        if tok.startswith("0x"):
+            return struct.unpack("<f", struct.pack("<I", int(tok, 16)))[0]
+        return float(tok)
+    toks = [t for t in body.replace("[", " ").replace("]", " ").replace(",", " ").split()]
+    if len(toks) == 1:
+        return torch.full(shape, number(toks[0]))
+    return torch.tensor([number(t) for t in toks]).reshape(shape)
+
+
 def run(text, weights, inputs, step=0):
     args, ops, ret = parse(text)
     env = dict(zip(args, inputs))
@@ -277,6 +314,14 @@ def run(text, weights, inputs, step=0):
             y = x[0].sum(a["dims"])
         elif op == "fill":
             y = torch.full([int(d) for d in ty.group(1).split("x") if d], a["value"])
+        elif op in _ALGEBRA:
+            y = _ALGEBRA[op](*x, **({"e": a["exponent"]} if op == "pow" else {}))
+        elif op == "broadcast":
+            y = x[0].expand([int(d) for d in ty.group(1).split("x") if d]).clone()
+        elif op == "constant":
+            y = _dense(a["value"], [int(d) for d in ty.group(1).split("x") if d])
+        elif op == "cast":
+            y = x[0].float()
         else:
             raise NotImplementedError(f"interp: {name}")
         env[res] = y

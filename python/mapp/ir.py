@@ -51,6 +51,19 @@ class SymRef(str):
     """A symbol reference attribute: @"name"."""
 
 
+class Dense:
+    """A dense f32 elements attribute (mapp.constant's value), printed in
+    MLIR's hex form: the little-endian bytes, exact and compact."""
+
+    def __init__(self, values, shape):
+        self.values = [float(v) for v in values]
+        self.shape = tuple(int(d) for d in shape)
+
+    def text(self):
+        raw = struct.pack(f"<{len(self.values)}f", *self.values)
+        return f'dense<"0x{raw.hex().upper()}"> : {tensor_type(self.shape, "f32")}'
+
+
 def format_f64(x):
     x = float(x)
     if math.isfinite(x):
@@ -86,6 +99,8 @@ def format_attr(v):
         return "array<i64" + ("" if not v else ": " + ", ".join(str(int(i)) for i in v)) + ">"
     if isinstance(v, SymRef):
         return "@" + _quote(v)
+    if isinstance(v, Dense):
+        return v.text()
     if isinstance(v, str):
         return _quote(v)
     if isinstance(v, dict):

@@ -12,6 +12,7 @@ import operator
 
 import torch
 
+from . import algebra as alg
 from . import attention as att
 from . import complex_rotary as crot
 from . import ir
@@ -64,7 +65,10 @@ class Lowering(MoeLowering):
         they are: the op_* handlers, identities and reshapes."""
         return {n[len("op_"):] for n in dir(cls) if n.startswith("op_")} | _IDENTITY | _RESHAPES
 
-    def __init__(self, gm, builder, param_names):
+    def __init__(self, gm, builder, param_names, recognize=True):
+        """recognize=False: no pattern recognition, every aten op lowers to
+        its op of the tensor algebra (algebra.py)."""
+        self.recognize = recognize
         self.gm = gm
         self.b = builder
         self.param_names = param_names
@@ -159,12 +163,10 @@ class Lowering(MoeLowering):
             return Const(step.apply(x.val).clone())
         if isinstance(x, Pending):
             r = x.layout(step, node)
-            if r is None and isinstance(x, att.Scores) and not x.causal:
-                # A product that looked like q @ k^T (probs @ v of a
-                # non-exact attention, say) is just a matmul.
-                return Lazy.of(Tensor(x.materialize(self, node))).then(step)
             if r is None:
-                fail(node, f"applies a layout change to {x.what}")
+                # Not (or no longer) the pattern: its generic ops, then the
+                # layout change (a pattern value that has none says why).
+                return Lazy.of(Tensor(x.materialize(self, node))).then(step)
             return r
         if isinstance(x, (Tensor, Param, Lazy)):
             return Lazy.of(x).then(step)
@@ -188,14 +190,37 @@ class Lowering(MoeLowering):
         return self._layout(node, x, Step("expand", _shape(node), node))
 
     def op_slice(self, node, x, dim=0, start=None, end=None, step=1):
-        if step != 1:
-            fail(node, "strided slices are not supported")
-        n = x.shape[dim % len(x.shape)]
+        dim %= len(x.shape)
+        n = x.shape[dim]
         start = 0 if start is None else (start + n if start < 0 else start)
         end = n if end is None else (end + n if end < 0 else end)
         start, end = min(max(start, 0), n), min(max(end, start), n)
-        return self._layout(node, x, Step("slice", _shape(node), node,
-                                          dim=dim % len(x.shape), start=start, end=end))
+        if step == 1:
+            return self._layout(node, x, Step("slice", _shape(node), node,
+                                              dim=dim, start=start, end=end))
+        # x[start:end:step]: the dim seen as [n/step, step] (cut to whole
+        # strides first where step does not divide it): rows
+        # [start//step, +k) of column start % step.
+        k = -(-(end - start) // step)
+        r0, c = start // step, start % step
+        m = -(-n // step)
+        shape = list(x.shape)
+        y = x
+        if m * step != n:
+            m = n // step
+            if r0 + k > m:
+                fail(node, f"strided slice {start}:{end}:{step} of a dim of {n} whose last "
+                           "element lies past the last whole stride")
+            shape[dim] = m * step
+            y = self._layout(node, y, Step("slice", tuple(shape), node, dim=dim, start=0,
+                                           end=m * step))
+        y = self._layout(node, y, Step("reshape", tuple(shape[:dim] + [m, step] + shape[dim + 1:]),
+                                       node))
+        y = self._layout(node, y, Step("slice", tuple(shape[:dim] + [k, step] + shape[dim + 1:]),
+                                       node, dim=dim, start=r0, end=r0 + k))
+        y = self._layout(node, y, Step("slice", tuple(shape[:dim] + [k, 1] + shape[dim + 1:]),
+                                       node, dim=dim + 1, start=c, end=c + 1))
+        return self._layout(node, y, Step("reshape", _shape(node), node))
 
     def op_select(self, node, x, dim, index):
         n = x.shape[dim % len(x.shape)]
@@ -246,6 +271,10 @@ class Lowering(MoeLowering):
             return x
         if not to.is_floating_point and x.elem in ("i32", "i64"):
             return x  # targets.long(): mapp keeps token ids and targets in i32
+        if to == torch.float32 and x.elem in ("f32", "i1"):
+            return x  # booleans are 0/1 floats in mapp already
+        if to == torch.float32 and x.elem in ("i32", "i64"):
+            return self.emit(node, "mapp.cast", [x], x.shape, elem="f32")
         fail(node, f"casts {x.elem} to {ir.elem_type(to)}; the exporter handles fp32 only")
 
     # -- compute -------------------------------------------------------------
@@ -306,6 +335,8 @@ class Lowering(MoeLowering):
         return y if y is not None else self.emit(node, "mapp.matmul", [x, w], _shape(node))
 
     def op_bmm(self, node, a, b):
+        if not self.recognize:
+            return self.emit(node, "mapp.matmul", [a, b], _shape(node))
         if isinstance(a, att.Probs):
             y = att.attention(self, node, a, b)
             if y is not None:
@@ -321,15 +352,15 @@ class Lowering(MoeLowering):
                 and isinstance(value, (int, float)) \
                 and att.is_causal_mask(mask, x.shape[-1], float(value)):
             return x.copy(causal=True)
-        fail(node, "masked_fill is only supported as the causal mask of attention scores "
-                   "(mask = triu(ones(T, T), 1), fill -inf or <= -1e4)")
+        return alg.select(self, node, mask, value, x)
 
     def op_where(self, node, cond, a, b=None):
         # torch.where(tril_mask, scores, fill) == scores.masked_fill(~tril_mask, fill)
         if isinstance(cond, Const) and cond.val.dtype == torch.bool and isinstance(a, att.Scores):
             return self.op_masked_fill(node, a, Const(~cond.val), b)
-        fail(node, "torch.where is only supported as the causal mask of attention scores "
-                   "(where(tril(ones(T, T)), scores, fill))")
+        if b is None:
+            fail(node, "torch.where(cond) (the indices form) has data-dependent shape")
+        return alg.select(self, node, cond, a, b)
 
     def op__softmax(self, node, x, dim, half_to_float=False):
         if dim % len(x.shape) != len(x.shape) - 1:
@@ -388,6 +419,8 @@ class Lowering(MoeLowering):
     # -- arithmetic (with the pattern stages they can complete) -------------
 
     def _scalar(self, node, x, factor):
+        if not self.recognize:
+            return alg.scale(self, node, x, factor) if factor != 1 else x
         if isinstance(x, att.Scores) and factor > 0:
             return x.copy(scale=x.scale * factor)
         if isinstance(x, (pat.Cube, pat.GeluStage)):
@@ -423,20 +456,25 @@ class Lowering(MoeLowering):
                 return pat.GeluStage("inner", x.x, c=x.c, plain=lambda ctx, user, a=a, b=b:
                                      self._binary(node, "mapp.add", a, b).materialize(ctx, user))
             if name == "add" and x.kind == "tanh" and isinstance(y, (int, float)) and y == 1:
-                return pat.GeluStage("one_plus", x.x, c=x.c, s=x.s)
+                return pat.GeluStage("one_plus", x.x, c=x.c, s=x.s, plain=lambda ctx, user, a=a, b=b:
+                                     alg.elementwise(self, node, "mapp.add", a, b)
+                                     .materialize(ctx, user))
             if name == "mul" and x.kind == "one_plus" and x.is_tanh_gelu():
                 src = getattr(y, "scaled_from", None)
                 if src is not None and src[1] == 0.5 and _same_value(src[0], x.x):
                     return self._rowwise(node, "mapp.gelu", x.x, {"approximate": "tanh"})
                 if _same_value(y, x.x):
-                    return pat.GeluStage("half_missing", x.x, c=x.c, s=x.s)
+                    return pat.GeluStage("half_missing", x.x, c=x.c, s=x.s,
+                                         plain=lambda ctx, user, a=a, b=b:
+                                         alg.elementwise(self, node, "mapp.mul", a, b)
+                                         .materialize(ctx, user))
         return None
 
     def op_tanh(self, node, x):
         if isinstance(x, pat.GeluStage) and x.kind == "inner_scaled":
-            return pat.GeluStage("tanh", x.x, c=x.c, s=x.s)
-        fail(node, "tanh is only supported inside the tanh gelu "
-                   "0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))")
+            return pat.GeluStage("tanh", x.x, c=x.c, s=x.s, plain=lambda ctx, user:
+                                 alg.unary(self, node, "mapp.tanh", x).materialize(ctx, user))
+        return alg.unary(self, node, "mapp.tanh", x)
 
     def _binary(self, node, name, a, b):
         """mapp.add / mapp.mul with the trailing-broadcast rule."""
@@ -449,14 +487,27 @@ class Lowering(MoeLowering):
         trimmed = tuple(bv.shape)
         while trimmed and trimmed[0] == 1 and len(trimmed) > 0 and trimmed != av.shape[-len(trimmed):]:
             trimmed = trimmed[1:]
-        if trimmed != tuple(av.shape[len(av.shape) - len(trimmed):]):
-            fail(node, f"broadcast of {list(bv.shape)} against {list(av.shape)}: mapp only "
-                       "broadcasts a trailing suffix of the shape")
+        if trimmed != tuple(av.shape[len(av.shape) - len(trimmed):]) \
+                or tuple(av.shape) != alg.result_shape(node, av, bv):
+            # Not the add/mul suffix rule: broadcast both explicitly.
+            shape = alg.result_shape(node, av, bv)
+            return Tensor(self.b.op(name, [alg.broadcast(self, node, av, shape),
+                                           alg.broadcast(self, node, bv, shape)],
+                                    shape, av.elem, module=self.module(node)))
         if trimmed != bv.shape:
             bv = self.b.op("mapp.reshape", [bv], trimmed, bv.elem, module=self.module(node))
         return Tensor(self.b.op(name, [av, bv], av.shape, av.elem, module=self.module(node)))
 
     def op_mul(self, node, a, b):
+        if not self.recognize:
+            if any(isinstance(x, alg.Complex) or (isinstance(x, Const) and x.val.is_complex())
+                   for x in (a, b)):
+                return alg.complex_mul(self, node, a, b)
+            if isinstance(b, (int, float)):
+                return self._scalar(node, a, float(b))
+            if isinstance(a, (int, float)):
+                return self._scalar(node, b, float(a))
+            return self._binary(node, "mapp.mul", a, b)
         c = crot.multiply(node, a, b, _shape(node))
         if c is not None:
             return c
@@ -488,9 +539,15 @@ class Lowering(MoeLowering):
         return self._binary(node, "mapp.mul", a, b)
 
     def op_view_as_complex(self, node, x):
+        if not self.recognize:
+            return alg.complex_of(self, node, x)
         return crot.view_as_complex(node, x)
 
     def op_view_as_real(self, node, z):
+        if not self.recognize:
+            if not isinstance(z, alg.Complex):
+                fail(node, "view_as_real of a tensor that is not complex")
+            return alg.view_as_real(self, node, z)
         return crot.view_as_real(node, z)
 
     def op_div(self, node, a, b):
@@ -501,13 +558,15 @@ class Lowering(MoeLowering):
             b = float(b.uniform())
         if isinstance(b, (int, float)):
             return self._scalar(node, a, 1.0 / float(b))
-        fail(node, "division by a tensor is not supported")
+        return alg.elementwise(self, node, "mapp.div", a, b)
 
     op_div_ = op_div
 
     def op_add(self, node, a, b, alpha=1):
         if alpha != 1:
             fail(node, "add with alpha other than 1")
+        if not self.recognize:
+            return self._binary(node, "mapp.add", a, b)
         if isinstance(a, pat.MeanSquare) and isinstance(b, (int, float)):
             return pat.MeanSquareEps(a.x, float(b), a.shape)
         r = att.rotary(node, a, b)
@@ -527,13 +586,20 @@ class Lowering(MoeLowering):
             fail(node, "sub with alpha other than 1")
         if isinstance(b, (int, float)):
             return self._binary(node, "mapp.add", a, -float(b))
-        return self._binary(node, "mapp.add", a, self._scalar(node, b, -1.0))
+        return alg.elementwise(self, node, "mapp.sub", a, b)
+
+    def op_rsub(self, node, a, b, alpha=1):
+        if alpha != 1:
+            fail(node, "rsub with alpha other than 1")
+        return alg.elementwise(self, node, "mapp.sub", b, a)
 
     def op_neg(self, node, x):
+        if not self.recognize:
+            return alg.unary(self, node, "mapp.neg", x)
         return att.Negated(x, node)
 
     def op_cat(self, node, xs, dim=0):
-        r = att.rotate_half(node, xs, dim)
+        r = att.rotate_half(node, xs, dim) if self.recognize else None
         if r is not None:
             return r
         vals = [x.materialize(self, node) for x in xs]
@@ -541,16 +607,19 @@ class Lowering(MoeLowering):
                                 {"dim": ir.I64(dim % len(vals[0].shape))}, module=self.module(node)))
 
     def op_pow(self, node, x, e):
-        if e == 2:
+        if not isinstance(e, (int, float)):
+            fail(node, "pow with a tensor exponent (mapp.pow takes a constant exponent)")
+        if isinstance(x, (int, float)):
+            fail(node, "pow of a number by a tensor")
+        if self.recognize and e == 2:
             return pat.Square(x)
-        if e == 3:
+        if self.recognize and e == 3:
             return pat.Cube(x)
-        fail(node, f"pow with exponent {e} (only x.pow(2) of an rms norm and x.pow(3) of a "
-                   "tanh gelu are supported)")
+        return alg.unary(self, node, "mapp.pow", x, {"exponent": ir.F64(float(e))})
 
     def op_mean(self, node, x, dims, keepdim=False, dtype=None):
-        if isinstance(x, pat.Square) and [d % len(x.shape) for d in dims] == [len(x.shape) - 1] \
-                and keepdim:
+        if self.recognize and isinstance(x, pat.Square) and dims \
+                and [d % len(x.shape) for d in dims] == [len(x.shape) - 1] and keepdim:
             return pat.MeanSquare(x.x, _shape(node))
         y = self._reduce(node, x, dims, keepdim)
         count = math.prod(x.shape[d % len(x.shape)] for d in dims)
@@ -571,9 +640,151 @@ class Lowering(MoeLowering):
         return Tensor(y)
 
     def op_rsqrt(self, node, x):
-        if isinstance(x, pat.MeanSquareEps):
+        if self.recognize and isinstance(x, pat.MeanSquareEps):
             return pat.InvRms(x.x, x.eps, x.shape)
-        fail(node, "rsqrt is only supported inside an rms norm")
+        return alg.unary(self, node, "mapp.rsqrt", x)
+
+    # -- the rest of the tensor algebra (algebra.py) -----------------------
+
+    def op_exp(self, node, x):
+        return alg.unary(self, node, "mapp.exp", x)
+
+    def op_log(self, node, x):
+        return alg.unary(self, node, "mapp.log", x)
+
+    def op_sqrt(self, node, x):
+        return alg.unary(self, node, "mapp.sqrt", x)
+
+    def op_sin(self, node, x):
+        return alg.unary(self, node, "mapp.sin", x)
+
+    def op_cos(self, node, x):
+        return alg.unary(self, node, "mapp.cos", x)
+
+    def op_sigmoid(self, node, x):
+        return alg.unary(self, node, "mapp.sigmoid", x)
+
+    def op_abs(self, node, x):
+        return alg.unary(self, node, "mapp.abs", x)
+
+    def op_sign(self, node, x):
+        return alg.unary(self, node, "mapp.sign", x)
+
+    def op_reciprocal(self, node, x):
+        return alg.elementwise(self, node, "mapp.div", 1.0, x)
+
+    def op_maximum(self, node, a, b):
+        return alg.elementwise(self, node, "mapp.maximum", a, b)
+
+    def op_minimum(self, node, a, b):
+        return alg.elementwise(self, node, "mapp.minimum", a, b)
+
+    def op_clamp(self, node, x, lo=None, hi=None):
+        y = x if lo is None else alg.elementwise(self, node, "mapp.maximum", x, lo)
+        return y if hi is None else alg.elementwise(self, node, "mapp.minimum", y, hi)
+
+    def op_clamp_min(self, node, x, lo):
+        return self.op_clamp(node, x, lo, None)
+
+    def op_clamp_max(self, node, x, hi):
+        return self.op_clamp(node, x, None, hi)
+
+    def op_lt(self, node, a, b):
+        return alg.elementwise(self, node, "mapp.lt", a, b)
+
+    def op_le(self, node, a, b):
+        return alg.elementwise(self, node, "mapp.le", a, b)
+
+    def op_gt(self, node, a, b):
+        return alg.elementwise(self, node, "mapp.gt", a, b)
+
+    def op_ge(self, node, a, b):
+        return alg.elementwise(self, node, "mapp.ge", a, b)
+
+    def op_eq(self, node, a, b):
+        return alg.elementwise(self, node, "mapp.eq", a, b)
+
+    def op_ne(self, node, a, b):
+        return alg.elementwise(self, node, "mapp.ne", a, b)
+
+    def op_logical_not(self, node, x):
+        return alg.elementwise(self, node, "mapp.sub", 1.0, x)
+
+    op_bitwise_not = op_logical_not
+
+    def op_stack(self, node, xs, dim=0):
+        return alg.stack(self, node, xs, dim)
+
+    def op_empty(self, node, size, **kw):
+        # Uninitialized memory: only defined once filled (fill_ then folds
+        # it, as repeat_interleave's index tensor); zeros stand in for it.
+        return Const(torch.zeros(_shape(node), dtype=_meta(node).dtype))
+
+    def op_index_select(self, node, x, dim, index):
+        if not isinstance(index, Const):
+            fail(node, "index_select with indices computed from the input (mapp takes "
+                       "constant indices only)")
+        dim %= len(x.shape)
+        idx = index.val.reshape(-1).long()
+        n = x.shape[dim]
+        if idx.numel() and (idx.min() < 0 or idx.max() >= n):
+            fail(node, f"index_select: an index is out of range for a dim of {n}")
+        r = idx.numel() // n if n else 0
+        shape = tuple(x.shape)
+        if r and torch.equal(idx, torch.arange(n).repeat_interleave(r)):  # repeat_interleave
+            y = self._layout(node, x, Step("reshape", shape[:dim + 1] + (1,) + shape[dim + 1:], node))
+            y = self._layout(node, y, Step("expand", shape[:dim + 1] + (r,) + shape[dim + 1:], node))
+            return self._layout(node, y, Step("reshape", _shape(node), node))
+        # Any other constant index list: runs of consecutive indices are
+        # slices, concatenated.
+        runs, start = [], 0
+        for i in range(1, idx.numel() + 1):
+            if i == idx.numel() or idx[i] != idx[i - 1] + 1:
+                runs.append((int(idx[start]), int(idx[i - 1]) + 1))
+                start = i
+        parts = []
+        for lo, hi in runs:
+            part = list(shape)
+            part[dim] = hi - lo
+            parts.append(self._layout(node, x, Step("slice", tuple(part), node, dim=dim,
+                                                    start=lo, end=hi)))
+        if len(parts) == 1:
+            return parts[0]
+        vals = [p.materialize(self, node) for p in parts]
+        return Tensor(self.b.op("mapp.concat", vals, _shape(node), vals[0].elem,
+                                {"dim": ir.I64(dim)}, module=self.module(node)))
+
+    def op_relu(self, node, x):
+        return alg.elementwise(self, node, "mapp.maximum", x, 0.0)
+
+    def op_var(self, node, x, dims=None, *rest, **kw):
+        # var.dim(x, dims, unbiased, keepdim) / var.correction(x, dims, *,
+        # correction, keepdim): mean((x − mean)²)·n/(n − correction).
+        if node.target._overloadname == "correction":
+            correction = kw.get("correction", 1)
+            correction = 1 if correction is None else correction
+            keepdim = kw.get("keepdim", False)
+        else:
+            unbiased = rest[0] if rest else kw.get("unbiased", True)
+            keepdim = rest[1] if len(rest) > 1 else kw.get("keepdim", False)
+            correction = 1 if unbiased else 0
+        n = len(x.shape)
+        dims = list(dims) if dims else list(range(n))
+        count = math.prod(x.shape[d % n] for d in dims)
+        centered = alg.elementwise(self, node, "mapp.sub", x, alg.mean(self, node, x, dims, True),
+                                   shape=x.shape)
+        sq = alg.elementwise(self, node, "mapp.mul", centered, centered)
+        total = alg.reduce_sum(self, node, sq, dims, keepdim)
+        return alg.scale(self, node, total, 1.0 / (count - correction))
+
+    def op_repeat_interleave(self, node, x, repeats=None, dim=None, **kw):
+        if not isinstance(repeats, int) or dim is None:
+            fail(node, "repeat_interleave other than by an int along a dim")
+        dim %= len(x.shape)
+        shape = tuple(x.shape)
+        y = self._layout(node, x, Step("reshape", shape[:dim + 1] + (1,) + shape[dim + 1:], node))
+        y = self._layout(node, y, Step("expand", shape[:dim + 1] + (repeats,) + shape[dim + 1:], node))
+        return self._layout(node, y, Step("reshape", _shape(node), node))
 
     # -- dropout (CPU form) ------------------------------------------------
 

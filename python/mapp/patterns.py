@@ -6,6 +6,9 @@ stands for (where mapp has them) or is an error naming the op that broke the
 pattern.
 """
 
+import math
+
+from . import algebra as alg
 from . import ir
 from .values import Pending, Tensor, fail
 
@@ -23,11 +26,17 @@ class Square(Pending):
         return ctx.b.op("mapp.mul", [v, v], v.shape, v.elem, module=user.meta.get("mapp_module", ""))
 
 
+# Each stage that does not complete the pattern emits its generic ops.
+
 class MeanSquare(Pending):
     what = "the mean of squares of an rms norm"
 
     def __init__(self, x, shape):
         self.x, self.shape = x, shape
+
+    def materialize(self, ctx, user):
+        sq = Tensor(Square(self.x).materialize(ctx, user))
+        return alg.mean(ctx, user, sq, [-1], True).materialize(ctx, user)
 
 
 class MeanSquareEps(Pending):
@@ -36,6 +45,10 @@ class MeanSquareEps(Pending):
     def __init__(self, x, eps, shape):
         self.x, self.eps, self.shape = x, eps, shape
 
+    def materialize(self, ctx, user):
+        return alg.elementwise(ctx, user, "mapp.add", MeanSquare(self.x, self.shape),
+                               self.eps).materialize(ctx, user)
+
 
 class InvRms(Pending):
     what = "rsqrt(mean(x^2) + eps) of an rms norm"
@@ -43,12 +56,20 @@ class InvRms(Pending):
     def __init__(self, x, eps, shape):
         self.x, self.eps, self.shape = x, eps, shape
 
+    def materialize(self, ctx, user):
+        return alg.unary(ctx, user, "mapp.rsqrt",
+                         MeanSquareEps(self.x, self.eps, self.shape)).materialize(ctx, user)
+
 
 class Normalized(Pending):
     what = "x * rsqrt(mean(x^2) + eps) (an rms norm without its weight)"
 
     def __init__(self, x, eps):
         self.x, self.eps, self.shape = x, eps, x.shape
+
+    def materialize(self, ctx, user):
+        inv = InvRms(self.x, self.eps, tuple(self.shape[:-1]) + (1,))
+        return alg.elementwise(ctx, user, "mapp.mul", self.x, inv).materialize(ctx, user)
 
 
 # dropout on CPU: mask = empty_like(x).bernoulli_(1-p).div_(1-p); y = x * mask
@@ -84,6 +105,12 @@ class LogSoftmax(Pending):
     def __init__(self, x):
         self.x, self.shape = x, x.shape
 
+    def materialize(self, ctx, user):
+        # log(softmax(x)): exact in its gradient; its value underflows only
+        # where a probability is below float's smallest normal.
+        p = alg.unary(ctx, user, "mapp.softmax", self.x)
+        return alg.unary(ctx, user, "mapp.log", p).materialize(ctx, user)
+
 
 def cross_entropy(ctx, node, logsm, targets, reduction, ignore_index):
     from .values import Lazy
@@ -95,6 +122,14 @@ def cross_entropy(ctx, node, logsm, targets, reduction, ignore_index):
     tb = targets.leading_reshape(False) if isinstance(targets, Lazy) else None
     if lb is not None and tb is not None and tuple(lb.shape[:-1]) == tuple(tb.shape):
         logits, targets = lb, tb
+    elif tb is not None and len(logits.shape) == 2 and \
+            logits.shape[0] == math.prod(tb.shape) and not isinstance(logits, Pending):
+        # [N, V] logits already flat (their reshape cancelled out): shape
+        # them like the targets, not the integer targets like them.
+        shape = tuple(tb.shape) + (logits.shape[-1],)
+        lv = logits.materialize(ctx, node)
+        logits = Tensor(ctx.b.op("mapp.reshape", [lv], shape, lv.elem, module=ctx.module(node)))
+        targets = tb
     lv = logits.materialize(ctx, node)
     tv = targets.materialize(ctx, node)
     if tuple(lv.shape[:-1]) != tuple(tv.shape):

@@ -85,12 +85,25 @@ class Const(Abstract):
         return first.item() if bool((flat == first).all()) else None
 
     def materialize(self, ctx, user):
+        if self.val.is_complex():
+            fail(user, f"uses a complex constant of shape {list(self.shape)} where mapp needs "
+                       "a real tensor")
+        # Booleans (masks) become 0/1 floats, as mapp's comparisons give them;
+        # integer constants (positions) become floats too.
+        elem = self.elem if self.elem in ("f32", "f16", "bf16") else "f32"
         v = self.uniform()
-        if v is None or self.elem not in ("f32", "f16", "bf16", "f64"):
-            fail(user, f"uses a constant tensor of shape {list(self.shape)} that mapp cannot "
-                       "represent (only uniform float constants become mapp.fill)")
-        # Unnamed: a constant is no PyTorch value a probe would ask for.
-        return ctx.b.op("mapp.fill", [], self.shape, self.elem, {"value": ir.F64(v)}, named=False)
+        if v is not None:
+            # Unnamed: a constant is no PyTorch value a probe would ask for.
+            return ctx.b.op("mapp.fill", [], self.shape, elem, {"value": ir.F64(float(v))},
+                            named=False)
+        if elem != "f32":
+            fail(user, f"uses a non-uniform {self.elem} constant; mapp.constant holds f32")
+        # One mapp.constant per use, right before its user (as param_ref
+        # and fill): a table shared by all layers must not become a value
+        # that pipeline stages pass to each other.
+        vals = self.val.detach().reshape(-1).to(torch.float32).tolist()
+        return ctx.b.op("mapp.constant", [], self.shape, "f32",
+                        {"value": ir.Dense(vals, self.shape)}, named=False)
 
 
 class Pending(Abstract):
@@ -188,9 +201,8 @@ class Lazy(Abstract):
                 v = ctx.b.op("mapp.slice", [v], s.shape, v.elem,
                              {"dim": ir.I64(d["dim"]), "start": ir.I64(d["start"]),
                               "end": ir.I64(d["end"])}, module=mod)
-            else:
-                fail(user, f"needs a broadcast (expand) of shape {list(v.shape)} to "
-                           f"{list(s.shape)}, which mapp has no op for")
+            else:  # expand: NumPy broadcasting, mapp.broadcast
+                v = ctx.b.op("mapp.broadcast", [v], s.shape, v.elem, module=mod)
         ctx.memo[key] = v
         return v
 

@@ -466,6 +466,29 @@ std::vector<Case> cases() {
     Case e{"sgd momentum clipped (ctx norm)", "sgd", attrs({{"lr", 1e-2}, {"momentum", 0.9}, {"max_norm", 0.5}}), {{f32({64, 48})}, {f32({64, 48})}, {f32({64, 48})}}, {}};
     e.checkIns = {0, 2}; e.step = 2; e.gradNorm = 3.0; add(e);
   }
+  // The tensor algebra (Algebra.cu: one op-code kernel, broadcast,
+  // constant, cast). log, sqrt, rsqrt and pow take positive inputs.
+  for (const char *k : {"neg", "abs", "sign", "exp", "tanh", "sin", "cos", "sigmoid"})
+    add({k, k, {}, {{f32({B, T, H})}}, {f32({B, T, H})}});
+  for (const char *k : {"log", "sqrt", "rsqrt"})
+    add({k, k, {}, {{f32({B, T, H}), Gen::Positive}}, {f32({B, T, H})}});
+  add({"pow", "pow", attrs({{"exponent", 1.5}}), {{f32({B, T, H}), Gen::Positive}}, {f32({B, T, H})}});
+  for (const char *k : {"sub", "div", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne"})
+    add({k, k, {}, {{f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"select", "select", {}, {{f32({B, T, H}), Gen::One}, {f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"select (false)", "select", {}, {{f32({B, T, H}), Gen::Zero}, {f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, H})}});
+  add({"broadcast", "broadcast", {}, {{f32({T, 1})}}, {f32({B, T, H})}});
+  {
+    Case c{"constant", "constant", {}, {}, {f32({T, 8})}};
+    AttrValue v;
+    v.kind = AttrValue::Floats;
+    for (int64_t i = 0; i < T * 8; ++i)
+      v.floats.push_back(std::sin(0.1 * static_cast<double>(i)));
+    c.attrs.set("value", v);
+    add(c);
+  }
+  add({"cast i32", "cast", {}, {{i32({B, T}), Gen::Ids, 1000}}, {f32({B, T})}});
+  add({"cast f32", "cast", {}, {{f32({B, T, H})}}, {f32({B, T, H})}});
   return cs;
 }
 

@@ -604,3 +604,67 @@ def test_shape_errors(kernel, ins, outs, msg):
     attrs = {"heads": 4} if kernel == "attention" else {}
     run_kernel(kernel, [f32(*s) for s in ins],
                [(s, torch.float32) for s in outs], attrs, expect_error=msg)
+
+
+# ---------------------------------------------------- the tensor algebra --
+# (MappTensorOps.td; docs/semantics.md "Tensor algebra")
+
+_UNARY = {"neg": torch.neg, "abs": torch.abs, "sign": torch.sign, "exp": torch.exp,
+          "tanh": torch.tanh, "sin": torch.sin, "cos": torch.cos, "sigmoid": torch.sigmoid}
+_POSITIVE = {"log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt}
+
+
+@pytest.mark.parametrize("kernel", sorted(_UNARY) + sorted(_POSITIVE))
+def test_algebra_unary(kernel):
+    x = f32(6, 33) * 2
+    if kernel in _POSITIVE:
+        x = x.abs() + 1e-3
+    x[0, 0] = 0.0 if kernel == "sign" else x[0, 0]
+    fwd(kernel, [x], {**_UNARY, **_POSITIVE}[kernel](x))
+
+
+@pytest.mark.parametrize("e", [2.0, 0.5, -1.5, 3.0])
+def test_algebra_pow(e):
+    x = f32(4, 9).abs() + 0.1
+    fwd("pow", [x], torch.pow(x, e), {"exponent": e})
+
+
+_BINARY = {"sub": torch.sub, "div": torch.div, "maximum": torch.maximum,
+           "minimum": torch.minimum, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
+           "ge": torch.ge, "eq": torch.eq, "ne": torch.ne}
+
+
+@pytest.mark.parametrize("kernel", sorted(_BINARY))
+def test_algebra_binary(kernel):
+    a, b = f32(5, 7), f32(5, 7)
+    b[0] = a[0]  # ties: eq/le/ge/maximum on equal operands
+    fwd(kernel, [a, b], _BINARY[kernel](a, b).float())
+
+
+def test_algebra_select():
+    c = (f32(3, 8) > 0).float()
+    a, b = f32(3, 8), f32(3, 8)
+    fwd("select", [c, a, b], torch.where(c != 0, a, b))
+
+
+@pytest.mark.parametrize("xshape,yshape", [((4,), (2, 3, 4)), ((3, 1), (2, 3, 4)),
+                                           ((1, 3, 1), (2, 3, 4)), ((), (2, 5))])
+def test_algebra_broadcast(xshape, yshape):
+    x = f32(*xshape)
+    fwd("broadcast", [x], x.expand(yshape))
+
+
+def test_algebra_broadcast_bad_shape_is_error():
+    run_kernel("broadcast", [f32(3)], [((2, 4), torch.float32)], expect_error="does not broadcast")
+
+
+def test_algebra_constant():
+    v = f32(3, 5)
+    fwd("constant", [], v, {"value": [float(x) for x in v.reshape(-1)]})
+    run_kernel("constant", [], [((2, 2), torch.float32)], {"value": [1.0, 2.0, 3.0]},
+               expect_error="holds 3 elements")
+
+
+def test_algebra_cast():
+    ids = torch.randint(-1000, 1000, (4, 6), dtype=torch.int32)
+    fwd("cast", [ids], ids.float())

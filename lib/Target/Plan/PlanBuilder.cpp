@@ -226,6 +226,11 @@ private:
       } else if (auto arr = dyn_cast<DenseI64ArrayAttr>(v)) {
         a->kind = fb::AttrKind::Ints;
         a->ints.assign(arr.asArrayRef().begin(), arr.asArrayRef().end());
+      } else if (auto elems = dyn_cast<DenseFPElementsAttr>(v)) {
+        // mapp.constant's elements, row-major.
+        a->kind = fb::AttrKind::Floats;
+        for (const APFloat &f : elems.getValues<APFloat>())
+          a->floats.push_back(f.convertToDouble());
       } else {
         return op->emitError("plan: attribute '")
                << key << "' of kind " << v << " cannot be serialized";

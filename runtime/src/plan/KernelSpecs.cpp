@@ -9,6 +9,7 @@
 #include "mapp/rt/Kernels.h"
 #include "mapp/rt/KernelVocab.h"
 #include "mapp/rt/ProbeReduce.h"
+#include "AlgebraKernelChecks.h"
 #include "MoeKernelChecks.h"
 
 #include <algorithm>

@@ -36,7 +36,7 @@ __global__ void rotaryKernel(DView src, DView dst, int64_t B, int64_t T,
     int64_t i = idx % half, rest = idx / half;
     int64_t hd = rest % (H / D), bt = rest / (H / D);
     int64_t t = bt % T;
-    double theta = pow(base, -2.0 * i / D);
+    double theta = ::pow(base, -2.0 * i / D);
     double sn, cs;
     sincos(t * theta, &sn, &cs);
     if (inverse)

@@ -799,7 +799,7 @@ __global__ void zPartialKernel(DView l, int64_t n, int e, double *partial) {
   for (int64_t r = r0 + w; r < r1; r += kWarpsPerBlock) {
     float mx, sum;
     rowStats(l, r * e, e, lane, mx, sum);
-    double lse = double(mx) + log(double(sum));
+    double lse = double(mx) + ::log(double(sum));
     acc += lse * lse;
   }
   if (lane == 0)

@@ -52,7 +52,7 @@ __global__ void sumSq(DView x, int64_t n, double *out) {
 }
 
 __global__ void sqrtToF32(const double *s, float *out) {
-  *out = static_cast<float>(sqrt(*s));
+  *out = static_cast<float>(::sqrt(*s));
 }
 
 void checkF32(const KernelArgs &a, const char *k) {

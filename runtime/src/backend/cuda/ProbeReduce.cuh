@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kThreads)
       res[0] = n ? a.mx : NAN;
       res[1] = n ? a.mn : NAN;
       res[2] = n ? a.sum / nn : NAN;
-      res[3] = n ? sqrt(a.m2 / nn) : NAN;
+      res[3] = n ? ::sqrt(a.m2 / nn) : NAN;
       res[4] = a.amax;
       res[5] = n ? a.small / nn : NAN;
     }
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(kThreads)
     double d = x.ld(base + h) - mean;
     ss += d * d;
   }
-  double inv = 1.0 / sqrt(blockReduce(ss, Sum()) / H + lp.eps);
+  double inv = 1.0 / ::sqrt(blockReduce(ss, Sum()) / H + lp.eps);
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
     y[r * H + h] = static_cast<float>((x.ld(base + h) - mean) * inv * gamma.ld(h) +
                                       (beta.p ? beta.ld(h) : 0.0));
@@ -427,12 +427,12 @@ __global__ void __launch_bounds__(kThreads)
   // The first key is the row's max (0: every logit is NaN).
   double m = chosen[0] ? row[keyIndex(chosen[0])] : NAN, z = 0;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    z += exp(row[v] - m);
+    z += ::exp(row[v] - m);
   z = blockReduce(z, Sum());
   for (int j = threadIdx.x; j < k; j += blockDim.x) {
     unsigned long long key = chosen[j];
     ids[r * k + j] = key ? keyIndex(key) : 0;
-    probs[r * k + j] = key ? static_cast<float>(exp(row[keyIndex(key)] - m) / z)
+    probs[r * k + j] = key ? static_cast<float>(::exp(row[keyIndex(key)] - m) / z)
                            : NAN;
   }
 }

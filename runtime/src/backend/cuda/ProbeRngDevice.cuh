@@ -25,7 +25,7 @@ __device__ __forceinline__ double uniform(uint64_t key, uint64_t n) {
 }
 __device__ __forceinline__ double normal(uint64_t key, uint64_t n) {
   double u1 = uniform(key, 2 * n), u2 = uniform(key, 2 * n + 1);
-  return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * 3.14159265358979323846 * u2);
+  return ::sqrt(-2.0 * ::log(1.0 - u1)) * ::cos(2.0 * 3.14159265358979323846 * u2);
 }
 
 } // namespace mapp::rt::cuda::device_rng

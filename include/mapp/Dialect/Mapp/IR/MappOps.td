@@ -286,7 +286,7 @@ def Mapp_Fp8UpdateOp : Mapp_Op<"fp8_update",
   let hasVerifier = 1;
 }
 
-def Mapp_ReduceSumOp : Mapp_ComputeOp<"reduce_sum"> {
+def Mapp_ReduceSumOp : Mapp_DiffOp<"reduce_sum"> {
   let summary = "sum over the listed dims, which are removed";
   let arguments = (ins Mapp_FloatTensor:$x, DenseI64ArrayAttr:$dims);
   let results = (outs Mapp_FloatTensor:$result);
@@ -784,5 +784,6 @@ def Mapp_TraceEndOp : Mapp_Op<"trace_end", [MemoryEffects<[MemWrite]>]> {
 
 include "mapp/Dialect/Mapp/IR/MappScopeOps.td"
 include "mapp/Dialect/Mapp/IR/MappMoeOps.td"
+include "mapp/Dialect/Mapp/IR/MappTensorOps.td"
 
 #endif // MAPP_OPS_TD
