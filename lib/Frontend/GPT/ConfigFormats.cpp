@@ -77,7 +77,7 @@ public:
     return fail(key, show(*v) + " is not supported (" + why + ")");
   }
   /// A dropout probability: 0 (or --no-dropout) is ignored, otherwise mapped
-  /// to `to` when mapp has that dropout, else an error.
+  /// to `to`.
   bool dropout(llvm::StringRef key, llvm::StringRef to) {
     const json::Value *v = take(key);
     if (!v)
@@ -89,13 +89,9 @@ public:
       out.ignored.push_back(key.str());
       return true;
     }
-    if (to.empty())
-      return fail(key, "attention dropout " + show(*v) +
-                           " is not supported (mapp.attention has no "
-                           "dropout); pass --no-dropout to train without it");
     if (const json::Value *prev = out.canonical.get(to))
       if (prev->getAsNumber() != p)
-        return fail(key, show(*v) + " differs from the other hidden dropout " +
+        return fail(key, show(*v) + " differs from the other " + to + " " +
                              show(*prev) + "; mapp has one rate");
     out.canonical[to] = *p;
     return true;
@@ -200,7 +196,7 @@ bool translateGPT2(Translator &t) {
   }
   if (!t.dropout("resid_pdrop", "hidden_dropout") ||
       !t.dropout("embd_pdrop", "hidden_dropout") ||
-      !t.dropout("attn_pdrop", "") ||
+      !t.dropout("attn_pdrop", "attention_dropout") ||
       !t.require("scale_attn_weights", true, "mapp always scales by 1/sqrt(D)") ||
       !t.require("scale_attn_by_inverse_layer_idx", false, "layer-index scaling") ||
       !t.require("add_cross_attention", false, "cross-attention") ||
@@ -418,7 +414,7 @@ bool translateLlama(Translator &t, llvm::StringRef family) {
       (family != "qwen2" &&
        !t.require("use_sliding_window", false, "sliding-window attention")) ||
       !t.require("initializer_range", 0.02, "mapp initializes with std 0.02") ||
-      !t.dropout("attention_dropout", ""))
+      !t.dropout("attention_dropout", "attention_dropout"))
     return false;
   // cache_implementation is Gemma 2's generation cache.
   return t.finish(ignorable({"cache_implementation"}));
@@ -461,7 +457,7 @@ bool translateGPTNeoX(Translator &t) {
   if (!t.require("attention_bias", true, "GPT-NeoX without attention biases") ||
       !t.require("initializer_range", 0.02, "mapp initializes with std 0.02") ||
       !t.dropout("hidden_dropout", "hidden_dropout") ||
-      !t.dropout("attention_dropout", ""))
+      !t.dropout("attention_dropout", "attention_dropout"))
     return false;
   // classifier_dropout belongs to the sequence-classification head.
   return t.finish(ignorable({"classifier_dropout"}));
@@ -552,7 +548,7 @@ bool translateMegatron(Translator &t) {
     t.out.ignored.push_back("expert_model_parallel_size");
   }
   if (!t.dropout("hidden_dropout", "hidden_dropout") ||
-      !t.dropout("attention_dropout", "") ||
+      !t.dropout("attention_dropout", "attention_dropout") ||
       !t.require("add_qkv_bias", bias, "qkv bias without the other biases") ||
       !t.require("init_method_std", 0.02, "mapp initializes with std 0.02") ||
       !t.require("rotary_percent", 1.0, "partial rotary"))

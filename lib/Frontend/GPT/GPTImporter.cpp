@@ -187,6 +187,10 @@ Value GraphBuilder::layer(Value x, int64_t l) {
     attrs.push_back(f64("softcap", c.attentionSoftcap));
   if (c.windowed(l))
     attrs.push_back(i64("sliding_window", c.slidingWindow));
+  if (c.attentionDropout) {
+    attrs.push_back(f64("dropout", c.attentionDropout));
+    attrs.push_back(i64("dropout_seed", dropoutSeed++));
+  }
   Value attn = op<AttentionOp>(p + ".attn.attention", {qkvs[0], qkvs[1], qkvs[2]},
                                {B, T, QW}, attrs);
   Value proj = linear(attn, p + ".attn.proj", H, c.linearBias);
@@ -492,12 +496,6 @@ OwningOpRef<ModuleOp> mapp::importGPTConfig(StringRef json, MLIRContext *ctx,
   ConfigTranslation tr;
   if (!parseGPTConfig(json, config, err, opts, &tr)) {
     emitError(keyLocation(ctx, json, bufferName, err.key)) << err.message;
-    return nullptr;
-  }
-  if (config.attentionDropout != 0) {
-    emitError(keyLocation(ctx, json, bufferName, "attention_dropout"))
-        << "config key 'attention_dropout': must be 0 to import "
-           "(mapp.attention has no dropout)";
     return nullptr;
   }
   if (!tr.ignored.empty()) {

@@ -179,7 +179,7 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
       getLoc(), TypeRange{t, kv, kv}, dys[0], getQ(), getK(), getV(),
       getHeadsAttr(), getScaleAttr(), getCausalAttr(), getRotaryAttr(),
       getRotaryBaseAttr(), getRotaryDimAttr(), getSoftcapAttr(),
-      getSlidingWindowAttr());
+      getSlidingWindowAttr(), getDropoutAttr(), getDropoutSeedAttr());
   grads.append({g.getDq(), g.getDk(), g.getDv()});
   return success();
 }

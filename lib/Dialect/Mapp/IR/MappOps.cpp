@@ -506,6 +506,13 @@ LogicalResult AttentionOp::verify() {
     if (!getCausal())
       return emitOpError("sliding_window needs causal");
   }
+  if (std::optional<APFloat> p = getDropout()) {
+    double v = p->convertToDouble();
+    if (!(v >= 0 && v < 1))
+      return emitOpError("dropout must be in [0, 1), got ") << v;
+    if (!getDropoutSeed())
+      return emitOpError("dropout needs dropout_seed");
+  }
   return success();
 }
 

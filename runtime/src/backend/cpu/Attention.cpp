@@ -30,6 +30,22 @@ struct Dims {
   int64_t rotDim;  // rotated columns of each head (GPT-NeoX: a fraction of D)
   double softcap;  // 0: off; else scores become softcap·tanh(s/softcap)
   int64_t window;  // 0: off; else query i sees keys j with i − j < window
+  double dropP;    // attention dropout probability (0: off)
+  uint64_t dropSeed, step;
+  /// Dropout's factor for P[b, head, i, j]: 0 or 1/(1 − p) (the mask of
+  /// docs/semantics.md over the element index ((b·heads + head)·T + i)·T + j).
+  float dropFactor(int64_t b, int64_t head, int64_t i, int64_t j) const {
+    uint64_t n = static_cast<uint64_t>(((b * heads + head) * t + i) * t + j);
+    return dropoutUniform(dropSeed, step, n) >= dropP
+               ? static_cast<float>(1.0 / (1.0 - dropP))
+               : 0.0f;
+  }
+  /// s[T,T] of (b, head) times the dropout factors.
+  void dropRows(float *s, int64_t b, int64_t head) const {
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < t; ++j)
+        s[i * t + j] *= dropFactor(b, head, i, j);
+  }
   /// Keys [lo, hi) query row i (at absolute position `pos`) may see among
   /// `n` columns.
   std::pair<int64_t, int64_t> visible(int64_t pos, int64_t n) const {
@@ -58,6 +74,9 @@ Dims dimsOf(const KernelArgs &a, const Tensor &q, const Tensor &k) {
   d.rotDim = a.attrs.getInt("rotary_dim", d.d);
   d.softcap = a.attrs.getFloat("softcap", 0.0);
   d.window = a.attrs.getInt("sliding_window", 0);
+  d.dropP = a.attrs.getFloat("dropout", 0.0);
+  d.dropSeed = static_cast<uint64_t>(a.attrs.getInt("dropout_seed", 0));
+  d.step = static_cast<uint64_t>(a.ctx.step);
   return d;
 }
 
@@ -201,6 +220,8 @@ void cpu::attention(const KernelArgs &a) {
     HeadView qv = headQK(d, rot, q + off, qr, d.h),
              kv = headQK(d, rot, k + koff, kr, d.hk);
     probs(d, qv, kv, s);
+    if (d.dropP > 0)
+      d.dropRows(s, bh / d.heads, bh % d.heads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f,
                 s, d.t, v + koff, d.hk, 0.0f, o + off, d.h);
   });
@@ -222,12 +243,15 @@ void cpu::attention_grad(const KernelArgs &a) {
     for (int64_t t = 0; t < d.t; ++t)
       std::copy(tmp + t * d.d, tmp + (t + 1) * d.d, dst + t * ld);
   };
-  size_t capped = d.softcap > 0 ? tt : 0;
-  forEachHead(a, d, 2 * tt + capped + 5 * td, [&](int64_t bk, float *scratch) {
+  size_t capped = d.softcap > 0 ? tt : 0, dropped = d.dropP > 0 ? tt : 0;
+  forEachHead(a, d, 2 * tt + capped + dropped + 5 * td,
+              [&](int64_t bk, float *scratch) {
     int64_t b = bk / d.kvHeads, kvh = bk % d.kvHeads;
     int64_t koff = b * d.t * d.hk + kvh * d.d;
     float *tanhS = capped ? scratch + 2 * tt : nullptr;
-    float *p = scratch, *dp = p + tt, *qr = dp + tt + capped, *kr = qr + td,
+    float *pd = dropped ? scratch + 2 * tt + capped : nullptr;
+    float *p = scratch, *dp = p + tt, *qr = dp + tt + capped + dropped,
+          *kr = qr + td,
           *dqr = kr + td, *dkr = dqr + td, *tmp = dkr + td;
     HeadView kv = headQK(d, rot, k + koff, kr, d.hk);
     float *dkDst = d.rotary ? dkr : dk + koff;
@@ -238,11 +262,21 @@ void cpu::attention_grad(const KernelArgs &a) {
       float beta = g == 0 ? 0.0f : 1.0f;
       HeadView qv = headQK(d, rot, q + off, qr, d.h);
       probs(d, qv, kv, p, tanhS);
-      // dV += Pᵀ·dO ; dP = dO·Vᵀ
+      // With dropout O = D(P)·V: dV uses the dropped D(P), and the gradient
+      // reaching P is D applied to dO·Vᵀ.
+      const float *pv = p;
+      if (pd) {
+        std::copy(p, p + tt, pd);
+        d.dropRows(pd, b, head);
+        pv = pd;
+      }
+      // dV += D(P)ᵀ·dO ; dP = D(dO·Vᵀ)
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f,
-                  p, d.t, dout + off, d.h, beta, dv + koff, d.hk);
+                  pv, d.t, dout + off, d.h, beta, dv + koff, d.hk);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, d.t, d.d, 1.0f,
                   dout + off, d.h, v + koff, d.hk, 0.0f, dp, d.t);
+      if (pd)
+        d.dropRows(dp, b, head);
       // dS = P ∘ (dP − rowsum(dP ∘ P)); masked entries have P = 0.
       for (int64_t i = 0; i < d.t; ++i) {
         float *pr = p + i * d.t, *dpr = dp + i * d.t;

@@ -60,7 +60,30 @@ struct Geo {
   int causal;
   float softcap;  // 0: off; scores become softcap·tanh(s/softcap)
   int64_t window; // 0: off; query i sees keys j with i − j < window
+  double dropP;   // attention dropout (0: off)
+  uint64_t dropSeed, step;
 };
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+/// Dropout's factor for P[b, hd, i, j] (0 or 1/(1 − p)): the counter-based
+/// mask of docs/semantics.md, as the CPU kernel and the dropout op draw it.
+__device__ __forceinline__ float dropFactor(const Geo &g, int64_t b, int64_t hd,
+                                            int64_t i, int64_t j) {
+  if (g.dropP == 0)
+    return 1.0f;
+  uint64_t n = static_cast<uint64_t>(((b * g.heads + hd) * g.T + i) * g.T + j);
+  uint64_t r = splitmix64(g.dropSeed ^ splitmix64(g.step ^ splitmix64(n)));
+  float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+  return static_cast<double>(u) >= g.dropP
+             ? static_cast<float>(1.0 / (1.0 - g.dropP))
+             : 0.0f;
+}
 
 /// The score of (query row, key row) after scale and cap; `t` gets
 /// tanh(s/cap) for the gradient (0 without a cap).
@@ -109,11 +132,12 @@ __global__ void attnFwdGeneric(DView q, DView k, DView v, DView o, float *lse,
       float corr = m == -INFINITY ? 0.0f : expf(m - mn);
       float p = expf(s - mn);
       l = l * corr + p;
+      float pv = p * dropFactor(g, b, hd, i, j); // the normalizer keeps p
 #pragma unroll
       for (int jj = 0; jj < kMaxDPL; ++jj) {
         int d = lane + 32 * jj;
         if (d < g.D)
-          acc[jj] = acc[jj] * corr + p * v.ld(krow + d);
+          acc[jj] = acc[jj] * corr + pv * v.ld(krow + d);
       }
       m = mn;
     }
@@ -163,7 +187,7 @@ __global__ void attnDqGeneric(DView dout, DView q, DView k, DView v,
     for (int64_t j = firstKey(i, g); j <= last; ++j) {
       int64_t krow = (b * g.T + j) * g.H + hd * g.D;
       float p = expf(score(dotRow(q, qrow, k, krow, g.D, lane), g, t) - li);
-      float dp = dotRow(dout, qrow, v, krow, g.D, lane);
+      float dp = dotRow(dout, qrow, v, krow, g.D, lane) * dropFactor(g, b, hd, i, j);
       float ds = p * (dp - di) * (1 - t * t);
 #pragma unroll
       for (int jj = 0; jj < kMaxDPL; ++jj) {
@@ -202,13 +226,14 @@ __global__ void attnDkvGeneric(DView dout, DView q, DView k, DView v,
       int64_t qrow = (b * g.T + i) * g.H + hd * g.D;
       int64_t lr = bh * g.T + i;
       float p = expf(score(dotRow(q, qrow, k, krow, g.D, lane), g, t) - lse[lr]);
-      float dp = dotRow(dout, qrow, v, krow, g.D, lane);
+      float drop = dropFactor(g, b, hd, i, j);
+      float dp = dotRow(dout, qrow, v, krow, g.D, lane) * drop;
       float ds = p * (dp - delta[lr]) * (1 - t * t);
 #pragma unroll
       for (int x = 0; x < kMaxDPL; ++x) {
         int d = lane + 32 * x;
         if (d < g.D) {
-          av[x] += p * dout.ld(qrow + d);
+          av[x] += p * drop * dout.ld(qrow + d);
           ak[x] += ds * q.ld(qrow + d);
         }
       }
@@ -273,12 +298,18 @@ Geo geoOf(const KernelArgs &a, const Tensor &q) {
   g.causal = a.attrs.flag("causal") ? 1 : 0;
   g.softcap = static_cast<float>(a.attrs.getFloat("softcap", 0.0));
   g.window = a.attrs.getInt("sliding_window", 0);
+  g.dropP = a.attrs.getFloat("dropout", 0.0);
+  g.dropSeed = static_cast<uint64_t>(a.attrs.getInt("dropout_seed", 0));
+  g.step = static_cast<uint64_t>(a.ctx.step);
   return g;
 }
 
-/// Softcap and sliding windows run on the generic kernels only (the
-/// flash, tensor-core and cuDNN paths know plain causal masks).
-bool plainScores(const Geo &g) { return g.softcap == 0 && g.window == 0; }
+/// Softcap, sliding windows and attention dropout run on the generic
+/// kernels only (the flash, tensor-core and cuDNN paths know plain causal
+/// softmax).
+bool plainScores(const Geo &g) {
+  return g.softcap == 0 && g.window == 0 && g.dropP == 0;
+}
 
 int64_t rotaryDimOf(const KernelArgs &a, const Geo &g) {
   return a.attrs.getInt("rotary_dim", g.D);

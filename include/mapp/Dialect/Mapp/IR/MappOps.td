@@ -423,7 +423,10 @@ def Mapp_AttentionOp : Mapp_DiffOp<"attention"> {
     `rotary_dim` columns (default all D; GPT-NeoX's partial rotary).
     `softcap` c > 0 (Gemma 2's attn_logit_softcapping) maps each score s to
     c·tanh(s/c). `sliding_window` W (Mistral, Gemma 2) lets query i see only
-    keys j with i − j < W, besides the causal mask.
+    keys j with i − j < W, besides the causal mask. `dropout` p > 0 drops
+    probabilities P[b, h, i, j] with dropout's counter-based mask (seed
+    `dropout_seed`, element index ((b·heads + h)·T + i)·T + j; kept ones are
+    scaled by 1/(1 − p)), as GPT-2's attn_pdrop.
   }];
   let arguments = (ins Mapp_FloatTensor:$q, Mapp_FloatTensor:$k,
                        Mapp_FloatTensor:$v, I64Attr:$heads, F64Attr:$scale,
@@ -431,7 +434,9 @@ def Mapp_AttentionOp : Mapp_DiffOp<"attention"> {
                        DefaultValuedAttr<F64Attr, "10000.0">:$rotary_base,
                        OptionalAttr<I64Attr>:$rotary_dim,
                        OptionalAttr<F64Attr>:$softcap,
-                       OptionalAttr<I64Attr>:$sliding_window);
+                       OptionalAttr<I64Attr>:$sliding_window,
+                       OptionalAttr<F64Attr>:$dropout,
+                       OptionalAttr<I64Attr>:$dropout_seed);
   let results = (outs Mapp_FloatTensor:$result);
   let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -446,7 +451,9 @@ def Mapp_AttentionGradOp : Mapp_ComputeOp<"attention_grad"> {
                        DefaultValuedAttr<F64Attr, "10000.0">:$rotary_base,
                        OptionalAttr<I64Attr>:$rotary_dim,
                        OptionalAttr<F64Attr>:$softcap,
-                       OptionalAttr<I64Attr>:$sliding_window);
+                       OptionalAttr<I64Attr>:$sliding_window,
+                       OptionalAttr<F64Attr>:$dropout,
+                       OptionalAttr<I64Attr>:$dropout_seed);
   let results = (outs Mapp_FloatTensor:$dq, Mapp_FloatTensor:$dk,
                       Mapp_FloatTensor:$dv);
   let assemblyFormat = "$dout `,` $q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
