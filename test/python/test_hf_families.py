@@ -134,3 +134,28 @@ def test_bad_checkpoints_name_the_tensor(tmp_path):
                        env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
     assert r.returncode == 1
     assert "no 'gpt_neox.layers.0.attention.dense.bias'" in r.stderr
+
+
+# The published configs (test/Frontend/GPT/Inputs/hf/): import and compile
+# with tp=8 pp=4 (Qwen2.5-7B's 28 heads: tp=4), shapes only, each in under
+# 5 s (measured 2026-12-05 on 2 busy shared cores: docs/benchmarks.md).
+FULL = [("qwen2.5-7b.json", ["--seq-length", "4096"], "tp=4 pp=4 microbatches=4"),
+        ("qwen2.5-72b.json", ["--seq-length", "4096"], "tp=8 pp=4 microbatches=8"),
+        ("mistral-7b.json", ["--seq-length", "8192"], "tp=8 pp=4 microbatches=4"),
+        ("mixtral-8x7b.json", ["--seq-length", "4096"], "tp=8 pp=4 microbatches=4"),
+        ("gemma-7b.json", [], "tp=8 pp=4 microbatches=4"),
+        ("gemma-2-9b.json", [], "tp=8 pp=4 microbatches=4"),
+        ("phi-3-mini-4k.json", [], "tp=8 pp=4 microbatches=4"),
+        ("pythia-1.4b.json", [], "tp=8 pp=4 microbatches=4")]
+
+
+@pytest.mark.parametrize("name,flags,pipeline", FULL, ids=[f[0] for f in FULL])
+def test_full_size_configs_compile_fast(tmp_path, name, flags, pipeline):
+    import time
+    src = os.path.join(ROOT, "test", "Frontend", "GPT", "Inputs", "hf", name)
+    start = time.monotonic()
+    sh([tool("mapp-translate"), "--import-gpt-config", src, *flags, "-o", tmp_path / "m.mlir"])
+    sh([tool("mapp-opt"), tmp_path / "m.mlir", f"--mapp-train-pipeline={pipeline}",
+        "-o", tmp_path / "p.mlir"])
+    elapsed = time.monotonic() - start
+    assert elapsed < 5.0, f"{name}: {elapsed:.2f} s"
