@@ -178,10 +178,16 @@ def merge(x):
 
 def forward(cfg, sd, tokens, targets):
     """Mean cross-entropy of the family's causal LM on HF-named tensors."""
+    out = logits(cfg, sd, tokens)
+    return F.cross_entropy(out.reshape(-1, V), targets.reshape(-1))
+
+
+def logits(cfg, sd, tokens):
+    """[B, T, V] logits of the family's causal LM on HF-named tensors."""
     h, n, g, d, f = dims(cfg)
     fam = cfg["model_type"]
     if fam == "gpt_neox":
-        return _neox(cfg, sd, tokens, targets)
+        return _neox(cfg, sd, tokens)
     gemma = fam in ("gemma", "gemma2")
     eps = cfg["rms_norm_eps"]
     norm = lambda x, name: rms_norm(x, sd[name], eps, gemma)
@@ -229,11 +235,11 @@ def forward(cfg, sd, tokens, targets):
         x = x + m
     x = norm(x, "model.norm.weight")
     head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
-    logits = x @ head.t()
+    out = x @ head.t()
     cap = cfg.get("final_logit_softcapping")
     if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        out = torch.tanh(out / cap) * cap
+    return out
 
 
 def _moe(cfg, sd, p, y):
@@ -252,7 +258,7 @@ def _moe(cfg, sd, p, y):
     return out.reshape(b, t, h)
 
 
-def _neox(cfg, sd, tokens, targets):
+def _neox(cfg, sd, tokens):
     h, n, _, d, _ = dims(cfg)
     eps = cfg["layer_norm_eps"]
     g = "gpt_neox."
@@ -271,5 +277,4 @@ def _neox(cfg, sd, tokens, targets):
         mlp = lin(F.gelu(lin(ln(x, p + "post_attention_layernorm"), p + "mlp.dense_h_to_4h")),
                   p + "mlp.dense_4h_to_h")
         x = mlp + attn + x  # use_parallel_residual
-    logits = ln(x, g + "final_layer_norm") @ sd["embed_out.weight"].t()
-    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    return ln(x, g + "final_layer_norm") @ sd["embed_out.weight"].t()

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import ROOT, find_tool
-from hf_families_ref import SMALL, checkpoint, forward
+from hf_families_ref import SMALL, checkpoint, forward, logits
 from mapp import hf_families, safetensors
 
 CORPUS = os.path.join(ROOT, "data", "gpt", "news-1k.jsonl")
@@ -35,7 +35,8 @@ def tool(name):
 
 
 def sh(cmd, ok=True):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300,
+                       errors="replace")
     if ok:
         assert r.returncode == 0, f"{cmd[0]} failed:\n{r.stdout}\n{r.stderr}"
     return r
@@ -73,6 +74,36 @@ def test_family_trains_like_hf(tmp_path, family):
         opt.step()
         assert abs(losses[step] - loss.item()) <= 1e-4 * loss.item(), \
             (family, step, losses[step], loss.item())
+
+
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_family_logits_like_hf(tmp_path, family):
+    """The logits at a prompt's last position (mapp-run --generate
+    --generate-out), by the full forward and by the KV cache (cached_attention
+    with the window, softcap and partial rotary), equal the reference's."""
+    cfg = SMALL[family]
+    mplan = compile_plan(tmp_path, cfg)
+    sd = checkpoint(cfg, torch.Generator().manual_seed(6))
+    safetensors.save(hf_families.hf_to_mapp(sd, cfg), tmp_path / "mapp.safetensors")
+    prompt = "The quick brown"  # 15 byte tokens, T = 16: past every window
+    with torch.no_grad():
+        want = logits(cfg, sd, torch.tensor([list(prompt.encode())]))[0, -1]
+    modes = ([], ["--no-kv-cache"])
+    if family == "mixtral":
+        # The MoE layers mix tokens (routing): no KV-cache decoding.
+        r = sh([tool("mapp-run"), mplan, "--backend=cpu", "--tokenizer", "bytes", "--weights",
+                tmp_path / "mapp.safetensors", "--generate", "--max-new-tokens", 1,
+                "--prompt", prompt], ok=False)
+        assert r.returncode != 0 and "is not per token" in r.stderr, r.stderr
+        modes = (["--no-kv-cache"],)
+    for cache in modes:
+        out = tmp_path / "gen.jsonl"
+        sh([tool("mapp-run"), mplan, "--backend=cpu", "--tokenizer", "bytes", "--threads", 1,
+            "--weights", tmp_path / "mapp.safetensors", "--generate", *cache, "--greedy",
+            "--max-new-tokens", 1, "--prompt", prompt, "--generate-out", out])
+        got = torch.tensor(json.loads(out.read_text().splitlines()[0])["logits"])
+        err = (got - want).abs().max().item()
+        assert err <= 1e-4 * max(1.0, want.abs().max().item()), (family, cache, err)
 
 
 @pytest.mark.parametrize("family", sorted(SMALL))

@@ -450,7 +450,8 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
   Value head = ref(c.tieEmbeddings ? "wte.weight" : "lm_head.weight");
   Value logits = op<LinearOp>("lm_head", {x, head}, {B, T, V});
   if (c.logitSoftcap)
-    logits = op<SoftcapOp>("logit_softcap", {logits}, {B, T, V},
+    // Named "logits": generation reads the capped values (Generate.cpp).
+    logits = op<SoftcapOp>("logits", {logits}, {B, T, V},
                            {f64("cap", c.logitSoftcap)});
   Value loss = op<CrossEntropyOp>("cross_entropy", {logits, targets}, {},
                                   {i64("ignore_index", -100)});
