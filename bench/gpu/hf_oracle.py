@@ -61,7 +61,7 @@ META = ("architectures", "transformers_version", "torch_dtype", "_name_or_path",
 
 
 def sh(cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace")
     if r.returncode:
         raise RuntimeError(f"{pathlib.Path(str(cmd[0])).name} failed: {r.stderr.strip()[-800:]}")
     return r
@@ -115,7 +115,10 @@ def run_family(family, a, tmp):
     tmp = pathlib.Path(tmp)
     (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
     model = hf_model(cfg, seed=5)
-    model.save_pretrained(tmp / "hf", safe_serialization=True)
+    try:
+        model.save_pretrained(tmp / "hf", safe_serialization=True)
+    except TypeError:  # a transformers that always writes safetensors
+        model.save_pretrained(tmp / "hf")
     hf_sd = load_saved(tmp / "hf")
     mapp = check_round_trip(hf_sd, cfg)
     safetensors.save(mapp, tmp / "mapp.safetensors")
