@@ -361,7 +361,8 @@ const std::vector<std::string> kAttrKeys = {
     "schedule",  "warmup",      "total_steps", "min_lr",      "momentum",
     "dampening", "nesterov",    "transpose_a", "transpose_b", "approximate",
     "vocab",     "ignore_index", "group",      "reduction",   "peer",
-    "tag"};
+    "tag",       "rotary_dim",  "softcap",     "sliding_window", "dropout",
+    "dropout_seed", "weight_offset", "cap"};
 
 AttrValue randomAttr(Rng &r, const Program &p) {
   AttrValue a;

@@ -123,6 +123,10 @@ def _rotary(x, heads, base):  # x: [B,T,H]
 
 def _attention(q, k, v, a):
     heads = a["heads"]
+    # The model families' options (docs/models.md) are not interpreted here.
+    for key in ("rotary_dim", "softcap", "sliding_window", "dropout"):
+        if key in a:
+            raise NotImplementedError(f"interp: attention with '{key}'")
     b, t, h = q.shape
     d = h // heads
     groups = k.shape[-1] // d  # grouped-query attention: query head i uses k/v head i // (heads/groups)
@@ -292,7 +296,10 @@ def run(text, weights, inputs, step=0):
         elif op == "layer_norm":
             y = F.layer_norm(x[0], x[0].shape[-1:], x[1], x[2], a.get("eps", 1e-5))
         elif op == "rms_norm":
-            y = x[0] * torch.rsqrt(x[0].pow(2).mean(-1, keepdim=True) + a.get("eps", 1e-5)) * x[1]
+            y = x[0] * torch.rsqrt(x[0].pow(2).mean(-1, keepdim=True) + a.get("eps", 1e-5)) * (
+                x[1] + a.get("weight_offset", 0.0))
+        elif op == "softcap":
+            y = a["cap"] * torch.tanh(x[0] / a["cap"])
         elif op == "softmax":
             y = torch.softmax(x[0], -1)
         elif op == "attention":

@@ -392,9 +392,9 @@ std::vector<Case> cases() {
   add({"cross_entropy_grad v1001", "cross_entropy_grad", {}, {{f32({}), Gen::One}, {f32({B, T, 1001})}, {i32({B, T}), Gen::Targets, 1001}}, {f32({B, T, 1001})}});
   auto attn = [&](std::string n, int64_t b, int64_t t, int64_t heads, int64_t d,
                   bool causal, bool rotary, bool grad, bool saved,
-                  int64_t kvHeads = 0) {
+                  int64_t kvHeads = 0, Attrs extra = {}) {
     int64_t h = heads * d, hk = (kvHeads ? kvHeads : heads) * d;
-    Attrs at;
+    Attrs at = extra;
     at.setInt("heads", heads);
     at.setFloat("scale", 1.0 / std::sqrt(double(d)));
     if (causal) at.setInt("causal", 1);
@@ -434,6 +434,34 @@ std::vector<Case> cases() {
   attn("attention_grad GQA 4/2 D64 rotary", 2, 96, 4, 64, true, true, true, false, 2);
   attn("attention_grad GQA 4/2 D128 saved", 1, 130, 4, 128, true, false, true, true, 2);
   attn("attention_grad MQA 4/1 D16 (generic)", 1, 37, 4, 16, true, false, true, false, 1);
+  // The model families' options (generic kernels; CPU backend reference):
+  // Mistral's window, Gemma 2's softcap, GPT-NeoX's partial rotary, GPT-2's
+  // attention dropout, with GQA and the saved forward.
+  {
+    Attrs fam;
+    fam.setInt("sliding_window", 17);
+    fam.setFloat("softcap", 2.0);
+    Attrs neox;
+    neox.setInt("rotary_dim", 16);
+    Attrs drop;
+    drop.setFloat("dropout", 0.25);
+    drop.setInt("dropout_seed", 3);
+    attn("attention window+softcap GQA 4/2 D64 rotary", 2, 96, 4, 64, true, true, false, false, 2, fam);
+    attn("attention_grad window+softcap GQA 4/2 D64 rotary", 2, 96, 4, 64, true, true, true, false, 2, fam);
+    attn("attention_grad window+softcap D128 saved", 1, 130, 2, 128, true, false, true, true, 0, fam);
+    attn("attention partial rotary D64 R16", 2, 40, 2, 64, true, true, false, false, 0, neox);
+    attn("attention_grad partial rotary D64 R16", 2, 40, 2, 64, true, true, true, false, 0, neox);
+    attn("attention dropout 0.25 D32", 2, 40, 2, 32, true, false, false, false, 0, drop);
+    attn("attention_grad dropout 0.25 D32 saved", 2, 40, 2, 32, true, false, true, true, 0, drop);
+  }
+  {
+    Attrs off;
+    off.setFloat("weight_offset", 1.0);
+    add({"rms_norm weight_offset=1", "rms_norm", off, {{f32({B, T, H})}, {f32({H})}}, {f32({B, T, H})}});
+    add({"rms_norm_grad weight_offset=1", "rms_norm_grad", off, {{f32({B, T, H})}, {f32({B, T, H})}, {f32({H})}}, {f32({B, T, H}), f32({H})}, 1e-5, 2e-2});
+    add({"softcap 2.5", "softcap", attrs({{"cap", 2.5}}), {{f32({B, T, H})}}, {f32({B, T, H})}});
+    add({"softcap_grad 2.5", "softcap_grad", attrs({{"cap", 2.5}}), {{f32({B, T, H})}, {f32({B, T, H})}}, {f32({B, T, H})}});
+  }
   {
     Case c{"reshape", "reshape", {}, {{f32({B, T, H})}}, {f32({B * T, H})}};
     add(c);

@@ -77,7 +77,7 @@ public:
     return fail(key, show(*v) + " is not supported (" + why + ")");
   }
   /// A dropout probability: 0 (or --no-dropout) is ignored, otherwise mapped
-  /// to `to` when mapp has that dropout, else an error.
+  /// to `to`.
   bool dropout(llvm::StringRef key, llvm::StringRef to) {
     const json::Value *v = take(key);
     if (!v)
@@ -89,13 +89,9 @@ public:
       out.ignored.push_back(key.str());
       return true;
     }
-    if (to.empty())
-      return fail(key, "attention dropout " + show(*v) +
-                           " is not supported (mapp.attention has no "
-                           "dropout); pass --no-dropout to train without it");
     if (const json::Value *prev = out.canonical.get(to))
       if (prev->getAsNumber() != p)
-        return fail(key, show(*v) + " differs from the other hidden dropout " +
+        return fail(key, show(*v) + " differs from the other " + to + " " +
                              show(*prev) + "; mapp has one rate");
     out.canonical[to] = *p;
     return true;
@@ -200,7 +196,7 @@ bool translateGPT2(Translator &t) {
   }
   if (!t.dropout("resid_pdrop", "hidden_dropout") ||
       !t.dropout("embd_pdrop", "hidden_dropout") ||
-      !t.dropout("attn_pdrop", "") ||
+      !t.dropout("attn_pdrop", "attention_dropout") ||
       !t.require("scale_attn_weights", true, "mapp always scales by 1/sqrt(D)") ||
       !t.require("scale_attn_by_inverse_layer_idx", false, "layer-index scaling") ||
       !t.require("add_cross_attention", false, "cross-attention") ||
@@ -214,10 +210,79 @@ bool translateGPT2(Translator &t) {
        "predict_special_tokens", "reorder_and_upcast_attn"}));
 }
 
-bool translateLlama(Translator &t) {
+/// rope_theta, rope_scaling and transformers 5's rope_parameters (a dict
+/// of rope_type, rope_theta and partial_rotary_factor): plain rotary only.
+bool ropeKeys(Translator &t, const char *thetaKey) {
   auto &c = t.out.canonical;
+  t.map(thetaKey, "rotary_base");
+  auto kindOf = [](const json::Object &o) {
+    for (const char *k : {"rope_type", "type"})
+      if (auto s = o.getString(k))
+        return s->str();
+    return std::string("?");
+  };
+  if (const json::Value *rs = t.take("rope_scaling");
+      rs && rs->kind() != json::Value::Null) {
+    const json::Object *o = rs->getAsObject();
+    std::string kind = o ? kindOf(*o) : show(*rs);
+    if (kind != "default")
+      return t.fail("rope_scaling", "rope scaling of type \"" + kind +
+                                        "\" is not supported (plain rotary only)");
+  }
+  if (const json::Value *rp = t.take("rope_parameters");
+      rp && rp->kind() != json::Value::Null) {
+    const json::Object *o = rp->getAsObject();
+    if (!o)
+      return t.fail("rope_parameters", "expected an object, got " + show(*rp));
+    std::string kind = kindOf(*o);
+    if (kind != "default")
+      return t.fail("rope_parameters", "rope of type \"" + kind +
+                                           "\" is not supported (plain rotary only)");
+    for (const auto &kv : *o) {
+      llvm::StringRef k = kv.first;
+      if (k == "rope_type" || k == "type")
+        continue;
+      if (k == "rope_theta" && kv.second.getAsNumber())
+        c["rotary_base"] = *kv.second.getAsNumber();
+      else if (k == "partial_rotary_factor" && kv.second.getAsNumber())
+        c["rotary_percent"] = *kv.second.getAsNumber();
+      else
+        return t.fail("rope_parameters", "key \"" + k.str() + "\" = " +
+                                             show(kv.second) +
+                                             " is not supported");
+    }
+  }
+  return true;
+}
+
+/// A window that masks something: a sliding_window shorter than the
+/// training sequence becomes the attention option; null or one at least as
+/// long changes nothing and is reported as ignored.
+bool slidingWindow(Translator &t, const char *key) {
+  const json::Value *sw = t.take(key);
+  if (!sw || sw->kind() == json::Value::Null)
+    return true;
+  std::optional<int64_t> w = sw->getAsInteger();
+  if (!w || *w <= 0)
+    return t.fail(key, "expected a positive int or null, got " + show(*sw));
+  const json::Value *seq = t.out.canonical.get("seq_length");
+  if (seq && seq->getAsInteger() && *w >= *seq->getAsInteger()) {
+    t.out.ignored.push_back(key);
+    return true;
+  }
+  t.out.canonical["sliding_window"] = *w;
+  return true;
+}
+
+/// Hugging Face's decoder families built on LLaMA's layout (model_type
+/// llama, mistral, qwen2, mixtral, phi3, gemma, gemma2): RMSNorm, rotary,
+/// gated MLP, each family's differences as options (docs/models.md, "Model
+/// families").
+bool translateLlama(Translator &t, llvm::StringRef family) {
+  auto &c = t.out.canonical;
+  const bool gemma = family == "gemma" || family == "gemma2";
   c["variant"] = "llama";
-  c["tie_embeddings"] = false; // HF's LLaMA default
+  c["tie_embeddings"] = gemma; // HF's default per family
   t.map("num_hidden_layers", "num_layers");
   t.map("hidden_size", "hidden_size");
   t.map("num_attention_heads", "num_attention_heads");
@@ -229,47 +294,173 @@ bool translateLlama(Translator &t) {
   if (!t.positions("max_position_embeddings", nullptr))
     return false;
   t.map("rms_norm_eps", "layernorm_epsilon");
-  t.map("rope_theta", "rotary_base");
   t.map("tie_word_embeddings", "tie_embeddings");
-  if (const json::Value *rs = t.take("rope_scaling");
-      rs && rs->kind() != json::Value::Null) {
-    std::string kind = "?";
-    if (const json::Object *o = rs->getAsObject()) {
-      for (const char *k : {"rope_type", "type"})
-        if (auto s = o->getString(k)) {
-          kind = s->str();
-          break;
-        }
-    }
-    return t.fail("rope_scaling", "rope scaling of type \"" + kind +
-                                      "\" is not supported (plain rotary only)");
-  }
-  if (const json::Value *hd = t.take("head_dim"); hd && hd->getAsInteger()) {
-    auto h = t.number("hidden_size"), n = t.number("num_attention_heads");
-    if (h && n && *n != 0 && *hd->getAsInteger() * *n != *h)
-      return t.fail("head_dim", "must be hidden_size / num_attention_heads "
-                                "(mapp derives it)");
-  }
-  if (const json::Value *sw = t.take("sliding_window");
-      sw && sw->kind() != json::Value::Null) {
-    // A window at least as long as the training sequence masks nothing.
-    std::optional<int64_t> w = sw->getAsInteger();
-    int64_t seq = t.opts.seqLength ? *t.opts.seqLength
-                                   : t.number("max_position_embeddings").value_or(0);
-    if (!w || *w < seq)
-      return t.fail("sliding_window",
-                    show(*sw) + " is not supported (sliding-window attention); "
-                                "only a window >= --seq-length changes nothing");
-    t.out.ignored.push_back("sliding_window");
-  }
-  if (!t.require("hidden_act", "silu", "SwiGLU with silu only") ||
-      !t.require("attention_bias", false, "attention biases") ||
-      !t.require("mlp_bias", false, "MLP biases") ||
-      !t.require("use_sliding_window", false, "sliding-window attention") ||
-      !t.require("initializer_range", 0.02, "mapp initializes with std 0.02") ||
-      !t.dropout("attention_dropout", ""))
+  if (!ropeKeys(t, "rope_theta"))
     return false;
-  return t.finish(ignorable({"max_window_layers"}));
+  if (!t.isNull("head_dim"))
+    t.map("head_dim", "head_dim");
+  t.take("head_dim");
+  // Phi-3's partial rotary (transformers 5 also writes it for others).
+  if (!t.isNull("partial_rotary_factor"))
+    t.map("partial_rotary_factor", "rotary_percent");
+  t.take("partial_rotary_factor");
+
+  // The activation of the gated MLP.
+  if (gemma) {
+    // Gemma's MLP reads hidden_activation (GeGLU, tanh GELU by default);
+    // hidden_act is what older configs wrote and HF ignores it for Gemma.
+    std::string act = "gelu_pytorch_tanh";
+    if (const json::Value *ha = t.take("hidden_activation");
+        ha && ha->kind() != json::Value::Null) {
+      if (!ha->getAsString())
+        return t.fail("hidden_activation", "expected str, got " + show(*ha));
+      act = ha->getAsString()->str();
+    }
+    c["mlp_type"] = "geglu";
+    if (act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu_fast")
+      c["gelu_approximate"] = "tanh";
+    else if (act == "gelu")
+      c["gelu_approximate"] = "none";
+    else
+      return t.fail("hidden_activation",
+                    "\"" + act + "\" is not supported (gelu_pytorch_tanh, gelu)");
+    if (t.take("hidden_act"))
+      t.out.ignored.push_back("hidden_act");
+    c["norm_weight_offset"] = 1.0;
+    // normalizer = hidden_size ** 0.5, in the model's dtype.
+    if (auto h = t.number("hidden_size"))
+      c["embedding_multiplier"] = std::sqrt(*h);
+  } else if (!t.require("hidden_act", "silu", "SwiGLU with silu only")) {
+    return false;
+  }
+
+  if (family == "gemma2") {
+    c["post_norms"] = true;
+    for (auto [from, to] : {std::pair{"attn_logit_softcapping", "attention_softcap"},
+                            std::pair{"final_logit_softcapping", "logit_softcap"}})
+      if (!t.isNull(from))
+        t.map(from, to);
+      else
+        t.take(from);
+    if (const json::Value *q = t.take("query_pre_attn_scalar");
+        q && q->kind() != json::Value::Null) {
+      std::optional<double> v = q->getAsNumber();
+      if (!v || *v <= 0)
+        return t.fail("query_pre_attn_scalar",
+                      "expected a positive number, got " + show(*q));
+      c["attention_scale"] = 1.0 / std::sqrt(*v);
+    }
+    // Gemma 2 alternates: even layers slide, odd layers see everything.
+    if (const json::Value *lt = t.take("layer_types")) {
+      const json::Array *a = lt->getAsArray();
+      bool alternating = a != nullptr;
+      for (size_t i = 0; a && i < a->size(); ++i)
+        alternating &= (*a)[i].getAsString() ==
+                       std::optional<llvm::StringRef>(i % 2 ? "full_attention"
+                                                            : "sliding_attention");
+      if (!alternating)
+        return t.fail("layer_types", "only Gemma 2's alternation (sliding on "
+                                     "even layers, full on odd) is supported");
+    }
+    if (auto a = t.number("sliding_window"), b = t.number("sliding_window_size");
+        a && b && *a != *b)
+      return t.fail("sliding_window_size", "differs from sliding_window");
+    if (t.take("sliding_window_size"))
+      t.out.ignored.push_back("sliding_window_size");
+    if (!slidingWindow(t, "sliding_window"))
+      return false;
+    if (c.get("sliding_window"))
+      c["sliding_window_layers"] = "even";
+  } else if (family == "qwen2") {
+    // Qwen2's q/k/v projections always have biases (o_proj and MLP none).
+    c["qkv_bias"] = true;
+    if (!t.require("use_sliding_window", false,
+                   "Qwen2's per-layer sliding window (max_window_layers)"))
+      return false;
+    // Without use_sliding_window they change nothing.
+    for (const char *k : {"sliding_window", "max_window_layers"})
+      if (t.take(k))
+        t.out.ignored.push_back(k);
+  } else if (family == "mixtral") {
+    if (!t.isNull("num_local_experts"))
+      t.map("num_local_experts", "num_moe_experts");
+    t.take("num_local_experts");
+    t.map("num_experts_per_tok", "moe_router_topk");
+    // HF adds router_aux_loss_coef·(its load-balancing loss) only with
+    // output_router_logits; Megatron's per-layer loss is not that sum.
+    if (!t.require("output_router_logits", false,
+                   "HF's load-balancing loss in the training loss") ||
+        !t.require("router_jitter_noise", 0, "router jitter"))
+      return false;
+    if (t.take("router_aux_loss_coef"))
+      t.out.ignored.push_back("router_aux_loss_coef");
+    if (!slidingWindow(t, "sliding_window"))
+      return false;
+  } else if (family == "phi3") {
+    // original_max_position_embeddings only matters to longrope scaling.
+    if (t.take("original_max_position_embeddings"))
+      t.out.ignored.push_back("original_max_position_embeddings");
+    if (!t.dropout("resid_pdrop", "hidden_dropout") ||
+        !t.dropout("embd_pdrop", "hidden_dropout") ||
+        !slidingWindow(t, "sliding_window"))
+      return false;
+  } else {
+    // llama, mistral, gemma.
+    if (!slidingWindow(t, "sliding_window"))
+      return false;
+  }
+  if (!t.require("attention_bias", false, "attention biases") ||
+      !t.require("mlp_bias", false, "MLP biases") ||
+      (family != "qwen2" &&
+       !t.require("use_sliding_window", false, "sliding-window attention")) ||
+      !t.require("initializer_range", 0.02, "mapp initializes with std 0.02") ||
+      !t.dropout("attention_dropout", "attention_dropout"))
+    return false;
+  // cache_implementation is Gemma 2's generation cache.
+  return t.finish(ignorable({"cache_implementation"}));
+}
+
+/// GPT-NeoX / Pythia (GPTNeoXForCausalLM): LayerNorm, GELU MLP, biases,
+/// partial rotary, usually a parallel residual.
+bool translateGPTNeoX(Translator &t) {
+  auto &c = t.out.canonical;
+  c["variant"] = "gpt";
+  c["position_type"] = "rope";
+  c["tie_embeddings"] = false;
+  c["gelu_approximate"] = "none";
+  c["parallel_residual"] = true; // HF's default
+  t.map("num_hidden_layers", "num_layers");
+  t.map("hidden_size", "hidden_size");
+  t.map("num_attention_heads", "num_attention_heads");
+  t.map("intermediate_size", "ffn_hidden_size");
+  t.map("vocab_size", "vocab_size");
+  if (!t.positions("max_position_embeddings", nullptr))
+    return false;
+  t.map("layer_norm_eps", "layernorm_epsilon");
+  t.map("tie_word_embeddings", "tie_embeddings");
+  t.map("use_parallel_residual", "parallel_residual");
+  t.map("rotary_pct", "rotary_percent");
+  t.map("rotary_emb_base", "rotary_base");
+  if (!ropeKeys(t, "rope_theta"))
+    return false;
+  if (!t.isNull("partial_rotary_factor"))
+    t.map("partial_rotary_factor", "rotary_percent");
+  t.take("partial_rotary_factor");
+  if (const json::Value *act = t.take("hidden_act")) {
+    std::optional<llvm::StringRef> s = act->getAsString();
+    if (s && (*s == "gelu_new" || *s == "gelu_pytorch_tanh" || *s == "gelu_fast"))
+      c["gelu_approximate"] = "tanh";
+    else if (!s || *s != "gelu")
+      return t.fail("hidden_act", show(*act) + " is not supported (gelu, "
+                                               "gelu_new, gelu_pytorch_tanh)");
+  }
+  if (!t.require("attention_bias", true, "GPT-NeoX without attention biases") ||
+      !t.require("initializer_range", 0.02, "mapp initializes with std 0.02") ||
+      !t.dropout("hidden_dropout", "hidden_dropout") ||
+      !t.dropout("attention_dropout", "attention_dropout"))
+    return false;
+  // classifier_dropout belongs to the sequence-classification head.
+  return t.finish(ignorable({"classifier_dropout"}));
 }
 
 /// Megatron-LM arguments (args namespace names; "--num-layers" spellings are
@@ -357,7 +548,7 @@ bool translateMegatron(Translator &t) {
     t.out.ignored.push_back("expert_model_parallel_size");
   }
   if (!t.dropout("hidden_dropout", "hidden_dropout") ||
-      !t.dropout("attention_dropout", "") ||
+      !t.dropout("attention_dropout", "attention_dropout") ||
       !t.require("add_qkv_bias", bias, "qkv bias without the other biases") ||
       !t.require("init_method_std", 0.02, "mapp initializes with std 0.02") ||
       !t.require("rotary_percent", 1.0, "partial rotary"))
@@ -409,10 +600,16 @@ bool mapp::translateConfigFormat(const json::Object &raw, ConfigTranslation &out
     out.format = s ? s->str() : show(*mt);
     if (s && *s == "gpt2")
       return translateGPT2(t);
-    if (s && (*s == "llama" || *s == "mistral"))
-      return translateLlama(t);
-    return t.fail("model_type", show(*mt) + " is not supported (gpt2, llama, "
-                                           "mistral; or Megatron-LM arguments)");
+    if (s && (*s == "llama" || *s == "mistral" || *s == "qwen2" ||
+              *s == "mixtral" || *s == "phi3" || *s == "gemma" ||
+              *s == "gemma2"))
+      return translateLlama(t, *s);
+    if (s && *s == "gpt_neox")
+      return translateGPTNeoX(t);
+    return t.fail("model_type",
+                  show(*mt) + " is not supported (gpt2, llama, mistral, qwen2, "
+                              "mixtral, phi3, gemma, gemma2, gpt_neox; or "
+                              "Megatron-LM arguments)");
   }
   for (const char *k : kMegatronOnly)
     if (in.get(k) && !in.get("variant")) {

@@ -60,6 +60,24 @@ const KeyInfo kKeys[] = {
     {"moe_z_loss_coeff", Kind::Float, false},
     {"moe_capacity_factor", Kind::Float, false},
     {"moe_layer_freq", Kind::IntOrList, false},
+    // Family options (C++ importer only: docs/models.md, "Model families";
+    // the Hugging Face translations in ConfigFormats.cpp set them).
+    {"norm_type", Kind::String, false},
+    {"position_type", Kind::String, false},
+    {"mlp_type", Kind::String, false},
+    {"qkv_bias", Kind::Bool, false},
+    {"linear_bias", Kind::Bool, false},
+    {"head_dim", Kind::Int, false},
+    {"rotary_percent", Kind::Float, false},
+    {"parallel_residual", Kind::Bool, false},
+    {"norm_weight_offset", Kind::Float, false},
+    {"post_norms", Kind::Bool, false},
+    {"embedding_multiplier", Kind::Float, false},
+    {"attention_softcap", Kind::Float, false},
+    {"logit_softcap", Kind::Float, false},
+    {"sliding_window", Kind::Int, false},
+    {"sliding_window_layers", Kind::String, false},
+    {"attention_scale", Kind::Float, false},
 };
 
 const std::pair<const char *, const char *> kAliases[] = {
@@ -163,8 +181,71 @@ struct Parser {
   }
 
   bool parseMoe(GPTConfig &c);
+  bool parseFamily(GPTConfig &c);
   bool layerFreq(GPTConfig &c);
 };
+
+/// The family options; defaults are the variant's (docs/models.md).
+bool Parser::parseFamily(GPTConfig &c) {
+  bool gpt = !c.isLlama();
+  c.normType = gpt ? "layernorm" : "rmsnorm";
+  c.positionType = gpt ? "learned" : "rope";
+  c.mlpType = gpt ? "gelu" : "swiglu";
+  c.qkvBias = c.linearBias = gpt;
+  if (!getString("norm_type", c.normType) ||
+      !getString("position_type", c.positionType) ||
+      !getString("mlp_type", c.mlpType) || !getBool("qkv_bias", c.qkvBias) ||
+      !getBool("linear_bias", c.linearBias) ||
+      !getInt("head_dim", c.headDimension) ||
+      !getFloat("rotary_percent", c.rotaryPercent) ||
+      !getBool("parallel_residual", c.parallelResidual) ||
+      !getFloat("norm_weight_offset", c.normWeightOffset) ||
+      !getBool("post_norms", c.postNorms) ||
+      !getFloat("embedding_multiplier", c.embeddingMultiplier) ||
+      !getFloat("attention_softcap", c.attentionSoftcap) ||
+      !getFloat("logit_softcap", c.logitSoftcap) ||
+      !getInt("sliding_window", c.slidingWindow) ||
+      !getString("sliding_window_layers", c.slidingWindowLayers) ||
+      !getFloat("attention_scale", c.attentionScale))
+    return false;
+  auto oneOf = [&](const char *key, const std::string &v,
+                   std::initializer_list<const char *> ok) {
+    for (const char *o : ok)
+      if (v == o)
+        return true;
+    std::string list;
+    for (const char *o : ok)
+      list += (list.empty() ? "\"" : ", \"") + std::string(o) + "\"";
+    return fail(key, "must be one of " + list + ", got \"" + v + "\"");
+  };
+  if (!oneOf("norm_type", c.normType, {"layernorm", "rmsnorm"}) ||
+      !oneOf("position_type", c.positionType, {"learned", "rope"}) ||
+      !oneOf("mlp_type", c.mlpType, {"gelu", "swiglu", "geglu"}) ||
+      !oneOf("sliding_window_layers", c.slidingWindowLayers, {"all", "even"}))
+    return false;
+  if (has("head_dim") && (c.headDimension <= 0 ||
+                          c.headDimension > rt::kMaxHiddenSize))
+    return fail("head_dim", "must be in [1, " + llvm::Twine(rt::kMaxHiddenSize) +
+                                "], got " + llvm::Twine(c.headDimension));
+  if (!(c.rotaryPercent > 0 && c.rotaryPercent <= 1))
+    return fail("rotary_percent", "must be in (0, 1], got " + number(c.rotaryPercent));
+  if (c.rotaryPercent != 1.0 && !c.rope())
+    return fail("rotary_percent", "needs position_type \"rope\"");
+  if (c.normWeightOffset != 0 && !c.rmsNorm())
+    return fail("norm_weight_offset", "needs norm_type \"rmsnorm\"");
+  for (auto [key, v] : {std::pair{"embedding_multiplier", c.embeddingMultiplier},
+                        std::pair{"attention_scale", c.attentionScale},
+                        std::pair{"attention_softcap", c.attentionSoftcap},
+                        std::pair{"logit_softcap", c.logitSoftcap}})
+    if (has(key) && !(v > 0))
+      return fail(key, "must be positive, got " + number(v));
+  if (has("sliding_window") && c.slidingWindow <= 0)
+    return fail("sliding_window",
+                "must be positive, got " + llvm::Twine(c.slidingWindow));
+  if (c.parallelResidual && c.postNorms)
+    return fail("post_norms", "is not supported with parallel_residual");
+  return true;
+}
 
 bool Parser::parseMoe(GPTConfig &c) {
   const char *moeKeys[] = {"moe_router_topk", "moe_ffn_hidden_size",
@@ -344,6 +425,8 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
   if (c.variant != "gpt" && c.variant != "llama")
     return p.fail("variant",
                   "must be \"gpt\" or \"llama\", got \"" + c.variant + "\"");
+  if (!p.parseFamily(c))
+    return false;
   // Positive and bounded before anything is built from them (num_layers =
   // 10^8 grew the graph past 4 GB): mapp/rt/PlanLimits.h, the same bounds as
   // python/mapp/config.py LIMITS. num_query_groups divides the heads.
@@ -374,7 +457,7 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
                       llvm::Twine(c.microBatchSize * c.seqLength) +
                       " tokens per microbatch, more than " +
                       llvm::Twine(rt::kMaxTokensPerMicrobatch));
-  if (c.hiddenSize % c.numHeads)
+  if (!c.headDimension && c.hiddenSize % c.numHeads)
     return p.fail("num_attention_heads",
                   llvm::Twine(c.numHeads) + " does not divide hidden_size " +
                       llvm::Twine(c.hiddenSize));
@@ -383,10 +466,15 @@ bool mapp::parseGPTConfig(llvm::StringRef text, GPTConfig &c,
                   llvm::Twine(c.numQueryGroups) +
                       " key/value heads do not divide num_attention_heads " +
                       llvm::Twine(c.numHeads));
-  if (c.isLlama() && (c.hiddenSize / c.numHeads) % 2)
-    return p.fail("num_attention_heads",
+  if (c.rope() && c.rotaryPercent == 1.0 && c.headDim() % 2)
+    return p.fail(c.headDimension ? "head_dim" : "num_attention_heads",
                   "rotary embeddings need an even head dim, got " +
-                      llvm::Twine(c.hiddenSize / c.numHeads));
+                      llvm::Twine(c.headDim()));
+  if (c.rope() && (c.rotaryDim() % 2 || c.rotaryDim() <= 0))
+    return p.fail("rotary_percent",
+                  "rotates " + llvm::Twine(c.rotaryDim()) + " of the " +
+                      llvm::Twine(c.headDim()) +
+                      " columns of a head; rotary needs a positive even number");
   if (c.dtype != "float32")
     return p.fail("dtype",
                   "only \"float32\" is supported, got \"" + c.dtype + "\"");

@@ -44,7 +44,9 @@ private:
     return RankedTensorType::get(shape, elem ? elem : f32);
   }
 
-  void declare(StringRef name, ArrayRef<int64_t> shape);
+  void declare(StringRef name, ArrayRef<int64_t> shape,
+               StringRef vectorInit = "");
+  void declareNorm(const std::string &prefix);
   Value ref(StringRef name);
 
   template <typename OpT>
@@ -80,7 +82,8 @@ private:
   SmallVector<Value> auxLosses; // MoE load-balancing and z-losses, in order
 };
 
-void GraphBuilder::declare(StringRef name, ArrayRef<int64_t> shape) {
+void GraphBuilder::declare(StringRef name, ArrayRef<int64_t> shape,
+                           StringRef vectorInit) {
   shapes[name] = Shape(shape.begin(), shape.end());
   // The reference init rule (docs/models.md): normal(0.02) for matrices,
   // zeros for biases, ones for norm weights.
@@ -91,10 +94,19 @@ void GraphBuilder::declare(StringRef name, ArrayRef<int64_t> shape) {
     attrs.push_back(b.getNamedAttr("init", b.getStringAttr("normal")));
     attrs.push_back(f64("std", 0.02));
   } else {
-    attrs.push_back(b.getNamedAttr(
-        "init", b.getStringAttr(name.ends_with(".bias") ? "zeros" : "ones")));
+    if (vectorInit.empty())
+      vectorInit = name.ends_with(".bias") ? "zeros" : "ones";
+    attrs.push_back(b.getNamedAttr("init", b.getStringAttr(vectorInit)));
   }
   b.create<ParamOp>(loc, TypeRange{}, ValueRange{}, attrs);
+}
+
+void GraphBuilder::declareNorm(const std::string &prefix) {
+  const int64_t H = c.hiddenSize;
+  // A gain stored as 1 + weight (Gemma) starts at weight 0, as HF's does.
+  declare(prefix + ".weight", {H}, c.normWeightOffset != 0 ? "zeros" : "");
+  if (!c.rmsNorm())
+    declare(prefix + ".bias", {H});
 }
 
 Value GraphBuilder::ref(StringRef name) {
@@ -107,9 +119,12 @@ Value GraphBuilder::ref(StringRef name) {
 Value GraphBuilder::norm(Value x, const std::string &prefix) {
   auto shape = cast<RankedTensorType>(x.getType()).getShape();
   Value gamma = ref(prefix + ".weight");
-  if (c.isLlama())
-    return op<RMSNormOp>(prefix, {x, gamma}, shape,
-                         {f64("eps", c.layernormEpsilon)});
+  if (c.rmsNorm()) {
+    SmallVector<NamedAttribute> attrs{f64("eps", c.layernormEpsilon)};
+    if (c.normWeightOffset != 0)
+      attrs.push_back(f64("weight_offset", c.normWeightOffset));
+    return op<RMSNormOp>(prefix, {x, gamma}, shape, attrs);
+  }
   Value beta = ref(prefix + ".bias");
   return op<LayerNormOp>(prefix, {x, gamma, beta}, shape,
                          {f64("eps", c.layernormEpsilon)});
@@ -136,59 +151,86 @@ Value GraphBuilder::maybeDropout(Value x, const std::string &name) {
 Value GraphBuilder::layer(Value x, int64_t l) {
   const std::string p = "layers." + std::to_string(l);
   const int64_t B = c.microBatchSize, T = c.seqLength, H = c.hiddenSize;
-  const bool bias = !c.isLlama();
 
   // Attention: fused qkv and three slices; with grouped-query attention
   // three projections (k and v have numQueryGroups heads), which tensor
-  // parallelism splits like Megatron's query groups.
+  // parallelism splits like Megatron's query groups. The query width is
+  // heads·head_dim, which is H unless head_dim is decoupled (Gemma).
+  const int64_t QW = c.numHeads * c.headDim();
   const int64_t KV = c.numQueryGroups * c.headDim();
   Value qkvs[3];
   Value normed = norm(x, p + ".ln1");
   if (c.isGQA()) {
-    qkvs[0] = linear(normed, p + ".attn.q", H, bias);
-    qkvs[1] = linear(normed, p + ".attn.k", KV, bias);
-    qkvs[2] = linear(normed, p + ".attn.v", KV, bias);
+    qkvs[0] = linear(normed, p + ".attn.q", QW, c.qkvBias);
+    qkvs[1] = linear(normed, p + ".attn.k", KV, c.qkvBias);
+    qkvs[2] = linear(normed, p + ".attn.v", KV, c.qkvBias);
   } else {
-    Value qkv = linear(normed, p + ".attn.qkv", 3 * H, bias);
+    Value qkv = linear(normed, p + ".attn.qkv", 3 * QW, c.qkvBias);
     const char *sliceNames[3] = {".attn.slice", ".attn.slice_1", ".attn.slice_2"};
     for (int i = 0; i < 3; ++i)
-      qkvs[i] = op<SliceOp>(p + sliceNames[i], {qkv}, {B, T, H},
-                            {i64("dim", 2), i64("start", i * H),
-                             i64("end", (i + 1) * H)});
+      qkvs[i] = op<SliceOp>(p + sliceNames[i], {qkv}, {B, T, QW},
+                            {i64("dim", 2), i64("start", i * QW),
+                             i64("end", (i + 1) * QW)});
   }
   int64_t headDim = c.headDim();
-  SmallVector<NamedAttribute> attrs{i64("heads", c.numHeads),
-                                    f64("scale", 1.0 / std::sqrt(double(headDim))),
+  double scale = c.attentionScale ? c.attentionScale
+                                  : 1.0 / std::sqrt(double(headDim));
+  SmallVector<NamedAttribute> attrs{i64("heads", c.numHeads), f64("scale", scale),
                                     b.getNamedAttr("causal", b.getUnitAttr())};
-  if (c.isLlama()) {
+  if (c.rope()) {
     attrs.push_back(b.getNamedAttr("rotary", b.getUnitAttr()));
     attrs.push_back(f64("rotary_base", c.rotaryBase));
+    if (c.rotaryDim() != headDim)
+      attrs.push_back(i64("rotary_dim", c.rotaryDim()));
+  }
+  if (c.attentionSoftcap)
+    attrs.push_back(f64("softcap", c.attentionSoftcap));
+  if (c.windowed(l))
+    attrs.push_back(i64("sliding_window", c.slidingWindow));
+  if (c.attentionDropout) {
+    attrs.push_back(f64("dropout", c.attentionDropout));
+    attrs.push_back(i64("dropout_seed", dropoutSeed++));
   }
   Value attn = op<AttentionOp>(p + ".attn.attention", {qkvs[0], qkvs[1], qkvs[2]},
-                               {B, T, H}, attrs);
-  Value proj = maybeDropout(linear(attn, p + ".attn.proj", H, bias), p + ".dropout");
-  x = op<AddOp>(p + ".add", {x, proj}, {B, T, H});
+                               {B, T, QW}, attrs);
+  Value proj = linear(attn, p + ".attn.proj", H, c.linearBias);
+  if (c.postNorms)
+    proj = norm(proj, p + ".ln_post_attn");
+  proj = maybeDropout(proj, p + ".dropout");
+  // GPT-NeoX's parallel residual: both branches read the layer's input.
+  Value residual = x;
+  if (!c.parallelResidual)
+    x = op<AddOp>(p + ".add", {x, proj}, {B, T, H});
 
   // MLP.
-  Value m = norm(x, p + ".ln2");
+  Value m = norm(c.parallelResidual ? residual : x, p + ".ln2");
   Value y;
   const int64_t F = c.ffnHiddenSize;
   if (c.isMoeLayer(l)) {
     y = moe(m, p);
-  } else if (c.isLlama()) {
-    Value gate = linear(m, p + ".mlp.gate", F, false);
-    Value act = op<SiluOp>(p + ".mlp.silu", {gate}, {B, T, F});
-    Value up = linear(m, p + ".mlp.up", F, false);
+  } else if (c.mlpType != "gelu") {
+    Value gate = linear(m, p + ".mlp.gate", F, c.linearBias);
+    Value act =
+        c.mlpType == "swiglu"
+            ? op<SiluOp>(p + ".mlp.silu", {gate}, {B, T, F})
+            : op<GeluOp>(p + ".mlp.gelu", {gate}, {B, T, F},
+                         {b.getNamedAttr("approximate",
+                                         b.getStringAttr(c.geluApproximate))});
+    Value up = linear(m, p + ".mlp.up", F, c.linearBias);
     Value prod = op<MulOp>(p + ".mlp.mul", {act, up}, {B, T, F});
-    y = linear(prod, p + ".mlp.down", H, false);
+    y = linear(prod, p + ".mlp.down", H, c.linearBias);
   } else {
-    Value h = linear(m, p + ".mlp.fc1", F, true);
+    Value h = linear(m, p + ".mlp.fc1", F, c.linearBias);
     Value act = op<GeluOp>(p + ".mlp.gelu", {h}, {B, T, F},
                            {b.getNamedAttr("approximate",
                                            b.getStringAttr(c.geluApproximate))});
-    y = linear(act, p + ".mlp.fc2", H, true);
+    y = linear(act, p + ".mlp.fc2", H, c.linearBias);
   }
+  if (c.postNorms)
+    y = norm(y, p + ".ln_post_mlp");
   y = maybeDropout(y, p + ".dropout_1");
+  if (c.parallelResidual)
+    x = op<AddOp>(p + ".add", {x, proj}, {B, T, H});
   return op<AddOp>(p + ".add_1", {x, y}, {B, T, H});
 }
 
@@ -224,8 +266,14 @@ Value GraphBuilder::moe(Value m, const std::string &p) {
     return op<MoeGroupedMatmulOp>(w, {x, ref(w + ".weight"), counts}, {R, out});
   };
   Value yp;
-  if (c.isLlama()) {
-    Value act = op<SiluOp>(mp + ".silu", {grouped(xp, "gate", F)}, {R, F});
+  if (c.mlpType != "gelu") {
+    Value gate = grouped(xp, "gate", F);
+    Value act =
+        c.mlpType == "swiglu"
+            ? op<SiluOp>(mp + ".silu", {gate}, {R, F})
+            : op<GeluOp>(mp + ".gelu", {gate}, {R, F},
+                         {b.getNamedAttr("approximate",
+                                         b.getStringAttr(c.geluApproximate))});
     Value prod = op<MulOp>(mp + ".mul", {act, grouped(xp, "up", F)}, {R, F});
     yp = grouped(prod, "down", H);
   } else {
@@ -248,7 +296,7 @@ void GraphBuilder::declareMoe(const std::string &p) {
   const int64_t H = c.hiddenSize, E = c.numMoeExperts, F = c.moeFfnHiddenSize;
   const std::string ex = p + ".mlp.experts.";
   declare(p + ".mlp.router.weight", {E, H});
-  if (c.isLlama()) {
+  if (c.mlpType != "gelu") {
     declare(ex + "gate.weight", {E, H, F});
     declare(ex + "up.weight", {E, H, F});
     declare(ex + "down.weight", {E, F, H});
@@ -280,6 +328,42 @@ DictionaryAttr GraphBuilder::modelAttrs() {
   // Only grouped-query models carry it, so MHA graphs stay as exported.
   if (c.isGQA())
     a.push_back(i64("num_query_groups", c.numQueryGroups));
+  // Family options only where they differ from the variant's defaults, so
+  // the two variants' graphs stay as exported.
+  bool gpt = !c.isLlama();
+  if (c.normType != (gpt ? "layernorm" : "rmsnorm"))
+    a.push_back(b.getNamedAttr("norm_type", b.getStringAttr(c.normType)));
+  if (c.positionType != (gpt ? "learned" : "rope"))
+    a.push_back(b.getNamedAttr("position_type", b.getStringAttr(c.positionType)));
+  if (c.mlpType != (gpt ? "gelu" : "swiglu"))
+    a.push_back(b.getNamedAttr("mlp_type", b.getStringAttr(c.mlpType)));
+  if (c.qkvBias != gpt)
+    a.push_back(b.getNamedAttr("qkv_bias", b.getBoolAttr(c.qkvBias)));
+  if (c.linearBias != gpt)
+    a.push_back(b.getNamedAttr("linear_bias", b.getBoolAttr(c.linearBias)));
+  if (c.headDimension)
+    a.push_back(i64("head_dim", c.headDimension));
+  if (c.rotaryPercent != 1.0)
+    a.push_back(f64("rotary_percent", c.rotaryPercent));
+  if (c.parallelResidual)
+    a.push_back(b.getNamedAttr("parallel_residual", b.getBoolAttr(true)));
+  if (c.normWeightOffset)
+    a.push_back(f64("norm_weight_offset", c.normWeightOffset));
+  if (c.postNorms)
+    a.push_back(b.getNamedAttr("post_norms", b.getBoolAttr(true)));
+  if (c.embeddingMultiplier != 1.0)
+    a.push_back(f64("embedding_multiplier", c.embeddingMultiplier));
+  if (c.attentionSoftcap)
+    a.push_back(f64("attention_softcap", c.attentionSoftcap));
+  if (c.logitSoftcap)
+    a.push_back(f64("logit_softcap", c.logitSoftcap));
+  if (c.slidingWindow) {
+    a.push_back(i64("sliding_window", c.slidingWindow));
+    a.push_back(b.getNamedAttr("sliding_window_layers",
+                               b.getStringAttr(c.slidingWindowLayers)));
+  }
+  if (c.attentionScale)
+    a.push_back(f64("attention_scale", c.attentionScale));
   // Only MoE models carry the MoE keys (python/mapp/config.py).
   if (c.numMoeExperts > 0) {
     a.push_back(i64("num_moe_experts", c.numMoeExperts));
@@ -298,15 +382,17 @@ DictionaryAttr GraphBuilder::modelAttrs() {
 OwningOpRef<ModuleOp> GraphBuilder::build() {
   const int64_t B = c.microBatchSize, T = c.seqLength, H = c.hiddenSize,
                 V = c.vocabSize, F = c.ffnHiddenSize;
-  const bool gpt = !c.isLlama();
+  const bool learned = !c.rope();
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   (*module)->setAttr("mapp.model", modelAttrs());
   b.setInsertionPointToEnd(module->getBody());
 
   // Parameters in state_dict order (docs/models.md).
   declare("wte.weight", {V, H});
-  if (gpt)
+  if (learned)
     declare("wpe.weight", {T, H});
+  const int64_t QW = c.numHeads * c.headDim();
+  const int64_t KV = c.numQueryGroups * c.headDim();
   for (int64_t l = 0; l < c.numLayers; ++l) {
     std::string p = "layers." + std::to_string(l);
     auto decl = [&](const std::string &n, ArrayRef<int64_t> s, bool hasBias) {
@@ -314,31 +400,32 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
       if (hasBias)
         declare(p + n + ".bias", {s.front()});
     };
-    decl(".ln1", {H}, gpt);
+    declareNorm(p + ".ln1");
     if (c.isGQA()) {
-      const int64_t KV = c.numQueryGroups * c.headDim();
-      decl(".attn.q", {H, H}, gpt);
-      decl(".attn.k", {KV, H}, gpt);
-      decl(".attn.v", {KV, H}, gpt);
+      decl(".attn.q", {QW, H}, c.qkvBias);
+      decl(".attn.k", {KV, H}, c.qkvBias);
+      decl(".attn.v", {KV, H}, c.qkvBias);
     } else {
-      decl(".attn.qkv", {3 * H, H}, gpt);
+      decl(".attn.qkv", {3 * QW, H}, c.qkvBias);
     }
-    decl(".attn.proj", {H, H}, gpt);
-    decl(".ln2", {H}, gpt);
+    decl(".attn.proj", {H, QW}, c.linearBias);
+    if (c.postNorms)
+      declareNorm(p + ".ln_post_attn");
+    declareNorm(p + ".ln2");
     if (c.isMoeLayer(l)) {
       declareMoe(p);
-    } else if (gpt) {
-      decl(".mlp.fc1", {F, H}, true);
-      decl(".mlp.fc2", {H, F}, true);
+    } else if (c.mlpType == "gelu") {
+      decl(".mlp.fc1", {F, H}, c.linearBias);
+      decl(".mlp.fc2", {H, F}, c.linearBias);
     } else {
-      decl(".mlp.gate", {F, H}, false);
-      decl(".mlp.up", {F, H}, false);
-      decl(".mlp.down", {H, F}, false);
+      decl(".mlp.gate", {F, H}, c.linearBias);
+      decl(".mlp.up", {F, H}, c.linearBias);
+      decl(".mlp.down", {H, F}, c.linearBias);
     }
+    if (c.postNorms)
+      declareNorm(p + ".ln_post_mlp");
   }
-  declare("ln_f.weight", {H});
-  if (gpt)
-    declare("ln_f.bias", {H});
+  declareNorm("ln_f");
   if (!c.tieEmbeddings)
     declare("lm_head.weight", {V, H});
 
@@ -351,19 +438,26 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
   Value tokens = body->getArgument(0), targets = body->getArgument(1);
 
   Value x = op<EmbeddingOp>("wte", {ref("wte.weight"), tokens}, {B, T, H});
-  if (gpt)
+  if (learned)
     x = op<AddOp>("add", {x, ref("wpe.weight")}, {B, T, H});
+  if (c.embeddingMultiplier != 1.0)
+    x = op<ScaleOp>("embed_scale", {x}, {B, T, H},
+                    {f64("factor", c.embeddingMultiplier)});
   x = maybeDropout(x, "dropout");
   for (int64_t l = 0; l < c.numLayers; ++l)
     x = layer(x, l);
   x = norm(x, "ln_f");
   Value head = ref(c.tieEmbeddings ? "wte.weight" : "lm_head.weight");
   Value logits = op<LinearOp>("lm_head", {x, head}, {B, T, V});
+  if (c.logitSoftcap)
+    // Named "logits": generation reads the capped values (Generate.cpp).
+    logits = op<SoftcapOp>("logits", {logits}, {B, T, V},
+                           {f64("cap", c.logitSoftcap)});
   Value loss = op<CrossEntropyOp>("cross_entropy", {logits, targets}, {},
                                   {i64("ignore_index", -100)});
   // The MoE auxiliary losses, added one by one as the reference does; the
   // root's "add" is taken by the position embedding in gpt models.
-  int64_t adds = gpt ? 1 : 0;
+  int64_t adds = learned ? 1 : 0;
   for (Value aux : auxLosses) {
     std::string name = adds ? "add_" + std::to_string(adds) : "add";
     ++adds;
@@ -403,12 +497,6 @@ OwningOpRef<ModuleOp> mapp::importGPTConfig(StringRef json, MLIRContext *ctx,
   ConfigTranslation tr;
   if (!parseGPTConfig(json, config, err, opts, &tr)) {
     emitError(keyLocation(ctx, json, bufferName, err.key)) << err.message;
-    return nullptr;
-  }
-  if (config.attentionDropout != 0) {
-    emitError(keyLocation(ctx, json, bufferName, "attention_dropout"))
-        << "config key 'attention_dropout': must be 0 to import "
-           "(mapp.attention has no dropout)";
     return nullptr;
   }
   if (!tr.ignored.empty()) {

@@ -348,7 +348,13 @@ struct TensorParallelPass
 
   /// LM head + cross-entropy → vocab-parallel logits and loss.
   LogicalResult shardHead(CrossEntropyOp ce) {
-    auto head = ce.getLogits().getDefiningOp<LinearOp>();
+    // Gemma 2 caps the logits (softcap, elementwise: it runs on each rank's
+    // vocabulary slice as well).
+    auto cap = ce.getLogits().getDefiningOp<SoftcapOp>();
+    if (cap && !cap->hasOneUse())
+      return success();
+    Value headOut = cap ? cap.getX() : ce.getLogits();
+    auto head = headOut.getDefiningOp<LinearOp>();
     if (!head || !paramOf(head.getW()) || head.getBias() ||
         !head->hasOneUse())
       return success(); // not an LM head we know: stays replicated
@@ -356,11 +362,13 @@ struct TensorParallelPass
     if (failed(divides(head, vocab, "vocab_size")) ||
         failed(columnParallel(head, 1)))
       return failure();
+    if (cap)
+      setResultType(cap.getResult(), tensorTy(head.getResult()));
     // loss = mean(log Σ_r Σ_v exp(l − max) − (l_t − max)) with the two sums
     // and the max reduced over tp (Megatron's vocab-parallel cross-entropy).
     OpBuilder b(ce);
     Location loc = ce.getLoc();
-    Value logits = head.getResult();
+    Value logits = ce.getLogits();
     auto rowsTy = RankedTensorType::get(tensorTy(ce.getTargets()).getShape(),
                                         tensorTy(logits).getElementType());
     int64_t last = tensorTy(logits).getRank() - 1;

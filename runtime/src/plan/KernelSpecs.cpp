@@ -92,6 +92,15 @@ void checkScale(const Attrs &a, const TTs &in, const TTs &out) {
   checkUnary(a, in, out);
 }
 
+void checkSoftcap(const Attrs &a, const TTs &in, const TTs &out) {
+  if (!(a.requireFloat("cap") > 0))
+    fail("cap must be > 0, got ", a.getFloat("cap", 0));
+  if (in.size() == 1)
+    checkUnary(a, in, out);
+  else
+    checkUnaryGrad(a, in, out);
+}
+
 void checkEmbedding(const Attrs &, const TTs &in, const TTs &out) {
   wantF32(in[0], "table");
   wantDType(in[1], DType::I32, "ids");
@@ -279,6 +288,18 @@ void checkAttention(const Attrs &a, const TTs &in, const TTs &out) {
   }
   if (a.flag("rotary") && d % 2 != 0)
     fail("rotary needs an even head dim, got ", d);
+  if (a.has("rotary_dim")) {
+    int64_t rd = a.getInt("rotary_dim", 0);
+    if (!a.flag("rotary") || rd <= 0 || rd % 2 != 0 || rd > d)
+      fail("rotary_dim must be even, in (0, head dim ", d, "] and with rotary, got ",
+           rd);
+  }
+  if (a.has("softcap") && !(a.getFloat("softcap", 0) > 0))
+    fail("softcap must be > 0, got ", a.getFloat("softcap", 0));
+  if (a.has("sliding_window") &&
+      (a.getInt("sliding_window", 0) <= 0 || !a.flag("causal")))
+    fail("sliding_window must be > 0 and causal, got ",
+         a.getInt("sliding_window", 0));
   for (size_t i = 0; i < out.size(); ++i) {
     wantF32(out[i], "attention result");
     wantShape(out[i], i == 0 ? q.shape : k.shape, "attention result");

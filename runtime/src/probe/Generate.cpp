@@ -15,13 +15,19 @@ using namespace mapp::rt;
 using json = nlohmann::json;
 
 int mapp::rt::logitsValueIndex(const Program &p, int vocab) {
+  // "logits" names the final logits where something follows the LM head
+  // (Gemma 2's soft-capping): it wins over "lm_head".
   int found = -1;
+  bool named = false;
   for (size_t v = 0; v < p.values.size(); ++v) {
     const Value &val = p.values[v];
-    if (val.kind == ValueKind::Temp &&
-        (val.name == "lm_head" || val.name == "logits") &&
-        val.type.rank() == 3 && val.type.dim(2) == vocab)
+    if (val.kind != ValueKind::Temp || val.type.rank() != 3 ||
+        val.type.dim(2) != vocab)
+      continue;
+    if (val.name == "logits" || (val.name == "lm_head" && !named)) {
       found = static_cast<int>(v);
+      named = val.name == "logits";
+    }
   }
   if (found < 0)
     fail("generation: the plan has no logits value (a [B,T,", vocab,

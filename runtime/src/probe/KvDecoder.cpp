@@ -15,7 +15,8 @@ namespace {
 /// computes the same rows. `slice` qualifies only off the batch/token dims.
 const std::set<std::string> kPerToken = {
     "embedding", "linear", "add",    "mul",     "scale",   "gelu",
-    "silu",      "layer_norm", "rms_norm", "dropout", "perturb", "slice"};
+    "silu",      "layer_norm", "rms_norm", "dropout", "perturb", "slice",
+    "softcap"};
 
 Value makeValue(std::string name, ValueKind kind, TensorType type) {
   Value v;

@@ -175,8 +175,18 @@ std::vector<ProbeSample> mapp::rt::reduceValues(const Attrs &a,
   return out;
 }
 
+/// The probes recompute plain (optionally rotary) causal attention; the
+/// family options would make their probabilities wrong, so they refuse.
+static void refuseFamilyOptions(const Attrs &a) {
+  for (const char *k : {"rotary_dim", "softcap", "sliding_window"})
+    if (a.has(k))
+      fail("probe: attention probabilities of an attention with '", k,
+           "' are not supported");
+}
+
 ProbeSample mapp::rt::attentionProbs(const Attrs &a, const float *q,
                                      const float *k, const Shape &shape) {
+  refuseFamilyOptions(a);
   int64_t T = shape[1], H = shape[2], heads = a.requireInt("heads");
   int64_t D = H / heads;
   double scale = a.getFloat("scale", 1.0);
@@ -233,6 +243,7 @@ ProbeSample mapp::rt::attentionProbsCached(const Attrs &a, const float *q,
                                            const float *kcache,
                                            const int32_t *positions,
                                            const Shape &qShape, int64_t tmax) {
+  refuseFamilyOptions(a);
   int64_t S = qShape[1], H = qShape[2], heads = a.requireInt("heads");
   int64_t D = H / heads;
   double scale = a.getFloat("scale", 1.0);

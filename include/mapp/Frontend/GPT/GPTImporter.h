@@ -56,9 +56,39 @@ struct GPTConfig {
   std::optional<double> moeCapacityFactor; // absent: dropless
   std::vector<int64_t> moeLayerFreq;       // 0/1 per layer
 
+  // The families people bring (docs/models.md, "Model families"): each a
+  // choice the two variants fix; the defaults are the variant's.
+  std::string normType;        // "layernorm" (gpt) | "rmsnorm" (llama)
+  std::string positionType;    // "learned" (gpt) | "rope" (llama)
+  std::string mlpType;         // "gelu" (gpt) | "swiglu" (llama) | "geglu"
+  bool qkvBias = false;        // biases of the q/k/v projections (gpt, Qwen2)
+  bool linearBias = false;     // biases of the output projection and MLP (gpt)
+  int64_t headDimension = 0;   // 0: hidden_size / num_attention_heads
+  double rotaryPercent = 1.0;  // rotated fraction of each head (GPT-NeoX)
+  bool parallelResidual = false; // x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX)
+  double normWeightOffset = 0; // RMSNorm gain = offset + weight (Gemma: 1)
+  bool postNorms = false;      // norms after attention and MLP (Gemma 2)
+  double embeddingMultiplier = 1.0; // Gemma: sqrt(hidden_size)
+  double attentionSoftcap = 0; // 0: off (Gemma 2: attn_logit_softcapping)
+  double logitSoftcap = 0;     // 0: off (Gemma 2: final_logit_softcapping)
+  int64_t slidingWindow = 0;   // 0: off
+  std::string slidingWindowLayers = "all"; // "all" | "even" (Gemma 2)
+  double attentionScale = 0;   // 0: 1/sqrt(head_dim)
+
   bool isLlama() const { return variant == "llama"; }
   bool isGQA() const { return numQueryGroups != numHeads; }
-  int64_t headDim() const { return hiddenSize / numHeads; }
+  int64_t headDim() const {
+    return headDimension ? headDimension : hiddenSize / numHeads;
+  }
+  bool rmsNorm() const { return normType == "rmsnorm"; }
+  bool rope() const { return positionType == "rope"; }
+  int64_t rotaryDim() const {
+    return static_cast<int64_t>(headDim() * rotaryPercent);
+  }
+  bool windowed(int64_t layer) const {
+    return slidingWindow > 0 &&
+           (slidingWindowLayers == "all" || layer % 2 == 0);
+  }
   bool isMoeLayer(int64_t layer) const {
     return numMoeExperts > 0 && moeLayerFreq[layer] != 0;
   }
@@ -84,7 +114,7 @@ struct GPTImportOptions {
 
 /// A config rewritten into mapp's canonical keys (ConfigFormats.cpp).
 struct ConfigTranslation {
-  std::string format; // "mapp", "gpt2", "llama", "mistral", "Megatron-LM"
+  std::string format; // "mapp", "Megatron-LM" or the HF model_type
   llvm::json::Object canonical;
   std::vector<std::string> ignored; // keys that change nothing, sorted
 };

@@ -76,6 +76,8 @@ uint64_t GeluOp::getFlops() { return 8 * numel(getResult()); }
 uint64_t GeluGradOp::getFlops() { return 12 * numel(getResult()); }
 uint64_t SiluOp::getFlops() { return 4 * numel(getResult()); }
 uint64_t SiluGradOp::getFlops() { return 6 * numel(getResult()); }
+uint64_t SoftcapOp::getFlops() { return 4 * numel(getResult()); }
+uint64_t SoftcapGradOp::getFlops() { return 5 * numel(getResult()); }
 uint64_t LayerNormOp::getFlops() { return 8 * numel(getResult()); }
 uint64_t LayerNormGradOp::getFlops() { return 16 * numel(getDx()); }
 uint64_t RMSNormOp::getFlops() { return 5 * numel(getResult()); }

@@ -139,6 +139,13 @@ LogicalResult SiluOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
   return success();
 }
 
+LogicalResult SoftcapOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
+                                       SmallVectorImpl<Value> &grads) {
+  grads.push_back(
+      b.create<SoftcapGradOp>(getLoc(), getType(), dys[0], getX(), getCapAttr()));
+  return success();
+}
+
 LogicalResult LayerNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
                                          SmallVectorImpl<Value> &grads) {
   auto g = b.create<LayerNormGradOp>(
@@ -153,7 +160,7 @@ LogicalResult RMSNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
                                        SmallVectorImpl<Value> &grads) {
   auto g = b.create<RMSNormGradOp>(
       getLoc(), TypeRange{getX().getType(), getGamma().getType()}, dys[0],
-      getX(), getGamma(), getEpsAttr());
+      getX(), getGamma(), getEpsAttr(), getWeightOffsetAttr());
   grads.append({g.getDx(), g.getDgamma()});
   return success();
 }
@@ -171,7 +178,8 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> dys,
   auto g = b.create<AttentionGradOp>(
       getLoc(), TypeRange{t, kv, kv}, dys[0], getQ(), getK(), getV(),
       getHeadsAttr(), getScaleAttr(), getCausalAttr(), getRotaryAttr(),
-      getRotaryBaseAttr());
+      getRotaryBaseAttr(), getRotaryDimAttr(), getSoftcapAttr(),
+      getSlidingWindowAttr(), getDropoutAttr(), getDropoutSeedAttr());
   grads.append({g.getDq(), g.getDk(), g.getDv()});
   return success();
 }

@@ -490,6 +490,35 @@ LogicalResult AttentionOp::verify() {
     return emitOpError("rotary needs an even head dim, got ") << q[2] / heads;
   if (getScale().convertToDouble() <= 0)
     return emitOpError("scale must be > 0");
+  if (std::optional<uint64_t> rd = getRotaryDim()) {
+    int64_t r = static_cast<int64_t>(*rd);
+    if (!getRotary())
+      return emitOpError("rotary_dim needs rotary");
+    if (r <= 0 || r % 2 != 0 || r > d)
+      return emitOpError("rotary_dim must be even and in (0, head dim ")
+             << d << "], got " << r;
+  }
+  if (std::optional<APFloat> cap = getSoftcap(); cap && !(cap->convertToDouble() > 0))
+    return emitOpError("softcap must be > 0");
+  if (std::optional<uint64_t> w = getSlidingWindow()) {
+    if (static_cast<int64_t>(*w) <= 0)
+      return emitOpError("sliding_window must be > 0");
+    if (!getCausal())
+      return emitOpError("sliding_window needs causal");
+  }
+  if (std::optional<APFloat> p = getDropout()) {
+    double v = p->convertToDouble();
+    if (!(v >= 0 && v < 1))
+      return emitOpError("dropout must be in [0, 1), got ") << v;
+    if (!getDropoutSeed())
+      return emitOpError("dropout needs dropout_seed");
+  }
+  return success();
+}
+
+LogicalResult SoftcapOp::verify() {
+  if (!(getCap().convertToDouble() > 0))
+    return emitOpError("cap must be > 0, got ") << getCap().convertToDouble();
   return success();
 }
 

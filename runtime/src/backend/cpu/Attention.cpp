@@ -27,6 +27,32 @@ struct Dims {
   float scale;
   bool causal, rotary;
   double base;
+  int64_t rotDim;  // rotated columns of each head (GPT-NeoX: a fraction of D)
+  double softcap;  // 0: off; else scores become softcap·tanh(s/softcap)
+  int64_t window;  // 0: off; else query i sees keys j with i − j < window
+  double dropP;    // attention dropout probability (0: off)
+  uint64_t dropSeed, step;
+  /// Dropout's factor for P[b, head, i, j]: 0 or 1/(1 − p) (the mask of
+  /// docs/semantics.md over the element index ((b·heads + head)·T + i)·T + j).
+  float dropFactor(int64_t b, int64_t head, int64_t i, int64_t j) const {
+    uint64_t n = static_cast<uint64_t>(((b * heads + head) * t + i) * t + j);
+    return dropoutUniform(dropSeed, step, n) >= dropP
+               ? static_cast<float>(1.0 / (1.0 - dropP))
+               : 0.0f;
+  }
+  /// s[T,T] of (b, head) times the dropout factors.
+  void dropRows(float *s, int64_t b, int64_t head) const {
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < t; ++j)
+        s[i * t + j] *= dropFactor(b, head, i, j);
+  }
+  /// Keys [lo, hi) query row i (at absolute position `pos`) may see among
+  /// `n` columns.
+  std::pair<int64_t, int64_t> visible(int64_t pos, int64_t n) const {
+    int64_t hi = causal ? std::min(pos + 1, n) : n;
+    int64_t lo = window ? std::max<int64_t>(0, pos - window + 1) : 0;
+    return {std::min(lo, hi), hi};
+  }
 };
 
 // Grouped-query attention: k and v are [B,T,Hk] with Hk = kvHeads·D; query
@@ -45,21 +71,30 @@ Dims dimsOf(const KernelArgs &a, const Tensor &q, const Tensor &k) {
   d.causal = a.attrs.flag("causal");
   d.rotary = a.attrs.flag("rotary");
   d.base = a.attrs.getFloat("rotary_base", 10000.0);
+  d.rotDim = a.attrs.getInt("rotary_dim", d.d);
+  d.softcap = a.attrs.getFloat("softcap", 0.0);
+  d.window = a.attrs.getInt("sliding_window", 0);
+  d.dropP = a.attrs.getFloat("dropout", 0.0);
+  d.dropSeed = static_cast<uint64_t>(a.attrs.getInt("dropout_seed", 0));
+  d.step = static_cast<uint64_t>(a.ctx.step);
   return d;
 }
 
-/// cos/sin tables [T, D/2] of the rotary angles t·base^(−2i/D).
+/// cos/sin tables [T, R/2] of the rotary angles t·base^(−2i/R), R the
+/// rotated columns (R = D but for partial rotary).
 struct Rotary {
   std::vector<double> cos, sin;
+  int64_t rotDim = 0;
   Rotary(const Dims &d) {
     if (!d.rotary)
       return;
-    int64_t half = d.d / 2;
+    rotDim = d.rotDim;
+    int64_t half = rotDim / 2;
     cos.resize(d.t * half);
     sin.resize(d.t * half);
     for (int64_t t = 0; t < d.t; ++t)
       for (int64_t i = 0; i < half; ++i) {
-        double theta = std::pow(d.base, -2.0 * i / d.d);
+        double theta = std::pow(d.base, -2.0 * i / rotDim);
         cos[t * half + i] = std::cos(t * theta);
         sin[t * half + i] = std::sin(t * theta);
       }
@@ -69,12 +104,15 @@ struct Rotary {
              bool inverse) const {
     applyAt(src, ld, dst, D, T, D, inverse, 0);
   }
-  /// Rows at positions first..first+T−1 into dst rows with leading dim ldd.
+  /// Rows at positions first..first+T−1 into dst rows with leading dim ldd;
+  /// columns past rotDim are copied unchanged.
   void applyAt(const float *src, int64_t ld, float *dst, int64_t ldd,
                int64_t T, int64_t D, bool inverse, int64_t first) const {
-    int64_t half = D / 2;
+    int64_t half = rotDim / 2;
     double sgn = inverse ? -1.0 : 1.0;
-    for (int64_t r = 0; r < T; ++r)
+    for (int64_t r = 0; r < T; ++r) {
+      for (int64_t c = rotDim; c < D; ++c)
+        dst[r * ldd + c] = src[r * ld + c];
       for (int64_t i = 0; i < half; ++i) {
         int64_t t = first + r;
         double c = cos[t * half + i], s = sgn * sin[t * half + i];
@@ -82,25 +120,39 @@ struct Rotary {
         dst[r * ldd + i] = static_cast<float>(x0 * c - x1 * s);
         dst[r * ldd + i + half] = static_cast<float>(x1 * c + x0 * s);
       }
+    }
   }
 };
 
-/// Rows of S become softmax probabilities (masked entries exactly 0).
-void softmaxRows(float *s, int64_t T, bool causal) {
-  for (int64_t i = 0; i < T; ++i) {
-    float *row = s + i * T;
-    int64_t n = causal ? i + 1 : T;
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < n; ++j)
-      mx = std::max(mx, static_cast<double>(row[j]));
-    double sum = 0;
-    for (int64_t j = 0; j < n; ++j)
-      sum += std::exp(row[j] - mx);
-    for (int64_t j = 0; j < n; ++j)
-      row[j] = static_cast<float>(std::exp(row[j] - mx) / sum);
-    for (int64_t j = n; j < T; ++j)
-      row[j] = 0.0f;
-  }
+/// A row of n scores becomes softmax probabilities over [lo, hi) (masked
+/// entries exactly 0). With a softcap the scores are capped first, and
+/// tanh(s/cap) is kept in `tanhRow` (when given) for the gradient.
+void softmaxRow(float *row, int64_t n, std::pair<int64_t, int64_t> seen,
+                double softcap, float *tanhRow) {
+  auto [lo, hi] = seen;
+  if (softcap > 0)
+    for (int64_t j = lo; j < hi; ++j) {
+      double t = std::tanh(row[j] / softcap);
+      if (tanhRow)
+        tanhRow[j] = static_cast<float>(t);
+      row[j] = static_cast<float>(softcap * t);
+    }
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = lo; j < hi; ++j)
+    mx = std::max(mx, static_cast<double>(row[j]));
+  double sum = 0;
+  for (int64_t j = lo; j < hi; ++j)
+    sum += std::exp(row[j] - mx);
+  for (int64_t j = 0; j < n; ++j)
+    row[j] = j >= lo && j < hi
+                 ? static_cast<float>(std::exp(row[j] - mx) / sum)
+                 : 0.0f;
+}
+
+void softmaxRows(const Dims &d, float *s, float *tanhS) {
+  for (int64_t i = 0; i < d.t; ++i)
+    softmaxRow(s + i * d.t, d.t, d.visible(i, d.t), d.softcap,
+               tanhS ? tanhS + i * d.t : nullptr);
 }
 
 /// Runs fn(bh, scratch) for every (batch, head) on the pool. OpenBLAS is held
@@ -142,11 +194,13 @@ HeadView headQK(const Dims &d, const Rotary &rot, const float *base,
   return {rotBuf, d.d};
 }
 
-/// P = softmax(scale·Q·Kᵀ + mask) into s[T,T].
-void probs(const Dims &d, HeadView q, HeadView k, float *s) {
+/// P = softmax(mask(softcap(scale·Q·Kᵀ))) into s[T,T] (and tanh of the
+/// capped scores into tanhS, for the gradient).
+void probs(const Dims &d, HeadView q, HeadView k, float *s,
+           float *tanhS = nullptr) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, d.t, d.d, d.scale,
               q.p, q.ld, k.p, k.ld, 0.0f, s, d.t);
-  softmaxRows(s, d.t, d.causal);
+  softmaxRows(d, s, tanhS);
 }
 
 } // namespace
@@ -166,6 +220,8 @@ void cpu::attention(const KernelArgs &a) {
     HeadView qv = headQK(d, rot, q + off, qr, d.h),
              kv = headQK(d, rot, k + koff, kr, d.hk);
     probs(d, qv, kv, s);
+    if (d.dropP > 0)
+      d.dropRows(s, bh / d.heads, bh % d.heads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f,
                 s, d.t, v + koff, d.hk, 0.0f, o + off, d.h);
   });
@@ -187,10 +243,15 @@ void cpu::attention_grad(const KernelArgs &a) {
     for (int64_t t = 0; t < d.t; ++t)
       std::copy(tmp + t * d.d, tmp + (t + 1) * d.d, dst + t * ld);
   };
-  forEachHead(a, d, 2 * tt + 5 * td, [&](int64_t bk, float *scratch) {
+  size_t capped = d.softcap > 0 ? tt : 0, dropped = d.dropP > 0 ? tt : 0;
+  forEachHead(a, d, 2 * tt + capped + dropped + 5 * td,
+              [&](int64_t bk, float *scratch) {
     int64_t b = bk / d.kvHeads, kvh = bk % d.kvHeads;
     int64_t koff = b * d.t * d.hk + kvh * d.d;
-    float *p = scratch, *dp = p + tt, *qr = dp + tt, *kr = qr + td,
+    float *tanhS = capped ? scratch + 2 * tt : nullptr;
+    float *pd = dropped ? scratch + 2 * tt + capped : nullptr;
+    float *p = scratch, *dp = p + tt, *qr = dp + tt + capped + dropped,
+          *kr = qr + td,
           *dqr = kr + td, *dkr = dqr + td, *tmp = dkr + td;
     HeadView kv = headQK(d, rot, k + koff, kr, d.hk);
     float *dkDst = d.rotary ? dkr : dk + koff;
@@ -200,12 +261,22 @@ void cpu::attention_grad(const KernelArgs &a) {
       int64_t off = b * d.t * d.h + head * d.d;
       float beta = g == 0 ? 0.0f : 1.0f;
       HeadView qv = headQK(d, rot, q + off, qr, d.h);
-      probs(d, qv, kv, p);
-      // dV += Pᵀ·dO ; dP = dO·Vᵀ
+      probs(d, qv, kv, p, tanhS);
+      // With dropout O = D(P)·V: dV uses the dropped D(P), and the gradient
+      // reaching P is D applied to dO·Vᵀ.
+      const float *pv = p;
+      if (pd) {
+        std::copy(p, p + tt, pd);
+        d.dropRows(pd, b, head);
+        pv = pd;
+      }
+      // dV += D(P)ᵀ·dO ; dP = D(dO·Vᵀ)
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.t, d.d, d.t, 1.0f,
-                  p, d.t, dout + off, d.h, beta, dv + koff, d.hk);
+                  pv, d.t, dout + off, d.h, beta, dv + koff, d.hk);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, d.t, d.d, 1.0f,
                   dout + off, d.h, v + koff, d.hk, 0.0f, dp, d.t);
+      if (pd)
+        d.dropRows(dp, b, head);
       // dS = P ∘ (dP − rowsum(dP ∘ P)); masked entries have P = 0.
       for (int64_t i = 0; i < d.t; ++i) {
         float *pr = p + i * d.t, *dpr = dp + i * d.t;
@@ -214,6 +285,12 @@ void cpu::attention_grad(const KernelArgs &a) {
           dot += static_cast<double>(dpr[j]) * pr[j];
         for (int64_t j = 0; j < d.t; ++j)
           dpr[j] = static_cast<float>(pr[j] * (dpr[j] - dot));
+        // Through the cap: d(c·tanh(s/c))/ds = 1 − tanh²(s/c).
+        if (tanhS)
+          for (int64_t j = 0; j < d.t; ++j) {
+            double t = pr[j] != 0 ? tanhS[i * d.t + j] : 0.0;
+            dpr[j] = static_cast<float>(dpr[j] * (1 - t * t));
+          }
       }
       // dQ = scale·dS·K ; dK += scale·dSᵀ·Q (w.r.t. the rotated operands).
       float *dqDst = d.rotary ? dqr : dq + off;
@@ -286,21 +363,9 @@ void cpu::cached_attention(const KernelArgs &a) {
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.t, n, d.d, d.scale,
                 qv.p, qv.ld, kh, d.hk, 0.0f, s, n);
-    // Query i sees rows 0..p0+i: the causal mask shifted by p0.
-    for (int64_t i = 0; i < d.t; ++i) {
-      float *row = s + i * n;
-      int64_t seen = p0 + i + 1;
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < seen; ++j)
-        mx = std::max(mx, static_cast<double>(row[j]));
-      double sum = 0;
-      for (int64_t j = 0; j < seen; ++j)
-        sum += std::exp(row[j] - mx);
-      for (int64_t j = 0; j < seen; ++j)
-        row[j] = static_cast<float>(std::exp(row[j] - mx) / sum);
-      for (int64_t j = seen; j < n; ++j)
-        row[j] = 0.0f;
-    }
+    // Query i sees rows ..p0+i: the causal mask (and window) shifted by p0.
+    for (int64_t i = 0; i < d.t; ++i)
+      softmaxRow(s + i * n, n, d.visible(p0 + i, n), d.softcap, nullptr);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.t, d.d, n, 1.0f,
                 s, n, vh, d.hk, 0.0f, o + off, d.h);
   });

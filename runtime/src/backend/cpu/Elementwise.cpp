@@ -110,6 +110,25 @@ void cpu::silu_grad(const KernelArgs &a) {
   });
 }
 
+void cpu::softcap(const KernelArgs &a) {
+  const float *x = a.in[0].f32();
+  float *o = a.out[0].f32();
+  double cap = a.attrs.requireFloat("cap");
+  pointwise(a, [&](int64_t i) {
+    o[i] = static_cast<float>(cap * std::tanh(x[i] / cap));
+  });
+}
+
+void cpu::softcap_grad(const KernelArgs &a) {
+  const float *dy = a.in[0].f32(), *x = a.in[1].f32();
+  float *dx = a.out[0].f32();
+  double cap = a.attrs.requireFloat("cap");
+  pointwise(a, [&](int64_t i) {
+    double t = std::tanh(x[i] / cap);
+    dx[i] = static_cast<float>(dy[i] * (1 - t * t));
+  });
+}
+
 // dropout and dropout_grad apply the same mask: both scale kept elements.
 void cpu::dropout(const KernelArgs &a) {
   const float *x = a.in[0].f32();

@@ -115,12 +115,14 @@ void cpu::rms_norm(const KernelArgs &a) {
   float *y = a.out[0].f32();
   int64_t h = a.in[0].dim(-1), rows = rowsOf(a.in[0]);
   double eps = a.attrs.getFloat("eps", 1e-5);
+  // Gemma's gain is 1 + weight; the offset is added in double, once.
+  double offset = a.attrs.getFloat("weight_offset", 0.0);
   parFor(a, rows, 16, [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
       const float *xr = x + r * h;
       double rstd = rmsRstd(xr, h, eps);
       for (int64_t c = 0; c < h; ++c)
-        y[r * h + c] = static_cast<float>(xr[c] * rstd * g[c]);
+        y[r * h + c] = static_cast<float>(xr[c] * rstd * (g[c] + offset));
     }
   });
 }
@@ -130,20 +132,22 @@ void cpu::rms_norm_grad(const KernelArgs &a) {
   float *dx = a.out[0].f32();
   int64_t h = a.in[1].dim(-1), rows = rowsOf(a.in[1]);
   double eps = a.attrs.getFloat("eps", 1e-5);
+  double offset = a.attrs.getFloat("weight_offset", 0.0);
   float *outs[1] = {a.out[1].f32()};
   rowsWithPartials(a, rows, h, 1, outs, [&](int64_t r, double *acc) {
     const float *xr = x + r * h, *dyr = dy + r * h;
     double rstd = rmsRstd(xr, h, eps);
-    // y = x * rstd * g; dx = rstd * gdy - x * rstd^3 * mean(gdy * x)
+    // y = x * rstd * g'; dx = rstd * g'dy - x * rstd^3 * mean(g'dy * x),
+    // g' = g + offset (d g'/d g = 1).
     double sgx = 0;
     for (int64_t c = 0; c < h; ++c) {
-      double gdy = static_cast<double>(dyr[c]) * g[c];
+      double gdy = static_cast<double>(dyr[c]) * (g[c] + offset);
       sgx += gdy * xr[c];
       acc[c] += dyr[c] * xr[c] * rstd;
     }
     sgx /= h;
     for (int64_t c = 0; c < h; ++c) {
-      double gdy = static_cast<double>(dyr[c]) * g[c];
+      double gdy = static_cast<double>(dyr[c]) * (g[c] + offset);
       dx[r * h + c] =
           static_cast<float>(rstd * gdy - xr[c] * rstd * rstd * rstd * sgx);
     }

@@ -27,24 +27,30 @@ namespace {
 
 constexpr int kMaxDPL = 8; // head dim ≤ 32·8
 
-/// x rotated in place of a copy: dst[b,t,:] = rotate(src[b,t,:]) per head.
+/// x rotated in place of a copy: dst[b,t,:] = rotate(src[b,t,:]) per head,
+/// over the first R columns of each head (R < D: GPT-NeoX's partial rotary;
+/// the rest are copied). One thread per output element.
 __global__ void rotaryKernel(DView src, DView dst, int64_t B, int64_t T,
-                             int64_t H, int64_t D, double base, int inverse) {
-  int64_t half = D / 2, n = B * T * (H / D) * half;
+                             int64_t H, int64_t D, int64_t R, double base,
+                             int inverse) {
+  int64_t half = R / 2, n = B * T * H;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    int64_t i = idx % half, rest = idx / half;
-    int64_t hd = rest % (H / D), bt = rest / (H / D);
-    int64_t t = bt % T;
-    double theta = ::pow(base, -2.0 * i / D);
+    int64_t c = idx % D, t = (idx / H) % T;
+    if (c >= R) {
+      dst.st(idx, src.ld(idx));
+      continue;
+    }
+    int64_t i = c < half ? c : c - half;
+    double theta = ::pow(base, -2.0 * i / R);
     double sn, cs;
     sincos(t * theta, &sn, &cs);
     if (inverse)
       sn = -sn;
-    int64_t o = bt * H + hd * D + i;
-    double x0 = src.ld(o), x1 = src.ld(o + half);
-    dst.st(o, static_cast<float>(x0 * cs - x1 * sn));
-    dst.st(o + half, static_cast<float>(x1 * cs + x0 * sn));
+    int64_t first = idx - c + i; // column i of this head
+    double x0 = src.ld(first), x1 = src.ld(first + half);
+    dst.st(idx, static_cast<float>(c < half ? x0 * cs - x1 * sn
+                                            : x1 * cs + x0 * sn));
   }
 }
 
@@ -52,7 +58,48 @@ struct Geo {
   int64_t B, T, H, heads, D;
   float scale;
   int causal;
+  float softcap;  // 0: off; scores become softcap·tanh(s/softcap)
+  int64_t window; // 0: off; query i sees keys j with i − j < window
+  double dropP;   // attention dropout (0: off)
+  uint64_t dropSeed, step;
 };
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+/// Dropout's factor for P[b, hd, i, j] (0 or 1/(1 − p)): the counter-based
+/// mask of docs/semantics.md, as the CPU kernel and the dropout op draw it.
+__device__ __forceinline__ float dropFactor(const Geo &g, int64_t b, int64_t hd,
+                                            int64_t i, int64_t j) {
+  if (g.dropP == 0)
+    return 1.0f;
+  uint64_t n = static_cast<uint64_t>(((b * g.heads + hd) * g.T + i) * g.T + j);
+  uint64_t r = splitmix64(g.dropSeed ^ splitmix64(g.step ^ splitmix64(n)));
+  float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+  return static_cast<double>(u) >= g.dropP
+             ? static_cast<float>(1.0 / (1.0 - g.dropP))
+             : 0.0f;
+}
+
+/// The score of (query row, key row) after scale and cap; `t` gets
+/// tanh(s/cap) for the gradient (0 without a cap).
+__device__ __forceinline__ float score(float raw, const Geo &g, float &t) {
+  float s = g.scale * raw;
+  if (g.softcap > 0) {
+    t = tanhf(s / g.softcap);
+    return g.softcap * t;
+  }
+  t = 0;
+  return s;
+}
+
+__device__ __forceinline__ int64_t firstKey(int64_t i, const Geo &g) {
+  return g.window && i - g.window + 1 > 0 ? i - g.window + 1 : 0;
+}
 
 __device__ __forceinline__ float dotRow(DView a, int64_t ra, DView b, int64_t rb,
                                         int D, int lane) {
@@ -76,20 +123,21 @@ __global__ void attnFwdGeneric(DView q, DView k, DView v, DView o, float *lse,
 #pragma unroll
     for (int j = 0; j < kMaxDPL; ++j)
       acc[j] = 0;
-    float m = -INFINITY, l = 0;
+    float m = -INFINITY, l = 0, t;
     int64_t last = g.causal ? i : g.T - 1;
-    for (int64_t j = 0; j <= last; ++j) {
+    for (int64_t j = firstKey(i, g); j <= last; ++j) {
       int64_t krow = (b * g.T + j) * g.H + hd * g.D;
-      float s = g.scale * dotRow(q, qrow, k, krow, g.D, lane);
+      float s = score(dotRow(q, qrow, k, krow, g.D, lane), g, t);
       float mn = fmaxf(m, s);
       float corr = m == -INFINITY ? 0.0f : expf(m - mn);
       float p = expf(s - mn);
       l = l * corr + p;
+      float pv = p * dropFactor(g, b, hd, i, j); // the normalizer keeps p
 #pragma unroll
       for (int jj = 0; jj < kMaxDPL; ++jj) {
         int d = lane + 32 * jj;
         if (d < g.D)
-          acc[jj] = acc[jj] * corr + p * v.ld(krow + d);
+          acc[jj] = acc[jj] * corr + pv * v.ld(krow + d);
       }
       m = mn;
     }
@@ -134,13 +182,13 @@ __global__ void attnDqGeneric(DView dout, DView q, DView k, DView v,
 #pragma unroll
     for (int j = 0; j < kMaxDPL; ++j)
       acc[j] = 0;
-    float li = lse[r], di = delta[r];
+    float li = lse[r], di = delta[r], t;
     int64_t last = g.causal ? i : g.T - 1;
-    for (int64_t j = 0; j <= last; ++j) {
+    for (int64_t j = firstKey(i, g); j <= last; ++j) {
       int64_t krow = (b * g.T + j) * g.H + hd * g.D;
-      float p = expf(g.scale * dotRow(q, qrow, k, krow, g.D, lane) - li);
-      float dp = dotRow(dout, qrow, v, krow, g.D, lane);
-      float ds = p * (dp - di);
+      float p = expf(score(dotRow(q, qrow, k, krow, g.D, lane), g, t) - li);
+      float dp = dotRow(dout, qrow, v, krow, g.D, lane) * dropFactor(g, b, hd, i, j);
+      float ds = p * (dp - di) * (1 - t * t);
 #pragma unroll
       for (int jj = 0; jj < kMaxDPL; ++jj) {
         int d = lane + 32 * jj;
@@ -172,17 +220,20 @@ __global__ void attnDkvGeneric(DView dout, DView q, DView k, DView v,
 #pragma unroll
     for (int x = 0; x < kMaxDPL; ++x)
       ak[x] = av[x] = 0;
-    for (int64_t i = g.causal ? j : 0; i < g.T; ++i) {
+    int64_t end = g.window && j + g.window < g.T ? j + g.window : g.T;
+    float t;
+    for (int64_t i = g.causal ? j : 0; i < end; ++i) {
       int64_t qrow = (b * g.T + i) * g.H + hd * g.D;
       int64_t lr = bh * g.T + i;
-      float p = expf(g.scale * dotRow(q, qrow, k, krow, g.D, lane) - lse[lr]);
-      float dp = dotRow(dout, qrow, v, krow, g.D, lane);
-      float ds = p * (dp - delta[lr]);
+      float p = expf(score(dotRow(q, qrow, k, krow, g.D, lane), g, t) - lse[lr]);
+      float drop = dropFactor(g, b, hd, i, j);
+      float dp = dotRow(dout, qrow, v, krow, g.D, lane) * drop;
+      float ds = p * (dp - delta[lr]) * (1 - t * t);
 #pragma unroll
       for (int x = 0; x < kMaxDPL; ++x) {
         int d = lane + 32 * x;
         if (d < g.D) {
-          av[x] += p * dout.ld(qrow + d);
+          av[x] += p * drop * dout.ld(qrow + d);
           ak[x] += ds * q.ld(qrow + d);
         }
       }
@@ -245,7 +296,23 @@ Geo geoOf(const KernelArgs &a, const Tensor &q) {
   g.D = g.heads ? g.H / g.heads : 0;
   g.scale = static_cast<float>(a.attrs.getFloat("scale", 1.0));
   g.causal = a.attrs.flag("causal") ? 1 : 0;
+  g.softcap = static_cast<float>(a.attrs.getFloat("softcap", 0.0));
+  g.window = a.attrs.getInt("sliding_window", 0);
+  g.dropP = a.attrs.getFloat("dropout", 0.0);
+  g.dropSeed = static_cast<uint64_t>(a.attrs.getInt("dropout_seed", 0));
+  g.step = static_cast<uint64_t>(a.ctx.step);
   return g;
+}
+
+/// Softcap, sliding windows and attention dropout run on the generic
+/// kernels only (the flash, tensor-core and cuDNN paths know plain causal
+/// softmax).
+bool plainScores(const Geo &g) {
+  return g.softcap == 0 && g.window == 0 && g.dropP == 0;
+}
+
+int64_t rotaryDimOf(const KernelArgs &a, const Geo &g) {
+  return a.attrs.getInt("rotary_dim", g.D);
 }
 
 int warpGrid(int64_t rows) { return gridFor(rows * 32, 256, 1 << 20); }
@@ -265,12 +332,12 @@ QK rotated(CudaBackend &be, const KernelArgs &a, const Geo &g, DView q,
   // tensor-core path).
   DView qr{be.scratch(n * (q.bf16 ? 2 : 4), slotQ), q.bf16};
   DView kr{be.scratch(n * (k.bf16 ? 2 : 4), slotK), k.bf16};
-  int64_t work = g.B * g.T * g.heads * (g.D / 2);
-  rotaryKernel<<<gridFor(work, 256), 256, 0, be.stream()>>>(q, qr, g.B, g.T, g.H,
-                                                            g.D, base, 0);
+  int64_t R = rotaryDimOf(a, g);
+  rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(q, qr, g.B, g.T, g.H,
+                                                         g.D, R, base, 0);
   MAPP_CUDA_LAUNCHED();
-  rotaryKernel<<<gridFor(work, 256), 256, 0, be.stream()>>>(k, kr, g.B, g.T, g.H,
-                                                            g.D, base, 0);
+  rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(k, kr, g.B, g.T, g.H,
+                                                         g.D, R, base, 0);
   MAPP_CUDA_LAUNCHED();
   return {qr, kr};
 }
@@ -281,7 +348,7 @@ AttnCall callOf(const Geo &g) {
 
 void forwardInto(CudaBackend &be, const KernelArgs &a, const Geo &g, QK qk,
                  DView v, DView o, float *lse) {
-  if (flashSupported(g.D, qk.q, qk.k, v, qk.q)) {
+  if (plainScores(g) && flashSupported(g.D, qk.q, qk.k, v, qk.q)) {
     if (o.bf16 && cudnnAttnForward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, lse))
       return;
     flashForward(be, qk.q, qk.k, v, o, lse, g.B, g.T, g.H, g.heads, g.D,
@@ -371,7 +438,7 @@ void cuda::attention_grad(const KernelArgs &a) {
   };
   // cuDNN's fused backward takes bf16 everything and computes rowsum(dO∘O)
   // itself; with rotary the gradients go through fp32 scratch, so own kernels.
-  if (!rotary && o.bf16 && dq.bf16 && dk.bf16 && dv.bf16 &&
+  if (!rotary && plainScores(g) && o.bf16 && dq.bf16 && dk.bf16 && dv.bf16 &&
       flashSupported(g.D, qk.q, qk.k, v, dout) &&
       cudnnAttnBackward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, dout.p, lse, dq.p,
                         dk.p, dv.p)) {
@@ -389,7 +456,8 @@ void cuda::attention_grad(const KernelArgs &a) {
     dqr = {buf + rows, 0};
     dkr = {buf + rows + n, 0};
   }
-  if (flashSupported(g.D, qk.q, qk.k, v, dout) && flashBwdSupported(dqr, dkr, dv)) {
+  if (plainScores(g) && flashSupported(g.D, qk.q, qk.k, v, dout) &&
+      flashBwdSupported(dqr, dkr, dv)) {
     flashBackward(be, dout, qk.q, qk.k, v, lse, delta, dqr, dkr, dv, g.B, g.T,
                   g.H, g.heads, g.D, g.scale, g.causal);
   } else {
@@ -402,12 +470,12 @@ void cuda::attention_grad(const KernelArgs &a) {
   }
   if (rotary) {
     double base = a.attrs.getFloat("rotary_base", 10000.0);
-    int64_t work = g.B * g.T * g.heads * (g.D / 2);
-    rotaryKernel<<<gridFor(work, 256), 256, 0, be.stream()>>>(dqr, dq, g.B, g.T,
-                                                              g.H, g.D, base, 1);
+    int64_t R = rotaryDimOf(a, g);
+    rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(dqr, dq, g.B, g.T,
+                                                           g.H, g.D, R, base, 1);
     MAPP_CUDA_LAUNCHED();
-    rotaryKernel<<<gridFor(work, 256), 256, 0, be.stream()>>>(dkr, dk, g.B, g.T,
-                                                              g.H, g.D, base, 1);
+    rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(dkr, dk, g.B, g.T,
+                                                           g.H, g.D, R, base, 1);
     MAPP_CUDA_LAUNCHED();
   }
   reduceGroups();

@@ -134,6 +134,19 @@ struct SiluGradOp {
   }
 };
 
+struct SoftcapOp {
+  float cap;
+  __device__ float operator()(float v, float) const { return cap * tanhf(v / cap); }
+};
+/// x = dy, y = x (the uncapped input).
+struct SoftcapGradOp {
+  float cap;
+  __device__ float operator()(float dy, float v) const {
+    float t = tanhf(v / cap);
+    return dy * (1.0f - t * t);
+  }
+};
+
 __device__ __forceinline__ uint64_t splitmix(uint64_t x) {
   uint64_t z = x + 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -483,6 +496,15 @@ void cuda::silu(const KernelArgs &a) {
 }
 void cuda::silu_grad(const KernelArgs &a) {
   binary(a.in[0], &a.in[1], a.out[0], SiluGradOp{}, backendOf(a).stream());
+}
+
+void cuda::softcap(const KernelArgs &a) {
+  float cap = static_cast<float>(a.attrs.requireFloat("cap"));
+  binary(a.in[0], nullptr, a.out[0], SoftcapOp{cap}, backendOf(a).stream());
+}
+void cuda::softcap_grad(const KernelArgs &a) {
+  float cap = static_cast<float>(a.attrs.requireFloat("cap"));
+  binary(a.in[0], &a.in[1], a.out[0], SoftcapGradOp{cap}, backendOf(a).stream());
 }
 
 void cuda::dropout(const KernelArgs &a) {

@@ -283,13 +283,34 @@ const float *f32Param(const Tensor &t, const char *kernel) {
   return t.f32();
 }
 
+__global__ void offsetGain(const float *g, float *out, int64_t h, float offset) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < h;
+       c += int64_t(gridDim.x) * blockDim.x)
+    out[c] = g[c] + offset;
+}
+
+/// The gain an rms_norm multiplies by: gamma, or gamma + weight_offset
+/// (Gemma's 1 + weight) in scratch slot 4. Its gradient is dgamma itself.
+const float *gainOf(CudaBackend &be, const KernelArgs &a, const Tensor &gamma,
+                    const char *kernel) {
+  const float *g = f32Param(gamma, kernel);
+  float offset = static_cast<float>(a.attrs.getFloat("weight_offset", 0.0));
+  if (offset == 0)
+    return g;
+  int64_t h = gamma.numel();
+  float *out = static_cast<float *>(be.scratch(h * sizeof(float), 4));
+  offsetGain<<<gridFor(h, 256), 256, 0, be.stream()>>>(g, out, h, offset);
+  MAPP_CUDA_LAUNCHED();
+  return out;
+}
+
 void forward(const KernelArgs &a, bool rms) {
   CudaBackend &be = backendOf(a);
   const char *k = rms ? "rms_norm" : "layer_norm";
   int64_t h = a.in[0].dim(-1), rows = h ? a.in[0].numel() / h : 0;
   if (!rows)
     return;
-  const float *g = f32Param(a.in[1], k);
+  const float *g = rms ? gainOf(be, a, a.in[1], k) : f32Param(a.in[1], k);
   const float *b = rms ? nullptr : f32Param(a.in[2], k);
   DView x = view(a.in[0]), y = view(a.out[0]);
   int grid = gridFor(rows * 32, 32 * kWarps);
@@ -325,7 +346,7 @@ void backward(const KernelArgs &a, bool rms, const Tensor *res = nullptr,
   float *stats = static_cast<float *>(be.scratch(rows * 2 * sizeof(float), 5));
   DView dy = view(a.in[0]), x = view(a.in[1]);
   DView dx = view(sum ? *sum : a.out[0]), r = res ? view(*res) : DView{nullptr, 0};
-  const float *g = f32Param(a.in[2], k);
+  const float *g = rms ? gainOf(be, a, a.in[2], k) : f32Param(a.in[2], k);
   bool vec = h % 8 == 0 && aligned16(dy.p) && aligned16(x.p) &&
              aligned16(dx.p) && aligned16(g) && aligned16(r.p);
   int rowGrid = gridFor(rows * 32, 32 * kWarps);

@@ -328,6 +328,12 @@ def Mapp_GeluOp : Mapp_UnaryOp<"gelu"> {
 
 def Mapp_SiluOp : Mapp_UnaryOp<"silu"> { let summary = "x·sigmoid(x)"; }
 
+def Mapp_SoftcapOp : Mapp_UnaryOp<"softcap"> {
+  let summary = "y = cap·tanh(x/cap) (Gemma 2's final_logit_softcapping)";
+  let arguments = (ins Mapp_FloatTensor:$x, F64Attr:$cap);
+  let hasVerifier = 1;
+}
+
 class Mapp_ActGradOp<string mnemonic> : Mapp_ComputeOp<mnemonic,
     [SameOperandsAndResultType]> {
   let results = (outs Mapp_FloatTensor:$result);
@@ -343,6 +349,11 @@ def Mapp_GeluGradOp : Mapp_ActGradOp<"gelu_grad"> {
 def Mapp_SiluGradOp : Mapp_ActGradOp<"silu_grad"> {
   let summary = "dx = dy·silu'(x)";
   let arguments = (ins Mapp_FloatTensor:$dy, Mapp_FloatTensor:$x);
+}
+
+def Mapp_SoftcapGradOp : Mapp_ActGradOp<"softcap_grad"> {
+  let summary = "dx = dy·(1 − tanh²(x/cap))";
+  let arguments = (ins Mapp_FloatTensor:$dy, Mapp_FloatTensor:$x, F64Attr:$cap);
 }
 
 def Mapp_LayerNormOp : Mapp_DiffOp<"layer_norm"> {
@@ -367,8 +378,13 @@ def Mapp_LayerNormGradOp : Mapp_ComputeOp<"layer_norm_grad"> {
 
 def Mapp_RMSNormOp : Mapp_DiffOp<"rms_norm"> {
   let summary = "RMS normalization over the last dim";
+  let description = [{
+    y = x·rsqrt(mean(x²) + eps)·(gamma + weight_offset); Gemma stores the
+    gain as 1 + weight (weight_offset = 1).
+  }];
   let arguments = (ins Mapp_FloatTensor:$x, Mapp_FloatTensor:$gamma,
-                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps);
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$weight_offset);
   let results = (outs Mapp_FloatTensor:$result);
   let assemblyFormat = "$x `,` $gamma attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -378,7 +394,8 @@ def Mapp_RMSNormGradOp : Mapp_ComputeOp<"rms_norm_grad"> {
   let summary = "gradients of rms_norm";
   let arguments = (ins Mapp_FloatTensor:$dy, Mapp_FloatTensor:$x,
                        Mapp_FloatTensor:$gamma,
-                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps);
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$weight_offset);
   let results = (outs Mapp_FloatTensor:$dx, Mapp_FloatTensor:$dgamma);
   let assemblyFormat = "$dy `,` $x `,` $gamma attr-dict `:` functional-type(operands, results)";
 }
@@ -401,13 +418,25 @@ def Mapp_AttentionOp : Mapp_DiffOp<"attention"> {
     [B, T, G·D] with G key/value heads dividing `heads` (G < heads is
     grouped-query attention, G = 1 multi-query); query head i attends with
     key/value head i / (heads/G).
-    Per head: softmax(scale·q·kᵀ + causal mask)·v. With `rotary`, q and k are
-    rotated first (rotate-half form, base `rotary_base`).
+    Per head: softmax(mask(softcap(scale·q·kᵀ)))·v. With `rotary`, q and k are
+    rotated first (rotate-half form, base `rotary_base`) over their first
+    `rotary_dim` columns (default all D; GPT-NeoX's partial rotary).
+    `softcap` c > 0 (Gemma 2's attn_logit_softcapping) maps each score s to
+    c·tanh(s/c). `sliding_window` W (Mistral, Gemma 2) lets query i see only
+    keys j with i − j < W, besides the causal mask. `dropout` p > 0 drops
+    probabilities P[b, h, i, j] with dropout's counter-based mask (seed
+    `dropout_seed`, element index ((b·heads + h)·T + i)·T + j; kept ones are
+    scaled by 1/(1 − p)), as GPT-2's attn_pdrop.
   }];
   let arguments = (ins Mapp_FloatTensor:$q, Mapp_FloatTensor:$k,
                        Mapp_FloatTensor:$v, I64Attr:$heads, F64Attr:$scale,
                        UnitAttr:$causal, UnitAttr:$rotary,
-                       DefaultValuedAttr<F64Attr, "10000.0">:$rotary_base);
+                       DefaultValuedAttr<F64Attr, "10000.0">:$rotary_base,
+                       OptionalAttr<I64Attr>:$rotary_dim,
+                       OptionalAttr<F64Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$sliding_window,
+                       OptionalAttr<F64Attr>:$dropout,
+                       OptionalAttr<I64Attr>:$dropout_seed);
   let results = (outs Mapp_FloatTensor:$result);
   let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -419,7 +448,12 @@ def Mapp_AttentionGradOp : Mapp_ComputeOp<"attention_grad"> {
                        Mapp_FloatTensor:$k, Mapp_FloatTensor:$v,
                        I64Attr:$heads, F64Attr:$scale, UnitAttr:$causal,
                        UnitAttr:$rotary,
-                       DefaultValuedAttr<F64Attr, "10000.0">:$rotary_base);
+                       DefaultValuedAttr<F64Attr, "10000.0">:$rotary_base,
+                       OptionalAttr<I64Attr>:$rotary_dim,
+                       OptionalAttr<F64Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$sliding_window,
+                       OptionalAttr<F64Attr>:$dropout,
+                       OptionalAttr<I64Attr>:$dropout_seed);
   let results = (outs Mapp_FloatTensor:$dq, Mapp_FloatTensor:$dk,
                       Mapp_FloatTensor:$dv);
   let assemblyFormat = "$dout `,` $q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
