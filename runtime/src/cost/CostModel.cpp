@@ -348,17 +348,14 @@ double Costs::bulkNs(double gemmFlops, double attentionFlops, double bytes,
 }
 
 double Costs::p2pNs(double bytes, bool sameNode) const {
-  const Link &l = sameNode ? p.intra : p.inter;
-  return l.latencyUs * 1e3 + bytes * 8 / l.gbps;
+  return linkNs(sameNode ? p.intra : p.inter, bytes);
 }
 
 double Costs::collectiveNs(Coll kind, double bytes, int n,
                            bool sameNode) const {
   if (n <= 1)
     return 0;
-  const Link &l = sameNode ? p.intra : p.inter;
-  int steps = kind == Coll::AllReduce ? 2 * (n - 1) : n - 1;
-  return steps * (l.latencyUs * 1e3 + bytes / n * 8 / l.gbps);
+  return ringSteps(kind, n) * linkNs(sameNode ? p.intra : p.inter, bytes / n);
 }
 
 double Costs::shareFactor(int ranksOnMachine) const {

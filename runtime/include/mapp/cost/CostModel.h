@@ -121,6 +121,15 @@ struct Costs {
   /// reduce-scatter, all-to-all: n-1 steps) over `n` members.
   enum class Coll { AllReduce, AllGather, ReduceScatter, AllToAll };
   double collectiveNs(Coll kind, double bytes, int n, bool sameNode) const;
+  /// One message over one link: latency + bytes at its bandwidth (the
+  /// simulator's per-hop formula too, SimConfig.cpp makeNetwork).
+  static double linkNs(const Link &l, double bytes) {
+    return l.latencyUs * 1e3 + bytes * 8 / l.gbps; // Gb/s = bits per ns
+  }
+  /// Steps of the ring algorithm, each moving bytes / n over every hop.
+  static double ringSteps(Coll kind, int n) {
+    return n <= 1 ? 0 : kind == Coll::AllReduce ? 2.0 * (n - 1) : n - 1.0;
+  }
   /// How much slower each rank computes because ranks share cores.
   double shareFactor(int ranksOnMachine) const;
 };
