@@ -482,6 +482,8 @@ def MappAutoParallel : Pass<"mapp-auto-parallel", "::mlir::ModuleOp"> {
     Option<"zero1", "zero1", "bool", "true", "Consider ZeRO-1">,
     Option<"storages", "activation-storage", "std::string", "\"\"",
            "Restrict the space: f32,bf16 (empty: what the backend stores)">,
+    Option<"report", "report", "std::string", "\"\"",
+           "Write the top candidates as JSON to this file (bench/autopar)">,
     Option<"claimSamplesPerS", "check-samples-per-s", "double", "0",
            "Check a throughput claim (samples/s on world devices) against the peak">,
   ];

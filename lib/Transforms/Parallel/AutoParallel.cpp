@@ -189,6 +189,40 @@ struct AutoParallelPass
     return success();
   }
 
+  LogicalResult writeReport(ModuleOp module, const cost::SearchRequest &req,
+                            const cost::SearchResult &res) {
+    llvm::json::Array rows;
+    for (const cost::Ranked &r : res.top)
+      rows.push_back(llvm::json::Object{
+          {"layout", r.layout.brief()},
+          {"options", r.layout.pipelineOptions()},
+          {"micro_batch", r.layout.microBatch},
+          {"activation_storage", cost::dtypeName(r.layout.storage)},
+          {"tp", r.layout.tp},
+          {"pp", r.layout.pp},
+          {"dp", r.layout.dp},
+          {"step_ms", r.pred.stepMs},
+          {"tokens_per_s", r.pred.tokensPerS},
+          {"peak_bytes", r.pred.peakBytes},
+          {"bubble", r.pred.bubbleFraction},
+          {"exposed_comm_ms", r.pred.exposedCommMs},
+          {"mfu", r.pred.mfu}});
+    llvm::json::Object o{{"world", req.world},
+                         {"global_batch", req.globalBatch},
+                         {"profile", req.profile.source},
+                         {"priced", int64_t(res.considered)},
+                         {"feasible", int64_t(res.feasible)},
+                         {"search_seconds", res.searchSeconds},
+                         {"top", std::move(rows)}};
+    std::error_code ec;
+    llvm::raw_fd_ostream os(report, ec);
+    if (ec)
+      return fail(module, "report: cannot write '" + report + "' (" +
+                              ec.message() + ")");
+    os << llvm::json::Value(std::move(o)) << "\n";
+    return success();
+  }
+
   /// The memory planner's peak over the stages of the compiled module.
   FailureOr<uint64_t> plannerPeak(ModuleOp module, int64_t &worstStage) {
     FailureOr<StepStructure> step = StepStructure::analyze(module);
@@ -259,6 +293,8 @@ struct AutoParallelPass
     if (!cost::search(req, res, &err))
       return fail(module, err);
     llvm::errs() << cost::formatRanking(req, res);
+    if (!report.empty() && failed(writeReport(module, req, res)))
+      return failure();
     Builder b(&getContext());
     if (searchOnly) {
       const cost::Ranked &w = res.top.front();
