@@ -8,13 +8,16 @@
    of a calibration model (bench/autopar/calib.json, micro-batch 2 and 16, one
    thread): GEMM/streaming rate and per-instruction overhead are scaled so
    that the model's prediction of those two runs is exact; the machine's
-   cores are `shared_cores` (8 ranks share them).
+   cores are `shared_cores` (8 ranks share them). Then, per communicator,
+   the link latency from a dp=8 run of the same model (MPI: busy_wait,
+   its waiting processes poll): DIR/profile-{local,mpi}.json.
 2. For each model and communicator: asks `mapp-opt --mapp-auto-parallel`
    (search-only, report=) for every feasible layout of 8 ranks, global batch
    16, in the bench's space (1f1b, no recomputation, micro-batch 1 or 2, one
    chunk, no ZeRO-1; ep for the MoE), compiles and runs each with mapp-run
-   (8 local rank-threads, or 8 MPI processes), median step_ms of steps
-   2..N (the fastest: other processes on a shared machine only add time), and prints predicted vs measured side by side, the chosen layout
+   (8 local rank-threads, or 8 MPI processes), the fastest step_ms of
+   steps 2..N over --rounds runs (other processes on a shared machine only
+   add time), and prints predicted vs measured side by side, the chosen layout
    (the search's first) against the best measured.
 3. --inject-gbps G: the same on local ranks with every point-to-point link
    slowed to G Gb/s (mapp-run --inject link-bandwidth on all pairs; only
@@ -146,10 +149,17 @@ def calibrate(args, work):
     prof["peak_tflops"] = prof["gemm_tflops"]["f32"]
     prof["measured"] = {"model": "bench/autopar/calib.json", "step_ms_mbs2": meas[0],
                         "step_ms_mbs16": meas[1]}
-    # The communicator of 8 ranks sharing the cores: its per-step latency
-    # from the calibration model at dp=8 (one all-reduce of its gradients per
-    # step, collectives' cost dominated by waking 8 ranks on few cores),
-    # fitted as the link latency that makes the prediction exact.
+    return prof
+
+
+def fit_comm(args, prof, comm, work):
+    """The communicator of 8 ranks sharing the cores, for `comm`: its link
+    latency fitted from the calibration model at dp=8 (one gradient
+    all-reduce a step; on few cores waking 8 ranks, not bytes, is the cost)
+    so that the prediction is exact. MPI's waiting ranks poll (busy_wait)."""
+    prof = json.loads(json.dumps(prof))
+    prof["busy_wait"] = comm == "mpi"
+    cfg = f"{ROOT}/bench/autopar/calib.json"
     pfile = os.path.join(work, "prof.json")
     lat_pred = []
     mlir = os.path.join(work, "cal-dp.mlir")
@@ -168,12 +178,12 @@ def calibrate(args, work):
         lat_pred.append(rows[0]["step_ms"])
     row = {"micro_batch": 2, "options": f"tp=1 pp=1 dp={WORLD} microbatches=1 schedule=1f1b"}
     plan = compile_plan(args, cfg, row, work)
-    dp_ms = min(run_plan(args, plan, "local", work) for _ in range(args.rounds))
+    dp_ms = min(run_plan(args, plan, comm, work) for _ in range(args.rounds))
     slope = (lat_pred[1] - lat_pred[0]) / 1000.0
     lat = max(0.0, (dp_ms - lat_pred[0]) / slope) if slope > 0 else 10.0
     for c in ("intra", "inter"):
         prof["links"][c]["latency_us"] = lat
-    prof["measured"]["step_ms_dp8"] = dp_ms
+    prof["measured"]["step_ms_dp8_" + comm] = dp_ms
     return prof
 
 
@@ -228,14 +238,18 @@ def main():
         prof = json.load(open(args.profile))
     else:
         prof = calibrate(args, work)
-    pfile = os.path.join(out, "profile.json")
-    json.dump(prof, open(pfile, "w"), indent=1)
-    print(f"profile: {json.dumps(prof)}", file=sys.stderr)
+    pfiles = {}
+    for comm in args.comm.split(","):
+        p = prof if args.profile else fit_comm(args, prof, comm, work)
+        pfiles[comm] = os.path.join(out, f"profile-{comm}.json")
+        json.dump(p, open(pfiles[comm], "w"), indent=1)
+        print(f"profile {comm}: {json.dumps(p)}", file=sys.stderr, flush=True)
+    prof = json.load(open(pfiles.get("local", next(iter(pfiles.values())))))
     results = []
     for model in args.models.split(","):
         cfg = f"{ROOT}/bench/autopar/{model}.json"
         for comm in args.comm.split(","):
-            results.append(bench(args, cfg, comm, pfile, work))
+            results.append(bench(args, cfg, comm, pfiles[comm], work))
         if args.inject_gbps:
             slow = json.loads(json.dumps(prof))
             slow["links"]["p2p"] = {"gbps": args.inject_gbps,

@@ -182,6 +182,10 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
     } else if (k == "shared_cores") {
       if (!r.number(v, k, out.sharedCores, false))
         return false;
+    } else if (k == "busy_wait") {
+      if (!v.is_boolean())
+        return r.fail(k, "expected true or false");
+      out.busyWait = v.get<bool>();
     } else if (k == "bf16_storage") {
       if (!v.is_boolean())
         return r.fail(k, "expected true or false");
@@ -209,7 +213,7 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
       return r.fail(k, "unknown key (expected device, gemm_tflops, "
                        "peak_tflops, attention_efficiency, mem_gbps, "
                        "op_overhead_us, memory_gib, shared_cores, "
-                       "bf16_storage, links, measured)");
+                       "busy_wait, bf16_storage, links, measured)");
   }
   if (out.gemmTflopsF32 <= 0 && out.gemmTflopsBf16 <= 0)
     return r.fail("gemm_tflops", "no dtype with a positive rate");
@@ -314,6 +318,8 @@ std::string mapp::cost::profileJson(const Profile &p) {
                          {"latency_us", p.inter.latencyUs}}}}}};
   if (p.sharedCores > 0)
     j["shared_cores"] = p.sharedCores;
+  if (p.busyWait)
+    j["busy_wait"] = true;
   if (p.haveP2p)
     j["links"]["p2p"] = {{"gbps", p.p2p.gbps}, {"latency_us", p.p2p.latencyUs}};
   return j.dump(2);

@@ -343,9 +343,10 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   double pipeNs = mb * worst + fill;
   double p2pNs = l.pp > 1 ? 2 * (mb * v + l.pp - 1) * hopNs : 0;
   double computeNs = pipeNs * share;
-  // With cores shared, the busy ranks run faster during others' bubbles:
-  // the step is at least the machine's total work over its cores.
-  if (share > 1) {
+  // With cores shared, the busy ranks run faster during others' bubbles
+  // (unless the waiting ones poll): the step is at least the machine's
+  // total work over its cores.
+  if (share > 1 && !p.busyWait) {
     double totalWork = sum * mb * l.tp * l.dp / p.sharedCores;
     computeNs = std::max(pipeNs, totalWork);
   }

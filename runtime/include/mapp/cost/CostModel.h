@@ -56,6 +56,9 @@ struct Profile {
   /// The CPU bench runs 8 ranks on a few cores: each then computes at
   /// cores/ranks of the calibrated single-rank rate.
   double sharedCores = 0;
+  /// Waiting ranks keep polling (MPI's progress loop on an oversubscribed
+  /// machine): a bubble frees no core for the busy ranks.
+  bool busyWait = false;
 };
 
 /// The modeled cluster: topology, device kind, memory per device.
