@@ -22,16 +22,18 @@
 # PASS/FAIL last.
 set -uo pipefail
 
-MODELS="gpt-1.3b:bench/gpu/configs/gpt-1.3b.json llama-1b:bench/autopar/llama-1b.json"
-CAPS="30 50 0" # GiB; 0 = the whole card
-BATCH=16
+# AUTOPAR_MODELS / AUTOPAR_CAPS / AUTOPAR_BATCH / AUTOPAR_CLUSTER override
+# them for a dry run with a small model (prepare and run must agree).
+MODELS=${AUTOPAR_MODELS:-"gpt-1.3b:bench/gpu/configs/gpt-1.3b.json llama-1b:bench/autopar/llama-1b.json"}
+CAPS=${AUTOPAR_CAPS:-"30 50 0"} # GiB; 0 = the whole card
+BATCH=${AUTOPAR_BATCH:-16}
 
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   OUTD=$(mkdir -p "$2" && cd "$2" && pwd)
   cd "$(dirname "$0")/../.."
   BINDIR=${MAPP_BIN:-build/bin}
-  CLUSTER=bench/autopar/scale/h200-single.json
+  CLUSTER=${AUTOPAR_CLUSTER:-bench/autopar/scale/h200-single.json}
   OPTS="lr=3e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
   for entry in $MODELS; do
     model=${entry%%:*}
@@ -100,6 +102,8 @@ except OSError:
     ms = []
 t = open(base + ".log").read()
 peak = re.findall(r"peak device memory ([0-9.]+) GiB", t)
+if not peak:  # CPU dry run: the host allocation
+    peak = [str(int(b) / 2**30) for b in re.findall(r"memory: allocated (\d+) B", t)]
 oom = "out of memory" in t.lower() or "cannot allocate" in t.lower()
 print(json.dumps({"name": name, "options": opts, "mbs": int(mbs), "storage": storage,
                   "ok": rc == "0" and bool(ms), "oom": oom,
@@ -124,7 +128,7 @@ ok = chosen["ok"] and not chosen["oom"] and best is not None and \
     (chosen["peak_gib"] or 0) <= limit and chosen["ms"] <= 1.05 * best["ms"]
 cap_s = f"{cap:g} GiB" if cap > 0 else "whole card"
 print(f"{model} cap {cap_s}: chose {top['layout']} -> "
-      f"{chosen['ms'] or float('nan'):.1f} ms, {chosen['peak_gib']} GiB (predicted "
+      f"{chosen['ms'] or float('nan'):.1f} ms, {chosen['peak_gib'] or float('nan'):.2f} GiB (predicted "
       f"{top['step_ms']:.1f} ms, {top['peak_bytes'] / 2**30:.1f} GiB); best measured "
       f"{best['name'] if best else '-'} {best['ms'] if best else float('nan'):.1f} ms; "
       f"chosen/best {(chosen['ms'] / best['ms'] - 1) * 100 if best and chosen['ms'] else float('nan'):+.1f}%"
