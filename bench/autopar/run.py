@@ -4,13 +4,15 @@
   bench/autopar/run.py [--comm local,mpi] [--models gpt-a,gpt-b,moe-a]
                        [--steps 5] [--inject-gbps G] [--bin build/bin] [--out DIR]
 
-1. Calibrates a profile (the cost model's rates) from two single-rank runs
-   of a calibration model (bench/autopar/calib.json, micro-batch 2 and 16, one
-   thread): GEMM/streaming rate and per-instruction overhead are scaled so
-   that the model's prediction of those two runs is exact; the machine's
-   cores are `shared_cores` (8 ranks share them). Then, per communicator,
-   the link latency from a dp=8 run of the same model (MPI: busy_wait,
-   its waiting processes poll): DIR/profile-{local,mpi}.json.
+1. Calibrates a profile (the cost model's rates) from probe runs of a
+   calibration model of its own (bench/autopar/calib.json): two single-rank
+   runs (micro-batch 2 and 16, one thread) scale the GEMM/streaming rate and
+   the per-instruction overhead so that the model predicts both exactly; a
+   dp=8 run per communicator fits its latency (MPI: busy_wait, its waiting
+   processes poll); `shared_cores` = the machine's cores. The probes run
+   before every layout, all through the bench, and the fastest sample of
+   each counts (the load of a shared machine changes by the minute):
+   DIR/profile-{local,mpi}.json. The layouts never enter the calibration.
 2. For each model and communicator: asks `mapp-opt --mapp-auto-parallel`
    (search-only, report=) for every feasible layout of 8 ranks, global batch
    16, in the bench's space (1f1b, no recomputation, micro-batch 1 or 2, one
@@ -55,10 +57,10 @@ def search(args, mlir, profile, work, extra=""):
     return json.load(open(rep))
 
 
-def compile_plan(args, cfg, row, work):
+def compile_plan(args, cfg, row, work, name="p.mplan"):
     mlir = os.path.join(work, "m.mlir")
     import_model(args, cfg, row["micro_batch"], mlir)
-    plan = os.path.join(work, "p.mplan")
+    plan = os.path.join(work, name)
     p1 = subprocess.Popen([f"{args.bin}/mapp-opt", mlir,
                            f"--mapp-train-pipeline={row['options']}", "-mapp-plan-memory"],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -88,132 +90,143 @@ def run_plan(args, plan, comm, work, inject=()):
     return min(steps[1:])
 
 
-def calibrate(args, work):
-    """Profile from two 1-rank runs of the calibration model."""
-    cfg = f"{ROOT}/bench/autopar/calib.json"
-    base = {"device": "cpu", "gemm_tflops": {"f32": 0.05}, "mem_gbps": 8,
+class Probes:
+    """The calibration runs, sampled between the layouts' runs all through
+    the bench (the machine's load changes by the minute; the fastest of
+    many samples is the machine's rate): two single-rank runs of
+    bench/autopar/calib.json (micro-batch 2 and 16, one thread) for the
+    rates and the per-op overhead, a dp=8 run per communicator for its
+    latency. The layouts themselves never enter the calibration."""
+
+    BASE = {"device": "cpu", "gemm_tflops": {"f32": 0.05}, "mem_gbps": 8,
             "op_overhead_us": 6, "shared_cores": os.cpu_count() or 2,
             "links": {"intra": {"gbps": 40, "latency_us": 10},
                       "inter": {"gbps": 40, "latency_us": 10}}}
-    meas, rate_part, ovh_part = [], [], []
-    for mbs in (2, 16):
-        mlir = os.path.join(work, f"cal{mbs}.mlir")
-        import_model(args, cfg, mbs, mlir)
-        plan = os.path.join(work, f"cal{mbs}.mplan")
-        p1 = subprocess.Popen([f"{args.bin}/mapp-opt", mlir,
-                               "--mapp-train-pipeline=microbatches=1", "-mapp-plan-memory"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        sh([f"{args.bin}/mapp-translate", "--mapp-to-plan", "-o", plan], stdin=p1.stdout)
-        p1.wait()
-        metrics = os.path.join(work, "cal.jsonl")
-        best = float("inf")
-        for _ in range(args.rounds):
-            sh([f"{args.bin}/mapp-run", plan, "--data", f"{ROOT}/data/gpt/news-1k.jsonl",
-                "--tokenizer", "bytes", "--steps", "8", "--threads", "1", "--quiet",
-                "--metrics", metrics])
+
+    def __init__(self, args, work):
+        self.args, self.work = args, work
+        self.cfg = f"{ROOT}/bench/autopar/calib.json"
+        self.best = {}
+        self.plans = {}
+        for mbs in (2, 16):
+            row = {"micro_batch": mbs, "options": "microbatches=1"}
+            self.plans[f"mbs{mbs}"] = compile_plan(args, self.cfg, row, work,
+                                                   f"cal{mbs}.mplan")
+        row = {"micro_batch": 2, "options": f"tp=1 pp=1 dp={WORLD} microbatches=1 schedule=1f1b"}
+        self.plans["dp8"] = compile_plan(args, self.cfg, row, work, "caldp.mplan")
+
+    def keep(self, key, ms):
+        self.best[key] = min(ms, self.best.get(key, float("inf")))
+
+    def sample(self, comm):
+        for mbs in (2, 16):
+            metrics = os.path.join(self.work, "cal.jsonl")
+            sh([f"{self.args.bin}/mapp-run", self.plans[f"mbs{mbs}"], "--data",
+                f"{ROOT}/data/gpt/news-1k.jsonl", "--tokenizer", "bytes", "--steps", "6",
+                "--threads", "1", "--quiet", "--metrics", metrics])
             steps = [json.loads(l)["step_ms"] for l in open(metrics)]
-            best = min(best, min(steps[2:]))  # other processes only ever add time
-        meas.append(best)
-        # The model's prediction split into rate-bound and overhead parts.
-        rep_dir = work
-        rates = []
-        for ovh, scale in ((0, 1), (1, 1e6)):
-            p = json.loads(json.dumps(base))
-            p["op_overhead_us"] = ovh
-            p["gemm_tflops"]["f32"] *= scale
-            p["mem_gbps"] *= scale
-            p["peak_tflops"] = p["gemm_tflops"]["f32"]
-            p.pop("shared_cores")
-            f = os.path.join(work, "p.json")
-            json.dump(p, open(f, "w"))
-            r = os.path.join(rep_dir, "r1.json")
-            sh([f"{args.bin}/mapp-opt", mlir,
-                f"--mapp-auto-parallel=world=1 global-batch={mbs} micro-batches={mbs} "
-                f"top=1 search-only=true zero1=false recompute=none profile={f} report={r}",
-                "-o", os.devnull])
-            rates.append(json.load(open(r))["top"][0]["step_ms"])
-        rate_part.append(rates[0])   # ms at the base rates, no overhead
-        ovh_part.append(rates[1])    # ms per 1 us of overhead (rates ~inf)
-    # meas_i = rate_part_i / k + ovh_part_i * o  (k: rate scale, o: us/op)
-    a, b = rate_part, ovh_part
-    det = a[0] * b[1] - a[1] * b[0]
-    inv_k = (meas[0] * b[1] - meas[1] * b[0]) / det
-    o = (a[0] * meas[1] - a[1] * meas[0]) / det
-    if inv_k <= 0 or o < 0:  # noisy machine: keep the shape, fit one scale
-        inv_k, o = sum(meas) / (sum(a) + 6 * sum(b)), 6.0 * sum(meas) / (sum(a) + 6 * sum(b))
-    prof = json.loads(json.dumps(base))
-    prof["gemm_tflops"]["f32"] = base["gemm_tflops"]["f32"] / inv_k
-    prof["mem_gbps"] = base["mem_gbps"] / inv_k
-    prof["op_overhead_us"] = o
-    # The calibrated single-core rate is the CPU's peak (MFU's denominator).
-    prof["peak_tflops"] = prof["gemm_tflops"]["f32"]
-    prof["measured"] = {"model": "bench/autopar/calib.json", "step_ms_mbs2": meas[0],
-                        "step_ms_mbs16": meas[1]}
-    return prof
+            self.keep(f"mbs{mbs}", min(steps[2:]))
+        self.keep(f"dp8_{comm}", run_plan(self.args, self.plans["dp8"], comm, self.work))
 
-
-def fit_comm(args, prof, comm, work):
-    """The communicator of 8 ranks sharing the cores, for `comm`: its link
-    latency fitted from the calibration model at dp=8 (one gradient
-    all-reduce a step; on few cores waking 8 ranks, not bytes, is the cost)
-    so that the prediction is exact. MPI's waiting ranks poll (busy_wait)."""
-    prof = json.loads(json.dumps(prof))
-    prof["busy_wait"] = comm == "mpi"
-    cfg = f"{ROOT}/bench/autopar/calib.json"
-    pfile = os.path.join(work, "prof.json")
-    lat_pred = []
-    mlir = os.path.join(work, "cal-dp.mlir")
-    import_model(args, cfg, 2, mlir)
-    for lat in (0.0, 1000.0):
-        p = json.loads(json.dumps(prof))
-        for c in ("intra", "inter"):
-            p["links"][c]["latency_us"] = lat
-        json.dump(p, open(pfile, "w"))
-        r = os.path.join(work, "r8.json")
-        sh([f"{args.bin}/mapp-opt", mlir,
-            f"--mapp-auto-parallel=world={WORLD} global-batch={2 * WORLD} micro-batches=2 "
+    def predict(self, prof, world, batch, mbs, dp_only=False):
+        f = os.path.join(self.work, "p.json")
+        json.dump(prof, open(f, "w"))
+        r = os.path.join(self.work, "r.json")
+        mlir = os.path.join(self.work, f"calm{mbs}.mlir")
+        import_model(self.args, self.cfg, mbs, mlir)
+        sh([f"{self.args.bin}/mapp-opt", mlir,
+            f"--mapp-auto-parallel=world={world} global-batch={batch} micro-batches={mbs} "
             f"schedules=1f1b recompute=none zero1=false chunks=1 top=1000 search-only=true "
-            f"profile={pfile} report={r}", "-o", os.devnull])
-        rows = [x for x in json.load(open(r))["top"] if x["dp"] == WORLD]
-        lat_pred.append(rows[0]["step_ms"])
-    row = {"micro_batch": 2, "options": f"tp=1 pp=1 dp={WORLD} microbatches=1 schedule=1f1b"}
-    plan = compile_plan(args, cfg, row, work)
-    dp_ms = min(run_plan(args, plan, comm, work) for _ in range(args.rounds))
-    slope = (lat_pred[1] - lat_pred[0]) / 1000.0
-    lat = max(0.0, (dp_ms - lat_pred[0]) / slope) if slope > 0 else 10.0
-    for c in ("intra", "inter"):
-        prof["links"][c]["latency_us"] = lat
-    prof["measured"]["step_ms_dp8_" + comm] = dp_ms
-    return prof
+            f"profile={f} report={r}", "-o", os.devnull])
+        rows = json.load(open(r))["top"]
+        if dp_only:
+            rows = [x for x in rows if x["dp"] == world]
+        return rows[0]["step_ms"]
+
+    def profile(self, comm):
+        base = self.BASE
+        meas = [self.best["mbs2"], self.best["mbs16"]]
+        a, b = [], []  # ms at the base rates without overhead; ms per us of overhead
+        for mbs in (2, 16):
+            p = json.loads(json.dumps(base))
+            p.pop("shared_cores")
+            p["op_overhead_us"] = 0
+            p["peak_tflops"] = p["gemm_tflops"]["f32"]
+            a.append(self.predict(p, 1, mbs, mbs))
+            p["op_overhead_us"] = 1
+            p["gemm_tflops"]["f32"] *= 1e6
+            p["mem_gbps"] *= 1e6
+            p["peak_tflops"] = p["gemm_tflops"]["f32"]
+            b.append(self.predict(p, 1, mbs, mbs))
+        # meas_i = a_i / k + b_i * o  (k: rate scale, o: us per op)
+        det = a[0] * b[1] - a[1] * b[0]
+        inv_k = (meas[0] * b[1] - meas[1] * b[0]) / det
+        o = (a[0] * meas[1] - a[1] * meas[0]) / det
+        if inv_k <= 0 or o < 0:  # keep the default shape, fit one scale
+            inv_k = sum(meas) / (sum(a) + 6 * sum(b))
+            o = 6 * inv_k
+        prof = json.loads(json.dumps(base))
+        prof["gemm_tflops"]["f32"] = base["gemm_tflops"]["f32"] / inv_k
+        prof["mem_gbps"] = base["mem_gbps"] / inv_k
+        prof["op_overhead_us"] = o
+        prof["peak_tflops"] = prof["gemm_tflops"]["f32"]  # MFU's denominator
+        prof["busy_wait"] = comm == "mpi"  # MPI's waiting processes poll
+        # The communicator's latency: what makes the dp=8 run's prediction
+        # exact (on few cores, waking 8 ranks, not bytes, is the cost).
+        lat = []
+        for l in (0.0, 1000.0):
+            p = json.loads(json.dumps(prof))
+            for c in ("intra", "inter"):
+                p["links"][c]["latency_us"] = l
+            lat.append(self.predict(p, WORLD, 2 * WORLD, 2, dp_only=True))
+        dp_ms = self.best[f"dp8_{comm}"]
+        slope = (lat[1] - lat[0]) / 1000.0
+        latency = max(0.0, (dp_ms - lat[0]) / slope) if slope > 0 else 10.0
+        for c in ("intra", "inter"):
+            prof["links"][c]["latency_us"] = latency
+        prof["measured"] = {"model": "bench/autopar/calib.json",
+                            "fastest_step_ms": {k: v for k, v in self.best.items()}}
+        return prof
+
+def inject_specs(gbps):
+    return [f"link-bandwidth:src={a},dst={b},gbps={gbps}"
+            for a in range(WORLD) for b in range(WORLD) if a != b] if gbps else []
 
 
-def bench(args, cfg, comm, profile, work, inject_gbps=0, reuse=None):
-    name = os.path.basename(cfg)[:-5]
+def measure(args, cfg, comm, work, probes, inject_gbps=0, reuse=None):
+    """Every feasible layout of the space, run; a probe sample before each."""
+    mlir = os.path.join(work, "search.mlir")
+    import_model(args, cfg, 1, mlir)
+    f = os.path.join(work, "base.json")
+    json.dump(Probes.BASE, open(f, "w"))
+    out = {}
+    for row in search(args, mlir, f, work)["top"][:args.max_layouts or None]:
+        key = row["layout"]
+        if reuse is not None and row["pp"] == 1 and key in reuse:
+            out[key] = reuse[key]  # no point-to-point link: the fault cannot act
+            continue
+        probes.sample(comm)
+        plan = compile_plan(args, cfg, row, work)
+        out[key] = min(run_plan(args, plan, comm, work, inject_specs(inject_gbps))
+                       for _ in range(args.rounds))
+        print(f"  {os.path.basename(cfg)[:-5]:6} {comm:5} inject {inject_gbps:g} "
+              f"{key:36} measured {out[key]:8.2f} ms", file=sys.stderr, flush=True)
+    return out
+
+
+def table(args, cfg, comm, profile, work, measured, inject_gbps=0):
     mlir = os.path.join(work, "search.mlir")
     import_model(args, cfg, 1, mlir)
     rep = search(args, mlir, profile, work)
-    inject = ()
-    if inject_gbps:
-        inject = [f"link-bandwidth:src={a},dst={b},gbps={inject_gbps}"
-                  for a in range(WORLD) for b in range(WORLD) if a != b]
-    rows = []
-    for row in rep["top"]:
-        key = row["layout"]
-        if reuse is not None and row["pp"] == 1 and key in reuse:
-            measured = reuse[key]  # no point-to-point link: the fault cannot act
-        else:
-            plan = compile_plan(args, cfg, row, work)
-            measured = min(run_plan(args, plan, comm, work, inject)
-                           for _ in range(args.rounds))
-        rows.append({"layout": key, "predicted_ms": row["step_ms"], "measured_ms": measured})
-        print(f"  {name:6} {comm:5} {key:36} predicted {row['step_ms']:8.2f} ms "
-              f"measured {measured:8.2f} ms", file=sys.stderr, flush=True)
+    rows = [{"layout": r["layout"], "predicted_ms": r["step_ms"],
+             "measured_ms": measured[r["layout"]]} for r in rep["top"]
+            if r["layout"] in measured]
     chosen = rows[0]
     best = min(rows, key=lambda r: r["measured_ms"])
     within = sum(1 for r in rows
                  if abs(r["predicted_ms"] - r["measured_ms"]) <= 0.2 * r["measured_ms"])
-    return {"model": name, "comm": comm, "inject_gbps": inject_gbps, "rows": rows,
-            "chosen": chosen["layout"], "chosen_ms": chosen["measured_ms"],
+    return {"model": os.path.basename(cfg)[:-5], "comm": comm, "inject_gbps": inject_gbps,
+            "rows": rows, "chosen": chosen["layout"], "chosen_ms": chosen["measured_ms"],
             "best": best["layout"], "best_ms": best["measured_ms"],
             "chosen_over_best": chosen["measured_ms"] / best["measured_ms"] - 1,
             "within_20pct": within, "layouts": len(rows)}
@@ -228,38 +241,42 @@ def main():
                     help="runs of each layout; the fastest counts")
     ap.add_argument("--inject-gbps", type=float, default=0)
     ap.add_argument("--bin", default=f"{ROOT}/build/bin")
-    ap.add_argument("--profile", help="use this profile instead of calibrating")
     ap.add_argument("--out")
+    ap.add_argument("--max-layouts", type=int, default=0, help="smoke tests: the first N")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="autopar-")
     out = args.out or work
     os.makedirs(out, exist_ok=True)
-    if args.profile:
-        prof = json.load(open(args.profile))
-    else:
-        prof = calibrate(args, work)
-    pfiles = {}
-    for comm in args.comm.split(","):
-        p = prof if args.profile else fit_comm(args, prof, comm, work)
-        pfiles[comm] = os.path.join(out, f"profile-{comm}.json")
-        json.dump(p, open(pfiles[comm], "w"), indent=1)
-        print(f"profile {comm}: {json.dumps(p)}", file=sys.stderr, flush=True)
-    prof = json.load(open(pfiles.get("local", next(iter(pfiles.values())))))
-    results = []
+    probes = Probes(args, work)
+    comms = args.comm.split(",")
+    runs = []  # (cfg, comm, inject, measured)
     for model in args.models.split(","):
         cfg = f"{ROOT}/bench/autopar/{model}.json"
-        for comm in args.comm.split(","):
-            results.append(bench(args, cfg, comm, pfiles[comm], work))
-        if args.inject_gbps:
+        for comm in comms:
+            runs.append((cfg, comm, 0, measure(args, cfg, comm, work, probes)))
+        if args.inject_gbps and "local" in comms:
+            local = next(m for c, k, g, m in runs if c == cfg and k == "local" and not g)
+            runs.append((cfg, "local", args.inject_gbps,
+                         measure(args, cfg, "local", work, probes, args.inject_gbps, local)))
+    pfiles = {}
+    for comm in comms:
+        prof = probes.profile(comm)
+        pfiles[comm] = os.path.join(out, f"profile-{comm}.json")
+        json.dump(prof, open(pfiles[comm], "w"), indent=1)
+        print(f"profile {comm}: {json.dumps(prof)}", file=sys.stderr)
+        if args.inject_gbps and comm == "local":
             slow = json.loads(json.dumps(prof))
             slow["links"]["p2p"] = {"gbps": args.inject_gbps,
                                     "latency_us": prof["links"]["intra"]["latency_us"]}
-            sfile = os.path.join(out, "profile-slow-p2p.json")
-            json.dump(slow, open(sfile, "w"), indent=1)
-            local = next(r for r in results if r["model"] == model and r["comm"] == "local"
-                         and not r["inject_gbps"])
-            reuse = {r["layout"]: r["measured_ms"] for r in local["rows"]}
-            results.append(bench(args, cfg, "local", sfile, work, args.inject_gbps, reuse))
+            pfiles["local-slow"] = os.path.join(out, "profile-local-slow-p2p.json")
+            json.dump(slow, open(pfiles["local-slow"], "w"), indent=1)
+    results = []
+    for cfg, comm, gbps, measured in runs:
+        results.append(table(args, cfg, comm, pfiles["local-slow" if gbps else comm],
+                             work, measured, gbps))
+        for r in results[-1]["rows"]:
+            print(f"  {results[-1]['model']:6} {comm:5} {gbps:g} {r['layout']:36} predicted "
+                  f"{r['predicted_ms']:8.2f} measured {r['measured_ms']:8.2f} ms")
     json.dump(results, open(os.path.join(out, "results.json"), "w"), indent=1)
     print(f"{'model':7} {'comm':5} {'inject':>7} {'layouts':>7} {'chosen (search #1)':36} "
           f"{'ms':>7} {'best measured':36} {'ms':>7} {'chosen/best':>11} {'pred within 20%':>15}")
