@@ -16,7 +16,7 @@
 2. For each model and communicator: asks `mapp-opt --mapp-auto-parallel`
    (search-only, report=) for every feasible layout of 8 ranks, global batch
    16, in the bench's space (1f1b, no recomputation, micro-batch 1 or 2, one
-   chunk, no ZeRO-1; ep for the MoE), compiles and runs each with mapp-run
+   chunk, no ZeRO-1; the MoE: micro-batch 2, ep 1/2/4), compiles and runs each with mapp-run
    (8 local rank-threads, or 8 MPI processes), the fastest step_ms of
    steps 2..N over --rounds runs (other processes on a shared machine only
    add time), and prints predicted vs measured side by side, the chosen layout
@@ -127,6 +127,7 @@ class Probes:
             steps = [json.loads(l)["step_ms"] for l in open(metrics)]
             self.keep(f"mbs{mbs}", min(steps[2:]))
         self.keep(f"dp8_{comm}", run_plan(self.args, self.plans["dp8"], comm, self.work))
+        print(f"  probes: {json.dumps(self.best)}", file=sys.stderr, flush=True)
 
     def predict(self, prof, world, batch, mbs, dp_only=False):
         f = os.path.join(self.work, "p.json")
@@ -200,12 +201,14 @@ def measure(args, cfg, comm, work, probes, inject_gbps=0, reuse=None):
     f = os.path.join(work, "base.json")
     json.dump(Probes.BASE, open(f, "w"))
     out = {}
-    for row in search(args, mlir, f, work)["top"][:args.max_layouts or None]:
+    extra = "micro-batches=2" if "moe" in os.path.basename(cfg) else ""
+    for i, row in enumerate(search(args, mlir, f, work, extra)["top"][:args.max_layouts or None]):
         key = row["layout"]
         if reuse is not None and row["pp"] == 1 and key in reuse:
             out[key] = reuse[key]  # no point-to-point link: the fault cannot act
             continue
-        probes.sample(comm)
+        if i % args.probe_every == 0:
+            probes.sample(comm)
         plan = compile_plan(args, cfg, row, work)
         out[key] = min(run_plan(args, plan, comm, work, inject_specs(inject_gbps))
                        for _ in range(args.rounds))
@@ -217,7 +220,8 @@ def measure(args, cfg, comm, work, probes, inject_gbps=0, reuse=None):
 def table(args, cfg, comm, profile, work, measured, inject_gbps=0):
     mlir = os.path.join(work, "search.mlir")
     import_model(args, cfg, 1, mlir)
-    rep = search(args, mlir, profile, work)
+    extra = "micro-batches=2" if "moe" in os.path.basename(cfg) else ""
+    rep = search(args, mlir, profile, work, extra)
     rows = [{"layout": r["layout"], "predicted_ms": r["step_ms"],
              "measured_ms": measured[r["layout"]]} for r in rep["top"]
             if r["layout"] in measured]
@@ -242,6 +246,8 @@ def main():
     ap.add_argument("--inject-gbps", type=float, default=0)
     ap.add_argument("--bin", default=f"{ROOT}/build/bin")
     ap.add_argument("--out")
+    ap.add_argument("--probe-every", type=int, default=2,
+                    help="calibration probes before every Nth layout")
     ap.add_argument("--max-layouts", type=int, default=0, help="smoke tests: the first N")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="autopar-")
