@@ -316,7 +316,8 @@ struct FuseRMSNorm : OpRewritePattern<MulOp> {
           w.getElementType() != x.getElementType() || op.getType() != x)
         continue;
       rw.replaceOpWithNewOp<RMSNormOp>(op, x, xe->first, weight,
-                                       rw.getF64FloatAttr(xe->second));
+                                       rw.getF64FloatAttr(xe->second),
+                                       rw.getF64FloatAttr(0.0));
       return success();
     }
     return failure();
