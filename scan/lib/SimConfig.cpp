@@ -1,5 +1,6 @@
 //===- SimConfig.cpp - mapp-sim's job model: config, faults, programs -----===//
 
+#include "mapp/cost/CostModel.h"
 #include "mapp/scan/Sim.h"
 
 #include <nlohmann/json.hpp>
@@ -287,22 +288,24 @@ SimNetwork mapp::scan::makeNetwork(const SimConfig &c) {
     else if (f.kind == Fault::LinkBandwidth)
       gbps[{f.src, f.dst}] = f.value;
   }
-  auto link = [=](int a, int b, double &lat, double &bw) {
+  // The link and ring formulas are the cost model's (mapp/cost), which
+  // the auto-parallel search prices layouts with.
+  using mapp::cost::Costs;
+  auto link = [=](int a, int b) {
     bool intra = a / gpn == b / gpn;
-    lat = (intra ? c.intraLatencyUs : c.interLatencyUs) * 1e3;
-    bw = intra ? c.intraGbps : c.interGbps;
+    mapp::cost::Link l{intra ? c.intraGbps : c.interGbps,
+                       intra ? c.intraLatencyUs : c.interLatencyUs};
     auto e = extraUs.find({a, b});
     if (e != extraUs.end())
-      lat += e->second * 1e3;
+      l.latencyUs += e->second;
     auto g = gbps.find({a, b});
     if (g != gbps.end())
-      bw = g->second;
+      l.gbps = g->second;
+    return l;
   };
   SimNetwork net;
   net.p2p = [=](int a, int b, uint64_t bytes) {
-    double lat, bw;
-    link(a, b, lat, bw);
-    return lat + bytes * 8.0 / bw; // Gb/s == bits per ns
+    return Costs::linkNs(link(a, b), bytes);
   };
   net.coll = [=](const SimGroup &g, Op op, uint64_t bytes) {
     size_t n = g.members.size();
@@ -310,13 +313,13 @@ SimNetwork mapp::scan::makeNetwork(const SimConfig &c) {
       return 0.0;
     // Ring algorithm: the slowest ring hop paces every step.
     double step = 0;
-    for (size_t i = 0; i < n; ++i) {
-      double lat, bw;
-      link(g.members[i], g.members[(i + 1) % n], lat, bw);
-      step = std::max(step, lat + (bytes / (double)n) * 8.0 / bw);
-    }
-    double steps = op == Op::AllReduce ? 2.0 * (n - 1) : double(n - 1);
-    return steps * step;
+    for (size_t i = 0; i < n; ++i)
+      step = std::max(step, Costs::linkNs(link(g.members[i],
+                                               g.members[(i + 1) % n]),
+                                          bytes / (double)n));
+    Costs::Coll kind = op == Op::AllReduce ? Costs::Coll::AllReduce
+                                           : Costs::Coll::AllGather;
+    return Costs::ringSteps(kind, int(n)) * step;
   };
   return net;
 }

@@ -4,6 +4,7 @@
 #include "SimFbd.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/TaskPool.h"
+#include "mapp/cost/CostModel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -126,6 +127,8 @@ public:
   JobBuilder(const rt::Plan &plan, const PlanCluster &c) : plan(plan), c(c) {}
 
   std::vector<fbd::ParamMessage> paramMsgs; // split plans: the step-end copy
+  mapp::cost::Profile profile;
+  bool profileReady = false;
 
   /// The ops of one task of step 0 (collectives keep their cost, not their
   /// synchronization, in adaptiveOrders' use).
@@ -195,9 +198,23 @@ private:
       bytes += p.values[i].bytes;
     for (int i : in.outputs)
       bytes += p.values[i].bytes;
-    double ns = std::max(flopsOf(p, in) / (c.deviceTflops * 1e3),
-                         bytes / c.memGBps);
-    return ns;
+    // The cost model's instruction price (mapp/cost), as the
+    // auto-parallel search prices a layer's instructions.
+    return mapp::cost::Costs(costProfile()).instrNs(
+        flopsOf(p, in), bytes, mapp::cost::DType::F32,
+        in.kernel == "attention" || in.kernel == "attention_grad");
+  }
+
+  /// The rates of the instruction model as a cost-model profile.
+  const mapp::cost::Profile &costProfile() {
+    if (!profileReady) {
+      profile.gemmTflopsF32 = c.deviceTflops;
+      profile.memGBps = c.memGBps;
+      profile.opOverheadUs = c.opOverheadUs;
+      profile.attentionEfficiency = c.attentionEfficiency;
+      profileReady = true;
+    }
+    return profile;
   }
 
   double uniformUs(rt::BlockKind k) const {

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mapp/cost/CostModel.h"
 #include "mapp/rt/RegularFile.h"
 #include "mapp/scan/Sim.h"
 #include "mapp/scan/SimPlan.h"
@@ -37,12 +38,16 @@ static const char *kUsage =
     "                [--tflops T] [--mem-gbps M] [--uniform-costs F,B[,Bi,W]]\n"
     "                [--mem-cap BYTES] [--inject FAULT]... [--json]\n"
     "                [--device-speed KEY=S,...] [--coordinator=on|off]\n"
+    "                [--profile profile.json]\n"
     "  replays the plans' schedules (S: a plan's schedule, dfc, bfc or\n"
     "  adaptive) and prints step time and peak memory per rank\n"
     "  --device-speed   compute speed relative to --tflops/--mem-gbps by\n"
     "                   placement backend (cpu, cuda) or role (fwd, bwd) of\n"
     "                   a split plan, e.g. cpu=0.05; factors that match a\n"
     "                   rank multiply\n"
+    "  --profile        device and link rates from a measured profile\n"
+    "                   (mapp-run --calibrate; the cost model the\n"
+    "                   auto-parallel search uses); later flags override\n"
     "  --coordinator    split plans: the step-end parameter copy through the\n"
     "                   coordinator (on, the default, as mapp-run) or not\n";
 
@@ -281,7 +286,20 @@ int main(int argc, char **argv) {
       cluster.backwardInputUs = c.size() == 4 ? v[2] : v[1] / 2;
       cluster.backwardWeightUs = c.size() == 4 ? v[3] : v[1] / 2;
     }
-    else if (a == "--device-speed") {
+    else if (a == "--profile") {
+      mapp::cost::Profile prof;
+      if (!mapp::cost::loadProfile(next(), prof, &err))
+        return fail("--profile " + err);
+      cluster.deviceTflops = prof.gemmTflopsF32 > 0 ? prof.gemmTflopsF32
+                                                    : prof.gemmTflopsBf16;
+      cluster.memGBps = prof.memGBps;
+      cluster.opOverheadUs = prof.opOverheadUs;
+      cluster.attentionEfficiency = prof.attentionEfficiency;
+      cluster.intraGbps = prof.intra.gbps;
+      cluster.intraLatencyUs = prof.intra.latencyUs;
+      cluster.gbps = prof.inter.gbps;
+      cluster.latencyUs = prof.inter.latencyUs;
+    } else if (a == "--device-speed") {
       if (!parseDeviceSpeed(next(), cluster.deviceSpeed, &err))
         return fail(err);
     } else if (a.rfind("--coordinator=", 0) == 0) {

@@ -436,6 +436,59 @@ def MappPipelineSchedule : Pass<"mapp-pipeline-schedule", "::mlir::ModuleOp"> {
   ];
 }
 
+def MappAutoParallel : Pass<"mapp-auto-parallel", "::mlir::ModuleOp"> {
+  let summary = "Choose the parallel layout, then compile it as --mapp-train-pipeline";
+  let description = [{
+    Reads the model from the forward graph (`mapp.model`, the importer's
+    config), prices every layout of `world` devices for a step of
+    `global-batch` sequences with the cost model that mapp-sim shares
+    (lib runtime/src/cost: tp, pp, dp, ep, chunks, micro-batch size and
+    count, schedule, recomputation, ZeRO-1, compute precision and
+    activation storage), and prints the `top` best as plain lines on
+    stderr (predicted step time, tokens/s, peak memory per device, bubble,
+    exposed communication, MFU; the rejected layouts by reason). Then it
+    compiles the best through --mapp-train-pipeline (with `pipeline`'s
+    extra options: optimizer, lr, ...), re-importing the graph when the
+    chosen micro-batch size differs, and checks the memory planner's peak
+    of every stage against the cap: a layout the planner puts over the cap
+    is dropped for the next (the planner, not the formula, decides).
+    `search-only` prints the ranking and leaves the module as it was.
+    docs/auto-parallel.md.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"world", "world", "int64_t", "0", "Devices (ranks)">,
+    Option<"globalBatch", "global-batch", "int64_t", "0",
+           "Sequences per step (micro-batch x microbatches x dp)">,
+    Option<"memCapGib", "mem-cap-gib", "double", "0",
+           "Memory per device in GiB (0: the device's)">,
+    Option<"cluster", "cluster", "std::string", "\"\"",
+           "Cluster description (JSON; empty: one node of world CPU ranks)">,
+    Option<"profile", "profile", "std::string", "\"\"",
+           "Measured profile (mapp-run --calibrate; empty: the device's default)">,
+    Option<"top", "top", "int64_t", "5", "Candidates printed">,
+    Option<"pipeline", "pipeline", "std::string", "\"\"",
+           "Further --mapp-train-pipeline options for the winner, e.g. 'optimizer=sgd lr=0.01'">,
+    Option<"searchOnly", "search-only", "bool", "false",
+           "Print the ranking, leave the module unchanged">,
+    Option<"schedules", "schedules", "std::string", "\"\"",
+           "Restrict the space: schedules, comma-separated (empty: all)">,
+    Option<"recomputes", "recompute", "std::string", "\"\"",
+           "Restrict the space: none,selective,full (empty: all)">,
+    Option<"microBatches", "micro-batches", "std::string", "\"\"",
+           "Restrict the space: micro-batch sizes (empty: divisors <= 16)">,
+    Option<"chunkChoices", "chunks", "std::string", "\"\"",
+           "Restrict the space: chunks per stage (empty: 1,2,4)">,
+    Option<"zero1", "zero1", "bool", "true", "Consider ZeRO-1">,
+    Option<"storages", "activation-storage", "std::string", "\"\"",
+           "Restrict the space: f32,bf16 (empty: what the backend stores)">,
+    Option<"report", "report", "std::string", "\"\"",
+           "Write the top candidates as JSON to this file (bench/autopar)">,
+    Option<"claimSamplesPerS", "check-samples-per-s", "double", "0",
+           "Check a throughput claim (samples/s on world devices) against the peak">,
+  ];
+}
+
 def MappVerifySchedule : Pass<"mapp-verify-schedule", "::mlir::ModuleOp"> {
   let summary = "Check and simulate every mapp.schedule; pair sends with recvs";
   let description = [{

@@ -31,6 +31,9 @@ struct PlanCluster {
   double intraGbps = 1800, intraLatencyUs = 2;
   int gpusPerNode = 1;                       // ranks r / gpusPerNode share a node
   double deviceTflops = 100, memGBps = 2000; // instruction cost model
+  /// Per instruction (µs) and attention's share of the GEMM rate: the cost
+  /// model's (mapp/cost/CostModel.h); 0 and 1 unless a profile says.
+  double opOverheadUs = 0, attentionEfficiency = 1;
   /// Uniform per-task costs in µs (forward, fused backward, backward-input,
   /// backward-weight); < 0: costs from the instructions.
   double forwardUs = -1, backwardUs = -1, backwardInputUs = -1,

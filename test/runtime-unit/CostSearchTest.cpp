@@ -1,0 +1,255 @@
+// The cost model and the auto-parallel search against closed forms and an
+// independent exhaustive enumeration (docs/auto-parallel.md).
+#include "mapp/cost/Search.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <tuple>
+
+using namespace mapp::cost;
+
+namespace {
+
+/// A profile without overheads or latency, links of 80 Gb/s (10 B/ns).
+Profile idealProfile() {
+  Profile p;
+  defaultProfile("h100", p);
+  p.opOverheadUs = 0;
+  p.intra = {80, 0};
+  p.inter = {80, 0};
+  return p;
+}
+
+ModelDims gpt(int layers, int hidden, int heads, int seq, int vocab) {
+  ModelDims m;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kvHeads = heads;
+  m.ffn = 4 * hidden;
+  m.seq = seq;
+  m.vocab = vocab;
+  return m;
+}
+
+Cluster node(int devices, const std::string &kind = "h100") {
+  Cluster c;
+  c.deviceKind = kind;
+  c.devicesPerNode = devices;
+  c.source = "test";
+  return c;
+}
+
+TEST(CostSearch, RingCollectivesAndLinksAreTheirClosedForms) {
+  Profile p = idealProfile();
+  p.intra = {80, 3}; // 10 bytes per ns, 3 us a step
+  Costs c(p);
+  // All-reduce: 2(n-1) steps of latency + bytes/n at the link's rate.
+  EXPECT_DOUBLE_EQ(c.collectiveNs(Costs::Coll::AllReduce, 4000, 4, true),
+                   6 * (3000 + 1000 / 10.0));
+  EXPECT_DOUBLE_EQ(c.collectiveNs(Costs::Coll::AllGather, 4000, 4, true),
+                   3 * (3000 + 100.0));
+  EXPECT_DOUBLE_EQ(c.collectiveNs(Costs::Coll::AllReduce, 4000, 1, true), 0);
+  EXPECT_DOUBLE_EQ(c.p2pNs(1000, true), 3000 + 100);
+  // An instruction is its roofline plus the overhead.
+  p.opOverheadUs = 2;
+  p.gemmTflopsF32 = 1; // 1000 FLOP per ns
+  p.memGBps = 10;      // 10 bytes per ns
+  Costs c2(p);
+  EXPECT_DOUBLE_EQ(c2.instrNs(1e6, 100), 1000 + 2000);
+  EXPECT_DOUBLE_EQ(c2.instrNs(0, 1e5), 1e4 + 2000);
+}
+
+TEST(CostSearch, OneFOneBIsTheClosedFormOnUniformStages) {
+  // Stages are uniform when the embedding and head cost nothing next to
+  // the layers: the pipeline's step is (m + p - 1) stage-microbatches.
+  ModelDims m = gpt(8, 1024, 16, 512, 8);
+  Profile p = idealProfile();
+  Cluster c = node(8);
+  Layout one;
+  one.microBatch = 1;
+  one.microbatches = 8;
+  one.compute = DType::BF16;
+  Layout pipe = one;
+  pipe.pp = 4;
+  double t1 = predict(m, one, c, p).computeMs;
+  Prediction pp4 = predict(m, pipe, c, p);
+  // One stage computes 1/4 of the layers: (8 + 4 - 1)/4 of t1 over 8.
+  EXPECT_NEAR(pp4.computeMs, t1 * (8 + 4 - 1) / (4.0 * 8), t1 * 0.01);
+  EXPECT_NEAR(pp4.bubbleFraction, 3.0 / 11, 0.01);
+  // Interleaved with v chunks: the ramp shrinks by v.
+  Layout inter = pipe;
+  inter.schedule = "interleaved";
+  inter.chunks = 2;
+  EXPECT_NEAR(predict(m, inter, c, p).computeMs,
+              t1 * (8 + 3 / 2.0) / (4.0 * 8), t1 * 0.01);
+}
+
+TEST(CostSearch, SearchFindsTheExhaustiveMinimum) {
+  // An independent enumeration of every layout of the space (no pruning)
+  // finds the same best layout and the same number of feasible ones.
+  ModelDims m = gpt(8, 256, 8, 128, 512);
+  SearchRequest req;
+  req.model = m;
+  req.cluster = node(8);
+  req.profile = idealProfile();
+  req.profile.opOverheadUs = 3;
+  req.profile.intra = {400, 2};
+  req.world = 16;
+  req.globalBatch = 32;
+  req.cluster.devicesPerNode = 8;
+  req.space.schedules = {"1f1b", "interleaved", "zb-h1"};
+  req.space.recomputes = {Recompute::None, Recompute::Full};
+  req.space.chunks = {1, 2};
+  req.space.zero1 = true;
+  req.space.computes = {DType::BF16};
+  req.space.storages = {DType::F32};
+  req.memCapBytes = 0.02 * (1 << 30); // binding: some layouts do not fit
+  SearchResult res;
+  std::string err;
+  ASSERT_TRUE(search(req, res, &err)) << err;
+
+  double best = INFINITY;
+  size_t feasible = 0;
+  for (int tp = 1; tp <= 16; ++tp)
+    for (int pp = 1; pp <= 16; ++pp)
+      for (int dp = 1; dp <= 16; ++dp)
+        for (int mbs = 1; mbs <= 32; ++mbs)
+          for (const char *s : {"1f1b", "interleaved", "zb-h1"})
+            for (int v : {1, 2})
+              for (Recompute rc : {Recompute::None, Recompute::Full})
+                for (bool z : {false, true}) {
+                  if (tp * pp * dp != 16 || 32 % (mbs * dp) || mbs > 16)
+                    continue;
+                  Layout l;
+                  l.tp = tp;
+                  l.pp = pp;
+                  l.dp = dp;
+                  l.microBatch = mbs;
+                  l.microbatches = 32 / (mbs * dp);
+                  l.schedule = s;
+                  l.chunks = v;
+                  l.recompute = rc;
+                  l.zero1 = z;
+                  l.compute = DType::BF16;
+                  if (!validLayout(m, l, 16, 32, req.cluster, true, nullptr))
+                    continue;
+                  Prediction p = predict(m, l, req.cluster, req.profile);
+                  if (p.peakBytes > req.memCapBytes)
+                    continue;
+                  ++feasible;
+                  best = std::min(best, p.stepMs);
+                }
+  EXPECT_EQ(res.feasible, feasible);
+  ASSERT_FALSE(res.top.empty());
+  EXPECT_DOUBLE_EQ(res.top.front().pred.stepMs, best);
+  EXPECT_GT(res.overCap, 0u); // the cap did bind
+  for (const Ranked &r : res.top)
+    EXPECT_LE(r.pred.peakBytes, req.memCapBytes);
+}
+
+TEST(CostSearch, TensorParallelStaysInsideANode) {
+  ModelDims m = gpt(8, 1024, 16, 512, 1024);
+  SearchRequest req;
+  req.model = m;
+  req.cluster = node(4);
+  req.profile = idealProfile();
+  req.world = 16;
+  req.globalBatch = 16;
+  req.top = 1000;
+  SearchResult res;
+  std::string err;
+  ASSERT_TRUE(search(req, res, &err)) << err;
+  for (const Ranked &r : res.top)
+    EXPECT_LE(r.layout.tp, 4) << r.layout.brief();
+}
+
+TEST(CostSearch, CapBelowEveryLayoutNamesTheSmallestAndTheKnob) {
+  ModelDims m = gpt(4, 256, 8, 128, 512);
+  SearchRequest req;
+  req.model = m;
+  req.cluster = node(8);
+  req.profile = idealProfile();
+  req.world = 2;
+  req.globalBatch = 8;
+  req.memCapBytes = 1 << 20; // 1 MiB
+  SearchResult res;
+  std::string err;
+  ASSERT_FALSE(search(req, res, &err));
+  EXPECT_NE(err.find("no layout fits mem-cap 0.00 GiB"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("the smallest needs"), std::string::npos) << err;
+  // The smallest is the least memory of all priced layouts.
+  EXPECT_NE(err.find(res.smallest.layout.brief()), std::string::npos) << err;
+  EXPECT_TRUE(err.find("allow") != std::string::npos ||
+              err.find("more devices") != std::string::npos)
+      << err;
+}
+
+TEST(CostSearch, WorldWithoutFactorizationIsAnError) {
+  // 7 devices, 8 heads, global batch 8: tp 7 does not divide the heads, dp
+  // 7 does not divide the batch, pp 7 is at most the layers but leaves dp
+  // = 1 -- and pp 7 with 4 layers is more stages than layers.
+  ModelDims m = gpt(4, 256, 8, 128, 512);
+  SearchRequest req;
+  req.model = m;
+  req.cluster = node(8);
+  req.profile = idealProfile();
+  req.world = 7;
+  req.globalBatch = 8;
+  SearchResult res;
+  std::string err;
+  ASSERT_FALSE(search(req, res, &err));
+  EXPECT_NE(err.find("world=7 has no valid factorization"), std::string::npos)
+      << err;
+}
+
+TEST(CostSearch, MegatronSeedClaimIsImpossible) {
+  // GPT-3 175B at sequence 2048: 120 samples/s on 256 A100s needs about
+  // 1,000 TFLOP/s per device against a 312 TFLOP/s peak.
+  ModelDims m = gpt(96, 12288, 96, 2048, 51200);
+  Profile a100;
+  ASSERT_TRUE(defaultProfile("a100", a100));
+  std::string err;
+  EXPECT_FALSE(checkThroughputClaim(m, 120, 256, a100, &err));
+  EXPECT_NE(err.find("against a peak of 312: impossible"), std::string::npos)
+      << err;
+  double need = m.trainFlopsPerSequence() * 120 / 256 / 1e12;
+  EXPECT_GT(need, 950);
+  EXPECT_LT(need, 1150);
+  // A claim within the peak passes.
+  EXPECT_TRUE(checkThroughputClaim(m, 30, 256, a100, &err));
+}
+
+TEST(CostSearch, ProfileAndClusterKeysAreChecked) {
+  Profile p;
+  std::string err;
+  EXPECT_FALSE(parseProfile(R"({"device":"cpu","gemm_tflop":{"f32":1}})",
+                            "p.json", p, &err));
+  EXPECT_EQ(err.rfind("p.json: key 'gemm_tflop': unknown key", 0), 0u) << err;
+  EXPECT_FALSE(parseProfile(
+      R"({"device":"cpu","links":{"inter":{"gbps":-3}}})", "p.json", p, &err));
+  EXPECT_EQ(err.rfind("p.json: key 'links.inter.gbps': expected a positive", 0),
+            0u)
+      << err;
+  EXPECT_FALSE(parseProfile(R"({"device":"tpu"})", "p.json", p, &err));
+  EXPECT_NE(err.find("unknown device kind 'tpu'"), std::string::npos) << err;
+  Cluster c;
+  EXPECT_FALSE(parseCluster(R"({"gpus_per_node": 2.5})", "c.json", c, &err));
+  EXPECT_EQ(err.rfind("c.json: key 'gpus_per_node'", 0), 0u) << err;
+  EXPECT_FALSE(parseCluster(R"({"nodes": 2, "inner": {}})", "c.json", c, &err));
+  EXPECT_EQ(err.rfind("c.json: key 'inner': unknown key", 0), 0u) << err;
+  // A profile of another device kind: used, with a warning naming both.
+  ASSERT_TRUE(parseProfile(R"({"device":"a100"})", "a.json", p, &err)) << err;
+  ASSERT_TRUE(parseCluster(R"({"device":"h100"})", "c.json", c, &err)) << err;
+  std::vector<std::string> warnings;
+  Profile eff = effectiveProfile(c, &p, warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("a100"), std::string::npos);
+  EXPECT_NE(warnings[0].find("h100"), std::string::npos);
+  EXPECT_EQ(eff.deviceKind, "a100");
+}
+
+} // namespace
