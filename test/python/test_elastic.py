@@ -475,25 +475,31 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     checkpoint 20 the job moves to 6,2,4,4 layers (the stage times of steps
     10-19 predict 8/6 = 1.33x without fixed costs), stays while the fault
     lasts, and at checkpoint 70 (steps 60-69 clean) moves back to 4,4,4,4
-    (6/4). Every step once; the losses those of the run without faults
-    (1e-5)."""
+    (6/4). The decisions come from measured stage times: on CI's 2 busy
+    cores (ctest -j2) a window can miss its 80% of winning steps, so each
+    switch may come one checkpoint later (the way back once did). Every
+    step once; the losses those of the run without faults (1e-5)."""
     plans, corpus = gpt16
     mon, m = tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
-    r = run([MAPP_RUN, *gpt_args(plans, corpus, 80, m, [
+    r = run([MAPP_RUN, *gpt_args(plans, corpus, 100, m, [
         "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
         "--repartition-plan", plans["off1"], "--repartition-plan", plans["off2"],
         "--inject", "slow-compute:rank=1,factor=2,from-step=10,to-step=60",
         "--monitor", mon])])
     ds = [d for d in decisions(mon)]
-    assert [(d["decision"], d["resume_step"], d["evidence"]["layers_next"])
-            for d in ds] == [("repartition", 20, [6, 2, 4, 4]),
-                             ("repartition", 70, [4, 4, 4, 4])], r.stderr
+    got = [(d["decision"], d["resume_step"], d["evidence"]["layers_next"])
+           for d in ds]
+    assert len(got) == 2, (got, r.stderr)
+    assert got[0][::2] == ("repartition", [6, 2, 4, 4]) and \
+        got[0][1] in (20, 30), (got, r.stderr)
+    assert got[1][::2] == ("repartition", [4, 4, 4, 4]) and \
+        got[1][1] in (70, 80, 90), (got, r.stderr)
     assert ds[0]["evidence"]["predicted_gain"] >= 1.15
-    assert "elastic: repartition at step-00000020" in r.stderr
+    assert f"elastic: repartition at step-{got[0][1]:08d}" in r.stderr
     got = jsonl(m)
-    assert [x["step"] for x in got] == list(range(80))
+    assert [x["step"] for x in got] == list(range(100))
     ref = tmp_path / "ref.jsonl"
-    run([MAPP_RUN, *gpt_args(plans, corpus, 80, ref)])
+    run([MAPP_RUN, *gpt_args(plans, corpus, 100, ref)])
     for g, w in zip(got, jsonl(ref)):
         assert close(g["loss"], w["loss"]), (g, w)
 
