@@ -1,7 +1,7 @@
 // RUN: mapp-opt %s -split-input-file -verify-diagnostics
 
 func.func @broadcast_mismatch(%x: tensor<3xf32>) -> tensor<2x4xf32> {
-  // expected-error @+1 {{operand dim 0 of size 3 is neither 1 nor the result's 4}}
+  // expected-error @+1 {{operand dim 0 of size 3 is neither 1 nor the result's 4 (NumPy broadcasting aligns trailing dims)}}
   %0 = mapp.broadcast %x : (tensor<3xf32>) -> tensor<2x4xf32>
   return %0 : tensor<2x4xf32>
 }
@@ -33,7 +33,7 @@ func.func @constant_type() -> tensor<2x4xf32> {
 // -----
 
 func.func @cast_shape(%x: tensor<8xi32>) -> tensor<2x4xf32> {
-  // expected-error @+1 {{changes the shape}}
+  // expected-error @+1 {{changes the shape 'tensor<8xi32>' -> 'tensor<2x4xf32>' (a cast converts elements only)}}
   %0 = mapp.cast %x : (tensor<8xi32>) -> tensor<2x4xf32>
   return %0 : tensor<2x4xf32>
 }
