@@ -83,8 +83,8 @@ struct DiagnoseOptions {
   // CPU time compared across processes (MPI ranks) carries each process's
   // own placement and memory layout: healthy MPI ranks of a 16-vCPU VM with
   // cores to spare measured up to 1.72x their peers' for a whole run (4 of
-  // 20 clean runs over 1.5x), rank threads of one process never did. The
-  // bar there; injected 5x slow ranks read 4.3-5.1x.
+  // 20 clean runs over 1.5x); rank threads of one process stayed within
+  // 1.08x there. The bar there; injected 5x slow ranks read 4.3-5.1x.
   double processRankThreshold = 1.00;
   size_t evidence = 6;
   // Compare compute by thread CPU time when the trace has it (false: by
