@@ -204,8 +204,13 @@ int main(int argc, char **argv) {
     std::printf("no CUDA device: skipped\n");
     return 77;
   }
-  std::unique_ptr<Backend> gpu = createCudaBackend(0);
-  auto &be = static_cast<cuda::CudaBackend &>(*gpu);
+  // A backend reads MAPP_CUDA_ATTN once, when it is made: one per choice.
+  const char *impls[] = {"own", "cudnn"};
+  std::unique_ptr<Backend> gpus[2];
+  for (int i = 0; i < 2; ++i) {
+    setenv("MAPP_CUDA_ATTN", impls[i], 1);
+    gpus[i] = createCudaBackend(0);
+  }
   std::mt19937_64 rng(1234);
   int failures = 0;
   cudaEvent_t e0, e1;
@@ -233,13 +238,15 @@ int main(int argc, char **argv) {
     Tensor fin[3] = {{q.p, tt}, {k.p, tk}, {v.p, tk}}, fout[1] = {{o.p, tt}};
     Tensor bin[4] = {{dO.p, tt}, {q.p, tt}, {k.p, tk}, {v.p, tk}};
     Tensor bout[3] = {{dq.p, tt}, {dk.p, tk}, {dv.p, tk}};
-    KernelContext ctx;
-    ctx.backend = gpu.get();
-    ctx.pool = &gpu->pool();
-    KernelFn fwd = gpu->lookup("attention"), bwd = gpu->lookup("attention_grad");
     double flopFwd = 4.0 * s.B * s.heads * double(s.T) * s.T * s.D / 2; // causal half
-    for (const char *impl : {"own", "cudnn"}) {
-      setenv("MAPP_CUDA_ATTN", impl, 1);
+    for (int i = 0; i < 2; ++i) {
+      const char *impl = impls[i];
+      Backend *gpu = gpus[i].get();
+      auto &be = static_cast<cuda::CudaBackend &>(*gpu);
+      KernelContext ctx;
+      ctx.backend = gpu;
+      ctx.pool = &gpu->pool();
+      KernelFn fwd = gpu->lookup("attention"), bwd = gpu->lookup("attention_grad");
       std::vector<float> tf, tfb;
       std::string err;
       try {

@@ -47,7 +47,7 @@ for b in mapp-run mapp-cuda-kernel-test; do
   xz -T2 -6 -c "$BUILD/$b" > "$OUT/bin/$b.xz"
 done
 cp -r python/mapp "$OUT/mapp"
-cp bench/gpu/*.py bench/gpu/common.sh bench/gpu.sh "$OUT/"
+cp bench/gpu/*.py bench/gpu/common.sh bench/gpu.sh bench/gpu/llama.sh "$OUT/"
 cp -r bench/gpu/configs "$OUT/configs"
 cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
 for c in gpt-tiny-e2e gpt-e2e llama-e2e; do
@@ -61,7 +61,7 @@ for c in gpt-tiny-e2e gpt-e2e llama-e2e; do
   "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.train.mlir" -o "$OUT/plans/$c.mplan"
   rm "$OUT/plans/$c.mlir" "$OUT/plans/$c.train.mlir"
 done
-for c in gpt-124m gpt-1.3b; do
+for c in gpt-124m gpt-1.3b llama-1b; do
   "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/$c.json -o "$OUT/plans/$c.mlir"
   "$BIN/mapp-opt" "$OUT/plans/$c.mlir" -mapp-autodiff "${RECOMPUTE[@]}" \
     "-mapp-optimizer=$BENCH_OPT" "${BF16[@]}" -o "$OUT/plans/$c.train.mlir"

@@ -434,6 +434,13 @@ std::vector<Case> cases() {
   attn("attention_grad GQA 4/2 D64 rotary", 2, 96, 4, 64, true, true, true, false, 2);
   attn("attention_grad GQA 4/2 D128 saved", 1, 130, 4, 128, true, false, true, true, 2);
   attn("attention_grad MQA 4/1 D16 (generic)", 1, 37, 4, 16, true, false, true, false, 1);
+  // LLaMA's combination (GQA, rotary, the saved forward) at both head dims,
+  // and multi-query at 64: cuDNN reads the kv heads in place and rotary
+  // gradients come back through bf16 scratch.
+  attn("attention_grad GQA 8/2 D128 rotary saved", 1, 130, 8, 128, true, true, true, true, 2);
+  attn("attention_grad GQA 8/2 D64 rotary saved", 2, 192, 8, 64, true, true, true, true, 2);
+  attn("attention_grad MQA 4/1 D64 rotary saved", 1, 96, 4, 64, true, true, true, true, 1);
+  attn("attention GQA 6/3 D64 full", 1, 70, 6, 64, false, false, false, false, 3);
   // The model families' options (generic kernels; CPU backend reference):
   // Mistral's window, Gemma 2's softcap, GPT-NeoX's partial rotary, GPT-2's
   // attention dropout, with GQA and the saved forward.

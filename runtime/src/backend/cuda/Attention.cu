@@ -15,6 +15,11 @@
 // into scratch first; their gradients are rotated back (the rotation is
 // orthogonal, so its gradient is the inverse rotation).
 //
+// Grouped-query attention: cuDNN reads the key/value heads in place (query
+// head i reads kv head i / group) and writes dK, dV at their own width; the
+// own kernels see k and v repeated to every query head and sum dK, dV back
+// over each group.
+//
 //===----------------------------------------------------------------------===//
 #include "Attention.h"
 
@@ -27,35 +32,48 @@ namespace {
 
 constexpr int kMaxDPL = 8; // head dim ≤ 32·8
 
-/// x rotated in place of a copy: dst[b,t,:] = rotate(src[b,t,:]) per head,
-/// over the first R columns of each head (R < D: GPT-NeoX's partial rotary;
-/// the rest are copied). One thread per output element.
-__global__ void rotaryKernel(DView src, DView dst, int64_t B, int64_t T,
-                             int64_t H, int64_t D, int64_t R, double base,
-                             int inverse) {
-  int64_t half = R / 2, n = B * T * H;
+/// cos and sin of position t times frequency i < R/2 (base^(-2i/R)), as
+/// [T, R/2] float2: computed in double once per attention call, so the
+/// rotations themselves are plain memory passes.
+__global__ void rotaryTableKernel(float2 *tab, int64_t T, int64_t R, double base) {
+  int64_t half = R / 2;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < T * half;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    int64_t t = idx / half, i = idx % half;
+    double sn, cs;
+    sincos(t * ::pow(base, -2.0 * i / R), &sn, &cs);
+    tab[idx] = make_float2(static_cast<float>(cs), static_cast<float>(sn));
+  }
+}
+
+/// dst = src rotated (or rotated back) per head of D columns, rows of
+/// `width` = heads·D: the first R columns of each head in pairs (c, c+R/2)
+/// (R < D: GPT-NeoX's partial rotary), the rest copied. One thread per pair
+/// or copied column; dst may be src.
+__global__ void rotaryKernel(DView src, DView dst, const float2 *tab,
+                             int64_t rows, int64_t T, int64_t width, int64_t D,
+                             int64_t R, int inverse) {
+  int64_t half = R / 2, per = D - half, heads = width / D, n = rows * heads * per;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = idx % D, t = (idx / H) % T;
-    if (c >= R) {
-      dst.st(idx, src.ld(idx));
+    int64_t s = idx % per, head = idx / per; // head counts over rows too
+    int64_t first = head * D, t = (head / heads) % T;
+    if (s >= half) {
+      dst.st(first + s + half, src.ld(first + s + half));
       continue;
     }
-    int64_t i = c < half ? c : c - half;
-    double theta = ::pow(base, -2.0 * i / R);
-    double sn, cs;
-    sincos(t * theta, &sn, &cs);
-    if (inverse)
-      sn = -sn;
-    int64_t first = idx - c + i; // column i of this head
-    double x0 = src.ld(first), x1 = src.ld(first + half);
-    dst.st(idx, static_cast<float>(c < half ? x0 * cs - x1 * sn
-                                            : x1 * cs + x0 * sn));
+    float2 cs = tab[t * half + s];
+    float sn = inverse ? -cs.y : cs.y;
+    float x0 = src.ld(first + s), x1 = src.ld(first + s + half);
+    dst.st(first + s, x0 * cs.x - x1 * sn);
+    dst.st(first + s + half, x1 * cs.x + x0 * sn);
   }
 }
 
 struct Geo {
   int64_t B, T, H, heads, D;
+  int64_t hk; // k/v width: kv heads · D (H without grouped-query attention)
+  const float2 *rotaryTable; // rotary's cos/sin (null without rotary)
   float scale;
   int causal;
   float softcap;  // 0: off; scores become softcap·tanh(s/softcap)
@@ -273,11 +291,10 @@ __global__ void sumKVGroups(DView src, DView dst, int64_t rows, int64_t hk,
   }
 }
 
-/// k or v widened to H columns in scratch slot `slot` (itself when H wide).
-DView repeatedKV(CudaBackend &be, const Tensor &t, int64_t H, int64_t D,
-                 int slot) {
-  DView v = view(t);
-  int64_t hk = t.dim(2), rows = t.dim(0) * t.dim(1);
+/// k or v ([rows, hk]) widened to H columns in scratch slot `slot` (itself
+/// when H wide).
+DView repeatedKV(CudaBackend &be, DView v, int64_t rows, int64_t hk, int64_t H,
+                 int64_t D, int slot) {
   if (hk == H)
     return v;
   DView out{be.scratch(rows * H * (v.bf16 ? 2 : 4), slot), v.bf16};
@@ -287,11 +304,13 @@ DView repeatedKV(CudaBackend &be, const Tensor &t, int64_t H, int64_t D,
   return out;
 }
 
-Geo geoOf(const KernelArgs &a, const Tensor &q) {
+Geo geoOf(const KernelArgs &a, const Tensor &q, const Tensor &k) {
   Geo g;
   g.B = q.dim(0);
   g.T = q.dim(1);
   g.H = q.dim(2);
+  g.hk = k.dim(2);
+  g.rotaryTable = nullptr;
   g.heads = a.attrs.getInt("heads", 1);
   g.D = g.heads ? g.H / g.heads : 0;
   g.scale = static_cast<float>(a.attrs.getFloat("scale", 1.0));
@@ -317,6 +336,28 @@ int64_t rotaryDimOf(const KernelArgs &a, const Geo &g) {
 
 int warpGrid(int64_t rows) { return gridFor(rows * 32, 256, 1 << 20); }
 
+/// The call's rotary table (scratch slot 12) into g, when it rotates.
+void makeRotaryTable(CudaBackend &be, const KernelArgs &a, Geo &g) {
+  if (!a.attrs.flag("rotary"))
+    return;
+  int64_t entries = g.T * (rotaryDimOf(a, g) / 2);
+  auto *tab = static_cast<float2 *>(be.scratch(entries * sizeof(float2), 12));
+  rotaryTableKernel<<<gridFor(entries, 256), 256, 0, be.stream()>>>(
+      tab, g.T, rotaryDimOf(a, g), a.attrs.getFloat("rotary_base", 10000.0));
+  MAPP_CUDA_LAUNCHED();
+  g.rotaryTable = tab;
+}
+
+/// src rotated into dst ([B,T,width] rows of heads of g.D), or rotated back.
+void rotate(CudaBackend &be, const KernelArgs &a, const Geo &g, DView src,
+            DView dst, int64_t width, int inverse) {
+  int64_t R = rotaryDimOf(a, g);
+  int64_t n = g.B * g.T * (width / g.D) * (g.D - R / 2);
+  rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(
+      src, dst, g.rotaryTable, g.B * g.T, g.T, width, g.D, R, inverse);
+  MAPP_CUDA_LAUNCHED();
+}
+
 /// q and k as the kernels see them: rotated fp32 copies with rotary.
 struct QK {
   DView q, k;
@@ -326,37 +367,43 @@ QK rotated(CudaBackend &be, const KernelArgs &a, const Geo &g, DView q,
            DView k, int slotQ, int slotK) {
   if (!a.attrs.flag("rotary"))
     return {q, k};
-  double base = a.attrs.getFloat("rotary_base", 10000.0);
-  int64_t n = g.B * g.T * g.H;
+  int64_t n = g.B * g.T * g.H, nk = g.B * g.T * g.hk;
   // Rotated copies keep the operands' storage type (bf16 stays on the
-  // tensor-core path).
+  // tensor-core path); k keeps its own width (kv heads).
   DView qr{be.scratch(n * (q.bf16 ? 2 : 4), slotQ), q.bf16};
-  DView kr{be.scratch(n * (k.bf16 ? 2 : 4), slotK), k.bf16};
-  int64_t R = rotaryDimOf(a, g);
-  rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(q, qr, g.B, g.T, g.H,
-                                                         g.D, R, base, 0);
-  MAPP_CUDA_LAUNCHED();
-  rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(k, kr, g.B, g.T, g.H,
-                                                         g.D, R, base, 0);
-  MAPP_CUDA_LAUNCHED();
+  DView kr{be.scratch(nk * (k.bf16 ? 2 : 4), slotK), k.bf16};
+  rotate(be, a, g, q, qr, g.H, 0);
+  rotate(be, a, g, k, kr, g.hk, 0);
   return {qr, kr};
 }
 
 AttnCall callOf(const Geo &g) {
-  return {g.B, g.T, g.H, g.heads, g.D, g.scale, g.causal};
+  return {g.B, g.T, g.H, g.heads, g.D, g.hk / g.D, g.scale, g.causal};
 }
 
-void forwardInto(CudaBackend &be, const KernelArgs &a, const Geo &g, QK qk,
-                 DView v, DView o, float *lse) {
-  if (plainScores(g) && flashSupported(g.D, qk.q, qk.k, v, qk.q)) {
-    if (o.bf16 && cudnnAttnForward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, lse))
-      return;
-    flashForward(be, qk.q, qk.k, v, o, lse, g.B, g.T, g.H, g.heads, g.D,
+/// The own kernels' k and v: repeated to every query head (slots 6, 7).
+struct WideKV {
+  DView k, v;
+};
+WideKV widened(CudaBackend &be, const Geo &g, DView k, DView v) {
+  int64_t rows = g.B * g.T;
+  return {repeatedKV(be, k, rows, g.hk, g.H, g.D, 6),
+          repeatedKV(be, v, rows, g.hk, g.H, g.D, 7)};
+}
+
+void forwardInto(CudaBackend &be, const Geo &g, QK qk, DView v, DView o,
+                 float *lse) {
+  bool flash = plainScores(g) && flashSupported(g.D, qk.q, qk.k, v, qk.q);
+  if (flash && o.bf16 && cudnnAttnForward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, lse))
+    return;
+  WideKV w = widened(be, g, qk.k, v);
+  if (flash) {
+    flashForward(be, qk.q, w.k, w.v, o, lse, g.B, g.T, g.H, g.heads, g.D,
                  g.scale, g.causal);
     return;
   }
   attnFwdGeneric<<<warpGrid(g.B * g.heads * g.T), 256, 0, be.stream()>>>(
-      qk.q, qk.k, v, o, lse, g);
+      qk.q, w.k, w.v, o, lse, g);
   MAPP_CUDA_LAUNCHED();
 }
 
@@ -374,35 +421,60 @@ void checkGeo(const Geo &g, const Tensor &k, const char *what) {
 
 void cuda::attention(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
-  Geo g = geoOf(a, a.in[0]);
+  Geo g = geoOf(a, a.in[0], a.in[1]);
   checkGeo(g, a.in[1], "attention");
   if (!g.T || !g.D || !g.B)
     return;
+  makeRotaryTable(be, a, g);
   int64_t rows = g.B * g.heads * g.T, n = g.B * g.T * g.H;
   AttnSaved &sv = be.attnSaved(a.in[0].data, rows, n, isBf16(a.out[0]));
   sv.q = a.in[0].data;
   sv.k = a.in[1].data;
   sv.v = a.in[2].data;
-  DView k = repeatedKV(be, a.in[1], g.H, g.D, 6);
-  DView v = repeatedKV(be, a.in[2], g.H, g.D, 7);
-  QK qk = rotated(be, a, g, view(a.in[0]), k, 0, 3);
-  forwardInto(be, a, g, qk, v, view(a.out[0]), sv.lse);
+  QK qk = rotated(be, a, g, view(a.in[0]), view(a.in[1]), 0, 3);
+  forwardInto(be, g, qk, view(a.in[2]), view(a.out[0]), sv.lse);
   MAPP_CUDA_CHECK(cudaMemcpyAsync(sv.o, a.out[0].data, n * storedSize(a.out[0]),
                                   cudaMemcpyDeviceToDevice, be.stream()));
 }
 
+/// cuDNN's fused backward: bf16 everything, rowsum(dO∘O) computed inside,
+/// kv-wide dK, dV. With rotary, the q and k gradients land in bf16 scratch
+/// (slots 10, 11) and are rotated back into dq, dk. False when cuDNN does
+/// not run the shape (nothing written).
+bool cudnnBackward(CudaBackend &be, const KernelArgs &a, const Geo &g, QK qk,
+                   DView v, DView o, DView dout, const float *lse, DView dq,
+                   DView dk, DView dv) {
+  if (!plainScores(g) || !o.bf16 || !dq.bf16 || !dk.bf16 || !dv.bf16 ||
+      !flashSupported(g.D, qk.q, qk.k, v, dout))
+    return false;
+  bool rotary = a.attrs.flag("rotary");
+  DView dqr = dq, dkr = dk;
+  if (rotary) {
+    dqr = {be.scratch(g.B * g.T * g.H * 2, 10), 1};
+    dkr = {be.scratch(g.B * g.T * g.hk * 2, 11), 1};
+  }
+  if (!cudnnAttnBackward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, dout.p, lse,
+                         dqr.p, dkr.p, dv.p))
+    return false;
+  if (rotary) {
+    rotate(be, a, g, dqr, dq, g.H, 1);
+    rotate(be, a, g, dkr, dk, g.hk, 1);
+  }
+  return true;
+}
+
 void cuda::attention_grad(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
-  Geo g = geoOf(a, a.in[1]);
+  Geo g = geoOf(a, a.in[1], a.in[2]);
   checkGeo(g, a.in[2], "attention_grad");
   if (!g.T || !g.D || !g.B)
     return;
+  makeRotaryTable(be, a, g);
   int64_t rows = g.B * g.heads * g.T, n = g.B * g.T * g.H;
   bool rotary = a.attrs.flag("rotary");
-  const bool gqa = a.in[2].dim(2) != g.H;
-  QK qk = rotated(be, a, g, view(a.in[1]), repeatedKV(be, a.in[2], g.H, g.D, 6),
-                  0, 3);
-  DView dout = view(a.in[0]), v = repeatedKV(be, a.in[3], g.H, g.D, 7);
+  const bool gqa = g.hk != g.H;
+  QK qk = rotated(be, a, g, view(a.in[1]), view(a.in[2]), 0, 3);
+  DView dout = view(a.in[0]), v = view(a.in[3]);
   AttnSaved *sv = be.findAttn(a.in[1].data, a.in[2].data, a.in[3].data);
   const float *lse;
   DView o;
@@ -416,34 +488,19 @@ void cuda::attention_grad(const KernelArgs &a) {
     // No saved forward: recompute it into scratch.
     float *l = static_cast<float *>(be.scratch(rows * 4 + n * 4, 2));
     o = {l + rows, 0};
-    forwardInto(be, a, g, qk, v, o, l);
+    forwardInto(be, g, qk, v, o, l);
     lse = l;
   }
   DView dq = view(a.out[0]), dk = view(a.out[1]), dv = view(a.out[2]);
-  // GQA: full-width fp32 dK, dV in scratch, summed per group at the end.
+  if (cudnnBackward(be, a, g, qk, v, o, dout, lse, dq, dk, dv))
+    return;
+  // The own kernels: k, v repeated to every query head; with GQA, full-width
+  // fp32 dK, dV in scratch, summed per group at the end.
+  WideKV w = widened(be, g, qk.k, v);
   DView dkOut = dk, dvOut = dv;
   if (gqa) {
     dk = {be.scratch(n * 4, 8), 0};
     dv = {be.scratch(n * 4, 9), 0};
-  }
-  auto reduceGroups = [&] {
-    if (!gqa)
-      return;
-    int64_t rowsBT = g.B * g.T, hk = a.in[2].dim(2);
-    for (auto [src, dst] : {std::pair{dk, dkOut}, std::pair{dv, dvOut}}) {
-      sumKVGroups<<<gridFor(rowsBT * hk, 256), 256, 0, be.stream()>>>(
-          src, dst, rowsBT, hk, g.H, g.D, g.H / hk);
-      MAPP_CUDA_LAUNCHED();
-    }
-  };
-  // cuDNN's fused backward takes bf16 everything and computes rowsum(dO∘O)
-  // itself; with rotary the gradients go through fp32 scratch, so own kernels.
-  if (!rotary && plainScores(g) && o.bf16 && dq.bf16 && dk.bf16 && dv.bf16 &&
-      flashSupported(g.D, qk.q, qk.k, v, dout) &&
-      cudnnAttnBackward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, dout.p, lse, dq.p,
-                        dk.p, dv.p)) {
-    reduceGroups();
-    return;
   }
   // Slot 1: delta, then (with rotary) fp32 gradients w.r.t. the rotated q
   // and k, rotated back into dq/dk at the end.
@@ -456,27 +513,29 @@ void cuda::attention_grad(const KernelArgs &a) {
     dqr = {buf + rows, 0};
     dkr = {buf + rows + n, 0};
   }
-  if (plainScores(g) && flashSupported(g.D, qk.q, qk.k, v, dout) &&
+  if (plainScores(g) && flashSupported(g.D, qk.q, w.k, w.v, dout) &&
       flashBwdSupported(dqr, dkr, dv)) {
-    flashBackward(be, dout, qk.q, qk.k, v, lse, delta, dqr, dkr, dv, g.B, g.T,
+    flashBackward(be, dout, qk.q, w.k, w.v, lse, delta, dqr, dkr, dv, g.B, g.T,
                   g.H, g.heads, g.D, g.scale, g.causal);
   } else {
-    attnDqGeneric<<<warpGrid(rows), 256, 0, be.stream()>>>(dout, qk.q, qk.k, v,
+    attnDqGeneric<<<warpGrid(rows), 256, 0, be.stream()>>>(dout, qk.q, w.k, w.v,
                                                            lse, delta, dqr, g);
     MAPP_CUDA_LAUNCHED();
     attnDkvGeneric<<<warpGrid(rows), 256, 0, be.stream()>>>(
-        dout, qk.q, qk.k, v, lse, delta, dkr, dv, g);
+        dout, qk.q, w.k, w.v, lse, delta, dkr, dv, g);
     MAPP_CUDA_LAUNCHED();
   }
   if (rotary) {
-    double base = a.attrs.getFloat("rotary_base", 10000.0);
-    int64_t R = rotaryDimOf(a, g);
-    rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(dqr, dq, g.B, g.T,
-                                                           g.H, g.D, R, base, 1);
-    MAPP_CUDA_LAUNCHED();
-    rotaryKernel<<<gridFor(n, 256), 256, 0, be.stream()>>>(dkr, dk, g.B, g.T,
-                                                           g.H, g.D, R, base, 1);
-    MAPP_CUDA_LAUNCHED();
+    // Full width here: the group sum below commutes with the rotation.
+    rotate(be, a, g, dqr, dq, g.H, 1);
+    rotate(be, a, g, dkr, dk, g.H, 1);
   }
-  reduceGroups();
+  if (gqa) {
+    int64_t rowsBT = g.B * g.T;
+    for (auto [src, dst] : {std::pair{dk, dkOut}, std::pair{dv, dvOut}}) {
+      sumKVGroups<<<gridFor(rowsBT * g.hk, 256), 256, 0, be.stream()>>>(
+          src, dst, rowsBT, g.hk, g.H, g.D, g.H / g.hk);
+      MAPP_CUDA_LAUNCHED();
+    }
+  }
 }

@@ -39,15 +39,16 @@ void flashBackwardWmma(CudaBackend &be, DView dout, DView q, DView k, DView v,
 using AttnImpl = CudaAttnImpl;
 inline AttnImpl attnImpl(const CudaBackend &be) { return be.config().attn; }
 
-/// One attention call's geometry: [B,T,H] operands, H = heads·D.
+/// One attention call's geometry: q/o [B,T,H] with H = heads·D; k/v
+/// [B,T,kvHeads·D] (grouped-query attention when kvHeads < heads).
 struct AttnCall {
-  int64_t B, T, H, heads, D;
+  int64_t B, T, H, heads, D, kvHeads;
   float scale;
   int causal;
 };
 
-/// cuDNN's fused flash attention (CudnnAttention.cu) on bf16 [B,T,H]
-/// operands; stats are the lse of the own kernels. Each returns false, having
+/// cuDNN's fused flash attention (CudnnAttention.cu) on bf16 operands, k/v
+/// (and dK/dV) at their own kv-head width; stats are the lse of the own kernels. Each returns false, having
 /// done nothing, when cuDNN is absent or has no engine for the shape (and
 /// MAPP_CUDA_ATTN is not `cudnn`), so the caller runs its own kernels.
 bool cudnnAttnForward(CudaBackend &be, const AttnCall &c, const void *q,

@@ -131,7 +131,7 @@ public:
   size_t ltWorkspaceBytes() const { return ltWorkspaceBytes_; }
   int smCount() const { return sms_; }
   DeviceError *deviceError() const { return devError_; }
-  /// Device scratch of at least `bytes` in buffer `which` (0..5), valid until
+  /// Device scratch of at least `bytes` in buffer `which` (0..12), valid until
   /// the next scratch() call on that buffer (work on the one stream is
   /// ordered, so reuse is safe). Conventions: 0 GEMM A / norm partials,
   /// 1 small per-kernel data, 2 reduce_sum / recomputed attention,
@@ -211,7 +211,9 @@ private:
     void *p = nullptr;
     size_t bytes = 0;
   };
-  Scratch scratch_[10]; // 6..9: grouped-query attention's repeated k/v, dk/dv
+  Scratch scratch_[13]; // 6..9: grouped-query attention's repeated k/v, dk/dv;
+                        // 10, 11: rotary attention's bf16 dq, dk from cuDNN;
+                        // 12: rotary cos/sin table
 
   CudaConfig config_;
   bool bf16Storage_ = true;

@@ -10,8 +10,12 @@
 // use and cached. Whatever fails (no library, no engine for the shape) is
 // recorded and answered with `false`, and the caller runs its own kernels.
 //
-// Layouts: q/k/v/o/dO and the gradients are [B,T,H] with H = heads·D, i.e.
-// the graph's [B,heads,T,D] tensors with strides {T·H, D, H, 1}; the
+// Layouts: q/o/dO/dQ are [B,T,H] with H = heads·D, i.e. the graph's
+// [B,heads,T,D] tensors with strides {T·H, D, H, 1}; k/v/dK/dV are
+// [B,T,Hk] with Hk = kvHeads·D. Grouped-query attention (kvHeads < heads)
+// is the frontend's graph: the matmuls broadcast the kv heads over each
+// group of query heads, and dK, dV are full-head products reduced (summed)
+// onto the kv heads inside the graph -- nothing is repeated in memory. The
 // statistics (natural-log log-sum-exp of the scaled scores) are
 // [B,heads,T,1] packed, exactly the lse layout of the own kernels, so either
 // forward can feed either backward.
@@ -50,6 +54,9 @@ struct Variant {
   cudnnDataType_t indexType; // gen_index output / math
   cudnnDataType_t probType;  // P fed to the second matmul, reshaped Pᵀ/dSᵀ
   bool dqAccum;              // backward: dQ through an fp32 accumulator
+  // backward, grouped-query: the full-head dK, dV before the group sum in
+  // bf16 (the frontend's choice) or fp32
+  cudnnDataType_t fullHeadType = CUDNN_DATA_BFLOAT16;
 };
 const Variant kForwardVariants[] = {
     {"int32-index/bf16-P", CUDNN_DATA_INT32, CUDNN_DATA_BFLOAT16, false},
@@ -61,6 +68,8 @@ const Variant kBackwardVariants[] = {
     {"int32-index/bf16-P/direct-dQ", CUDNN_DATA_INT32, CUDNN_DATA_BFLOAT16, false},
     {"int32-index/f32-P/dQ-accum", CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, true},
     {"f32-index/f32-P/dQ-accum", CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, true},
+    {"int32-index/bf16-P/dQ-accum/f32-full-head", CUDNN_DATA_INT32, CUDNN_DATA_BFLOAT16,
+     true, CUDNN_DATA_FLOAT},
 };
 
 struct CachedPlan {
@@ -69,7 +78,7 @@ struct CachedPlan {
   bool ok = false;
 };
 
-using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, float, int>;
+using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, int>;
 
 struct State {
   std::mutex mu;
@@ -94,11 +103,14 @@ State &state() {
 }
 
 struct Geometry {
-  int64_t B, T, H, heads, D;
+  int64_t B, T, H, heads, D, kvHeads;
   float scale;
   int causal;
+  int64_t Hk() const { return kvHeads * D; }
+  bool grouped() const { return kvHeads != heads; }
   Graph::Dims qkv() const { return {{B, heads, T, D}, {T * H, D, H, 1}}; }
-  Graph::Dims transposed() const { return {{B, heads, D, T}, {T * H, D, 1, H}}; }
+  Graph::Dims kv() const { return {{B, kvHeads, T, D}, {T * Hk(), D, Hk(), 1}}; }
+  Graph::Dims kvTransposed() const { return {{B, kvHeads, D, T}, {T * Hk(), D, 1, Hk()}}; }
   Graph::Dims scores() const { return {{B, heads, T, T}, {heads * T * T, T * T, T, 1}}; }
   Graph::Dims scoresT() const { return {{B, heads, T, T}, {heads * T * T, T * T, 1, T}}; }
   Graph::Dims rows() const { return {{B, heads, T, 1}, {heads * T, T, 1, 1}}; }
@@ -127,8 +139,8 @@ cudnnBackendDescriptor_t scaleAndMask(Graph &g, const Variant &var,
 /// O = softmax(mask(scale·QKᵀ))·V and its row statistics.
 void buildForward(Graph &g, const Geometry &sh, const Variant &var) {
   auto q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
-  auto kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, sh.transposed(), false);
-  auto v = g.tensor(kV, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
+  auto kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, sh.kvTransposed(), false);
+  auto v = g.tensor(kV, CUDNN_DATA_BFLOAT16, sh.kv(), false);
   auto o = g.tensor(kO, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
   auto stats = g.tensor(kStats, CUDNN_DATA_FLOAT, sh.rows(), false);
   auto sc = g.virt(CUDNN_DATA_FLOAT, sh.scores());
@@ -155,14 +167,23 @@ void buildForward(Graph &g, const Geometry &sh, const Variant &var) {
 /// directly).
 void buildBackward(Graph &g, const Geometry &sh, const Variant &var) {
   auto q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
-  auto kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, sh.transposed(), false);
-  auto vt = g.tensor(kV, CUDNN_DATA_BFLOAT16, sh.transposed(), false);
+  auto kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, sh.kvTransposed(), false);
+  auto vt = g.tensor(kV, CUDNN_DATA_BFLOAT16, sh.kvTransposed(), false);
   auto o = g.tensor(kO, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
   auto dO = g.tensor(kDO, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
   auto stats = g.tensor(kStats, CUDNN_DATA_FLOAT, sh.rows(), false);
   auto dQ = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
-  auto dK = g.tensor(kDK, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
-  auto dV = g.tensor(kDV, CUDNN_DATA_BFLOAT16, sh.qkv(), false);
+  auto dK = g.tensor(kDK, CUDNN_DATA_BFLOAT16, sh.kv(), false);
+  auto dV = g.tensor(kDV, CUDNN_DATA_BFLOAT16, sh.kv(), false);
+  // Grouped-query: dK, dV are computed per query head, then summed onto
+  // the kv heads ("b (hk g) t d -> b hk t d").
+  auto perQueryHead = [&](cudnnBackendDescriptor_t out) {
+    return sh.grouped() ? g.virt(var.fullHeadType, sh.packed()) : out;
+  };
+  auto sumGroups = [&](cudnnBackendDescriptor_t full, cudnnBackendDescriptor_t out) {
+    if (sh.grouped())
+      g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
+  };
   auto one = g.scalar(kOne);
   // softmax_sum = rowsum(dO∘O)
   auto prod = g.virt(CUDNN_DATA_FLOAT, sh.qkv());
@@ -181,7 +202,9 @@ void buildBackward(Graph &g, const Geometry &sh, const Variant &var) {
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, p);
   auto pt = g.virt(var.probType, sh.scoresT());
   g.reshape(p, pt);
-  g.matmul(pt, dO, dV);
+  auto dVFull = perQueryHead(dV);
+  g.matmul(pt, dO, dVFull);
+  sumGroups(dVFull, dV);
   // dS = P∘(dO·Vᵀ − softmax_sum)·scale; dK = dSᵀ·Q; dQ = dS·K
   auto dP = g.virt(CUDNN_DATA_FLOAT, sh.scores());
   g.matmul(dO, vt, dP);
@@ -195,8 +218,10 @@ void buildBackward(Graph &g, const Geometry &sh, const Variant &var) {
   g.pointwise(CUDNN_POINTWISE_MUL, dP3, dS, g.scalar(kScale));
   auto dST = g.virt(var.probType, sh.scoresT());
   g.reshape(dS, dST);
-  g.matmul(dST, q, dK);
-  auto k = g.virt(CUDNN_DATA_BFLOAT16, sh.qkv());
+  auto dKFull = perQueryHead(dK);
+  g.matmul(dST, q, dKFull);
+  sumGroups(dKFull, dK);
+  auto k = g.virt(CUDNN_DATA_BFLOAT16, sh.kv());
   g.reshape(kt, k);
   if (var.dqAccum) {
     auto acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, sh.packed(), false, false, true);
@@ -210,14 +235,15 @@ void buildBackward(Graph &g, const Geometry &sh, const Variant &var) {
 std::string describe(const Geometry &sh, bool fwd) {
   std::ostringstream os;
   os << (fwd ? "forward" : "backward") << " B=" << sh.B << " T=" << sh.T
-     << " heads=" << sh.heads << " D=" << sh.D << (sh.causal ? " causal" : "");
+     << " heads=" << sh.heads << " kv_heads=" << sh.kvHeads << " D=" << sh.D
+     << (sh.causal ? " causal" : "");
   return os.str();
 }
 
 /// The cached plan for a shape, built on first use; null when cuDNN cannot
 /// run it (the reason is logged once).
 CachedPlan *planFor(State &s, const Geometry &sh, bool fwd, bool verbose) {
-  Key key{fwd, sh.B, sh.T, sh.H, sh.heads, sh.D, sh.scale, sh.causal};
+  Key key{fwd, sh.B, sh.T, sh.H, sh.heads, sh.kvHeads, sh.D, sh.scale, sh.causal};
   auto it = s.plans.find(key);
   if (it != s.plans.end())
     return it->second.ok ? &it->second : nullptr;
@@ -227,6 +253,8 @@ CachedPlan *planFor(State &s, const Geometry &sh, bool fwd, bool verbose) {
   size_t count = fwd ? std::size(kForwardVariants) : std::size(kBackwardVariants);
   for (size_t i = 0; i < count && !plan.ok; ++i) {
     const Variant &var = vars[i];
+    if (!sh.grouped() && var.fullHeadType != CUDNN_DATA_BFLOAT16)
+      continue; // the choice exists only with grouped-query attention
     try {
       Graph g(s.api);
       if (fwd)
@@ -314,7 +342,7 @@ bool cuda::cudnnAttnForward(CudaBackend &be, const AttnCall &c, const void *q,
   }
   if ((c.D != 64 && c.D != 128) || !aligned(q) || !aligned(k) || !aligned(v) || !aligned(o))
     return false;
-  Geometry sh{c.B, c.T, c.H, c.heads, c.D, c.scale, c.causal};
+  Geometry sh{c.B, c.T, c.H, c.heads, c.D, c.kvHeads, c.scale, c.causal};
   CachedPlan *plan = planFor(s, sh, true, be.config().cudnnVerbose);
   if (!plan) {
     if (forced)
@@ -358,7 +386,7 @@ bool cuda::cudnnAttnBackward(CudaBackend &be, const AttnCall &c, const void *q,
       return false;
   if (c.D != 64 && c.D != 128)
     return false;
-  Geometry sh{c.B, c.T, c.H, c.heads, c.D, c.scale, c.causal};
+  Geometry sh{c.B, c.T, c.H, c.heads, c.D, c.kvHeads, c.scale, c.causal};
   CachedPlan *plan = planFor(s, sh, false, be.config().cudnnVerbose);
   if (!plan) {
     if (forced)
@@ -407,24 +435,26 @@ std::string cuda::cudnnAttnDryRun(bool &ok) {
     return report;
   // Every descriptor and operation of each graph variant is built and
   // finalized; only the operation graph and the plans need a handle (a GPU).
-  Geometry sh{2, 256, 2 * 128, 2, 128, 0.088f, 1};
-  for (bool fwd : {true, false}) {
-    const Variant *vars = fwd ? kForwardVariants : kBackwardVariants;
-    size_t count = fwd ? std::size(kForwardVariants) : std::size(kBackwardVariants);
-    for (size_t i = 0; i < count; ++i) {
-      report += "\n  " + describe(sh, fwd) + " [" + vars[i].name + "]: ";
-      try {
-        Graph g(api);
-        if (fwd)
-          buildForward(g, sh, vars[i]);
-        else
-          buildBackward(g, sh, vars[i]);
-        report += std::to_string(g.numOps()) + " operations finalized";
-      } catch (const cudnn::Failure &f) {
-        report += "FAILED " + f.what;
-        ok = false;
+  // Multi-head and grouped-query (4 query heads over 2 kv heads).
+  for (Geometry sh : {Geometry{2, 256, 2 * 128, 2, 128, 2, 0.088f, 1},
+                      Geometry{2, 256, 4 * 128, 4, 128, 2, 0.088f, 1}})
+    for (bool fwd : {true, false}) {
+      const Variant *vars = fwd ? kForwardVariants : kBackwardVariants;
+      size_t count = fwd ? std::size(kForwardVariants) : std::size(kBackwardVariants);
+      for (size_t i = 0; i < count; ++i) {
+        report += "\n  " + describe(sh, fwd) + " [" + vars[i].name + "]: ";
+        try {
+          Graph g(api);
+          if (fwd)
+            buildForward(g, sh, vars[i]);
+          else
+            buildBackward(g, sh, vars[i]);
+          report += std::to_string(g.numOps()) + " operations finalized";
+        } catch (const cudnn::Failure &f) {
+          report += "FAILED " + f.what;
+          ok = false;
+        }
       }
     }
-  }
   return report;
 }
