@@ -47,11 +47,26 @@ const ShapeCase kShapes[] = {{"1.3b", 8, 16, 16, 2048, 128},
                              {"124m", 8, 12, 12, 1024, 64}};
 // --gqa (bench/gpu/gqa_torch.py has the same list): LLaMA-3-8B's attention
 // (32 query heads over 8 key/value heads of 128), one tp=4 rank of it (8/2),
-// a 70B-style tp=8 rank (8 query heads, 1 key/value head), and MQA at D=64.
+// a 70B-style tp=8 rank (8 query heads, 1 key/value head), MQA at D=64; the
+// LLaMA-3.2-1B bench's (32/8 of 64) at 2k, 8k and 16k, LLaMA-3-8B's at 8k
+// and 16k, and the other head dims of the model families: Pythia's 80,
+// Phi-3's 96, Gemma 2's 256 (8/4).
 const ShapeCase kGqaShapes[] = {{"l3-8b", 2, 32, 8, 2048, 128},
                                 {"l3-8b/tp4", 4, 8, 2, 2048, 128},
                                 {"70b/tp8", 4, 8, 1, 2048, 128},
-                                {"mqa-d64", 4, 16, 1, 1024, 64}};
+                                {"mqa-d64", 4, 16, 1, 1024, 64},
+                                {"l3-1b", 4, 32, 8, 2048, 64},
+                                {"l3-1b-8k", 1, 32, 8, 8192, 64},
+                                {"l3-1b-16k", 1, 32, 8, 16384, 64},
+                                {"l3-8b-8k", 1, 32, 8, 8192, 128},
+                                {"l3-8b-16k", 1, 32, 8, 16384, 128},
+                                {"pythia-d80", 2, 32, 32, 2048, 80},
+                                {"phi3-d96", 2, 32, 32, 2048, 96},
+                                {"gemma2-d256", 2, 8, 4, 2048, 256}};
+// The fp64 host reference is O(T²·D) per checked head: sequences past this
+// are timed only (their engines are checked at the shorter shapes and by
+// the kernel test).
+constexpr int64_t kMaxCheckedT = 4096;
 
 uint16_t toBf16(float f) {
   uint32_t u;
@@ -229,7 +244,8 @@ int main(int argc, char **argv) {
     // The slice checked: the last query head (the last of its group) and
     // its key/value head.
     int64_t b = s.B - 1, hd = s.heads - 1, kvh = s.kv - 1;
-    Reference ref = reference(s, b, hd, hq, hk, hv, hdO);
+    bool checked = s.T <= kMaxCheckedT;
+    Reference ref = checked ? reference(s, b, hd, hq, hk, hv, hdO) : Reference{};
     Attrs at;
     at.setInt("heads", s.heads);
     at.setFloat("scale", 1.0 / std::sqrt(double(s.D)));
@@ -282,16 +298,20 @@ int main(int argc, char **argv) {
         std::printf("ROW %s %s unavailable: %s\n", s.name, impl, err.c_str());
         continue;
       }
-      double eo = relErr(o.download(), s, s.heads, b, hd, ref.o);
-      double eq = relErr(dq.download(), s, s.heads, b, hd, ref.dq);
-      double ek = relErr(dk.download(), s, s.kv, b, kvh, ref.dk);
-      double ev = relErr(dv.download(), s, s.kv, b, kvh, ref.dv);
-      bool pass = eo <= 1e-2 && eq <= 2e-2 && ek <= 2e-2 && ev <= 2e-2;
+      double eo = NAN, eq = NAN, ek = NAN, ev = NAN;
+      bool pass = true;
+      if (checked) {
+        eo = relErr(o.download(), s, s.heads, b, hd, ref.o);
+        eq = relErr(dq.download(), s, s.heads, b, hd, ref.dq);
+        ek = relErr(dk.download(), s, s.kv, b, kvh, ref.dk);
+        ev = relErr(dv.download(), s, s.kv, b, kvh, ref.dv);
+        pass = eo <= 1e-2 && eq <= 2e-2 && ek <= 2e-2 && ev <= 2e-2;
+      }
       failures += !pass;
       double mf = median(tf), mfb = median(tfb);
       std::printf("ROW %s %s %.3f %.3f %.1f %.1f %.2e %.2e %.2e %.2e %s\n", s.name, impl, mf,
                   mfb, flopFwd / (mf * 1e9), 3.5 * flopFwd / (mfb * 1e9), eo, eq, ek, ev,
-                  pass ? "PASS" : "FAIL");
+                  !checked ? "UNCHECKED" : pass ? "PASS" : "FAIL");
       std::fflush(stdout);
     }
   }

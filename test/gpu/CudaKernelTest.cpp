@@ -441,6 +441,11 @@ std::vector<Case> cases() {
   attn("attention_grad GQA 8/2 D64 rotary saved", 2, 192, 8, 64, true, true, true, true, 2);
   attn("attention_grad MQA 4/1 D64 rotary saved", 1, 96, 4, 64, true, true, true, true, 1);
   attn("attention GQA 6/3 D64 full", 1, 70, 6, 64, false, false, false, false, 3);
+  // Head dims other than 64/128 (Pythia's 80, Phi-3's 96, Gemma's 256):
+  // cuDNN where it has an engine, else the generic kernels.
+  attn("attention_grad GQA 4/2 D80 rotary saved", 1, 96, 4, 80, true, true, true, true, 2);
+  attn("attention_grad D96 rotary saved", 2, 70, 2, 96, true, true, true, true);
+  attn("attention_grad GQA 4/2 D256 saved", 1, 64, 4, 256, true, false, true, true, 2);
   // The model families' options (generic kernels; CPU backend reference):
   // Mistral's window, Gemma 2's softcap, GPT-NeoX's partial rotary, GPT-2's
   // attention dropout, with GQA and the saved forward.

@@ -8,7 +8,8 @@
 // recomputes it.
 //
 // Three implementations: cuDNN's fused flash attention where it loads
-// (CudnnAttention.cu; bf16, head dim 64 or 128), tensor-core kernels
+// (CudnnAttention.cu; bf16, head dims that are multiples of 8 up to 256
+// where cuDNN has an engine), tensor-core kernels
 // (FlashMma.cu; bf16 operands, head dim 64 or 128) and the generic warp-per-row kernels here (any head dim
 // up to 256, fp32 math), used for other shapes and as the reference the fast
 // path is tested against. Rotary embeddings are applied by rotating q and k
@@ -24,6 +25,7 @@
 #include "Attention.h"
 
 #include <cmath>
+#include <initializer_list>
 
 using namespace mapp::rt;
 using namespace mapp::rt::cuda;
@@ -391,11 +393,23 @@ WideKV widened(CudaBackend &be, const Geo &g, DView k, DView v) {
           repeatedKV(be, v, rows, g.hk, g.H, g.D, 7)};
 }
 
+/// cuDNN takes plain causal/full softmax on bf16 operands; it decides on
+/// the head dim (a multiple of 8 up to 256, engines permitting) itself.
+bool cudnnOperands(const Geo &g, std::initializer_list<DView> xs) {
+  if (!plainScores(g))
+    return false;
+  for (const DView &x : xs)
+    if (!x.bf16)
+      return false;
+  return true;
+}
+
 void forwardInto(CudaBackend &be, const Geo &g, QK qk, DView v, DView o,
                  float *lse) {
-  bool flash = plainScores(g) && flashSupported(g.D, qk.q, qk.k, v, qk.q);
-  if (flash && o.bf16 && cudnnAttnForward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, lse))
+  if (cudnnOperands(g, {qk.q, qk.k, v, o}) &&
+      cudnnAttnForward(be, callOf(g), qk.q.p, qk.k.p, v.p, o.p, lse))
     return;
+  bool flash = plainScores(g) && flashSupported(g.D, qk.q, qk.k, v, qk.q);
   WideKV w = widened(be, g, qk.k, v);
   if (flash) {
     flashForward(be, qk.q, w.k, w.v, o, lse, g.B, g.T, g.H, g.heads, g.D,
@@ -444,8 +458,7 @@ void cuda::attention(const KernelArgs &a) {
 bool cudnnBackward(CudaBackend &be, const KernelArgs &a, const Geo &g, QK qk,
                    DView v, DView o, DView dout, const float *lse, DView dq,
                    DView dk, DView dv) {
-  if (!plainScores(g) || !o.bf16 || !dq.bf16 || !dk.bf16 || !dv.bf16 ||
-      !flashSupported(g.D, qk.q, qk.k, v, dout))
+  if (!cudnnOperands(g, {qk.q, qk.k, v, o, dout, dq, dk, dv}))
     return false;
   bool rotary = a.attrs.flag("rotary");
   DView dqr = dq, dkr = dk;

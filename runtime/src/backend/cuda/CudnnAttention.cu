@@ -325,6 +325,10 @@ void run(State &s, CudaBackend &be, CachedPlan &plan, std::vector<int64_t> uids,
 
 bool aligned(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+/// cuDNN's SDPA takes head dims that are multiples of 8 up to 256 (16-byte
+/// rows of bf16); whether an engine exists for one is cuDNN's answer.
+bool headDimFits(int64_t D) { return D > 0 && D % 8 == 0 && D <= 256; }
+
 } // namespace
 
 bool cuda::cudnnAttnForward(CudaBackend &be, const AttnCall &c, const void *q,
@@ -340,7 +344,7 @@ bool cuda::cudnnAttnForward(CudaBackend &be, const AttnCall &c, const void *q,
       fail("MAPP_CUDA_ATTN=cudnn: ", s.loadReport);
     return false;
   }
-  if ((c.D != 64 && c.D != 128) || !aligned(q) || !aligned(k) || !aligned(v) || !aligned(o))
+  if (!headDimFits(c.D) || !aligned(q) || !aligned(k) || !aligned(v) || !aligned(o))
     return false;
   Geometry sh{c.B, c.T, c.H, c.heads, c.D, c.kvHeads, c.scale, c.causal};
   CachedPlan *plan = planFor(s, sh, true, be.config().cudnnVerbose);
@@ -384,7 +388,7 @@ bool cuda::cudnnAttnBackward(CudaBackend &be, const AttnCall &c, const void *q,
                         static_cast<const void *>(dk), static_cast<const void *>(dv)})
     if (!aligned(p))
       return false;
-  if (c.D != 64 && c.D != 128)
+  if (!headDimFits(c.D))
     return false;
   Geometry sh{c.B, c.T, c.H, c.heads, c.D, c.kvHeads, c.scale, c.causal};
   CachedPlan *plan = planFor(s, sh, false, be.config().cudnnVerbose);
