@@ -40,7 +40,7 @@ xz -T2 -6 -c /tmp/mapp-cuda-moe-test-broken > "$OUT/bin/mapp-cuda-moe-test-broke
 rm /tmp/mapp-cuda-moe-test-broken
 cp -r python/mapp "$OUT/mapp" && find "$OUT/mapp" -name __pycache__ -prune -exec rm -rf {} +
 cp bench/gpu/moe.sh "$OUT/run.sh"
-cp bench/gpu/moe_check.py bench/gpu/torch_moe.py bench/gpu/moe_summary.py "$OUT/"
+cp bench/gpu/moe_check.py bench/gpu/torch_moe.py bench/gpu/torch_train.py bench/gpu/moe_summary.py "$OUT/"
 cp bench/gpu/configs/gpt-moe-*.json "$OUT/configs/"
 cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
 plan() { # config optimizer [plan-name memory-flags...]

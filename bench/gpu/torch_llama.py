@@ -7,15 +7,13 @@ autocast, fused AdamW; eager or torch.compile.
 Usage: torch_llama.py CFG.json --mode eager|compile --steps N --warmup W [--profile K]
 Prints one JSON line: ms_per_step (median), tokens_per_s, peak_gib.
 """
-import argparse
 import json
-import statistics
-import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_train import arguments, time_training
 
 
 def rope_tables(T, D, base, device):
@@ -85,55 +83,9 @@ class Llama(nn.Module):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("cfg")
-    p.add_argument("--mode", default="eager")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--profile", type=int, default=0)
-    a = p.parse_args()
-    c = json.load(open(a.cfg))
+    a, c = arguments()
     torch.manual_seed(0)
-    model = Llama(c).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95),
-                            weight_decay=0.1, fused=True)
-    fwd = torch.compile(model) if a.mode == "compile" else model
-    B, T, V = c["micro_batch_size"], c["seq_length"], c["vocab_size"]
-    tok = torch.randint(0, V, (B, T), device="cuda")
-    tgt = torch.randint(0, V, (B, T), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(tok, tgt)
-        loss.backward()
-        opt.step()
-
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    ms = statistics.median(times)
-    if a.profile:
-        from torch.profiler import ProfilerActivity, profile as prof
-        with prof(activities=[ProfilerActivity.CUDA]) as pr:
-            for _ in range(2):
-                step()
-            torch.cuda.synchronize()
-        rows = sorted(((e.device_time_total, e.count, e.key) for e in pr.key_averages()),
-                      reverse=True)
-        print(f"torch profile: {sum(r[0] for r in rows) / 2e3:.2f} ms/step", file=sys.stderr)
-        for t, n, k in rows[:a.profile]:
-            print(f"  {t / 2e3:9.3f} ms/step {n // 2:5d}/step  {k[:110]}", file=sys.stderr)
-    print(json.dumps({"impl": f"torch-{a.mode}", "ms_per_step": ms,
-                      "tokens_per_s": B * T / ms * 1e3,
-                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30}))
+    print(json.dumps(time_training(Llama(c).cuda(), c, a)))
 
 
 if __name__ == "__main__":

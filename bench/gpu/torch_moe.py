@@ -18,14 +18,13 @@ Usage: torch_moe.py CFG.json --mode eager|compile --steps N --warmup W
 Prints one JSON line: impl, ms_per_step (median), tokens_per_s, peak_gib,
 grouped (grouped_mm or loop).
 """
-import argparse
 import json
-import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_train import arguments, time_training
 
 GROUPED = None  # "grouped_mm" or "loop", decided once by probe_grouped_mm()
 # Layout of the bf16 expert weights handed to the GEMMs: "kn" ([E, K, N]
@@ -238,14 +237,8 @@ def active_params(c):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("cfg")
-    p.add_argument("--mode", default="eager")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--grouped", default="auto", choices=["auto", "loop"])
-    a = p.parse_args()
-    c = json.load(open(a.cfg))
+    a, c = arguments(lambda p: p.add_argument("--grouped", default="auto",
+                                              choices=["auto", "loop"]))
     global GROUPED
     if a.grouped == "loop":
         GROUPED = "loop"
@@ -254,40 +247,11 @@ def main():
     h, f, e = c["hidden_size"], c["moe_ffn_hidden_size"], c["num_moe_experts"]
     pick_layout(m, h, f, e)
     torch.manual_seed(0)
-    model = GPT(c).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95),
-                            weight_decay=0.1, fused=True)
-    fwd = torch.compile(model) if a.mode == "compile" else model
-    B, T, V = c["micro_batch_size"], c["seq_length"], c["vocab_size"]
-    tok = torch.randint(0, V, (B, T), device="cuda")
-    tgt = torch.randint(0, V, (B, T), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(tok, tgt)
-        loss.backward()
-        opt.step()
-        return loss
-
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    ms = statistics.median(times)
+    row = time_training(GPT(c).cuda(), c, a)
     act, tot = active_params(c)
-    print(json.dumps({"impl": f"torch-{a.mode}", "ms_per_step": ms,
-                      "tokens_per_s": B * T / ms * 1e3,
-                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-                      "grouped": GROUPED + ("" if GROUPED == "loop" else f" {LAYOUT}"),
-                      "loss": loss.item(),
-                      "active_params": act, "total_params": tot}))
+    row.update({"grouped": GROUPED + ("" if GROUPED == "loop" else f" {LAYOUT}"),
+                "active_params": act, "total_params": tot})
+    print(json.dumps(row))
 
 
 if __name__ == "__main__":
