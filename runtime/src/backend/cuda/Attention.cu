@@ -360,7 +360,7 @@ void rotate(CudaBackend &be, const KernelArgs &a, const Geo &g, DView src,
   MAPP_CUDA_LAUNCHED();
 }
 
-/// q and k as the kernels see them: rotated fp32 copies with rotary.
+/// q and k as the kernels see them: rotated copies with rotary.
 struct QK {
   DView q, k;
 };
