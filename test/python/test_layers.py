@@ -151,6 +151,35 @@ def test_design_doc_states_the_layer_order():
     assert order in " ".join(text.split())
 
 
+def lines(n):
+    return "".join(f"int x{i};\n" for i in range(n))
+
+
+def test_tool_main_over_250_lines(tree):
+    write(tree, "tools/run/main.cpp", '#include "Helper.h"\nint main() {}\n' + lines(249))
+    (v,) = check_layers.check(str(tree))
+    assert v == "tools/run/main.cpp: tool main of 251 lines (at most 250: split it along its seams)"
+    # A tool's library file (no main) may be longer; 250 lines of main fit.
+    write(tree, "tools/run/main.cpp", "int main() {}\n" + lines(249))
+    write(tree, "tools/run/Lib.cpp", lines(800))
+    assert check_layers.check(str(tree)) == []
+
+
+def test_source_file_over_800_lines(tree):
+    write(tree, "runtime/src/plan/big.cpp", lines(800))
+    write(tree, "python/mapp/big.py", "\n" * 801)
+    assert check_layers.check(str(tree)) == [
+        "python/mapp/big.py: source file of 801 lines (at most 800: split it along its seams)"]
+
+
+def test_oversize_exception_only_shrinks(tree):
+    write(tree, "runtime/src/plan/big.cpp", lines(900))
+    left = {"runtime/src/plan/big.cpp": "why", "runtime/src/plan/a.cpp": "why"}
+    assert check_layers.size_violations(str(tree), left) == [
+        "runtime/src/plan/a.cpp: 3 lines now fits the source file limit of 800; "
+        "remove it from OVERSIZE_LEFT"]
+
+
 def test_command_line_exit_codes(tree):
     script = os.path.join(ROOT, "scripts", "check_layers.py")
     ok = subprocess.run([sys.executable, script, str(tree)], capture_output=True, text=True)
