@@ -78,7 +78,6 @@ OVERSIZE_LEFT = {
         "the dialect is being edited elsewhere; split after (issue #41)",
     "fuzz/plan_loader_fuzz.cpp": "not split yet (issue #41)",
     "runtime/src/backend/cuda/Moe.cu": "being split (issue #41)",
-    "python/mapp/lower.py": "being split (issue #41)",
 }
 MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.M)
 
