@@ -2,6 +2,7 @@
 # Installs the pinned Debian 12 packages mapp needs, only those missing.
 # Usage: scripts/setup.sh [--gpu-machine]   (no-op when everything is present)
 set -euo pipefail
+source "$(dirname "$0")/progress.sh"
 
 PKGS=(
   "cmake=3.25.1-1"
@@ -64,10 +65,13 @@ echo "setup: installing ${#missing[@]} missing package(s): ${missing[*]}" >&2
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+# -qq keeps apt's output to errors, so the heartbeat shows it is alive.
+with_heartbeat "apt-get update" $SUDO apt-get update -qq
+if ! with_heartbeat "apt-get install" \
+     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
   # Security updates (chromium above all) retire old versions from the
   # mirrors: fall back to the current version of each, loudly.
   echo "setup: a pinned version is no longer available; installing current versions" >&2
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]%%=*}"
+  with_heartbeat "apt-get install" \
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]%%=*}"
 fi

@@ -11,8 +11,10 @@ CONFIG=${1:-examples/gpt-small.json}
 STEPS=${2:-40}
 OUT=${MAPP_OUT:-out/example}
 
+source scripts/progress.sh
+announce "setup: Debian packages (installs only what is missing)"
 scripts/setup.sh
-scripts/build.sh >/dev/null
+scripts/build.sh
 BIN=build/bin
 mkdir -p "$OUT"
 
@@ -22,9 +24,9 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
   BACKEND=cuda
 fi
 
-echo "== compile $CONFIG"
+announce "compile $CONFIG"
 "$BIN/mapp-translate" --import-gpt-config "$CONFIG" -o "$OUT/model.mlir"
-"$BIN/mapp-opt" "$OUT/model.mlir" -mapp-autodiff \
+with_heartbeat compile "$BIN/mapp-opt" "$OUT/model.mlir" -mapp-autodiff \
   -mapp-optimizer="lr=6e-4 weight-decay=0.1 beta2=0.95 max-grad-norm=1.0 lr-schedule=cosine warmup=10 total-steps=$STEPS min-lr=6e-5" \
   -mapp-insert-trace="granularity=layer" -mapp-insert-probes="spec=examples/probes.json" \
   -mapp-plan-memory -mapp-lower-to-plan -o "$OUT/train.mlir"
@@ -36,14 +38,14 @@ if [ "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))
   TOKENIZER=bytes
 fi
 
-echo "== train on $BACKEND for $STEPS steps"
+announce "train on $BACKEND for $STEPS steps"
 "$BIN/mapp-run" "$OUT/model.mplan" --backend="$BACKEND" \
   --data data/gpt/news-1k.jsonl \
   --tokenizer "$TOKENIZER" \
   --steps "$STEPS" --seed 1 --metrics "$OUT/metrics.jsonl" \
   --save "$OUT/final.safetensors" \
   --trace-dir "$OUT/traces" --probe-db "$OUT/probes.sqlite"
-echo "== MegaScan: merged trace and diagnosis"
+announce "MegaScan: merged trace and diagnosis"
 "$BIN/mapp-scan" "$OUT/traces" -o "$OUT/merged.json" --report "$OUT/report.json" \
   --html "$OUT/report.html"
 echo "== outputs in $OUT: metrics.jsonl, final.safetensors, traces/ (Perfetto:"
@@ -54,7 +56,7 @@ echo "   merged.json), report.html, probes.sqlite (view: $BIN/mapp-scope serve -
 # depth-first, switches to breadth-first while the link is slow and back
 # once it recovers; each switch is printed with its reason and recorded as an
 # instant event on the MegaScan trace's "sched" track (docs/megadpp.md).
-echo "== MegaDPP: adaptive pipeline schedule under a slow link (pp=2 x 2 chunks, rank-threads)"
+announce "MegaDPP: adaptive pipeline schedule under a slow link (pp=2 x 2 chunks, rank-threads)"
 DPP=$OUT/dpp
 mkdir -p "$DPP"
 /usr/bin/python3 - "$DPP/gpt.json" <<'PY'
@@ -81,7 +83,7 @@ echo "   policy switches in the MegaScan trace (sched track):" \
 # split into separately placed subgraphs: backward at tp=2 on 4 ranks, the
 # forward at tp=1 on 2 more ranks that ship the stage inputs (recompute), the
 # updated parameters sent back every step (docs/megafbd.md).
-echo "== MegaFBD: forward (tp=1) and backward (tp=2) on separate ranks, pp=2"
+announce "MegaFBD: forward (tp=1) and backward (tp=2) on separate ranks, pp=2"
 "$BIN/mapp-opt" "$DPP/model.mlir" \
   "--mapp-train-pipeline=tp=2 pp=2 fbd=true fwd-tp=1 transfer=recompute microbatches=4 schedule=1f1b optimizer=adamw lr=1e-3" \
   -o "$DPP/fbd.mlir" 2>/dev/null

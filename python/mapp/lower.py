@@ -17,8 +17,10 @@ from . import attention as att
 from . import complex_rotary as crot
 from . import ir
 from . import patterns as pat
+from .lower_algebra import AlgebraLowering
 from .lower_moe import MoeLowering
-from .values import (Const, ExportError, Lazy, Param, Pending, Step, Tensor, Tuple, Unused, fail)
+from .values import (Const, ExportError, Lazy, Param, Pending, Step, Tensor, Tuple, Unused, fail,
+                     node_meta, node_shape)
 
 aten = torch.ops.aten
 
@@ -40,25 +42,11 @@ def _packet(node):
     return str(t)
 
 
-def _meta(node):
-    """TensorMetadata (shape, dtype) of a node's single tensor result, or None
-    (make_fx in real mode records metadata, not values)."""
-    m = node.meta.get("tensor_meta")
-    if m is None:
-        m = node.meta.get("val")  # torch.export: a FakeTensor
-    return m if m is not None and hasattr(m, "shape") and hasattr(m, "dtype") else None
-
-
-def _shape(node):
-    m = _meta(node)
-    return tuple(m.shape) if m is not None else None
-
-
 def _is_float_elem(e):
     return e in ("f32", "f16", "bf16")
 
 
-class Lowering(MoeLowering):
+class Lowering(MoeLowering, AlgebraLowering):
     @classmethod
     def lowered_ops(cls):
         """Names (aten overload packets) of the ops this lowering takes as
@@ -141,7 +129,7 @@ class Lowering(MoeLowering):
         kwargs = self._arg(node.kwargs)
         packet = _packet(node)
         ins = [a for a in node.all_input_nodes]
-        if packet not in _NONDETERMINISTIC and _meta(node) is not None \
+        if packet not in _NONDETERMINISTIC and node_meta(node) is not None \
                 and all(isinstance(self.env[n], Const) for n in ins):
             # Fold constant-only subgraphs (masks, rotary tables) by running them.
             cargs = torch.fx.node.map_arg(node.args, lambda n: self.env[n].val)
@@ -152,7 +140,7 @@ class Lowering(MoeLowering):
             if packet in _IDENTITY:
                 return args[0]
             if packet in _RESHAPES:
-                return self._layout(node, args[0], Step("reshape", _shape(node), node))
+                return self._layout(node, args[0], Step("reshape", node_shape(node), node))
             fail(node, "unsupported operation: mapp has no lowering for it")
         return handler(node, *args, **kwargs)
 
@@ -176,18 +164,18 @@ class Lowering(MoeLowering):
         n = len(x.shape)
         perm = list(range(n))
         perm[d0 % n], perm[d1 % n] = perm[d1 % n], perm[d0 % n]
-        return self._layout(node, x, Step("transpose", _shape(node), node, perm=tuple(perm)))
+        return self._layout(node, x, Step("transpose", node_shape(node), node, perm=tuple(perm)))
 
     def op_t(self, node, x):
         return self.op_transpose(node, x, 0, 1) if len(x.shape) == 2 else x
 
     def op_permute(self, node, x, perm):
         n = len(x.shape)
-        return self._layout(node, x, Step("transpose", _shape(node), node,
+        return self._layout(node, x, Step("transpose", node_shape(node), node,
                                           perm=tuple(p % n for p in perm)))
 
     def op_expand(self, node, x, size, implicit=False):
-        return self._layout(node, x, Step("expand", _shape(node), node))
+        return self._layout(node, x, Step("expand", node_shape(node), node))
 
     def op_slice(self, node, x, dim=0, start=None, end=None, step=1):
         dim %= len(x.shape)
@@ -196,7 +184,7 @@ class Lowering(MoeLowering):
         end = n if end is None else (end + n if end < 0 else end)
         start, end = min(max(start, 0), n), min(max(end, start), n)
         if step == 1:
-            return self._layout(node, x, Step("slice", _shape(node), node,
+            return self._layout(node, x, Step("slice", node_shape(node), node,
                                               dim=dim, start=start, end=end))
         # x[start:end:step]: the dim seen as [n/step, step] (cut to whole
         # strides first where step does not divide it): rows
@@ -220,7 +208,7 @@ class Lowering(MoeLowering):
                                        node, dim=dim, start=r0, end=r0 + k))
         y = self._layout(node, y, Step("slice", tuple(shape[:dim] + [k, 1] + shape[dim + 1:]),
                                        node, dim=dim + 1, start=c, end=c + 1))
-        return self._layout(node, y, Step("reshape", _shape(node), node))
+        return self._layout(node, y, Step("reshape", node_shape(node), node))
 
     def op_select(self, node, x, dim, index):
         n = x.shape[dim % len(x.shape)]
@@ -229,7 +217,7 @@ class Lowering(MoeLowering):
         shape[dim % len(shape)] = 1
         y = self._layout(node, x, Step("slice", tuple(shape), node, dim=dim % len(shape),
                                        start=index, end=index + 1))
-        return self._layout(node, y, Step("reshape", _shape(node), node))
+        return self._layout(node, y, Step("reshape", node_shape(node), node))
 
     def _split(self, node, x, sizes, dim):
         dim %= len(x.shape)
@@ -266,7 +254,7 @@ class Lowering(MoeLowering):
         return x.items[i]
 
     def op__to_copy(self, node, x, dtype=None, **kw):
-        to = _meta(node).dtype
+        to = node_meta(node).dtype
         if dtype is None or ir.elem_type(to) == x.elem:
             return x
         if not to.is_floating_point and x.elem in ("i32", "i64"):
@@ -280,7 +268,7 @@ class Lowering(MoeLowering):
     # -- compute -------------------------------------------------------------
 
     def op_embedding(self, node, table, ids, padding_idx=-1, *rest):
-        shape = _shape(node)
+        shape = node_shape(node)
         if isinstance(ids, Const):
             # Position ids from torch.arange: rows start..start+n of the table.
             flat = ids.val.reshape(-1).long()
@@ -319,31 +307,31 @@ class Lowering(MoeLowering):
         if bias is not None and bias.shape != (w.shape[0],):
             return None
         y = self.emit(node, "mapp.linear", ops, src.shape[:-1] + (w.shape[0],))
-        return Lazy.of(y).then(Step("reshape", _shape(node), node)) if base is not None else y
+        return Lazy.of(y).then(Step("reshape", node_shape(node), node)) if base is not None else y
 
     def op_addmm(self, node, bias, x, wt, beta=1, alpha=1):
         if beta != 1 or alpha != 1:
             fail(node, "addmm with alpha/beta other than 1")
         y = self._linear(node, x, wt, bias)
         if y is None:
-            y = self.emit(node, "mapp.matmul", [x, wt], _shape(node))
+            y = self.emit(node, "mapp.matmul", [x, wt], node_shape(node))
             y = self._binary(node, "mapp.add", y, bias)
         return y
 
     def op_mm(self, node, x, w):
         y = self._linear(node, x, w, None)
-        return y if y is not None else self.emit(node, "mapp.matmul", [x, w], _shape(node))
+        return y if y is not None else self.emit(node, "mapp.matmul", [x, w], node_shape(node))
 
     def op_bmm(self, node, a, b):
         if not self.recognize:
-            return self.emit(node, "mapp.matmul", [a, b], _shape(node))
+            return self.emit(node, "mapp.matmul", [a, b], node_shape(node))
         if isinstance(a, att.Probs):
             y = att.attention(self, node, a, b)
             if y is not None:
                 return y
         elif att.scores_operands(a, b):
-            return att.Scores(a, b, _shape(node), node)
-        return self.emit(node, "mapp.matmul", [a, b], _shape(node))
+            return att.Scores(a, b, node_shape(node), node)
+        return self.emit(node, "mapp.matmul", [a, b], node_shape(node))
 
     def op_masked_fill(self, node, x, mask, value):
         if isinstance(value, Const) and value.shape == ():
@@ -508,7 +496,7 @@ class Lowering(MoeLowering):
             if isinstance(a, (int, float)):
                 return self._scalar(node, b, float(a))
             return self._binary(node, "mapp.mul", a, b)
-        c = crot.multiply(node, a, b, _shape(node))
+        c = crot.multiply(node, a, b, node_shape(node))
         if c is not None:
             return c
         if isinstance(b, (int, float)) and not isinstance(a, (int, float)):
@@ -603,7 +591,7 @@ class Lowering(MoeLowering):
         if r is not None:
             return r
         vals = [x.materialize(self, node) for x in xs]
-        return Tensor(self.b.op("mapp.concat", vals, _shape(node), vals[0].elem,
+        return Tensor(self.b.op("mapp.concat", vals, node_shape(node), vals[0].elem,
                                 {"dim": ir.I64(dim % len(vals[0].shape))}, module=self.module(node)))
 
     def op_pow(self, node, x, e):
@@ -620,7 +608,7 @@ class Lowering(MoeLowering):
     def op_mean(self, node, x, dims, keepdim=False, dtype=None):
         if self.recognize and isinstance(x, pat.Square) and dims \
                 and [d % len(x.shape) for d in dims] == [len(x.shape) - 1] and keepdim:
-            return pat.MeanSquare(x.x, _shape(node))
+            return pat.MeanSquare(x.x, node_shape(node))
         y = self._reduce(node, x, dims, keepdim)
         count = math.prod(x.shape[d % len(x.shape)] for d in dims)
         return self._scalar(node, y, 1.0 / count)
@@ -636,155 +624,13 @@ class Lowering(MoeLowering):
         y = self.b.op("mapp.reduce_sum", [v], shape, v.elem, {"dims": ir.Array(dims)},
                       module=self.module(node))
         if keepdim:
-            y = self.b.op("mapp.reshape", [y], _shape(node), y.elem, module=self.module(node))
+            y = self.b.op("mapp.reshape", [y], node_shape(node), y.elem, module=self.module(node))
         return Tensor(y)
 
     def op_rsqrt(self, node, x):
         if self.recognize and isinstance(x, pat.MeanSquareEps):
             return pat.InvRms(x.x, x.eps, x.shape)
         return alg.unary(self, node, "mapp.rsqrt", x)
-
-    # -- the rest of the tensor algebra (algebra.py) -----------------------
-
-    def op_exp(self, node, x):
-        return alg.unary(self, node, "mapp.exp", x)
-
-    def op_log(self, node, x):
-        return alg.unary(self, node, "mapp.log", x)
-
-    def op_sqrt(self, node, x):
-        return alg.unary(self, node, "mapp.sqrt", x)
-
-    def op_sin(self, node, x):
-        return alg.unary(self, node, "mapp.sin", x)
-
-    def op_cos(self, node, x):
-        return alg.unary(self, node, "mapp.cos", x)
-
-    def op_sigmoid(self, node, x):
-        return alg.unary(self, node, "mapp.sigmoid", x)
-
-    def op_abs(self, node, x):
-        return alg.unary(self, node, "mapp.abs", x)
-
-    def op_sign(self, node, x):
-        return alg.unary(self, node, "mapp.sign", x)
-
-    def op_reciprocal(self, node, x):
-        return alg.elementwise(self, node, "mapp.div", 1.0, x)
-
-    def op_maximum(self, node, a, b):
-        return alg.elementwise(self, node, "mapp.maximum", a, b)
-
-    def op_minimum(self, node, a, b):
-        return alg.elementwise(self, node, "mapp.minimum", a, b)
-
-    def op_clamp(self, node, x, lo=None, hi=None):
-        y = x if lo is None else alg.elementwise(self, node, "mapp.maximum", x, lo)
-        return y if hi is None else alg.elementwise(self, node, "mapp.minimum", y, hi)
-
-    def op_clamp_min(self, node, x, lo):
-        return self.op_clamp(node, x, lo, None)
-
-    def op_clamp_max(self, node, x, hi):
-        return self.op_clamp(node, x, None, hi)
-
-    def op_lt(self, node, a, b):
-        return alg.elementwise(self, node, "mapp.lt", a, b)
-
-    def op_le(self, node, a, b):
-        return alg.elementwise(self, node, "mapp.le", a, b)
-
-    def op_gt(self, node, a, b):
-        return alg.elementwise(self, node, "mapp.gt", a, b)
-
-    def op_ge(self, node, a, b):
-        return alg.elementwise(self, node, "mapp.ge", a, b)
-
-    def op_eq(self, node, a, b):
-        return alg.elementwise(self, node, "mapp.eq", a, b)
-
-    def op_ne(self, node, a, b):
-        return alg.elementwise(self, node, "mapp.ne", a, b)
-
-    def op_logical_not(self, node, x):
-        return alg.elementwise(self, node, "mapp.sub", 1.0, x)
-
-    op_bitwise_not = op_logical_not
-
-    def op_stack(self, node, xs, dim=0):
-        return alg.stack(self, node, xs, dim)
-
-    def op_empty(self, node, size, **kw):
-        # Uninitialized memory: only defined once filled (fill_ then folds
-        # it, as repeat_interleave's index tensor); zeros stand in for it.
-        return Const(torch.zeros(_shape(node), dtype=_meta(node).dtype))
-
-    def op_index_select(self, node, x, dim, index):
-        if not isinstance(index, Const):
-            fail(node, "index_select with indices computed from the input (mapp takes "
-                       "constant indices only)")
-        dim %= len(x.shape)
-        idx = index.val.reshape(-1).long()
-        n = x.shape[dim]
-        if idx.numel() and (idx.min() < 0 or idx.max() >= n):
-            fail(node, f"index_select: an index is out of range for a dim of {n}")
-        r = idx.numel() // n if n else 0
-        shape = tuple(x.shape)
-        if r and torch.equal(idx, torch.arange(n).repeat_interleave(r)):  # repeat_interleave
-            y = self._layout(node, x, Step("reshape", shape[:dim + 1] + (1,) + shape[dim + 1:], node))
-            y = self._layout(node, y, Step("expand", shape[:dim + 1] + (r,) + shape[dim + 1:], node))
-            return self._layout(node, y, Step("reshape", _shape(node), node))
-        # Any other constant index list: runs of consecutive indices are
-        # slices, concatenated.
-        runs, start = [], 0
-        for i in range(1, idx.numel() + 1):
-            if i == idx.numel() or idx[i] != idx[i - 1] + 1:
-                runs.append((int(idx[start]), int(idx[i - 1]) + 1))
-                start = i
-        parts = []
-        for lo, hi in runs:
-            part = list(shape)
-            part[dim] = hi - lo
-            parts.append(self._layout(node, x, Step("slice", tuple(part), node, dim=dim,
-                                                    start=lo, end=hi)))
-        if len(parts) == 1:
-            return parts[0]
-        vals = [p.materialize(self, node) for p in parts]
-        return Tensor(self.b.op("mapp.concat", vals, _shape(node), vals[0].elem,
-                                {"dim": ir.I64(dim)}, module=self.module(node)))
-
-    def op_relu(self, node, x):
-        return alg.elementwise(self, node, "mapp.maximum", x, 0.0)
-
-    def op_var(self, node, x, dims=None, *rest, **kw):
-        # var.dim(x, dims, unbiased, keepdim) / var.correction(x, dims, *,
-        # correction, keepdim): mean((x − mean)²)·n/(n − correction).
-        if node.target._overloadname == "correction":
-            correction = kw.get("correction", 1)
-            correction = 1 if correction is None else correction
-            keepdim = kw.get("keepdim", False)
-        else:
-            unbiased = rest[0] if rest else kw.get("unbiased", True)
-            keepdim = rest[1] if len(rest) > 1 else kw.get("keepdim", False)
-            correction = 1 if unbiased else 0
-        n = len(x.shape)
-        dims = list(dims) if dims else list(range(n))
-        count = math.prod(x.shape[d % n] for d in dims)
-        centered = alg.elementwise(self, node, "mapp.sub", x, alg.mean(self, node, x, dims, True),
-                                   shape=x.shape)
-        sq = alg.elementwise(self, node, "mapp.mul", centered, centered)
-        total = alg.reduce_sum(self, node, sq, dims, keepdim)
-        return alg.scale(self, node, total, 1.0 / (count - correction))
-
-    def op_repeat_interleave(self, node, x, repeats=None, dim=None, **kw):
-        if not isinstance(repeats, int) or dim is None:
-            fail(node, "repeat_interleave other than by an int along a dim")
-        dim %= len(x.shape)
-        shape = tuple(x.shape)
-        y = self._layout(node, x, Step("reshape", shape[:dim + 1] + (1,) + shape[dim + 1:], node))
-        y = self._layout(node, y, Step("expand", shape[:dim + 1] + (repeats,) + shape[dim + 1:], node))
-        return self._layout(node, y, Step("reshape", _shape(node), node))
 
     # -- dropout (CPU form) ------------------------------------------------
 

@@ -35,6 +35,20 @@ def node_where(node):
     return f"{src}" + (f" (module '{mod}')" if mod else "")
 
 
+def node_meta(node):
+    """TensorMetadata (shape, dtype) of a node's single tensor result, or None
+    (make_fx in real mode records metadata, not values)."""
+    m = node.meta.get("tensor_meta")
+    if m is None:
+        m = node.meta.get("val")  # torch.export: a FakeTensor
+    return m if m is not None and hasattr(m, "shape") and hasattr(m, "dtype") else None
+
+
+def node_shape(node):
+    m = node_meta(node)
+    return tuple(m.shape) if m is not None else None
+
+
 def fail(node, message):
     raise ExportError(f"{node_where(node)}: {node_op(node)}: {message}")
 

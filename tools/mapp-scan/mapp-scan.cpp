@@ -6,16 +6,14 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mapp/scan/Follow.h"
-#include "mapp/scan/Report.h"
+#include "mapp/scan/ScanDriver.h"
 
 #include <cmath>
-#include <memory>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <iostream>
+#include <cstdlib>
+#include <set>
 #include <sstream>
+#include <string>
 
 using namespace mapp::scan;
 
@@ -87,16 +85,7 @@ static bool parseNumber(const char *s, double &v) {
 }
 
 int main(int argc, char **argv) {
-  std::string dir, merged, report, html;
-  ChromeOptions co;
-  ReadOptions ro;
-  AlignOptions ao;
-  DiagnoseOptions dopt;
-  ConsistencyOptions copt;
-  bool doWhatIf = false, quiet = false, allowInconsistent = false;
-  bool followMode = false;
-  std::string replay;
-  FollowOptions fo;
+  ScanRequest r;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char * {
@@ -108,11 +97,11 @@ int main(int argc, char **argv) {
       return argv[++i];
     };
     if (a == "-o")
-      merged = next();
+      r.merged = next();
     else if (a == "--report")
-      report = next();
+      r.report = next();
     else if (a == "--html")
-      html = next();
+      r.html = next();
     else if (a == "--steps") {
       std::string v = next();
       size_t c = v.find(':');
@@ -120,164 +109,75 @@ int main(int argc, char **argv) {
         if (c == std::string::npos)
           throw std::invalid_argument(v);
         if (c > 0)
-          co.stepBegin = std::stoi(v.substr(0, c));
+          r.co.stepBegin = std::stoi(v.substr(0, c));
         if (c + 1 < v.size())
-          co.stepEnd = std::stoi(v.substr(c + 1));
+          r.co.stepEnd = std::stoi(v.substr(c + 1));
       } catch (const std::exception &) {
         return fail("--steps expects A:B, got '" + v + "'");
       }
     } else if (a == "--ranks") {
       std::string v = next();
-      if (!parseRanks(v, co.ranks))
+      if (!parseRanks(v, r.co.ranks))
         return fail("--ranks expects a list like 0,2,4-7, got '" + v + "'");
     } else if (a == "--max-mb") {
-      if (!parseNumber(next(), co.maxMb) || co.maxMb <= 0)
+      if (!parseNumber(next(), r.co.maxMb) || r.co.maxMb <= 0)
         return fail("--max-mb expects a positive number");
     } else if (a == "--rank-threshold") {
-      if (!parseNumber(next(), dopt.rankThreshold) || dopt.rankThreshold <= 0)
+      if (!parseNumber(next(), r.dopt.rankThreshold) ||
+          r.dopt.rankThreshold <= 0)
         return fail("--rank-threshold expects a positive number");
     } else if (a == "--link-threshold") {
-      if (!parseNumber(next(), dopt.linkThreshold) || dopt.linkThreshold <= 0 ||
-          dopt.linkThreshold >= 1)
+      if (!parseNumber(next(), r.dopt.linkThreshold) ||
+          r.dopt.linkThreshold <= 0 || r.dopt.linkThreshold >= 1)
         return fail("--link-threshold expects a number in (0, 1)");
     } else if (a == "--compute-clock") {
       std::string v = next();
       if (v != "auto" && v != "span")
         return fail("--compute-clock expects auto or span, got '" + v + "'");
-      dopt.cpuClock = v == "auto";
+      r.dopt.cpuClock = v == "auto";
     } else if (a == "--max-residual-fraction") {
-      if (!parseNumber(next(), copt.maxResidualFraction) ||
-          !(copt.maxResidualFraction > 0))
+      if (!parseNumber(next(), r.copt.maxResidualFraction) ||
+          !(r.copt.maxResidualFraction > 0))
         return fail("--max-residual-fraction expects a positive number");
     } else if (a == "--max-violation-fraction") {
-      if (!parseNumber(next(), copt.maxViolationFraction) ||
-          !(copt.maxViolationFraction >= 0) || copt.maxViolationFraction > 1)
+      if (!parseNumber(next(), r.copt.maxViolationFraction) ||
+          !(r.copt.maxViolationFraction >= 0) ||
+          r.copt.maxViolationFraction > 1)
         return fail("--max-violation-fraction expects a number in [0, 1]");
     } else if (a == "--allow-inconsistent")
-      allowInconsistent = true;
+      r.allowInconsistent = true;
     else if (a == "--follow")
-      followMode = true;
+      r.followMode = true;
     else if (a == "--replay-summaries")
-      replay = next();
+      r.replay = next();
     else if (a == "--alerts")
-      fo.alerts = next();
+      r.fo.alerts = next();
     else if (a == "--follow-timeout") {
-      if (!parseNumber(next(), fo.idleTimeoutS) || fo.idleTimeoutS <= 0)
+      if (!parseNumber(next(), r.fo.idleTimeoutS) || r.fo.idleTimeoutS <= 0)
         return fail("--follow-timeout expects a positive number of seconds");
     } else if (a == "--what-if")
-      doWhatIf = true;
+      r.doWhatIf = true;
     else if (a == "--no-align")
-      ao.enabled = false;
+      r.ao.enabled = false;
     else if (a == "--allow-truncated")
-      ro.allowTruncated = true;
+      r.ro.allowTruncated = true;
     else if (a == "-q")
-      quiet = true;
+      r.quiet = true;
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (!a.empty() && a[0] == '-')
       return fail("unknown option '" + a + "'\n" + kUsage);
-    else if (dir.empty())
-      dir = a;
+    else if (r.dir.empty())
+      r.dir = a;
     else
       return fail("more than one trace directory given");
   }
-  if (!replay.empty()) {
-    if (!dir.empty() || followMode)
-      return fail("--replay-summaries takes no trace directory");
-    std::vector<mapp::monitor::StepSummary> recs;
-    ReplayStats st;
-    std::string rerr;
-    if (!mapp::monitor::readSummaries(replay, recs, &rerr) ||
-        !replaySummaries(recs, fo.diagnosis, st, &rerr))
-      return fail(rerr);
-    std::unique_ptr<mapp::monitor::AlertLog> log =
-        mapp::monitor::AlertLog::open(fo.alerts, "mapp-scan", &rerr);
-    if (!log)
-      return fail("--alerts: " + rerr);
-    for (const mapp::monitor::Alert &a : st.alerts)
-      log->write(a);
-    std::fprintf(stderr,
-                 "mapp-scan --replay-summaries: %d ranks, %d steps: per-step "
-                 "diagnosis max %.1f ms, median %.1f ms; all steps %.2f s; "
-                 "window memory %.1f MiB; %zu alert line(s)\n",
-                 st.world, st.steps, st.maxStepMs, st.medianStepMs, st.totalS,
-                 st.memoryBytes / 1048576.0, st.alerts.size());
-    if (!st.exposure.empty())
-      std::fprintf(stderr, "mapp-scan --replay-summaries: %s\n",
-                   st.exposure.c_str());
-    return 0;
-  }
-  if (dir.empty()) {
+  if (r.replay.empty() && r.dir.empty()) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-
-  if (followMode) {
-    fo.dir = dir;
-    FollowResult fr;
-    std::string ferr;
-    if (!follow(fo, fr, &ferr))
-      return fail(ferr);
-    if (!quiet) {
-      std::fprintf(stderr,
-                   "mapp-scan --follow: %d ranks, %lld steps diagnosed, %zu "
-                   "alert line(s), window memory %.1f MiB%s\n",
-                   fr.world, static_cast<long long>(fr.steps), fr.alerts,
-                   fr.peakMemoryBytes / 1048576.0,
-                   fr.complete ? "" : "; stopped: nothing grew for the "
-                                      "--follow-timeout");
-      if (!fr.exposure.empty())
-        std::fprintf(stderr, "mapp-scan --follow: %s\n", fr.exposure.c_str());
-    }
-    return 0;
-  }
-  if (!fo.alerts.empty() && fo.alerts != "-")
-    return fail("--alerts needs --follow");
-
-  ScanResult s;
   std::string err;
-  if (!readTraceDir(dir, ro, s.trace, &err))
-    return fail(err);
-  for (int r : co.ranks)
-    if (r >= s.trace.world)
-      return fail("--ranks names rank " + std::to_string(r) +
-                  " but the world size is " + std::to_string(s.trace.world));
-  s.matches = matchEvents(s.trace);
-  s.align = alignClocks(s.trace, s.matches, ao);
-  s.diag = diagnose(s.trace, s.matches, dopt);
-  s.exposure = analyzeExposure(s.trace, s.matches);
-  s.classes = eventClassStats(s.trace, s.matches);
-  copt.checkAlignment = ao.enabled;
-  s.consistency = checkConsistency(s.trace, s.matches, s.align, s.diag, copt);
-  if (!allowInconsistent)
-    withholdFindings(s);
-  if (doWhatIf) {
-    if (!whatIf(s.trace, s.matches, s.diag, s.whatIf, &err))
-      return fail("what-if replay: " + err);
-    s.haveWhatIf = true;
-  }
-  if (!merged.empty()) {
-    std::string note;
-    if (!writeChromeTrace(s, co, merged, &note, &err))
-      return fail(err);
-    if (!note.empty())
-      std::fprintf(stderr, "mapp-scan: note: %s\n", note.c_str());
-  }
-  if (!report.empty()) {
-    std::ofstream out(report);
-    out << reportJson(s).dump(1) << "\n";
-    if (!out)
-      return fail(report + ": cannot write");
-  }
-  if (!html.empty() && !writeHtmlReport(s, html, &err))
-    return fail(err);
-  if (!quiet)
-    std::fputs(textSummary(s).c_str(), stdout);
-  if (s.consistency.consistent())
-    return 0;
-  for (const std::string &p : s.consistency.problems)
-    std::fprintf(stderr, "mapp-scan: warning: inconsistent data: %s\n",
-                 p.c_str());
-  return allowInconsistent ? 0 : 3;
+  int status = runScanRequest(r, &err);
+  return status == 1 ? fail(err) : status;
 }

@@ -1,5 +1,6 @@
 //===- ProbeControl.cpp - control file and loopback socket ----------------===//
 #include "mapp/rt/ProbeControl.h"
+#include "mapp/rt/ProbeReduce.h"
 #include "mapp/rt/ControlFiles.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/RequestGate.h"

@@ -1,6 +1,7 @@
 //===- ProbeSession.cpp - store, switches and control for one rank --------===//
 #include "mapp/rt/ProbeSession.h"
 #include "mapp/rt/ControlFiles.h"
+#include "mapp/rt/ProbeReduce.h"
 #include "mapp/rt/Error.h"
 
 #include <algorithm>

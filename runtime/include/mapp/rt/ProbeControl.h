@@ -39,14 +39,6 @@ struct SwitchCommand {
   std::string source; // "file" or "tcp"
 };
 
-/// Bounds on a switch's magnitude (docs/megascope.md): any kind at most
-/// kMaxMagnitude in absolute value; gaussian (the noise's standard
-/// deviation) >= 0; uniform (the relative spread) in [0, 1].
-constexpr double kMaxMagnitude = 1000.0;
-/// "" when `m` is allowed for a perturbation of `kind` ("" = kind unknown:
-/// only the common bound), else why not.
-std::string magnitudeProblem(const std::string &kind, double m);
-
 class ProbeControl {
 public:
   static constexpr int kMaxWaiting = 64;

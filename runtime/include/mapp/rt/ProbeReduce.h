@@ -61,6 +61,14 @@ ProbeSample logitLens(const Attrs &a, const float *x, const float *gamma,
 /// Load-time checks of a probe instr (reductions known, parameters valid);
 /// throws Error without a location prefix.
 void checkProbeAttrs(const Attrs &a, const std::vector<TensorType> &in);
+/// Bounds on a switch's magnitude (docs/megascope.md): any kind at most
+/// kMaxMagnitude in absolute value; gaussian (the noise's standard
+/// deviation) >= 0; uniform (the relative spread) in [0, 1].
+constexpr double kMaxMagnitude = 1000.0;
+/// "" when `m` is allowed for a perturbation of `kind` ("" = kind unknown:
+/// only the common bound), else why not.
+std::string magnitudeProblem(const std::string &kind, double m);
+
 /// Load-time checks of a perturb instr.
 void checkPerturbAttrs(const Attrs &a, const std::vector<TensorType> &in);
 

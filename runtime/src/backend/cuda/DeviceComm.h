@@ -10,7 +10,7 @@
 //    kernels that read every member's buffer.
 //  - NcclDeviceComm (NcclComm.cu): NCCL on the rank's own GPU.
 //
-// The kernel layer (Comm.cu) adds tensor layouts (gather/scatter dims) and
+// The kernel layer (CommKernels.cu) adds tensor layouts (gather/scatter dims) and
 // falls back to host staging when deviceCommOf() is null.
 //
 //===----------------------------------------------------------------------===//

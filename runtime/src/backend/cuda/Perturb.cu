@@ -1,6 +1,6 @@
 //===- Perturb.cu - MegaScope perturbations on the device -----------------===//
 //
-// The CUDA "perturb" kernel: src/probe/Perturb.cpp element for element. The
+// The CUDA "perturb" kernel: src/kernel/Perturb.cpp element for element. The
 // counter RNG (ProbeRngDevice.cuh) is evaluated per element index with the
 // same key, so the device draws the same numbers for the same elements as
 // the CPU; values are computed in float/double as the CPU does and stored
@@ -12,7 +12,7 @@
 #include "CudaBackend.h"
 #include "ProbeCapture.h"
 #include "ProbeRngDevice.cuh"
-#include "../../probe/ProbeRng.h"
+#include "../../kernel/ProbeRng.h"
 
 #include <cstring>
 

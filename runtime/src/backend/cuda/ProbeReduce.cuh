@@ -1,6 +1,6 @@
-//===- ProbeReduce.cuh - MegaScope reduction kernels (Probe.cu only) -----===//
+//===- ProbeReduce.cuh - MegaScope reduction kernels (ProbeKernels.cu only) -----===//
 //
-// Device side of Probe.cu. Each family of reductions of a probe call is one
+// Device side of ProbeKernels.cu. Each family of reductions of a probe call is one
 // launch that writes its results straight into the call's ring slot:
 //  - statistics (max/min/mean/std/absmax/sparsity) and the histogram: one
 //    pass over the selection; blocks leave partials in scratch and the last
@@ -10,7 +10,7 @@
 //    merged per block and then by the last block, in one pass;
 //  - sketch and raw: one launch each, as before;
 //  - lens (logit lens): the norm of the selected rows (lensNormKernel), a
-//    cuBLASLt fp32 GEMM against the unembedding (Probe.cu), then per row
+//    cuBLASLt fp32 GEMM against the unembedding (ProbeKernels.cu), then per row
 //    the softmax's top-k (lensTopkKernel) into the slot.
 // The 256-thread blocks and the fixed merge orders make every result
 // deterministic. docs/megascope.md, "GPU capture".

@@ -1,6 +1,6 @@
 //===- ProbeRngDevice.cuh - ProbeRng.h on the device (internal) -*- CUDA -*-===//
 //
-// The counter RNG of src/probe/ProbeRng.h, formula for formula in double, so
+// The counter RNG of src/kernel/ProbeRng.h, formula for formula in double, so
 // a device perturbation draws the same numbers for the same element as the
 // CPU one and a device sketch uses the same projection (CudaProbeTest checks
 // both against the CPU backend).

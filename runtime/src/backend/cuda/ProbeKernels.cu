@@ -1,9 +1,9 @@
-//===- Probe.cu - MegaScope probe reductions on the device ----------------===//
+//===- ProbeKernels.cu - MegaScope probe reductions on the device ---------===//
 //
 // The CUDA "probe" kernel: every reduction of the probe reads the selected
 // tokens in place (fp32 or bf16 storage) on the compute stream into one
 // slot of the capture ring (ProbeCapture.h), and the slot is copied to the
-// host behind the step. The results equal src/probe/Reductions.cpp's:
+// host behind the step. The results equal src/kernel/Reductions.cpp's:
 // statistics and sketches accumulate in double (in another order, so within
 // fp32 rounding), histogram bins use the same double arithmetic, top-k keys
 // order (value, lower index) exactly. `lens` (logit lens) runs on the

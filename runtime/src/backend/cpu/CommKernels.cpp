@@ -1,4 +1,4 @@
-//===- Comm.cpp - communication kernels over the Communicator -------------===//
+//===- CommKernels.cpp - communication kernels over the Communicator ------===//
 //
 // Kernels stay backend-side so a device backend can stage buffers; the
 // Communicator moves flat blocks. The kernels add the tensor layouts:

@@ -1,7 +1,6 @@
 //===- Perturb.cpp - perturbation kinds of the perturb kernel -------------===//
 #include "ProbeRng.h"
 #include "mapp/rt/Error.h"
-#include "mapp/rt/ProbeControl.h"
 #include "mapp/rt/ProbeReduce.h"
 
 #include <algorithm>

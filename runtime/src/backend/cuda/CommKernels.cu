@@ -1,4 +1,4 @@
-//===- Comm.cu - communication kernels ------------------------------------===//
+//===- CommKernels.cu - communication kernels -----------------------------===//
 //
 // Communication kernels take device pointers when the communicator allows it
 // (CudaBackend::deviceComm: rank-threads on one device, or NCCL) and add the

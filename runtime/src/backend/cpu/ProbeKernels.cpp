@@ -6,7 +6,7 @@
 // does its I/O on its own thread.
 //
 //===----------------------------------------------------------------------===//
-#include "../backend/cpu/CpuKernels.h"
+#include "CpuKernels.h"
 #include "mapp/rt/Probe.h"
 #include "mapp/rt/ProbeReduce.h"
 

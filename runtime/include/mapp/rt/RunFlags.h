@@ -1,0 +1,35 @@
+//===- RunFlags.h - mapp-run's command line -------------------*- C++ -*-===//
+//
+// Parses mapp-run's flags into RunOptions (Run.h), with every check of a
+// bad combination; the tool prints the messages and exits.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_RT_RUNFLAGS_H
+#define MAPP_RT_RUNFLAGS_H
+
+#include "mapp/rt/Run.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace mapp::rt {
+
+/// A bad command line; what() is the message without the tool's name.
+struct RunUsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct RunCommandLine {
+  bool help = false; // --help/-h: print runUsage() and stop
+  RunOptions options;
+};
+
+/// argv[1..argc) in order; throws RunUsageError at the first problem.
+RunCommandLine parseRunCommandLine(int argc, char **argv);
+
+/// --help's text, ending with the communicators this build has.
+std::string runUsage();
+
+} // namespace mapp::rt
+
+#endif
