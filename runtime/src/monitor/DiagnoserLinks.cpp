@@ -130,13 +130,19 @@ void WindowDiagnoser::judgeLinks(int64_t step,
     }
     ClassStats c;
     c.ref = now.size() >= 2 ? medianOf(now) : now.empty() ? 0 : now[0];
+    c.usual = medianOf(pooledHi);
+    // A step where most peers' receivers polled late says nothing of what
+    // a transfer takes: their usual time, if lower, is the reference (the
+    // step's median had risen past a delayed link, which then read as
+    // neither slow nor, once, as recovered mid-fault).
+    if (!pooledHi.empty())
+      c.ref = std::min(c.ref, c.usual);
     auto spread = [&](const std::vector<double> &pooled) {
       return std::max(percentile(pooled, 0.9) - medianOf(pooled),
                       0.02 * c.ref);
     };
     c.noiseLo = spread(pooledLo);
     c.noiseHi = spread(pooledHi);
-    c.usual = medianOf(pooledHi);
     return c;
   };
   std::map<Key, ClassStats> bigClass;
@@ -175,15 +181,11 @@ void WindowDiagnoser::judgeLinks(int64_t step,
     // Slow by what the link took at least, back to normal by what it took
     // at most, each against its peers' spread of the same bound: an MPI
     // receiver that polled late proves neither. (Exact landings: the two
-    // bounds and bars are one.) Nor is a link back to normal while it took
-    // at least half the excess more than its peers usually take: in a step
-    // where most peers' receivers polled late the reference rises past a
-    // delayed link, and two such steps once "recovered" it mid-fault.
+    // bounds and bars are one.)
     const double bar = barOf(l.noiseLo), barHi = barOf(l.noiseHi);
     bool slow = l.wireLoNs >= bar;
     bool strong = l.wireLoNs >= l.ref + 2 * (bar - l.ref);
-    bool normal = l.wireNs < (l.ref + barHi) / 2 &&
-                  l.wireLoNs < c.usual + (bar - l.ref) / 2;
+    bool normal = l.wireNs < (l.ref + barHi) / 2;
     double ratio = l.wireNs / l.ref;
     Track &t = linkTracks_[{l.src, l.dst}];
     bool wasAlerted = t.alerted;
