@@ -271,6 +271,79 @@ TEST(Faults, LinkDelayActsOnTheTransfer) {
   EXPECT_GE(r->completedNs - r->sentNs, 60000000u);
 }
 
+// A receiver over MPI learns of a landing at its next poll; where its first
+// poll found the payload the landing is bounded from above only (pendingNs
+// 0). The link fault wrapped around such a receive marked every landing
+// exact (pendingNs = completedNs) even with no fault active, so a receiver
+// that noticed 10 ms late read as a 10 ms wire in the clean steps of
+// test_monitor.py's MPI case. Its bounds stay the inner's outside the fault;
+// inside it the landing is the fault's release, exact when that came after
+// the inner landing was noticed, else no earlier than the release.
+TEST(Faults, LinkFaultKeepsTheInnerLandingBounds) {
+  /// Receives from rank 0 that landed `noticedAfterNs` after their send,
+  /// found by the first poll (MPI's inexact landing).
+  class LateNoticeComm final : public Communicator {
+  public:
+    uint64_t noticedAfterNs = 0;
+    std::string name() const override { return "late-notice"; }
+    int rank() const override { return 1; }
+    int worldSize() const override { return 2; }
+    void allReduce(float *, int64_t, ReduceOp, const CommGroup &) override {}
+    void allReduce(double *, int64_t, ReduceOp, const CommGroup &) override {}
+    void allGather(const float *, float *, int64_t,
+                   const CommGroup &) override {}
+    void reduceScatter(const float *, float *, int64_t, ReduceOp,
+                       const CommGroup &) override {}
+    void allToAll(const void *, void *, size_t, const CommGroup &) override {}
+    void send(const void *, size_t, int, int64_t) override {}
+    void recv(void *, size_t, int, int64_t) override {}
+    void barrier() override {}
+    P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override {
+      auto r = std::make_shared<P2PRequest>();
+      r->isRecv = true;
+      r->buf = buf;
+      r->bytes = bytes;
+      r->peer = peer;
+      r->tag = tag;
+      return r;
+    }
+    bool test(P2PRequest &r) override {
+      r.completedNs = p2pNowNs();
+      r.sentNs = r.completedNs - noticedAfterNs;
+      r.pendingNs = 0; // the first poll found it
+      r.done = true;
+      return true;
+    }
+  };
+  auto inner = std::make_unique<LateNoticeComm>();
+  LateNoticeComm &late = *inner;
+  std::vector<Injection> inj = {
+      parseInjection("link-delay:src=0,dst=1,us=5000,from-step=1,to-step=2")};
+  std::unique_ptr<Communicator> c = withLinkFaults(std::move(inner), inj);
+  float y = 0;
+  auto recvAt = [&](int64_t step, uint64_t noticedAfterNs) {
+    c->setStep(step);
+    late.noticedAfterNs = noticedAfterNs;
+    P2PHandle r = c->irecv(&y, 4, 0, 7);
+    c->wait(*r);
+    return RecvStamps::of(*r);
+  };
+  // No fault active: as inexact as the inner landing.
+  RecvStamps clean = recvAt(0, 10000000);
+  EXPECT_EQ(clean.pendingNs, 0u);
+  EXPECT_FALSE(clean.exact());
+  EXPECT_EQ(clean.arrivedNs - clean.sentNs, 10000000u);
+  // Held 5 ms past a landing noticed after 1 ms: the release, exactly.
+  RecvStamps held = recvAt(1, 1000000);
+  EXPECT_TRUE(held.exact());
+  EXPECT_EQ(held.arrivedNs - held.sentNs, 5000000u);
+  // Noticed 10 ms late, after the release: at least the 5 ms delay.
+  RecvStamps lateHeld = recvAt(1, 10000000);
+  EXPECT_FALSE(lateHeld.exact());
+  EXPECT_EQ(lateHeld.pendingNs - lateHeld.sentNs, 5000000u);
+  EXPECT_EQ(lateHeld.arrivedNs - lateHeld.sentNs, 10000000u);
+}
+
 // Posted receives: matched in posting order, into the caller's buffer, any
 // dtype (bytes), waitAny returns the one that completed.
 TEST(Comm, AsyncPostedReceives) {

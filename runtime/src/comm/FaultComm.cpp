@@ -2,6 +2,7 @@
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Faults.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 
@@ -305,21 +306,26 @@ private:
         else
           gbps = gbps > 0 ? std::min(gbps, i.gbps) : i.gbps;
       }
-    uint64_t deliver = std::max(r.sentNs, r.completedNs);
+    uint64_t heldUntil = 0; // the fault's release of the payload (0: none)
     if (gbps > 0) {
       // The wire is busy with earlier messages of this link first.
       uint64_t &free = linkFreeNs_[r.peer];
       uint64_t start = std::max(r.sentNs, free);
       free = start + static_cast<uint64_t>(static_cast<double>(r.bytes) * 8 /
                                            (gbps * 1e9) * 1e9);
-      deliver = std::max(deliver, free);
+      heldUntil = free;
     }
-    deliver = std::max(deliver, r.sentNs + static_cast<uint64_t>(delayS * 1e9));
+    if (delayS > 0)
+      heldUntil = std::max(heldUntil,
+                           r.sentNs + static_cast<uint64_t>(delayS * 1e9));
+    uint64_t deliver = std::max({r.sentNs, r.completedNs, heldUntil});
     r.deliverNs = deliver;
-    // Never deliverable before `deliver`: exact when the fault held the
-    // payload back past the inner landing, else a lower bound of it.
-    r.pendingNs = std::max(deliver, r.inner->pendingNs);
-    r.completedNs = std::max(r.completedNs, deliver);
+    // The landing is the fault's release where that came after the inner
+    // landing was noticed (exact); else it lies where the inner one does,
+    // not before the release. No fault active: the inner bounds as they
+    // are (an MPI receiver that noticed late proves no slow wire).
+    r.pendingNs = std::max(r.inner->pendingNs, heldUntil);
+    r.completedNs = deliver;
     r.timed = true;
     return true;
   }

@@ -25,12 +25,22 @@ struct Executor::Prepared {
   mapp::TraceOp op = mapp::TraceOp::None;
   CommGroup group; // collectives
   uint64_t bytes = 0;
+  // trace_begin: its region's record fields, read from the attrs once (a
+  // region per op is traced every step the monitor runs); trace_end: id.
+  struct Region {
+    int64_t id = -1;
+    std::string name;
+    mapp::TraceCategory cat = mapp::TraceCategory::Compute;
+    int32_t layer = -1;
+    uint64_t bytes = 0;
+    bool timesCpu = true; // no comm inside: its record carries CPU time
+  } region;
 };
 
 /// A trace_begin seen in this step whose trace_end has not come yet.
 struct Executor::OpenRegion {
   int64_t id;
-  const Instr *begin;
+  const Prepared *begin;
   uint64_t t0;
   uint64_t cpu0; // thread CPU clock at t0 (cpuTimed_ only)
   int mb, chunk;
@@ -136,6 +146,26 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
         pr.kind = in.kernel == "trace_begin" ? Prepared::TraceBegin
                                              : Prepared::TraceEnd;
         planHasTrace_ = true;
+        Prepared::Region &g = pr.region;
+        g.id = in.attrs.getInt("id", -1);
+        if (pr.kind == Prepared::TraceBegin) {
+          g.name = in.attrs.getStr("name", in.name);
+          g.cat = categoryOf(in.attrs.getStr("category", "compute"));
+          g.layer = static_cast<int32_t>(in.attrs.getInt("layer", in.layer));
+          g.bytes = static_cast<uint64_t>(
+              std::max<int64_t>(0, in.attrs.getInt("bytes", 0)));
+          // A comm instr before the matching trace_end makes it a comm
+          // record, which carries no CPU time.
+          g.timesCpu = g.cat != mapp::TraceCategory::Comm;
+          const auto &ins = p.blocks[b].instrs;
+          for (size_t j = i + 1; j < ins.size() && g.timesCpu; ++j) {
+            if (ins[j].kernel == "trace_end" &&
+                ins[j].attrs.getInt("id", -1) == g.id)
+              break;
+            if (traceOpOf(ins[j].kernel) != mapp::TraceOp::None)
+              g.timesCpu = false;
+          }
+        }
         prepared.push_back(std::move(pr));
         continue;
       }
@@ -326,6 +356,17 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
   const bool runs = autoTrace && computeRuns_;
   const Instr *runFirst = nullptr;
   uint64_t runT0 = 0;
+  // The thread CPU clock (a system call) is read once per region boundary:
+  // a trace_begin right after a trace_end's reading, nothing run between,
+  // starts from it.
+  uint64_t cpuChain = 0;
+  bool cpuChained = false;
+  auto cpuAtBoundary = [&] {
+    if (!cpuChained)
+      cpuChain = mapp::MappTraceWriter::threadCpuNs();
+    cpuChained = true;
+    return cpuChain;
+  };
   auto closeRun = [&] {
     if (!runFirst)
       return;
@@ -340,8 +381,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     if (pr.kind == Prepared::TraceBegin) {
       if (tr) {
         uint64_t t = mark();
-        open_.push_back({in.attrs.getInt("id", -1), &in, t,
-                         cpuTimed_ ? mapp::MappTraceWriter::threadCpuNs() : 0,
+        open_.push_back({pr.region.id, &pr, t,
+                         cpuTimed_ && pr.region.timesCpu ? cpuAtBoundary() : 0,
                          mb, blk.chunk});
       }
       continue;
@@ -349,25 +390,23 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     if (pr.kind == Prepared::TraceEnd) {
       if (!tr)
         continue;
-      int64_t id = in.attrs.getInt("id", -1);
+      const int64_t id = pr.region.id;
       for (size_t k = open_.size(); k-- > 0;) {
         if (open_[k].id != id)
           continue;
         OpenRegion o = open_[k];
         open_.erase(open_.begin() + k);
-        const Attrs &ba = o.begin->attrs;
+        const Prepared::Region &g = o.begin->region;
         mapp::TraceRecord rec;
-        rec.setName(ba.getStr("name", o.begin->name).c_str());
-        rec.cat = categoryOf(ba.getStr("category", "compute"));
+        rec.setName(g.name.c_str());
+        rec.cat = g.cat;
         rec.op = o.op;
         rec.phase = phaseOf(blk.kind);
         rec.step = static_cast<int32_t>(step_);
         rec.microbatch = o.mb;
         rec.chunk = o.chunk;
-        rec.layer = static_cast<int32_t>(ba.getInt("layer", o.begin->layer));
-        rec.bytes = o.bytes ? o.bytes
-                            : static_cast<uint64_t>(
-                                  std::max<int64_t>(0, ba.getInt("bytes", 0)));
+        rec.layer = g.layer;
+        rec.bytes = o.bytes ? o.bytes : g.bytes;
         rec.group = o.group;
         rec.seq = o.seq;
         rec.peer = o.peer;
@@ -375,8 +414,10 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
         if (rec.op != mapp::TraceOp::None)
           rec.cat = mapp::TraceCategory::Comm;
         rec.beginNs = o.t0;
-        if (rec.cat != mapp::TraceCategory::Comm)
-          rec.cpuNs = cpuSince(o.cpu0);
+        if (rec.cat != mapp::TraceCategory::Comm && cpuTimed_) {
+          cpuChained = false; // a fresh reading, which the next begin shares
+          rec.cpuNs = std::max<uint64_t>(cpuAtBoundary() - o.cpu0, 1);
+        }
         rec.endNs = mark();
         rec.setRecvStamps(o.stamps.sentNs, o.stamps.pendingNs,
                           o.stamps.arrivedNs);
@@ -386,6 +427,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       }
       continue;
     }
+    cpuChained = false; // an instr runs: the clock must be read again
     // Collective bookkeeping: per-group issue numbers, counted always so
     // members agree whatever steps are traced.
     int group = -1;

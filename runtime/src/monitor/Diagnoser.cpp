@@ -112,8 +112,8 @@ size_t WindowDiagnoser::memoryBytes() const {
              world_ * (sizeof(int64_t) + 1 + sizeof(Track));
   // A map node: the key, the value and about four pointers of overhead.
   b += linkHistory_.size() *
-       (sizeof(std::pair<int, int>) + sizeof(std::vector<double>) +
-        opts_.window * sizeof(double) + 4 * sizeof(void *));
+       (sizeof(std::pair<int, int>) + sizeof(LinkWindow) +
+        2 * opts_.window * sizeof(double) + 4 * sizeof(void *));
   b += linkTracks_.size() *
        (sizeof(std::pair<int, int>) + sizeof(Track) + 4 * sizeof(void *));
   b += world_ * (sizeof(double) + sizeof(int64_t)); // exposure per rank

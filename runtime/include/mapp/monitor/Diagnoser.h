@@ -139,7 +139,11 @@ private:
   std::vector<char> missing_;       // per rank: declared missing
   std::vector<double> rankHistory_; // window x world compute ratios (0: none)
   std::vector<Track> rankTracks_;
-  std::map<std::pair<int, int>, std::vector<double>> linkHistory_; // wire ns
+  struct LinkWindow { // a link's fastest transfer per step (ns; -1: none)
+    std::vector<double> hi; // what it took at most
+    std::vector<double> lo; // ... and at least (0: no lower bound)
+  };
+  std::map<std::pair<int, int>, LinkWindow> linkHistory_;
   std::map<std::pair<int, int>, Track> linkTracks_;
   std::vector<Alert> pending_;
   ExposureTotals exposure_;
