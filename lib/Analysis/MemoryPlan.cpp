@@ -93,7 +93,8 @@ static bool mayWriteOperands(Operation *op) {
     return false;
   // The fp8 GEMMs write only their meta operand (a parameter, in the pool).
   return !isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp,
-              EpDispatchOp, EpCombineOp, ProbeOp, GradAccumulateOp,
+              EpDispatchOp, EpCombineOp, CpAttentionOp, CpAttentionGradOp,
+              ProbeOp, GradAccumulateOp,
               Fp8LinearOp, Fp8MatmulOp>(op);
 }
 

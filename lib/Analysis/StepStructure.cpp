@@ -21,6 +21,7 @@ static FailureOr<ParallelLayout> readLayout(ModuleOp module) {
   l.pp = intAttr(dict, "pp", 1);
   l.dp = intAttr(dict, "dp", 1);
   l.ep = intAttr(dict, "ep", 0);
+  l.cp = intAttr(dict, "cp", 0);
   l.chunks = intAttr(dict, "chunks", 1);
   l.microbatches = intAttr(dict, "microbatches", 1);
   if (dict)
@@ -46,6 +47,9 @@ static FailureOr<ParallelLayout> readLayout(ModuleOp module) {
   if (l.ep < 0 || (l.ep > 0 && l.dp % l.ep))
     return module.emitError("mapp.parallel ep ")
            << l.ep << " must divide dp " << l.dp;
+  if (l.cp < 0 || (l.cp > 0 && l.dp % l.cp))
+    return module.emitError("mapp.parallel cp ")
+           << l.cp << " must divide dp " << l.dp;
   // The bounds the passes that set these keep (mapp/rt/PlanLimits.h): one
   // program per rank, per-microbatch bookkeeping.
   if (l.tp > rt::kMaxWorldSize || l.pp > rt::kMaxWorldSize ||

@@ -46,6 +46,9 @@ struct ParallelLayout {
   /// Expert-parallel degree (mapp.parallel "ep", --mapp-expert-parallel);
   /// 0 when absent (the runtime's "ep" group is then the dp group).
   int64_t ep = 0;
+  /// Context-parallel degree (mapp.parallel "cp", --mapp-context-parallel):
+  /// cp consecutive dp ranks share a batch; 0 when absent.
+  int64_t cp = 0;
   std::string schedule = "sequential";
   /// Set iff schedule == "adaptive" (from mapp.adaptive).
   std::optional<AdaptiveLayout> adaptive;

@@ -295,6 +295,40 @@ def MappExpertParallel : Pass<"mapp-expert-parallel", "::mlir::ModuleOp"> {
   ];
 }
 
+def MappContextParallel : Pass<"mapp-context-parallel", "::mlir::ModuleOp"> {
+  let summary = "Context parallelism: the sequence split over the cp group with causal load balancing; ring or all-to-all attention";
+  let description = [{
+    Runs on the forward graph after `--mapp-tensor-parallel` and before
+    pipeline partitioning and autodiff (docs/context-parallel.md). The
+    sequence S of every row splits into 2·cp chunks; member r of the cp
+    group keeps chunks r and 2·cp−1−r. The pass inserts `mapp.cp_shard`
+    (dim 1) after every @forward argument (tokens, targets) and before
+    position tables added to the activations (GPT's wpe, dim 0), narrows
+    every position-local op's [B, S, ...] results to [B, S/cp, ...], and
+    replaces each `mapp.attention` by `mapp.cp_attention` (comm = "ring" or
+    "a2a", global positions for the mask and the rotary angles). The loss
+    is each rank's mean over its tokens; the data-parallel pass, given
+    dp·cp, averages the gradients over dp and cp together. The module gets
+    `mapp.parallel` cp; the cp group is cp consecutive dp ranks (inside dp,
+    as ep).
+
+    Errors (located): cp < 1; S not divisible by 2·cp; cp not dividing
+    `dp` (when given: the data-parallel degree that includes cp); comm not
+    ring or a2a; a2a with heads or key/value heads not divisible by cp;
+    attention with softcap, sliding_window or dropout; ops that mix
+    positions (slice/concat/reshape/transpose across the sequence, a
+    sequence-parallel module, dropout); ep > 1.
+  }];
+  let dependentDialects = ["::mapp::MappDialect"];
+  let options = [
+    Option<"cp", "cp", "int64_t", "1", "Context-parallel degree">,
+    Option<"comm", "comm", "std::string", "\"ring\"",
+           "ring (K/V blocks around the group) | a2a (Ulysses all-to-all)">,
+    Option<"dp", "dp", "int64_t", "0",
+           "Data-parallel degree including cp, checked against cp (0: unchecked)">,
+  ];
+}
+
 def MappPipelinePartition : Pass<"mapp-pipeline-partition", "::mlir::ModuleOp"> {
   let summary = "Cut @forward into per-(stage, chunk) functions with send/recv";
   let description = [{

@@ -622,6 +622,7 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
   plan->pp = l.pp;
   plan->dp = l.dp;
   plan->ep = l.ep;
+  plan->cp = l.cp;
   plan->chunks = l.chunks;
   plan->num_microbatches = l.microbatches;
   plan->schedule = l.schedule;

@@ -36,6 +36,15 @@ struct TrainPipelineOptions
                      llvm::cl::desc("Expert-parallel degree (inside dp: ep "
                                     "divides dp; --mapp-expert-parallel)"),
                      llvm::cl::init(1)};
+  Option<int64_t> cp{*this, "cp",
+                     llvm::cl::desc("Context-parallel degree (inside dp: the "
+                                    "world is tp·pp·dp·cp; "
+                                    "--mapp-context-parallel)"),
+                     llvm::cl::init(1)};
+  Option<std::string> cpComm{*this, "cp-comm",
+                             llvm::cl::desc("ring | a2a (context-parallel "
+                                            "attention)"),
+                             llvm::cl::init("ring")};
   Option<double> bucketMb{*this, "bucket-mb",
                           llvm::cl::desc("Gradient bucket size (MiB)"),
                           llvm::cl::init(25.0)};
@@ -119,6 +128,14 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   epOpts.dp = o.dp;
   pm.addPass(mapp::createMappExpertParallel(epOpts));
 
+  // The sequence over cp (inside dp): the data-parallel pass then averages
+  // gradients over dp·cp ranks.
+  mapp::MappContextParallelOptions cpOpts;
+  cpOpts.cp = o.cp;
+  cpOpts.comm = o.cpComm;
+  cpOpts.dp = o.dp * o.cp;
+  pm.addPass(mapp::createMappContextParallel(cpOpts));
+
   mapp::MappPipelinePartitionOptions ppOpts;
   ppOpts.pp = o.pp;
   ppOpts.chunks = o.chunks;
@@ -160,7 +177,7 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   pm.addPass(mapp::createMappOptimizer(optOpts));
 
   mapp::MappDataParallelOptions dpOpts;
-  dpOpts.dp = o.dp;
+  dpOpts.dp = o.dp * std::max<int64_t>(o.cp, 1);
   dpOpts.bucketMb = o.bucketMb;
   dpOpts.zero1 = o.zero1;
   pm.addPass(mapp::createMappDataParallel(dpOpts));
@@ -202,7 +219,7 @@ void mapp::registerMappPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "mapp-train-pipeline",
       "Forward graph → parallel training step: tensor-parallel, "
-      "expert-parallel (ep=, inside dp), pipeline-partition, autodiff (loss-scale 1/microbatches), recompute "
+      "expert-parallel (ep=, inside dp), context-parallel (cp=, cp-comm=, inside dp), pipeline-partition, autodiff (loss-scale 1/microbatches), recompute "
       "(recompute=selective|full|activations), optimizer, "
       "data-parallel, pipeline-schedule, verify-schedule (fbd=true: then "
       "split-fwd-bwd)",

@@ -46,6 +46,8 @@ bool mapp::rt::parseGroup(const std::string &s, Group &out) {
     out = Group::EP;
   else if (s == "edp")
     out = Group::EDP;
+  else if (s == "cp")
+    out = Group::CP;
   else if (s == "world")
     out = Group::World;
   else
@@ -67,6 +69,8 @@ const char *mapp::rt::groupName(Group g) {
     return "ep";
   case Group::EDP:
     return "edp";
+  case Group::CP:
+    return "cp";
   }
   return "?";
 }
@@ -109,6 +113,12 @@ std::vector<int> Layout::members(Group g, int r) const {
     int e = epSize();
     for (int i = d % e; i < dp; i += e)
       m.push_back(rankOf(t, i, p));
+    break;
+  }
+  case Group::CP: {
+    int c = cpSize(), first = d - d % c;
+    for (int i = 0; i < c; ++i)
+      m.push_back(rankOf(t, first + i, p));
     break;
   }
   case Group::PP:

@@ -106,7 +106,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
                               : std::string());
   // The layout (tp x dp x pp = world, one program per rank at its Megatron
   // coordinates) was checked by the plan verifier (PlanVerify.cpp).
-  Layout layout{plan.tp, plan.dp, plan.pp, plan.ep};
+  Layout layout{plan.tp, plan.dp, plan.pp, plan.ep, plan.cp};
   // MegaFBD: the forward side's ranks follow the layout's (docs/megafbd.md).
   Layout fwdLayout = fbdForwardLayout(plan);
   comm.setLayout(layout);

@@ -564,6 +564,44 @@ void checkExpertComm(const Attrs &a, const TTs &in, const TTs &out) {
     fail("local_counts must be a vector, got ", shapeStr(out[1].shape));
   a.getStr("group", "ep");
 }
+// cp_shard / cp_unshard (backend/cpu/ContextParallel.cpp): alike but for
+// `dim`, where the whole sequence is members times the share and splits
+// into 2·members chunks.
+void checkCpLayout(const Attrs &a, const TTs &in, const TTs &out) {
+  int64_t members = a.requireInt("members");
+  int64_t dim = a.requireInt("dim");
+  a.getStr("group", "cp");
+  if (members < 1)
+    fail("members must be >= 1, got ", members);
+  bool shard = in[0].shape.size() == out[0].shape.size() &&
+               dim >= 0 && dim < (int64_t)in[0].shape.size() &&
+               in[0].shape[dim] >= out[0].shape[dim];
+  const TT &whole = shard ? in[0] : out[0], &share = shard ? out[0] : in[0];
+  if (dim < 0 || dim >= (int64_t)whole.shape.size())
+    fail("dim ", dim, " is outside ", desc(whole));
+  if (whole.dtype != share.dtype)
+    fail("operand and result must have one dtype, got ", desc(in[0]), " and ",
+         desc(out[0]));
+  if (whole.shape[dim] % (2 * members))
+    fail("sequence length ", whole.shape[dim], " is not divisible by 2·cp = ",
+         2 * members);
+  Shape want = whole.shape;
+  want[dim] /= members;
+  wantShape(share, want, "cp share");
+}
+void checkCpAttention(const Attrs &a, const TTs &in, const TTs &out) {
+  checkAttention(a, in, out);
+  int64_t members = a.requireInt("members");
+  std::string comm = a.getStr("comm", "ring");
+  a.getStr("group", "cp");
+  if (members < 1)
+    fail("members must be >= 1, got ", members);
+  if (comm != "ring" && comm != "a2a")
+    fail("comm must be \"ring\" or \"a2a\", got \"", comm, "\"");
+  const TT &q = in.size() == 4 ? in[1] : in[0];
+  if (q.dim(1) % 2)
+    fail("the sequence share ", q.dim(1), " must be two equal chunks");
+}
 void checkSendRecv(const Attrs &a, const TTs &, const TTs &) {
   a.requireInt("peer");
 }

@@ -175,6 +175,7 @@ Plan mapp::rt::parsePlan(const uint8_t *data, size_t fileSize) {
   plan.pp = p->pp();
   plan.dp = p->dp();
   plan.ep = p->ep();
+  plan.cp = p->cp();
   plan.chunks = p->chunks();
   plan.microBatchSize = p->micro_batch_size();
   plan.numMicrobatches = p->num_microbatches();

@@ -481,6 +481,12 @@ void mapp::rt::verifyPlan(const Plan &plan) {
   if (plan.ep < 0 || (plan.ep > 0 && plan.dp % plan.ep))
     fail("plan: ep ", plan.ep, " must divide dp ", plan.dp,
          " (expert parallelism lives inside the data-parallel group)");
+  if (plan.cp < 0 || (plan.cp > 0 && plan.dp % plan.cp))
+    fail("plan: cp ", plan.cp, " must divide dp ", plan.dp,
+         " (context parallelism lives inside the data-parallel group)");
+  if (plan.cp > 1 && plan.ep > 1)
+    fail("plan: cp ", plan.cp, " and ep ", plan.ep,
+         " together are not supported (both live inside dp)");
   if (plan.microBatchSize < 1 || plan.seqLength < 1 || plan.vocabSize < 1)
     fail("plan: micro_batch_size, seq_length and vocab_size must be >= 1 (got ",
          plan.microBatchSize, ", ", plan.seqLength, ", ", plan.vocabSize, ")");

@@ -271,9 +271,12 @@ private:
   Executor::BatchFn batchFn() {
     if (!loader_)
       return Executor::BatchFn();
-    return [this](int64_t step, int mb, int32_t *tok, int32_t *tgt) {
-      const int dpRank = exec_->program().dp;
-      loader_->microbatch(step, dpRank, plan_.dp, plan_.numMicrobatches, mb,
+    // The cp ranks of a dp group read the same rows (each keeps its share
+    // of the sequence, docs/context-parallel.md): the data has dp/cp shards.
+    const int cp = plan_.cp > 1 ? plan_.cp : 1;
+    return [this, cp](int64_t step, int mb, int32_t *tok, int32_t *tgt) {
+      const int dpRank = exec_->program().dp / cp, shards = plan_.dp / cp;
+      loader_->microbatch(step, dpRank, shards, plan_.numMicrobatches, mb,
                           plan_.microBatchSize, tok, tgt);
       if (scope_ && mb == 0) // the UI's token axes (TokenRecord.cpp)
         scope_->recordContext(step, false, tok, plan_.seqLength);
@@ -284,9 +287,9 @@ private:
       size_t n = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
       otherTok_.resize(n);
       otherTgt_.resize(n);
-      for (int d = 0; d < plan_.dp; ++d)
+      for (int d = 0; d < shards; ++d)
         if (d != dpRank) {
-          loader_->microbatch(step, d, plan_.dp, plan_.numMicrobatches, mb,
+          loader_->microbatch(step, d, shards, plan_.numMicrobatches, mb,
                               plan_.microBatchSize, otherTok_.data(),
                               otherTgt_.data());
           dump_->write(step, mb, d, plan_.microBatchSize, plan_.seqLength,

@@ -62,7 +62,7 @@ enum class ReduceOp { Sum, Max, Avg };
 /// Parallel group a collective runs over (docs/semantics.md `group`).
 /// EP: the expert-parallel group, EDP: the expert-data-parallel group (the
 /// dp ranks holding the same experts; Layout::ep).
-enum class Group { World, TP, DP, PP, EP, EDP };
+enum class Group { World, TP, DP, PP, EP, EDP, CP };
 bool parseGroup(const std::string &s, Group &out);
 bool parseReduceOp(const std::string &s, ReduceOp &out);
 const char *groupName(Group g);
@@ -73,8 +73,13 @@ const char *groupName(Group g);
 /// its tp and pp coordinates, its EDP group the dp ranks with the same d%ep.
 /// ep = 0 (plans before the ep pass): EP is the whole dp group, EDP the
 /// rank alone.
+///
+/// Context parallelism lives inside dp the same way: the CP group of a rank
+/// is the cp consecutive dp ranks d - d%cp .. (they read the same rows; each
+/// holds one load-balanced share of the sequence, docs/context-parallel.md).
+/// Gradients are averaged over the whole dp group, cp ranks included.
 struct Layout {
-  int tp = 1, dp = 1, pp = 1, ep = 0;
+  int tp = 1, dp = 1, pp = 1, ep = 0, cp = 0;
   int world() const { return tp * dp * pp; }
   int tpOf(int r) const { return r % tp; }
   int dpOf(int r) const { return (r / tp) % dp; }
@@ -85,6 +90,8 @@ struct Layout {
   /// Index of rank r in its EP group and in its EDP group.
   int epOf(int r) const { return dpOf(r) % epSize(); }
   int edpOf(int r) const { return dpOf(r) / epSize(); }
+  /// The context-parallel degree (cp, or 1 when 0 or not dividing dp).
+  int cpSize() const { return cp > 0 && dp % cp == 0 ? cp : 1; }
   /// Members of rank r's group `g`, ascending.
   std::vector<int> members(Group g, int r) const;
 };

@@ -124,6 +124,9 @@ struct Plan {
   int tp = 1, pp = 1, dp = 1, chunks = 1;
   /// Expert-parallel degree (divides dp); 0 in plans before the ep pass.
   int ep = 0;
+  /// Context-parallel degree (divides dp, docs/context-parallel.md); 0 in
+  /// plans without context parallelism.
+  int cp = 0;
   int microBatchSize = 0;
   int numMicrobatches = 1;
   int seqLength = 0;

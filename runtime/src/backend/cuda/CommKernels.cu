@@ -545,3 +545,13 @@ void cuda::scatter_to_group(const KernelArgs &a) {
   staged(a, cpu::scatter_to_group);
 }
 
+
+// Context parallelism (semantics in backend/cpu/ContextParallel.cpp): the
+// CPU kernels on host copies, through the host communicator. Correct, not
+// fast: a device ring (NCCL send/recv, overlapped) is issue 40's GPU part.
+void cuda::cp_shard(const KernelArgs &a) { staged(a, cpu::cp_shard); }
+void cuda::cp_unshard(const KernelArgs &a) { staged(a, cpu::cp_unshard); }
+void cuda::cp_attention(const KernelArgs &a) { staged(a, cpu::cp_attention); }
+void cuda::cp_attention_grad(const KernelArgs &a) {
+  staged(a, cpu::cp_attention_grad);
+}
