@@ -92,7 +92,7 @@ def reference(request, tmp_path_factory):
     run_env = subprocess.run(
         [sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT",
          "--config", str(tmp / "cfg.json"), "-o", str(tmp / "m.mlir"),
-         "--weights", str(tmp / "w.safetensors"), "--seed", 3],
+         "--weights", str(tmp / "w.safetensors"), "--seed", "3"],
         capture_output=True, text=True, env=env, timeout=600)
     assert run_env.returncode == 0, run_env.stderr
     ref = train(tmp, plan(tmp, "ref", f"microbatches={MICRO}"), "ref")

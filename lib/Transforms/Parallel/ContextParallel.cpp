@@ -237,8 +237,16 @@ struct ContextParallelPass
           << " (each rank holds two equal chunks: causal load balancing)";
       return signalPassFailure();
     }
-    OpBuilder b = OpBuilder::atBlockBegin(&body);
+    // Each argument's share is taken before its first use, in the stage
+    // that uses it (pipeline stages pass floats only).
     for (BlockArgument arg : body.getArguments()) {
+      if (arg.use_empty())
+        continue;
+      Operation *first = nullptr;
+      for (Operation *user : arg.getUsers())
+        if (!first || user->isBeforeInBlock(first))
+          first = user;
+      OpBuilder b(first);
       Value s = shard(b, fn.getLoc(), arg, 1);
       arg.replaceAllUsesExcept(s, s.getDefiningOp());
     }
