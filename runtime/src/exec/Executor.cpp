@@ -653,7 +653,9 @@ StepResult Executor::step(const BatchFn &batches, const GradHook &afterGrads) {
       // last stage's tp-index-0 ranks, and the tokens of the first stage's
       // tp-index-0 ranks (each dp rank's batch counted once).
       bool lossHere = p.loss >= 0 && p.tp == 0;
-      bool tokHere = p.pp == 0 && p.tp == 0 && p.placement.role != "fwd";
+      // The cp ranks of a data shard read the same rows: count them once.
+      bool tokHere = p.pp == 0 && p.tp == 0 && p.placement.role != "fwd" &&
+                     (plan_.cp <= 1 || p.dp % plan_.cp == 0);
       double buf[4] = {sq, lossHere ? lsum : 0, lossHere ? double(ln) : 0,
                        tokHere ? double(r.tokens) : 0};
       CommGroup world = comm_.group(Group::World);
