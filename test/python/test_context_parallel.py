@@ -188,7 +188,8 @@ def test_broken_cp_fails(reference):
     ("cp=3", "sequence length 32 is not divisible by 2·cp = 6"),
     ("cp=4 cp-comm=a2a", "2 key/value heads (after tensor parallelism) must be divisible by cp=4"),
     ("cp=2 cp-comm=p3p", "cp-comm must be ring or a2a"),
-], ids=["seq-not-divisible", "a2a-kv-heads", "bad-comm"])
+    ("tp=2 sequence-parallel=true cp=2", "'mapp.reduce_scatter' mixes sequence positions"),
+], ids=["seq-not-divisible", "a2a-kv-heads", "bad-comm", "with-sp"])
 def test_bad_input(reference, options, message):
     model, tmp, ref = reference
     if model != "llama-gqa":
