@@ -60,6 +60,24 @@ TEST(Layout, MegatronOrder) {
   EXPECT_EQ(l.members(Group::World, 5).size(), 8u);
 }
 
+// Context parallelism inside dp (docs/context-parallel.md): tp2 x dp4
+// (dp = 2 data shards x cp 2), rank = t + 2·d: the cp group of d is the
+// two consecutive dp indices d - d%2, d - d%2 + 1 with the same tp index.
+TEST(Layout, ContextParallelGroupInsideDp) {
+  Layout l{2, 4, 1, 0, 2};
+  EXPECT_EQ(l.members(Group::CP, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(l.members(Group::CP, 5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.members(Group::CP, 6), (std::vector<int>{4, 6}));
+  EXPECT_EQ(l.members(Group::DP, 5), (std::vector<int>{1, 3, 5, 7}));
+  // Without cp the group is the rank alone.
+  Layout none{2, 4, 1};
+  EXPECT_EQ(none.members(Group::CP, 5), (std::vector<int>{5}));
+  Group g;
+  ASSERT_TRUE(parseGroup("cp", g));
+  EXPECT_EQ(g, Group::CP);
+  EXPECT_STREQ(groupName(Group::CP), "cp");
+}
+
 class LocalCommChecks : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(LocalCommChecks, ClosedForm) {
