@@ -819,5 +819,6 @@ def Mapp_TraceEndOp : Mapp_Op<"trace_end", [MemoryEffects<[MemWrite]>]> {
 include "mapp/Dialect/Mapp/IR/MappScopeOps.td"
 include "mapp/Dialect/Mapp/IR/MappMoeOps.td"
 include "mapp/Dialect/Mapp/IR/MappTensorOps.td"
+include "mapp/Dialect/Mapp/IR/MappFusedOps.td"
 
 #endif // MAPP_OPS_TD
