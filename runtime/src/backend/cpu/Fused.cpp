@@ -85,28 +85,50 @@ struct Load {
   }
 };
 
+/// o[j] = op(a[j], b[j], c[j]) for j < len: one switch per statement and
+/// block, the loop specialized per op (fused::apply with a constant op).
+void applyBlock(const fz::Stmt &st, const float *a, const float *b, const float *c, float *o,
+                int64_t len) {
+  switch (st.op) {
+#define MAPP_FUSED_CASE(e, n, arity, i)                                        \
+  case fz::Op::e:                                                              \
+    for (int64_t j = 0; j < len; ++j)                                          \
+      o[j] = fz::apply(fz::Op::e, a[j], arity > 1 ? b[j] : 0.f,                \
+                       arity > 2 ? c[j] : 0.f, st.imm, st.tanh);               \
+    break;
+    MAPP_FUSED_OPS(MAPP_FUSED_CASE)
+#undef MAPP_FUSED_CASE
+  }
+}
+
 struct Evaluator {
   const fz::Program &prog;
   const Shape &domain;
   std::vector<Load> loads;
   int numStmts; // without a final reduce_sum
 
-  /// Computes the statements for elements [b, b + len) into regs
-  /// (statement k's values at regs[k * kBlock]).
-  void block(int64_t b, int64_t len, std::vector<float> &regs,
-             std::vector<float> &in) const {
-    for (size_t k = 0; k < loads.size(); ++k)
+  /// Computes the statements for elements [b, b + len): statement k's
+  /// values at regs[k * kBlock], operand k's at ins[k] (f32 operands of the
+  /// domain's shape are read in place, others loaded into in).
+  void block(int64_t b, int64_t len, std::vector<float> &regs, std::vector<float> &in,
+             std::vector<const float *> &ins) const {
+    for (size_t k = 0; k < loads.size(); ++k) {
+      const Load &l = loads[k];
+      if (l.kind == Load::Same && l.t->type.dtype == DType::F32) {
+        ins[k] = l.t->f32() + b;
+        continue;
+      }
       for (int64_t j = 0; j < len; ++j)
-        in[k * kBlock + j] = loads[k].at(b + j, domain);
+        in[k * kBlock + j] = l.at(b + j, domain);
+      ins[k] = in.data() + k * kBlock;
+    }
     for (int s = 0; s < numStmts; ++s) {
       const fz::Stmt &st = prog.stmts[s];
       const float *arg[3] = {nullptr, nullptr, nullptr};
       for (int a = 0; a < fz::info(st.op).arity; ++a)
-        arg[a] = (st.args[a].input ? in.data() : regs.data()) + st.args[a].index * kBlock;
-      float *o = regs.data() + s * kBlock;
-      for (int64_t j = 0; j < len; ++j)
-        o[j] = fz::apply(st.op, arg[0][j], arg[1] ? arg[1][j] : 0.f, arg[2] ? arg[2][j] : 0.f,
-                         st.imm, st.tanh);
+        arg[a] = st.args[a].input ? ins[st.args[a].index]
+                                  : regs.data() + st.args[a].index * kBlock;
+      applyBlock(st, arg[0], arg[1], arg[2], regs.data() + s * kBlock, len);
     }
   }
 };
@@ -139,9 +161,10 @@ void cpu::fused(const KernelArgs &a) {
   if (!reduce) {
     parFor(a, (n + kBlock - 1) / kBlock, 16, [&](int64_t bb, int64_t be) {
       std::vector<float> regs(regSize), in(inSize);
+      std::vector<const float *> ins(ev.loads.size());
       for (int64_t blk = bb; blk < be; ++blk) {
         int64_t b = blk * kBlock, len = std::min(kBlock, n - b);
-        ev.block(b, len, regs, in);
+        ev.block(b, len, regs, in, ins);
         storeOutputs(b, len, regs);
       }
     });
@@ -163,12 +186,13 @@ void cpu::fused(const KernelArgs &a) {
   std::vector<int64_t> idx(r, 0);
   int64_t dst = 0;
   std::vector<float> regs(regSize), in(inSize);
+  std::vector<const float *> ins(ev.loads.size());
   const fz::Ref src = reduce->args[0];
   for (int64_t b = 0; b < n; b += kBlock) {
     int64_t len = std::min(kBlock, n - b);
-    ev.block(b, len, regs, in);
+    ev.block(b, len, regs, in, ins);
     storeOutputs(b, len, regs);
-    const float *v = (src.input ? in.data() : regs.data()) + src.index * kBlock;
+    const float *v = src.input ? ins[src.index] : regs.data() + src.index * kBlock;
     for (int64_t j = 0; j < len; ++j) {
       sum[dst] += v[j];
       for (int k = r - 1; k >= 0; --k) {
