@@ -47,7 +47,7 @@ RUNTIME_LAYERS = [
     ("trace", []),
     ("cost", []),
     ("kernel", ["DType.h", "Tensor.h", "Attrs.h", "Kernels.h", "KernelVocab.h",
-                "KernelVocab.def", "Probe.h", "ProbeReduce.h"]),
+                "KernelVocab.def", "FusedProgram.h", "Probe.h", "ProbeReduce.h"]),
     ("data", ["Weights.h", "Tokenizer.h", "Dataset.h", "Safetensors.h"]),
     ("plan", ["Plan.h", "PlanLimits.h", "Shard.h", "plan_generated.h"]),
     ("comm", ["Comm.h", "Coordinator.h", "Faults.h"]),

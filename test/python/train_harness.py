@@ -35,8 +35,9 @@ def run(cmd, **kw):
 
 
 def compile_and_train(tmp, cfg, steps, module="mapp.reference:GPT", export_args=(),
-                      pythonpath=()):
-    """-> (metrics, batches, step-0 grads) of `steps` mapp-run CPU steps."""
+                      pythonpath=(), opt_args=()):
+    """-> (metrics, batches, step-0 grads) of `steps` mapp-run CPU steps;
+    opt_args: passes run after the optimizer (e.g. -mapp-fuse)."""
     (tmp / "cfg.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), *pythonpath]))
     run([sys.executable, "-m", "mapp.export", "--module", module,
@@ -45,7 +46,7 @@ def compile_and_train(tmp, cfg, steps, module="mapp.reference:GPT", export_args=
     opt = (f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} "
            f"weight-decay={WD}")
     run([tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff",
-         f"-mapp-optimizer={opt}", "-o", tmp / "train.mlir"])
+         f"-mapp-optimizer={opt}", *opt_args, "-o", tmp / "train.mlir"])
     run([tool("mapp-translate"), "--mapp-to-plan", tmp / "train.mlir",
          "-o", tmp / "model.mplan"])
     run([tool("mapp-run"), tmp / "model.mplan", "--backend=cpu",

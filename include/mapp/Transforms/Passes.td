@@ -649,6 +649,22 @@ def MappPlanMemory : Pass<"mapp-plan-memory", "::mlir::ModuleOp"> {
   ];
 }
 
+def MappFuse : Pass<"mapp-fuse", "::mlir::ModuleOp"> {
+  let summary = "Group elementwise chains into mapp.fused ops (one pass over memory each)";
+  let description = [{
+    Runs on the training graph (after --mapp-autodiff and the passes that
+    follow it, before --mapp-plan-memory): maximal chains of elementwise ops
+    of one iteration domain (the tensor algebra, add, mul, scale, gelu,
+    silu, softcap and their gradients; mapp.broadcast of an outside value
+    as a broadcast load), optionally ended by a reduce_sum, become one
+    mapp.fused op whose program the backends evaluate without intermediate
+    tensors. A value read outside its group (by a GEMM, a collective, a
+    probe, a perturbation, another group) is materialized, never recomputed;
+    recomputed ops (--mapp-recompute) and the ops they feed stay in
+    separate groups. docs/fusion.md.
+  }];
+}
+
 def MappCostReport : Pass<"mapp-cost-report", "::mlir::ModuleOp"> {
   let summary = "FLOPs and bytes of every plan block, in total and per layer";
   let description = [{

@@ -18,6 +18,7 @@ MAPP_DECLARE_CHECK(checkElementwise)
 MAPP_DECLARE_CHECK(checkBroadcastTo)
 MAPP_DECLARE_CHECK(checkConstant)
 MAPP_DECLARE_CHECK(checkCast)
+MAPP_DECLARE_CHECK(checkFused)
 #undef MAPP_DECLARE_CHECK
 
 /// The `value` floats of a constant instruction (empty when absent).

@@ -820,5 +820,6 @@ include "mapp/Dialect/Mapp/IR/MappScopeOps.td"
 include "mapp/Dialect/Mapp/IR/MappMoeOps.td"
 include "mapp/Dialect/Mapp/IR/MappTensorOps.td"
 include "mapp/Dialect/Mapp/IR/MappCpOps.td"
+include "mapp/Dialect/Mapp/IR/MappFusedOps.td"
 
 #endif // MAPP_OPS_TD
