@@ -2,6 +2,7 @@
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Fbd.h"
 #include "TraceSink.h"
+#include "TraceVocab.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/ThreadPool.h"
 #include "mapp/trace/TraceWriter.h"
@@ -14,6 +15,7 @@
 #include <thread>
 
 using namespace mapp::rt;
+using namespace mapp::rt::exec;
 
 /// An instr resolved against the backend with operand views per slot, so the
 /// hot loop only calls a function pointer.
@@ -53,45 +55,6 @@ struct Executor::OpenRegion {
   RecvStamps stamps; // recv: the message's P2P times
   int32_t peerBytes = -1; // variable all_to_all: MappTraceWriter's entry
 };
-
-namespace {
-
-// Communication kernels are named as the trace ops they record (the trace
-// vocabulary, mapp/trace/TraceFormat.h); the plan's trace instrs name a
-// category the same way.
-mapp::TraceOp traceOpOf(const std::string &kernel) {
-  mapp::TraceOp op;
-  // Expert-parallel dispatch/combine are variable all_to_alls.
-  if (kernel == "ep_dispatch" || kernel == "ep_combine")
-    return mapp::TraceOp::AllToAll;
-  if (!mapp::trace::parseOp(kernel, op) || op > mapp::TraceOp::AllToAll)
-    return mapp::TraceOp::None;
-  return op;
-}
-
-// The trace's "phase": which pass of the step a block's events belong to.
-mapp::TracePhase phaseOf(BlockKind k) {
-  switch (k) {
-  case BlockKind::Forward:
-    return mapp::TracePhase::Forward;
-  case BlockKind::Backward:
-    return mapp::TracePhase::Backward;
-  case BlockKind::BackwardInput:
-    return mapp::TracePhase::BackwardInput;
-  case BlockKind::BackwardWeight:
-    return mapp::TracePhase::BackwardWeight;
-  default:
-    return mapp::TracePhase::None;
-  }
-}
-
-mapp::TraceCategory categoryOf(const std::string &c) {
-  mapp::TraceCategory cat;
-  return mapp::trace::parseCategory(c, cat) ? cat
-                                            : mapp::TraceCategory::Compute;
-}
-
-} // namespace
 
 Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
     : plan_(plan), backend_(backend), comm_(comm),
