@@ -56,3 +56,27 @@ func.func @missing_immediate(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = mapp.fused %x {program = "scale(%i0)", domain = array<i64: 4>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+func.func @outputs_count(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'mapp.fused' op has 1 results but 2 outputs}}
+  %0 = mapp.fused %x {program = "neg(%i0)", domain = array<i64: 4>, outputs = array<i64: 0, 0>} : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @output_past_program(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'mapp.fused' op output 0 names statement 3, the program has 1}}
+  %0 = mapp.fused %x {program = "neg(%i0)", domain = array<i64: 4>, outputs = array<i64: 3>} : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @reduce_outside_domain(%x: tensor<4xf32>) -> tensor<f32> {
+  // expected-error @+1 {{'mapp.fused' op reduce_sum dim 2 is outside the domain [4]}}
+  %0 = mapp.fused %x {program = "reduce_sum[2](%i0)", domain = array<i64: 4>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
