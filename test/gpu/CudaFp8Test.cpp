@@ -279,6 +279,7 @@ void gemmCase(const GemmCase &g, Backend &cpu, Backend &gpu) {
   void *dOut = nullptr;
   cudaMalloc(&dOut, M * N * 4);
   cudaMemset(dOut, 0xFF, M * N * 4);
+  cudaDeviceSynchronize(); // the backend's stream is non-blocking: no implicit order with this memset
   std::vector<Tensor> gi = {{dA, {DType::F32, sa}}, {dB, {DType::F32, sb}}};
   if (g.bias)
     gi.push_back({dBias, {DType::F32, {N}}});

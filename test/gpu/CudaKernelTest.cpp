@@ -239,6 +239,11 @@ bool runCase(const Case &c, bool bf16Mode, Backend &cpu, Backend &gpu) {
   }
   if (c.kernel == "grad_accumulate") // read-modify-write output: start at 0
     cudaMemset(dout[0].t.data, 0, dout[0].bytes);
+  // The memsets run on the legacy default stream, the kernels on the
+  // backend's non-blocking stream: nothing orders them but this. (Without
+  // it a late poison can land after the kernel: the likely cause of an
+  // "f32 layer_norm h2056 NaN/unwritten" failure seen twice, not rerun.)
+  cudaDeviceSynchronize();
   std::vector<Tensor> gi, go;
   for (auto &d : din)
     gi.push_back(d.t);

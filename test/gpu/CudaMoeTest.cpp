@@ -122,6 +122,7 @@ Tensor upload(const Arg &a, bool bf16) {
     fail("cudaMalloc failed");
   gKeep.push_back(t.data);
   cudaMemset(t.data, 0xFF, bytes); // poison
+  cudaDeviceSynchronize(); // the backend's stream is non-blocking: no implicit order with this memset
   if (bf16) {
     t.type.dtype = DType::BF16;
     std::vector<uint16_t> b(n);
@@ -216,6 +217,7 @@ void check(Backend &cpu, Backend &gpu, const std::string &name,
     for (size_t i = 0; i < out.size(); ++i)
       cudaMemset(to[i].data, 0xFF, std::max<int64_t>(to[i].numel(), 1) *
                                        (to[i].type.dtype == DType::BF16 ? 2 : 4));
+    cudaDeviceSynchronize(); // the backend's stream is non-blocking: no implicit order with this memset
     std::string err = runGpu(gpu, kernel, at, ti, to);
     if (!err.empty()) {
       report(name, bf16, false, err);

@@ -154,6 +154,7 @@ bool runPerturb(const PerturbCase &pc, bool bf16, Backend &cpu, Backend &gpu) {
       x = roundBf16(x);
   Tensor di = upload(h, shape, bf16), dout = upload(h, shape, bf16);
   cudaMemset(dout.data, 0xFF, n * (bf16 ? 2 : 4)); // poison
+  cudaDeviceSynchronize(); // the backend's stream is non-blocking: no implicit order with this memset
   std::string err;
   try {
     gpu.lookup("perturb")({pc.attrs, &di, 1, &dout, 1, gctx});

@@ -101,6 +101,7 @@ run(Backend &gpu, MiniProgram &mp, const char *fuse,
     mp.arena = gpu.allocate(p.arenaBytes);
   }
   cudaMemset(mp.arena, 0xFF, p.arenaBytes); // NaN: unwritten values show
+  cudaDeviceSynchronize(); // the backend's stream is non-blocking: no implicit order with this memset
   gpu.bindProgram(p, mp.pool, mp.arena);
   summary = mapp::rt::cuda::fusionSummary(gpu);
   Instr probe; // any instr: operandView only looks at the value
