@@ -41,10 +41,11 @@ def test_same_findings_local_and_mpi(tmp_path, layout, kind):
         pytest.skip("no mpirun, or mapp-run built without MPI")
     found = {}
     for comm in ("local", "mpi"):
-        # MPI ranks on CI's 2 cores: a 3x CPU burner among 4-8 processes
-        # reads as ~2x (docs/benchmarks.md); 5x stays clear of it.
-        r = sc.run_scenario((comm, layout, kind), tmp_path,
-                            5 if comm == "mpi" else sc.SLOW_FACTOR)
+        # On CI's 2 busy cores a 3x CPU burner among 4-8 processes reads as
+        # ~2x (docs/benchmarks.md), and among 4 rank threads it once read
+        # under the busy host's 1.5x bar (a CI rehearsal, pp2dp2 local);
+        # 5x stays clear of both, the same fault for both communicators.
+        r = sc.run_scenario((comm, layout, kind), tmp_path, 5)
         assert not r["fp"] and not r["fn"], (comm, r)
         found[comm] = r["found"]
     assert found["local"] == found["mpi"]
