@@ -378,8 +378,12 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
           rec.cat = mapp::TraceCategory::Comm;
         rec.beginNs = o.t0;
         if (rec.cat != mapp::TraceCategory::Comm && cpuTimed_) {
-          cpuChained = false; // a fresh reading, which the next begin shares
+          cpuChained = false;
           rec.cpuNs = std::max<uint64_t>(cpuAtBoundary() - o.cpu0, 1);
+          // Not shared with the next begin: appending this record (a lock,
+          // the sink) would be charged to the next region, which made the
+          // slow-rank verdicts of busy 2-core CI hosts flaky.
+          cpuChained = false;
         }
         rec.endNs = mark();
         rec.setRecvStamps(o.stamps.sentNs, o.stamps.pendingNs,
