@@ -319,9 +319,9 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
   const bool runs = autoTrace && computeRuns_;
   const Instr *runFirst = nullptr;
   uint64_t runT0 = 0;
-  // The thread CPU clock (a system call) is read once per region boundary:
-  // a trace_begin right after a trace_end's reading, nothing run between,
-  // starts from it.
+  // The thread CPU clock (a system call) is read once per boundary: nested
+  // trace_begins with nothing run between share one reading (an end's is
+  // not shared: see the trace_end below).
   uint64_t cpuChain = 0;
   bool cpuChained = false;
   auto cpuAtBoundary = [&] {
