@@ -12,7 +12,10 @@ Run from the repository root after `ninja -C build mapp-opt mapp-translate
 mapp-run`:
     python3 bench/gpu/algebra_check.py [--tol 2e-2] [--keep DIR] [--backends cpu,cuda]
 Prints one line per module and `algebra_check: N/N ok`; exit 1 on any
-mismatch.
+mismatch. A GPU machine without mapp-opt's LLVM (or whose torch exports
+differently) runs plans exported and compiled here beforehand:
+    python3 bench/gpu/algebra_check.py --keep DIR --prepare-only   (here)
+    python3 bench/gpu/algebra_check.py --keep DIR --prepared       (there)
 """
 import argparse
 import json
@@ -43,7 +46,13 @@ def main():
     ap.add_argument("--keep", help="work directory to keep (default: a temporary one)")
     ap.add_argument("--backends", default="cpu,cuda",
                     help="reference,tested backends (cpu,cpu checks the script without a GPU)")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="export and compile every module into --keep, run nothing")
+    ap.add_argument("--prepared", action="store_true",
+                    help="take the plans and weights --prepare-only left in --keep")
     a = ap.parse_args()
+    if (a.prepare_only or a.prepared) and not a.keep:
+        ap.error("--prepare-only and --prepared need --keep DIR")
     from test_algebra_models import MODELS, SHAPE
     work = pathlib.Path(a.keep or tempfile.mkdtemp(prefix="algebra-check-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -53,14 +62,21 @@ def main():
     for name, (spec, cfg, out) in sorted(MODELS.items()):
         d = work / name
         d.mkdir(exist_ok=True)
-        (d / "cfg.json").write_text(json.dumps({**SHAPE, **cfg}))
-        run([sys.executable, "-m", "mapp.export", "--module", spec, "--config", d / "cfg.json",
-             "-o", d / "m.mlir", "--weights", d / "w.safetensors", "--seed", 7,
-             "--output", out, "--no-recognize"], env=env)
-        run([BIN / "mapp-opt", d / "m.mlir", "-mapp-autodiff",
-             "-mapp-optimizer=lr=0.001 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1",
-             "-o", d / "t.mlir"])
-        run([BIN / "mapp-translate", "--mapp-to-plan", d / "t.mlir", "-o", d / "t.mplan"])
+        if a.prepared:
+            if not (d / "t.mplan").is_file() or not (d / "w.safetensors").is_file():
+                raise SystemExit(f"{d}: no t.mplan / w.safetensors (run --prepare-only first)")
+        else:
+            (d / "cfg.json").write_text(json.dumps({**SHAPE, **cfg}))
+            run([sys.executable, "-m", "mapp.export", "--module", spec, "--config",
+                 d / "cfg.json", "-o", d / "m.mlir", "--weights", d / "w.safetensors",
+                 "--seed", 7, "--output", out, "--no-recognize"], env=env)
+            run([BIN / "mapp-opt", d / "m.mlir", "-mapp-autodiff",
+                 "-mapp-optimizer=lr=0.001 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1",
+                 "-o", d / "t.mlir"])
+            run([BIN / "mapp-translate", "--mapp-to-plan", d / "t.mlir", "-o", d / "t.mplan"])
+        if a.prepare_only:
+            print(f"{name}: prepared {d / 't.mplan'}")
+            continue
         losses = []
         for backend in a.backends.split(","):
             run([BIN / "mapp-run", d / "t.mplan", f"--backend={backend}", "--data", CORPUS,
@@ -74,6 +90,8 @@ def main():
         ok += good
         print(f"{name}: worst relative CUDA-vs-CPU loss difference over {a.steps} steps "
               f"{worst:.2e} {'ok' if good else 'FAIL'}")
+    if a.prepare_only:
+        return 0
     print(f"algebra_check: {ok}/{len(MODELS)} ok")
     if not a.keep:
         import shutil

@@ -7,7 +7,13 @@ Usage (from the repository root, on the GPU machine):
 
     PYTHONPATH=python python3 bench/gpu/hf_oracle.py --bin build/bin \\
         [--backend cpu|cuda] [--families qwen2,mixtral,...] [--steps 4] \\
-        [--tol 1e-4] [--keep DIR]
+        [--tol 1e-4] [--keep DIR] [--plans DIR]
+
+A machine without mapp-opt's LLVM (the GPU machine runs only mapp-run) takes
+plans compiled beforehand on the development machine:
+
+    PYTHONPATH=python python3 bench/gpu/hf_oracle.py --compile-plans DIR
+    (then, there) ... hf_oracle.py --plans DIR ...
 
 For each family (the small configs of test/python/hf_families_ref.py: the
 keys of the published config.json, tiny sizes) it
@@ -110,6 +116,15 @@ def check_round_trip(hf_sd, cfg):
     return mapp
 
 
+def compile_plan(b, d):
+    """config.json in d -> d/train.mplan (mapp-translate, mapp-opt)."""
+    sh([b / "mapp-translate", "--import-gpt-config", d / "config.json", "--seq-length", T,
+        "--micro-batch-size", B, "-o", d / "model.mlir"])
+    sh([b / "mapp-opt", d / "model.mlir", "-mapp-autodiff", f"-mapp-optimizer={OPT}",
+        "-o", d / "train.mlir"])
+    sh([b / "mapp-translate", "--mapp-to-plan", d / "train.mlir", "-o", d / "train.mplan"])
+
+
 def run_family(family, a, tmp):
     cfg = SMALL[family]
     tmp = pathlib.Path(tmp)
@@ -124,11 +139,13 @@ def run_family(family, a, tmp):
     safetensors.save(mapp, tmp / "mapp.safetensors")
 
     b = pathlib.Path(a.bin)
-    sh([b / "mapp-translate", "--import-gpt-config", tmp / "config.json", "--seq-length", T,
-        "--micro-batch-size", B, "-o", tmp / "model.mlir"])
-    sh([b / "mapp-opt", tmp / "model.mlir", "-mapp-autodiff", f"-mapp-optimizer={OPT}",
-        "-o", tmp / "train.mlir"])
-    sh([b / "mapp-translate", "--mapp-to-plan", tmp / "train.mlir", "-o", tmp / "train.mplan"])
+    if a.plans:
+        plan = pathlib.Path(a.plans) / family / "train.mplan"
+        if not plan.is_file():
+            raise RuntimeError(f"no compiled plan {plan} (--compile-plans writes it)")
+        (tmp / "train.mplan").write_bytes(plan.read_bytes())
+    else:
+        compile_plan(b, tmp)
 
     # Logits at the prompt's last position, before any training.
     sh([b / "mapp-run", tmp / "train.mplan", f"--backend={a.backend}", "--tokenizer", "bytes",
@@ -178,7 +195,18 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--keep", help="keep each family's files under this directory")
+    ap.add_argument("--plans", help="take each family's train.mplan from DIR/<family>/")
+    ap.add_argument("--compile-plans", metavar="DIR",
+                    help="only compile each family's plan into DIR/<family>/ and exit")
     a = ap.parse_args()
+    if a.compile_plans:
+        for family in a.families.split(","):
+            d = pathlib.Path(a.compile_plans) / family
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "config.json").write_text(json.dumps(SMALL[family], indent=1))
+            compile_plan(pathlib.Path(a.bin), d)
+            print(f"compiled {d / 'train.mplan'}")
+        return 0
     import transformers
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, "
           f"backend {a.backend}")
