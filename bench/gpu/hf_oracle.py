@@ -76,6 +76,11 @@ def sh(cmd):
 def hf_model(cfg, seed):
     from transformers import AutoConfig, AutoModelForCausalLM
     kwargs = {k: v for k, v in cfg.items() if k not in META and k != "model_type"}
+    # The small configs keep the published special-token ids; one past the
+    # tiny vocabulary would be an out-of-range padding_idx for HF's embedding.
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(kwargs.get(key), int) and kwargs[key] >= cfg["vocab_size"]:
+            kwargs[key] = None
     config = AutoConfig.for_model(cfg["model_type"], **kwargs)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
