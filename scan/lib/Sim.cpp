@@ -236,6 +236,9 @@ nlohmann::json mapp::scan::simExposureTruth(const SimJob &job,
         x.track = mon::trackOf(job.streamOf(p).c_str());
         if (op.kind == SimOp::Coll)
           x.commClass = mon::commClassOfGroupKind(job.groups[op.group].kind);
+        else if ((op.kind == SimOp::Send || op.kind == SimOp::Recv) &&
+                 op.group >= 0) // a transfer inside a group (the cp ring)
+          x.commClass = mon::commClassOfGroupKind(job.groups[op.group].kind);
         else if (op.kind == SimOp::Send || op.kind == SimOp::Recv) {
           int peer = job.ownerOf(op.peer);
           int a = op.kind == SimOp::Send ? r : peer;
@@ -401,6 +404,8 @@ bool mapp::scan::writeSimTraces(const std::string &dir, const SimConfig &c,
   }
   truth["mean_step_ms"] = st.empty() ? 0.0 : sum / st.size() * 1e-6;
   truth["exposed_comm"] = simExposureTruth(job, times);
+  if (!job.peakBytes.empty())
+    truth["peak_bytes"] = job.peakBytes;
   std::ofstream out(dir + "/sim-truth.json");
   out << truth.dump(1) << "\n";
   if (!out) {

@@ -92,10 +92,103 @@ bool mapp::scan::parseFault(const std::string &s, int world, Fault &f,
   return true;
 }
 
+// The cp keys, with the compiler's rules and messages where it has them
+// (lib/Transforms/Parallel/ContextParallel.cpp).
+static bool checkContextParallel(const SimConfig &c, std::string *error) {
+  auto bad = [&](const std::string &m) {
+    *error = m;
+    return false;
+  };
+  std::string cpIs = "cp=" + std::to_string(c.cp);
+  if (c.cp < 1)
+    return bad("cp must be >= 1, got " + std::to_string(c.cp));
+  if (c.cpComm != "ring" && c.cpComm != "a2a")
+    return bad("cp_comm must be ring or a2a, got \"" + c.cpComm + "\"");
+  if (c.dp % c.cp)
+    return bad(cpIs + " does not divide the data-parallel ranks dp=" +
+               std::to_string(c.dp) +
+               " (cp lives inside dp: the cp group is cp consecutive dp "
+               "ranks, world = tp·pp·dp)");
+  if (c.cp > 1 && c.ep > 1)
+    return bad("cp > 1 with ep > 1 is not supported (as in the compiler)");
+  if (c.batchRows < 1 || c.dtypeBytes < 1)
+    return bad("batch_rows and dtype_bytes must be >= 1");
+  if (c.attentionBackwardFactor < 0 || c.attentionForwardUs < 0 ||
+      c.attentionTflops < 0)
+    return bad("attention_forward_us, attention_tflops and "
+               "attention_backward_factor must be >= 0");
+  bool attention = c.attentionForwardUs > 0 || c.attentionTflops > 0;
+  if (c.cp == 1 && !attention)
+    return true;
+  if (c.seqLen < 1)
+    return bad(c.cp > 1 ? "cp > 1 needs seq_len"
+                        : "attention_* keys need seq_len");
+  if (c.seqLen % (2 * c.cp))
+    return bad("sequence length " + std::to_string(c.seqLen) +
+               " is not divisible by 2·cp = " + std::to_string(2 * c.cp) +
+               " (each rank holds two equal chunks: causal load balancing)");
+  if (c.heads < 1 || c.kvHeads < 1 || c.headDim < 1)
+    return bad("cp and attention modeling need heads, kv_heads and head_dim "
+               "(>= 1)");
+  if (c.heads % c.kvHeads)
+    return bad("kv_heads=" + std::to_string(c.kvHeads) +
+               " does not divide heads=" + std::to_string(c.heads));
+  if (c.heads % c.tp || c.kvHeads % c.tp)
+    return bad("tp=" + std::to_string(c.tp) + " does not divide heads=" +
+               std::to_string(c.heads) + " and kv_heads=" +
+               std::to_string(c.kvHeads));
+  if (c.cpComm == "a2a" && ((c.heads / c.tp) % c.cp || (c.kvHeads / c.tp) % c.cp))
+    return bad("cp_comm=a2a splits the heads over the cp group: " +
+               std::to_string(c.heads / c.tp) + " heads and " +
+               std::to_string(c.kvHeads / c.tp) +
+               " key/value heads (after tensor parallelism) must be "
+               "divisible by " + cpIs);
+  if (!attention)
+    return bad("cp > 1 needs the attention core's cost: attention_forward_us, "
+               "or attention_tflops");
+  return true;
+}
+
 double SimConfig::layerForwardNs() const {
   if (layerForwardUs > 0)
     return layerForwardUs * 1e3;
   return layerForwardFlops / (deviceTflops * 1e12) * 1e9;
+}
+
+double SimConfig::attentionForwardNs() const {
+  if (attentionForwardUs > 0)
+    return attentionForwardUs * 1e3;
+  if (attentionTflops <= 0 || seqLen <= 0 || heads <= 0 || headDim <= 0)
+    return 0;
+  // QK^T and PV over the causal (query, key) pairs: 2 x 2 FLOPs a pair and
+  // head dimension, for this rank's heads.
+  double pairs = double(seqLen) * double(seqLen + 1) / 2;
+  double flops = 4.0 * batchRows * (heads / tp) * headDim * pairs;
+  return flops / (attentionTflops * 1e12) * 1e9;
+}
+
+uint64_t SimConfig::headsShareBytes(int h) const {
+  return uint64_t(batchRows) * uint64_t(seqLen / cp) * uint64_t(h) *
+         uint64_t(headDim) * uint64_t(dtypeBytes);
+}
+
+uint64_t SimConfig::kvBlockBytes() const {
+  return 2 * headsShareBytes(kvHeads / tp);
+}
+
+double SimConfig::causalPairShare(int member, int src) const {
+  // 2cp chunks of c tokens; member r holds chunks r and 2cp-1-r. A query
+  // chunk sees all of an earlier key chunk and the lower triangle (with the
+  // diagonal) of its own.
+  double c = double(seqLen) / (2 * cp);
+  auto pairs = [&](int qc, int kc) {
+    return kc < qc ? c * c : kc == qc ? c * (c + 1) / 2 : 0.0;
+  };
+  double n = 0;
+  for (int qc : {member, 2 * cp - 1 - member})
+    for (int kc : {src, 2 * cp - 1 - src})
+      n += pairs(qc, kc);
+  return n / (double(seqLen) * double(seqLen + 1) / 2);
 }
 
 bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
@@ -144,6 +237,21 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
                                               "exit_skew_us",
                                               "seed",
                                               "faults",
+                                              "cp",
+                                              "cp_comm",
+                                              "seq_len",
+                                              "batch_rows",
+                                              "heads",
+                                              "kv_heads",
+                                              "head_dim",
+                                              "dtype_bytes",
+                                              "attention_forward_us",
+                                              "attention_tflops",
+                                              "attention_backward_factor",
+                                              "recompute",
+                                              "persistent_bytes",
+                                              "layer_stash_bytes",
+                                              "working_bytes",
                                               "comment"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key())) {
@@ -195,6 +303,26 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
     c.jitter = j.value("jitter", 0.0);
     c.exitSkewUs = j.value("exit_skew_us", 0.0);
     c.seed = j.value("seed", (uint64_t)1);
+    c.cp = j.value("cp", 1);
+    c.cpComm = j.value("cp_comm", std::string("ring"));
+    c.seqLen = j.value("seq_len", (int64_t)0);
+    c.batchRows = j.value("batch_rows", (int64_t)1);
+    c.heads = j.value("heads", 0);
+    c.kvHeads = j.value("kv_heads", c.heads);
+    c.headDim = j.value("head_dim", 0);
+    c.dtypeBytes = j.value("dtype_bytes", 2);
+    c.attentionForwardUs = j.value("attention_forward_us", 0.0);
+    c.attentionTflops = j.value("attention_tflops", 0.0);
+    c.attentionBackwardFactor = j.value("attention_backward_factor", 0.0);
+    std::string rc = j.value("recompute", std::string("none"));
+    if (rc != "none" && rc != "full") {
+      *error = "recompute must be none or full, got \"" + rc + "\"";
+      return false;
+    }
+    c.recomputeFull = rc == "full";
+    c.persistentBytes = j.value("persistent_bytes", (uint64_t)0);
+    c.layerStashBytes = j.value("layer_stash_bytes", (uint64_t)0);
+    c.workingBytes = j.value("working_bytes", (uint64_t)0);
   } catch (const json::exception &e) {
     *error = std::string("bad config value: ") + e.what();
     return false;
@@ -264,6 +392,8 @@ bool mapp::scan::parseSimConfig(const std::string &text, SimConfig &c,
              !c.moeExpertLoad.empty()) {
     return bad("moe_* keys need moe_experts");
   }
+  if (!checkContextParallel(c, error))
+    return false;
   if (j.contains("faults")) {
     if (!j["faults"].is_array())
       return bad("'faults' must be an array of strings");
@@ -422,7 +552,7 @@ struct Builder {
     const char *work = fwd ? "fwd.experts" : "bwd.experts";
     if (c.ep == 1) {
       compute(r, base(work, Cat::Compute, step, mb, l, chunk),
-              factor * c.moeExpertUs * 1e3);
+              factor * c.moeExpertUs * 1e3 * tokenShare());
       return;
     }
     std::vector<int> members;
@@ -456,8 +586,140 @@ struct Builder {
     op.op = send ? Op::Send : Op::Recv;
     op.peer = peer;
     op.tag = tag;
-    op.bytes = c.activationBytes;
+    op.bytes = scaled(c.activationBytes);
     job.programs[r].push_back(op);
+  }
+
+  //===--- Context parallelism (docs/mapp-sim.md) --------------------------===//
+
+  // Ring messages' tags, the runtime kernel's (backend/cpu/ContextParallel).
+  static constexpr int64_t kRingTag = 32001, kRingGradTag = 32002,
+                           kRingDkvTag = 32003;
+
+  bool attentionModeled() const { return c.attentionForwardNs() > 0; }
+  /// A rank's share of the position-local work: its S/cp tokens.
+  double tokenShare() const { return attentionModeled() ? 1.0 / c.cp : 1.0; }
+  uint64_t scaled(uint64_t bytes) const {
+    return uint64_t(std::llround(bytes * tokenShare()));
+  }
+
+  SimOp named(const std::string &name, Cat cat, int step, int mb, int layer,
+              int chunk) {
+    SimOp op = base("", cat, step, mb, layer, chunk);
+    op.name = name;
+    return op;
+  }
+
+  // A ring transfer: sends are non-blocking (posted before the block's
+  // compute, so the transfer overlaps it); receives wait for the bytes.
+  void ringMsg(int r, SimOp op, bool send, int peer, int64_t tag,
+               uint64_t bytes, int g) {
+    op.kind = send ? SimOp::Send : SimOp::Recv;
+    op.cat = Cat::Comm;
+    op.op = send ? Op::Send : Op::Recv;
+    op.peer = peer;
+    op.tag = tag;
+    op.bytes = bytes;
+    op.async = send;
+    op.group = g; // classifies the transfer as cp in the exposure truth
+    job.programs[r].push_back(op);
+  }
+
+  void cpAllToAll(int r, SimOp op, int g, uint64_t bytes) {
+    coll(r, op, g, bytes);
+    job.programs[r].back().op = Op::AllToAll;
+  }
+
+  // One layer's causal attention core on rank r, forward or backward.
+  // `pre` names a recomputation ("recompute.").
+  void attentionCore(int r, int step, int mb, int l, int chunk, bool fwd,
+                     const std::string &pre) {
+    double core = c.attentionForwardNs();
+    if (!fwd)
+      core *= c.attentionBackwardFactor > 0 ? c.attentionBackwardFactor
+                                            : c.backwardFactor;
+    std::string dir = pre + (fwd ? "fwd" : "bwd");
+    auto op = [&](const char *what, Cat cat) {
+      return named(dir + what, cat, step, mb, l, chunk);
+    };
+    if (c.cp == 1) {
+      compute(r, op(".attn.core", Cat::Compute), core);
+      return;
+    }
+    int t = r % c.tp, d = (r / c.tp) % c.dp, s = r / (c.tp * c.dp);
+    int n = c.cp, me = d % n;
+    std::vector<int> members;
+    for (int k = 0; k < n; ++k)
+      members.push_back(rankOf(t, d - me + k, s));
+    int g = group("cp", members);
+    if (c.cpComm == "a2a") {
+      // Ulysses: sequence-sharded q, k, v become head-sharded over all S
+      // rows (each member the same work: 1/cp of the heads); the output
+      // goes back. The backward exchanges dout in and dq, dk, dv out.
+      uint64_t q = c.headsShareBytes(c.heads / c.tp),
+               kv = c.headsShareBytes(c.kvHeads / c.tp);
+      std::vector<uint64_t> in = fwd ? std::vector<uint64_t>{q, kv, kv}
+                                     : std::vector<uint64_t>{q};
+      std::vector<uint64_t> out = fwd ? std::vector<uint64_t>{q}
+                                      : std::vector<uint64_t>{q, kv, kv};
+      for (uint64_t b : in)
+        cpAllToAll(r, op(".cp_a2a", Cat::Comm), g, b);
+      compute(r, op(".attn.core", Cat::Compute), core / n);
+      for (uint64_t b : out)
+        cpAllToAll(r, op(".cp_a2a", Cat::Comm), g, b);
+      return;
+    }
+    // Ring: at step k the rank holds member (me - k)'s K/V block and does
+    // its causal pairs against it; the next block travels meanwhile.
+    int next = members[(me + 1) % n], prev = members[(me + n - 1) % n];
+    uint64_t block = c.kvBlockBytes();
+    for (int k = 0; k < n; ++k) {
+      int src = (me - k + n) % n;
+      bool more = k < n - 1;
+      if (more)
+        ringMsg(r, op(".cp_ring", Cat::Comm), true, next,
+                fwd ? kRingTag : kRingGradTag, block, g);
+      compute(r, op(".attn.core", Cat::Compute),
+              core * c.causalPairShare(me, src));
+      if (!fwd) {
+        // dK/dV of the block: the partial sum of the members before this
+        // one comes in, this member's part is added, the sum goes on.
+        if (k > 0)
+          ringMsg(r, op(".cp_ring.grad", Cat::Comm), false, prev, kRingDkvTag,
+                  block, g);
+        ringMsg(r, op(".cp_ring.grad", Cat::Comm), true, next, kRingDkvTag,
+                block, g);
+      }
+      if (more)
+        ringMsg(r, op(".cp_ring", Cat::Comm), false, prev,
+                fwd ? kRingTag : kRingGradTag, block, g);
+    }
+    if (!fwd) // the rank's own block's full dK/dV comes home
+      ringMsg(r, op(".cp_ring.grad", Cat::Comm), false, prev, kRingDkvTag,
+              block, g);
+  }
+
+  // One layer's forward on rank r (again, under full recomputation, at the
+  // start of its backward).
+  void layerForward(int r, int step, int mb, int l, int chunk, int tpg,
+                    bool recompute) {
+    std::string pre = recompute ? "recompute." : "";
+    double lf = c.layerForwardNs() * tokenShare();
+    uint64_t tpBytes = scaled(c.tpAllreduceBytes);
+    compute(r, named(pre + "fwd.attn", Cat::Compute, step, mb, l, chunk),
+            0.4 * lf);
+    if (attentionModeled())
+      attentionCore(r, step, mb, l, chunk, true, pre);
+    if (tpg >= 0)
+      coll(r, named(pre + "fwd.attn.allreduce", Cat::Comm, step, mb, l, chunk),
+           tpg, tpBytes);
+    compute(r, named(pre + "fwd.mlp", Cat::Compute, step, mb, l, chunk),
+            0.6 * lf);
+    if (c.moeExperts > 0)
+      experts(r, step, mb, l, chunk, true);
+    if (tpg >= 0)
+      coll(r, named(pre + "fwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk),
+           tpg, tpBytes);
   }
 
   // One forward or backward task of (chunk, mb) on rank r.
@@ -475,36 +737,25 @@ struct Builder {
     int next = rankOf(t, d, (s + 1) % c.pp);
     int64_t M = c.microbatches;
     int tpg = c.tp > 1 ? group("tp", tpMembers(d, s)) : -1;
-    double lf = c.layerForwardNs();
+    double lf = c.layerForwardNs() * tokenShare();
     if (fwd) {
       if (vs == 0) {
         if (c.dataUs > 0)
           compute(r, base("data.load", Cat::Data, step, mb, -1, chunk),
-                  c.dataUs * 1e3);
+                  c.dataUs * 1e3 * tokenShare());
         if (c.embeddingUs > 0)
           compute(r, base("fwd.embedding", Cat::Compute, step, mb, -1, chunk),
-                  c.embeddingUs * 1e3);
+                  c.embeddingUs * 1e3 * tokenShare());
       } else {
         p2p(r, base("recv.fwd", Cat::Comm, step, mb, -1, chunk), false, prev,
             (2 * vs) * M + mb);
       }
-      for (int l = l0; l < l1; ++l) {
-        compute(r, base("fwd.attn", Cat::Compute, step, mb, l, chunk),
-                0.4 * lf);
-        if (tpg >= 0)
-          coll(r, base("fwd.attn.allreduce", Cat::Comm, step, mb, l, chunk),
-               tpg, c.tpAllreduceBytes);
-        compute(r, base("fwd.mlp", Cat::Compute, step, mb, l, chunk), 0.6 * lf);
-        if (c.moeExperts > 0)
-          experts(r, step, mb, l, chunk, true);
-        if (tpg >= 0)
-          coll(r, base("fwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
-               c.tpAllreduceBytes);
-      }
+      for (int l = l0; l < l1; ++l)
+        layerForward(r, step, mb, l, chunk, tpg, false);
       if (vs == V - 1) {
         if (c.lossUs > 0)
           compute(r, base("fwd.loss", Cat::Compute, step, mb, -1, chunk),
-                  c.lossUs * 1e3);
+                  c.lossUs * 1e3 * tokenShare());
       } else {
         p2p(r, base("send.fwd", Cat::Comm, step, mb, -1, chunk), true, next,
             (2 * (vs + 1)) * M + mb);
@@ -515,17 +766,22 @@ struct Builder {
       p2p(r, base("recv.bwd", Cat::Comm, step, mb, -1, chunk), false, next,
           (2 * vs + 1) * M + mb);
     double bf = c.backwardFactor * lf;
+    uint64_t tpBytes = scaled(c.tpAllreduceBytes);
     for (int l = l1 - 1; l >= l0; --l) {
+      if (c.recomputeFull)
+        layerForward(r, step, mb, l, chunk, tpg, true);
       if (c.moeExperts > 0)
         experts(r, step, mb, l, chunk, false);
       compute(r, base("bwd.mlp", Cat::Compute, step, mb, l, chunk), 0.6 * bf);
       if (tpg >= 0)
         coll(r, base("bwd.mlp.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
-             c.tpAllreduceBytes);
+             tpBytes);
+      if (attentionModeled())
+        attentionCore(r, step, mb, l, chunk, false, "");
       compute(r, base("bwd.attn", Cat::Compute, step, mb, l, chunk), 0.4 * bf);
       if (tpg >= 0)
         coll(r, base("bwd.attn.allreduce", Cat::Comm, step, mb, l, chunk), tpg,
-             c.tpAllreduceBytes);
+             tpBytes);
       if (c.overlapGradReduce && c.dp > 1 && mb == M - 1)
         gradBucket(r, step, chunk, l, l1 - l0);
     }
@@ -534,7 +790,7 @@ struct Builder {
           (2 * (vs - 1) + 1) * M + mb);
     else if (c.embeddingUs > 0)
       compute(r, base("bwd.embedding", Cat::Compute, step, mb, -1, chunk),
-              c.embeddingUs * 1e3);
+              c.embeddingUs * 1e3 * tokenShare());
   }
 
   // Overlapped gradient reduction: the layer's gradients are complete after
@@ -666,6 +922,24 @@ bool mapp::scan::buildSimJob(const SimConfig &c, SimJob &job,
         b.compute(r, b.base("optimizer.step", Cat::Optimizer, step, -1, -1, -1),
                   c.optimizerUs * 1e3);
     }
+  // Memory: what a stage stashes per microbatch in flight (its layers'
+  // activations over the rank's S/cp tokens) at the schedule's worst point.
+  if (c.persistentBytes || c.layerStashBytes || c.workingBytes) {
+    double share = b.tokenShare();
+    for (int r = 0; r < R; ++r) {
+      int s = r / (c.tp * c.dp);
+      double inFlight = 0, peak = 0;
+      for (auto [fwd, ch, mb] : b.order(s)) {
+        int vs = ch * c.pp + s;
+        int layers = c.firstLayer(vs + 1) - c.firstLayer(vs);
+        inFlight += (fwd ? 1 : -1) * double(layers) * c.layerStashBytes;
+        peak = std::max(peak, inFlight);
+      }
+      job.peakBytes.push_back(
+          c.persistentBytes +
+          uint64_t(std::llround((peak + c.workingBytes) * share)));
+    }
+  }
   (void)error;
   return true;
 }

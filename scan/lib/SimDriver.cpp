@@ -250,6 +250,25 @@ bool mapp::scan::runSimRequest(const SimRequest &r, std::string *err) {
                 "%zu events, mean step %.3f ms\n",
                 job.world, c.tp, c.pp, c.dp, c.schedule.c_str(), events,
                 std::accumulate(st.begin(), st.end(), 0.0) / st.size() * 1e-6);
+    if (c.cp > 1 || c.attentionForwardNs() > 0) {
+      // The cp class of the exposure truth, as ms per step over the ranks.
+      nlohmann::json ex = simExposureTruth(job, times);
+      double comm = 0, exposed = 0;
+      for (const auto &rk : ex["ranks"])
+        if (rk["classes"].contains("cp")) {
+          comm += rk["classes"]["cp"].value("comm_ms_per_step", 0.0);
+          exposed += rk["classes"]["cp"].value("exposed_ms_per_step", 0.0);
+        }
+      std::printf("mapp-sim: cp %d (%s), sequence %lld: cp communication "
+                  "%.3f ms per step, exposed %.3f ms (mean over ranks)\n",
+                  c.cp, c.cpComm.c_str(), (long long)c.seqLen,
+                  comm / job.world, exposed / job.world);
+    }
+    if (!job.peakBytes.empty()) {
+      auto top = std::max_element(job.peakBytes.begin(), job.peakBytes.end());
+      std::printf("mapp-sim: peak memory %.3f GiB per rank (rank %d)\n",
+                  *top / 1073741824.0, int(top - job.peakBytes.begin()));
+    }
     for (const Fault &f : c.faults)
       std::printf("  fault %s\n", f.text.c_str());
   }

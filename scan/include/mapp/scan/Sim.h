@@ -90,6 +90,8 @@ struct SimJob {
   std::vector<SimPeerBytes> peerBytes; // shared by ops with the same counts
   std::vector<int> streamOwner;
   std::vector<std::string> streamName;
+  /// Config mode with memory keys: each rank's modeled peak bytes.
+  std::vector<uint64_t> peakBytes;
 
   int ownerOf(size_t program) const {
     return program < static_cast<size_t>(world)
@@ -170,6 +172,23 @@ struct SimConfig {
   // backward of that layer ends, beside the rest of the backward; the
   // update waits for it.
   bool overlapGradReduce = false;
+  // Context parallelism (docs/mapp-sim.md, "Context parallelism"): the
+  // sequence is split over `cp` consecutive dp ranks (cp lives inside dp,
+  // as in mapp's plans); with cp or an attention cost, the per-rank values
+  // above describe the job at cp = 1 (one rank holds the whole sequence)
+  // and the position-local work and messages are divided by cp, while the
+  // causal attention core runs as a ring of K/V blocks or between two
+  // all-to-alls.
+  int cp = 1;
+  std::string cpComm = "ring";
+  int64_t seqLen = 0, batchRows = 1;
+  int heads = 0, kvHeads = 0, headDim = 0, dtypeBytes = 2;
+  double attentionForwardUs = 0, attentionTflops = 0;
+  double attentionBackwardFactor = 0; // 0: backwardFactor
+  bool recomputeFull = false; // full activation recomputation
+  // Memory (optional): persistent bytes per rank, the activations one layer
+  // stashes per microbatch and the transient working set (both at cp = 1).
+  uint64_t persistentBytes = 0, layerStashBytes = 0, workingBytes = 0;
   int gpusPerNode = 0;           // ranks r/gpusPerNode share a node; 0 = tp
   double interGbps = 100, interLatencyUs = 5;
   double intraGbps = 1800, intraLatencyUs = 2;
@@ -179,6 +198,19 @@ struct SimConfig {
   std::vector<Fault> faults;
 
   double layerForwardNs() const;
+  /// The layer's causal attention core, forward, over the whole sequence
+  /// (cp = 1), per rank after tp: 0 when not modeled.
+  double attentionForwardNs() const;
+  /// Bytes of one rank's K and V block (its S/cp tokens, kv_heads/tp heads).
+  uint64_t kvBlockBytes() const;
+  /// Bytes of one rank's share of a tensor with `h` heads (per rank after tp).
+  uint64_t headsShareBytes(int h) const;
+  /// Fraction of the causal (query, key) pairs of the sequence that cp
+  /// member `member`'s two chunks have against member `src`'s keys under
+  /// the load-balanced layout (chunks r and 2cp-1-r).
+  double causalPairShare(int member, int src) const;
+  /// Peak memory of a rank at pipeline stage s (0 without memory keys).
+  uint64_t peakBytes(int stage) const;
 };
 
 bool parseSimConfig(const std::string &jsonText, SimConfig &c,
