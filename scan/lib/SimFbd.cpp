@@ -41,9 +41,13 @@ bool fbd::namedGroup(const rt::Plan &plan, const rt::Program &p,
   } else if (name == "pp") {
     for (int i = 0; i < plan.pp; ++i)
       members.push_back(rankOf(t, d, i));
+  } else if (name == "cp" && plan.cp > 0) {
+    // cp consecutive dp ranks (docs/context-parallel.md).
+    for (int i = d - d % plan.cp; i < d - d % plan.cp + plan.cp; ++i)
+      members.push_back(rankOf(t, i, s));
   } else {
     *error = "rank " + std::to_string(p.rank) + ": unknown group '" + name +
-             "' (tp | dp | ep | pp | world)";
+             "' (tp | dp | ep | pp | cp | world)";
     return false;
   }
   return true;

@@ -350,6 +350,95 @@ private:
       op.seq = seq[{p.rank, g}]++;
       ops.push_back(op);
     };
+    // Context-parallel attention (runtime backend/cpu/ContextParallel.cpp)
+    // as the kernel runs it: a ring of K/V blocks (each step's block
+    // product, the next block's buffered send posted before it; the
+    // gradient runs the forward ring again for the log-sum-exp, then sends
+    // K, V and the double dK/dV after each block) or Ulysses' all-to-alls
+    // (3 + 1 forward; dout, q, k, v in and dq, dk, dv out backward).
+    auto cpAttention = [&](const rt::Instr &in) {
+      std::vector<int> members;
+      std::string err;
+      if (!fbd::namedGroup(plan, p, in.attrs.getStr("group", "cp"), members,
+                           &err)) {
+        if (groupError.empty())
+          groupError = err;
+        members = {p.rank};
+      }
+      int g = groupId("cp", members, job);
+      int n = int(members.size());
+      bool grad = in.kernel == "cp_attention_grad";
+      const rt::Value &q = p.values[in.inputs[grad ? 1 : 0]];
+      const rt::Value &k = p.values[in.inputs[grad ? 2 : 1]];
+      const rt::Value &v = p.values[in.inputs[grad ? 3 : 2]];
+      double tl = q.type.shape.size() == 3 ? q.type.shape[1] : 0;
+      mapp::cost::Costs costs(costProfile());
+      auto blockNs = [&](double perPair) { // q's rows against tl keys
+        return costs.instrNs(perPair * numel(q) * tl,
+                             2.0 * q.bytes + k.bytes + v.bytes,
+                             mapp::cost::DType::F32, true) *
+               factor;
+      };
+      auto exchange = [&](uint64_t bytes) {
+        SimOp op = base(in.kernel);
+        op.kind = SimOp::Coll;
+        op.cat = Cat::Comm;
+        op.op = Op::AllToAll;
+        op.bytes = bytes;
+        op.group = g;
+        op.seq = seq[{p.rank, g}]++;
+        ops.push_back(op);
+      };
+      if (in.attrs.getStr("comm", "ring") == "a2a" && n > 1) {
+        std::vector<uint64_t> pre = {q.bytes, k.bytes, v.bytes};
+        if (grad)
+          pre.insert(pre.begin(), q.bytes); // dout
+        for (uint64_t b : pre)
+          exchange(b);
+        compute(blockNs(grad ? 8.0 : 4.0) * n);
+        std::vector<uint64_t> post = grad ? std::vector<uint64_t>{q.bytes,
+                                                                  k.bytes,
+                                                                  v.bytes}
+                                          : std::vector<uint64_t>{q.bytes};
+        for (uint64_t b : post)
+          exchange(b);
+        return;
+      }
+      int self = int(std::find(members.begin(), members.end(), p.rank) -
+                     members.begin());
+      int next = members[(self + 1) % n], prev = members[(self + n - 1) % n];
+      auto msg = [&](bool send, int64_t tag, uint64_t bytes) {
+        SimOp op = base(in.kernel);
+        op.kind = send ? SimOp::Send : SimOp::Recv;
+        op.async = send; // buffered: the sender goes on
+        op.cat = Cat::Comm;
+        op.op = send ? Op::Send : Op::Recv;
+        op.peer = send ? next : prev;
+        op.tag = tag;
+        op.bytes = bytes;
+        op.group = g;
+        ops.push_back(op);
+      };
+      // Tags below the plans' (which are >= 0): ring messages only.
+      const int64_t fwdTag = -32001, gradTag = -32002;
+      for (int s = 0; s < n; ++s) {
+        if (s + 1 < n)
+          msg(true, grad ? gradTag : fwdTag, k.bytes + v.bytes);
+        compute(blockNs(4.0));
+        if (s + 1 < n)
+          msg(false, grad ? gradTag : fwdTag, k.bytes + v.bytes);
+      }
+      if (!grad)
+        return;
+      for (int s = 0; s < n && n > 1; ++s) {
+        compute(blockNs(8.0));
+        uint64_t bytes = 3 * (k.bytes + v.bytes); // fp32 K, V; double dK, dV
+        msg(true, gradTag, bytes);
+        msg(false, gradTag, bytes);
+      }
+      if (n == 1)
+        compute(blockNs(8.0));
+    };
     if (uniformCost) {
       for (const rt::Instr &in : blk.instrs)
         if (in.kernel == "recv")
@@ -366,6 +455,8 @@ private:
     for (const rt::Instr &in : blk.instrs) {
       if (in.kernel == "send" || in.kernel == "recv")
         p2p(in);
+      else if (in.kernel == "cp_attention" || in.kernel == "cp_attention_grad")
+        cpAttention(in);
       else if (isCollective(in.kernel))
         collective(in);
       else

@@ -201,3 +201,59 @@ def test_bad_input(tmp_path, change, message):
                        text=True, timeout=60)
     assert p.returncode != 0
     assert str(path) in p.stderr and message in p.stderr, p.stderr
+
+
+# --- Plan mode: a compiled cp plan's cp_attention as the CPU kernel runs it.
+
+LLAMA = {"variant": "llama", "num_layers": 2, "hidden_size": 32,
+         "num_attention_heads": 4, "num_query_groups": 2,
+         "ffn_hidden_size": 64, "seq_length": 32, "vocab_size": 256,
+         "micro_batch_size": 2, "tie_embeddings": False}
+
+
+def cp_plan(tmp_path, comm):
+    b = os.environ.get("MAPP_BIN", "build/bin")
+    opt, tr = os.path.join(b, "mapp-opt"), os.path.join(b, "mapp-translate")
+    if not (os.path.exists(opt) and os.path.exists(tr)):
+        pytest.skip("mapp-opt / mapp-translate not built")
+    (tmp_path / "m.json").write_text(json.dumps(LLAMA))
+    for cmd in ([tr, "--import-gpt-config", tmp_path / "m.json", "-o",
+                 tmp_path / "m.mlir"],
+                [opt, tmp_path / "m.mlir",
+                 f"--mapp-train-pipeline=cp=2 dp=2 cp-comm={comm} "
+                 "microbatches=2 optimizer=adamw lr=0.003",
+                 "-o", tmp_path / f"{comm}.mlir"],
+                [tr, "--mapp-to-plan", tmp_path / f"{comm}.mlir", "-o",
+                 tmp_path / f"{comm}.mplan"]):
+        subprocess.run([str(c) for c in cmd], check=True, capture_output=True,
+                       timeout=120)
+    return tmp_path / f"{comm}.mplan"
+
+
+def plan_step_us(plan, *inject):
+    cmd = [SIM, str(plan), "--steps", "2", "--json"]
+    for f in inject:
+        cmd += ["--inject", f]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)[0]["step_us"]
+
+
+@pytest.mark.parametrize("comm,exchanges", [
+    # Per layer and microbatch (cp = 2): ring forward cp-1 exchanges; its
+    # gradient the forward ring again (cp-1) and cp K/V/dK/dV hops.
+    ("ring", 1 + 1 + 2),
+    # Ulysses: q, k, v, out; dout, q, k, v in and dq, dk, dv out.
+    ("a2a", 4 + 7)])
+def test_plan_cp_exchanges(tmp_path, comm, exchanges):
+    plan = cp_plan(tmp_path, comm)
+    u = 1000.0  # us of extra latency on both links between cp members 0, 1
+    base = plan_step_us(plan)
+    slow = plan_step_us(plan, f"link-delay:src=0,dst=1,us={u:g}",
+                        f"link-delay:src=1,dst=0,us={u:g}")
+    # Every exchange waits u once (2 members: each hop is a round), plus
+    # the gradient all-reduce over the 4 data-parallel ranks: 2(4-1) ring
+    # steps paced by the slow hop.
+    layers, micro = 2, 2
+    want = (layers * micro * exchanges + 2 * 3) * u
+    assert slow - base == pytest.approx(want, rel=1e-6)
