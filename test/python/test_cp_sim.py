@@ -8,6 +8,7 @@ all-to-alls, memory over S/cp tokens, and the located errors.
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -257,3 +258,20 @@ def test_plan_cp_exchanges(tmp_path, comm, exchanges):
     layers, micro = 2, 2
     want = (layers * micro * exchanges + 2 * 3) * u
     assert slow - base == pytest.approx(want, rel=1e-6)
+
+
+def test_llama8b_bench_runs(tmp_path):
+    """bench/cp/llama8b_128k.py builds configs mapp-sim accepts (2 layers:
+    a smoke run; the figures need 32); the ring is hidden at 128k."""
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "cp",
+                         "llama8b_128k.py")
+    out = tmp_path / "rows.json"
+    p = subprocess.run([sys.executable, bench, "--bin", os.path.dirname(SIM),
+                        "--layers", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out.read_text())
+    assert len(rows) == 6
+    ring = [r for r in rows if r["cp_comm"] == "ring"]
+    assert all(r["cp_exposed_ms"] == 0 for r in ring)
+    assert all(r["cp_comm_ms"] > 0 for r in rows)
