@@ -493,6 +493,7 @@ struct Builder {
   }
 
   void compute(int r, SimOp op, double ns) {
+    takePostGap(r, op);
     op.kind = SimOp::Compute;
     size_t idx = job.programs[r].size();
     double j = 1 + c.jitter * hashNormal(c.seed, r, idx);
@@ -614,6 +615,9 @@ struct Builder {
   // compute, so the transfer overlaps it); receives wait for the bytes.
   void ringMsg(int r, SimOp op, bool send, int peer, int64_t tag,
                uint64_t bytes, int g) {
+    takePostGap(r, op);
+    if (send) // the op after it starts a nanosecond later (takePostGap)
+      postGap.insert(r);
     op.kind = send ? SimOp::Send : SimOp::Recv;
     op.cat = Cat::Comm;
     op.op = send ? Op::Send : Op::Recv;
@@ -623,6 +627,16 @@ struct Builder {
     op.async = send;
     op.group = g; // classifies the transfer as cp in the exposure truth
     job.programs[r].push_back(op);
+  }
+
+  // A non-blocking send takes no time; the op after it starts 1 ns later,
+  // so that in the trace the send does not lie inside that op (the
+  // exposure's regions: mapp/monitor/Exposure.h would take an event that
+  // begins with a zero-length one as a region around it).
+  std::set<int> postGap;
+  void takePostGap(int r, SimOp &op) {
+    if (postGap.erase(r))
+      op.gapNs += 1;
   }
 
   void cpAllToAll(int r, SimOp op, int g, uint64_t bytes) {

@@ -105,9 +105,10 @@ def test_balanced_compute_share(tmp_path, cp):
     # Balanced: every rank does 1/cp of the cp = 1 attention.
     for s in per_rank:
         assert abs(s - 800e3 / cp) <= cp
-    # Ideal network: (position-local + attention) x (1 + backward) / cp.
+    # Ideal network: (position-local + attention) x (1 + backward) / cp
+    # (+ 1 ns after each of the ring's 3cp - 2 sends: see takePostGap).
     assert truth["mean_step_ms"] == pytest.approx((400 + 800) * 3 / cp / 1e3,
-                                                  abs=1e-5)
+                                                  abs=(3 * cp - 2) * 1e-6 + 1e-9)
     assert truth["exposed_comm"]["ranks"][0]["classes"].get(
         "cp", {"exposed_ms_per_step": 0})["exposed_ms_per_step"] < 1e-5
 
@@ -128,7 +129,15 @@ def test_exposure_is_transfer_minus_compute(tmp_path):
         assert len(waits) == cp - 1
         for got, want in waits:
             assert abs(got - want) <= 2, waits
-    cp_ms = truth["exposed_comm"]["ranks"][0]["classes"]["cp"]
+    # Nothing runs beside a ring wait: the truth's exposed cp time is every
+    # ring receive's wait (a send after a receive once hid the next
+    # receive from the exposure, as a region around a zero-length event).
+    for r, events in enumerate(ev):
+        waits = sum(dur(e) for e in events
+                    if "cp_ring" in e["name"] and e["op"] == "recv")
+        cp_ms = truth["exposed_comm"]["ranks"][r]["classes"]["cp"]
+        assert cp_ms["exposed_ms_per_step"] == pytest.approx(waits / 1e6,
+                                                             abs=1e-5)
     assert cp_ms["exposed_ms_per_step"] > 3 * (1 - 0.06)
     # Compute dominates: the same ring at 1000x the bandwidth is hidden
     # but for its latency-free transfer of ~1 us per step.
@@ -169,7 +178,7 @@ def test_full_recompute_reruns_the_forward_ring(tmp_path):
              and e["op"] == "send"]
     assert len(sends) == 2 * (cp - 1) and all(e["phase"] == "bwd" for e in sends)
     assert truth["mean_step_ms"] == pytest.approx(
-        2 * (400 + 800) * 4 / cp / 1e3, abs=1e-5)
+        2 * (400 + 800) * 4 / cp / 1e3, abs=1e-5)  # + 10 ns of post gaps
 
 
 def test_memory_over_s_over_cp(tmp_path):
@@ -272,6 +281,11 @@ def test_llama8b_bench_runs(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = json.loads(out.read_text())
     assert len(rows) == 6
-    ring = [r for r in rows if r["cp_comm"] == "ring"]
-    assert all(r["cp_exposed_ms"] == 0 for r in ring)
-    assert all(r["cp_comm_ms"] > 0 for r in rows)
+    # Exposed of the ring: each layer's last dK/dV hop home, one 64 MiB
+    # block over NVLink (~0.15 ms); the all-to-alls are all exposed.
+    for r in rows:
+        assert r["cp_comm_ms"] > 0
+        if r["cp_comm"] == "ring" and r["seq"] == 131072 and r["cp"] == 8:
+            assert 0 < r["cp_exposed_ms"] <= 2 * 0.16
+        if r["cp_comm"] == "a2a":
+            assert r["cp_exposed_ms"] == pytest.approx(r["cp_comm_ms"], rel=1e-3)
