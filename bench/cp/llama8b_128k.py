@@ -154,6 +154,8 @@ def main():
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--layers", type=int, default=L,
                     help="layers to simulate (a smoke run; figures need 32)")
+    ap.add_argument("--attention-tflops", type=float, default=ATTN_TFLOPS,
+                    help="the attention core's forward rate (sensitivity)")
     a = ap.parse_args()
     binary = os.path.join(a.bin, "mapp-sim")
     rows = []
@@ -165,12 +167,13 @@ def main():
                (131072, 4, 8, 8, "ring", False),
                (262144, 8, 8, 8, "ring", False)]
     print(f"Llama-3-8B ({PARAMS / 1e9:.2f}B parameters), bf16, full recompute; "
-          f"attention {ATTN_TFLOPS:.0f} TFLOP/s fwd, bwd {ATTN_BWD_FACTOR:.2f}x")
+          f"attention {a.attention_tflops:.0f} TFLOP/s fwd, bwd {ATTN_BWD_FACTOR:.2f}x")
     print(f"{'seq':>7} {'GPUs':>4} {'layout':<16} {'step_s':>8} {'tok/s/GPU':>9} "
           f"{'MFU':>6} {'cp_comm_ms':>10} {'exposed_ms':>10} {'peak_GiB':>8} "
           f"{'FSDP_GiB':>8}  torchtitan (TPS/GPU, GiB)")
     for seq, cp, dpr, gpus, comm, overlap in layouts:
         cfg = job_config(seq, cp, dpr, 8, comm, a.layers, overlap)
+        cfg["attention_tflops"] = a.attention_tflops
         step_ms, cp_ms, exposed_ms, peak = run_sim(binary, cfg)
         step = step_ms / 1e3
         tokens = seq * (dpr // cp)  # one sequence per cp group
