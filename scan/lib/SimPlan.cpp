@@ -356,6 +356,7 @@ private:
     // gradient runs the forward ring again for the log-sum-exp, then sends
     // K, V and the double dK/dV after each block) or Ulysses' all-to-alls
     // (3 + 1 forward; dout, q, k, v in and dq, dk, dv out backward).
+    // Under uniform costs (below) the task's cost stands for all of it.
     auto cpAttention = [&](const rt::Instr &in) {
       std::vector<int> members;
       std::string err;
@@ -395,7 +396,9 @@ private:
           pre.insert(pre.begin(), q.bytes); // dout
         for (uint64_t b : pre)
           exchange(b);
-        compute(blockNs(grad ? 8.0 : 4.0) * n);
+        // All S rows of the rank's heads; the gradient recomputes the
+        // forward (log-sum-exp) first, as the kernel does.
+        compute(blockNs(grad ? 4.0 + 8.0 : 4.0) * n);
         std::vector<uint64_t> post = grad ? std::vector<uint64_t>{q.bytes,
                                                                   k.bytes,
                                                                   v.bytes}
