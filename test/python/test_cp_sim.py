@@ -203,6 +203,10 @@ def test_memory_over_s_over_cp(tmp_path):
     ({"dp": 2, "cp": 2, "attention_forward_us": 0},
      "cp > 1 needs the attention core's cost"),
     ({"dp": 2, "cp": 2, "recompute": "some"}, "recompute must be none or full"),
+    ({"dp": 2, "cp": 2, "ep": 2, "moe_experts": 2, "moe_expert_us": 10,
+      "moe_dispatch_bytes": 64}, "cp > 1 with ep > 1 is not supported"),
+    ({"dp": 2, "cp": 2, "tp": 2, "kv_heads": 1},
+     "tp=2 does not divide heads=4 and kv_heads=1"),
 ])
 def test_bad_input(tmp_path, change, message):
     path = tmp_path / "bad.json"
