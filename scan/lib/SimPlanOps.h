@@ -1,0 +1,44 @@
+//===- SimPlanOps.h - what mapp-sim reads off a plan's instructions -*- C++ -*-===//
+//
+// Sizes, FLOPs, collective kinds and schedule tables of a compiled plan's
+// instructions, as the plan replay (SimPlan.cpp) charges them. Private to
+// scan/lib.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_SCAN_LIB_SIMPLANOPS_H
+#define MAPP_SCAN_LIB_SIMPLANOPS_H
+
+#include "mapp/rt/Plan.h"
+#include "mapp/scan/Sim.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mapp::scan::planops {
+
+int64_t numel(const rt::Value &v);
+
+/// FLOPs of the instructions that dominate (matrix products, attention);
+/// every other kernel is charged its bytes.
+double flopsOf(const rt::Program &p, const rt::Instr &in);
+
+bool isCollective(const std::string &k);
+
+Op collOp(const std::string &k, const rt::Attrs &a);
+
+/// The named schedule table of a program (its own tasks for the plan's
+/// schedule); null when it has none.
+const std::vector<rt::Task> *tableOf(const rt::Program &p,
+                                     const rt::Plan &plan,
+                                     const std::string &name);
+
+double blockFlops(const rt::Program &p, const rt::Block &b);
+
+/// The most chunks a table keeps forwarded and not yet backwarded.
+int64_t peakChunksInFlight(const rt::Program &p,
+                           const std::vector<rt::Task> &t);
+
+} // namespace mapp::scan::planops
+
+#endif // MAPP_SCAN_LIB_SIMPLANOPS_H
