@@ -8,6 +8,7 @@
 #include "mapp/rt/Elastic.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -84,4 +85,83 @@ TEST(Elastic, TrimKeepsStepsBeforeTheResume) {
   EXPECT_EQ(text.find("{\"step\": 20,"), std::string::npos);
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 20);
   std::remove(name);
+}
+
+// Re-partitioning decisions against closed forms: pp 4, one rank a stage,
+// 16 layers; a layer costs 1 ms, on a slow stage 2 ms.
+namespace {
+// Stage times (s) of one step for `layers` with per-layer costs `perLayer`.
+std::vector<double> stageSeconds(const std::vector<int> &layers,
+                                 const std::vector<double> &perLayer) {
+  std::vector<double> t;
+  for (size_t s = 0; s < layers.size(); ++s)
+    t.push_back(layers[s] * perLayer[s] * 1e-3);
+  return t;
+}
+} // namespace
+
+TEST(Elastic, RebalancerEquivalentCandidatesDoNotSplitTheVote) {
+  // Stage 1 twice as slow; 4,4,4,4 takes 8 ms (4 layers x 2 ms). Three
+  // candidates give stage 1 two layers and one of the others four: each is
+  // predicted about 5 ms, the best by about 8 / 5 = 1.6x. Which of them is best in a
+  // step depends on which other stage is 2% heavier, and that rotates (as
+  // measurement noise does): each is the single best in a third of the
+  // steps, yet moving is right in every step. Regression: the switch needed
+  // one candidate to be the single best in 80% of the steps, so near-equal
+  // candidates split the vote and the job never moved.
+  const std::vector<std::vector<int>> parts = {
+      {4, 4, 4, 4}, {4, 2, 5, 5}, {5, 2, 4, 5}, {5, 2, 5, 4}};
+  Rebalancer rb(parts, 0, /*pp=*/4, /*tp=*/1, /*dp=*/1);
+  for (int step = 0; step < 9; ++step) {
+    std::vector<double> perLayer = {1, 2, 1, 1};
+    perLayer[std::vector<int>{0, 2, 3}[step % 3]] = 1.02;
+    rb.addStep(stageSeconds(parts[0], perLayer));
+  }
+  std::string evidence;
+  int to = rb.decide(&evidence);
+  ASSERT_GE(to, 1) << evidence;
+  auto e = nlohmann::json::parse(evidence);
+  // In two steps of three another stage than the target's four-layer one
+  // is the heavy one: the median step predicts 5 x 1.02 ms.
+  EXPECT_NEAR(e["predicted_gain"].get<double>(), 8 / 5.1, 1e-9) << evidence;
+  EXPECT_EQ(e["votes"].get<int>(), 9) << evidence; // beats 4,4,4,4 in each
+}
+
+TEST(Elastic, RebalancerMovesBackWhenTheFaultEnds) {
+  // On 5,2,5,4 with every layer 1 ms again: 4,4,4,4 takes 4 ms, the
+  // current 5 ms -> back, gain 5 / 4 = 1.25.
+  const std::vector<std::vector<int>> parts = {
+      {4, 4, 4, 4}, {5, 2, 5, 4}, {5, 1, 5, 5}};
+  Rebalancer rb(parts, 1, 4, 1, 1);
+  for (int step = 0; step < 10; ++step)
+    rb.addStep(stageSeconds(parts[1], {1, 1, 1, 1}));
+  std::string evidence;
+  EXPECT_EQ(rb.decide(&evidence), 0) << evidence;
+  EXPECT_NEAR(nlohmann::json::parse(evidence)["predicted_gain"].get<double>(),
+              1.25, 1e-9);
+}
+
+TEST(Elastic, RebalancerIgnoresAStragglerThatComesAndGoes) {
+  // Stage 1 slow in every other step: 5,2,5,4 is 1.6x faster in the slow
+  // steps and 1.25x slower in the clean ones: half the window, no switch;
+  // the same window all slow does switch.
+  const std::vector<std::vector<int>> parts = {{4, 4, 4, 4}, {5, 2, 5, 4}};
+  Rebalancer flapping(parts, 0, 4, 1, 1), steady(parts, 0, 4, 1, 1);
+  for (int step = 0; step < 10; ++step) {
+    flapping.addStep(stageSeconds(parts[0], {1, step % 2 ? 2.0 : 1.0, 1, 1}));
+    steady.addStep(stageSeconds(parts[0], {1, 2, 1, 1}));
+  }
+  EXPECT_EQ(flapping.decide(nullptr), -1);
+  EXPECT_EQ(steady.decide(nullptr), 1);
+}
+
+TEST(Elastic, RebalancerNeedsTheMinimumGain) {
+  // Stage 1 1.2x slow: 4,4,4,4 takes 4.8 ms; 5,3,4,4 max(5, 3.6) = 5 ms is
+  // slower, 4,3,5,4 likewise: stay (a gain below 1.15 moves nothing).
+  const std::vector<std::vector<int>> parts = {
+      {4, 4, 4, 4}, {5, 3, 4, 4}, {4, 3, 5, 4}};
+  Rebalancer rb(parts, 0, 4, 1, 1);
+  for (int step = 0; step < 10; ++step)
+    rb.addStep(stageSeconds(parts[0], {1, 1.2, 1, 1}));
+  EXPECT_EQ(rb.decide(nullptr), -1);
 }

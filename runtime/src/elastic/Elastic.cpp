@@ -224,29 +224,46 @@ int Rebalancer::decide(std::string *evidence) {
       worst = std::max(worst, t[s] / std::max(now[s], 1) * m[s]);
     return worst;
   };
-  std::vector<int> votes(parts_.size(), 0);
-  std::vector<std::vector<double>> gains(parts_.size());
-  for (const auto &t : stageTimes_) {
-    size_t best = current_;
-    for (size_t c = 0; c < parts_.size(); ++c) {
-      gains[c].push_back(predict(t, now) / std::max(predict(t, parts_[c]), 1e-12));
-      if (predict(t, parts_[c]) < predict(t, parts_[best]))
-        best = c;
-    }
-    votes[best] += 1;
-  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const size_t n = stageTimes_.size();
+  // The target is the partition with the lowest median predicted time; it
+  // must then beat the current one in `persist` of the steps. (Not "the
+  // single best in `persist` of the steps": partitions predicted alike,
+  // e.g. 5,2,5,4 and 4,2,5,5, take turns at being best with the noise and
+  // would split that vote.)
   int pick = -1;
   double gain = 1;
-  const size_t n = stageTimes_.size();
-  for (size_t c = 0; c < parts_.size(); ++c) {
-    if (static_cast<int>(c) == current_ || n == 0)
-      continue;
-    std::vector<double> g = gains[c];
-    std::nth_element(g.begin(), g.begin() + g.size() / 2, g.end());
-    double median = g[g.size() / 2];
-    if (votes[c] >= persist_ * n && median >= minGain_ && median > gain) {
-      pick = static_cast<int>(c);
-      gain = median;
+  int wins = 0;
+  if (n > 0) {
+    std::vector<double> nowTimes;
+    for (const auto &t : stageTimes_)
+      nowTimes.push_back(predict(t, now));
+    size_t target = current_;
+    double targetTime = median(nowTimes);
+    for (size_t c = 0; c < parts_.size(); ++c) {
+      std::vector<double> times;
+      for (const auto &t : stageTimes_)
+        times.push_back(predict(t, parts_[c]));
+      double m = median(times);
+      if (m < targetTime) {
+        target = c;
+        targetTime = m;
+      }
+    }
+    if (static_cast<int>(target) != current_) {
+      std::vector<double> gains;
+      for (size_t k = 0; k < n; ++k) {
+        double g = nowTimes[k] /
+                   std::max(predict(stageTimes_[k], parts_[target]), 1e-12);
+        gains.push_back(g);
+        wins += g > 1;
+      }
+      gain = median(gains);
+      if (wins >= persist_ * n && gain >= minGain_)
+        pick = static_cast<int>(target);
     }
   }
   if (evidence) {
@@ -258,7 +275,7 @@ int Rebalancer::decide(std::string *evidence) {
     if (pick >= 0) {
       e["layers_next"] = parts_[pick];
       e["predicted_gain"] = gain;
-      e["votes"] = votes[pick];
+      e["votes"] = wins;
     }
     *evidence = e.dump();
   }

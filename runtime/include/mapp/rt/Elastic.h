@@ -86,10 +86,12 @@ std::vector<int> stageLayerCounts(const Plan &plan);
 /// checkpoint it says whether another of the given partitions of the same
 /// layout would be faster. Per step, the stage time is its slowest rank's,
 /// a layer of stage s costs T_s / n_s (n_s its layers now), and a partition
-/// m is predicted to take max_s T_s / n_s * m_s. It switches only to the
-/// partition that was best in at least `persist` of the window's steps with
-/// a median predicted gain of at least `minGain`: a straggler that comes and
-/// goes every step moves nothing; one that ends moves the layers back.
+/// m is predicted to take max_s T_s / n_s * m_s. The target is the
+/// partition with the lowest median prediction over the window; it switches
+/// only if the target beats the current partition in at least `persist` of
+/// the window's steps with a median predicted gain of at least `minGain`: a
+/// straggler that comes and goes every step moves nothing; one that ends
+/// moves the layers back.
 class Rebalancer {
 public:
   Rebalancer(std::vector<std::vector<int>> partitions, int current, int pp,

@@ -1,10 +1,24 @@
 """Writes a small GPT forward graph in the exporter's conventions (test input
-for the parallelism passes): gen_gpt.py LAYERS [--swiglu] > model.mlir"""
+for the parallelism passes):
+    gen_gpt.py LAYERS [--swiglu] [--hidden=16] [--heads=4] [--ffn=64]
+               [--vocab=64] [--seq=8] [--batch=2] > model.mlir
+(the sizes default to the tiny model the lit tests use; larger ones serve
+benchmarks, e.g. bench/elastic/repartition_wall.py)"""
 import sys
 
 L = int(sys.argv[1])
 SWIGLU = "--swiglu" in sys.argv
-H, NH, F, V, T, B = 16, 4, 64, 64, 8, 2
+SIZES = {"hidden": 16, "heads": 4, "ffn": 64, "vocab": 64, "seq": 8, "batch": 2}
+for arg in sys.argv[2:]:
+    key, _, value = arg[2:].partition("=")
+    if arg != "--swiglu" and (key not in SIZES or not value.isdigit() or int(value) < 1):
+        sys.exit(f"gen_gpt.py: bad argument '{arg}' (want --swiglu or --SIZE=N, "
+                 f"SIZE one of {', '.join(SIZES)}, N >= 1)")
+    if arg != "--swiglu":
+        SIZES[key] = int(value)
+H, NH, F, V, T, B = (SIZES[k] for k in ("hidden", "heads", "ffn", "vocab", "seq", "batch"))
+if H % NH:
+    sys.exit(f"gen_gpt.py: hidden {H} is not a multiple of heads {NH}")
 
 
 def t(*s, e="f32"):
@@ -72,7 +86,7 @@ for l in range(L):
     q, k, vv = (emit("slice", [qkv], [t(B, T, 3 * H)], X,
                      "{dim = 2 : i64, start = %d : i64, end = %d : i64}" % (i * H, (i + 1) * H))
                 for i in range(3))
-    a = emit("attention", [q, k, vv], [X, X, X], X, "{causal, heads = %d : i64, scale = 5.000000e-01 : f64}" % NH)
+    a = emit("attention", [q, k, vv], [X, X, X], X, "{causal, heads = %d : i64, scale = %e : f64}" % (NH, (H // NH) ** -0.5))
     w, bp = ref(p + "attn.proj.weight"), ref(p + "attn.proj.bias")
     o = emit("linear", [a, w, bp], [X, t(H, H), t(H)], X, name=p + "attn.out")
     x = emit("add", [x, o], [X, X], X)
