@@ -132,6 +132,9 @@ def main():
     ap.add_argument("--within", type=float, default=0.15,
                     help="hand candidates: predicted within this of the best")
     ap.add_argument("--keep", help="keep the work folder here")
+    ap.add_argument("--budget", type=float, default=390,
+                    help="seconds for the whole run: fewer hand candidates "
+                    "(worst predicted first) if the first runs say it is short")
     a = ap.parse_args()
     t_start = time.monotonic()
     steps, warmup = (6, 2) if a.quick else (14, 4)
@@ -164,8 +167,21 @@ def main():
         b.timed("even", even, False, steps, warmup)
         b.timed("even-slow", even, True, steps, warmup)
 
+    # The time guard: from the first pair's time per run, keep as many
+    # hand candidates (best predicted first) as fit --budget with the rest.
+    t0 = time.monotonic()
+    evens()
+    per_run = (time.monotonic() - t0) / 2
+    long_runs = 2 * AUTO_STEPS / steps * 1.3  # (d) and (e), restarts
+    fits = int((a.budget - (time.monotonic() - t_start)) / per_run
+               - long_runs - 3 - 2 * 2)  # the top three again, two pairs
+    fits = int(fits / 1.5)  # a pair of even runs every four candidates
+    if fits < len(hand):
+        print(f"time guard: {per_run:.1f} s a run; {max(fits, 4)} of {len(hand)} "
+              f"hand candidates fit --budget {a.budget} s", flush=True)
+        hand = hand[:max(fits, 4)]
     for i, c in enumerate(hand):
-        if i % 4 == 0:
+        if i % 4 == 0 and i > 0:
             evens()
         b.timed(c, c, True, steps, warmup)
     evens()
