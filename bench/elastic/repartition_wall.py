@@ -28,7 +28,10 @@ Exit 0 when all hold, 1 when one does not (2: a tool failed).
     python3 bench/elastic/repartition_wall.py [--bin build/bin] [--quick]
 
 --quick: fewer steps and candidates, for a smoke run on a small machine
-(its times mean nothing there).
+(its times mean nothing there). A machine without mapp-opt's LLVM runs the
+plans and corpus compiled here beforehand (only mapp-run needed there):
+    python3 bench/elastic/repartition_wall.py --keep DIR --prepare-only   (here)
+    python3 bench/elastic/repartition_wall.py --keep DIR --prepared       (there)
 """
 import argparse
 import concurrent.futures
@@ -135,31 +138,48 @@ def main():
     ap.add_argument("--budget", type=float, default=390,
                     help="seconds for the whole run: fewer hand candidates "
                     "(worst predicted first) if the first runs say it is short")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="compile the plans and write the corpus into --keep, run nothing")
+    ap.add_argument("--prepared", action="store_true",
+                    help="take the plans and corpus --prepare-only left in --keep")
     a = ap.parse_args()
+    if (a.prepare_only or a.prepared) and not a.keep:
+        ap.error("--prepare-only and --prepared need --keep DIR")
     t_start = time.monotonic()
     steps, warmup = (6, 2) if a.quick else (14, 4)
     work = pathlib.Path(a.keep or tempfile.mkdtemp(prefix="repartition-wall-"))
     work.mkdir(parents=True, exist_ok=True)
     b = Bench(a.bin, work, a.quick)
 
-    model = work / "gpt16.mlir"
-    model.write_text(check([sys.executable, REPO / "test/Transforms/Parallel/Inputs/gen_gpt.py",
-                            LAYERS, *MODEL]).stdout)
-    b.corpus = work / "digits.txt"
-    rng = random.Random(1)
-    b.corpus.write_text(" ".join(str(rng.randrange(10 ** rng.randint(1, 6)))
-                                 for _ in range(60000)))
     even = (LAYERS // PP,) * PP
     within = 0.05 if a.quick else a.within
     hand = candidates(SLOW_RANK, within)
     auto = sorted({c for s in range(PP) for c in candidates(s, within)})
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-        b.plans = dict(zip([even, *auto], pool.map(
-            lambda l: b.compile(model, l), [even, *auto])))
+    b.corpus = work / "digits.txt"
+    if a.prepared:
+        b.plans = {c: work / f"{name(c)}.mplan" for c in [even, *auto]}
+        missing = [str(p) for p in [b.corpus, *b.plans.values()] if not p.is_file()]
+        if missing:
+            sys.exit(f"repartition_wall: {len(missing)} prepared file(s) missing, e.g. "
+                     f"{missing[0]} (run --prepare-only with the same --quick/--within)")
+    else:
+        model = work / "gpt16.mlir"
+        model.write_text(check([sys.executable,
+                                REPO / "test/Transforms/Parallel/Inputs/gen_gpt.py",
+                                LAYERS, *MODEL]).stdout)
+        rng = random.Random(1)
+        b.corpus.write_text(" ".join(str(rng.randrange(10 ** rng.randint(1, 6)))
+                                     for _ in range(60000)))
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+            b.plans = dict(zip([even, *auto], pool.map(
+                lambda l: b.compile(model, l), [even, *auto])))
+    if a.prepare_only:
+        print(f"prepared {len(b.plans)} plans and {b.corpus.name} in {work}")
+        return 0
     print(f"pp {PP}, {LAYERS} layers ({' '.join(MODEL)}), {MICROBATCHES} "
           f"microbatches, 4 rank threads (--threads 1); rank {SLOW_RANK} slow "
           f"{FACTOR:g}x; {len(hand)} hand candidates, {len(auto)} automatic "
-          f"ones; plans compiled in {time.monotonic() - t_start:.1f} s",
+          f"ones; plans ready in {time.monotonic() - t_start:.1f} s",
           flush=True)
 
     # (a), (b), (c) interleaved: an even pair before every few candidates.
@@ -200,8 +220,10 @@ def main():
              f"from-step={FAULT_FROM},to-step={FAULT_TO}"]
     for c in auto:
         extra += ["--repartition-plan", b.plans[c]]
+    shutil.rmtree(work / "ck", ignore_errors=True)  # a kept folder's earlier run
+    mon.unlink(missing_ok=True)
     t0 = time.monotonic()
-    r = check(b.args(b.plans[even], AUTO_STEPS, m_auto, extra))
+    check(b.args(b.plans[even], AUTO_STEPS, m_auto, extra))
     auto_wall = time.monotonic() - t0
     t0 = time.monotonic()
     check(b.args(b.plans[even], AUTO_STEPS, m_ref))
