@@ -160,8 +160,10 @@ def main():
         b.plans = {c: work / f"{name(c)}.mplan" for c in [even, *auto]}
         missing = [str(p) for p in [b.corpus, *b.plans.values()] if not p.is_file()]
         if missing:
-            sys.exit(f"repartition_wall: {len(missing)} prepared file(s) missing, e.g. "
-                     f"{missing[0]} (run --prepare-only with the same --quick/--within)")
+            print(f"repartition_wall: {len(missing)} prepared file(s) missing, e.g. "
+                  f"{missing[0]} (run --prepare-only with the same --quick/--within)",
+                  file=sys.stderr)
+            return 2
     else:
         model = work / "gpt16.mlir"
         model.write_text(check([sys.executable,
