@@ -197,11 +197,11 @@ def main():
     long_runs = 2 * AUTO_STEPS / steps * 1.3  # (d) and (e), restarts
     fits = int((a.budget - (time.monotonic() - t_start)) / per_run
                - long_runs - 3 - 2 * 2)  # the top three again, two pairs
-    fits = int(fits / 1.5)  # a pair of even runs every four candidates
-    if fits < len(hand):
-        print(f"time guard: {per_run:.1f} s a run; {max(fits, 4)} of {len(hand)} "
+    keep = max(int(fits / 1.5), 4)  # a pair of even runs every four candidates
+    if keep < len(hand):
+        print(f"time guard: {per_run:.1f} s a run; {keep} of {len(hand)} "
               f"hand candidates fit --budget {a.budget} s", flush=True)
-        hand = hand[:max(fits, 4)]
+        hand = hand[:keep]
     for i, c in enumerate(hand):
         if i % 4 == 0 and i > 0:
             evens()
