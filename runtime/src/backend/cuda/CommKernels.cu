@@ -16,7 +16,11 @@
 #include "CudaBackend.h"
 #include "DeviceComm.h"
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <vector>
 
 using namespace mapp::rt;
@@ -546,12 +550,343 @@ void cuda::scatter_to_group(const KernelArgs &a) {
 }
 
 
-// Context parallelism (semantics in backend/cpu/ContextParallel.cpp): the
-// CPU kernels on host copies, through the host communicator. Correct, not
-// fast: a device ring (NCCL send/recv, overlapped) is issue 40's GPU part.
-void cuda::cp_shard(const KernelArgs &a) { staged(a, cpu::cp_shard); }
-void cuda::cp_unshard(const KernelArgs &a) { staged(a, cpu::cp_unshard); }
-void cuda::cp_attention(const KernelArgs &a) { staged(a, cpu::cp_attention); }
+// Context parallelism (semantics in backend/cpu/ContextParallel.cpp,
+// docs/context-parallel.md). cp_shard / cp_unshard are two strided device
+// copies. cp_attention with comm = "a2a" (Ulysses) runs on the device: each
+// of q, k, v (and dout) goes through one all-to-all from sequence-sharded
+// [B, S/n, W] to head-sharded [B, S, W/n] — device collectives where the
+// communicator has them (rank threads on one GPU, NCCL), else staged through
+// the host communicator — and a reorder kernel puts the S rows (member r's
+// chunks r and 2n−1−r) into global sequence order, so the one-rank
+// attention kernels (cuDNN or own; GQA, causal mask and rotary at natural
+// positions exactly as cp = 1 runs them) work on the rank's heads/n query
+// and kv_heads/n key/value heads; the output (the gradients) goes back the
+// same way. comm = "ring" still runs the CPU kernel on host copies.
+namespace {
+
+/// Device memory the cp kernels of one backend keep between calls: the
+/// head-sharded operands and the all-to-all staging. The addresses are
+/// stable (the attention's saved forward is keyed by its operands); grown on
+/// demand and kept until the process ends (outside CudaBackend.h, whose
+/// every change recompiles the whole backend).
+enum CpBuffer { kCpQ, kCpK, kCpV, kCpO, kCpDOut, kCpDQ, kCpDK, kCpDV, kCpSend,
+                kCpGot, kNumCpBuffers };
+
+void *cpBuffer(CudaBackend &be, int which, size_t bytes) {
+  struct Slot {
+    void *p = nullptr;
+    size_t bytes = 0;
+  };
+  static std::mutex mu;
+  static std::map<const CudaBackend *, std::array<Slot, kNumCpBuffers>> all;
+  Slot *s;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    s = &all[&be][which]; // map nodes stay put
+  }
+  bytes = std::max<size_t>(bytes, 16);
+  if (s->bytes < bytes) {
+    // Earlier readers (other members' all-to-all copies included: their
+    // reads are ordered before this stream's later work) are done.
+    MAPP_CUDA_CHECK(cudaStreamSynchronize(be.stream()));
+    MAPP_CUDA_CHECK(cudaFree(s->p));
+    MAPP_CUDA_CHECK(cudaMalloc(&s->p, bytes));
+    s->bytes = bytes;
+  }
+  return s->p;
+}
+
+int elemBytes(DView v) { return v.bf16 ? 2 : 4; }
+
+/// One cp kernel's group and geometry: q [B, tl, h], k/v [B, tl, hk].
+struct CpCall {
+  CommGroup g;
+  int n = 1, self = 0;
+  int64_t b = 0, tl = 0, h = 0, hk = 0, heads = 0, kvHeads = 0;
+};
+
+CpCall cpCallOf(const KernelArgs &a, const Tensor &q, const Tensor &k,
+                const char *kernel) {
+  if (!a.ctx.comm)
+    fail(kernel, ": no communicator attached");
+  CpCall c;
+  c.g = groupOf(a, "cp");
+  c.n = c.g.size();
+  c.self = c.g.indexOf(a.ctx.comm->rank());
+  int64_t members = a.attrs.getInt("members", c.n);
+  if (members != c.n)
+    fail(kernel, ": the cp group ", c.g.str(), " has ", c.n,
+         " members, the op was compiled for ", members,
+         " (the plan's cp does not match the pass's)");
+  if (c.self < 0)
+    fail(kernel, ": rank ", a.ctx.comm->rank(), " is not in its cp group ",
+         c.g.str());
+  c.b = q.dim(0);
+  c.tl = q.dim(1);
+  c.h = q.dim(2);
+  c.hk = k.dim(2);
+  c.heads = a.attrs.getInt("heads", 1);
+  int64_t d = c.heads > 0 ? c.h / c.heads : 0;
+  if (d <= 0 || d * c.heads != c.h || c.hk % d)
+    fail(kernel, ": heads ", c.heads, " do not divide the widths ", c.h,
+         " and ", c.hk);
+  c.kvHeads = c.hk / d;
+  if (c.tl % 2)
+    fail(kernel, ": the sequence share ", c.tl, " must be two equal chunks");
+  if (c.heads % c.n || c.kvHeads % c.n)
+    fail(kernel, ": comm \"a2a\" splits the heads over the cp group: ",
+         c.heads, " heads and ", c.kvHeads,
+         " key/value heads must be divisible by cp = ", c.n);
+  return c;
+}
+
+/// Between the all-to-all's member-major rows [n][B][tl][w] (member i's
+/// share: its chunks i and 2n−1−i) and [B][n·tl][w] in global sequence
+/// order; toGlobal picks the direction.
+__global__ void cpReorder(DView member, DView global, int64_t b, int64_t tl,
+                          int n, int64_t w, int toGlobal) {
+  int64_t total = n * b * tl * w, c = tl / 2;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    int64_t col = e % w, r = e / w, t = r % tl;
+    r /= tl;
+    int64_t bb = r % b, i = r / b;
+    int64_t pos = t < c ? i * c + t : (2 * n - 1 - i) * c + (t - c);
+    int64_t ge = (bb * n * tl + pos) * w + col;
+    if (toGlobal)
+      global.st(ge, member.ld(e));
+    else
+      member.st(e, global.ld(ge));
+  }
+}
+
+void cpReorderLaunch(DView member, DView global, int64_t b, int64_t tl, int n,
+                     int64_t w, bool toGlobal, cudaStream_t s) {
+  int64_t total = n * b * tl * w;
+  if (!total)
+    return;
+  cpReorder<<<gridFor(total, 256), 256, 0, s>>>(member, global, b, tl, n, w,
+                                                toGlobal);
+  MAPP_CUDA_LAUNCHED();
+}
+
+/// send's n blocks of `blk` elements to the members, theirs into got: on the
+/// device communicator, or through host memory and the host communicator.
+void cpExchange(const KernelArgs &a, DeviceComm *dc, const CommGroup &g,
+                DView send, DView got, int64_t blk) {
+  if (dc)
+    return dc->allToAll(send, got, blk, g);
+  CudaBackend &be = backendOf(a);
+  size_t bytes = static_cast<size_t>(blk) * elemBytes(send);
+  std::vector<uint8_t> hs(bytes * g.size()), hg(bytes * g.size());
+  be.copyFromStorage(hs.data(), send.p, hs.size());
+  a.ctx.comm->allToAll(hs.data(), hg.data(), bytes, g);
+  MAPP_CUDA_CHECK(cudaMemcpyAsync(got.p, hg.data(), hg.size(),
+                                  cudaMemcpyHostToDevice, be.stream()));
+  // hg dies with this frame.
+  MAPP_CUDA_CHECK(cudaStreamSynchronize(be.stream()));
+}
+
+/// x [B, tl, w] (sequence-sharded) → y [B, n·tl, w/n]: this member's column
+/// block (heads) of every member's rows, in global order.
+void seqToHeads(const KernelArgs &a, DeviceComm *dc, const CpCall &c, DView x,
+                int64_t w, DView y) {
+  CudaBackend &be = backendOf(a);
+  int64_t wl = w / c.n, blk = c.b * c.tl * wl;
+  DView send{cpBuffer(be, kCpSend, blk * c.n * elemBytes(x)), x.bf16};
+  DView got{cpBuffer(be, kCpGot, blk * c.n * elemBytes(x)), x.bf16};
+  permute(x, send, c.b * c.tl, c.n, wl, true, be.stream());
+  cpExchange(a, dc, c.g, send, got, blk);
+  cpReorderLaunch(got, y, c.b, c.tl, c.n, wl, true, be.stream());
+}
+
+/// The inverse: y [B, n·tl, w/n] (global order) → x [B, tl, w].
+void headsToSeq(const KernelArgs &a, DeviceComm *dc, const CpCall &c, DView y,
+                int64_t w, DView x) {
+  CudaBackend &be = backendOf(a);
+  int64_t wl = w / c.n, blk = c.b * c.tl * wl;
+  DView send{cpBuffer(be, kCpSend, blk * c.n * elemBytes(y)), y.bf16};
+  DView got{cpBuffer(be, kCpGot, blk * c.n * elemBytes(y)), y.bf16};
+  cpReorderLaunch(send, y, c.b, c.tl, c.n, wl, false, be.stream());
+  cpExchange(a, dc, c.g, send, got, blk);
+  permute(got, x, c.b * c.tl, c.n, wl, false, be.stream());
+}
+
+/// A head-sharded operand in cp buffer `which`: `like`'s storage type,
+/// shape [B, n·tl, w/n].
+Tensor headTensor(CudaBackend &be, int which, const Tensor &like,
+                  const CpCall &c) {
+  Tensor t;
+  t.type.dtype = like.type.dtype;
+  t.type.shape = {c.b, c.n * c.tl, like.dim(2) / c.n};
+  t.data = cpBuffer(be, which, t.numel() * storedSize(like));
+  return t;
+}
+
+/// The attention's attributes on the local heads.
+Attrs localHeadAttrs(const KernelArgs &a, const CpCall &c) {
+  Attrs at = a.attrs;
+  at.setInt("heads", c.heads / c.n);
+  return at;
+}
+
+/// Moves a saved forward (lse and output copy) from the attention call on
+/// `from` (q, k, v) to one keyed by `to`; the source is marked consumed.
+/// False when `from` has none (the gradient then recomputes it).
+bool moveSavedForward(CudaBackend &be, const Tensor *from, const Tensor *to,
+                      int64_t rows, int64_t numel) {
+  AttnSaved *src = be.findAttn(from[0].data, from[1].data, from[2].data);
+  if (!src || src->rows < rows || src->numel < numel)
+    return false;
+  src->q = nullptr;
+  AttnSaved &dst = be.attnSaved(to[0].data, rows, numel, src->oBf16);
+  dst.q = to[0].data;
+  dst.k = to[1].data;
+  dst.v = to[2].data;
+  MAPP_CUDA_CHECK(cudaMemcpyAsync(dst.lse, src->lse, rows * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, be.stream()));
+  MAPP_CUDA_CHECK(cudaMemcpyAsync(dst.o, src->o,
+                                  numel * (src->oBf16 ? 2 : 4),
+                                  cudaMemcpyDeviceToDevice, be.stream()));
+  return true;
+}
+
+/// comm = "ring" on the CUDA backend: said once per process, since at long
+/// sequences the host attention dominates the step.
+void warnRingOnHost(const KernelArgs &a) {
+  if (!a.ctx.comm)
+    return;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    int n = groupOf(a, "cp").size();
+    std::fprintf(stderr,
+                 "mapp-run: warning: cp_attention with comm=ring runs the CPU "
+                 "kernel on host copies on the CUDA backend (sequence %lld "
+                 "over cp=%d): slow at long sequences; cp-comm=a2a runs on "
+                 "the device\n",
+                 static_cast<long long>(a.in[1].dim(1) * n), n);
+  });
+}
+
+/// cp_shard / cp_unshard: member r's chunks r and 2n−1−r between the whole
+/// sequence dim and the share, as two strided copies.
+void moveShareDevice(const KernelArgs &a, bool toShare, KernelFn cpuFn) {
+  const char *kernel = toShare ? "cp_shard" : "cp_unshard";
+  const Tensor &whole = toShare ? a.in[0] : a.out[0];
+  const Tensor &share = toShare ? a.out[0] : a.in[0];
+  if (whole.type.dtype != share.type.dtype) // storage policies differ
+    return staged(a, cpuFn);
+  int64_t members = a.attrs.getInt("members", 1), r = 0, n = 1;
+  if (a.ctx.comm) {
+    CommGroup g = groupOf(a, "cp");
+    n = g.size();
+    r = g.indexOf(a.ctx.comm->rank());
+    if (members != n)
+      fail(kernel, ": the cp group ", g.str(), " has ", n,
+           " members, the op was compiled for ", members,
+           " (the plan's cp does not match the pass's)");
+    if (r < 0)
+      fail(kernel, ": rank ", a.ctx.comm->rank(), " is not in its cp group ",
+           g.str());
+  } else if (members != 1) {
+    fail(kernel, ": members = ", members, " needs a communicator");
+  }
+  const Shape &ws = whole.type.shape;
+  int64_t dim = a.attrs.getInt("dim", 1);
+  if (dim < 0 || dim >= static_cast<int64_t>(ws.size()))
+    fail(kernel, ": dim ", dim, " is outside ", shapeStr(ws));
+  int64_t s = ws[dim];
+  if (s % (2 * n))
+    fail(kernel, ": sequence length ", s, " is not divisible by 2·cp = ",
+         2 * n);
+  View3 v = view3(ws, dim);
+  size_t elem = storedSize(whole), row = v.inner * elem;
+  int64_t c = s / (2 * n), tl = s / n;
+  CudaBackend &be = backendOf(a);
+  auto *w = static_cast<char *>(whole.data);
+  auto *sh = static_cast<char *>(share.data);
+  if (!toShare && whole.numel())
+    MAPP_CUDA_CHECK(
+        cudaMemsetAsync(w, 0, whole.numel() * elem, be.stream()));
+  if (!c || !v.outer || !v.inner)
+    return;
+  for (int64_t part = 0; part < 2; ++part) {
+    int64_t chunk = part == 0 ? r : 2 * n - 1 - r;
+    char *wp = w + chunk * c * row, *sp = sh + part * c * row;
+    size_t wPitch = s * row, sPitch = tl * row;
+    if (toShare)
+      MAPP_CUDA_CHECK(cudaMemcpy2DAsync(sp, sPitch, wp, wPitch, c * row,
+                                        v.outer, cudaMemcpyDeviceToDevice,
+                                        be.stream()));
+    else
+      MAPP_CUDA_CHECK(cudaMemcpy2DAsync(wp, wPitch, sp, sPitch, c * row,
+                                        v.outer, cudaMemcpyDeviceToDevice,
+                                        be.stream()));
+  }
+}
+
+} // namespace
+
+void cuda::cp_shard(const KernelArgs &a) {
+  moveShareDevice(a, true, cpu::cp_shard);
+}
+void cuda::cp_unshard(const KernelArgs &a) {
+  moveShareDevice(a, false, cpu::cp_unshard);
+}
+
+void cuda::cp_attention(const KernelArgs &a) {
+  const char *k = "cp_attention";
+  std::string comm = a.attrs.getStr("comm", "ring");
+  if (comm != "a2a") {
+    if (comm == "ring")
+      warnRingOnHost(a);
+    return staged(a, cpu::cp_attention);
+  }
+  CpCall c = cpCallOf(a, a.in[0], a.in[1], k);
+  CudaBackend &be = backendOf(a);
+  DeviceComm *dc = be.deviceComm(*a.ctx.comm);
+  Tensor in[3] = {headTensor(be, kCpQ, a.in[0], c),
+                  headTensor(be, kCpK, a.in[1], c),
+                  headTensor(be, kCpV, a.in[2], c)};
+  Tensor out[1] = {headTensor(be, kCpO, a.out[0], c)};
+  for (int i = 0; i < 3; ++i)
+    seqToHeads(a, dc, c, view(a.in[i]), a.in[i].dim(2), view(in[i]));
+  Attrs at = localHeadAttrs(a, c);
+  cuda::attention({at, in, 3, out, 1, a.ctx});
+  // The forward's statistics for the gradient, under this op's own operands
+  // (the head-sharded buffers are reused by the next layer).
+  moveSavedForward(be, in, a.in, c.b * (c.heads / c.n) * c.n * c.tl,
+                   out[0].numel());
+  headsToSeq(a, dc, c, view(out[0]), a.out[0].dim(2), view(a.out[0]));
+}
+
 void cuda::cp_attention_grad(const KernelArgs &a) {
-  staged(a, cpu::cp_attention_grad);
+  const char *k = "cp_attention_grad";
+  std::string comm = a.attrs.getStr("comm", "ring");
+  if (comm != "a2a") {
+    if (comm == "ring")
+      warnRingOnHost(a);
+    return staged(a, cpu::cp_attention_grad);
+  }
+  CpCall c = cpCallOf(a, a.in[1], a.in[2], k);
+  CudaBackend &be = backendOf(a);
+  DeviceComm *dc = be.deviceComm(*a.ctx.comm);
+  Tensor in[4] = {headTensor(be, kCpDOut, a.in[0], c),
+                  headTensor(be, kCpQ, a.in[1], c),
+                  headTensor(be, kCpK, a.in[2], c),
+                  headTensor(be, kCpV, a.in[3], c)};
+  Tensor out[3] = {headTensor(be, kCpDQ, a.out[0], c),
+                   headTensor(be, kCpDK, a.out[1], c),
+                   headTensor(be, kCpDV, a.out[2], c)};
+  for (int i = 0; i < 4; ++i)
+    seqToHeads(a, dc, c, view(a.in[i]), a.in[i].dim(2), view(in[i]));
+  if (!moveSavedForward(be, a.in + 1, in + 1,
+                        c.b * (c.heads / c.n) * c.n * c.tl, in[1].numel()))
+    // No saved forward: an older one on these buffers must not be read.
+    if (AttnSaved *stale = be.findAttn(in[1].data, in[2].data, in[3].data))
+      stale->q = nullptr;
+  Attrs at = localHeadAttrs(a, c);
+  cuda::attention_grad({at, in, 4, out, 3, a.ctx});
+  for (int i = 0; i < 3; ++i)
+    headsToSeq(a, dc, c, view(out[i]), a.out[i].dim(2), view(a.out[i]));
 }
