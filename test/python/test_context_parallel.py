@@ -171,6 +171,19 @@ def test_cp_mpi_matches_one_rank(reference, layout):
     check_layout(reference, layout, "mpi")
 
 
+def test_cp_with_recompute(reference):
+    """Recompute runs between the context-parallel and the data-parallel
+    passes: it must see cp inside a known dp (it once read dp 1 and refused
+    "cp 2 must divide dp 1"), and the recomputed step trains the same."""
+    model, tmp, ref = reference
+    if model != "llama-gqa":
+        pytest.skip("one model is enough")
+    opts, ranks = options("cp2-a2a")
+    mplan = plan(tmp, "cp2-recompute", f"{opts} recompute=full")
+    loss, norm, grad = worst_diff(train(tmp, mplan, "cp2-recompute", ranks), ref)
+    assert loss <= TOLERANCE and norm <= TOLERANCE and grad <= TOLERANCE
+
+
 def test_broken_cp_fails(reference):
     """Attention without its causal mask over the ring sees future tokens:
     the comparison must notice."""

@@ -259,6 +259,10 @@ struct ContextParallelPass
         return signalPassFailure();
     setParallelInt(module, "cp", cp);
     setParallelAttr(module, "cp_comm", StringAttr::get(&getContext(), comm));
+    // The checked data-parallel ranks (cp inside): passes before
+    // --mapp-data-parallel (which records the same) read a whole layout.
+    if (dp > 0)
+      setParallelInt(module, "dp", dp);
   }
 };
 
