@@ -4,7 +4,9 @@ GPU"): cp ranks as threads of one process sharing one GPU (--comm=local
 GPU. A tiny LLaMA with grouped-query attention (8 heads of 16, 4 key/value
 heads: divisible by cp=4) and rotary, sequence 64, 20 AdamW steps. cp-comm=a2a
 runs the device path (all-to-alls, the reorder into global order, the
-one-rank attention kernels); cp-comm=ring the CPU kernel on host copies.
+one-rank attention kernels); cp-comm=ring the CPU kernel on host copies, or
+with MAPP_CUDA_CP_RING=device the device ring (chunk-pair attention calls,
+log-sum-exp merge, k|v and dk|dv sent around the ring).
 fp32 storage (MAPP_CUDA_STORAGE=f32): losses, gradient norms and step-0
 gradients within 1e-4 relative; bf16 storage (the default): within 2e-2.
 test_cuda_broken_cp_fails: an a2a plan whose attention lost its causal mask
@@ -29,8 +31,11 @@ MODEL = {"variant": "llama", "num_layers": 2, "hidden_size": 128,
          "micro_batch_size": 2, "tie_embeddings": False}
 MICRO = 2
 TOLERANCE = {"f32": 1e-4, "bf16": 2e-2}
-LAYOUTS = {"cp2-a2a": ("cp=2 cp-comm=a2a", 2), "cp4-a2a": ("cp=4 cp-comm=a2a", 4),
-           "cp2-ring": ("cp=2 cp-comm=ring", 2)}
+# name: (pipeline options, extra environment)
+LAYOUTS = {"cp2-a2a": ("cp=2 cp-comm=a2a", {}), "cp4-a2a": ("cp=4 cp-comm=a2a", {}),
+           "cp2-ring": ("cp=2 cp-comm=ring", {}),
+           "cp2-ring-device": ("cp=2 cp-comm=ring", {"MAPP_CUDA_CP_RING": "device"}),
+           "cp4-ring-device": ("cp=4 cp-comm=ring", {"MAPP_CUDA_CP_RING": "device"})}
 
 
 def tool(name):
@@ -82,10 +87,10 @@ def plan(tmp, name, options, edit=None):
     return tmp / f"{name}.mplan"
 
 
-def train(tmp, mplan, name, storage):
+def train(tmp, mplan, name, storage, extra_env=None):
     out = tmp / f"{name}-{storage}"
     out.mkdir()
-    env = dict(os.environ, MAPP_CUDA_STORAGE=storage)
+    env = dict(os.environ, MAPP_CUDA_STORAGE=storage, **(extra_env or {}))
     r = run([tool("mapp-run"), mplan, "--backend=cuda", "--comm=local",
              "--data", CORPUS, "--tokenizer", "bytes", "--steps", STEPS,
              "--seed", 11, "--weights", tmp / "w.safetensors", "--metrics",
@@ -126,18 +131,18 @@ def reference(tmp, storage):
 @pytest.mark.parametrize("storage", sorted(TOLERANCE))
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_cuda_cp_matches_one_rank(model, layout, storage):
-    opts, ranks = LAYOUTS[layout]
+    opts, extra_env = LAYOUTS[layout]
     ref = reference(model, storage)
     got = train(model, plan(model, layout, f"{opts} microbatches={MICRO}"),
-                layout, storage)
+                layout, storage, extra_env)
     loss, norm, grad = worst_diff(got, ref)
     print(f"cuda {storage} {layout}: worst relative loss {loss:.2e}, "
           f"grad norm {norm:.2e}, step-0 gradient {grad:.2e}")
     tol = TOLERANCE[storage]
     assert loss <= tol and norm <= tol and grad <= tol
     assert ref[0][-1]["loss"] < ref[0][0]["loss"]
-    # The ring still runs on the host and says so; a2a does not.
-    assert ("runs the CPU kernel on host copies" in got[2]) == ("ring" in layout)
+    # The host-staged ring says so; a2a and the device ring do not.
+    assert ("runs the CPU kernel on host copies" in got[2]) == (layout == "cp2-ring")
 
 
 def test_cuda_broken_cp_fails(model):
