@@ -12,42 +12,65 @@
 # From the repository root on the GPU machine, with the CUDA build in
 # build/bin (MAPP_BIN overrides; SEQ and LAYERS override the shape):
 #   bench/gpu/cp.sh [STEPS]
+# A GPU machine without mapp-opt's LLVM takes plans compiled beforehand on
+# the development machine (same SEQ, LAYERS, RING):
+#   bench/gpu/cp.sh --prepare DIR            (here: compiles, runs nothing)
+#   bench/gpu/cp.sh --plans DIR [STEPS]      (there: only mapp-run)
 set -uo pipefail
 BIN=${MAPP_BIN:-build/bin}
+MODE=all
+PLANS=
+case "${1:-}" in
+  --prepare) MODE=prepare; PLANS=${2:?--prepare DIR}; shift 2 ;;
+  --plans) MODE=run; PLANS=${2:?--plans DIR}; shift 2 ;;
+esac
 STEPS=${1:-10}
 SEQ=${SEQ:-32768}
 LAYERS=${LAYERS:-8}
 LOG=${LOG:-/tmp/mapp-log}/cp
 mkdir -p "$LOG"
+PLANS=${PLANS:-$LOG}
+mkdir -p "$PLANS"
 NVLIBS=$(python3 -c "import glob, os, nvidia; print(':'.join(sorted({d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, '*', 'lib'))})))" 2>/dev/null)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${NVLIBS:+:$NVLIBS}:${LD_LIBRARY_PATH:-}
-for b in mapp-opt mapp-translate mapp-run; do
+NEED="mapp-opt mapp-translate mapp-run"
+[ $MODE = prepare ] && NEED="mapp-opt mapp-translate"
+[ $MODE = run ] && NEED="mapp-run"
+for b in $NEED; do
   [ -x "$BIN/$b" ] || { echo "cp.sh: $BIN/$b is not built"; exit 2; }
 done
-cat > "$LOG/cfg.json" <<EOF
+RUNS=("cp1:microbatches=1" "cp4-a2a:cp=4 cp-comm=a2a microbatches=1")
+[ "${RING:-0}" = 1 ] && RUNS+=("cp4-ring:cp=4 cp-comm=ring microbatches=1")
+OPT="optimizer=adamw lr=1e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1 max-grad-norm=1.0"
+if [ $MODE != run ]; then
+  cat > "$PLANS/cfg.json" <<EOF
 {"variant": "llama", "num_layers": $LAYERS, "hidden_size": 2048,
  "num_attention_heads": 32, "num_query_groups": 8, "ffn_hidden_size": 5632,
  "seq_length": $SEQ, "vocab_size": 256, "rotary_base": 500000.0,
  "micro_batch_size": 1, "tie_embeddings": false}
 EOF
-OPT="optimizer=adamw lr=1e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1 max-grad-norm=1.0"
-"$BIN/mapp-translate" --import-gpt-config "$LOG/cfg.json" -o "$LOG/m.mlir" || exit 1
+  "$BIN/mapp-translate" --import-gpt-config "$PLANS/cfg.json" -o "$PLANS/m.mlir" || exit 1
+  for run in "${RUNS[@]}"; do
+    name=${run%%:*}
+    opts=${run#*:}
+    "$BIN/mapp-opt" "$PLANS/m.mlir" "--mapp-train-pipeline=$opts $OPT" \
+      -mapp-plan-memory=activation-storage=bf16 -mlir-print-op-on-diagnostic=false \
+      -o "$PLANS/$name.mlir" 2> "$PLANS/$name.compile.log" || { cat "$PLANS/$name.compile.log"; exit 1; }
+    "$BIN/mapp-translate" --mapp-to-plan "$PLANS/$name.mlir" -o "$PLANS/$name.mplan" || exit 1
+    rm -f "$PLANS/$name.mlir"
+  done
+  [ $MODE = prepare ] && { ls -l "$PLANS"; exit 0; }
+fi
 FAILED=0
-RUNS=("cp1:microbatches=1" "cp4-a2a:cp=4 cp-comm=a2a microbatches=1")
-[ "${RING:-0}" = 1 ] && RUNS+=("cp4-ring:cp=4 cp-comm=ring microbatches=1")
 for run in "${RUNS[@]}"; do
   name=${run%%:*}
-  opts=${run#*:}
-  "$BIN/mapp-opt" "$LOG/m.mlir" "--mapp-train-pipeline=$opts $OPT" \
-    -mapp-plan-memory=activation-storage=bf16 -mlir-print-op-on-diagnostic=false \
-    -o "$LOG/$name.mlir" 2> "$LOG/$name.compile.log" || { cat "$LOG/$name.compile.log"; exit 1; }
-  grep -o "memory plan, stage 0: peak [0-9]* B ([0-9.]* MiB)" "$LOG/$name.compile.log" | sed "s/^/$name per rank: /"
-  "$BIN/mapp-translate" --mapp-to-plan "$LOG/$name.mlir" -o "$LOG/$name.mplan" || exit 1
+  [ -f "$PLANS/$name.mplan" ] || { echo "cp.sh: no $PLANS/$name.mplan (--prepare DIR writes it)"; exit 2; }
+  grep -o "memory plan, stage 0: peak [0-9]* B ([0-9.]* MiB)" "$PLANS/$name.compile.log" 2>/dev/null | sed "s/^/$name per rank: /"
   rm -f "$LOG/$name.jsonl"
   start=$(date +%s)
-  MAPP_CUDA_CP_RING=device MAPP_CUDNN_VERBOSE=1 timeout 300 "$BIN/mapp-run" "$LOG/$name.mplan" --backend=cuda --comm=local \
-    --data data/gpt/news-1k.jsonl --tokenizer bytes --steps "$STEPS" --seed 7 \
-    --metrics "$LOG/$name.jsonl" --quiet > "$LOG/$name.log" 2>&1
+  MAPP_CUDA_CP_RING=device MAPP_CUDNN_VERBOSE=1 timeout 300 "$BIN/mapp-run" "$PLANS/$name.mplan" \
+    --backend=cuda --comm=local --data data/gpt/news-1k.jsonl --tokenizer bytes \
+    --steps "$STEPS" --seed 7 --metrics "$LOG/$name.jsonl" --quiet > "$LOG/$name.log" 2>&1
   rc=$?
   echo "$name: mapp-run exit $rc in $(( $(date +%s) - start )) s (log $LOG/$name.log)"
   [ $rc -eq 0 ] || { tail -5 "$LOG/$name.log"; FAILED=1; }
