@@ -585,11 +585,15 @@ void *cpBuffer(CudaBackend &be, int which, size_t bytes) {
     size_t bytes = 0;
   };
   static std::mutex mu;
-  static std::map<const CudaBackend *, std::array<Slot, kNumCpBuffers>> all;
+  // Keyed by the device too: a later backend at a freed one's address may
+  // sit on another GPU.
+  static std::map<std::pair<const CudaBackend *, int>,
+                  std::array<Slot, kNumCpBuffers>>
+      all;
   Slot *s;
   {
     std::lock_guard<std::mutex> lock(mu);
-    s = &all[&be][which]; // map nodes stay put
+    s = &all[{&be, be.device()}][which]; // map nodes stay put
   }
   bytes = std::max<size_t>(bytes, 16);
   if (s->bytes < bytes) {
