@@ -561,7 +561,8 @@ void cuda::scatter_to_group(const KernelArgs &a) {
 // attention kernels (cuDNN or own; GQA, causal mask and rotary at natural
 // positions exactly as cp = 1 runs them) work on the rank's heads/n query
 // and kv_heads/n key/value heads; the output (the gradients) goes back the
-// same way. comm = "ring" still runs the CPU kernel on host copies.
+// same way. comm = "ring" runs the CPU kernel on host copies (with a
+// warning), or the device ring below with MAPP_CUDA_CP_RING=device.
 namespace {
 
 /// Device memory the cp kernels of one backend keep between calls: the
