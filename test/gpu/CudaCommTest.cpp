@@ -11,6 +11,9 @@
 //   (split 0, concat 1), send/recv (a ring, two tags received in reverse
 //   order) — exact;
 //   ep_dispatch / ep_combine (variable counts per rank and expert) — exact;
+//   cp_attention / cp_attention_grad (comm a2a and the device ring; fp32
+//   within 1e-4 and bf16 within 3e-2 of the largest element) against a
+//   double-precision causal GQA attention with rotary of the whole sequence;
 //   a failed rank: the other ranks' next collective is an Error naming it.
 // MAPP_COMM_TEST_NCCL=1 runs only the ep_dispatch/ep_combine case over an
 // NCCL world (rank r on GPU r; ncclSend/ncclRecv groups).
@@ -27,6 +30,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -358,6 +362,211 @@ int runNcclWorld(int world) {
   return gFailures.load() - before;
 }
 
+// --- context parallelism: cp_attention / cp_attention_grad against a
+// double-precision attention of the whole sequence (causal, GQA, rotary at
+// global positions), each rank's rows at its chunks r and 2n−1−r. comm a2a
+// always; ring as MAPP_CUDA_CP_RING selects (main runs it with "device").
+
+struct CpGeo {
+  int64_t b = 2, s = 0, heads = 8, kv = 4, d = 16;
+  int64_t h() const { return heads * d; }
+  int64_t hk() const { return kv * d; }
+};
+
+/// The global position of row t of member m's share (tl rows, n members).
+int64_t cpPos(int64_t m, int64_t t, int64_t tl, int64_t n) {
+  int64_t c = tl / 2;
+  return t < c ? m * c + t : (2 * n - 1 - m) * c + (t - c);
+}
+
+/// Rotates (inverse: back) rows [B, S, width] in place at positions 0..S−1.
+void cpRefRotate(std::vector<double> &x, const CpGeo &g, int64_t width,
+                 bool inverse) {
+  int64_t half = g.d / 2;
+  for (int64_t b = 0; b < g.b; ++b)
+    for (int64_t t = 0; t < g.s; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        double th = t * std::pow(10000.0, -2.0 * i / g.d);
+        double c = std::cos(th), sn = (inverse ? -1 : 1) * std::sin(th);
+        for (int64_t hd = 0; hd < width / g.d; ++hd) {
+          double *row = &x[(b * g.s + t) * width + hd * g.d];
+          double x0 = row[i], x1 = row[i + half];
+          row[i] = x0 * c - x1 * sn;
+          row[i + half] = x1 * c + x0 * sn;
+        }
+      }
+}
+
+/// o, and with dout the gradients dq, dk, dv, of causal GQA attention with
+/// rotary over the whole sequence, in double.
+void cpReference(const CpGeo &g, const std::vector<float> &qf,
+                 const std::vector<float> &kf, const std::vector<float> &vf,
+                 const std::vector<float> &dof, std::vector<double> &o,
+                 std::vector<double> &dq, std::vector<double> &dk,
+                 std::vector<double> &dv) {
+  std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()),
+      v(vf.begin(), vf.end());
+  cpRefRotate(q, g, g.h(), false);
+  cpRefRotate(k, g, g.hk(), false);
+  double scale = 1.0 / std::sqrt(double(g.d));
+  int64_t H = g.h(), HK = g.hk(), group = g.heads / g.kv;
+  o.assign(q.size(), 0);
+  dq.assign(q.size(), 0);
+  dk.assign(k.size(), 0);
+  dv.assign(v.size(), 0);
+  std::vector<double> p(g.s), dp(g.s);
+  for (int64_t b = 0; b < g.b; ++b)
+    for (int64_t hd = 0; hd < g.heads; ++hd) {
+      int64_t kh = hd / group;
+      for (int64_t i = 0; i < g.s; ++i) {
+        const double *qi = &q[(b * g.s + i) * H + hd * g.d];
+        double m = -1e300, l = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double *kj = &k[(b * g.s + j) * HK + kh * g.d];
+          double sc = 0;
+          for (int64_t e = 0; e < g.d; ++e)
+            sc += qi[e] * kj[e];
+          p[j] = sc * scale;
+          m = std::max(m, p[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j)
+          l += (p[j] = std::exp(p[j] - m));
+        double *oi = &o[(b * g.s + i) * H + hd * g.d];
+        for (int64_t j = 0; j <= i; ++j) {
+          p[j] /= l;
+          const double *vj = &v[(b * g.s + j) * HK + kh * g.d];
+          for (int64_t e = 0; e < g.d; ++e)
+            oi[e] += p[j] * vj[e];
+        }
+        // Backward of this row: dS = P ∘ (dP − Σ P dP).
+        const float *doi = &dof[(b * g.s + i) * H + hd * g.d];
+        double delta = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double *vj = &v[(b * g.s + j) * HK + kh * g.d];
+          dp[j] = 0;
+          for (int64_t e = 0; e < g.d; ++e)
+            dp[j] += doi[e] * vj[e];
+          delta += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          double ds = p[j] * (dp[j] - delta) * scale;
+          const double *kj = &k[(b * g.s + j) * HK + kh * g.d];
+          double *dkj = &dk[(b * g.s + j) * HK + kh * g.d];
+          double *dvj = &dv[(b * g.s + j) * HK + kh * g.d];
+          double *dqi = &dq[(b * g.s + i) * H + hd * g.d];
+          for (int64_t e = 0; e < g.d; ++e) {
+            dqi[e] += ds * kj[e];
+            dkj[e] += ds * qi[e];
+            dvj[e] += p[j] * doi[e];
+          }
+        }
+      }
+    }
+  cpRefRotate(dq, g, H, true);
+  cpRefRotate(dk, g, HK, true);
+}
+
+/// Rows of a whole [B, S, w] tensor that member m holds.
+std::vector<float> cpShare(const std::vector<float> &whole, const CpGeo &g,
+                           int64_t w, int m, int n) {
+  int64_t tl = g.s / n;
+  std::vector<float> s(g.b * tl * w);
+  for (int64_t b = 0; b < g.b; ++b)
+    for (int64_t t = 0; t < tl; ++t)
+      std::copy_n(&whole[(b * g.s + cpPos(m, t, tl, n)) * w], w,
+                  &s[(b * tl + t) * w]);
+  return s;
+}
+
+/// Worst |got − want| over member m's rows, relative to want's largest.
+double cpWorst(const std::vector<float> &got, const std::vector<double> &want,
+               const CpGeo &g, int64_t w, int m, int n) {
+  int64_t tl = g.s / n;
+  double worst = 0, top = 1e-30;
+  for (double x : want)
+    top = std::max(top, std::fabs(x));
+  for (int64_t b = 0; b < g.b; ++b)
+    for (int64_t t = 0; t < tl; ++t)
+      for (int64_t e = 0; e < w; ++e)
+        worst = std::max(worst,
+                         std::fabs(got[(b * tl + t) * w + e] -
+                                   want[(b * g.s + cpPos(m, t, tl, n)) * w + e]));
+  return worst / top;
+}
+
+void testContextParallel(Rank &r, int world) {
+  int me = r.comm.rank();
+  CpGeo g;
+  g.s = 8 * world;
+  if (g.kv % world)
+    g.kv = world; // a2a splits the key/value heads over the group
+  std::vector<float> q = inputOf(0, 40, g.b * g.s * g.h(), false),
+                     k = inputOf(0, 41, g.b * g.s * g.hk(), false),
+                     v = inputOf(0, 42, g.b * g.s * g.hk(), false),
+                     dout = inputOf(0, 43, g.b * g.s * g.h(), false);
+  // The references of the fp32 inputs and of their bf16 roundings.
+  std::vector<double> ref[2][4];
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    auto rounded = [&](std::vector<float> x) {
+      if (bf16)
+        for (float &e : x)
+          e = roundBf16(e);
+      return x;
+    };
+    cpReference(g, rounded(q), rounded(k), rounded(v), rounded(dout),
+                ref[bf16][0], ref[bf16][1], ref[bf16][2], ref[bf16][3]);
+  }
+  for (const char *comm : {"a2a", "ring"})
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      const std::vector<double> &o = ref[bf16][0], &dq = ref[bf16][1],
+                                &dk = ref[bf16][2], &dv = ref[bf16][3];
+      Attrs a;
+      a.setStr("group", "world");
+      a.setInt("members", world);
+      a.setStr("comm", comm);
+      a.setInt("heads", g.heads);
+      a.setFloat("scale", 1.0 / std::sqrt(double(g.d)));
+      a.setInt("causal", 1);
+      a.setInt("rotary", 1);
+      int64_t tl = g.s / world;
+      auto up = [&](const std::vector<float> &whole, int64_t w) {
+        std::vector<float> s = cpShare(whole, g, w, me, world);
+        if (bf16)
+          for (float &x : s)
+            x = roundBf16(x);
+        return r.upload(s, {g.b, tl, w}, bf16);
+      };
+      Tensor in[4] = {up(dout, g.h()), up(q, g.h()), up(k, g.hk()),
+                      up(v, g.hk())};
+      Tensor out[3] = {r.empty({g.b, tl, g.h()}, bf16),
+                       r.empty({g.b, tl, g.hk()}, bf16),
+                       r.empty({g.b, tl, g.hk()}, bf16)};
+      Tensor o1 = r.empty({g.b, tl, g.h()}, bf16);
+      r.be.lookup("cp_attention")({a, in + 1, 3, &o1, 1, r.ctx});
+      r.be.lookup("cp_attention_grad")({a, in, 4, out, 3, r.ctx});
+      double tol = bf16 ? 3e-2 : 1e-4;
+      struct {
+        const char *name;
+        const Tensor &t;
+        const std::vector<double> &want;
+        int64_t w;
+      } rows[] = {{"o", o1, o, g.h()}, {"dq", out[0], dq, g.h()},
+                  {"dk", out[1], dk, g.hk()}, {"dv", out[2], dv, g.hk()}};
+      for (auto &x : rows) {
+        double worst = cpWorst(r.download(x.t), x.want, g, x.w, me, world);
+        char msg[160];
+        std::snprintf(msg, sizeof msg,
+                      "cp_attention comm=%s %s %s: worst %.2e of the largest "
+                      "element, tolerance %.0e",
+                      comm, bf16 ? "bf16" : "f32", x.name, worst, tol);
+        check(worst <= tol, me, msg);
+      }
+      for (Tensor *t : {&in[0], &in[1], &in[2], &in[3], &out[0], &out[1],
+                        &out[2], &o1})
+        r.be.release(t->data);
+    }
+}
+
 int runWorld(int world, int64_t benchBytes) {
   std::unique_ptr<LocalWorld> lw = createLocalWorld(world);
   std::vector<std::thread> threads;
@@ -377,6 +586,7 @@ int runWorld(int world, int64_t benchBytes) {
         testLayouts(r, world);
         testSendRecv(r, world);
         testExpertDispatch(r, world);
+        testContextParallel(r, world);
         if (benchBytes)
           secs[rank] = benchAllReduce(r, benchBytes, 10);
         be->synchronize();
@@ -408,6 +618,9 @@ int main(int argc, char **argv) {
     std::printf("no CUDA device: skipped\n");
     return 77;
   }
+  // The cp case runs the ring on the device (the host ring is the CPU
+  // kernel, checked by test_context_parallel.py).
+  setenv("MAPP_CUDA_CP_RING", "device", 0);
   std::vector<int> worlds = {2, 4};
   if (argc > 1)
     worlds = {std::atoi(argv[1])};
