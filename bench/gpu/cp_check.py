@@ -72,6 +72,21 @@ def tool(name, bin_dir=None):
     return found
 
 
+def cuda_library_path():
+    """LD_LIBRARY_PATH with CUDA's and the pip wheels' libraries (cuDNN
+    loads from there, as bench/gpu/llama.sh sets it)."""
+    dirs = ["/usr/local/cuda/lib64"]
+    try:
+        import glob
+        import nvidia
+        dirs += sorted({d for p in nvidia.__path__
+                        for d in glob.glob(os.path.join(p, "*", "lib"))})
+    except ImportError:
+        pass
+    old = os.environ.get("LD_LIBRARY_PATH")
+    return ":".join(dirs + ([old] if old else []))
+
+
 def run(cmd, env=None):
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                        timeout=600, env=env)
@@ -139,7 +154,8 @@ class Runner:
         out = self.work / f"{name}-{storage}"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        env = dict(os.environ, MAPP_CUDA_STORAGE=storage, **(extra_env or {}))
+        env = dict(os.environ, MAPP_CUDA_STORAGE=storage,
+                   LD_LIBRARY_PATH=cuda_library_path(), **(extra_env or {}))
         r = run([tool("mapp-run", self.bin_dir), self.plan(name), "--backend=cuda",
                  "--comm=local", "--data", CORPUS, "--tokenizer", "bytes",
                  "--steps", STEPS, "--seed", 11,
