@@ -63,16 +63,18 @@ WORLD, BATCH = 8, 16
 SPACE = "schedules=1f1b recompute=none micro-batches=1,2 chunks=1 zero1=false"
 DATA = "data/gpt/news-1k.jsonl"
 CALIB = "bench/autopar/calib.json"
+CALIB_WIDE = "bench/autopar/calib-wide.json"
 BASE_PROFILE = {"device": "cpu", "gemm_tflops": {"f32": 0.05}, "mem_gbps": 8,
                 "op_overhead_us": 6,
                 "links": {"intra": {"gbps": 40, "latency_us": 10},
                           "inter": {"gbps": 40, "latency_us": 10}}}
 # The probes: single-rank runs of the calibration model at two micro-batch
-# sizes, and a dp=WORLD run of it per communicator.
-PROBE_ROWS = {"mbs2": {"micro_batch": 2, "options": "microbatches=1"},
-              "mbs16": {"micro_batch": 16, "options": "microbatches=1"},
-              "dp8": {"micro_batch": 2,
-                      "options": f"tp=1 pp=1 dp={WORLD} microbatches=1 schedule=1f1b"}}
+# sizes, and a dp=WORLD run of it per communicator; dp8w: the same dp run of
+# a model with a 16x larger gradient (analyze --fit-bandwidth).
+DP_ROW = {"micro_batch": 2, "options": f"tp=1 pp=1 dp={WORLD} microbatches=1 schedule=1f1b"}
+PROBE_ROWS = {"mbs2": (CALIB, {"micro_batch": 2, "options": "microbatches=1"}),
+              "mbs16": (CALIB, {"micro_batch": 16, "options": "microbatches=1"}),
+              "dp8": (CALIB, DP_ROW), "dp8w": (CALIB_WIDE, DP_ROW)}
 
 
 def log(msg):
@@ -151,9 +153,9 @@ def stage_compile(args, d):
                 "commit": git, "data": DATA,
                 "data_sha256": hashlib.sha256(open(f"{ROOT}/{DATA}", "rb").read()).hexdigest(),
                 "probes": {}, "models": {}}
-    for key, row in PROBE_ROWS.items():
+    for key, (cfg, row) in PROBE_ROWS.items():
         rel = f"plans/probe-{key}.mplan.xz"
-        compile_plan(args, f"{ROOT}/{CALIB}", row, work, os.path.join(d, rel))
+        compile_plan(args, f"{ROOT}/{cfg}", row, work, os.path.join(d, rel))
         manifest["probes"][key] = rel
     for model in args.models.split(","):
         cfg = f"{ROOT}/bench/autopar/{model}.json"
@@ -223,21 +225,35 @@ class Runner:
                 f"{r.stderr.strip()[-600:]}")
         sys.exit("run.py: mpirun fails with every flag set tried (see above)")
 
-    def run(self, plan, comm, steps, inject=(), skip=1):
-        metrics = os.path.join(self.work, "metrics.jsonl")
-        if os.path.exists(metrics):
-            os.remove(metrics)
-        cmd = self.base(plan, metrics, steps)
-        for spec in inject:
-            cmd += ["--inject", spec]
-        if comm == "mpi":
-            cmd = ["mpirun", "--allow-run-as-root"] + self.mpi_flags + \
-                ["-np", str(WORLD)] + cmd + ["--comm=mpi"]
-        sh(cmd, timeout=300)
-        steps_ms = [json.loads(l)["step_ms"] for l in open(metrics)]
-        # Other processes only ever add time: the fastest step after the
-        # first (the probes: after the second) is the run's.
-        return min(steps_ms[skip:])
+    def run(self, plan, comm, steps, inject=(), skip=1, copies=1):
+        """The fastest step after the first SKIP (other processes only ever
+        add time); with COPIES, that many single-rank runs at once (the
+        rate of a core while the others are busy too), their median."""
+        procs = []
+        for i in range(copies):
+            metrics = os.path.join(self.work, f"metrics{i}.jsonl")
+            if os.path.exists(metrics):
+                os.remove(metrics)
+            cmd = self.base(plan, metrics, steps)
+            for spec in inject:
+                cmd += ["--inject", spec]
+            if comm == "mpi":
+                cmd = ["mpirun", "--allow-run-as-root"] + self.mpi_flags + \
+                    ["-np", str(WORLD)] + cmd + ["--comm=mpi"]
+            procs.append((cmd, metrics, subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        fastest = []
+        for cmd, metrics, proc in procs:
+            try:
+                _, err = proc.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                sys.exit(f"run.py: command timed out: {' '.join(cmd)}")
+            if proc.returncode:
+                sys.exit(f"run.py: command failed ({proc.returncode}): {' '.join(cmd)}\n"
+                         f"{err[-3000:]}")
+            fastest.append(min(json.loads(l)["step_ms"] for l in list(open(metrics))[skip:]))
+        return sorted(fastest)[len(fastest) // 2]
 
 
 def host_info():
@@ -249,8 +265,9 @@ def host_info():
                 break
     except OSError:
         pass
-    return {"node": platform.node(), "cpus": os.cpu_count() or 1, "cpu": name,
-            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"node": platform.node(), "cpus": usable or os.cpu_count() or 1, "cpu": name,
+            "cpu_count": os.cpu_count()}
 
 
 def write_json(path, obj):
@@ -307,12 +324,19 @@ def stage_measure(args, d):
     def key(m, c, g):
         return f"{m}/{c}/{g:g}"
 
+    # The single-rank probes also as one copy per rank that a core serves
+    # (analyze --probe-load: a core's rate while all ranks compute).
+    copies = min(WORLD, out["host"]["cpus"])
+
     def sample_probes(comm):
         for mbs in ("mbs2", "mbs16"):
             ms = runner.run(plan(manifest["probes"][mbs]), "local", 6, skip=2)
             out["probes"].setdefault(mbs, []).append(ms)
-        ms = runner.run(plan(manifest["probes"]["dp8"]), comm, args.steps)
-        out["probes"].setdefault(f"dp8_{comm}", []).append(ms)
+            ms = runner.run(plan(manifest["probes"][mbs]), "local", 6, skip=2, copies=copies)
+            out["probes"].setdefault(f"{mbs}_loaded", []).append(ms)
+        for dp in ("dp8", "dp8w"):
+            ms = runner.run(plan(manifest["probes"][dp]), comm, args.steps)
+            out["probes"].setdefault(f"{dp}_{comm}", []).append(ms)
         log("  probes (fastest): " + json.dumps(
             {k: round(min(v), 3) for k, v in out["probes"].items()}))
 
@@ -360,18 +384,21 @@ def stage_measure(args, d):
 class Calibration:
     """The profile from the probes' fastest samples: the rate scale and the
     per-op overhead from the two single-rank runs, the communicator's
-    latency from the dp=8 run."""
+    latency from the dp=8 run. Variants (the same measurements): the
+    single-rank probes run as one copy per core at once (--probe-load), the
+    latency and the bandwidth from the dp=8 runs of two gradient sizes
+    (--fit-bandwidth)."""
 
     def __init__(self, args, work, best, cores):
         self.args, self.work, self.best, self.cores = args, work, best, cores
-        self.cfg = f"{ROOT}/{CALIB}"
 
-    def predict(self, prof, world, batch, mbs, dp_only=False):
+    def predict(self, prof, world, batch, mbs, dp_only=False, cfg=CALIB):
         f = os.path.join(self.work, "p.json")
         json.dump(prof, open(f, "w"))
         r = os.path.join(self.work, "r.json")
-        mlir = os.path.join(self.work, f"calm{mbs}.mlir")
-        import_model(self.args, self.cfg, mbs, mlir)
+        mlir = os.path.join(self.work, f"calm{mbs}-{os.path.basename(cfg)}.mlir")
+        if not os.path.exists(mlir):
+            import_model(self.args, f"{ROOT}/{cfg}", mbs, mlir)
         sh([tool(self.args, "mapp-opt"), mlir,
             f"--mapp-auto-parallel=world={world} global-batch={batch} micro-batches={mbs} "
             f"schedules=1f1b recompute=none zero1=false chunks=1 top=1000 search-only=true "
@@ -384,7 +411,8 @@ class Calibration:
     def profile(self, comm):
         base = json.loads(json.dumps(BASE_PROFILE))
         base["shared_cores"] = self.cores
-        meas = [self.best["mbs2"], self.best["mbs16"]]
+        load = "_loaded" if self.args.probe_load else ""
+        meas = [self.best["mbs2" + load], self.best["mbs16" + load]]
         a, b = [], []  # ms at the base rates without overhead; ms per us of overhead
         for mbs in (2, 16):
             p = json.loads(json.dumps(base))
@@ -412,18 +440,40 @@ class Calibration:
         prof["busy_wait"] = comm == "mpi"  # MPI's waiting processes poll
         # The communicator's latency: what makes the dp=8 run's prediction
         # exact (on few cores, waking 8 ranks, not bytes, is the cost).
-        lat = []
-        for l in (0.0, 1000.0):
+        def dp_predict(cfg, latency_us, gbps):
             p = json.loads(json.dumps(prof))
             for c in ("intra", "inter"):
-                p["links"][c]["latency_us"] = l
-            lat.append(self.predict(p, WORLD, 2 * WORLD, 2, dp_only=True))
+                p["links"][c] = {"gbps": gbps, "latency_us": latency_us}
+            return self.predict(p, WORLD, 2 * WORLD, 2, dp_only=True, cfg=cfg)
+
+        gbps = BASE_PROFILE["links"]["intra"]["gbps"]
+        lat = [dp_predict(CALIB, l, gbps) for l in (0.0, 1000.0)]
         dp_ms = self.best[f"dp8_{comm}"]
         slope = (lat[1] - lat[0]) / 1000.0
         latency = max(0.0, (dp_ms - lat[0]) / slope) if slope > 0 else 10.0
+        if self.args.fit_bandwidth:
+            # dp_j = base_j + latency * sl_j + (1 / gbps) * sb_j for the two
+            # probes (their gradients 16x apart): both unknowns.
+            eqs = []
+            for cfg, key in ((CALIB, "dp8"), (CALIB_WIDE, "dp8w")):
+                base_ms = dp_predict(cfg, 0.0, 1e9)
+                sl = (dp_predict(cfg, 1000.0, 1e9) - base_ms) / 1000.0
+                sb = dp_predict(cfg, 0.0, 1.0) - base_ms
+                eqs.append((sl, sb, self.best[f"{key}_{comm}"] - base_ms))
+            (a1, b1, c1), (a2, b2, c2) = eqs
+            det = a1 * b2 - a2 * b1
+            lat_fit = (c1 * b2 - c2 * b1) / det if det else -1
+            inv_gbps = (a1 * c2 - a2 * c1) / det if det else -1
+            if lat_fit >= 0 and inv_gbps > 0:
+                latency, gbps = lat_fit, 1 / inv_gbps
+            else:
+                log(f"fit-bandwidth {comm}: no positive latency and bandwidth fit "
+                    f"(latency {lat_fit:.1f} us, 1/gbps {inv_gbps:.4g}): latency only")
         for c in ("intra", "inter"):
-            prof["links"][c]["latency_us"] = latency
+            prof["links"][c] = {"gbps": gbps, "latency_us": latency}
         prof["measured"] = {"model": CALIB, "cores": self.cores,
+                            "probe_load": self.args.probe_load,
+                            "fit_bandwidth": self.args.fit_bandwidth,
                             "fastest_step_ms": {k: v for k, v in self.best.items()}}
         return prof
 
@@ -450,6 +500,8 @@ def load_measured(files):
                 merged["layouts"].setdefault(k, {}).setdefault(lay, []).extend(v)
         merged["inject_gbps"] = merged["inject_gbps"] or m["inject_gbps"]
         merged["comms"] = sorted(set(merged["comms"]) | set(m["comms"]))
+        merged["models"] += [x for x in m["models"] if x not in merged["models"]]
+        merged["complete"] = merged.get("complete") and m.get("complete")
     return merged
 
 
@@ -477,17 +529,19 @@ def stage_analyze(args, d):
     cores = meas["host"]["cpus"]
     cal = Calibration(args, work, best_probe, cores)
     gbps = meas["inject_gbps"]
+    # The calibration variant names its outputs (several from one measurement).
+    tag = ("-load" if args.probe_load else "") + ("-bw" if args.fit_bandwidth else "")
     pfiles = {}
     for comm in meas["comms"]:
         prof = cal.profile(comm)
-        pfiles[(comm, 0)] = os.path.join(d, f"profile-{comm}.json")
+        pfiles[(comm, 0)] = os.path.join(d, f"profile-{comm}{tag}.json")
         write_json(pfiles[(comm, 0)], prof)
         log(f"profile {comm}: {json.dumps(prof)}")
         if gbps and comm == "local":
             slow = json.loads(json.dumps(prof))
             slow["links"]["p2p"] = {"gbps": gbps,
                                     "latency_us": prof["links"]["intra"]["latency_us"]}
-            pfiles[(comm, gbps)] = os.path.join(d, "profile-local-slow-p2p.json")
+            pfiles[(comm, gbps)] = os.path.join(d, f"profile-local-slow-p2p{tag}.json")
             write_json(pfiles[(comm, gbps)], slow)
     results = []
     for model in meas["models"]:
@@ -529,7 +583,7 @@ def stage_analyze(args, d):
             plain = next((x for x in results if x["model"] == r["model"]
                           and x["comm"] == r["comm"] and not x["inject_gbps"]), None)
             r["choice_changed"] = plain is not None and plain["chosen"] != r["chosen"]
-    write_json(os.path.join(d, "results.json"), results)
+    write_json(os.path.join(d, f"results{tag}.json"), results)
     print(f"\n{'model':7} {'comm':5} {'inject':>7} {'layouts':>7} {'chosen (search #1)':34} "
           f"{'ms':>8} {'best measured':34} {'ms':>8} {'chosen/best':>11} "
           f"{'pred within 20%':>15}  verdict")
@@ -557,12 +611,13 @@ def stage_analyze(args, d):
                   f"| {counted} | {', '.join(verdict)} |")
     host = meas["host"]
     md.insert(0, f"Measured on {host['node']} ({host['cpus']} CPUs, {host['cpu']}), "
-                 f"{meas['steps']} steps a run, {meas['rounds']} round(s), commit "
+                 f"{meas['steps']} steps a run, {meas['rounds']} round(s), calibration "
+                 f"{tag[1:] or 'as before'}, commit "
                  f"{meas['commit']}{'' if meas.get('complete') else ' (INCOMPLETE)'}.\n")
-    open(os.path.join(d, "table.md"), "w").write("\n".join(md) + "\n")
+    open(os.path.join(d, f"table{tag}.md"), "w").write("\n".join(md) + "\n")
     shutil.rmtree(work)
     print(f"\nissue 36 CPU criteria: {'PASS' if all_pass else 'FAIL'} "
-          f"(tables: {d}/results.json, {d}/table.md)")
+          f"(calibration{tag or ' as before'}; tables: {d}/results{tag}.json, {d}/table{tag}.md)")
     return 0 if all_pass else 1
 
 
@@ -585,6 +640,10 @@ def main():
     ap.add_argument("--probe-every", type=int, default=6,
                     help="calibration probes before every Nth run")
     ap.add_argument("--max-layouts", type=int, default=0, help="smoke tests: the first N")
+    ap.add_argument("--probe-load", action="store_true",
+                    help="analyze: rates from the single-rank probes run one copy a core at once")
+    ap.add_argument("--fit-bandwidth", action="store_true",
+                    help="analyze: the communicator's latency and bandwidth from two dp=8 probes")
     args = ap.parse_args()
     if args.stage:
         stage, d = args.stage
