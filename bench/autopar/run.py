@@ -221,6 +221,9 @@ class Runner:
                 self.mpi_flags = flags
                 log(f"mpirun flags: {' '.join(flags) or '(none)'}")
                 return
+            if "built without MPI" in r.stderr:
+                sys.exit(f"run.py: {self.mapp_run}: built without MPI; --comm mpi "
+                         "needs a mapp-run configured with MAPP_ENABLE_MPI=ON")
             log(f"mpirun {' '.join(flags) or '(no flags)'} failed ({r.returncode}): "
                 f"{r.stderr.strip()[-600:]}")
         sys.exit("run.py: mpirun fails with every flag set tried (see above)")
@@ -637,7 +640,7 @@ def main():
     ap.add_argument("--out", help="one-run mode: DIR (default: a temporary folder)")
     ap.add_argument("--measured", help="measure: the file to write (default "
                     "DIR/measured.json); analyze: the files to read, comma-separated")
-    ap.add_argument("--probe-every", type=int, default=6,
+    ap.add_argument("--probe-every", type=int, default=8,
                     help="calibration probes before every Nth run")
     ap.add_argument("--max-layouts", type=int, default=0, help="smoke tests: the first N")
     ap.add_argument("--probe-load", action="store_true",
