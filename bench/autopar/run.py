@@ -53,6 +53,7 @@ import lzma
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -190,6 +191,10 @@ def inject_specs(gbps):
             for a in range(WORLD) for b in range(WORLD) if a != b] if gbps else []
 
 
+class RunFailed(Exception):
+    pass
+
+
 class Runner:
     """mapp-run over 8 local rank-threads or 8 MPI processes, one thread a
     rank (the cost model prices a rank on one core, as the probes measure
@@ -209,23 +214,20 @@ class Runner:
         """The first mpirun flags that run PLAN's 8 processes: none, then the
         ones a container or a small host needs (no CMA single copy between
         processes; more processes than cores)."""
-        metrics = os.path.join(self.work, "preflight.jsonl")
         tries = [[], ["--mca", "btl_vader_single_copy_mechanism", "none"],
                  ["--oversubscribe"],
                  ["--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]]
         for flags in tries:
-            cmd = ["mpirun", "--allow-run-as-root"] + flags + ["-np", str(WORLD)] + \
-                self.base(plan, metrics, 2) + ["--comm=mpi"]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            if r.returncode == 0:
-                self.mpi_flags = flags
+            self.mpi_flags = flags
+            try:
+                self.run(plan, "mpi", 2)
                 log(f"mpirun flags: {' '.join(flags) or '(none)'}")
                 return
-            if "built without MPI" in r.stderr:
-                sys.exit(f"run.py: {self.mapp_run}: built without MPI; --comm mpi "
-                         "needs a mapp-run configured with MAPP_ENABLE_MPI=ON")
-            log(f"mpirun {' '.join(flags) or '(no flags)'} failed ({r.returncode}): "
-                f"{r.stderr.strip()[-600:]}")
+            except RunFailed as e:
+                if "built without MPI" in str(e):
+                    sys.exit(f"run.py: {self.mapp_run}: built without MPI; --comm mpi "
+                             "needs a mapp-run configured with MAPP_ENABLE_MPI=ON")
+                log(f"mpirun {' '.join(flags) or '(no flags)'}: {str(e)[-600:]}")
         sys.exit("run.py: mpirun fails with every flag set tried (see above)")
 
     def run(self, plan, comm, steps, inject=(), skip=1, copies=1):
@@ -243,20 +245,43 @@ class Runner:
             if comm == "mpi":
                 cmd = ["mpirun", "--allow-run-as-root"] + self.mpi_flags + \
                     ["-np", str(WORLD)] + cmd + ["--comm=mpi"]
+            # Its own process group: a hung run (mpirun and its ranks) is
+            # ended as a whole.
             procs.append((cmd, metrics, subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-        fastest = []
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)))
+        fastest, failed = [], None
+        deadline = time.monotonic() + self.args.run_timeout_s
         for cmd, metrics, proc in procs:
             try:
-                _, err = proc.communicate(timeout=300)
+                _, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                sys.exit(f"run.py: command timed out: {' '.join(cmd)}")
+                self.end(proc)
+                failed = failed or f"timed out after {self.args.run_timeout_s:.0f} s: {' '.join(cmd)}"
+                continue
             if proc.returncode:
-                sys.exit(f"run.py: command failed ({proc.returncode}): {' '.join(cmd)}\n"
-                         f"{err[-3000:]}")
-            fastest.append(min(json.loads(l)["step_ms"] for l in list(open(metrics))[skip:]))
+                failed = failed or f"failed ({proc.returncode}): {' '.join(cmd)}\n{err[-2000:]}"
+                continue
+            steps_ms = [json.loads(l)["step_ms"] for l in list(open(metrics))[skip:]]
+            if not steps_ms:
+                failed = failed or f"no step after the first {skip}: {' '.join(cmd)}"
+                continue
+            fastest.append(min(steps_ms))
+        if failed:
+            raise RunFailed(failed)
         return sorted(fastest)[len(fastest) // 2]
+
+    @staticmethod
+    def end(proc):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=10)
+                return
+            except ProcessLookupError:
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
 
 def host_info():
@@ -331,15 +356,32 @@ def stage_measure(args, d):
     # (analyze --probe-load: a core's rate while all ranks compute).
     copies = min(WORLD, out["host"]["cpus"])
 
+    out["failures"] = []
+
+    def attempt(what, *a, **kw):
+        """A run, once more if it fails; a second failure is recorded (the
+        call goes on: one bad run must not cost the others)."""
+        for tries in (1, 2):
+            try:
+                return runner.run(*a, **kw)
+            except RunFailed as e:
+                log(f"run failed ({what}, try {tries}): {e}")
+        out["failures"].append(what)
+        return None
+
+    def keep_probe(key, ms):
+        if ms is not None:
+            out["probes"].setdefault(key, []).append(ms)
+
     def sample_probes(comm):
         for mbs in ("mbs2", "mbs16"):
-            ms = runner.run(plan(manifest["probes"][mbs]), "local", 6, skip=2)
-            out["probes"].setdefault(mbs, []).append(ms)
-            ms = runner.run(plan(manifest["probes"][mbs]), "local", 6, skip=2, copies=copies)
-            out["probes"].setdefault(f"{mbs}_loaded", []).append(ms)
+            p = plan(manifest["probes"][mbs])
+            keep_probe(mbs, attempt(f"probe {mbs}", p, "local", 6, skip=2))
+            keep_probe(f"{mbs}_loaded", attempt(f"probe {mbs} x{copies}", p, "local", 6,
+                                                skip=2, copies=copies))
         for dp in ("dp8", "dp8w"):
-            ms = runner.run(plan(manifest["probes"][dp]), comm, args.steps)
-            out["probes"].setdefault(f"{dp}_{comm}", []).append(ms)
+            keep_probe(f"{dp}_{comm}", attempt(f"probe {dp} {comm}", plan(manifest["probes"][dp]),
+                                               comm, args.steps))
         log("  probes (fastest): " + json.dumps(
             {k: round(min(v), 3) for k, v in out["probes"].items()}))
 
@@ -355,12 +397,16 @@ def stage_measure(args, d):
         for i, (m, lay, c, g) in enumerate(order):
             if i % args.probe_every == 0:
                 sample_probes(c)
-            ms = runner.run(plan(lay["plan"]), c, args.steps, inject_specs(g))
-            out["layouts"].setdefault(key(m, c, g), {}).setdefault(lay["layout"], []).append(ms)
+            ms = attempt(f"{m} {c} inject {g:g} {lay['layout']} round {r + 1}",
+                         plan(lay["plan"]), c, args.steps, inject_specs(g))
+            if ms is not None:
+                out["layouts"].setdefault(key(m, c, g), {}).setdefault(
+                    lay["layout"], []).append(ms)
             write_json(args.measured, out)
             now = time.monotonic()
+            shown = "failed" if ms is None else f"{ms:9.2f} ms"
             print(f"[{now - start:6.0f} s] round {r + 1} {i + 1:3}/{len(order)} "
-                  f"{m:6} {c:5} inject {g:g} {lay['layout']:34} {ms:9.2f} ms"
+                  f"{m:6} {c:5} inject {g:g} {lay['layout']:34} {shown}"
                   + (f"  (round 1 projected {(now - t0) / (i + 1) * len(order):.0f} s)"
                      if r == 0 and i % 10 == 9 else ""), flush=True)
             if r == 0 and args.budget_s and now - start > args.budget_s:
@@ -378,6 +424,9 @@ def stage_measure(args, d):
     shutil.rmtree(work)
     print(f"measured {len(items)} runs a round x {out['rounds']} rounds in "
           f"{out['wall_s']:.0f} s on {out['host']['cpus']} CPUs: {args.measured}")
+    if out["failures"]:
+        sys.exit(f"run.py: {len(out['failures'])} runs failed twice: "
+                 + "; ".join(out["failures"]))
 
 
 # --------------------------------------------------------------------------
@@ -636,6 +685,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=0,
                     help="measure: start a round after the first only if it fits")
     ap.add_argument("--inject-gbps", type=float, default=0)
+    ap.add_argument("--run-timeout-s", type=float, default=120,
+                    help="measure: a run (all its copies) longer than this failed")
     ap.add_argument("--bin", default=f"{ROOT}/build/bin")
     ap.add_argument("--out", help="one-run mode: DIR (default: a temporary folder)")
     ap.add_argument("--measured", help="measure: the file to write (default "

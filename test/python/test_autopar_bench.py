@@ -20,12 +20,16 @@ spec.loader.exec_module(autopar)
 
 # Writes --metrics with one line per step: the plan's base time, +7 ms per
 # --inject flag, the first step at half of it (a step that must not count:
-# the bench takes the fastest step after the first); fails unless --threads 1.
+# the bench takes the fastest step after the first); fails unless --threads 1,
+# and for a plan that says "fail".
 FAKE_RUN = r'''#!{python} -S
 import json, sys
 a = sys.argv[1:]
 assert a[a.index("--threads") + 1] == "1", "every rank one thread"
-base = float(open(a[0]).read())
+text = open(a[0]).read()
+if text == "fail":
+    sys.exit("a failing layout")
+base = float(text)
 steps = int(a[a.index("--steps") + 1])
 ms = base + 7 * a.count("--inject")
 with open(a[a.index("--metrics") + 1], "w") as f:
@@ -53,7 +57,8 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
         write_plan(d, probes[key], ms)
     layouts = []
     for name, pp, ms in (("tp1 pp1 dp8 mbs2x1 1f1b", 1, 30.0),
-                         ("tp1 pp2 dp4 mbs2x2 1f1b", 2, 40.0)):
+                         ("tp1 pp2 dp4 mbs2x2 1f1b", 2, 40.0),
+                         ("tp2 pp1 dp4 mbs2x2 1f1b", 1, "fail")):
         rel = f"plans/gpt-a/{autopar.layout_file(name)}.mplan.xz"
         write_plan(d, rel, ms)
         layouts.append({"layout": name, "pp": pp, "plan": rel})
@@ -69,7 +74,11 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
                         "--rounds", "2", "--inject-gbps", "0.5", "--probe-every", "2",
                         "--bin", str(bin_dir), "--measured", str(out)],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    # The failing layout is tried twice a round, reported, and costs the
+    # others nothing.
+    assert r.returncode != 0
+    assert "2 runs failed twice: gpt-a local inject 0 tp2 pp1 dp4 mbs2x2 1f1b round 1" \
+        in r.stderr, r.stderr
     m = json.loads(out.read_text())
     assert m["complete"] and m["rounds"] == 2
     # Two rounds, the fastest step after the first.
@@ -79,7 +88,7 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
     # link), 56 directed links' flags.
     assert m["layouts"]["gpt-a/local/0.5"] == {
         "tp1 pp2 dp4 mbs2x2 1f1b": [40.0 + 7 * 56] * 2}
-    # Probes before runs 1 and 3 of each 3-run round, and once at the end.
+    # Probes before runs 1 and 3 of each 4-run round, and once at the end.
     assert m["probes"]["mbs16"] == [20.0] * 5
     assert m["probes"]["dp8w_local"] == [9.0] * 5
     assert m["probes"]["mbs2_loaded"] == [2.0] * 5
