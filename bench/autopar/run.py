@@ -71,11 +71,17 @@ BASE_PROFILE = {"device": "cpu", "gemm_tflops": {"f32": 0.05}, "mem_gbps": 8,
                           "inter": {"gbps": 40, "latency_us": 10}}}
 # The probes: single-rank runs of the calibration model at two micro-batch
 # sizes, and a dp=WORLD run of it per communicator; dp8w: the same dp run of
-# a model with a 16x larger gradient (analyze --fit-bandwidth).
+# a model with a 16x larger gradient (analyze --fit-bandwidth); tp2 and pp2:
+# checks of the fitted profile on small tensor-parallel collectives and
+# pipeline messages (analyze prints predicted against measured; never fitted).
 DP_ROW = {"micro_batch": 2, "options": f"tp=1 pp=1 dp={WORLD} microbatches=1 schedule=1f1b"}
+CHECK_ROWS = {"tp2": (2, 1, WORLD // 2, 1), "pp2": (1, 2, WORLD // 2, 2)}  # tp, pp, dp, microbatches
 PROBE_ROWS = {"mbs2": (CALIB, {"micro_batch": 2, "options": "microbatches=1"}),
               "mbs16": (CALIB, {"micro_batch": 16, "options": "microbatches=1"}),
-              "dp8": (CALIB, DP_ROW), "dp8w": (CALIB_WIDE, DP_ROW)}
+              "dp8": (CALIB, DP_ROW), "dp8w": (CALIB_WIDE, DP_ROW),
+              **{k: (CALIB, {"micro_batch": 2, "options":
+                             f"tp={t} pp={pp} dp={dp} microbatches={m} schedule=1f1b"})
+                 for k, (t, pp, dp, m) in CHECK_ROWS.items()}}
 
 
 def log(msg):
@@ -379,9 +385,11 @@ def stage_measure(args, d):
             keep_probe(mbs, attempt(f"probe {mbs}", p, "local", 6, skip=2))
             keep_probe(f"{mbs}_loaded", attempt(f"probe {mbs} x{copies}", p, "local", 6,
                                                 skip=2, copies=copies))
-        for dp in ("dp8", "dp8w"):
-            keep_probe(f"{dp}_{comm}", attempt(f"probe {dp} {comm}", plan(manifest["probes"][dp]),
-                                               comm, args.steps))
+        for dp in ("dp8", "dp8w", *CHECK_ROWS):
+            if dp in manifest["probes"]:
+                keep_probe(f"{dp}_{comm}", attempt(f"probe {dp} {comm}",
+                                                   plan(manifest["probes"][dp]),
+                                                   comm, args.steps))
         log("  probes (fastest): " + json.dumps(
             {k: round(min(v), 3) for k, v in out["probes"].items()}))
 
@@ -444,7 +452,7 @@ class Calibration:
     def __init__(self, args, work, best, cores):
         self.args, self.work, self.best, self.cores = args, work, best, cores
 
-    def predict(self, prof, world, batch, mbs, dp_only=False, cfg=CALIB):
+    def predict(self, prof, world, batch, mbs, dp_only=False, cfg=CALIB, want=None):
         f = os.path.join(self.work, "p.json")
         json.dump(prof, open(f, "w"))
         r = os.path.join(self.work, "r.json")
@@ -458,6 +466,8 @@ class Calibration:
         rows = json.load(open(r))["top"]
         if dp_only:
             rows = [x for x in rows if x["dp"] == world]
+        if want:  # (tp, pp, dp)
+            rows = [x for x in rows if (x["tp"], x["pp"], x["dp"]) == want]
         return rows[0]["step_ms"]
 
     def profile(self, comm):
@@ -523,7 +533,16 @@ class Calibration:
                     f"(latency {lat_fit:.1f} us, 1/gbps {inv_gbps:.4g}): latency only")
         for c in ("intra", "inter"):
             prof["links"][c] = {"gbps": gbps, "latency_us": latency}
-        prof["measured"] = {"model": CALIB, "cores": self.cores,
+        # Checks, never fitted: the tp and pp probes' predictions.
+        checks = {}
+        for k, (t, pp, dp, m) in CHECK_ROWS.items():
+            if f"{k}_{comm}" in self.best:
+                pred = self.predict(prof, WORLD, 2 * dp * m, 2, want=(t, pp, dp))
+                meas_ms = self.best[f"{k}_{comm}"]
+                checks[k] = {"predicted_ms": pred, "measured_ms": meas_ms}
+                log(f"check {comm} {k} (calib.json tp{t} pp{pp} dp{dp} mbs2x{m}): predicted "
+                    f"{pred:.2f} ms, measured {meas_ms:.2f} ms ({100 * (pred / meas_ms - 1):+.1f}%)")
+        prof["measured"] = {"model": CALIB, "cores": self.cores, "checks": checks,
                             "probe_load": self.args.probe_load,
                             "fit_bandwidth": self.args.fit_bandwidth,
                             "fastest_step_ms": {k: v for k, v in self.best.items()}}

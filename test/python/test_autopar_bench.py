@@ -52,7 +52,8 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
     fake.write_text(FAKE_RUN.replace("{python}", sys.executable))
     fake.chmod(0o755)
     probes = {}
-    for key, ms in (("mbs2", 2.0), ("mbs16", 20.0), ("dp8", 5.0), ("dp8w", 9.0)):
+    for key, ms in (("mbs2", 2.0), ("mbs16", 20.0), ("dp8", 5.0), ("dp8w", 9.0),
+                    ("tp2", 6.0)):
         probes[key] = f"plans/probe-{key}.mplan.xz"
         write_plan(d, probes[key], ms)
     layouts = []
@@ -92,6 +93,8 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
     assert m["probes"]["mbs16"] == [20.0] * 5
     assert m["probes"]["dp8w_local"] == [9.0] * 5
     assert m["probes"]["mbs2_loaded"] == [2.0] * 5
+    assert m["probes"]["tp2_local"] == [6.0] * 5
+    assert "pp2_local" not in m["probes"]  # not compiled: skipped
 
 
 def test_measure_stage_rejects_unknown_model(tmp_path):
