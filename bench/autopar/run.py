@@ -11,6 +11,7 @@ Or in three stages, when the measuring machine has only mapp-run:
          [--steps N] [--rounds R] [--budget-s S] [--measured FILE] [--bin DIR]
                                                             (mapp-run, mpirun only)
   run.py --stage analyze DIR [--measured FILE[,FILE...]] [--bin DIR]  (mapp-opt)
+         [--probe-load] [--fit-bandwidth] [--shm-collectives]
 
 compile: imports each model, asks `mapp-opt --mapp-auto-parallel` (search-
   only, report=, the default CPU profile) for every feasible layout of 8
@@ -44,7 +45,14 @@ Calibration: two single-rank runs of a calibration model of its own
 GEMM/streaming rate and the per-instruction overhead so that the model
 predicts both exactly; a dp=8 run per communicator fits its latency (MPI:
 busy_wait, its waiting processes poll). The fastest sample of each probe
-counts. The layouts never enter the calibration.
+counts. The layouts never enter the calibration. Variants, from the same
+measurements (their outputs tagged -load, -bw, -shm): --probe-load takes the
+rates from the single-rank probes run one copy a core at once;
+--fit-bandwidth fits latency and bandwidth from the dp=8 probes of
+calib.json and calib-wide.json; --shm-collectives prices the local
+communicator's collectives as its barriers. Choose a variant by the tp2/pp2
+probe checks analyze prints (calibration probes, never bench layouts), not
+by which one passes the bench.
 """
 import argparse
 import hashlib
@@ -358,6 +366,21 @@ def stage_measure(args, d):
     def key(m, c, g):
         return f"{m}/{c}/{g:g}"
 
+    # --resume: a call cut off in its first round goes on where it stopped
+    # (its samples kept, its first round's measured runs not repeated).
+    done = set()
+    if args.resume:
+        prev = json.load(open(args.resume))
+        if prev["host"]["cpus"] != out["host"]["cpus"] or prev["steps"] != args.steps:
+            sys.exit(f"run.py: --resume {args.resume}: measured on {prev['host']['cpus']} "
+                     f"CPUs with {prev['steps']} steps, this call {out['host']['cpus']} "
+                     f"and {args.steps}")
+        out["probes"], out["layouts"] = prev["probes"], prev["layouts"]
+        out["resumed_from"] = prev.get("wall_s", "cut off")
+        done = {(m, lay["layout"], c, g) for m, lay, c, g in items
+                if lay["layout"] in prev["layouts"].get(key(m, c, g), {})}
+        log(f"resumed: {len(done)} of {len(items)} runs measured already")
+
     # The single-rank probes also as one copy per rank that a core serves
     # (analyze --probe-load: a core's rate while all ranks compute).
     copies = min(WORLD, out["host"]["cpus"])
@@ -402,6 +425,8 @@ def stage_measure(args, d):
             break
         t0 = time.monotonic()
         order = items if r % 2 == 0 else items[::-1]
+        if r == 0:
+            order = [x for x in order if (x[0], x[1]["layout"], x[2], x[3]) not in done]
         for i, (m, lay, c, g) in enumerate(order):
             if i % args.probe_every == 0:
                 sample_probes(c)
@@ -421,7 +446,7 @@ def stage_measure(args, d):
                 write_json(args.measured, out)
                 sys.exit(f"run.py: over the budget ({args.budget_s:.0f} s) in round 1 "
                          f"after {i + 1} of {len(order)} runs; {args.measured} has them "
-                         "(split the call with --models)")
+                         "(go on with --resume it, or split the call with --models)")
         round_s.append(time.monotonic() - t0)
         out["rounds"] = r + 1
         write_json(args.measured, out)
@@ -500,6 +525,9 @@ class Calibration:
         prof["op_overhead_us"] = o
         prof["peak_tflops"] = prof["gemm_tflops"]["f32"]  # MFU's denominator
         prof["busy_wait"] = comm == "mpi"  # MPI's waiting processes poll
+        if self.args.shm_collectives and comm == "local":
+            # The thread communicator's collectives: barriers, not ring steps.
+            prof["collectives"] = "shared-memory"
         # The communicator's latency: what makes the dp=8 run's prediction
         # exact (on few cores, waking 8 ranks, not bytes, is the cost).
         def dp_predict(cfg, latency_us, gbps):
@@ -545,6 +573,7 @@ class Calibration:
         prof["measured"] = {"model": CALIB, "cores": self.cores, "checks": checks,
                             "probe_load": self.args.probe_load,
                             "fit_bandwidth": self.args.fit_bandwidth,
+                            "shm_collectives": self.args.shm_collectives,
                             "fastest_step_ms": {k: v for k, v in self.best.items()}}
         return prof
 
@@ -601,7 +630,8 @@ def stage_analyze(args, d):
     cal = Calibration(args, work, best_probe, cores)
     gbps = meas["inject_gbps"]
     # The calibration variant names its outputs (several from one measurement).
-    tag = ("-load" if args.probe_load else "") + ("-bw" if args.fit_bandwidth else "")
+    tag = ("-load" if args.probe_load else "") + ("-bw" if args.fit_bandwidth else "") + \
+        ("-shm" if args.shm_collectives else "")
     pfiles = {}
     for comm in meas["comms"]:
         prof = cal.profile(comm)
@@ -710,11 +740,15 @@ def main():
     ap.add_argument("--out", help="one-run mode: DIR (default: a temporary folder)")
     ap.add_argument("--measured", help="measure: the file to write (default "
                     "DIR/measured.json); analyze: the files to read, comma-separated")
+    ap.add_argument("--resume", help="measure: a cut-off call's measured.json to go on from")
     ap.add_argument("--probe-every", type=int, default=8,
                     help="calibration probes before every Nth run")
     ap.add_argument("--max-layouts", type=int, default=0, help="smoke tests: the first N")
     ap.add_argument("--probe-load", action="store_true",
                     help="analyze: rates from the single-rank probes run one copy a core at once")
+    ap.add_argument("--shm-collectives", action="store_true",
+                    help="analyze: price the local communicator's collectives as its "
+                    "barriers (profile collectives=shared-memory), not a ring's steps")
     ap.add_argument("--fit-bandwidth", action="store_true",
                     help="analyze: the communicator's latency and bandwidth from two dp=8 probes")
     args = ap.parse_args()

@@ -95,6 +95,17 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
     assert m["probes"]["mbs2_loaded"] == [2.0] * 5
     assert m["probes"]["tp2_local"] == [6.0] * 5
     assert "pp2_local" not in m["probes"]  # not compiled: skipped
+    # --resume: the runs measured already are not repeated in the first round.
+    out2 = tmp_path / "measured2.json"
+    r = subprocess.run([sys.executable, RUN_PY, "--stage", "measure", str(d),
+                        "--comm", "local", "--models", "gpt-a", "--steps", "3",
+                        "--rounds", "1", "--inject-gbps", "0.5", "--resume", str(out),
+                        "--bin", str(bin_dir), "--measured", str(out2)],
+                       capture_output=True, text=True, timeout=60)
+    m2 = json.loads(out2.read_text())
+    assert r.returncode != 0 and "1 runs failed twice" in r.stderr, r.stderr  # the failing one
+    assert m2["layouts"]["gpt-a/local/0"] == m["layouts"]["gpt-a/local/0"]
+    assert m2["probes"]["mbs16"] == [20.0] * 7  # one sample before the run, one after
 
 
 def test_measure_stage_rejects_unknown_model(tmp_path):
