@@ -84,6 +84,7 @@ BASE_PROFILE = {"device": "cpu", "gemm_tflops": {"f32": 0.05}, "mem_gbps": 8,
 # pipeline messages (analyze prints predicted against measured; never fitted).
 DP_ROW = {"micro_batch": 2, "options": f"tp=1 pp=1 dp={WORLD} microbatches=1 schedule=1f1b"}
 CHECK_ROWS = {"tp2": (2, 1, WORLD // 2, 1), "pp2": (1, 2, WORLD // 2, 2)}  # tp, pp, dp, microbatches
+PROBE_LAYOUTS = {"dp8": (1, 1, WORLD, 1), **CHECK_ROWS}
 PROBE_ROWS = {"mbs2": (CALIB, {"micro_batch": 2, "options": "microbatches=1"}),
               "mbs16": (CALIB, {"micro_batch": 16, "options": "microbatches=1"}),
               "dp8": (CALIB, DP_ROW), "dp8w": (CALIB_WIDE, DP_ROW),
@@ -529,19 +530,27 @@ class Calibration:
             # The thread communicator's collectives: barriers, not ring steps.
             prof["collectives"] = "shared-memory"
         # The communicator's latency: what makes the dp=8 run's prediction
-        # exact (on few cores, waking 8 ranks, not bytes, is the cost).
-        def dp_predict(cfg, latency_us, gbps):
+        # exact (on few cores, waking 8 ranks, not bytes, is the cost);
+        # --latency-from tp2: the tp=2 run's, 34 small all-reduces a step.
+        def probe_predict(key, latency_us, gbps, cfg=CALIB):
             p = json.loads(json.dumps(prof))
             for c in ("intra", "inter"):
                 p["links"][c] = {"gbps": gbps, "latency_us": latency_us}
-            return self.predict(p, WORLD, 2 * WORLD, 2, dp_only=True, cfg=cfg)
+            t, pp, dp, m = PROBE_LAYOUTS[key]
+            return self.predict(p, WORLD, 2 * dp * m, 2, cfg=cfg, want=(t, pp, dp))
+
+        def dp_predict(cfg, latency_us, gbps):
+            return probe_predict("dp8", latency_us, gbps, cfg)
 
         gbps = BASE_PROFILE["links"]["intra"]["gbps"]
-        lat = [dp_predict(CALIB, l, gbps) for l in (0.0, 1000.0)]
-        dp_ms = self.best[f"dp8_{comm}"]
+        src = self.args.latency_from
+        if f"{src}_{comm}" not in self.best:
+            sys.exit(f"run.py: --latency-from {src}: no {src} probe measured over {comm}")
+        lat = [probe_predict(src, l, gbps) for l in (0.0, 1000.0)]
+        probe_ms = self.best[f"{src}_{comm}"]
         slope = (lat[1] - lat[0]) / 1000.0
-        latency = max(0.0, (dp_ms - lat[0]) / slope) if slope > 0 else 10.0
-        if self.args.fit_bandwidth:
+        latency = max(0.0, (probe_ms - lat[0]) / slope) if slope > 0 else 10.0
+        if self.args.fit_bandwidth and src == "dp8":
             # dp_j = base_j + latency * sl_j + (1 / gbps) * sb_j for the two
             # probes (their gradients 16x apart): both unknowns.
             eqs = []
@@ -561,10 +570,10 @@ class Calibration:
                     f"(latency {lat_fit:.1f} us, 1/gbps {inv_gbps:.4g}): latency only")
         for c in ("intra", "inter"):
             prof["links"][c] = {"gbps": gbps, "latency_us": latency}
-        # Checks, never fitted: the tp and pp probes' predictions.
+        # Checks, never fitted: the tp, pp (and dp) probes' predictions.
         checks = {}
-        for k, (t, pp, dp, m) in CHECK_ROWS.items():
-            if f"{k}_{comm}" in self.best:
+        for k, (t, pp, dp, m) in PROBE_LAYOUTS.items():
+            if k != src and f"{k}_{comm}" in self.best:
                 pred = self.predict(prof, WORLD, 2 * dp * m, 2, want=(t, pp, dp))
                 meas_ms = self.best[f"{k}_{comm}"]
                 checks[k] = {"predicted_ms": pred, "measured_ms": meas_ms}
@@ -573,6 +582,7 @@ class Calibration:
         prof["measured"] = {"model": CALIB, "cores": self.cores, "checks": checks,
                             "probe_load": self.args.probe_load,
                             "fit_bandwidth": self.args.fit_bandwidth,
+                            "latency_from": src,
                             "shm_collectives": self.args.shm_collectives,
                             "fastest_step_ms": {k: v for k, v in self.best.items()}}
         return prof
@@ -631,7 +641,8 @@ def stage_analyze(args, d):
     gbps = meas["inject_gbps"]
     # The calibration variant names its outputs (several from one measurement).
     tag = ("-load" if args.probe_load else "") + ("-bw" if args.fit_bandwidth else "") + \
-        ("-shm" if args.shm_collectives else "")
+        ("-shm" if args.shm_collectives else "") + \
+        ("-lat" + args.latency_from if args.latency_from != "dp8" else "")
     pfiles = {}
     for comm in meas["comms"]:
         prof = cal.profile(comm)
@@ -749,6 +760,9 @@ def main():
     ap.add_argument("--shm-collectives", action="store_true",
                     help="analyze: price the local communicator's collectives as its "
                     "barriers (profile collectives=shared-memory), not a ring's steps")
+    ap.add_argument("--latency-from", choices=("dp8", "tp2"), default="dp8",
+                    help="analyze: the probe the communicator's latency is fitted on "
+                    "(dp8: one gradient all-reduce; tp2: 34 small all-reduces a step)")
     ap.add_argument("--fit-bandwidth", action="store_true",
                     help="analyze: the communicator's latency and bandwidth from two dp=8 probes")
     args = ap.parse_args()
