@@ -752,7 +752,7 @@ def main():
     ap.add_argument("--measured", help="measure: the file to write (default "
                     "DIR/measured.json); analyze: the files to read, comma-separated")
     ap.add_argument("--resume", help="measure: a cut-off call's measured.json to go on from")
-    ap.add_argument("--probe-every", type=int, default=8,
+    ap.add_argument("--probe-every", type=int, default=12,
                     help="calibration probes before every Nth run")
     ap.add_argument("--max-layouts", type=int, default=0, help="smoke tests: the first N")
     ap.add_argument("--probe-load", action="store_true",
