@@ -428,12 +428,13 @@ def stage_measure(args, d):
         log("  probes (fastest): " + json.dumps(
             {k: round(min(v), 3) for k, v in out["probes"].items()}))
 
-    round_s = []
+    run_s = []  # seconds per run (its probes included) of the finished rounds
     for r in range(args.rounds):
         elapsed = time.monotonic() - start
-        if r > 0 and args.budget_s and elapsed + 1.1 * max(round_s) > args.budget_s:
+        need = 1.1 * max(run_s, default=0) * len(items)
+        if r > 0 and args.budget_s and elapsed + need > args.budget_s:
             log(f"round {r + 1}: skipped (elapsed {elapsed:.0f} s, a round "
-                f"takes {max(round_s):.0f} s, budget {args.budget_s:.0f} s)")
+                f"takes ~{need:.0f} s, budget {args.budget_s:.0f} s)")
             break
         t0 = time.monotonic()
         order = items if r % 2 == 0 else items[::-1]
@@ -454,14 +455,23 @@ def stage_measure(args, d):
                   f"{m:6} {c:5} inject {g:g} {lay['layout']:34} {shown}"
                   + (f"  (round 1 projected {(now - t0) / (i + 1) * len(order):.0f} s)"
                      if r == 0 and i % 10 == 9 else ""), flush=True)
-            if r == 0 and args.budget_s and now - start > args.budget_s:
-                write_json(args.measured, out)
-                sys.exit(f"run.py: over the budget ({args.budget_s:.0f} s) in round 1 "
-                         f"after {i + 1} of {len(order)} runs; {args.measured} has them "
-                         "(go on with --resume it, or split the call with --models)")
-        round_s.append(time.monotonic() - t0)
-        out["rounds"] = r + 1
-        write_json(args.measured, out)
+            if args.budget_s and now - start > args.budget_s and i + 1 < len(order):
+                if r == 0:
+                    write_json(args.measured, out)
+                    sys.exit(f"run.py: over the budget ({args.budget_s:.0f} s) in round 1 "
+                             f"after {i + 1} of {len(order)} runs; {args.measured} has "
+                             "them (go on with --resume it, or split the call with --models)")
+                # A later round cut short: its samples count all the same.
+                log(f"round {r + 1}: stopped at the budget after {i + 1} of {len(order)} runs")
+                out["partial_round"] = i + 1
+                break
+        else:
+            if order:
+                run_s.append((time.monotonic() - t0) / len(order))
+            out["rounds"] = r + 1
+            write_json(args.measured, out)
+            continue
+        break
     sample_probes(comms[-1])
     out["complete"] = True
     out["wall_s"] = round(time.monotonic() - start, 1)

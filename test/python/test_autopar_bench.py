@@ -106,6 +106,23 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
     assert r.returncode != 0 and "1 runs failed twice" in r.stderr, r.stderr  # the failing one
     assert m2["layouts"]["gpt-a/local/0"] == m["layouts"]["gpt-a/local/0"]
     assert m2["probes"]["mbs16"] == [20.0] * 7  # one sample before the run, one after
+    # A call over its budget in the first round stops after the run in
+    # flight, keeps what it measured, and --resume measures only the rest.
+    cut = tmp_path / "cut.json"
+    base = [sys.executable, RUN_PY, "--stage", "measure", str(d), "--comm", "local",
+            "--models", "gpt-a", "--steps", "3", "--bin", str(bin_dir)]
+    r = subprocess.run(base + ["--rounds", "2", "--budget-s", "0.001", "--measured", str(cut)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "over the budget" in r.stderr, r.stderr
+    c = json.loads(cut.read_text())
+    assert not c["complete"]
+    assert c["layouts"] == {"gpt-a/local/0": {"tp1 pp1 dp8 mbs2x1 1f1b": [30.0]}}
+    rest = tmp_path / "rest.json"
+    r = subprocess.run(base + ["--rounds", "1", "--resume", str(cut), "--measured", str(rest)],
+                       capture_output=True, text=True, timeout=60)
+    assert "resumed: 1 of 3 runs measured already" in r.stderr, r.stderr
+    assert json.loads(rest.read_text())["layouts"]["gpt-a/local/0"] == {
+        "tp1 pp1 dp8 mbs2x1 1f1b": [30.0], "tp1 pp2 dp4 mbs2x2 1f1b": [40.0]}
 
 
 def test_measure_stage_rejects_unknown_model(tmp_path):
