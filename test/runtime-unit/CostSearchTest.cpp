@@ -53,6 +53,20 @@ TEST(CostSearch, RingCollectivesAndLinksAreTheirClosedForms) {
                    3 * (3000 + 100.0));
   EXPECT_DOUBLE_EQ(c.collectiveNs(Costs::Coll::AllReduce, 4000, 1, true), 0);
   EXPECT_DOUBLE_EQ(c.p2pNs(1000, true), 3000 + 100);
+  // Shared-memory collectives (the thread communicator): 3 barriers and 2x
+  // the bytes for an all-reduce, 2 and 1x for the others, whatever n.
+  Profile shm = p;
+  ASSERT_TRUE(parseProfile(R"({"device":"cpu","gemm_tflops":{"f32":1},
+      "collectives":"shared-memory","links":{"intra":{"gbps":80,"latency_us":3}}})",
+                           "shm.json", shm, nullptr));
+  Costs cs(shm);
+  for (int n : {2, 4, 8}) {
+    EXPECT_DOUBLE_EQ(cs.collectiveNs(Costs::Coll::AllReduce, 4000, n, true),
+                     3 * 3000 + 2 * 4000 / 10.0);
+    EXPECT_DOUBLE_EQ(cs.collectiveNs(Costs::Coll::AllGather, 4000, n, true),
+                     2 * 3000 + 4000 / 10.0);
+  }
+  EXPECT_DOUBLE_EQ(cs.collectiveNs(Costs::Coll::AllReduce, 4000, 1, true), 0);
   // An instruction is its roofline plus the overhead.
   p.opOverheadUs = 2;
   p.gemmTflopsF32 = 1; // 1000 FLOP per ns
@@ -234,6 +248,9 @@ TEST(CostSearch, ProfileAndClusterKeysAreChecked) {
   EXPECT_EQ(err.rfind("p.json: key 'links.inter.gbps': expected a positive", 0),
             0u)
       << err;
+  EXPECT_FALSE(parseProfile(R"({"device":"cpu","collectives":"tree"})",
+                            "p.json", p, &err));
+  EXPECT_EQ(err.rfind("p.json: key 'collectives': expected \"ring\"", 0), 0u) << err;
   EXPECT_FALSE(parseProfile(R"({"device":"tpu"})", "p.json", p, &err));
   EXPECT_NE(err.find("unknown device kind 'tpu'"), std::string::npos) << err;
   Cluster c;

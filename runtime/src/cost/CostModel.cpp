@@ -186,6 +186,11 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
       if (!v.is_boolean())
         return r.fail(k, "expected true or false");
       out.busyWait = v.get<bool>();
+    } else if (k == "collectives") {
+      if (!v.is_string() ||
+          (v.get<std::string>() != "ring" && v.get<std::string>() != "shared-memory"))
+        return r.fail(k, "expected \"ring\" or \"shared-memory\"");
+      out.sharedMemoryCollectives = v.get<std::string>() == "shared-memory";
     } else if (k == "bf16_storage") {
       if (!v.is_boolean())
         return r.fail(k, "expected true or false");
@@ -213,7 +218,8 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
       return r.fail(k, "unknown key (expected device, gemm_tflops, "
                        "peak_tflops, attention_efficiency, mem_gbps, "
                        "op_overhead_us, memory_gib, shared_cores, "
-                       "busy_wait, bf16_storage, links, measured)");
+                       "busy_wait, collectives, bf16_storage, links, "
+                       "measured)");
   }
   if (out.gemmTflopsF32 <= 0 && out.gemmTflopsBf16 <= 0)
     return r.fail("gemm_tflops", "no dtype with a positive rate");
@@ -320,6 +326,8 @@ std::string mapp::cost::profileJson(const Profile &p) {
     j["shared_cores"] = p.sharedCores;
   if (p.busyWait)
     j["busy_wait"] = true;
+  if (p.sharedMemoryCollectives)
+    j["collectives"] = "shared-memory";
   if (p.haveP2p)
     j["links"]["p2p"] = {{"gbps", p.p2p.gbps}, {"latency_us", p.p2p.latencyUs}};
   return j.dump(2);
@@ -361,7 +369,11 @@ double Costs::collectiveNs(Coll kind, double bytes, int n,
                            bool sameNode) const {
   if (n <= 1)
     return 0;
-  return ringSteps(kind, n) * linkNs(sameNode ? p.intra : p.inter, bytes / n);
+  const Link &l = sameNode ? p.intra : p.inter;
+  if (p.sharedMemoryCollectives)
+    return sharedMemorySyncs(kind) * l.latencyUs * 1e3 +
+           (kind == Coll::AllReduce ? 2 : 1) * bytes * 8 / l.gbps;
+  return ringSteps(kind, n) * linkNs(l, bytes / n);
 }
 
 double Costs::shareFactor(int ranksOnMachine) const {

@@ -56,6 +56,12 @@ struct Profile {
   /// The CPU bench runs 8 ranks on a few cores: each then computes at
   /// cores/ranks of the calibrated single-rank rate.
   double sharedCores = 0;
+  /// Collectives through shared memory (mapp's thread communicator,
+  /// --comm=local: members read each other's buffers between barriers):
+  /// a collective costs a fixed number of synchronizations whatever the
+  /// group's size, not a ring's 2(n-1) steps (`"collectives":
+  /// "shared-memory"`; default "ring").
+  bool sharedMemoryCollectives = false;
   /// Waiting ranks keep polling (MPI's progress loop on an oversubscribed
   /// machine): a bubble frees no core for the busy ranks.
   bool busyWait = false;
@@ -121,7 +127,10 @@ struct Costs {
   /// A point-to-point message over one link.
   double p2pNs(double bytes, bool sameNode) const;
   /// A ring collective (all-reduce: 2(n-1) steps of bytes/n; all-gather,
-  /// reduce-scatter, all-to-all: n-1 steps) over `n` members.
+  /// reduce-scatter, all-to-all: n-1 steps) over `n` members; with
+  /// shared-memory collectives, `sharedMemorySyncs` latencies and the bytes
+  /// each member moves (all-reduce: reduces its share reading every member's,
+  /// copies all shares back: 2 bytes; the others: bytes once).
   enum class Coll { AllReduce, AllGather, ReduceScatter, AllToAll };
   double collectiveNs(Coll kind, double bytes, int n, bool sameNode) const;
   /// One message over one link: latency + bytes at its bandwidth (the
@@ -132,6 +141,11 @@ struct Costs {
   /// Steps of the ring algorithm, each moving bytes / n over every hop.
   static double ringSteps(Coll kind, int n) {
     return n <= 1 ? 0 : kind == Coll::AllReduce ? 2.0 * (n - 1) : n - 1.0;
+  }
+  static double sharedMemorySyncs(Coll kind) {
+    // LocalComm.cpp: publish -> barrier -> work -> barrier (all-reduce: a
+    // barrier between reducing and copying back too).
+    return kind == Coll::AllReduce ? 3 : 2;
   }
   /// How much slower each rank computes because ranks share cores.
   double shareFactor(int ranksOnMachine) const;
