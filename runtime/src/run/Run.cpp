@@ -5,6 +5,7 @@
 #include "mapp/rt/Elastic.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Fbd.h"
+#include "mapp/rt/Launcher.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -61,7 +62,8 @@ bool losesTheRank(const Injection &i) {
 }
 
 /// Faults name ranks of the plan's world.
-void checkInjections(const RunOptions &o, const Plan &plan) {
+void checkInjections(const RunOptions &o, const Plan &plan,
+                     const WorldEntry &world) {
   checkInjectNan(o, plan);
   for (const Injection &i : o.inject) {
     int r = i.kind == Injection::SlowCompute ||
@@ -73,7 +75,7 @@ void checkInjections(const RunOptions &o, const Plan &plan) {
     if (r >= plan.worldSize)
       fail("--inject: rank ", r, " is outside the plan's world of ",
            plan.worldSize);
-    if (i.kind == Injection::Stop && o.comm != "mpi")
+    if (i.kind == Injection::Stop && !world.processes)
       fail("--inject stop: needs --comm=mpi (the ranks of --comm=", o.comm,
            " are threads of one process, which would stop them all)");
   }
@@ -81,9 +83,10 @@ void checkInjections(const RunOptions &o, const Plan &plan) {
 
 /// MegaFBD: placements must exist and be reachable from this world; the
 /// placement table is printed.
-void checkFbdWorld(const RunOptions &o, const Plan &plan) {
+void checkFbdWorld(const RunOptions &o, const Plan &plan,
+                   const WorldEntry &world) {
   checkPlacements(plan, o.backend);
-  if (o.comm == "nccl") // NCCL puts rank r on GPU r; placements decide here
+  if (world.deviceComm) // NCCL puts rank r on GPU r; placements decide here
     fail("MegaFBD plans run over --comm=local or --comm=mpi, not nccl");
   // Rank threads of one process share device pointers (the CUDA backend
   // moves payloads itself): a CPU rank cannot read them.
@@ -92,7 +95,8 @@ void checkFbdWorld(const RunOptions &o, const Plan &plan) {
     (placedBackend(p, o.backend) == "cuda" ? cuda : cpu) = true;
   const char *cudaComm = std::getenv("MAPP_CUDA_COMM");
   bool hostStaged = cudaComm && std::string(cudaComm) == "host";
-  if (cpu && cuda && o.comm != "mpi" && !(o.comm == "local" && hostStaged))
+  if (cpu && cuda && world.kind != WorldKind::MpiProcesses &&
+      !(world.kind == WorldKind::LocalThreads && hostStaged))
     fail("the plan places ranks on both cpu and cuda: run them as "
          "processes, mpirun -np ", plan.worldSize,
          " mapp-run PLAN --comm=mpi, or as threads with MAPP_CUDA_COMM=host "
@@ -149,6 +153,13 @@ int runMpiRank(RunShared &sh) {
   return 0;
 }
 
+/// This process is one rank of a launcher's NCCL world (one GPU each).
+int runNcclProcess(RunShared &, const LauncherEnv &l) {
+  fail("--comm=nccl under ", l.launcher, " (", l.world,
+       " processes): NCCL processes are not built into this runtime yet; "
+       "run one process with --comm=nccl (a thread per GPU)");
+}
+
 /// How a world of rank threads ended, for --elastic.
 struct ThreadsEnd {
   std::vector<int> crashed; // ranks a rank-crash fault killed
@@ -156,7 +167,8 @@ struct ThreadsEnd {
 };
 
 /// Every rank of the plan as a thread of this process (local or NCCL world).
-int runRankThreads(RunShared &sh, ThreadsEnd *end = nullptr) {
+int runRankThreads(RunShared &sh, const WorldEntry &kind,
+                   ThreadsEnd *end = nullptr) {
   const RunOptions &o = sh.o;
   int n = sh.plan.worldSize;
   if (!sh.threadsPerRank)
@@ -170,10 +182,10 @@ int runRankThreads(RunShared &sh, ThreadsEnd *end = nullptr) {
       printCoords(sh.plan, r, sh.threadsPerRank);
   // NCCL_NVLS_ENABLE=0 unless set: NVLink SHARP multicast is not usable on
   // the lent machines and a failed probe for it costs a hang at init.
-  if (o.comm == "nccl")
+  if (kind.deviceComm)
     setenv("NCCL_NVLS_ENABLE", "0", 0);
   std::unique_ptr<LocalWorld> world =
-      o.comm == "nccl" ? createNcclWorld(n) : createLocalWorld(n);
+      kind.deviceComm ? createNcclWorld(n) : createLocalWorld(n);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < n; ++r)
     comms.push_back(world->connect(r));
@@ -267,7 +279,8 @@ int runElasticThreads(const RunOptions &o) {
           ao.inject.push_back(i);
     }
     Plan plan = loadPlan(ao.plan);
-    checkInjections(ao, plan);
+    const WorldEntry &threads = worldEntry(WorldKind::LocalThreads);
+    checkInjections(ao, plan, threads);
     RunShared sh{ao, plan, {}, false, o.threads};
     auto part = std::find(partPlans.begin(), partPlans.end(), a.layout.plan);
     if (part != partPlans.end()) {
@@ -276,7 +289,7 @@ int runElasticThreads(const RunOptions &o) {
     }
     ThreadsEnd end;
     int status = plan.worldSize == 1 ? (runRank(sh, createLocalComm()), 0)
-                                     : runRankThreads(sh, &end);
+                                     : runRankThreads(sh, threads, &end);
     AttemptEnd ae;
     ae.status = status;
     ae.lost = end.crashed;
@@ -309,23 +322,35 @@ int runJob(const RunOptions &given) {
   if (!o.ckpt.saveDir.empty())
     installStopSignals();
   if (o.elastic) {
-    if (o.comm != "local")
+    if (o.comm != worldEntry(WorldKind::LocalThreads).comm)
       fail("--elastic restarts rank threads (--comm=local); for processes "
            "run mapp-launch --elastic -- mpirun ... mapp-run ...");
     return runElasticThreads(o);
   }
   Plan plan = loadPlan(o.plan);
-  checkInjections(o, plan);
+  // The one place the world is chosen (mapp/rt/Launcher.h's table).
+  WorldChoice choice = chooseWorld(o.comm, plan.worldSize, processEnv());
+  const WorldEntry &world = *choice.world;
+  checkInjections(o, plan, world);
   if (isFbdPlan(plan))
-    checkFbdWorld(o, plan);
+    checkFbdWorld(o, plan, world);
   RunShared sh{o, plan, {}, false, o.threads};
-  if (o.comm == "mpi")
+  switch (world.kind) {
+  case WorldKind::MpiProcesses:
     return runMpiRank(sh);
-  if (plan.worldSize == 1 && o.comm == "local") {
-    runRank(sh, createLocalComm());
-    return 0;
+  case WorldKind::NcclProcesses:
+    checkLauncherWorld(*choice.launcher, plan.worldSize);
+    return runNcclProcess(sh, *choice.launcher);
+  case WorldKind::LocalThreads:
+    if (plan.worldSize == 1) {
+      runRank(sh, createLocalComm());
+      return 0;
+    }
+    [[fallthrough]];
+  case WorldKind::NcclThreads:
+    break;
   }
-  return runRankThreads(sh);
+  return runRankThreads(sh, world);
 }
 
 } // namespace mapp::rt

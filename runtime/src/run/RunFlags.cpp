@@ -8,6 +8,7 @@
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Faults.h"
+#include "mapp/rt/Launcher.h"
 
 #include <cctype>
 #include <cstdint>
@@ -27,7 +28,9 @@ const char *const kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              share GPU 0 and collectives stay on the device);
                              mpi: this process is one rank
                              (mpirun -np WORLD mapp-run PLAN --comm=mpi ...);
-                             nccl: rank threads, rank r on GPU r (--backend=cuda)
+                             nccl: rank threads, rank r on GPU r (--backend=cuda);
+                             under mpirun, srun or torchrun one process per GPU
+                             (docs/multi-gpu.md)
   --comm-timeout S           fail a wait for another rank after S seconds
                              (default 300; 0 = never)
   --coordinator=on|off       MegaFBD plans: match the step-end parameter
@@ -377,9 +380,9 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
     usageError("--patch and --generate are different modes; give one");
   if (promptGiven && o.prompt.empty())
     usageError("--prompt is empty (leave it out to start from the EOT token)");
-  if (o.comm != "local" && o.comm != "mpi" && o.comm != "nccl")
-    usageError("--comm must be local, mpi or nccl, got '" + o.comm + "'");
-  if (o.comm == "nccl" && o.backend != "cuda")
+  if (!isCommName(o.comm))
+    usageError("--comm must be " + commChoices() + ", got '" + o.comm + "'");
+  if (o.comm == worldEntry(WorldKind::NcclThreads).comm && o.backend != "cuda")
     usageError("--comm=nccl needs --backend=cuda (NCCL moves device memory)");
   if (!injectNan.empty()) {
     size_t colon = injectNan.find(':');
