@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/Rendezvous.h"
 #include "mapp/rt/Error.h"
 
 #include <algorithm>
@@ -716,6 +717,10 @@ std::unique_ptr<Communicator> mapp::rt::createMpiComm() {
 }
 void mapp::rt::mpiAbort(int) {}
 void mapp::rt::mpiFinalize() {}
+Blob mapp::rt::rendezvousMpi(int, int, const Blob &, double) {
+  fail("rendezvous over MPI: this runtime was built without MPI (set "
+       "MAPP_RENDEZVOUS_FILE or MASTER_ADDR/MASTER_PORT for the other paths)");
+}
 #endif
 
 std::unique_ptr<Communicator> mapp::rt::createComm(const std::string &name) {

@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 #include "MpiWitness.h"
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/Rendezvous.h"
 #include "mapp/rt/Error.h"
 
 #include <mpi.h>
@@ -48,21 +49,26 @@ namespace {
 using namespace mapp::rt::mpi;
 
 
+/// MPI_Init once per process (the communicator and the NCCL rendezvous).
+void initMpi() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    // Every wait here is a test loop with its own back-off, and the
+    // executor calls progress() between ops: Open MPI's sched_yield on an
+    // idle progress call (on by default when oversubscribed) would give
+    // the core away at each of those calls. A user's setting wins.
+    setenv("OMPI_MCA_mpi_yield_when_idle", "0", 0);
+    int provided;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+          "MPI_Init_thread");
+  }
+}
+
 class MpiComm final : public Communicator {
 public:
   MpiComm() {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited) {
-      // Every wait here is a test loop with its own back-off, and the
-      // executor calls progress() between ops: Open MPI's sched_yield on an
-      // idle progress call (on by default when oversubscribed) would give
-      // the core away at each of those calls. A user's setting wins.
-      setenv("OMPI_MCA_mpi_yield_when_idle", "0", 0);
-      int provided;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
-            "MPI_Init_thread");
-    }
+    initMpi();
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -669,6 +675,46 @@ bool mapp::rt::haveMpiComm() { return true; }
 
 std::unique_ptr<Communicator> mapp::rt::createMpiComm() {
   return std::make_unique<MpiComm>();
+}
+
+Blob mapp::rt::rendezvousMpi(int rank, int world, const Blob &blob,
+                             double timeoutS) {
+  initMpi();
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int mpiRank = 0, mpiWorld = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &mpiRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &mpiWorld);
+  if (mpiRank != rank || mpiWorld != world)
+    fail("rendezvous: MPI says rank ", mpiRank, " of ", mpiWorld,
+         ", the launcher's variables rank ", rank, " of ", world);
+  // Length, then bytes; test loops so a rank that never comes is a timeout.
+  Blob out = blob;
+  uint64_t length = blob.size();
+  auto waitFor = [&](MPI_Request &req, const char *what) {
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(timeoutS));
+    int done = 0;
+    while (true) {
+      mpi::check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+      if (done)
+        return;
+      if (std::chrono::steady_clock::now() > deadline)
+        fail("rendezvous over MPI: rank ", rank, " waited ",
+             static_cast<int>(timeoutS), " s for rank 0's id (", what, ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  MPI_Request req;
+  mpi::check(MPI_Ibcast(&length, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req),
+        "MPI_Ibcast");
+  waitFor(req, "MPI_Ibcast of the length");
+  out.resize(length);
+  mpi::check(MPI_Ibcast(out.data(), static_cast<int>(length), MPI_BYTE, 0,
+                   MPI_COMM_WORLD, &req),
+        "MPI_Ibcast");
+  waitFor(req, "MPI_Ibcast of the id");
+  return out;
 }
 
 void mapp::rt::mpiAbort(int code) {
