@@ -196,6 +196,42 @@ def test_bad_inject_and_comm_flags(tmp_path):
         "no CUDA device is visible", "use --comm=local")), r.stderr
 
 
+LAUNCHER_VARS = ("OMPI_COMM_WORLD_RANK", "RANK", "SLURM_PROCID", "MAPP_LAUNCHER")
+
+
+def test_nccl_launcher_errors(tmp_path):
+    """--comm=nccl under a launcher (docs/multi-gpu.md): a broken launcher
+    environment and a world that is not the plan's fail before step 1,
+    naming the variable or both world sizes (no GPU needed)."""
+    usage = run([MAPP_RUN, "--help"], check=False).stdout
+    if "nccl" not in usage.split("built with communicators:")[-1]:
+        pytest.skip("mapp-run built without NCCL")
+    make_plan(tmp_path / "p.mplan", dp=2)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+
+    def nccl(**launcher):
+        return subprocess.run(
+            [MAPP_RUN, str(tmp_path / "p.mplan"), "--data", str(CORPUS),
+             "--tokenizer", "bytes", "--backend=cuda", "--comm=nccl",
+             "--steps", "1"],
+            capture_output=True, text=True, timeout=120,
+            env={**env, **launcher})
+
+    torchrun = dict(RANK="1", WORLD_SIZE="4", LOCAL_RANK="1",
+                    LOCAL_WORLD_SIZE="4", MASTER_PORT="29500")
+    r = nccl(**torchrun)
+    assert r.returncode == 1, r.stderr
+    assert ("the plan is for world_size 2 but torchrun started 4 "
+            "process(es)") in r.stderr, r.stderr
+    del torchrun["LOCAL_WORLD_SIZE"]
+    r = nccl(**torchrun)
+    assert r.returncode == 1 and \
+        "torchrun launcher: LOCAL_WORLD_SIZE is not set" in r.stderr, r.stderr
+    r = nccl(SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_LOCALID="0",
+             SLURM_STEP_TASKS_PER_NODE="2", MAPP_LAUNCHER="torchrun")
+    assert r.returncode == 1 and "torchrun launcher: RANK is not set" in r.stderr
+
+
 def trace_events(d, rank):
     lines = (d / f"rank-{rank}.trace.jsonl").read_text().splitlines()
     recs = [json.loads(l) for l in lines]

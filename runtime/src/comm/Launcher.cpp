@@ -216,8 +216,7 @@ void mapp::rt::checkLauncherWorld(const LauncherEnv &l, int planWorld) {
   fail("the plan is for world_size ", planWorld, " but ", l.launcher,
        " started ", l.world, " process(es) (start ", planWorld,
        l.launcher == "mpi"        ? ": mpirun -np "
-       : l.launcher == "torchrun" ? ": torchrun --nproc-per-node ... with "
-                                    "nnodes x nproc = "
+       : l.launcher == "torchrun" ? ": torchrun with nnodes x nproc-per-node = "
                                   : ": srun -n ",
        planWorld, ")");
 }

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/Launcher.h"
 
 using namespace mapp::rt;
 
@@ -24,6 +25,12 @@ int mapp::rt::ncclDeviceOf(int rank, int worldSize, int deviceCount) {
 }
 
 #ifndef MAPP_HAVE_NCCL
+std::unique_ptr<Communicator>
+mapp::rt::createNcclProcessComm(const LauncherEnv &,
+                                std::unique_ptr<Communicator>) {
+  fail("--comm=nccl is not built into this runtime (configure with "
+       "-DMAPP_ENABLE_CUDA=ON where nccl.h and libnccl are found)");
+}
 bool mapp::rt::haveNcclComm() { return false; }
 std::unique_ptr<LocalWorld> mapp::rt::createNcclWorld(int) {
   fail("--comm=nccl is not built into this runtime (configure with "

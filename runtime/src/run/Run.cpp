@@ -153,11 +153,41 @@ int runMpiRank(RunShared &sh) {
   return 0;
 }
 
-/// This process is one rank of a launcher's NCCL world (one GPU each).
-int runNcclProcess(RunShared &, const LauncherEnv &l) {
-  fail("--comm=nccl under ", l.launcher, " (", l.world,
-       " processes): NCCL processes are not built into this runtime yet; "
-       "run one process with --comm=nccl (a thread per GPU)");
+/// This process is one rank of a launcher's NCCL world (one GPU each). The
+/// host side (the executor's host collectives, pipeline transfers staged
+/// through host memory) runs over MPI under mpirun; a one-process world
+/// needs none.
+int runNcclProcess(RunShared &sh, const LauncherEnv &l) {
+  std::unique_ptr<Communicator> host;
+  if (l.launcher == "mpi")
+    host = createMpiComm();
+  else if (l.world == 1)
+    host = createLocalComm();
+  else
+    fail("--comm=nccl under ", l.launcher, " with ", l.world,
+         " processes: the host side of NCCL processes runs over MPI; start "
+         "them with mpirun (or srun --mpi=pmix with MAPP_LAUNCHER=mpi)");
+  int rank = l.rank;
+  if (!sh.threadsPerRank)
+    sh.threadsPerRank = std::max(1, hardwareThreads() / l.localWorld);
+  try {
+    std::unique_ptr<Communicator> comm =
+        createNcclProcessComm(l, std::move(host));
+    if (!sh.o.quiet)
+      printCoords(sh.plan, rank, sh.threadsPerRank), std::fflush(stdout);
+    if (!sh.o.traceDir.empty() || !sh.o.ckpt.saveDir.empty())
+      shareRunId(*comm, sh.runId);
+    runRank(sh, std::move(comm));
+  } catch (const std::exception &e) {
+    std::string msg =
+        "mapp-run: rank " + std::to_string(rank) + ": " + e.what() + "\n";
+    std::fwrite(msg.data(), 1, msg.size(), stderr);
+    std::fflush(stderr);
+    mpiAbort(1); // the other processes end too, naming this rank
+    return 1;
+  }
+  mpiFinalize();
+  return 0;
 }
 
 /// How a world of rank threads ended, for --elastic.

@@ -24,6 +24,7 @@
 #define MAPP_RT_LAUNCHER_H
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +92,14 @@ WorldChoice chooseWorld(const std::string &comm, int planWorld,
                         const EnvLookup &env);
 /// Whether `comm` names a world of the table.
 bool isCommName(const std::string &comm);
+
+class Communicator;
+/// This process's rank of NCCL processes: device from launcherDevice(),
+/// rank 0's ncclGetUniqueId through rendezvous(), ncclCommInitRank over the
+/// launcher's world; host operations go to `host` (rank and world must
+/// match the launcher's). Error when NCCL is not built in.
+std::unique_ptr<Communicator>
+createNcclProcessComm(const LauncherEnv &l, std::unique_ptr<Communicator> host);
 
 /// The plan's world against the launcher's: Error (before step 1) naming
 /// both and the command that fits when they differ.

@@ -23,7 +23,12 @@
 #include "CudaBackend.h"
 #include "DeviceComm.h"
 
+#include "mapp/rt/Launcher.h"
+#include "mapp/rt/Rendezvous.h"
+
 #include <nccl.h>
+
+#include <cstring>
 
 #include <cstdlib>
 #include <map>
@@ -42,11 +47,49 @@ using namespace mapp::rt::cuda;
 
 namespace {
 
-class NcclWorld;
+/// The NCCL communicators of one world (thread or process): destroyed
+/// together, or aborted together when a rank fails.
+class NcclHandles {
+public:
+  ~NcclHandles() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_)
+      for (ncclComm_t c : owned_)
+        ncclCommDestroy(c);
+  }
+  /// Records a communicator (destroyed or aborted with the world).
+  void own(ncclComm_t c) {
+    std::lock_guard<std::mutex> lk(mu_);
+    owned_.push_back(c);
+  }
+  /// Aborts every communicator, so that a rank blocked in an NCCL kernel
+  /// waiting for a dead peer returns instead of hanging; once only.
+  void abort(int rank, const std::string &why) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_)
+      return;
+    aborted_ = true;
+    failed_ = "rank " + std::to_string(rank) + " failed (" + why + ")";
+    for (ncclComm_t c : owned_)
+      ncclCommAbort(c);
+  }
+  /// Throws once the world was aborted (its communicators are gone).
+  void check(const char *what) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_)
+      fail(what, ": ", failed_);
+  }
 
-/// One rank's native state: what NcclComm::deviceImpl() returns.
+private:
+  std::mutex mu_;
+  std::vector<ncclComm_t> owned_;
+  bool aborted_ = false;
+  std::string failed_;
+};
+
+/// One rank's native state: what deviceImpl() returns.
 struct NcclRank {
-  NcclWorld *world = nullptr;
+  NcclHandles *world = nullptr;
   ncclComm_t comm = nullptr;
   int device = 0;
 };
@@ -63,15 +106,9 @@ public:
     std::vector<ncclComm_t> comms(n);
     MAPP_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devices.data()));
     for (int r = 0; r < n; ++r) {
-      ranks_[r] = {this, comms[r], devices[r]};
-      owned_.push_back(comms[r]);
+      ranks_[r] = {&handles_, comms[r], devices[r]};
+      handles_.own(comms[r]);
     }
-  }
-  ~NcclWorld() override {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!aborted_)
-      for (ncclComm_t c : owned_)
-        ncclCommDestroy(c);
   }
   int size() const override { return host_->size(); }
   std::unique_ptr<Communicator> connect(int rank) override;
@@ -80,33 +117,13 @@ public:
   /// NCCL kernel waiting for the dead one return instead of hanging.
   void abort(int rank, const std::string &why) override {
     host_->abort(rank, why);
-    std::lock_guard<std::mutex> lk(mu_);
-    if (aborted_)
-      return;
-    aborted_ = true;
-    failed_ = "rank " + std::to_string(rank) + " failed (" + why + ")";
-    for (ncclComm_t c : owned_)
-      ncclCommAbort(c);
-  }
-  /// Records a communicator split from the world (destroyed with it).
-  void own(ncclComm_t c) {
-    std::lock_guard<std::mutex> lk(mu_);
-    owned_.push_back(c);
-  }
-  /// Throws once the world was aborted (its communicators are gone).
-  void check(const char *what) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (aborted_)
-      fail(what, ": ", failed_);
+    handles_.abort(rank, why);
   }
 
 private:
+  NcclHandles handles_; // destroyed after host_ and ranks_ (declared first)
   std::unique_ptr<LocalWorld> host_;
   std::vector<NcclRank> ranks_;
-  std::mutex mu_;
-  std::vector<ncclComm_t> owned_;
-  bool aborted_ = false;
-  std::string failed_;
 };
 
 /// Host operations go to the thread world's communicator; the NCCL handles
@@ -185,6 +202,92 @@ private:
 std::unique_ptr<Communicator> NcclWorld::connect(int rank) {
   return std::make_unique<NcclComm>(host_->connect(rank), &ranks_.at(rank));
 }
+
+/// One rank of NCCL processes: host operations go to the process world's
+/// host communicator (MPI, or none at world size 1); the rank's NCCL world
+/// communicator, made by ncclCommInitRank from the rendezvoused id, rides
+/// along for the CUDA backend.
+class NcclProcessComm final : public Communicator {
+public:
+  NcclProcessComm(std::unique_ptr<Communicator> host, int device,
+                  ncclComm_t comm)
+      : host_(std::move(host)) {
+    rank_ = {&handles_, comm, device};
+    handles_.own(comm);
+  }
+  ~NcclProcessComm() override {
+    // Device work of this rank is done (runRank returned or threw).
+    cudaDeviceSynchronize();
+  }
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return host_->rank(); }
+  int worldSize() const override { return host_->worldSize(); }
+  void allReduce(float *b, int64_t n, ReduceOp op,
+                 const CommGroup &g) override {
+    inner().allReduce(b, n, op, g);
+  }
+  void allReduce(double *b, int64_t n, ReduceOp op,
+                 const CommGroup &g) override {
+    inner().allReduce(b, n, op, g);
+  }
+  void allGather(const float *in, float *out, int64_t n,
+                 const CommGroup &g) override {
+    inner().allGather(in, out, n, g);
+  }
+  void reduceScatter(const float *in, float *out, int64_t n, ReduceOp op,
+                     const CommGroup &g) override {
+    inner().reduceScatter(in, out, n, op, g);
+  }
+  void allToAll(const void *in, void *out, size_t bytes,
+                const CommGroup &g) override {
+    inner().allToAll(in, out, bytes, g);
+  }
+  void allToAllv(const void *in, const std::vector<uint64_t> &sendBytes,
+                 void *out, const std::vector<uint64_t> &recvBytes,
+                 const CommGroup &g) override {
+    inner().allToAllv(in, sendBytes, out, recvBytes, g);
+  }
+  void send(const void *buf, size_t bytes, int peer, int64_t tag) override {
+    inner().send(buf, bytes, peer, tag);
+  }
+  void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
+    inner().recv(buf, bytes, peer, tag);
+    lastRecv_ = host_->lastRecvStamps();
+  }
+  P2PHandle isend(const void *buf, size_t bytes, int peer,
+                  int64_t tag) override {
+    return inner().isend(buf, bytes, peer, tag);
+  }
+  P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override {
+    return inner().irecv(buf, bytes, peer, tag);
+  }
+  bool test(P2PRequest &r) override { return inner().test(r); }
+  int waitAny(const std::vector<P2PRequest *> &reqs,
+              uint64_t deadlineNs) override {
+    return inner().waitAny(reqs, deadlineNs);
+  }
+  void cancel(P2PRequest &r) override { inner().cancel(r); }
+  void setStep(int64_t s) override { host_->setStep(s); }
+  void barrier() override { inner().barrier(); }
+  void progress() override { host_->progress(); }
+  void flush() override { inner().flush(); }
+  bool sharesClockWith(int peer) const override {
+    return host_->sharesClockWith(peer);
+  }
+  int ranksOnThisHost() const override { return host_->ranksOnThisHost(); }
+  void *deviceImpl() const override { return &rank_; }
+  int deviceOrdinal() const override { return rank_.device; }
+
+private:
+  Communicator &inner() {
+    host_->setTimeout(timeout());
+    host_->setLayout(layout());
+    return *host_;
+  }
+  NcclHandles handles_; // destroyed last: the NCCL communicators
+  std::unique_ptr<Communicator> host_;
+  mutable NcclRank rank_;
+};
 
 ncclRedOp_t ncclOp(ReduceOp op) {
   switch (op) {
@@ -449,6 +552,39 @@ std::unique_ptr<LocalWorld> mapp::rt::createNcclWorld(int worldSize) {
   if (worldSize < 1)
     fail("--comm=nccl needs at least one rank");
   return std::make_unique<NcclWorld>(worldSize);
+}
+
+std::unique_ptr<Communicator>
+mapp::rt::createNcclProcessComm(const LauncherEnv &l,
+                                std::unique_ptr<Communicator> host) {
+  if (host->worldSize() != l.world || host->rank() != l.rank)
+    fail("--comm=nccl: the host communicator says rank ", host->rank(), " of ",
+         host->worldSize(), ", ", l.launcher, " rank ", l.rank, " of ",
+         l.world);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess)
+    count = 0;
+  int device = launcherDevice(l.localRank, l.localWorld, count,
+                              std::getenv("CUDA_VISIBLE_DEVICES"));
+  MAPP_CUDA_CHECK(cudaSetDevice(device));
+  // NVLink SHARP multicast stays off (a failed probe hangs init on the lent
+  // machines); a user's setting wins.
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
+  ncclUniqueId id{};
+  Blob blob;
+  if (l.rank == 0) {
+    MAPP_NCCL_CHECK(ncclGetUniqueId(&id));
+    blob.assign(reinterpret_cast<uint8_t *>(&id),
+                reinterpret_cast<uint8_t *>(&id) + sizeof id);
+  }
+  blob = rendezvous(l, processEnv(), blob);
+  if (blob.size() != sizeof id)
+    fail("--comm=nccl: rank ", l.rank, " got a ", blob.size(),
+         "-byte NCCL id from rank 0 (", sizeof id, " expected)");
+  std::memcpy(&id, blob.data(), sizeof id);
+  ncclComm_t comm = nullptr;
+  MAPP_NCCL_CHECK(ncclCommInitRank(&comm, l.world, id, l.rank));
+  return std::make_unique<NcclProcessComm>(std::move(host), device, comm);
 }
 
 std::unique_ptr<DeviceComm> cuda::createNcclDeviceComm(CudaBackend &be,
