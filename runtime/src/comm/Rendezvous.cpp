@@ -297,8 +297,7 @@ Blob mapp::rt::rendezvousTcp(const std::string &addr, int port, int rank,
                              int world, const Blob &blob, double timeoutS) {
   if (blob.size() > kMaxBlob)
     fail("rendezvous: a blob of ", blob.size(), " bytes is too long");
-  if (world == 1)
-    return blob;
+  // World 1 still binds: the port is checked even where no peer comes.
   return rank == 0 ? serveTcp(addr, port, world, blob, timeoutS)
                    : joinTcp(addr, port, rank, world, timeoutS);
 }
@@ -407,7 +406,9 @@ Blob mapp::rt::rendezvous(const LauncherEnv &l, const EnvLookup &env,
   if (path == "file")
     return rendezvousFile(env("MAPP_RENDEZVOUS_FILE"), l.rank, l.world, blob,
                           timeoutS);
-  if (l.world > 1 && l.masterPort == 0)
+  if (l.world == 1 && l.masterPort == 0)
+    return blob; // nobody to tell
+  if (l.masterPort == 0)
     fail(l.launcher, " launcher: MASTER_PORT is not set: the NCCL id travels "
          "over TCP to MASTER_ADDR:MASTER_PORT (or set MAPP_RENDEZVOUS_FILE to "
          "a path on a shared file system)");

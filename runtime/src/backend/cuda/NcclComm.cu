@@ -28,6 +28,7 @@
 
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include <cstdlib>
@@ -577,6 +578,15 @@ mapp::rt::createNcclProcessComm(const LauncherEnv &l,
     blob.assign(reinterpret_cast<uint8_t *>(&id),
                 reinterpret_cast<uint8_t *>(&id) + sizeof id);
   }
+  std::string how = rendezvousPath(l, processEnv());
+  if (how == "tcp")
+    how += l.masterPort ? " " + l.masterAddr + ":" + std::to_string(l.masterPort)
+                        : " (not needed: one process)";
+  if (l.rank == 0)
+    std::fprintf(stderr,
+                 "mapp-run: NCCL processes (%s): %d rank(s), rank 0 on GPU "
+                 "%d, NCCL id by %s\n",
+                 l.launcher.c_str(), l.world, device, how.c_str());
   blob = rendezvous(l, processEnv(), blob);
   if (blob.size() != sizeof id)
     fail("--comm=nccl: rank ", l.rank, " got a ", blob.size(),
