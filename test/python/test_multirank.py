@@ -230,6 +230,22 @@ def test_nccl_launcher_errors(tmp_path):
     r = nccl(SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_LOCALID="0",
              SLURM_STEP_TASKS_PER_NODE="2", MAPP_LAUNCHER="torchrun")
     assert r.returncode == 1 and "torchrun launcher: RANK is not set" in r.stderr
+    if MPIRUN and mpi_has_comm():
+        # Two NCCL processes under mpirun: each names itself and its missing
+        # GPU (none here; one on a one-GPU machine), mpirun ends the job;
+        # with two GPUs they train, the id over MPI.
+        r = subprocess.run(
+            [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+             MAPP_RUN, str(tmp_path / "p.mplan"), "--data", str(CORPUS),
+             "--tokenizer", "bytes", "--backend=cuda", "--comm=nccl",
+             "--steps", "1"],
+            capture_output=True, text=True, timeout=120, env=env)
+        if r.returncode == 0:
+            assert "NCCL processes (mpi): 2 rank(s)" in r.stderr, r.stderr
+            return
+        assert re.search(r"mapp-run: rank [01]: --comm=nccl: (no CUDA device is "
+                         r"visible to local rank [01]|2 processes on this node "
+                         r"but 1 visible GPU)", r.stderr), r.stderr
 
 
 def trace_events(d, rank):
