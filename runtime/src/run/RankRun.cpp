@@ -346,7 +346,7 @@ private:
         scope_->beginStep(s);
       exec_->setSlowCompute(slowComputeFactor(o_.inject, rank_, s));
       stopIfInjected(o_.inject, rank_, s);
-      crashIfInjected(o_.inject, rank_, s, o_.comm == "mpi");
+      crashIfInjected(o_.inject, rank_, s, sh_.processes);
       auto t0 = std::chrono::steady_clock::now();
       StepResult r = exec_->step(batches, gradHook);
       if (r.overflow) {

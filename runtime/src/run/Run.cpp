@@ -365,6 +365,7 @@ int runJob(const RunOptions &given) {
   if (isFbdPlan(plan))
     checkFbdWorld(o, plan, world);
   RunShared sh{o, plan, {}, false, o.threads};
+  sh.processes = world.processes;
   switch (world.kind) {
   case WorldKind::MpiProcesses:
     return runMpiRank(sh);

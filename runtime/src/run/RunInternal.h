@@ -33,6 +33,9 @@ struct RunShared {
   int partition = -1;
   int switchTo = -1;
   std::string switchEvidence = {};
+  /// Every rank is a process of its own (a launcher's world, Launcher.h):
+  /// an injected rank crash kills the process.
+  bool processes = false;
 };
 
 /// One rank's whole run: executor, data, steps, outputs (rank 0 prints and
