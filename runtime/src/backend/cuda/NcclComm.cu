@@ -216,62 +216,60 @@ public:
     rank_ = {&handles_, comm, device};
     handles_.own(comm);
   }
-  ~NcclProcessComm() override {
-    // Device work of this rank is done (runRank returned or threw).
-    cudaDeviceSynchronize();
-  }
   std::string name() const override { return "nccl"; }
   int rank() const override { return host_->rank(); }
   int worldSize() const override { return host_->worldSize(); }
   void allReduce(float *b, int64_t n, ReduceOp op,
                  const CommGroup &g) override {
-    inner().allReduce(b, n, op, g);
+    guard([&] { inner().allReduce(b, n, op, g); });
   }
   void allReduce(double *b, int64_t n, ReduceOp op,
                  const CommGroup &g) override {
-    inner().allReduce(b, n, op, g);
+    guard([&] { inner().allReduce(b, n, op, g); });
   }
   void allGather(const float *in, float *out, int64_t n,
                  const CommGroup &g) override {
-    inner().allGather(in, out, n, g);
+    guard([&] { inner().allGather(in, out, n, g); });
   }
   void reduceScatter(const float *in, float *out, int64_t n, ReduceOp op,
                      const CommGroup &g) override {
-    inner().reduceScatter(in, out, n, op, g);
+    guard([&] { inner().reduceScatter(in, out, n, op, g); });
   }
   void allToAll(const void *in, void *out, size_t bytes,
                 const CommGroup &g) override {
-    inner().allToAll(in, out, bytes, g);
+    guard([&] { inner().allToAll(in, out, bytes, g); });
   }
   void allToAllv(const void *in, const std::vector<uint64_t> &sendBytes,
                  void *out, const std::vector<uint64_t> &recvBytes,
                  const CommGroup &g) override {
-    inner().allToAllv(in, sendBytes, out, recvBytes, g);
+    guard([&] { inner().allToAllv(in, sendBytes, out, recvBytes, g); });
   }
   void send(const void *buf, size_t bytes, int peer, int64_t tag) override {
-    inner().send(buf, bytes, peer, tag);
+    guard([&] { inner().send(buf, bytes, peer, tag); });
   }
   void recv(void *buf, size_t bytes, int peer, int64_t tag) override {
-    inner().recv(buf, bytes, peer, tag);
+    guard([&] { inner().recv(buf, bytes, peer, tag); });
     lastRecv_ = host_->lastRecvStamps();
   }
   P2PHandle isend(const void *buf, size_t bytes, int peer,
                   int64_t tag) override {
-    return inner().isend(buf, bytes, peer, tag);
+    return guard([&] { return inner().isend(buf, bytes, peer, tag); });
   }
   P2PHandle irecv(void *buf, size_t bytes, int peer, int64_t tag) override {
-    return inner().irecv(buf, bytes, peer, tag);
+    return guard([&] { return inner().irecv(buf, bytes, peer, tag); });
   }
-  bool test(P2PRequest &r) override { return inner().test(r); }
+  bool test(P2PRequest &r) override {
+    return guard([&] { return inner().test(r); });
+  }
   int waitAny(const std::vector<P2PRequest *> &reqs,
               uint64_t deadlineNs) override {
-    return inner().waitAny(reqs, deadlineNs);
+    return guard([&] { return inner().waitAny(reqs, deadlineNs); });
   }
   void cancel(P2PRequest &r) override { inner().cancel(r); }
   void setStep(int64_t s) override { host_->setStep(s); }
-  void barrier() override { inner().barrier(); }
-  void progress() override { host_->progress(); }
-  void flush() override { inner().flush(); }
+  void barrier() override { guard([&] { inner().barrier(); }); }
+  void progress() override { guard([&] { host_->progress(); }); }
+  void flush() override { guard([&] { inner().flush(); }); }
   bool sharesClockWith(int peer) const override {
     return host_->sharesClockWith(peer);
   }
@@ -284,6 +282,18 @@ private:
     host_->setTimeout(timeout());
     host_->setLayout(layout());
     return *host_;
+  }
+  /// A host call that fails (a peer died or timed out: the MPI world names
+  /// it) aborts this rank's NCCL communicators first, so that kernels still
+  /// waiting for that peer end and the unwinding (stream synchronizes in
+  /// the backend's destructor) cannot hang.
+  template <typename F> auto guard(F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const std::exception &e) {
+      handles_.abort(rank(), e.what());
+      throw;
+    }
   }
   NcclHandles handles_; // destroyed last: the NCCL communicators
   std::unique_ptr<Communicator> host_;
