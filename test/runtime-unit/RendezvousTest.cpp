@@ -242,6 +242,12 @@ TEST(Rendezvous, FileMismatchAndMissing) {
   EXPECT_TRUE(contains(err, "rank(s) 1, 2 of 3 never arrived")) << err;
   EXPECT_FALSE(std::filesystem::exists(lonely));
 
+  // An earlier job's marker does not count as rank 1 arriving.
+  std::string leftover = freshPath("leftover");
+  std::ofstream(leftover + ".arrived.1") << "2\n";
+  err = errorOf([&] { rendezvousFile(leftover, 0, 2, dummyId(), 1); });
+  EXPECT_TRUE(contains(err, "rank(s) 1 of 2 never arrived")) << err;
+
   std::string stale = freshPath("stale");
   std::ofstream(stale) << "x";
   err = errorOf([&] { rendezvousFile(stale, 0, 2, dummyId(), 1); });

@@ -312,6 +312,10 @@ Blob mapp::rt::rendezvousFile(const std::string &path, int rank, int world,
       fail("rendezvous: MAPP_RENDEZVOUS_FILE '", path,
            "' exists (left by an earlier job?): remove it or name a fresh "
            "path per job, e.g. with $SLURM_JOB_ID");
+    // Markers without PATH are an earlier job's (ranks write theirs only
+    // after reading PATH).
+    for (int r = 1; r < world; ++r)
+      ::unlink(markerOf(path, r).c_str());
     std::string bytes(sizeof(FileHead) + blob.size(), '\0');
     FileHead h;
     std::memcpy(h.magic, kMagic, sizeof kMagic);
@@ -331,7 +335,7 @@ Blob mapp::rt::rendezvousFile(const std::string &path, int rank, int world,
           continue;
         }
         std::string theirs = slurp(markerOf(path, r));
-        if (theirs != std::to_string(world) + "\n" && !theirs.empty())
+        if (theirs != std::to_string(world) + "\n")
           mismatch = "rendezvous: rank " + std::to_string(r) +
                      " was started for a world of " +
                      theirs.substr(0, theirs.find('\n')) + ", rank 0 for " +
@@ -363,7 +367,9 @@ Blob mapp::rt::rendezvousFile(const std::string &path, int rank, int world,
           bytes.size() != sizeof h + static_cast<size_t>(h.length))
         fail("rendezvous: '", path, "' is not a mapp rendezvous file");
       // Rank 0 learns our world from the marker (a mismatch fails there).
-      std::ofstream(markerOf(path, rank)) << world << "\n";
+      // Atomic, so rank 0 never reads half a marker.
+      std::string mine = std::to_string(world) + "\n";
+      writeFileAtomic(markerOf(path, rank), mine.data(), mine.size());
       if (static_cast<int>(h.world) != world)
         fail("rendezvous: rank 0 wrote '", path, "' for a world of ", h.world,
              ", rank ", rank, " was started for ", world);
