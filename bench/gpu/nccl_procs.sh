@@ -31,6 +31,9 @@ if [ "${1:-}" = "--prepare" ]; then
 fi
 [ -s "$PLANS/gpt-tiny.mplan" ] || { echo "FAIL: no $PLANS/gpt-tiny.mplan (run --prepare on the development machine)"; exit 1; }
 OUT=$(mktemp -d /tmp/mapp-nccl-procs.XXXXXX)
+# CUDA's and the pip wheels' libraries (cuDNN, NCCL), as llama.sh finds them.
+NVLIBS=$(python3 -c "import glob, os, nvidia; print(':'.join(sorted({d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, '*', 'lib'))})))" 2>/dev/null)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${NVLIBS:+:$NVLIBS}:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
 unset OMPI_COMM_WORLD_RANK RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE SLURM_PROCID MAPP_LAUNCHER MAPP_RENDEZVOUS_FILE
 FAILS=0
