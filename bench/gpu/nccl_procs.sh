@@ -10,6 +10,10 @@
 # run; only the communicator's setup differs). P2P and all-to-all need a
 # peer: at world 1 the CUDA backend makes no device communicator, so they
 # are not exercised here (they are, on several GPUs, by bench/gpu/nccl.sh).
+# With two or more GPUs visible it goes on: tp2, pp2 and dp2 plans of the
+# same model as NCCL threads (one process) and as NCCL processes (mpirun -np
+# 2), losses compared (the same NCCL calls: expected bit-identical, passes
+# within 1e-5 relative and says which).
 #
 # On the development machine (has mapp-opt), from the repo root:
 #   bench/gpu/nccl_procs.sh --prepare        # writes bench/gpu/nccl-procs-plans/
@@ -23,10 +27,18 @@ PLANS=$ROOT/bench/gpu/nccl-procs-plans
 BIN=${MAPP_BIN:-$ROOT/build/bin}
 if [ "${1:-}" = "--prepare" ]; then
   mkdir -p "$PLANS"
-  "$BIN/mapp-translate" --import-gpt-config "$ROOT/examples/gpt-tiny.json" |
-    "$BIN/mapp-opt" -mapp-autodiff -mapp-optimizer |
+  "$BIN/mapp-translate" --import-gpt-config "$ROOT/examples/gpt-tiny.json" \
+    -o "$PLANS/gpt-tiny.mlir" || exit 1
+  "$BIN/mapp-opt" "$PLANS/gpt-tiny.mlir" -mapp-autodiff -mapp-optimizer |
     "$BIN/mapp-translate" --mapp-to-plan -o "$PLANS/gpt-tiny.mplan" || exit 1
-  echo "wrote $PLANS/gpt-tiny.mplan"
+  for l in "2 1 1" "1 2 1" "1 1 2"; do
+    read -r tp pp dp <<< "$l"
+    "$BIN/mapp-opt" "$PLANS/gpt-tiny.mlir" \
+      "--mapp-train-pipeline=tp=$tp pp=$pp dp=$dp chunks=1 microbatches=2 schedule=1f1b optimizer=adamw" 2>/dev/null |
+      "$BIN/mapp-translate" --mapp-to-plan -o "$PLANS/tp${tp}pp${pp}dp${dp}.mplan" || exit 1
+  done
+  rm -f "$PLANS/gpt-tiny.mlir"
+  echo "wrote $PLANS: $(cd "$PLANS" && ls)"
   exit 0
 fi
 [ -s "$PLANS/gpt-tiny.mplan" ] || { echo "FAIL: no $PLANS/gpt-tiny.mplan (run --prepare on the development machine)"; exit 1; }
@@ -37,9 +49,9 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64${NVLIBS:+:$NVLIBS}:${LD_LIBRARY_PAT
 export NCCL_NVLS_ENABLE=0
 unset OMPI_COMM_WORLD_RANK RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE SLURM_PROCID MAPP_LAUNCHER MAPP_RENDEZVOUS_FILE
 FAILS=0
-run() { # NAME COMM [PREFIX...]: 10 steps of the tiny GPT, metrics in $OUT/NAME.jsonl
+run() { # NAME COMM [PREFIX...]: 10 steps of $PLAN (the tiny GPT), metrics in $OUT/NAME.jsonl
   local name=$1 comm=$2; shift 2
-  timeout 90 "$@" "$BIN/mapp-run" "$PLANS/gpt-tiny.mplan" --backend=cuda --comm="$comm" \
+  timeout 90 "$@" "$BIN/mapp-run" "$PLANS/${PLAN:-gpt-tiny}.mplan" --backend=cuda --comm="$comm" \
     --data "$ROOT/data/gpt/news-1k.jsonl" --tokenizer bytes --steps 10 --seed 7 \
     --metrics "$OUT/$name.jsonl" --quiet > "$OUT/$name.log" 2>&1
   local rc=$?
@@ -79,6 +91,27 @@ if env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_PORT=$PORT tim
   echo "FAIL mismatch: $(tail -1 "$OUT/mismatch.log")"; FAILS=$((FAILS + 1))
 else
   echo "PASS mismatch: $(tail -1 "$OUT/mismatch.log")"
+fi
+# Several GPUs: NCCL processes against NCCL threads on the same plans.
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+if [ "${NGPU:-0}" -ge 2 ]; then
+  for l in tp2pp1dp1 tp1pp2dp1 tp1pp1dp2; do
+    PLAN=$l run $l-threads nccl || continue
+    PLAN=$l run $l-procs nccl mpirun --allow-run-as-root -np 2 || continue
+    python3 - "$OUT/$l-threads.jsonl" "$OUT/$l-procs.jsonl" "$l" "$OUT/$l-procs.log" <<'PY' || FAILS=$((FAILS + 1))
+import json, sys
+ref, got = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+how = next((l.split("): ", 1)[1] for l in open(sys.argv[4]).read().splitlines() if "NCCL processes" in l), "")
+worst = max((abs(a - b) / abs(b) for a, b in zip(got, ref)), default=float("inf"))
+ok = len(got) == len(ref) == 10 and worst <= 1e-5 and how
+print(f"{'PASS' if ok else 'FAIL'} {sys.argv[3]}: NCCL processes (mpirun -np 2) vs NCCL threads, "
+      f"{'bit-identical' if got == ref else f'max rel loss diff {worst:.2e} (tol 1e-5)'}; {how}; "
+      f"loss {got[0] if got else '-'} -> {got[-1] if got else '-'}")
+sys.exit(0 if ok else 1)
+PY
+  done
+else
+  echo "SKIP several GPUs: ${NGPU:-0} visible (NCCL processes across GPUs not run)"
 fi
 if [ $FAILS -eq 0 ]; then echo "nccl_procs: ALL PASS"; rm -rf "$OUT"; exit 0; fi
 echo "nccl_procs: $FAILS FAILED (logs in $OUT)"; exit 1
