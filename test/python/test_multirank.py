@@ -196,6 +196,25 @@ def test_bad_inject_and_comm_flags(tmp_path):
         "no CUDA device is visible", "use --comm=local")), r.stderr
 
 
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
+def test_mpi_ranks_with_different_plans(tmp_path):
+    """Two MPI processes given different plans of one layout (another
+    learning rate) used to train silently, each with its own; now every
+    rank fails before step 1 naming rank 1 and both plan checksums."""
+    if not mpi_has_comm():
+        pytest.skip("mapp-run built without MPI")
+    make_plan(tmp_path / "a.mplan", dp=2)
+    make_plan(tmp_path / "b.mplan", dp=2, extra=["lr=0.02"])
+    tail = ["--comm=mpi", "--data", CORPUS, "--tokenizer", "bytes",
+            "--steps", 2, "--quiet"]
+    r = run([MPIRUN, "--allow-run-as-root", "--oversubscribe",
+             "-np", 1, MAPP_RUN, tmp_path / "a.mplan", *tail, ":",
+             "-np", 1, MAPP_RUN, tmp_path / "b.mplan", *tail], check=False)
+    assert r.returncode != 0, r.stdout
+    assert re.search(r"rank 1 loaded another plan \(checksum 0x[0-9a-f]{8}\) "
+                     r"than rank 0 \(0x[0-9a-f]{8}\)", r.stderr), r.stderr
+
+
 LAUNCHER_VARS = ("OMPI_COMM_WORLD_RANK", "RANK", "SLURM_PROCID", "MAPP_LAUNCHER")
 
 

@@ -8,6 +8,7 @@
 #include "mapp/rt/Launcher.h"
 
 #include <algorithm>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -33,6 +34,33 @@ void printCoords(const Plan &plan, int rank, int threads) {
 int hardwareThreads() {
   unsigned n = std::thread::hardware_concurrency();
   return n ? static_cast<int>(n) : 1;
+}
+
+/// Every process of a launcher's world must run the same plan (its seal's
+/// checksum): one gather before step 1, the same Error on every rank naming
+/// the first that differs from rank 0.
+void checkSamePlan(Communicator &comm, const Plan &plan) {
+  int n = comm.worldSize();
+  CommGroup world{"world", {}};
+  for (int r = 0; r < n; ++r)
+    world.members.push_back(r);
+  // 16-bit halves are exact in a float.
+  float own[2] = {static_cast<float>(plan.checksum & 0xffff),
+                  static_cast<float>(plan.checksum >> 16)};
+  std::vector<float> all(2 * n);
+  comm.allGather(own, all.data(), 2, world);
+  auto sumOf = [&](int r) {
+    return static_cast<uint32_t>(all[2 * r]) |
+           static_cast<uint32_t>(all[2 * r + 1]) << 16;
+  };
+  for (int r = 1; r < n; ++r)
+    if (sumOf(r) != sumOf(0)) {
+      char a[16], b[16];
+      std::snprintf(a, sizeof a, "0x%08x", sumOf(r));
+      std::snprintf(b, sizeof b, "0x%08x", sumOf(0));
+      fail("rank ", r, " loaded another plan (checksum ", a, ") than rank 0 (",
+           b, "): every process must run the same plan file");
+    }
 }
 
 /// Every MPI rank drew its own run id; rank 0's wins. 64 bits as four 16-bit
@@ -135,6 +163,7 @@ int runMpiRank(RunShared &sh) {
   if (!sh.threadsPerRank)
     sh.threadsPerRank = std::max(1, hardwareThreads() / comm->ranksOnThisHost());
   try {
+    checkSamePlan(*comm, plan);
     if (!sh.o.quiet)
       printCoords(plan, rank, sh.threadsPerRank), std::fflush(stdout);
     if (!sh.o.traceDir.empty() || !sh.o.ckpt.saveDir.empty())
@@ -173,6 +202,7 @@ int runNcclProcess(RunShared &sh, const LauncherEnv &l) {
   try {
     std::unique_ptr<Communicator> comm =
         createNcclProcessComm(l, std::move(host));
+    checkSamePlan(*comm, sh.plan);
     if (!sh.o.quiet)
       printCoords(sh.plan, rank, sh.threadsPerRank), std::fflush(stdout);
     if (!sh.o.traceDir.empty() || !sh.o.ckpt.saveDir.empty())
