@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -163,6 +165,49 @@ TEST(Rendezvous, TcpStrayClientIsIgnored) {
   EXPECT_EQ(rendezvousTcp("127.0.0.1", port, 0, 2, id, 20), id);
   EXPECT_EQ(finish(stray).first, 0);
   EXPECT_EQ(finish(rank1).first, 0);
+}
+
+TEST(Rendezvous, TcpSilentClientIsDropped) {
+  // A client that connects and says nothing holds rank 0 at most 2 s; the
+  // real rank 1, queued behind it, still gets the id.
+  int port = freePort();
+  Blob id = dummyId();
+  int order[2];
+  ASSERT_EQ(::pipe(order), 0);
+  Child silent = forkRank([&] {
+    for (int i = 0; i < 200; ++i) {
+      int s = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(s, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0) {
+        (void)!::write(order[1], "x", 1);
+        ::sleep(10);
+        ::close(s);
+        return true;
+      }
+      ::close(s);
+      ::usleep(20 * 1000);
+    }
+    return false;
+  });
+  Child rank1 = forkRank([&] {
+    char c;
+    (void)!::read(order[0], &c, 1);
+    return rendezvousTcp("127.0.0.1", port, 1, 2, {}, 20) == id;
+  });
+  ::close(order[0]);
+  ::close(order[1]);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(rendezvousTcp("127.0.0.1", port, 0, 2, id, 20), id);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                 .count();
+  // Not held until the silent client leaves (10 s): 2 s and some slack.
+  EXPECT_LT(s, 8.0);
+  EXPECT_EQ(finish(rank1).first, 0);
+  ::kill(silent.pid, SIGKILL);
+  finish(silent);
 }
 
 TEST(Rendezvous, TcpWorldMismatchFailsBothSides) {
