@@ -50,7 +50,7 @@ RUNTIME_LAYERS = [
                 "KernelVocab.def", "FusedProgram.h", "Probe.h", "ProbeReduce.h"]),
     ("data", ["Weights.h", "Tokenizer.h", "Dataset.h", "Safetensors.h"]),
     ("plan", ["Plan.h", "PlanLimits.h", "Shard.h", "plan_generated.h"]),
-    ("comm", ["Comm.h", "Coordinator.h", "Faults.h"]),
+    ("comm", ["Comm.h", "Coordinator.h", "Faults.h", "Launcher.h", "Rendezvous.h"]),
     ("sched", ["Scheduler.h", "TaskPool.h"]),
     ("backend", ["Backend.h", "BackendConfig.h", "Fp8.h", "MoeRouting.h"]),
     ("exec", ["Executor.h", "ExpertTally.h", "Fbd.h", "MemoryReport.h",
