@@ -43,7 +43,8 @@ SKIP_DIRS = {".git", "node_modules", "__pycache__"}
 # A layer is also the folder runtime/src/<layer>/ (its sources and private
 # headers) and, where one exists, runtime/include/mapp/<layer>/.
 RUNTIME_LAYERS = [
-    ("support", ["Error.h", "RegularFile.h", "AtomicFile.h", "ThreadPool.h"]),
+    ("support", ["Error.h", "RegularFile.h", "AtomicFile.h", "ThreadPool.h",
+                 "FaultSpec.h"]),
     ("trace", []),
     ("cost", []),
     ("kernel", ["DType.h", "Tensor.h", "Attrs.h", "Kernels.h", "KernelVocab.h",

@@ -1,6 +1,7 @@
 //===- SimConfig.cpp - mapp-sim's job model: config, faults, network ----===//
 
 #include "mapp/cost/CostModel.h"
+#include "mapp/rt/FaultSpec.h"
 #include "mapp/scan/Sim.h"
 
 #include <nlohmann/json.hpp>
@@ -8,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
-#include <sstream>
 
 using namespace mapp::scan;
 using json = nlohmann::json;
@@ -28,67 +28,40 @@ bool mapp::scan::parseFault(const std::string &s, int world, Fault &f,
     *error = "bad fault '" + s + "': " + m;
     return false;
   };
-  size_t colon = s.find(':');
-  if (colon == std::string::npos)
-    return fail("expected KIND:key=value,...");
-  std::string kind = s.substr(0, colon);
-  std::map<std::string, double> kv;
-  std::stringstream ss(s.substr(colon + 1));
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      return fail("'" + item + "' is not key=value");
-    try {
-      size_t used = 0;
-      std::string v = item.substr(eq + 1);
-      kv[item.substr(0, eq)] = std::stod(v, &used);
-      if (used != v.size() || !std::isfinite(kv[item.substr(0, eq)]))
-        throw std::invalid_argument(v);
-    } catch (const std::exception &) {
-      return fail("'" + item + "' needs a finite numeric value");
-    }
-  }
-  auto need = [&](const char *k, double &out) {
-    auto it = kv.find(k);
-    if (it == kv.end())
-      return false;
-    out = it->second;
-    kv.erase(it);
-    return true;
-  };
-  auto rankOk = [&](double v) { return v >= 0 && v < world && v == (int)v; };
-  double a, b, v;
+  mapp::rt::FaultSpec spec;
+  std::string why;
+  if (!mapp::rt::parseFaultSpec(s, spec, &why))
+    return fail(why);
+  // The checks only the simulator can make: its world, its kinds, and
+  // faults that last the whole run.
+  auto inWorld = [&](int r) { return r < world; };
   f.text = s;
-  if (kind == "slow-compute") {
-    if (!need("rank", a) || !need("factor", v))
-      return fail("slow-compute needs rank=R,factor=F");
-    if (!rankOk(a))
+  switch (spec.kind) {
+  case mapp::rt::FaultSpec::SlowCompute:
+    if (!inWorld(spec.rank))
       return fail("rank outside world size " + std::to_string(world));
-    if (v <= 0)
-      return fail("factor must be positive");
     f.kind = Fault::SlowCompute;
-    f.rank = a;
-  } else if (kind == "link-delay" || kind == "link-bandwidth") {
-    bool delay = kind == "link-delay";
-    if (!need("src", a) || !need("dst", b) || !need(delay ? "us" : "gbps", v))
-      return fail(kind + (delay ? " needs src=A,dst=B,us=U"
-                                : " needs src=A,dst=B,gbps=G"));
-    if (!rankOk(a) || !rankOk(b) || a == b)
+    f.rank = spec.rank;
+    f.value = spec.factor;
+    break;
+  case mapp::rt::FaultSpec::LinkDelay:
+  case mapp::rt::FaultSpec::LinkBandwidth:
+    if (!inWorld(spec.src) || !inWorld(spec.dst))
       return fail("src and dst must be distinct ranks below " +
                   std::to_string(world));
-    if (delay ? v < 0 : v <= 0)
-      return fail(delay ? "us must be >= 0" : "gbps must be positive");
-    f.kind = delay ? Fault::LinkDelay : Fault::LinkBandwidth;
-    f.src = a;
-    f.dst = b;
-  } else {
-    return fail("unknown kind '" + kind +
-                "' (slow-compute, link-delay, link-bandwidth)");
+    f.kind = spec.kind == mapp::rt::FaultSpec::LinkDelay ? Fault::LinkDelay
+                                                        : Fault::LinkBandwidth;
+    f.src = spec.src;
+    f.dst = spec.dst;
+    f.value = f.kind == Fault::LinkDelay ? spec.us : spec.gbps;
+    break;
+  default:
+    return fail(std::string("mapp-sim models slow-compute, link-delay and "
+                            "link-bandwidth, not ") +
+                mapp::rt::faultKindName(spec.kind));
   }
-  f.value = v;
-  if (!kv.empty())
-    return fail("unknown key '" + kv.begin()->first + "'");
+  if (spec.fromStep != 0 || spec.toStep >= 0)
+    return fail("mapp-sim applies a fault to every step (no from-step/to-step)");
   return true;
 }
 

@@ -36,6 +36,7 @@
 
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
+#include "mapp/rt/FaultSpec.h"
 
 #include <memory>
 #include <string>
@@ -43,22 +44,8 @@
 
 namespace mapp::rt {
 
-struct Injection {
-  enum Kind {
-    SlowCompute,
-    LinkDelay,
-    LinkBandwidth,
-    MonitorSilence,
-    Stop,
-    RankCrash
-  } kind = SlowCompute;
-  int rank = -1, src = -1, dst = -1;
-  double factor = 1, us = 0, gbps = 0;
-  int64_t fromStep = 0, toStep = -1; ///< active in [fromStep, toStep); -1: no end
-  bool activeAt(int64_t step) const {
-    return step >= fromStep && (toStep < 0 || step < toStep);
-  }
-};
+/// A parsed --inject spec (the grammar: FaultSpec.h).
+using Injection = FaultSpec;
 
 /// Parses one --inject value; Error naming what is wrong.
 Injection parseInjection(const std::string &spec);

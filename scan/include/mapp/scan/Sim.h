@@ -140,7 +140,8 @@ struct Fault {
 };
 
 /// Parses `slow-compute:rank=R,factor=F`, `link-delay:src=A,dst=B,us=U`,
-/// `link-bandwidth:src=A,dst=B,gbps=G`.
+/// `link-bandwidth:src=A,dst=B,gbps=G` in mapp-run's grammar
+/// (mapp/rt/FaultSpec.h), with ranks below `world`, active every step.
 bool parseFault(const std::string &s, int world, Fault &f, std::string *error);
 
 struct SimConfig {
