@@ -17,18 +17,6 @@
 
 using namespace mapp::scan;
 
-double mapp::scan::median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  size_t n = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + n, v.end());
-  double hi = v[n];
-  if (v.size() % 2)
-    return hi;
-  double lo = *std::max_element(v.begin(), v.begin() + n);
-  return (lo + hi) / 2;
-}
-
 static std::string fmt(const char *f, double a, double b = 0) {
   char buf[128];
   std::snprintf(buf, sizeof(buf), f, a, b);
@@ -116,9 +104,7 @@ static double peerReference(const DurationsByRank &perRank, bool symmetric) {
   std::vector<double> meds;
   for (auto &[r, v] : perRank)
     meds.push_back(median(v));
-  return perRank.size() >= 3 || symmetric
-             ? median(meds)
-             : *std::min_element(meds.begin(), meds.end());
+  return mapp::monitor::peerReference(meds, symmetric);
 }
 
 // Every leaf compute op (not a container) against the same op name on the
@@ -487,13 +473,7 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     for (size_t i = 0; i < deviations.size(); ++i)
       if (std::find(skip.begin(), skip.end(), i) == skip.end())
         rest.push_back(deviations[i]);
-    if (rest.empty())
-      return 0.005;
-    double c = median(rest);
-    std::vector<double> dev;
-    for (double q : rest)
-      dev.push_back(std::fabs(q - c));
-    return std::max(0.005, 1.4826 * median(dev));
+    return mapp::monitor::robustSpread(rest, 0.005);
   };
   double center = median(all);
   d.rankNoise = noiseOf(-1);
@@ -507,7 +487,8 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     if (rs.computeRatio < 1 + opts.rankThreshold ||
         rs.kindRatioLowerQuartile < 1 + opts.rankThreshold ||
         rs.consistency < opts.minSlowOpShare ||
-        excess < 5 * noiseOf(static_cast<int>(i)))
+        excess < mapp::monitor::kRankNoiseSpreads *
+                     noiseOf(static_cast<int>(i)))
       continue;
     // Where CPU times say less of the hardware, a higher bar; a rank under
     // it is said, not judged.
@@ -545,7 +526,7 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
     f.ratio = rs.computeRatio;
     f.confidence =
         std::clamp(rs.consistency, 0.0, 1.0) *
-        std::clamp((rs.computeRatio - 1) / (2 * opts.rankThreshold), 0.0, 1.0);
+        mapp::monitor::rankSlowness(rs.computeRatio, opts.rankThreshold);
     f.magnitude = fmt("compute %.2fx peers' median (%.0f%% of its ops slower)",
                       rs.computeRatio, 100 * rs.consistency);
     auto rr = ratios[rs.rank];

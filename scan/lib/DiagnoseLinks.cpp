@@ -23,29 +23,7 @@ using namespace mapp::scan;
 
 namespace {
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty())
-    return 0;
-  size_t n = std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + n, v.end());
-  return v[n];
-}
-
-/// Pipeline direction of a link from the stage coordinates of its ends.
-enum Direction { Forward = 0, Backward = 1, Other = 2 };
-
-Direction directionOf(const Trace &t, int src, int dst) {
-  int a = t.ranks[src].hdr.pp, b = t.ranks[dst].hdr.pp, n = t.pp;
-  if (b == a + 1)
-    return Forward;
-  if (b == a - 1)
-    return Backward;
-  if (n > 2 && a == n - 1 && b == 0) // interleaved schedules wrap around
-    return Forward;
-  if (n > 2 && a == 0 && b == n - 1)
-    return Backward;
-  return Other;
-}
+using mapp::monitor::percentile;
 
 struct LinkSamples {
   std::map<int, double> stepMin; // step -> fastest transfer (ns) in it
@@ -54,7 +32,7 @@ struct LinkSamples {
   std::map<int, double> stepMinLo;
   std::vector<double> bytes;
   std::vector<std::pair<double, size_t>> transfers; // (ns, pair index)
-  Direction dir = Other;
+  int dir = 0; // pipelineDirection's
   double typicalBytes = 0;
 };
 
@@ -120,37 +98,27 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     ls.transferNs = median(mins);
     ls.steps = mins.size();
     ss.typicalBytes = median(ss.bytes);
-    ss.dir = directionOf(t, key.first, key.second);
+    ss.dir = mapp::monitor::pipelineDirection(
+        t.ranks[key.first].hdr.pp, t.ranks[key.second].hdr.pp, t.pp);
     ls.gbps = ss.typicalBytes * 8 / ls.transferNs;
   }
 
-  // Classes, most specific first; a link falls back to a coarser class
-  // when its own has fewer than three links, since a median of two cannot
-  // tell which one is the outlier.
-  using ClassKey = std::tuple<bool, double, int>; // host, bytes, direction
-  auto keyOf = [&](const std::pair<int, int> &link, int level) {
-    const LinkSamples &ss = samples.at(link);
-    bool intra = links.at(link).intraHost;
-    if (level == 0)
-      return ClassKey{intra, ss.typicalBytes, ss.dir};
-    if (level == 1)
-      return ClassKey{intra, ss.typicalBytes, -1};
-    return ClassKey{intra, -1, -1};
-  };
-  std::map<ClassKey, std::vector<std::pair<int, int>>> classes[3];
-  for (auto &[key, ss] : samples)
-    for (int level = 0; level < 3; ++level)
-      classes[level][keyOf(key, level)].push_back(key);
-
-  const double flagSlowdown = 1 / (1 - opts.linkThreshold);
+  // Links in the order of `samples`: classes name them by that index.
+  std::vector<std::pair<int, int>> order;
+  mapp::monitor::LinkClasses classes;
   for (auto &[key, ss] : samples) {
+    order.push_back(key);
+    classes.add(links.at(key).intraHost, ss.typicalBytes, ss.dir);
+  }
+
+  for (size_t index = 0; index < order.size(); ++index) {
+    const std::pair<int, int> &key = order[index];
+    const LinkSamples &ss = samples.at(key);
     LinkStats &ls = links[key];
-    const std::vector<std::pair<int, int>> *peers = nullptr;
-    for (int level = 0; level < 3 && !peers; ++level) {
-      const auto &c = classes[level].at(keyOf(key, level));
-      if (c.size() >= 3 || level == 2)
-        peers = &c;
-    }
+    std::vector<std::pair<int, int>> peerLinks;
+    for (size_t p : classes.classOf(index))
+      peerLinks.push_back(order[p]);
+    const std::vector<std::pair<int, int>> *peers = &peerLinks;
     // Judged against links of the other direction: the two directions of a
     // pipeline differ by their schedule (who waits, who computes while the
     // message moves), not only by their wire. Clean MPI runs on a quiet
@@ -188,7 +156,7 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
       spreads.push_back(percentile(own, 0.75) - median(own));
     }
     double ref = median(pooled);
-    double noise = std::max(median(spreads), 0.02 * ref);
+    double noise = std::max(median(spreads), mapp::monitor::kLinkNoiseFloor * ref);
     d.linkNoise = std::max(d.linkNoise, noise / ref);
     // A slow link is slower than the reference even in its good steps: its
     // lower-quartile step is compared, so scheduling noise would have to
@@ -200,9 +168,9 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     if (mins.empty())
       continue; // its receivers never waited for it
     double floorNs = percentile(mins, 0.25);
-    double bar = std::max(ref * flagSlowdown, ref + 3 * noise);
-    if (crossDirection)
-      bar = std::max(bar, ref + opts.crossDirectionMinExcessNs);
+    double bar = mapp::monitor::linkSlowBar(
+        ref, opts.linkThreshold, noise,
+        crossDirection ? opts.crossDirectionMinExcessNs : 0);
     ls.ratio = ref / ls.transferNs;
     size_t slowSteps = 0;
     for (double ns : mins)
@@ -219,8 +187,8 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     // class's noise (3 excursions, the bar: 0.5; 6 or more: 1).
     f.confidence =
         ls.slowStepFraction *
-        std::clamp((1 - ls.ratio) / (2 * opts.linkThreshold), 0.0, 1.0) *
-        std::clamp((floorNs - ref) / (6 * noise), 0.0, 1.0);
+        mapp::monitor::linkConfidence(ref, ls.transferNs, floorNs - ref,
+                                      noise, opts.linkThreshold);
     char buf[200];
     std::snprintf(buf, sizeof(buf),
                   "effective bandwidth %.3g Gb/s, %.2fx peer links' median "

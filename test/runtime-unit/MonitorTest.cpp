@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "mapp/monitor/AlertLog.h"
 #include "mapp/monitor/Diagnoser.h"
+#include "mapp/monitor/DiagnosisCore.h"
 
 #include <gtest/gtest.h>
 
@@ -448,4 +449,44 @@ TEST(Monitor, SummaryOfAnotherVersionRefused) {
   EXPECT_NE(err.find("bad magic"), std::string::npos) << err;
   WindowDiagnoser d(kWorld);
   EXPECT_FALSE(d.add(s));
+}
+
+// The diagnosis core both mapp-scan and the live monitor use, against
+// closed forms.
+TEST(Monitor, DiagnosisCoreStatisticsAndClasses) {
+  using namespace mapp::monitor;
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median({}), 0);
+  EXPECT_DOUBLE_EQ(percentile({10, 20, 30, 40, 50}, 0.75), 40);
+  // Two peers: the faster is the reference, unless symmetric (the mean).
+  EXPECT_DOUBLE_EQ(peerReference({3, 1}), 1);
+  EXPECT_DOUBLE_EQ(peerReference({3, 1}, true), 2);
+  EXPECT_DOUBLE_EQ(peerReference({5, 1, 2}), 2);
+  // |x - 2| = {1, 0, 0, 8, 1}: MAD 1.
+  EXPECT_DOUBLE_EQ(robustSpread({1, 2, 2, 10, 3}, 0.01), 1.4826);
+  EXPECT_DOUBLE_EQ(robustSpread({}, 0.01), 0.01);
+  EXPECT_DOUBLE_EQ(linkSlowBar(100, 0.5, 10, 0), 200);
+  EXPECT_DOUBLE_EQ(linkSlowBar(100, 0.5, 50, 0), 250);
+  EXPECT_DOUBLE_EQ(linkSlowBar(100, 0.5, 10, 500), 600);
+  EXPECT_DOUBLE_EQ(linkConfidence(100, 200, 60, 10, 0.25), 1);
+  EXPECT_DOUBLE_EQ(linkConfidence(100, 125, 30, 10, 0.25), 0.4 * 0.5);
+  EXPECT_DOUBLE_EQ(rankSlowness(1.5, 1), 0.25);
+  EXPECT_DOUBLE_EQ(rankSlowness(4, 1), 1);
+  EXPECT_EQ(pipelineDirection(1, 2, 4), 1);
+  EXPECT_EQ(pipelineDirection(2, 1, 4), -1);
+  EXPECT_EQ(pipelineDirection(3, 0, 4), 1); // interleaved wrap-around
+  EXPECT_EQ(pipelineDirection(3, 0, 0), 0); // stage count unknown
+  // Three forward links of one size share a class; the lone backward one
+  // falls back to (host, size), then the other size to the host alone.
+  LinkClasses c;
+  c.add(true, 64, 1);
+  c.add(true, 64, 1);
+  c.add(true, 64, 1);
+  c.add(true, 64, -1);
+  c.add(true, 8, 1);
+  c.add(false, 64, 1);
+  EXPECT_EQ(c.classOf(0), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(c.classOf(3), (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(c.classOf(4), (std::vector<size_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(c.classOf(5), (std::vector<size_t>{5}));
 }

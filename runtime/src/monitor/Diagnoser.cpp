@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/monitor/Diagnoser.h"
+#include "mapp/monitor/DiagnosisCore.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,20 +15,6 @@
 #include <tuple>
 
 using namespace mapp::monitor;
-
-namespace mapp::monitor {
-double medianOf(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  size_t n = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + n, v.end());
-  double hi = v[n];
-  if (v.size() % 2)
-    return hi;
-  double lo = *std::max_element(v.begin(), v.begin() + n);
-  return (lo + hi) / 2;
-}
-} // namespace mapp::monitor
 
 std::string mapp::monitor::throttleReasonNames(uint64_t bits) {
   static const std::pair<uint64_t, const char *> names[] = {
@@ -283,7 +270,7 @@ void WindowDiagnoser::judgeRanks(int64_t step,
       v.push_back(s->computeNs(cpu));
     // With two the faster one is the reference (a median of two cannot
     // say which is the outlier), as mapp-scan does.
-    double ref = v.size() >= 3 ? medianOf(v) : std::min(v[0], v[1]);
+    double ref = peerReference(v);
     if (ref <= 0)
       continue;
     // Per op bucket (ops by name hash), the member's time against the
@@ -295,7 +282,7 @@ void WindowDiagnoser::judgeRanks(int64_t step,
       std::vector<double> vb;
       for (const StepSummary *s : members)
         vb.push_back(s->bucketNs[b]);
-      bucketRef[b] = vb.size() >= 3 ? medianOf(vb) : std::min(vb[0], vb[1]);
+      bucketRef[b] = peerReference(vb);
     }
     for (size_t i = 0; i < members.size(); ++i) {
       double q = v[i] / ref;
@@ -319,10 +306,7 @@ void WindowDiagnoser::judgeRanks(int64_t step,
   for (double q : rankHistory_)
     if (q > 0)
       hist.push_back(q);
-  double c = medianOf(hist);
-  for (double &q : hist)
-    q = std::fabs(q - c);
-  const double sigma = std::max(0.01, 1.4826 * medianOf(hist));
+  const double sigma = robustSpread(hist, 0.01);
   const double T = opts_.rankThreshold;
   for (const Rated &r : rated) {
     Track &t = rankTracks_[r.s->rank];
@@ -330,7 +314,7 @@ void WindowDiagnoser::judgeRanks(int64_t step,
     const double bar = r.cpu && opts_.ranksAreProcesses
                            ? std::max(T, opts_.processRankThreshold)
                            : T;
-    bool slow = r.ratio >= 1 + bar && r.ratio - 1 >= 5 * sigma;
+    bool slow = r.ratio >= 1 + bar && r.ratio - 1 >= kRankNoiseSpreads * sigma;
     bool strong = slow && r.ratio >= 1 + 2 * T;
     // Below the slow bar counts towards recovery: right after a fault the
     // rank's ratio sat at 1.15-1.3 on the busy 2-core host for steps (a
@@ -355,7 +339,7 @@ void WindowDiagnoser::judgeRanks(int64_t step,
     }
     a.kind = "slow-rank";
     a.ratio = t.minRatio;
-    a.confidence = clamp01((t.minRatio - 1) / (2 * T)) *
+    a.confidence = rankSlowness(t.minRatio, T) *
                    clamp01((t.minRatio - 1) / (10 * sigma));
     a.cause = "compute";
     a.evidence = {{"compute_ms", r.s->computeNs(r.cpu) * 1e-6},
@@ -371,7 +355,7 @@ void WindowDiagnoser::judgeRanks(int64_t step,
         if (o.s != r.s && (o.s->flags & StepSummary::HasNvml) &&
             o.s->pp == r.s->pp)
           clocks.push_back(o.s->smClockMhz);
-      double peerClock = medianOf(clocks);
+      double peerClock = median(clocks);
       bool throttled = (r.s->throttleReasons & kThrottleSlowingMask) ||
                        (peerClock > 0 &&
                         r.s->smClockMhz < opts_.throttledClock * peerClock);

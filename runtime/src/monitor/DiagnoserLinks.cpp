@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/monitor/Diagnoser.h"
+#include "mapp/monitor/DiagnosisCore.h"
 
 #include <algorithm>
 #include <cmath>
@@ -32,19 +33,7 @@
 
 using namespace mapp::monitor;
 
-namespace mapp::monitor {
-double medianOf(std::vector<double> v);
-}
-
 namespace {
-double percentile(std::vector<double> v, double q) {
-  if (v.empty())
-    return 0;
-  size_t n = std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + n, v.end());
-  return v[n];
-}
-
 struct LinkNow {
   int src, dst;
   double wireNs;
@@ -85,8 +74,8 @@ void WindowDiagnoser::judgeLinks(int64_t step,
       LinkNow l{p.peer, d->rank, wire, std::max(0.0, wireLo),
                 static_cast<double>(p.bytes) / p.count,
                 s && s->host == d->host, 0};
-      if (s)
-        l.dir = d->pp == s->pp + 1 ? 1 : d->pp == s->pp - 1 ? -1 : 0;
+      if (s) // the stage count is not in a summary: no wrap-around
+        l.dir = pipelineDirection(s->pp, d->pp, 0);
       links.push_back(l);
       LinkWindow &h = linkHistory_[{l.src, l.dst}];
       if (h.hi.empty()) {
@@ -98,16 +87,9 @@ void WindowDiagnoser::judgeLinks(int64_t step,
     }
   if (links.size() < 2)
     return;
-  // Classes, most specific first.
-  using Key = std::tuple<int, bool, double, int>; // level, host, bytes, dir
-  auto keyOf = [](const LinkNow &l, int level) {
-    return Key{level, l.intra, level < 2 ? l.bytes : -1.0,
-               level == 0 ? l.dir : 2};
-  };
-  std::map<Key, std::vector<size_t>> classes;
-  for (size_t i = 0; i < links.size(); ++i)
-    for (int level = 0; level < 3; ++level)
-      classes[keyOf(links[i], level)].push_back(i);
+  LinkClasses classes;
+  for (const LinkNow &l : links)
+    classes.add(l.intra, l.bytes, l.dir);
   // A class's reference and noise from its links' windows, leaving the
   // judged link out in small classes (it would drag its own reference);
   // in classes of 8 or more one link moves neither.
@@ -129,8 +111,8 @@ void WindowDiagnoser::judgeLinks(int64_t step,
         }
     }
     ClassStats c;
-    c.ref = now.size() >= 2 ? medianOf(now) : now.empty() ? 0 : now[0];
-    c.usual = medianOf(pooledHi);
+    c.ref = now.size() >= 2 ? median(now) : now.empty() ? 0 : now[0];
+    c.usual = median(pooledHi);
     // A step where most peers' receivers polled late says nothing of what
     // a transfer takes: their usual time, if lower, is the reference (the
     // step's median had risen past a delayed link, which then read as
@@ -138,33 +120,26 @@ void WindowDiagnoser::judgeLinks(int64_t step,
     if (!pooledHi.empty())
       c.ref = std::min(c.ref, c.usual);
     auto spread = [&](const std::vector<double> &pooled) {
-      return std::max(percentile(pooled, 0.9) - medianOf(pooled),
-                      0.02 * c.ref);
+      return std::max(percentile(pooled, 0.9) - median(pooled),
+                      kLinkNoiseFloor * c.ref);
     };
     c.noiseLo = spread(pooledLo);
     c.noiseHi = spread(pooledHi);
     return c;
   };
-  std::map<Key, ClassStats> bigClass;
+  std::map<const std::vector<size_t> *, ClassStats> bigClass;
   const double T = opts_.linkThreshold;
   for (size_t i = 0; i < links.size(); ++i) {
     LinkNow &l = links[i];
-    const std::vector<size_t> *members = nullptr;
-    Key key;
-    for (int level = 0; level < 3 && !members; ++level) {
-      key = keyOf(l, level);
-      const auto &c = classes[key];
-      if (c.size() >= 3 || level == 2)
-        members = &c;
-    }
+    const std::vector<size_t> *members = &classes.classOf(i);
     if (members->size() < 2)
       continue;
     l.peers = members->size() - 1;
     ClassStats c;
     if (members->size() >= 8) {
-      auto it = bigClass.find(key);
+      auto it = bigClass.find(members);
       if (it == bigClass.end())
-        it = bigClass.emplace(key, stats(*members, SIZE_MAX)).first;
+        it = bigClass.emplace(members, stats(*members, SIZE_MAX)).first;
       c = it->second;
     } else {
       c = stats(*members, i);
@@ -175,8 +150,7 @@ void WindowDiagnoser::judgeLinks(int64_t step,
     if (l.ref <= 0)
       continue;
     auto barOf = [&](double noise) {
-      return std::max({l.ref / (1 - T), l.ref + opts_.minLinkExcessNs,
-                       l.ref + 3 * noise});
+      return linkSlowBar(l.ref, T, noise, opts_.minLinkExcessNs);
     };
     // Slow by what the link took at least, against its peers' spread of
     // the same bound: an MPI receiver that polled late proves nothing.
@@ -215,9 +189,8 @@ void WindowDiagnoser::judgeLinks(int64_t step,
     a.kind = "slow-link";
     a.ratio = t.minRatio;
     a.cause = "wire";
-    a.confidence = std::clamp((1 - 1 / t.minRatio) / (2 * T), 0.0, 1.0) *
-                   std::clamp((l.wireNs - l.ref) / (6 * std::max(l.noiseLo, 1.0)),
-                              0.0, 1.0);
+    a.confidence = linkConfidence(1, t.minRatio, l.wireNs - l.ref,
+                                  std::max(l.noiseLo, 1.0), T);
     a.evidence = {{"wire_us", l.wireNs * 1e-3},
                   {"peers_wire_us", l.ref * 1e-3},
                   {"bytes", l.bytes},

@@ -21,6 +21,7 @@
 #ifndef MAPP_MONITOR_DIAGNOSER_H
 #define MAPP_MONITOR_DIAGNOSER_H
 
+#include "mapp/monitor/DiagnosisCore.h"
 #include "mapp/monitor/Summary.h"
 
 #include <cstdint>
@@ -38,8 +39,8 @@ struct MonitorOptions {
   // placement and memory layout (up to 1.72x between healthy MPI ranks,
   // docs/mapp-scan.md "Compute clock"): the bar there.
   bool ranksAreProcesses = false;
-  double processRankThreshold = 1.0;
-  double linkThreshold = 0.3;  // slow: fastest transfer >= ref / (1 - t)
+  double processRankThreshold = kProcessRankThreshold;
+  double linkThreshold = kLinkThreshold; // slow: fastest transfer >= ref / (1 - t)
   double minLinkExcessNs = 500e3; // ... and at least this much above ref
   int alertAfter = 3;          // slow steps in a row before an alert
   int strongAlertAfter = 2;    // ... when each is slow by twice the bar

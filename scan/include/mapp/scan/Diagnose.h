@@ -7,6 +7,7 @@
 #ifndef MAPP_SCAN_DIAGNOSE_H
 #define MAPP_SCAN_DIAGNOSE_H
 
+#include "mapp/monitor/DiagnosisCore.h"
 #include "mapp/scan/Trace.h"
 #include <set>
 
@@ -66,7 +67,7 @@ struct Finding {
 
 struct DiagnoseOptions {
   double rankThreshold = 0.10; // flag compute >= (1 + t) x peers' median
-  double linkThreshold = 0.30; // flag bandwidth <= (1 - t) x peer links
+  double linkThreshold = mapp::monitor::kLinkThreshold; // flag bandwidth <= (1 - t) x peer links
   // A link compared with links of the other pipeline direction (its own
   // has fewer than three) must also be this much slower than them.
   double crossDirectionMinExcessNs = 1e6;
@@ -79,13 +80,13 @@ struct DiagnoseOptions {
   // contention too (hypervisor steal, shared caches): healthy MPI ranks of
   // a 2-core VM running 8 measured up to 1.31x their peers' CPU time for
   // a whole run (docs/mapp-scan.md, "Slow rank"). The bar there.
-  double busyHostRankThreshold = 0.50;
+  double busyHostRankThreshold = mapp::monitor::kBusyHostRankThreshold;
   // CPU time compared across processes (MPI ranks) carries each process's
   // own placement and memory layout: healthy MPI ranks of a 16-vCPU VM with
   // cores to spare measured up to 1.72x their peers' for a whole run (4 of
   // 20 clean runs over 1.5x); rank threads of one process stayed within
   // 1.08x there. The bar there; injected 5x slow ranks read 4.3-5.1x.
-  double processRankThreshold = 1.00;
+  double processRankThreshold = mapp::monitor::kProcessRankThreshold;
   size_t evidence = 6;
   // Compare compute by thread CPU time when the trace has it (false: by
   // span always, as before the traces carried CPU time).
@@ -127,7 +128,7 @@ void diagnoseRouting(const Trace &t,
                      bool cpuClock, const DiagnoseOptions &opts, Diagnosis &d,
                      std::vector<std::vector<char>> &loadDependent);
 
-double median(std::vector<double> v);
+using mapp::monitor::median; // the diagnosis core's (DiagnosisCore.h)
 /// Median of (value, weight) pairs: the smallest value with at least half
 /// the total weight at or below it (plain median if all weights are 0).
 double weightedMedian(std::vector<std::pair<double, double>> v);
