@@ -13,13 +13,26 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
 def find_tool(name):
-    env = {"mapp-opt": "MAPP_OPT", "mapp-translate": "MAPP_TRANSLATE"}.get(name)
-    if env and os.environ.get(env) and os.path.exists(os.environ[env]):
-        return os.environ[env]
-    for d in (os.environ.get("MAPP_BIN"), os.path.join(ROOT, "build", "bin")):
+    """The built tool `name`: $MAPP_<NAME> (mapp-make-test-plan:
+    MAPP_MAKE_TEST_PLAN), else $MAPP_BIN, build/bin, build-rt (the
+    standalone runtime build) or the PATH; None if none has it."""
+    env = os.environ.get(name.upper().replace("-", "_"))
+    if env and os.path.exists(env):
+        return env
+    for d in (os.environ.get("MAPP_BIN"), os.path.join(ROOT, "build", "bin"),
+              os.path.join(ROOT, "build-rt")):
         if d and os.path.exists(os.path.join(d, name)):
             return os.path.join(d, name)
     return shutil.which(name)
+
+
+def require_tool(name):
+    """find_tool, or skip the test when the tool is not built."""
+    import pytest
+    path = find_tool(name)
+    if not path:
+        pytest.skip(f"{name} is not built")
+    return path
 
 
 def read_st(path):

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from conftest import ROOT, find_tool
+from conftest import ROOT, require_tool
 
 M64 = (1 << 64) - 1
 
@@ -37,14 +37,6 @@ def step_key(seed, step, microbatch):
 def sketch_matrix(seed, dim, inner):
     r = np.array([normal(seed, n) for n in range(dim * inner)])
     return r.reshape(dim, inner) / math.sqrt(dim)
-
-
-def tool(name):
-    import pytest
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
 
 
 def run(cmd, **kw):
@@ -76,15 +68,15 @@ def compile_plan(tmp, spec=None, name="model"):
     if spec is not None:
         (tmp / f"{name}.json").write_text(json.dumps(spec))
         passes.append(f"-mapp-insert-probes=spec={tmp / (name + '.json')}")
-    run([tool("mapp-opt"), tmp / "model.mlir", *passes, "-o", tmp / f"{name}.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
+    run([require_tool("mapp-opt"), tmp / "model.mlir", *passes, "-o", tmp / f"{name}.mlir"])
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
          "-o", tmp / f"{name}.mplan"])
     return tmp / f"{name}.mplan"
 
 
 def train(tmp, plan, steps, *extra, tag="run"):
     """mapp-run on the corpus; returns (metrics, batches)."""
-    run([tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
+    run([require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", steps, "--seed", 11, "--weights", tmp / "init.safetensors",
          "--metrics", tmp / f"{tag}.metrics.jsonl",
          "--dump-batches", tmp / f"{tag}.batches.jsonl", "--quiet", *extra])

@@ -113,7 +113,8 @@ def test_generic_export_pipelines(tmp_path):
     schedule verifier find an unmatched send)."""
     import json
     import sys
-    from train_harness import CORPUS, run, tool
+    from conftest import require_tool
+    from train_harness import CORPUS, run
     spec, cfg, _ = MODELS["mistral-window"]
     cfg = {**SHAPE, **cfg, "num_hidden_layers": 2}
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
@@ -125,10 +126,10 @@ def test_generic_export_pipelines(tmp_path):
     losses = {}
     for pp in (1, 2):
         layout = f"--mapp-train-pipeline=tp=1 pp={pp} dp=1 chunks=1 microbatches=1 schedule=1f1b"
-        run([tool("mapp-opt"), tmp_path / "m.mlir", layout, "-o", tmp_path / f"pp{pp}.mlir"])
-        run([tool("mapp-translate"), "--mapp-to-plan", tmp_path / f"pp{pp}.mlir",
+        run([require_tool("mapp-opt"), tmp_path / "m.mlir", layout, "-o", tmp_path / f"pp{pp}.mlir"])
+        run([require_tool("mapp-translate"), "--mapp-to-plan", tmp_path / f"pp{pp}.mlir",
              "-o", tmp_path / f"pp{pp}.mplan"])
-        run([tool("mapp-run"), tmp_path / f"pp{pp}.mplan", "--data", CORPUS, "--tokenizer", "bytes",
+        run([require_tool("mapp-run"), tmp_path / f"pp{pp}.mplan", "--data", CORPUS, "--tokenizer", "bytes",
              "--steps", 3, "--seed", 11, "--weights", tmp_path / "w.safetensors",
              "--metrics", tmp_path / f"pp{pp}.jsonl", "--comm=local", "--threads", 1, "--quiet"])
         losses[pp] = [json.loads(l)["loss"] for l in (tmp_path / f"pp{pp}.jsonl").read_text().splitlines()]
@@ -143,7 +144,8 @@ def test_canonicalize_fuses_written_out_rms_norm(tmp_path, name, norms):
     (rsqrt form; `1 + w` weights included) as mapp.rms_norm, and still
     computes PyTorch's loss (the interpreter, on the generic form)."""
     from mapp import interp
-    from train_harness import run, tool
+    from conftest import require_tool
+    from train_harness import run
     spec, cfg, out = MODELS[name]
     cfg = {**SHAPE, **cfg}
     torch.manual_seed(0)
@@ -152,7 +154,7 @@ def test_canonicalize_fuses_written_out_rms_norm(tmp_path, name, norms):
     text = export_module(model, tokens, targets, output=out, tracer="make_fx", recognize=False)
     assert op_counts(text)["rms_norm"] == 0
     (tmp_path / "m.mlir").write_text(text)
-    canon = run([tool("mapp-opt"), tmp_path / "m.mlir", "-canonicalize",
+    canon = run([require_tool("mapp-opt"), tmp_path / "m.mlir", "-canonicalize",
                  "-mlir-print-op-generic"]).stdout
     ops = op_counts(canon)
     assert ops["rms_norm"] == norms and ops["rsqrt"] == 0, ops

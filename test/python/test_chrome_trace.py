@@ -16,29 +16,21 @@ or build/bin.
 """
 import collections
 import json
-import os
 import pathlib
 import re
 import subprocess
 
 import pytest
 
+from conftest import find_tool
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def tool(env, name):
-    if os.environ.get(env):
-        return os.environ[env]
-    for d in (os.environ.get("MAPP_BIN"), REPO / "build" / "bin"):
-        if d and (pathlib.Path(d) / name).exists():
-            return str(pathlib.Path(d) / name)
-    return None
-
-
-MAPP_RUN = tool("MAPP_RUN", "mapp-run")
-MAKE_PLAN = tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
-MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
-MAPP_SIM = tool("MAPP_SIM", "mapp-sim")
+MAPP_RUN = find_tool("mapp-run")
+MAKE_PLAN = find_tool("mapp-make-test-plan")
+MAPP_SCAN = find_tool("mapp-scan")
+MAPP_SIM = find_tool("mapp-sim")
 CORPUS = REPO / "data" / "gpt" / "news-1k.jsonl"
 SIM_CONFIG = REPO / "test" / "Tools" / "mapp-sim" / "Inputs" / "tp2pp2dp2.json"
 pytestmark = pytest.mark.skipif(MAPP_SCAN is None, reason="mapp-scan not built")

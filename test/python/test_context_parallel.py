@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, find_tool, read_st
+from conftest import ROOT, read_st, require_tool
 
 STEPS = 20
 TOLERANCE = 1e-5
@@ -40,13 +40,6 @@ MODELS = {
 MICRO = 2  # microbatches of one rank's step (dp=2 layouts: 1 each)
 
 
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
-
-
 def run(cmd, ok=True):
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                        timeout=600)
@@ -56,14 +49,14 @@ def run(cmd, ok=True):
 
 
 def plan(tmp, name, options, edit=None):
-    run([tool("mapp-opt"), tmp / "m.mlir", f"--mapp-train-pipeline={options} {OPT}",
+    run([require_tool("mapp-opt"), tmp / "m.mlir", f"--mapp-train-pipeline={options} {OPT}",
          "-o", tmp / f"{name}.mlir"])
     if edit:
         text = (tmp / f"{name}.mlir").read_text()
         broken = edit(text)
         assert broken != text, "the edit did not apply"
         (tmp / f"{name}.mlir").write_text(broken)
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
          "-o", tmp / f"{name}.mplan"])
     return tmp / f"{name}.mplan"
 
@@ -77,9 +70,9 @@ def train(tmp, mplan, name, ranks=1, comm="local"):
             "--threads", 1]
     if comm == "mpi":
         run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", ranks,
-             tool("mapp-run"), *args, "--comm=mpi"])
+             require_tool("mapp-run"), *args, "--comm=mpi"])
     else:
-        run([tool("mapp-run"), *args, "--comm=local"])
+        run([require_tool("mapp-run"), *args, "--comm=local"])
     return ([json.loads(l) for l in (out / "m.jsonl").read_text().splitlines()],
             read_st(out / "g.safetensors"))
 
@@ -162,7 +155,7 @@ def test_cp_matches_one_rank(reference, layout):
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
 @pytest.mark.parametrize("layout", MPI_LAYOUTS)
 def test_cp_mpi_matches_one_rank(reference, layout):
-    r = run([tool("mapp-run"), "--help"])
+    r = run([require_tool("mapp-run"), "--help"])
     if "built with communicators: local, mpi" not in r.stdout:
         pytest.skip("mapp-run built without MPI")
     # One model per layout keeps CI time low (the thread world has both).
@@ -207,7 +200,7 @@ def test_bad_input(reference, options, message):
     model, tmp, ref = reference
     if model != "llama-gqa":
         pytest.skip("the GQA model has every case")
-    r = run([tool("mapp-opt"), tmp / "m.mlir", f"--mapp-train-pipeline={options}",
+    r = run([require_tool("mapp-opt"), tmp / "m.mlir", f"--mapp-train-pipeline={options}",
              "-o", tmp / "bad.mlir"], ok=False)
     assert r.returncode != 0 and message in r.stderr, r.stderr
     assert "m.mlir:" in r.stderr or "loc(" in r.stderr or "error:" in r.stderr
@@ -220,7 +213,7 @@ def test_cp_not_dividing_dp(reference):
     model, tmp, ref = reference
     if model != "gpt":
         pytest.skip("one model is enough")
-    r = run([tool("mapp-opt"), tmp / "m.mlir",
+    r = run([require_tool("mapp-opt"), tmp / "m.mlir",
              "--mapp-context-parallel=cp=2 dp=3", "-o", tmp / "bad.mlir"], ok=False)
     assert r.returncode != 0
     assert "cp=2 does not divide the data-parallel ranks 3" in r.stderr, r.stderr
@@ -229,6 +222,6 @@ def test_cp_not_dividing_dp(reference):
     bad = re.sub(r"cp = 2 : i64", "cp = 3 : i64", text, count=1)
     assert bad != text
     (tmp / "bad-layout.mlir").write_text(bad)
-    r = run([tool("mapp-translate"), "--mapp-to-plan", tmp / "bad-layout.mlir",
+    r = run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / "bad-layout.mlir",
              "-o", tmp / "bad.mplan"], ok=False)
     assert r.returncode != 0 and "mapp.parallel cp 3 must divide dp 2" in r.stderr, r.stderr

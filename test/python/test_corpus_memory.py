@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, find_tool
+from conftest import ROOT, require_tool
 
 CORPUS_MEMORY = 256 << 20  # kCorpusMemoryBytes
 SHUFFLE_BYTES_PER_SAMPLE = 8
@@ -29,23 +29,16 @@ CORPUS_BYTES = 96 << 20
 NEWS = os.path.join(ROOT, "data", "gpt", "news-1k.jsonl")
 
 
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} not built")
-    return path
-
-
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
     d = tmp_path_factory.mktemp("plan")
     cfg = os.path.join(ROOT, "examples", "gpt-tiny.json")
-    mlir = subprocess.run([tool("mapp-translate"), "--import-gpt-config", cfg],
+    mlir = subprocess.run([require_tool("mapp-translate"), "--import-gpt-config", cfg],
                           check=True, capture_output=True).stdout
-    train = subprocess.run([tool("mapp-opt"), "-mapp-autodiff", "-mapp-optimizer"],
+    train = subprocess.run([require_tool("mapp-opt"), "-mapp-autodiff", "-mapp-optimizer"],
                            input=mlir, check=True, capture_output=True).stdout
     out = str(d / "p.mplan")
-    subprocess.run([tool("mapp-translate"), "--mapp-to-plan", "-o", out],
+    subprocess.run([require_tool("mapp-translate"), "--mapp-to-plan", "-o", out],
                    input=train, check=True)
     return out
 
@@ -81,7 +74,7 @@ def peak_rss(cmd, tmp):
 
 
 def train_one_step(plan, data, tmp):
-    return peak_rss([tool("mapp-run"), plan, "--data", data, "--tokenizer",
+    return peak_rss([require_tool("mapp-run"), plan, "--data", data, "--tokenizer",
                      "bytes", "--steps", "1", "--quiet"], tmp)
 
 

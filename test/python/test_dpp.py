@@ -17,6 +17,7 @@ import shutil
 import pytest
 
 import test_parallel_e2e as pe
+from conftest import require_tool
 
 STEPS = pe.STEPS
 CFG = dict(pe.CFG, num_layers=8)
@@ -27,7 +28,7 @@ ROWS = 8  # global batch rows: 8 microbatches of 1 (pp4) / 2 x 2 dp (tp2pp2dp2)
 def mpi_ok():
     if shutil.which("mpirun") is None:
         return False
-    r = pe.run([pe.tool("mapp-run"), "--help"])
+    r = pe.run([require_tool("mapp-run"), "--help"])
     return "built with communicators: local, mpi" in r.stdout
 
 
@@ -55,7 +56,7 @@ def plans(d, model, tp, pp, dp, chunks):
                 f"microbatches={micro} schedule=interleaved {pe.OPT}")
     static = pe.to_plan(d, model, [pipeline], name)
     adaptive = d / f"{name}-adaptive.mplan"
-    pe.run([pe.tool("mapp-adaptive-plan"), static, adaptive])
+    pe.run([require_tool("mapp-adaptive-plan"), static, adaptive])
     return static, adaptive, micro
 
 
@@ -68,9 +69,9 @@ def train(plan, out, world, comm, weights, extra=()):
             "--dump-batches", dump, "--save", save, "--threads", 1, *extra]
     if comm == "mpi":
         r = pe.run([shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
-                    "-np", world, pe.tool("mapp-run"), *args, "--comm=mpi"])
+                    "-np", world, require_tool("mapp-run"), *args, "--comm=mpi"])
     else:
-        r = pe.run([pe.tool("mapp-run"), *args, "--comm=local"])
+        r = pe.run([require_tool("mapp-run"), *args, "--comm=local"])
     import json
     from conftest import read_st
     return ([json.loads(l) for l in metrics.read_text().splitlines()],
@@ -141,7 +142,7 @@ def test_tool_made_adaptive_plans_match_single_rank(gpt, tmp_path, comm, tp, pp,
 
 def memory_remarks(model, pipeline):
     """Per stage (peak, persistent, slots, arena) from -mapp-plan-memory."""
-    r = pe.run([pe.tool("mapp-opt"), model, pipeline, "-mapp-plan-memory",
+    r = pe.run([require_tool("mapp-opt"), model, pipeline, "-mapp-plan-memory",
                 "-o", "/dev/null"])
     return [tuple(map(int, m)) for m in re.findall(
         r"memory plan, stage \d+: peak (\d+) B .*?= persistent (\d+) B \+ "
@@ -172,7 +173,7 @@ def test_compiled_mem_cap_bounds_the_arena(gpt, tmp_path):
     check(ref, got, 1, ROWS)
     assert "scheduler dfc -> bfc" in err, err
     # Below what dfc needs: a located error naming the figures.
-    r = pe.subprocess.run([str(pe.tool("mapp-opt")), str(model),
+    r = pe.subprocess.run([str(require_tool("mapp-opt")), str(model),
                            f"{base} mem-cap={min(p for _, p, _, _ in dfc)}",
                            "-mapp-plan-memory", "-o", "/dev/null"],
                           capture_output=True, text=True, timeout=120)
@@ -214,7 +215,7 @@ def test_monitor_verdicts_drive_the_scheduler(gpt, tmp_path):
     d, model, weights, ref = gpt
     static, _, micro = plans(tmp_path, model, 1, 4, 1, 2)
     deaf = tmp_path / "deaf-adaptive.mplan"
-    pe.run([pe.tool("mapp-adaptive-plan"), static, deaf, "ratio=1e9"])
+    pe.run([require_tool("mapp-adaptive-plan"), static, deaf, "ratio=1e9"])
     fault = "link-delay:src=1,dst=0,us=20000,from-step=5,to-step=15"
     alerts = tmp_path / "alerts.jsonl"
     got, err = train(deaf, tmp_path / "fed", 4, "local", weights,
@@ -255,7 +256,7 @@ def test_mem_cap_is_kept_and_too_small_a_cap_is_an_error(gpt, tmp_path):
     pk = peaks(err)
     assert len(pk) == 4 and all(c == cap and p <= cap for p, c in pk), err
     assert max(p for p, _ in pk) > 0
-    r = pe.subprocess.run([str(pe.tool("mapp-run")), str(adaptive), "--data", str(pe.CORPUS),
+    r = pe.subprocess.run([str(require_tool("mapp-run")), str(adaptive), "--data", str(pe.CORPUS),
                            "--tokenizer", "bytes", "--steps", "1", "--weights", str(weights),
                            "--mem-cap", str(2 * stash - 1), "--threads", "1"],
                           capture_output=True, text=True, timeout=120)

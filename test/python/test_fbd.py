@@ -15,8 +15,9 @@ import subprocess
 
 import pytest
 
-from test_parallel_e2e import (CFG, CORPUS, GLOBAL_ROWS, MBS, MPIRUN, OPT,
-                               check, prepare, to_plan, tool, train)
+from conftest import require_tool
+from test_parallel_e2e import (CFG, CORPUS, GLOBAL_ROWS, MBS, MPIRUN, OPT, check, prepare,
+                               to_plan, train)
 
 MICRO = GLOBAL_ROWS // MBS
 DATA = ["--data", CORPUS, "--tokenizer", "bytes"]
@@ -62,7 +63,7 @@ def test_local_matches_single_rank(setup, tmp_path, pp, fwd_tp, bwd_tp, transfer
 def have_mpi():
     if MPIRUN is None:
         return False
-    r = subprocess.run([tool("mapp-run"), "--help"], capture_output=True, text=True)
+    r = subprocess.run([require_tool("mapp-run"), "--help"], capture_output=True, text=True)
     return "built with communicators: local, mpi" in r.stdout
 
 
@@ -78,7 +79,7 @@ def test_mpi_matches_single_rank(setup, tmp_path, pp, fwd_tp, bwd_tp, transfer):
 
 
 def slots_per_rank(plan, world):
-    r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local",
+    r = subprocess.run([require_tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local",
                         "--report-memory", "--quiet"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -102,7 +103,7 @@ def test_recompute_holds_one_microbatch(setup, tmp_path):
 def test_placement_table_printed(setup, tmp_path):
     d, model, weights, ref, opt = setup
     plan, world = fbd_plan(tmp_path, model, 2, 1, 2, "recompute")
-    r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local"],
+    r = subprocess.run([require_tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     rows = [l.split() for l in r.stdout.splitlines() if l[:4].strip().isdigit()]
@@ -124,7 +125,7 @@ def test_bad_placements(setup, tmp_path):
     ]
     for extra, want in cases:
         plan, world = fbd_plan(tmp_path, model, 1, 1, 2, "recompute", extra)
-        r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local"],
+        r = subprocess.run([require_tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=local"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode != 0
         assert want in r.stderr, r.stderr
@@ -137,7 +138,7 @@ def test_bad_placements(setup, tmp_path):
 def test_nccl_refused(setup, tmp_path):
     d, model, weights, ref, opt = setup
     plan, world = fbd_plan(tmp_path, model, 1, 1, 2, "recompute")
-    r = subprocess.run([tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=nccl",
+    r = subprocess.run([require_tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=nccl",
                         "--backend=cuda"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "MegaFBD plans run over --comm=local or --comm=mpi, not nccl" in r.stderr, r.stderr
@@ -149,7 +150,7 @@ def test_wrong_process_count(setup, tmp_path):
     d, model, weights, ref, opt = setup
     plan, world = fbd_plan(tmp_path, model, 1, 1, 2, "recompute")
     r = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2",
-                        tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=mpi"],
+                        require_tool("mapp-run"), plan, *DATA, "--steps", "1", "--comm=mpi"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "plan is for world_size 3 but mpirun started 2 process(es)" in r.stderr

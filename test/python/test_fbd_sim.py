@@ -17,7 +17,8 @@ import re
 
 import pytest
 
-from test_parallel_e2e import CFG, CORPUS, MBS, OPT, export, run, to_plan, tool
+from conftest import require_tool
+from test_parallel_e2e import CFG, CORPUS, MBS, OPT, export, run, to_plan
 
 # (pp, fwd-tp, bwd-tp, transfer)
 LAYOUTS = [(1, 1, 2, "recompute"), (1, 1, 2, "activations"),
@@ -48,13 +49,13 @@ def test_sim_memory_matches_runtime(model, tmp_path, pp, fwd_tp, bwd_tp, transfe
                 f"schedule=1f1b {OPT} fbd=true fwd-tp={fwd_tp} transfer={transfer}")
     plan = to_plan(tmp_path, mlir, [pipeline], "fbd")
     world = (fwd_tp + bwd_tp) * pp
-    r = run([tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
+    r = run([require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
              "--steps", 1, "--seed", 11, "--weights", weights, "--quiet",
              "--threads", 1, "--comm=local", "--report-memory"])
     allocated = {int(a): int(b) for a, b in re.findall(
         r"rank (\d+) memory: allocated (\d+) B", r.stderr)}
     assert len(allocated) == world, r.stderr
-    sim = json.loads(run([tool("mapp-sim"), plan, "--json"]).stdout)[0]
+    sim = json.loads(run([require_tool("mapp-sim"), plan, "--json"]).stdout)[0]
     assert len(sim["roles"]) == world
     for rank, (role, peak) in enumerate(zip(sim["roles"], sim["peak_bytes"])):
         if role == "fwd" or pp == 1:

@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from fp8_ref import FP8_MAX, fp8_grid, fp8_round, quantize, update_row  # noqa: E402
 from test_kernels import run_kernel  # noqa: E402
-from conftest import ROOT, find_tool, read_st  # noqa: E402
+from conftest import ROOT, read_st, require_tool # noqa: E402
 
 CORPUS = pathlib.Path(ROOT) / "data" / "gpt" / "news-1k.jsonl"
 CFG = {"variant": "gpt", "num_layers": 2, "hidden_size": 32,
@@ -151,12 +151,6 @@ def test_fp8_update_bit_for_bit():
 
 # --- training -----------------------------------------------------------------
 
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
-
 
 def run(cmd):
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
@@ -169,20 +163,20 @@ def run(cmd):
 def model(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fp8")
     (tmp / "cfg.json").write_text(json.dumps(CFG))
-    run([tool("mapp-translate"), "--import-gpt-config", tmp / "cfg.json", "-o", tmp / "model.mlir"])
+    run([require_tool("mapp-translate"), "--import-gpt-config", tmp / "cfg.json", "-o", tmp / "model.mlir"])
     return tmp
 
 
 def plan(model, name, mp):
-    run([tool("mapp-opt"), model / "model.mlir", "-mapp-autodiff", "-mapp-optimizer=lr=3e-3",
+    run([require_tool("mapp-opt"), model / "model.mlir", "-mapp-autodiff", "-mapp-optimizer=lr=3e-3",
          f"-mapp-mixed-precision={mp}", "-o", model / f"{name}.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", model / f"{name}.mlir", "-o", model / f"{name}.mplan"])
+    run([require_tool("mapp-translate"), "--mapp-to-plan", model / f"{name}.mlir", "-o", model / f"{name}.mplan"])
     return model / f"{name}.mplan"
 
 
 def train(model, p, steps, tag, *extra):
     m = model / f"{tag}.jsonl"
-    run([tool("mapp-run"), p, "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
+    run([require_tool("mapp-run"), p, "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
          "--seed", 11, "--metrics", m, "--threads", 2, *extra])
     return [json.loads(l) for l in m.read_text().splitlines()]
 

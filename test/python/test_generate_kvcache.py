@@ -19,8 +19,9 @@ import torch
 from conftest import ROOT
 from mapp import safetensors
 from mapp.reference import GPT
+from conftest import require_tool
 from scope_ref import (compile_plan, export, reference_logits, run, splitmix64,
-                       tool, train)
+                       train)
 
 G = 0x9E3779B97F4A7C15
 PROMPT = "The ma"
@@ -49,7 +50,7 @@ def trained(request, tmp_path_factory):
 def generate(tmp, plan, tag, *extra, ok=True):
     out = tmp / f"{tag}.jsonl"
     r = subprocess.run([str(c) for c in [
-        tool("mapp-run"), plan, "--generate", "--weights",
+        require_tool("mapp-run"), plan, "--generate", "--weights",
         tmp / "trained.safetensors", "--tokenizer", "bytes",
         "--generate-out", out, "--quiet", *extra]],
         capture_output=True, text=True)

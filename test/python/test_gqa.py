@@ -24,7 +24,7 @@ import pytest
 import sys
 import torch
 
-from conftest import ROOT, find_tool
+from conftest import ROOT, require_tool
 from mapp import safetensors
 from mapp.reference import GPT
 
@@ -45,13 +45,6 @@ CONFIGS = {
 }
 
 
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
-
-
 def run(cmd, ok=True, **kw):
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                        timeout=300, **kw)
@@ -70,8 +63,8 @@ def export(tmp, cfg):
 
 
 def plan(tmp, model, passes, name):
-    run([tool("mapp-opt"), model, *passes, "-o", tmp / f"{name}.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
+    run([require_tool("mapp-opt"), model, *passes, "-o", tmp / f"{name}.mlir"])
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
          "-o", tmp / f"{name}.mplan"])
     return tmp / f"{name}.mplan"
 
@@ -79,7 +72,7 @@ def plan(tmp, model, passes, name):
 def train(tmp, mplan, name, *extra):
     out = tmp / name
     out.mkdir()
-    run([tool("mapp-run"), mplan, "--backend=cpu", "--data", CORPUS,
+    run([require_tool("mapp-run"), mplan, "--backend=cpu", "--data", CORPUS,
          "--tokenizer", "bytes", "--steps", STEPS, "--seed", 11,
          "--weights", tmp / "init.safetensors", "--metrics", out / "m.jsonl",
          "--dump-batches", out / "b.jsonl", "--quiet", "--threads", 1, *extra])
@@ -183,7 +176,7 @@ def test_kv_heads_tp_mismatch_is_located(tmp_path):
     cfg = dict(CONFIGS["llama-gqa"], num_attention_heads=12, num_query_groups=4,
                hidden_size=48, ffn_hidden_size=96, vocab_size=96)
     model = export(tmp_path, cfg)
-    r = run([tool("mapp-opt"), model, *pipe(6)], ok=False)
+    r = run([require_tool("mapp-opt"), model, *pipe(6)], ok=False)
     assert r.returncode != 0
     assert "tp=6 and the 4 key/value heads (num_query_groups): tp must divide them" in r.stderr
     assert re.search(r"model\.mlir:\d+:\d+: error", r.stderr), r.stderr
@@ -204,7 +197,7 @@ def test_kv_cache_generation_gqa(tmp_path):
 
     def generate(tag, *extra):
         out = tmp_path / f"{tag}.jsonl"
-        run([tool("mapp-run"), mplan, "--generate", "--weights",
+        run([require_tool("mapp-run"), mplan, "--generate", "--weights",
              tmp_path / "trained.safetensors", "--tokenizer", "bytes",
              "--generate-out", out, "--quiet", "--prompt", prompt, "--greedy",
              "--max-new-tokens", n, *extra])

@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, find_tool
+from conftest import ROOT, require_tool
 from hf_families_ref import SMALL, checkpoint, forward, logits
 from mapp import hf_families, safetensors
 
@@ -25,13 +25,6 @@ CORPUS = os.path.join(ROOT, "data", "gpt", "news-1k.jsonl")
 T, B, STEPS = 16, 2, 4
 LR, BETAS, EPS, WD = 1e-3, (0.9, 0.95), 1e-8, 0.1
 OPT = f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} weight-decay={WD}"
-
-
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
 
 
 def sh(cmd, ok=True):
@@ -44,11 +37,11 @@ def sh(cmd, ok=True):
 
 def compile_plan(tmp, cfg):
     (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
-    sh([tool("mapp-translate"), "--import-gpt-config", tmp / "config.json", "--seq-length", T,
+    sh([require_tool("mapp-translate"), "--import-gpt-config", tmp / "config.json", "--seq-length", T,
         "--micro-batch-size", B, "-o", tmp / "model.mlir"])
-    sh([tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff", f"-mapp-optimizer={OPT}",
+    sh([require_tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff", f"-mapp-optimizer={OPT}",
         "-o", tmp / "train.mlir"])
-    sh([tool("mapp-translate"), "--mapp-to-plan", tmp / "train.mlir", "-o", tmp / "train.mplan"])
+    sh([require_tool("mapp-translate"), "--mapp-to-plan", tmp / "train.mlir", "-o", tmp / "train.mplan"])
     return tmp / "train.mplan"
 
 
@@ -58,7 +51,7 @@ def test_family_trains_like_hf(tmp_path, family):
     mplan = compile_plan(tmp_path, cfg)
     sd = checkpoint(cfg, torch.Generator().manual_seed(5))
     safetensors.save(hf_families.hf_to_mapp(sd, cfg), tmp_path / "mapp.safetensors")
-    sh([tool("mapp-run"), mplan, "--backend=cpu", "--data", CORPUS, "--tokenizer", "bytes",
+    sh([require_tool("mapp-run"), mplan, "--backend=cpu", "--data", CORPUS, "--tokenizer", "bytes",
         "--steps", STEPS, "--seed", 11, "--quiet", "--threads", 1,
         "--weights", tmp_path / "mapp.safetensors", "--metrics", tmp_path / "m.jsonl",
         "--dump-batches", tmp_path / "b.jsonl"])
@@ -91,14 +84,14 @@ def test_family_logits_like_hf(tmp_path, family):
     modes = ([], ["--no-kv-cache"])
     if family == "mixtral":
         # The MoE layers mix tokens (routing): no KV-cache decoding.
-        r = sh([tool("mapp-run"), mplan, "--backend=cpu", "--tokenizer", "bytes", "--weights",
+        r = sh([require_tool("mapp-run"), mplan, "--backend=cpu", "--tokenizer", "bytes", "--weights",
                 tmp_path / "mapp.safetensors", "--generate", "--max-new-tokens", 1,
                 "--prompt", prompt], ok=False)
         assert r.returncode != 0 and "is not per token" in r.stderr, r.stderr
         modes = (["--no-kv-cache"],)
     for cache in modes:
         out = tmp_path / "gen.jsonl"
-        sh([tool("mapp-run"), mplan, "--backend=cpu", "--tokenizer", "bytes", "--threads", 1,
+        sh([require_tool("mapp-run"), mplan, "--backend=cpu", "--tokenizer", "bytes", "--threads", 1,
             "--weights", tmp_path / "mapp.safetensors", "--generate", *cache, "--greedy",
             "--max-new-tokens", 1, "--prompt", prompt, "--generate-out", out])
         got = torch.tensor(json.loads(out.read_text().splitlines()[0])["logits"])
@@ -125,7 +118,7 @@ def test_mapp_names_match_the_imported_graph(tmp_path):
     declares for each family."""
     for family, cfg in SMALL.items():
         (tmp_path / "c.json").write_text(json.dumps(cfg))
-        ir = sh([tool("mapp-translate"), "--import-gpt-config", tmp_path / "c.json",
+        ir = sh([require_tool("mapp-translate"), "--import-gpt-config", tmp_path / "c.json",
                  "--seq-length", T]).stdout
         declared = {}
         for line in ir.splitlines():
@@ -185,8 +178,8 @@ def test_full_size_configs_compile_fast(tmp_path, name, flags, pipeline):
     import time
     src = os.path.join(ROOT, "test", "Frontend", "GPT", "Inputs", "hf", name)
     start = time.monotonic()
-    sh([tool("mapp-translate"), "--import-gpt-config", src, *flags, "-o", tmp_path / "m.mlir"])
-    sh([tool("mapp-opt"), tmp_path / "m.mlir", f"--mapp-train-pipeline={pipeline}",
+    sh([require_tool("mapp-translate"), "--import-gpt-config", src, *flags, "-o", tmp_path / "m.mlir"])
+    sh([require_tool("mapp-opt"), tmp_path / "m.mlir", f"--mapp-train-pipeline={pipeline}",
         "-o", tmp_path / "p.mlir"])
     elapsed = time.monotonic() - start
     assert elapsed < 5.0, f"{name}: {elapsed:.2f} s"

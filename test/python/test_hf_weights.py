@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT
+from conftest import ROOT, require_tool
 from mapp import hf, safetensors
 from mapp.reference import GPT
 from scope_ref import reference_logits
@@ -198,14 +198,6 @@ CLI = {"gpt2": dict(GPT2, vocab_size=HF_VOCAB, make_vocab_size_divisible_by=128)
        "llama": dict(LLAMA, vocab_size=HF_VOCAB)}
 
 
-def tool(name):
-    from conftest import find_tool
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
-
-
 def sh(cmd, ok=True):
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
@@ -220,15 +212,15 @@ def compile_plan(tmp, cfg, opt=OPT):
         "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
         "--weights", tmp / "init.safetensors", "--seed", 7])
     name = "lr0" if "lr=0 " in opt else "train"
-    sh([tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff", f"-mapp-optimizer={opt}",
+    sh([require_tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff", f"-mapp-optimizer={opt}",
         "-o", tmp / f"{name}.mlir"])
-    sh([tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir", "-o",
+    sh([require_tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir", "-o",
         tmp / f"{name}.mplan"])
     return tmp / f"{name}.mplan"
 
 
 def mapp_run(mplan, *extra, steps=STEPS, ok=True):
-    return sh([tool("mapp-run"), mplan, "--backend=cpu", "--data", CORPUS, "--tokenizer",
+    return sh([require_tool("mapp-run"), mplan, "--backend=cpu", "--data", CORPUS, "--tokenizer",
                "bytes", "--steps", steps, "--seed", 11, "--quiet", "--threads", 1, *extra],
               ok=ok)
 

@@ -14,19 +14,12 @@ import subprocess
 import pytest
 import sys
 
-from conftest import ROOT, find_tool, read_st
+from conftest import ROOT, read_st, require_tool
 
 CORPUS = pathlib.Path(ROOT) / "data" / "gpt" / "news-1k.jsonl"
 CFG = {"variant": "gpt", "num_layers": 1, "hidden_size": 16,
        "num_attention_heads": 2, "seq_length": 8, "vocab_size": 256,
        "micro_batch_size": 2, "tie_embeddings": True}
-
-
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
 
 
 def run(cmd, check=True):
@@ -48,19 +41,19 @@ def model(tmp_path_factory):
 
 
 def compile_plan(model, name, mp=None):
-    args = [tool("mapp-opt"), model / "model.mlir", "-mapp-autodiff",
+    args = [require_tool("mapp-opt"), model / "model.mlir", "-mapp-autodiff",
             "-mapp-optimizer=lr=1e-3"]
     if mp:
         args.append(f"-mapp-mixed-precision={mp}")
     run([*args, "-o", model / f"{name}.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", model / f"{name}.mlir",
+    run([require_tool("mapp-translate"), "--mapp-to-plan", model / f"{name}.mlir",
          "-o", model / f"{name}.mplan"])
     return model / f"{name}.mplan"
 
 
 def train(model, plan, steps, tag):
     m, w = model / f"{tag}.jsonl", model / f"{tag}.safetensors"
-    r = run([tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
+    r = run([require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
              "--steps", steps, "--seed", 11, "--weights", model / "init.safetensors",
              "--metrics", m, "--save", w])
     return [json.loads(l) for l in m.read_text().splitlines()], read_st(w), r.stderr

@@ -17,10 +17,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moe_ref  # noqa: E402
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, require_tool  # noqa: E402
 from mapp import moe, safetensors  # noqa: E402
 from mapp.reference import GPT  # noqa: E402
-from train_harness import (CORPUS, LR, BETAS, EPS, WD, compile_and_train, run, tool,  # noqa: E402
+from train_harness import (CORPUS, LR, BETAS, EPS, WD, compile_and_train, run,  # noqa: E402
                            train_torch_and_compare)
 
 STEPS = 30
@@ -91,15 +91,15 @@ def test_importer_graph_trains_like_pytorch(tmp_path):
     model = GPT(cfg, seed=3)
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     safetensors.save(weights, tmp_path / "init.safetensors", {"format": "pt"})
-    run([tool("mapp-translate"), "--import-gpt-config", tmp_path / "megatron.json",
+    run([require_tool("mapp-translate"), "--import-gpt-config", tmp_path / "megatron.json",
          "-o", tmp_path / "model.mlir"])
     opt = f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} weight-decay={WD}"
-    run([tool("mapp-opt"), tmp_path / "model.mlir", "-mapp-autodiff",
+    run([require_tool("mapp-opt"), tmp_path / "model.mlir", "-mapp-autodiff",
          f"-mapp-optimizer={opt}", "-o", tmp_path / "train.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp_path / "train.mlir",
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp_path / "train.mlir",
          "-o", tmp_path / "model.mplan"])
     steps = 10
-    run([tool("mapp-run"), tmp_path / "model.mplan", "--backend=cpu", "--data", CORPUS,
+    run([require_tool("mapp-run"), tmp_path / "model.mplan", "--backend=cpu", "--data", CORPUS,
          "--tokenizer", "bytes", "--steps", steps, "--seed", 5,
          "--weights", tmp_path / "init.safetensors", "--metrics", tmp_path / "m.jsonl",
          "--dump-batches", tmp_path / "b.jsonl", "--save-grads", tmp_path / "g.safetensors",
@@ -158,11 +158,11 @@ def test_expert_tokens_sum_microbatches(tmp_path, monkeypatch, recompute):
     run([sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT", "--config",
          tmp_path / "cfg.json", "-o", tmp_path / "m.mlir", "--weights", tmp_path / "w.safetensors"],
         env=env)
-    run([tool("mapp-opt"), tmp_path / "m.mlir",
+    run([require_tool("mapp-opt"), tmp_path / "m.mlir",
          f"--mapp-train-pipeline=tp=1 pp=1 dp=1 microbatches=2 optimizer=adamw{recompute}",
          "-o", tmp_path / "t.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp_path / "t.mlir", "-o", tmp_path / "t.mplan"])
-    run([tool("mapp-run"), tmp_path / "t.mplan", "--backend=cpu", "--data", CORPUS,
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp_path / "t.mlir", "-o", tmp_path / "t.mplan"])
+    run([require_tool("mapp-run"), tmp_path / "t.mplan", "--backend=cpu", "--data", CORPUS,
          "--tokenizer", "bytes", "--steps", 1, "--weights", tmp_path / "w.safetensors",
          "--metrics", tmp_path / "m.jsonl", "--dump-batches", tmp_path / "b.jsonl", "--quiet"])
     got = json.loads((tmp_path / "m.jsonl").read_text())["expert_tokens"]

@@ -20,8 +20,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT
-from train_harness import CORPUS, run, tool
+from conftest import ROOT, require_tool
+from train_harness import CORPUS, run
 
 STEPS = 10
 TOLERANCE = 1e-5
@@ -41,14 +41,14 @@ WORST = {}  # (config, layout, comm) -> worst relative loss difference
 
 
 def _plan(tmp, name, options, edit=None):
-    run([tool("mapp-opt"), tmp / "m.mlir", f"--mapp-train-pipeline={options} {OPT}",
+    run([require_tool("mapp-opt"), tmp / "m.mlir", f"--mapp-train-pipeline={options} {OPT}",
          "-o", tmp / f"{name}.mlir"])
     if edit:
         text = (tmp / f"{name}.mlir").read_text()
         broken = edit(text)
         assert broken != text, "the edit did not apply"
         (tmp / f"{name}.mlir").write_text(broken)
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
          "-o", tmp / f"{name}.mplan"])
     return tmp / f"{name}.mplan"
 
@@ -60,9 +60,9 @@ def _train(tmp, plan, name, comm="local", ranks=1):
             "--threads", 1]
     if comm == "mpi":
         run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", ranks,
-             tool("mapp-run"), *args, "--comm=mpi"])
+             require_tool("mapp-run"), *args, "--comm=mpi"])
     else:
-        run([tool("mapp-run"), *args, "--comm=local"])
+        run([require_tool("mapp-run"), *args, "--comm=local"])
     return [json.loads(l) for l in metrics.read_text().splitlines()]
 
 

@@ -10,8 +10,8 @@ import shutil
 import pytest
 import sys
 
-from conftest import ROOT
-from train_harness import CORPUS, run, tool
+from conftest import ROOT, require_tool
+from train_harness import CORPUS, run
 
 STEPS = 10
 TOLERANCE = 1e-5
@@ -31,9 +31,9 @@ LAYOUTS = {  # name: (pipeline options, ranks)
 
 
 def _plan(tmp, name, options):
-    run([tool("mapp-opt"), tmp / "m.mlir", f"--mapp-train-pipeline={options} {OPT}",
+    run([require_tool("mapp-opt"), tmp / "m.mlir", f"--mapp-train-pipeline={options} {OPT}",
          "-o", tmp / f"{name}.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
          "-o", tmp / f"{name}.mplan"])
     return tmp / f"{name}.mplan"
 
@@ -45,9 +45,9 @@ def _train(tmp, plan, name, comm="local", ranks=1):
             "--threads", 1]
     if comm == "mpi":
         run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", ranks,
-             tool("mapp-run"), *args, "--comm=mpi"])
+             require_tool("mapp-run"), *args, "--comm=mpi"])
     else:
-        run([tool("mapp-run"), *args, "--comm=local"])
+        run([require_tool("mapp-run"), *args, "--comm=local"])
     return [json.loads(l) for l in metrics.read_text().splitlines()]
 
 

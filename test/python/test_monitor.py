@@ -22,28 +22,20 @@ busy loops beside it. A 6x fault clears that bar. No timing ratio is
 asserted here (bench/scan/monitor_overhead.py measures the cost).
 """
 import json
-import os
 import pathlib
 import shutil
 import subprocess
 
 import pytest
 
+from conftest import find_tool
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CORPUS = REPO / "data" / "gpt" / "news-1k.jsonl"
 
 
-def tool(env, name):
-    if os.environ.get(env):
-        return os.environ[env]
-    for d in (os.environ.get("MAPP_BIN"), REPO / "build" / "bin"):
-        if d and (pathlib.Path(d) / name).exists():
-            return str(pathlib.Path(d) / name)
-    return None
-
-
-MAPP_RUN = tool("MAPP_RUN", "mapp-run")
-MAKE_PLAN = tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
+MAPP_RUN = find_tool("mapp-run")
+MAKE_PLAN = find_tool("mapp-make-test-plan")
 pytestmark = pytest.mark.skipif(not (MAPP_RUN and MAKE_PLAN),
                                 reason="mapp-run / mapp-make-test-plan not built")
 
@@ -182,7 +174,7 @@ def test_bad_monitor_flags(plan, tmp_path):
     assert r.returncode != 0 and "rank 99" in r.stderr, r.stderr
 
 
-MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
+MAPP_SCAN = find_tool("mapp-scan")
 
 
 @pytest.mark.skipif(not MAPP_SCAN, reason="mapp-scan not built")

@@ -35,20 +35,13 @@ import time
 
 import pytest
 
+from conftest import find_tool
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def tool(env, name):
-    if os.environ.get(env):
-        return os.environ[env]
-    for d in (os.environ.get("MAPP_BIN"), REPO / "build" / "bin"):
-        if d and (pathlib.Path(d) / name).exists():
-            return str(pathlib.Path(d) / name)
-    return None
-
-
-MAPP_RUN = tool("MAPP_RUN", "mapp-run")
-MAKE_PLAN = tool("MAPP_MAKE_TEST_PLAN", "mapp-make-test-plan")
+MAPP_RUN = find_tool("mapp-run")
+MAKE_PLAN = find_tool("mapp-make-test-plan")
 MPIRUN = shutil.which("mpirun")
 CORPUS = REPO / "data" / "gpt" / "news-1k.jsonl"
 TIMEOUT = 3

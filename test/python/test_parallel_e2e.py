@@ -23,7 +23,7 @@ import subprocess
 import pytest
 import sys
 
-from conftest import ROOT, find_tool, read_st
+from conftest import ROOT, read_st, require_tool
 
 STEPS = 20
 TOLERANCE = 1e-5
@@ -35,13 +35,6 @@ CFG = {"variant": "gpt", "num_layers": 4, "hidden_size": 32,
        "num_attention_heads": 4, "seq_length": 16, "vocab_size": 256,
        "micro_batch_size": MBS, "tie_embeddings": True}
 OPT = "optimizer=adamw lr=0.003 beta1=0.9 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
-
-
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
 
 
 def run(cmd, **kw):
@@ -65,8 +58,8 @@ def export(tmp, cfg, rows, weights=None):
 
 
 def to_plan(tmp, mlir, passes, name):
-    run([tool("mapp-opt"), mlir, *passes, "-o", tmp / f"{name}.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
+    run([require_tool("mapp-opt"), mlir, *passes, "-o", tmp / f"{name}.mlir"])
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
          "-o", tmp / f"{name}.mplan"])
     return tmp / f"{name}.mplan"
 
@@ -78,12 +71,11 @@ def train(plan, out, world, comm, weights):
             "--dump-batches", dump, "--save", save, "--quiet"]
     if comm == "mpi":
         run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", world,
-             tool("mapp-run"), *args, "--comm=mpi", "--threads", 1])
+             require_tool("mapp-run"), *args, "--comm=mpi", "--threads", 1])
     else:
-        run([tool("mapp-run"), *args, "--comm=local", "--threads", 1])
+        run([require_tool("mapp-run"), *args, "--comm=local", "--threads", 1])
     return ([json.loads(l) for l in metrics.read_text().splitlines()],
             [json.loads(l) for l in dump.read_text().splitlines()], read_st(save))
-
 
 
 def prepare(d, cfg, opt):
@@ -191,9 +183,9 @@ def test_resume_into_uneven_stages(setup, tmp_path):
     common = ["--data", CORPUS, "--tokenizer", "bytes", "--seed", 11,
               "--quiet", "--comm=local", "--threads", 1]
     ck, m1, m2 = tmp_path / "ck", tmp_path / "m1.jsonl", tmp_path / "m2.jsonl"
-    run([tool("mapp-run"), even, *common, "--steps", 10, "--weights", weights,
+    run([require_tool("mapp-run"), even, *common, "--steps", 10, "--weights", weights,
          "--save-dir", ck, "--metrics", m1])
-    run([tool("mapp-run"), uneven, *common, "--steps", STEPS, "--resume", ck,
+    run([require_tool("mapp-run"), uneven, *common, "--steps", STEPS, "--resume", ck,
          "--metrics", m2])
     got = [json.loads(l) for l in m1.read_text().splitlines()] + \
         [json.loads(l) for l in m2.read_text().splitlines()]
@@ -205,7 +197,7 @@ def test_resume_into_uneven_stages(setup, tmp_path):
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
 @pytest.mark.parametrize("tp,pp,dp,chunks,extra", MPI_CONFIGS, ids=ids(MPI_CONFIGS))
 def test_mpi_matches_single_rank(setup, tmp_path, tp, pp, dp, chunks, extra):
-    r = run([tool("mapp-run"), "--help"])
+    r = run([require_tool("mapp-run"), "--help"])
     if "built with communicators: local, mpi" not in r.stdout:
         pytest.skip("mapp-run built without MPI")
     d, model, weights, ref, opt = setup

@@ -15,20 +15,13 @@ import subprocess
 import pytest
 import sys
 
-from conftest import ROOT, find_tool, read_st
+from conftest import ROOT, read_st, require_tool
 
 CORPUS = pathlib.Path(ROOT) / "data" / "gpt" / "news-1k.jsonl"
 CFG = {"variant": "gpt", "num_layers": 4, "hidden_size": 32,
        "num_attention_heads": 4, "seq_length": 16, "vocab_size": 256,
        "micro_batch_size": 2, "tie_embeddings": True}
 STEPS = 6
-
-
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
 
 
 def run(cmd):
@@ -51,9 +44,9 @@ def model(tmp_path_factory):
 
 def compile_plan(model, name, passes):
     mlir = model / f"{name}.mlir"
-    run([tool("mapp-opt"), model / "model.mlir", *passes, "-mapp-plan-memory",
+    run([require_tool("mapp-opt"), model / "model.mlir", *passes, "-mapp-plan-memory",
          "-o", mlir])
-    run([tool("mapp-translate"), "--mapp-to-plan", mlir, "-o", model / f"{name}.mplan"])
+    run([require_tool("mapp-translate"), "--mapp-to-plan", mlir, "-o", model / f"{name}.mplan"])
     text = mlir.read_text()
     memory = {}
     for entry in re.findall(r"\{arena_bytes = [^}]*\}", text):
@@ -66,7 +59,7 @@ def compile_plan(model, name, passes):
 
 def train(model, plan, tag, world=1):
     m, w = model / f"{tag}.jsonl", model / f"{tag}.safetensors"
-    r = run([tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
+    r = run([require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
              "--steps", STEPS, "--seed", 11, "--weights", model / "init.safetensors",
              "--metrics", m, "--save", w, "--quiet", "--threads", 1,
              "--comm=local", "--report-memory"])

@@ -21,7 +21,8 @@ from array import array
 
 import pytest
 
-from train_harness import CORPUS, run, tool
+from conftest import require_tool
+from train_harness import CORPUS, run
 
 CONFIG = {"variant": "gpt", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "seq_length": 32, "vocab_size": 256, "micro_batch_size": 4,
@@ -62,16 +63,16 @@ def _route_everything_to_experts_0_and_1(src, dst):
 def plan(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("routing")
     (tmp / "cfg.json").write_text(json.dumps(CONFIG))
-    run([tool("mapp-translate"), "--import-gpt-config", tmp / "cfg.json",
+    run([require_tool("mapp-translate"), "--import-gpt-config", tmp / "cfg.json",
          "-o", tmp / "m.mlir"])
-    run([tool("mapp-opt"), tmp / "m.mlir",
+    run([require_tool("mapp-opt"), tmp / "m.mlir",
          "--mapp-train-pipeline=tp=1 pp=1 dp=2 ep=2 microbatches=2 "
          "optimizer=adamw lr=1e-3", "--mapp-insert-trace=granularity=op",
          "-o", tmp / "ep2.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / "ep2.mlir",
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / "ep2.mlir",
          "-o", tmp / "ep2.mplan"])
     # The initial weights (full tensors, by name) to edit.
-    run([tool("mapp-run"), tmp / "ep2.mplan", "--data", CORPUS, "--tokenizer", "bytes",
+    run([require_tool("mapp-run"), tmp / "ep2.mplan", "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", 1, "--quiet", "--threads", 1, "--comm=local",
          "--save", tmp / "w0.safetensors"])
     _route_everything_to_experts_0_and_1(tmp / "w0.safetensors",
@@ -82,11 +83,11 @@ def plan(tmp_path_factory):
 def _train_and_scan(tmp, weights, name, steps):
     out = tmp / name
     out.mkdir()
-    run([tool("mapp-run"), tmp / "ep2.mplan", "--data", CORPUS, "--tokenizer", "bytes",
+    run([require_tool("mapp-run"), tmp / "ep2.mplan", "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", steps, "--quiet", "--threads", 1, "--comm=local",
          "--weights", tmp / weights, "--trace-dir", out / "trace",
          "--monitor", out / "alerts.jsonl", "--metrics", out / "metrics.jsonl"])
-    run([tool("mapp-scan"), out / "trace", "--report", out / "report.json", "-q"])
+    run([require_tool("mapp-scan"), out / "trace", "--report", out / "report.json", "-q"])
     report = json.loads((out / "report.json").read_text())
     metrics = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     alerts = [json.loads(l) for l in (out / "alerts.jsonl").read_text().splitlines()

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from conftest import ROOT
-from scope_ref import CORPUS, compile_plan, export, tool
+from conftest import require_tool
+from scope_ref import CORPUS, compile_plan, export
 
 BROWSER_DIR = os.path.join(ROOT, "test", "Tools", "mapp-scope", "browser")
 SPEC = {
@@ -48,7 +49,7 @@ def test_page_renders_and_controls_the_job(tmp_path):
     plan = compile_plan(tmp_path, SPEC)
     db = tmp_path / "scope.sqlite"
     job = subprocess.Popen(
-        [tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
+        [require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", "1000000", "--weights", tmp_path / "init.safetensors",
          "--probe-db", db, "--probe-control", "0", "--probe-run", "live", "--quiet"])
     server = None
@@ -60,7 +61,7 @@ def test_page_renders_and_controls_the_job(tmp_path):
             except sqlite3.OperationalError:
                 return False
         wait_for(steps, "the job's first steps")
-        server = subprocess.Popen([tool("mapp-scope"), "serve", "--db", db, "--port", "0"],
+        server = subprocess.Popen([require_tool("mapp-scope"), "serve", "--db", db, "--port", "0"],
                                   stdout=subprocess.PIPE, text=True)
         line = server.stdout.readline()
         assert line.startswith("mapp-scope: serving http://127.0.0.1:"), line

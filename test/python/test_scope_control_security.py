@@ -21,7 +21,8 @@ import time
 
 import pytest
 
-from scope_ref import CORPUS, compile_plan, export, tool
+from conftest import require_tool
+from scope_ref import CORPUS, compile_plan, export
 
 SPEC = {"perturbations": [
     {"name": "layers.0.mlp.fc1", "kind": "gaussian", "magnitude": 0.1, "enabled": False},
@@ -39,7 +40,7 @@ def start(tmp, plan, steps, weights):
     """A job with a control port; returns it once its token file exists."""
     token_file = tmp / "ctl.token"
     job = subprocess.Popen(
-        [tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
+        [require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", str(steps), "--weights", weights,
          "--probe-control", "0", "--probe-control-token-file", token_file,
          "--quiet"],
@@ -76,7 +77,7 @@ def test_token_file_is_private_and_required(plan, tmp_path):
     # start() waits for the file to exist: the planted link already does, so
     # wait for the job to have replaced it with a regular file instead.
     job = subprocess.Popen(
-        [tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
+        [require_tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", "100000", "--weights", tmp / "init.safetensors",
          "--probe-control", "0", "--probe-control-token-file", token_file, "--quiet"],
         stderr=subprocess.PIPE, text=True)
@@ -256,14 +257,14 @@ def test_magnitude_bounds(plan, tmp_path):
     # The same bounds hold for a plan's own magnitude, at load.
     bad = compile_plan(tmp, {"perturbations": [{"name": "layers.0.mlp.fc1", "kind": "offset",
                                            "magnitude": 1e38}]}, name="huge")
-    r = subprocess.run([tool("mapp-run"), bad, "--data", CORPUS, "--tokenizer", "bytes",
+    r = subprocess.run([require_tool("mapp-run"), bad, "--data", CORPUS, "--tokenizer", "bytes",
                         "--steps", "1"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "out of bounds" in r.stderr, r.stderr
 
 
 def test_port_flag_is_range_checked(plan):
     tmp, mplan = plan
-    r = subprocess.run([tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
+    r = subprocess.run([require_tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
                         "--steps", "1", "--probe-control", "99999999999",
                         "--probe-control-token-file", tmp / "t"],
                        capture_output=True, text=True, timeout=60)
@@ -279,7 +280,7 @@ def test_foreign_probe_db_is_left_untouched(plan, tmp_path):
     con.commit()
     con.close()
     before = hashlib.sha256(foreign.read_bytes()).hexdigest()
-    r = subprocess.run([tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
+    r = subprocess.run([require_tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
                         "--steps", "1", "--probe-db", foreign, "--probe-control", "0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr
@@ -297,7 +298,7 @@ def test_mapp_scope_reaches_the_job_with_its_token(plan, tmp_path):
     tmp, mplan = plan
     db = tmp_path / "p.sqlite"
     job = subprocess.Popen(
-        [tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
+        [require_tool("mapp-run"), mplan, "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", "100000", "--weights", tmp / "init.safetensors",
          "--probe-db", db, "--probe-control", "0", "--quiet"],
         stderr=subprocess.PIPE, text=True)
@@ -313,7 +314,7 @@ def test_mapp_scope_reaches_the_job_with_its_token(plan, tmp_path):
                 return False  # the job is still creating the tables
         while time.time() < deadline and not (token_file.exists() and have_run()):
             time.sleep(0.05)
-        server = subprocess.Popen([tool("mapp-scope"), "serve", "--db", db, "--port", "0"],
+        server = subprocess.Popen([require_tool("mapp-scope"), "serve", "--db", db, "--port", "0"],
                                   stdout=subprocess.PIPE, text=True)
         url = server.stdout.readline().split()[-1]
         port, token = int(url.split(":")[2].split("/")[0]), url.split("?token=")[1]

@@ -14,7 +14,8 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from scope_ref import CORPUS, tool
+from conftest import require_tool
+from scope_ref import CORPUS
 
 BROWSER_DIR = os.path.join(ROOT, "test", "Tools", "mapp-scope", "browser")
 STEPS = 4
@@ -24,15 +25,15 @@ def train_moe(tmp_path, pipeline=None):
     """Tiny MoE GPT (examples/gpt-moe-tiny.json), STEPS steps with metrics
     and a probe store; returns (metrics rows, store path)."""
     mlir, train, plan = (tmp_path / n for n in ("m.mlir", "t.mlir", "p.mplan"))
-    subprocess.run([tool("mapp-translate"), "--import-gpt-config",
+    subprocess.run([require_tool("mapp-translate"), "--import-gpt-config",
                     os.path.join(ROOT, "examples", "gpt-moe-tiny.json"), "-o", mlir], check=True)
     passes = ([f"--mapp-train-pipeline={pipeline} lr=1e-3"] if pipeline else
               ["-mapp-autodiff", "-mapp-optimizer=lr=1e-3"])
-    subprocess.run([tool("mapp-opt"), mlir, *passes, "-o", train], check=True,
+    subprocess.run([require_tool("mapp-opt"), mlir, *passes, "-o", train], check=True,
                    capture_output=True)
-    subprocess.run([tool("mapp-translate"), "--mapp-to-plan", train, "-o", plan], check=True)
+    subprocess.run([require_tool("mapp-translate"), "--mapp-to-plan", train, "-o", plan], check=True)
     db, metrics = tmp_path / "scope.sqlite", tmp_path / "m.jsonl"
-    subprocess.run([tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
+    subprocess.run([require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
                     "--steps", str(STEPS), "--quiet", "--metrics", metrics,
                     "--probe-db", db], check=True)
     return [json.loads(l) for l in metrics.read_text().splitlines()], db
@@ -91,7 +92,7 @@ def test_page_draws_expert_load(tmp_path):
         pytest.skip("playwright-core not installed (scripts/setup.sh installs it)")
     metrics, db = train_moe(tmp_path)
     want, imbalance = check_against_metrics(metrics, db)
-    server = subprocess.Popen([tool("mapp-scope"), "serve", "--db", db, "--port", "0"],
+    server = subprocess.Popen([require_tool("mapp-scope"), "serve", "--db", db, "--port", "0"],
                               stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().split()[-1]

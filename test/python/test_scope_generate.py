@@ -11,8 +11,8 @@ import torch
 
 from mapp import safetensors
 from mapp.reference import GPT
-from scope_ref import (TINY, compile_plan, export, reference_logits, run, tool,
-                       train)
+from conftest import require_tool
+from scope_ref import TINY, compile_plan, export, reference_logits, run, train
 
 SPEC = {"probes": [{"name": "layers.*.attn.probs", "reduce": ["attn"]},
                    {"name": "layers.*", "reduce": ["sketch"], "dim": 4}]}
@@ -27,7 +27,7 @@ def test_generated_logits_match_reference(tmp_path):
     # 10 bytes: longer than seq_length 8, so the full forward slides its
     # window (a KV cache would need 15 positions).
     prompt = "The market"
-    r = run([tool("mapp-run"), plan, "--generate", "--no-kv-cache",
+    r = run([require_tool("mapp-run"), plan, "--generate", "--no-kv-cache",
              "--prompt", prompt, "--max-new-tokens", 6, "--greedy", "--weights",
              tmp_path / "trained.safetensors", "--tokenizer", "bytes",
              "--probe-db", db, "--generate-out", out])
@@ -78,7 +78,7 @@ def test_sampling_is_seeded_and_respects_top_k(tmp_path):
     outs = []
     for i in range(2):
         out = tmp_path / f"s{i}.jsonl"
-        run([tool("mapp-run"), plan, "--generate", "--prompt", "ab", "--max-new-tokens", 7,
+        run([require_tool("mapp-run"), plan, "--generate", "--prompt", "ab", "--max-new-tokens", 7,
              "--temperature", "0.8", "--top-k", "3", "--seed", "5", "--weights",
              tmp_path / "init.safetensors", "--generate-out", out, "--quiet"])
         outs.append([json.loads(l) for l in out.read_text().splitlines()])
@@ -91,5 +91,5 @@ def test_generation_needs_weights(tmp_path):
     import subprocess
     export(tmp_path)
     plan = compile_plan(tmp_path, None)
-    r = subprocess.run([tool("mapp-run"), plan, "--generate"], capture_output=True, text=True)
+    r = subprocess.run([require_tool("mapp-run"), plan, "--generate"], capture_output=True, text=True)
     assert r.returncode == 1 and "--generate needs --weights" in r.stderr

@@ -12,7 +12,8 @@ import torch
 
 from mapp import safetensors
 from mapp.reference import GPT
-from scope_ref import TINY, compile_plan, export, run, tool
+from conftest import require_tool
+from scope_ref import TINY, compile_plan, export, run
 
 K = 5
 PROMPT = "The m"
@@ -44,7 +45,7 @@ def test_lens_matches_pytorch(model_dir, cache):
     plan = compile_plan(tmp_path, name=f"lens{int(cache)}", spec={"probes": [
         {"name": "layers.*", "reduce": ["lens"], "k": K}]})
     db = tmp_path / f"lens{int(cache)}.sqlite"
-    run([tool("mapp-run"), plan, "--generate", "--prompt", PROMPT,
+    run([require_tool("mapp-run"), plan, "--generate", "--prompt", PROMPT,
          "--max-new-tokens", 1, "--greedy", "--weights",
          tmp_path / "init.safetensors", "--tokenizer", "bytes",
          "--probe-db", db, "--quiet"] + ([] if cache else ["--no-kv-cache"]))
@@ -76,7 +77,7 @@ def test_lens_selected_positions(model_dir):
     plan = compile_plan(tmp_path, name="lenssel", spec={"probes": [
         {"name": "layers.1", "reduce": ["lens"], "k": 3, "tokens": [1, -1]}]})
     db = tmp_path / "lenssel.sqlite"
-    run([tool("mapp-run"), plan, "--generate", "--no-kv-cache", "--prompt",
+    run([require_tool("mapp-run"), plan, "--generate", "--no-kv-cache", "--prompt",
          "abcdefgh", "--max-new-tokens", 1, "--weights",
          tmp_path / "init.safetensors", "--probe-db", db, "--quiet"])
     model = GPT(TINY)
@@ -91,14 +92,14 @@ def test_lens_selected_positions(model_dir):
     assert np.abs(p - ref.values[[1, 7], :3].numpy()).max() <= 1e-5
     # mapp-scope serves it per layer with the selected positions.
     run_id = sqlite3.connect(db).execute("SELECT id FROM runs").fetchone()[0]
-    got = json.loads(run([tool("mapp-scope"), "get", "--db", db,
+    got = json.loads(run([require_tool("mapp-scope"), "get", "--db", db,
                           f"/api/lens?run={run_id}&step=0&phase=generate"]).stdout)
     assert [g["point"] for g in got] == ["layers.1"]
     rows = got[0]["rows"]
     assert [r["position"] for r in rows] == [1, 7]
     assert [[t["id"] for t in r["top"]] for r in rows] == ids.tolist()
     assert np.abs(np.array([[t["p"] for t in r["top"]] for r in rows]) - p).max() < 1e-7
-    bad = subprocess.run([tool("mapp-scope"), "get", "--db", db,
+    bad = subprocess.run([require_tool("mapp-scope"), "get", "--db", db,
                           f"/api/lens?run={run_id}&step=x"], capture_output=True, text=True)
     assert "must be an integer" in bad.stdout + bad.stderr
 
@@ -110,7 +111,7 @@ def test_lens_selected_positions(model_dir):
 ])
 def test_lens_bad_spec(model_dir, tmp_path, entry, message):
     (tmp_path / "spec.json").write_text(json.dumps({"probes": [entry]}))
-    r = subprocess.run([tool("mapp-opt"), model_dir / "model.mlir", "-mapp-autodiff",
+    r = subprocess.run([require_tool("mapp-opt"), model_dir / "model.mlir", "-mapp-autodiff",
                         f"-mapp-insert-probes=spec={tmp_path / 'spec.json'}",
                         "-o", tmp_path / "x.mlir"], capture_output=True, text=True)
     assert r.returncode != 0 and message in r.stderr, r.stderr

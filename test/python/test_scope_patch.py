@@ -11,7 +11,8 @@ import torch
 
 from mapp import safetensors
 from mapp.reference import GPT
-from scope_ref import TINY, compile_plan, export, run, tool
+from conftest import require_tool
+from scope_ref import TINY, compile_plan, export, run
 
 A, B, TARGET = "The cat", "A dog r", "a"
 
@@ -69,7 +70,7 @@ def model_logits(model, tokens):
                                             ("mlp", 0, 6), ("mlp.fc1", 1, 6), ("attn", 0, 0)])
 def test_patch_matches_forward_hooks(setup, site, layer, pos):
     d, plan, model = setup
-    r = run([tool("mapp-run"), plan, "--weights", d / "init.safetensors",
+    r = run([require_tool("mapp-run"), plan, "--weights", d / "init.safetensors",
              "--patch", f"into={d / 'A.txt'},from={d / 'B.txt'},site={site},"
              f"layer={layer},pos={pos},target={TARGET}"])
     got = json.loads(r.stdout)
@@ -96,7 +97,7 @@ def test_patch_matches_forward_hooks(setup, site, layer, pos):
 def test_patch_bad_spec(setup, spec, message):
     d, plan, _ = setup
     spec = spec.format(A=d / "A.txt", B=d / "B.txt")
-    r = subprocess.run([tool("mapp-run"), plan, "--weights", str(d / "init.safetensors"),
+    r = subprocess.run([require_tool("mapp-run"), plan, "--weights", str(d / "init.safetensors"),
                         "--patch", spec], capture_output=True, text=True)
     assert r.returncode != 0 and message in r.stderr, r.stderr
 
@@ -104,8 +105,8 @@ def test_patch_bad_spec(setup, spec, message):
 def test_patch_needs_weights_and_one_mode(setup):
     d, plan, _ = setup
     spec = f"into={d / 'A.txt'},from={d / 'B.txt'},site=resid,layer=0,pos=0,target=a"
-    r = subprocess.run([tool("mapp-run"), plan, "--patch", spec], capture_output=True, text=True)
+    r = subprocess.run([require_tool("mapp-run"), plan, "--patch", spec], capture_output=True, text=True)
     assert r.returncode != 0 and "--patch needs --weights" in r.stderr
-    r = subprocess.run([tool("mapp-run"), plan, "--patch", spec, "--generate"],
+    r = subprocess.run([require_tool("mapp-run"), plan, "--patch", spec, "--generate"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "different modes" in r.stderr

@@ -15,7 +15,8 @@ import torch
 
 from mapp import safetensors
 from mapp.reference import GPT
-from scope_ref import CORPUS, TINY, compile_plan, export, tool, train
+from conftest import require_tool
+from scope_ref import CORPUS, TINY, compile_plan, export, train
 
 OFFSET = 0.25
 
@@ -80,7 +81,7 @@ def test_control_port_reaches_the_running_job(tmp_path):
     off = compile_plan(tmp_path, spec(False), name="off")
     db = tmp_path / "p.sqlite"
     job = subprocess.Popen(
-        [tool("mapp-run"), off, "--data", CORPUS, "--tokenizer", "bytes",
+        [require_tool("mapp-run"), off, "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", "100000", "--weights", tmp_path / "init.safetensors",
          "--probe-db", db, "--probe-control", "0", "--quiet"])
     try:

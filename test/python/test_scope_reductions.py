@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from scope_ref import normal, sketch_matrix, step_key, tool, uniform
+from conftest import require_tool
+from scope_ref import normal, sketch_matrix, step_key, uniform
 
 
 def check(req):
-    r = subprocess.run([tool("mapp-probe-check")], input=json.dumps(req),
+    r = subprocess.run([require_tool("mapp-probe-check")], input=json.dumps(req),
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -160,7 +161,7 @@ def test_int8_and_fp8_round_trips():
 
 
 def test_bad_attributes_are_rejected():
-    r = subprocess.run([tool("mapp-probe-check")], input=json.dumps(
+    r = subprocess.run([require_tool("mapp-probe-check")], input=json.dumps(
         {"op": "reduce", "attrs": {"probe_id": 0, "reduce": "median"}, "shape": [2],
          "x": [1, 2]}), capture_output=True, text=True)
     assert r.returncode == 1 and "unknown reduction 'median'" in r.stderr

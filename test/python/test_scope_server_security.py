@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from scope_ref import CORPUS, compile_plan, export, tool
+from conftest import require_tool
+from scope_ref import CORPUS, compile_plan, export
 
 SPEC = {
     "probes": [{"name": "layers.0.mlp.fc1", "reduce": ["mean"]}],
@@ -37,7 +38,7 @@ def store(tmp_path_factory):
     export(tmp)
     plan = compile_plan(tmp, SPEC)
     db = tmp / "p.sqlite"
-    subprocess.run([tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
+    subprocess.run([require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes",
                     "--steps", "2", "--weights", tmp / "init.safetensors",
                     "--probe-db", db, "--quiet"], check=True)
     web = tmp / "web"
@@ -53,7 +54,7 @@ def store(tmp_path_factory):
 
 class Server:
     def __init__(self, db, *flags):
-        self.proc = subprocess.Popen([tool("mapp-scope"), "serve", "--db", db,
+        self.proc = subprocess.Popen([require_tool("mapp-scope"), "serve", "--db", db,
                                       "--port", "0", *map(str, flags)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
@@ -367,7 +368,7 @@ def test_rate_limit_per_client(store):
 @pytest.mark.parametrize("port", ["99999999999", "65536", "-1", "80x", ""])
 def test_port_out_of_range_is_a_clear_error(store, port):
     _, db, _ = store
-    r = subprocess.run([tool("mapp-scope"), "serve", "--db", db, "--port", port],
+    r = subprocess.run([require_tool("mapp-scope"), "serve", "--db", db, "--port", port],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r.stderr
     assert "--port" in r.stderr and "not a port (0..65535)" in r.stderr
@@ -401,7 +402,7 @@ def test_corrupt_or_foreign_store_is_refused_at_start(store, tmp_path):
     for f, why in [(garbage, "file is not a database"), (foreign, "no table"),
                    (truncated, "corrupt"), (future, "schema version 99")]:
         before = sha(f)
-        r = subprocess.run([tool("mapp-scope"), "serve", "--db", f, "--port", "0"],
+        r = subprocess.run([require_tool("mapp-scope"), "serve", "--db", f, "--port", "0"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 1, (f, r.stdout, r.stderr)
         assert "is not a mapp probe database" in r.stderr and why in r.stderr, r.stderr
@@ -439,7 +440,7 @@ def test_the_store_does_not_choose_files(store, tmp_path):
     # unique temporary file: a link planted at the old fixed name is inert.
     ctl = tmp_path / "control.json"
     os.symlink(victim, str(ctl) + ".tmp")
-    r = subprocess.run([tool("mapp-scope"), "post", "--db", db, "--control-file", ctl,
+    r = subprocess.run([require_tool("mapp-scope"), "post", "--db", db, "--control-file", ctl,
                         "/api/control", '{"run":1,"switch":0,"enabled":true,"magnitude":0.5}'],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr

@@ -150,15 +150,15 @@ def test_probes_without_a_store_change_nothing(tmp_path):
 
 def test_corrupt_database_is_a_clear_error(tmp_path):
     import subprocess
-    from scope_ref import tool
+    from conftest import require_tool
     export(tmp_path)
     plan = compile_plan(tmp_path, SPEC)
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"this is not a database" * 100)
-    r = subprocess.run([tool("mapp-run"), plan, "--data", "x", "--tokenizer", "bytes",
+    r = subprocess.run([require_tool("mapp-run"), plan, "--data", "x", "--tokenizer", "bytes",
                         "--steps", "1", "--probe-db", bad], capture_output=True, text=True)
     assert r.returncode == 1
     assert "probe db" in r.stderr and "not a mapp probe database" in r.stderr
-    r = subprocess.run([tool("mapp-scope"), "get", "--db", bad, "/api/runs"],
+    r = subprocess.run([require_tool("mapp-scope"), "get", "--db", bad, "/api/runs"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "not a mapp probe database" in r.stderr

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from scope_ref import CORPUS, compile_plan, export, run, tool
+from conftest import require_tool
+from scope_ref import CORPUS, compile_plan, export, run
 
 BROWSER_DIR = os.path.join(ROOT, "test", "Tools", "mapp-scope", "browser")
 TRAIN_SPEC = {
@@ -65,22 +66,22 @@ def store(tmp_path_factory):
     db = d / "scope.sqlite"
     w = d / "init.safetensors"
     plan = compile_plan(d, TRAIN_SPEC, name="train")
-    run([tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", 4,
+    run([require_tool("mapp-run"), plan, "--data", CORPUS, "--tokenizer", "bytes", "--steps", 4,
          "--weights", w, "--probe-db", db, "--probe-run", "train", "--quiet"])
     gen = compile_plan(d, GEN_SPEC, name="gen")
-    run([tool("mapp-run"), gen, "--generate", "--prompt", PROMPT, "--max-new-tokens", 3,
+    run([require_tool("mapp-run"), gen, "--generate", "--prompt", PROMPT, "--max-new-tokens", 3,
          "--greedy", "--weights", w, "--tokenizer", "bytes", "--probe-db", db,
          "--probe-run", "generate", "--quiet"])
     (d / "pp.json").write_text(json.dumps(PP_SPEC))
-    run([tool("mapp-opt"), d / "model.mlir", f"-mapp-insert-probes=spec={d / 'pp.json'}",
+    run([require_tool("mapp-opt"), d / "model.mlir", f"-mapp-insert-probes=spec={d / 'pp.json'}",
          "--mapp-train-pipeline=tp=2 pp=2 dp=1 microbatches=2 schedule=1f1b lr=1e-3",
          "-o", d / "pp.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", d / "pp.mlir", "-o", d / "pp.mplan"])
-    run([tool("mapp-run"), d / "pp.mplan", "--data", CORPUS, "--tokenizer", "bytes",
+    run([require_tool("mapp-translate"), "--mapp-to-plan", d / "pp.mlir", "-o", d / "pp.mplan"])
+    run([require_tool("mapp-run"), d / "pp.mplan", "--data", CORPUS, "--tokenizer", "bytes",
          "--steps", 3, "--weights", w, "--probe-db", db, "--probe-run", "tp2pp2",
          "--comm=local", "--threads", 1, "--quiet"])
     patch_plan = compile_plan(d, None, name="plain")
-    server = subprocess.Popen([tool("mapp-scope"), "serve", "--db", db, "--port", "0",
+    server = subprocess.Popen([require_tool("mapp-scope"), "serve", "--db", db, "--port", "0",
                                "--patch-plan", patch_plan, "--patch-weights", w],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -190,7 +191,7 @@ def test_pca_and_histogram(store):
 
 
 def run_get(store, path):
-    return run([tool("mapp-scope"), "get", "--db", store["d"] / "scope.sqlite", path]).stdout
+    return run([require_tool("mapp-scope"), "get", "--db", store["d"] / "scope.sqlite", path]).stdout
 
 
 def test_logit_lens_grid(store):
@@ -231,7 +232,7 @@ def test_patch_started_from_the_page(store):
     p, d = store["page"], store["d"]
     (d / "A.txt").write_text("The cat\n")
     (d / "B.txt").write_text("A dog r\n")
-    want = json.loads(run([tool("mapp-run"), store["plan"], "--weights", d / "init.safetensors",
+    want = json.loads(run([require_tool("mapp-run"), store["plan"], "--weights", d / "init.safetensors",
                            "--patch", f"into={d / 'A.txt'},from={d / 'B.txt'},site=attn,"
                            "layer=1,pos=6,target=a"]).stdout)
     site, layer, pos, target, clean, patched, delta = p["patchRow"]
@@ -260,14 +261,14 @@ def test_every_tp_and_pp_rank_selectable(store):
 
 def test_serve_needs_a_built_ui_and_both_patch_flags(store):
     db = store["d"] / "scope.sqlite"
-    r = subprocess.run([tool("mapp-scope"), "serve", "--db", db, "--port", "0",
+    r = subprocess.run([require_tool("mapp-scope"), "serve", "--db", db, "--port", "0",
                         "--web", store["d"] / "no-such-web"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "no web UI in" in r.stderr and "mapp-scope-web" in r.stderr
-    r = subprocess.run([tool("mapp-scope"), "serve", "--db", db, "--patch-plan", store["plan"]],
+    r = subprocess.run([require_tool("mapp-scope"), "serve", "--db", db, "--patch-plan", store["plan"]],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "--patch-plan and --patch-weights go together" in r.stderr
     # Without them the page's patch form is off, and a POST says how to turn it on.
-    r = subprocess.run([tool("mapp-scope"), "post", "--db", db, "/api/patch",
+    r = subprocess.run([require_tool("mapp-scope"), "post", "--db", db, "/api/patch",
                         json.dumps({"into": "a", "from": "b", "site": "resid", "layer": 0,
                                     "pos": 0, "target": "a"})], capture_output=True, text=True)
     assert r.returncode == 1 and "--patch-plan PLAN --patch-weights W" in r.stdout

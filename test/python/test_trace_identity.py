@@ -11,9 +11,10 @@ import subprocess
 
 import pytest
 
-from test_multirank import CORPUS, MAPP_RUN, MPIRUN, make_plan, tool
+from conftest import find_tool
+from test_multirank import CORPUS, MAPP_RUN, MPIRUN, make_plan
 
-MAPP_SCAN = tool("MAPP_SCAN", "mapp-scan")
+MAPP_SCAN = find_tool("mapp-scan")
 pytestmark = pytest.mark.skipif(MAPP_RUN is None or MAPP_SCAN is None,
                                 reason="mapp-run / mapp-scan not built")
 

@@ -11,21 +11,13 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
 import torch
 
-from conftest import ROOT, find_tool
+from conftest import ROOT, require_tool
 from mapp import safetensors
 
 LR, BETAS, EPS, WD = 1e-3, (0.9, 0.95), 1e-8, 0.1
 CORPUS = pathlib.Path(ROOT) / "data" / "gpt" / "news-1k.jsonl"
-
-
-def tool(name):
-    path = find_tool(name)
-    if not path:
-        pytest.skip(f"{name} is not built")
-    return path
 
 
 def run(cmd, **kw):
@@ -45,11 +37,11 @@ def compile_and_train(tmp, cfg, steps, module="mapp.reference:GPT", export_args=
          "--weights", tmp / "init.safetensors", "--seed", 7, *export_args], env=env)
     opt = (f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} "
            f"weight-decay={WD}")
-    run([tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff",
+    run([require_tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff",
          f"-mapp-optimizer={opt}", *opt_args, "-o", tmp / "train.mlir"])
-    run([tool("mapp-translate"), "--mapp-to-plan", tmp / "train.mlir",
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / "train.mlir",
          "-o", tmp / "model.mplan"])
-    run([tool("mapp-run"), tmp / "model.mplan", "--backend=cpu",
+    run([require_tool("mapp-run"), tmp / "model.mplan", "--backend=cpu",
          "--data", CORPUS, "--tokenizer", "bytes", "--steps", steps,
          "--seed", 11, "--weights", tmp / "init.safetensors",
          "--metrics", tmp / "metrics.jsonl", "--dump-batches", tmp / "batches.jsonl",
