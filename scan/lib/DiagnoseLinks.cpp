@@ -156,7 +156,8 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
       spreads.push_back(percentile(own, 0.75) - median(own));
     }
     double ref = median(pooled);
-    double noise = std::max(median(spreads), mapp::monitor::kLinkNoiseFloor * ref);
+    double noise =
+        std::max(median(spreads), mapp::monitor::kLinkNoiseFloor * ref);
     d.linkNoise = std::max(d.linkNoise, noise / ref);
     // A slow link is slower than the reference even in its good steps: its
     // lower-quartile step is compared, so scheduling noise would have to

@@ -61,7 +61,8 @@ bool mapp::scan::parseFault(const std::string &s, int world, Fault &f,
                 mapp::rt::faultKindName(spec.kind));
   }
   if (spec.fromStep != 0 || spec.toStep >= 0)
-    return fail("mapp-sim applies a fault to every step (no from-step/to-step)");
+    return fail(
+        "mapp-sim applies a fault to every step (no from-step/to-step)");
   return true;
 }
 

@@ -1,4 +1,4 @@
-//===- DiagnosisCore.h - what mapp-scan and the live monitor share -*- C++ -*-===//
+//===- DiagnosisCore.h - shared by mapp-scan and the monitor ----*- C++ -*-===//
 //
 // The statistics, bars and link classes of MegaScan's diagnosis, defined
 // once: mapp-scan's offline diagnosis (scan/lib/Diagnose*.cpp) and the

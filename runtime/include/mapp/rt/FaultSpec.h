@@ -1,4 +1,4 @@
-//===- FaultSpec.h - the fault-spec grammar ----------------------*- C++ -*-===//
+//===- FaultSpec.h - the fault-spec grammar ---------------------*- C++ -*-===//
 //
 // One fault spec, `KIND:key=value,...`, as mapp-run --inject (Faults.h says
 // what each fault does to a run) and mapp-sim (--inject and its config's
@@ -26,7 +26,8 @@ struct FaultSpec {
   } kind = SlowCompute;
   int rank = -1, src = -1, dst = -1;
   double factor = 1, us = 0, gbps = 0;
-  int64_t fromStep = 0, toStep = -1; ///< active in [fromStep, toStep); -1: no end
+  // active in [fromStep, toStep); toStep -1: no end
+  int64_t fromStep = 0, toStep = -1;
   bool activeAt(int64_t step) const {
     return step >= fromStep && (toStep < 0 || step < toStep);
   }
