@@ -13,23 +13,6 @@
 using namespace mapp::scan;
 
 namespace {
-void esc(std::string &out, const std::string &s) {
-  out += '"';
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\u%04x", c);
-      out += b;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
-
 struct Writer {
   const ScanResult &s;
   double t0;
@@ -52,7 +35,7 @@ struct Writer {
   }
   void event(std::string &o, int r, const Event &e) {
     o += "{\"name\":";
-    esc(o, e.name);
+    mapp::trace::appendJsonString(o, e.name);
     o += ",\"cat\":\"";
     o += categoryName(e.cat);
     o += "\",\"ph\":\"X\",\"pid\":" + std::to_string(r) +
@@ -175,7 +158,7 @@ bool mapp::scan::writeChromeTrace(const ScanResult &s, const ChromeOptions &o,
     head += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" +
             std::to_string(key.first) + ",\"tid\":" + std::to_string(id) +
             ",\"args\":{\"name\":";
-    esc(head, key.second);
+    mapp::trace::appendJsonString(head, key.second);
     head += "}},\n";
   }
   std::ofstream out(path, std::ios::binary);

@@ -19,6 +19,7 @@
 using namespace mapp::scan;
 using mapp::monitor::StepSummary;
 using mapp::monitor::SummaryEvent;
+namespace field = mapp::trace::field;
 
 namespace {
 
@@ -165,28 +166,30 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
       return true;
     }
     SummaryEvent e;
-    std::string name = j.value("name", "");
+    std::string name = j.value(field::kName, "");
     e.name = name.c_str();
-    e.step = static_cast<int>(num(j, "step", -1));
-    if (!trace::parseCategory(j.value("cat", "compute"), e.cat) ||
-        !trace::parseOp(j.value("op", ""), e.op))
+    e.step = static_cast<int>(num(j, field::kStep, -1));
+    if (!trace::parseCategory(j.value(field::kCat, "compute"), e.cat) ||
+        !trace::parseOp(j.value(field::kOp, ""), e.op))
       return fail(where + ": unknown cat or op");
-    e.group = static_cast<int>(num(j, "group", -1));
-    e.seq = num(j, "seq", -1);
-    e.peer = static_cast<int>(num(j, "peer", -1));
-    e.bytes = static_cast<uint64_t>(num(j, "bytes", 0));
-    e.beginNs = static_cast<uint64_t>(num(j, "b", 0));
-    e.endNs = static_cast<uint64_t>(num(j, "e", 0));
-    e.cpuNs = static_cast<uint64_t>(std::max<int64_t>(0, num(j, "cpu", 0)));
-    e.sentNs = static_cast<uint64_t>(std::max<int64_t>(0, num(j, "sent", 0)));
+    e.group = static_cast<int>(num(j, field::kGroup, -1));
+    e.seq = num(j, field::kSeq, -1);
+    e.peer = static_cast<int>(num(j, field::kPeer, -1));
+    e.bytes = static_cast<uint64_t>(num(j, field::kBytes, 0));
+    e.beginNs = static_cast<uint64_t>(num(j, field::kBegin, 0));
+    e.endNs = static_cast<uint64_t>(num(j, field::kEnd, 0));
+    e.cpuNs =
+        static_cast<uint64_t>(std::max<int64_t>(0, num(j, field::kCpu, 0)));
+    e.sentNs =
+        static_cast<uint64_t>(std::max<int64_t>(0, num(j, field::kSent, 0)));
     e.arrivedNs =
-        static_cast<uint64_t>(std::max<int64_t>(0, num(j, "arrived", 0)));
-    if (j.contains("pending")) {
-      e.pendingNs =
-          static_cast<uint64_t>(std::max<int64_t>(0, num(j, "pending", 0)));
+        static_cast<uint64_t>(std::max<int64_t>(0, num(j, field::kArrived, 0)));
+    if (j.contains(field::kPending)) {
+      e.pendingNs = static_cast<uint64_t>(
+          std::max<int64_t>(0, num(j, field::kPending, 0)));
       e.arrivalExact = false;
     }
-    std::string stream = j.value("stream", "");
+    std::string stream = j.value(field::kStream, "");
     e.track = monitor::trackOf(stream.c_str());
     // Events come in step order per rank: a later step closes the earlier.
     if (e.step > t.lastStep + 1) {

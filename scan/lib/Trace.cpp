@@ -15,6 +15,7 @@
 
 using namespace mapp::scan;
 using json = nlohmann::json;
+namespace field = mapp::trace::field;
 
 std::string Trace::rankLabel(int r) const {
   const Header &h = ranks[r].hdr;
@@ -124,53 +125,53 @@ void parseHeader(const json &j, Header &h) {
 }
 
 void parseEvent(const json &j, Event &e) {
-  e.id = getInt(j, "id", 0, true);
-  e.name = getStr(j, "name", true);
-  std::string cat = getStr(j, "cat", true);
+  e.id = getInt(j, field::kId, 0, true);
+  e.name = getStr(j, field::kName, true);
+  std::string cat = getStr(j, field::kCat, true);
   if (!parseCategory(cat, e.cat))
     throw LineError{"unknown category '" + cat + "'"};
-  std::string op = getStr(j, "op", false);
+  std::string op = getStr(j, field::kOp, false);
   if (!parseOp(op, e.op))
     throw LineError{"unknown op '" + op + "'"};
-  std::string phase = getStr(j, "phase", false);
+  std::string phase = getStr(j, field::kPhase, false);
   if (!mapp::trace::parsePhase(phase, e.phase))
     throw LineError{"unknown phase '" + phase + "'"};
-  e.b = getInt(j, "b", 0, true);
-  e.e = getInt(j, "e", 0, true);
+  e.b = getInt(j, field::kBegin, 0, true);
+  e.e = getInt(j, field::kEnd, 0, true);
   if (e.e < e.b)
     throw LineError{"event ends before it begins (e < b)"};
-  e.step = getI32(j, "step", -1, false);
-  e.mb = getI32(j, "mb", -1, false);
-  e.layer = getI32(j, "layer", -1, false);
-  e.chunk = getI32(j, "chunk", -1, false);
-  e.bytes = getInt(j, "bytes", 0, false);
+  e.step = getI32(j, field::kStep, -1, false);
+  e.mb = getI32(j, field::kMicrobatch, -1, false);
+  e.layer = getI32(j, field::kLayer, -1, false);
+  e.chunk = getI32(j, field::kChunk, -1, false);
+  e.bytes = getInt(j, field::kBytes, 0, false);
   // Two clocks read back to back: CPU time can pass the span by a reading's
   // cost, never more than the span means anything.
-  e.cpu = std::min<int64_t>(getInt(j, "cpu", -1, false), e.e - e.b);
-  e.peer = getI32(j, "peer", -1, false);
-  e.tag = getInt(j, "tag", -1, false);
-  e.group = getI32(j, "group", -1, false);
-  e.seq = getInt(j, "seq", -1, false);
-  e.stream = getStr(j, "stream", false);
-  e.sent = getInt(j, "sent", -1, false);
-  e.arrived = getInt(j, "arrived", -1, false);
-  e.pending = getInt(j, "pending", -1, false);
-  if ((j.contains("sent") && e.sent < 0) ||
-      (j.contains("arrived") && e.arrived < 0) ||
-      (j.contains("pending") && e.pending < 0))
+  e.cpu = std::min<int64_t>(getInt(j, field::kCpu, -1, false), e.e - e.b);
+  e.peer = getI32(j, field::kPeer, -1, false);
+  e.tag = getInt(j, field::kTag, -1, false);
+  e.group = getI32(j, field::kGroup, -1, false);
+  e.seq = getInt(j, field::kSeq, -1, false);
+  e.stream = getStr(j, field::kStream, false);
+  e.sent = getInt(j, field::kSent, -1, false);
+  e.arrived = getInt(j, field::kArrived, -1, false);
+  e.pending = getInt(j, field::kPending, -1, false);
+  if ((j.contains(field::kSent) && e.sent < 0) ||
+      (j.contains(field::kArrived) && e.arrived < 0) ||
+      (j.contains(field::kPending) && e.pending < 0))
     throw LineError{"'sent', 'arrived' and 'pending' must be non-negative"};
   if ((e.sent >= 0 || e.arrived >= 0 || e.pending >= 0) && e.op != Op::Recv)
     throw LineError{"'sent', 'arrived' and 'pending' are recv fields"};
   if (e.pending >= 0 && (e.arrived < 0 || e.pending > e.arrived))
     throw LineError{"'pending' needs an 'arrived' at or after it"};
-  for (const char *key : {"send_bytes", "recv_bytes"}) {
+  for (const char *key : {field::kSendBytes, field::kRecvBytes}) {
     if (!j.contains(key))
       continue;
     const json &v = j[key];
     if (!v.is_array())
       throw LineError{std::string("'") + key + "' must be an array"};
     std::vector<uint64_t> &out =
-        key[0] == 's' ? e.sendBytes : e.recvBytes;
+        key == field::kSendBytes ? e.sendBytes : e.recvBytes;
     for (const json &x : v) {
       if (!x.is_number_integer() || x.get<int64_t>() < 0)
         throw LineError{std::string("'") + key +

@@ -2,6 +2,8 @@
 
 #include "mapp/trace/TraceFormat.h"
 
+#include <cstdio>
+
 using namespace mapp::trace;
 
 static const char *const kCategories[] = {"compute", "comm", "memcpy", "data",
@@ -58,4 +60,21 @@ bool mapp::trace::parsePhase(const std::string &s, Phase &out) {
       return true;
     }
   return false;
+}
+
+void mapp::trace::appendJsonString(std::string &out, std::string_view s) {
+  out += '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
 }

@@ -42,22 +42,11 @@ uint64_t MappTraceWriter::threadCpuNs() {
          static_cast<uint64_t>(ts.tv_nsec);
 }
 
-static void appendEscaped(std::string &out, const char *s) {
-  out += '"';
-  for (; *s; ++s) {
-    unsigned char c = *s;
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
+/// `,"key":` of an event line.
+static void appendKey(std::string &out, const char *key) {
+  out += ",\"";
+  out += key;
+  out += "\":";
 }
 
 static void appendInt(std::string &out, const char *key, long long v) {
@@ -99,20 +88,20 @@ static std::string headerLine(const TraceHeader &h, uint64_t mono,
   appendInt(s, "pp_size", h.ppSize);
   appendInt(s, "tp_size", h.tpSize);
   s += ",\"host\":";
-  appendEscaped(s, host.c_str());
+  trace::appendJsonString(s, host);
   s += ",\"device\":";
-  appendEscaped(s, h.device.c_str());
+  trace::appendJsonString(s, h.device);
   appendInt(s, "pid", (long long)getpid());
   s += ",\"clock\":\"steady\"";
   appendInt(s, "mono_start_ns", (long long)mono);
   appendInt(s, "wall_start_ns", (long long)wall);
   if (!h.runId.empty()) {
     s += ",\"run_id\":";
-    appendEscaped(s, h.runId.c_str());
+    trace::appendJsonString(s, h.runId);
   }
   if (!h.plan.empty()) {
     s += ",\"plan\":";
-    appendEscaped(s, h.plan.c_str());
+    trace::appendJsonString(s, h.plan);
   }
   s += "}\n";
   return s;
@@ -259,7 +248,7 @@ void MappTraceWriter::writeGroups(std::string &buf) {
     buf += "{\"type\":\"group\"";
     appendInt(buf, "id", (long long)groupsWritten);
     buf += ",\"kind\":";
-    appendEscaped(buf, g.kind.c_str());
+    trace::appendJsonString(buf, g.kind);
     buf += ",\"members\":[";
     for (size_t i = 0; i < g.members.size(); ++i) {
       if (i)
@@ -277,64 +266,64 @@ size_t MappTraceWriter::drain(std::string &buf) {
     if (slot.seq.load(std::memory_order_acquire) != tail + 1)
       break;
     const TraceRecord &r = slot.rec;
-    buf += "{\"id\":";
+    namespace f = trace::field;
+    buf += "{\"";
+    buf += f::kId;
+    buf += "\":";
     buf += std::to_string(tail);
-    buf += ",\"name\":";
-    appendEscaped(buf, r.name);
-    buf += ",\"cat\":\"";
-    buf += trace::categoryName(r.cat);
-    buf += '"';
+    appendKey(buf, f::kName);
+    trace::appendJsonString(buf, r.name);
+    appendKey(buf, f::kCat);
+    trace::appendJsonString(buf, trace::categoryName(r.cat));
     if (r.op != TraceOp::None) {
-      buf += ",\"op\":\"";
-      buf += trace::opName(r.op);
-      buf += '"';
+      appendKey(buf, f::kOp);
+      trace::appendJsonString(buf, trace::opName(r.op));
     }
-    appendInt(buf, "b", (long long)r.beginNs);
-    appendInt(buf, "e", (long long)r.endNs);
+    appendInt(buf, f::kBegin, (long long)r.beginNs);
+    appendInt(buf, f::kEnd, (long long)r.endNs);
     if (r.step >= 0)
-      appendInt(buf, "step", r.step);
+      appendInt(buf, f::kStep, r.step);
     if (r.microbatch >= 0)
-      appendInt(buf, "mb", r.microbatch);
+      appendInt(buf, f::kMicrobatch, r.microbatch);
     if (r.layer >= 0)
-      appendInt(buf, "layer", r.layer);
+      appendInt(buf, f::kLayer, r.layer);
     if (r.chunk >= 0)
-      appendInt(buf, "chunk", r.chunk);
+      appendInt(buf, f::kChunk, r.chunk);
     if (r.bytes)
-      appendInt(buf, "bytes", (long long)r.bytes);
+      appendInt(buf, f::kBytes, (long long)r.bytes);
     if (r.cpuNs)
-      appendInt(buf, "cpu", (long long)r.cpuNs);
+      appendInt(buf, f::kCpu, (long long)r.cpuNs);
     if (r.peer >= 0)
-      appendInt(buf, "peer", r.peer);
+      appendInt(buf, f::kPeer, r.peer);
     if (r.tag >= 0)
-      appendInt(buf, "tag", r.tag);
+      appendInt(buf, f::kTag, r.tag);
     if (r.sentNs)
-      appendInt(buf, "sent", (long long)r.sentNs);
+      appendInt(buf, f::kSent, (long long)r.sentNs);
     if (r.arrivedNs) {
-      appendInt(buf, "arrived", (long long)r.arrivedNs);
+      appendInt(buf, f::kArrived, (long long)r.arrivedNs);
       if (!r.arrivalExact)
-        appendInt(buf, "pending", (long long)r.pendingNs);
+        appendInt(buf, f::kPending, (long long)r.pendingNs);
     }
     if (r.group >= 0)
-      appendInt(buf, "group", r.group);
+      appendInt(buf, f::kGroup, r.group);
     if (r.seq >= 0)
-      appendInt(buf, "seq", r.seq);
+      appendInt(buf, f::kSeq, r.seq);
     if (r.peerBytes >= 0) {
       std::lock_guard<std::mutex> lock(peerMutex);
       auto it = peerBytes.find(r.peerBytes);
       if (it != peerBytes.end()) {
-        appendArray(buf, "send_bytes", it->second.first);
-        appendArray(buf, "recv_bytes", it->second.second);
+        appendArray(buf, f::kSendBytes, it->second.first);
+        appendArray(buf, f::kRecvBytes, it->second.second);
         peerBytes.erase(it);
       }
     }
     if (r.stream[0]) {
-      buf += ",\"stream\":";
-      appendEscaped(buf, r.stream);
+      appendKey(buf, f::kStream);
+      trace::appendJsonString(buf, r.stream);
     }
     if (r.phase != TracePhase::None) {
-      buf += ",\"phase\":\"";
-      buf += trace::phaseName(r.phase);
-      buf += '"';
+      appendKey(buf, f::kPhase);
+      trace::appendJsonString(buf, trace::phaseName(r.phase));
     }
     buf += "}\n";
     slot.seq.store(tail + mask + 1, std::memory_order_release);

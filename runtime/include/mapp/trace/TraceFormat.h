@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace mapp::trace {
 
@@ -51,6 +52,25 @@ bool parseOp(const std::string &s, Op &out); // "" parses as None
 const char *phaseName(Phase p); // "" for None, "fwd", "bwd", "bwd_input", "bwd_weight"
 bool parsePhase(const std::string &s, Phase &out); // "" parses as None
 inline bool isCollective(Op o) { return o >= Op::AllReduce; }
+
+/// The keys of a trace event line (docs/trace-format.md): written by
+/// TraceWriter, read by mapp-scan's reader (scan/Trace.cpp) and follower
+/// (scan/Follow.cpp).
+namespace field {
+constexpr const char *kId = "id", *kName = "name", *kCat = "cat", *kOp = "op",
+                     *kPhase = "phase", *kBegin = "b", *kEnd = "e",
+                     *kStep = "step", *kMicrobatch = "mb", *kLayer = "layer",
+                     *kChunk = "chunk", *kBytes = "bytes", *kCpu = "cpu",
+                     *kPeer = "peer", *kTag = "tag", *kSent = "sent",
+                     *kArrived = "arrived", *kPending = "pending",
+                     *kGroup = "group", *kSeq = "seq",
+                     *kSendBytes = "send_bytes", *kRecvBytes = "recv_bytes",
+                     *kStream = "stream";
+} // namespace field
+
+/// Appends `s` as a JSON string: quoted, `"` and `\` escaped, control
+/// characters as \u00XX (every hand-written JSON of MegaScan uses this).
+void appendJsonString(std::string &out, std::string_view s);
 
 } // namespace mapp::trace
 
