@@ -1,5 +1,6 @@
 //===- CudaBackend.cu - device memory, streams, storage policy ------------===//
 #include "CudaBackend.h"
+#include "LtSetup.cuh"
 #include "ProbeCapture.h"
 #include "DeviceComm.h"
 
@@ -10,13 +11,6 @@
 
 using namespace mapp::rt;
 using namespace mapp::rt::cuda;
-
-#define MAPP_LT_CHECK(expr)                                                    \
-  do {                                                                         \
-    cublasStatus_t st_ = (expr);                                               \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                          \
-      fail("cuBLASLt error ", static_cast<int>(st_), " in ", #expr);           \
-  } while (0)
 
 namespace {
 

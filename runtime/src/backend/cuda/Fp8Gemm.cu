@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
 #include "Fp8.h"
+#include "LtSetup.cuh"
 #include "LtTune.h"
 
 #include <cublasLt.h>
@@ -42,13 +43,6 @@ using namespace mapp::rt;
 using namespace mapp::rt::cuda;
 
 namespace {
-
-#define MAPP_LT_CHECK8(expr)                                                   \
-  do {                                                                         \
-    cublasStatus_t st_ = (expr);                                               \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                          \
-      fail("cuBLASLt error ", static_cast<int>(st_), " in ", #expr);           \
-  } while (0)
 
 struct Fp8Key {
   const CudaBackend *owner;
@@ -95,9 +89,9 @@ void noteFallback(int64_t M, int64_t N, int64_t K, const std::string &why) {
 }
 
 void setScales(cublasLtMatmulDesc_t desc, const float *ltA, const float *ltB) {
-  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
+  MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
       desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ltA, sizeof(ltA)));
-  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
+  MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
       desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ltB, sizeof(ltB)));
 }
 
@@ -110,51 +104,29 @@ Fp8Plan &planFor(CudaBackend &be, const Fp8Key &key, const float *ltA,
   if (it != gPlans.end())
     return it->second;
   Fp8Plan p;
-  MAPP_LT_CHECK8(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                &ta, sizeof(ta)));
-  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                &tb, sizeof(tb)));
+  ltCreateMatmulDesc(&p.desc, CUBLAS_OP_T, CUBLAS_OP_N);
   int8_t fast = key.fast ? 1 : 0;
-  MAPP_LT_CHECK8(cublasLtMatmulDescSetAttribute(
+  MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
       p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
   if (key.scaled)
     setScales(p.desc, ltA, ltB);
   cudaDataType_t dt = key.dBf16 ? CUDA_R_16BF : CUDA_R_32F;
   // Lt's A is k×m stored (op T), B k×n (op N), D m×n.
-  MAPP_LT_CHECK8(cublasLtMatrixLayoutCreate(&p.a, ltType(key.fa), key.k, key.m, key.k));
-  MAPP_LT_CHECK8(cublasLtMatrixLayoutCreate(&p.b, ltType(key.fb), key.k, key.n, key.k));
-  MAPP_LT_CHECK8(cublasLtMatrixLayoutCreate(&p.d, dt, key.m, key.n, key.m));
-  cublasLtMatmulPreference_t pref;
-  MAPP_LT_CHECK8(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws = be.ltWorkspaceBytes();
-  MAPP_LT_CHECK8(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    MAPP_LT_CHECK8(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align,
-                                                        sizeof(key.align)));
-  cublasLtMatmulHeuristicResult_t res[8];
-  int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      be.lt(), p.desc, p.a, p.b, p.d, p.d, pref, 8, res, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-    p.algo = res[0].algo;
+  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, ltType(key.fa), key.k, key.m, key.k));
+  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, ltType(key.fb), key.k, key.n, key.k));
+  MAPP_LT_CHECK(cublasLtMatrixLayoutCreate(&p.d, dt, key.m, key.n, key.m));
+  LtHeuristic h = ltHeuristic(be, p.desc, p.a, p.b, p.d, key.align, 8);
+  if (h.ok()) {
+    p.algo = h.first;
     p.ok = true;
-    for (int i = 0; i < found; ++i)
-      if (res[i].state == CUBLAS_STATUS_SUCCESS)
-        p.candidates.push_back(res[i].algo);
+    p.candidates = h.runnable;
   } else {
     p.rejected = "cuBLASLt's heuristic gave no algorithm (status " +
-                 std::to_string(static_cast<int>(st)) + ", A " +
+                 std::to_string(static_cast<int>(h.status)) + ", A " +
                  (key.fa ? "e5m2" : "e4m3") + ", B " + (key.fb ? "e5m2" : "e4m3") +
                  ", D " + (key.dBf16 ? "bf16" : "f32") + ", alignment " +
                  std::to_string(key.align) + " B, workspace " +
-                 std::to_string(ws) + " B)";
+                 std::to_string(be.ltWorkspaceBytes()) + " B)";
   }
   return gPlans.emplace(key, p).first->second;
 }

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
 #include "Fusion.h"
+#include "LtSetup.cuh"
 #include "LtTune.h"
 
 #include <algorithm>
@@ -33,13 +34,6 @@ using namespace mapp::rt;
 using namespace mapp::rt::cuda;
 
 namespace {
-
-#define MAPP_LT_CHECK(expr)                                                    \
-  do {                                                                         \
-    cublasStatus_t st_ = (expr);                                               \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                          \
-      fail("cuBLASLt error ", static_cast<int>(st_), " in ", #expr);           \
-  } while (0)
 
 /// One column-major GEMM: D[m,n] = epilogue(alpha·op(A)·op(B) (+ bias[m])) +
 /// beta·D.
@@ -118,13 +112,8 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
   if (it != gPlans.end())
     return it->second;
   GemmPlan p;
-  MAPP_LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t ta = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t tb = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-  MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                               &ta, sizeof(ta)));
-  MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                               &tb, sizeof(tb)));
+  ltCreateMatmulDesc(&p.desc, key.transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     key.transB ? CUBLAS_OP_T : CUBLAS_OP_N);
   if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
     MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
@@ -154,33 +143,16 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
   setBatch(p.b, key.batch, key.strideB);
   setBatch(p.d, key.batch, key.strideD);
 
-  cublasLtMatmulPreference_t pref;
-  MAPP_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws = be.ltWorkspaceBytes();
-  MAPP_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  // Operands may sit at any offset the plan chose: tell the heuristic.
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    MAPP_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align,
-                                                       sizeof(key.align)));
   // More candidates than the first few: the heuristic's ranking of the
   // epilogue variants (bias gradient, GELU) is often off, and timing them
   // is a one-time cost per shape.
   constexpr int kCandidates = 32;
-  cublasLtMatmulHeuristicResult_t res[kCandidates];
-  int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      be.lt(), p.desc, p.a, p.b, p.d, p.d, pref, kCandidates, res, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-    p.algo = res[0].algo;
+  LtHeuristic h =
+      ltHeuristic(be, p.desc, p.a, p.b, p.d, key.align, kCandidates);
+  if (h.ok()) {
+    p.algo = h.first;
     p.ok = true;
-    for (int i = 0; i < found; ++i)
-      if (res[i].state == CUBLAS_STATUS_SUCCESS)
-        p.candidates.push_back(res[i].algo);
+    p.candidates = h.runnable;
   }
   return gPlans.emplace(key, p).first->second;
 }

@@ -21,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
+#include "LtSetup.cuh"
 #include "LtTune.h"
 #include "MoeInternal.h"
 
@@ -38,13 +39,6 @@ using namespace mapp::rt::cuda;
 using namespace mapp::rt::cuda::moe;
 
 namespace {
-
-#define MAPP_LT_CHECK(expr)                                                    \
-  do {                                                                         \
-    cublasStatus_t st_ = (expr);                                               \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                          \
-      fail("cuBLASLt error ", static_cast<int>(st_), " in ", #expr);           \
-  } while (0)
 
 // --- counts on the host -----------------------------------------------------
 
@@ -162,27 +156,8 @@ struct Layouts {
 bool heuristic(CudaBackend &be, cublasLtMatmulDesc_t desc, const Layouts &l,
                uint32_t align, std::vector<cublasLtMatmulAlgo_t> &algos,
                int want = 1) {
-  cublasLtMatmulPreference_t pref;
-  MAPP_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws = be.ltWorkspaceBytes();
-  MAPP_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    MAPP_LT_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
-  cublasLtMatmulHeuristicResult_t res[8];
-  int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      be.lt(), desc, l.a, l.b, l.d, l.d, pref, std::min(want, 8), res, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  algos.clear();
-  if (st == CUBLAS_STATUS_SUCCESS)
-    for (int i = 0; i < found; ++i)
-      if (res[i].state == CUBLAS_STATUS_SUCCESS)
-        algos.push_back(res[i].algo);
+  algos = ltHeuristic(be, desc, l.a, l.b, l.d, align, std::min(want, 8))
+              .runnable;
   return !algos.empty();
 }
 
@@ -205,14 +180,8 @@ void ltGemm(CudaBackend &be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     std::lock_guard<std::mutex> lock(gLtMutex);
     p = &gLtPlans[key];
     if (!p->desc) {
-      MAPP_LT_CHECK(
-          cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-      cublasOperation_t ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-      MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
-          p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof(oa)));
-      MAPP_LT_CHECK(cublasLtMatmulDescSetAttribute(
-          p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof(ob)));
+      ltCreateMatmulDesc(&p->desc, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         tb ? CUBLAS_OP_T : CUBLAS_OP_N);
       p->ok = heuristic(be, p->desc, l, key.align, p->candidates, 8);
       if (p->ok)
         p->algo = p->candidates[0];
