@@ -157,15 +157,6 @@ GemmPlan &planFor(CudaBackend &be, const GemmKey &key, const EpilogueArgs &e) {
   return gPlans.emplace(key, p).first->second;
 }
 
-/// bf16 view of a GEMM operand: the tensor itself, or a converted copy.
-const __nv_bfloat16 *asBf16(CudaBackend &be, const Tensor &t, int scratchSlot) {
-  if (isBf16(t))
-    return static_cast<const __nv_bfloat16 *>(t.data);
-  auto *dst = static_cast<__nv_bfloat16 *>(be.scratch(t.numel() * 2, scratchSlot));
-  convertToBf16(t.f32(), dst, t.numel(), be.stream());
-  return dst;
-}
-
 /// y[r, c] += bias[c]: blocks along x cover the columns, along y rows.
 __global__ void addBiasKernel(DView y, DView bias, int64_t rows, int64_t n) {
   int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -280,7 +271,7 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
       addBias(C, *bias, M * batch, N, s);
     return true;
   }
-  const __nv_bfloat16 *a = asBf16(be, A, 0), *b = asBf16(be, B, 3);
+  const __nv_bfloat16 *a = bf16Operand(be, A, 0), *b = bf16Operand(be, B, 3);
   GemmKey key = rowMajorKey(be, ta, tb, M, N, K);
   key.dBf16 = isBf16(C);
   EpilogueArgs epi;

@@ -2,8 +2,9 @@
 //
 // What every cuBLASLt GEMM of the CUDA backend (Gemm.cu, Fp8Gemm.cu,
 // MoeGemm.cu) sets up the same way: the status check, a matmul descriptor
-// with fp32 accumulation and its operand transposes, and the heuristic's
-// algorithms under the backend's workspace and the operands' alignment.
+// with fp32 accumulation and its operand transposes, the heuristic's
+// algorithms under the backend's workspace and the operands' alignment, and
+// the bf16 view of an operand.
 // LtTune.h then times the candidates.
 //
 //===----------------------------------------------------------------------===//
@@ -82,6 +83,17 @@ inline LtHeuristic ltHeuristic(CudaBackend &be, cublasLtMatmulDesc_t desc,
     if (res[i].state == CUBLAS_STATUS_SUCCESS)
       h.runnable.push_back(res[i].algo);
   return h;
+}
+
+/// A bf16 view of a GEMM operand: the tensor itself, or a copy converted
+/// into the backend's scratch slot `slot`.
+inline const __nv_bfloat16 *bf16Operand(CudaBackend &be, const Tensor &t,
+                                        int slot) {
+  if (isBf16(t))
+    return static_cast<const __nv_bfloat16 *>(t.data);
+  auto *dst = static_cast<__nv_bfloat16 *>(be.scratch(t.numel() * 2, slot));
+  convertToBf16(t.f32(), dst, t.numel(), be.stream());
+  return dst;
 }
 
 } // namespace mapp::rt::cuda

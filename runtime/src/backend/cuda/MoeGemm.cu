@@ -221,14 +221,6 @@ void ltGemm(CudaBackend &be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   }
 }
 
-const __nv_bfloat16 *bf16Operand(CudaBackend &be, const Tensor &t, int slot) {
-  if (isBf16(t))
-    return static_cast<const __nv_bfloat16 *>(t.data);
-  auto *dst = static_cast<__nv_bfloat16 *>(be.scratch(t.numel() * 2, slot));
-  convertToBf16(t.f32(), dst, t.numel(), be.stream());
-  return dst;
-}
-
 
 } // namespace
 
