@@ -54,7 +54,7 @@ class Rank:
 
 
 def main():
-    global PP, WORLD
+    global PP, DP, WORLD
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--victims", action="store_true")
@@ -72,12 +72,17 @@ def main():
     ap.add_argument("--pp", type=int, default=PP,
                     help="pipeline stages (2: a 4-rank world, where the "
                     "culprit and its DP twin are half the ranks)")
+    ap.add_argument("--dp", type=int, default=DP, help="data-parallel ranks")
+    ap.add_argument("--same-layers", action="store_true",
+                    help="every stage runs ops of one name (equal layers), so "
+                    "ranks of different stages are each other's peers")
     a = ap.parse_args()
     if not a.victims and a.culprit is None and a.descheduled is None:
         ap.error("give --victims, --culprit R, --descheduled R or both")
     rng = random.Random(7)
-    PP = a.pp
+    PP, DP = a.pp, a.dp
     WORLD = TP * PP * DP
+    stage = (lambda p: "layers") if a.same_layers else (lambda p: f"stage{p}")
     ranks = [Rank(r) for r in range(WORLD)]
     slow_link = (rank_of(1, 2), rank_of(1, 3)) if a.victims else None
     victims = set(slow_link) if a.victims else set()
@@ -134,7 +139,7 @@ def main():
                     if p > 0:
                         recv(r, rank_of(d, p - 1), "recv.act", step, mb,
                              100 * p + mb, inbox)
-                    op(ranks[r], f"fwd.stage{p}", FWD_NS, step, mb)
+                    op(ranks[r], f"fwd.{stage(p)}", FWD_NS, step, mb)
                     if p < PP - 1:
                         send(r, rank_of(d, p + 1), "send.act", step, mb,
                              100 * (p + 1) + mb, inbox)
@@ -144,7 +149,7 @@ def main():
                     if p < PP - 1:
                         recv(r, rank_of(d, p + 1), "recv.grad", step, mb,
                              1000 + 100 * p + mb, inbox)
-                    op(ranks[r], f"bwd.stage{p}", BWD_NS, step, mb)
+                    op(ranks[r], f"bwd.{stage(p)}", BWD_NS, step, mb)
                     if p > 0:
                         send(r, rank_of(d, p - 1), "send.grad", step, mb,
                              1000 + 100 * (p - 1) + mb, inbox)
@@ -157,7 +162,7 @@ def main():
             p = rk.r // DP
             region = rk.add(name="optimizer", cat="optimizer", b=rk.t, e=0,
                             step=step)
-            op(rk, f"adamw.stage{p}", ADAMW_NS, step, -1, cat="optimizer",
+            op(rk, f"adamw.{stage(p)}", ADAMW_NS, step, -1, cat="optimizer",
                lockstep=True)
             rk.t += 500
             region["e"] = rk.t
