@@ -135,6 +135,33 @@ void checkFbdWorld(const RunOptions &o, const Plan &plan,
                 plan.worldSize, placementTable(plan, o.backend).c_str());
 }
 
+/// One process's rank, over the communicator `makeComm` builds (inside the
+/// guard: building it can fail too): every rank checks it loaded rank 0's
+/// plan, then runs. A failure is said once, naming the rank, and ends every
+/// process of the job.
+template <typename MakeComm>
+int runProcessRank(RunShared &sh, int rank, MakeComm makeComm) {
+  try {
+    std::unique_ptr<Communicator> comm = makeComm();
+    checkSamePlan(*comm, sh.plan);
+    if (!sh.o.quiet)
+      printCoords(sh.plan, rank, sh.threadsPerRank), std::fflush(stdout);
+    if (!sh.o.traceDir.empty() || !sh.o.ckpt.saveDir.empty())
+      shareRunId(*comm, sh.runId); // names traces and checkpoint temporaries
+    runRank(sh, std::move(comm));
+  } catch (const std::exception &e) {
+    // One write, so ranks' messages do not interleave mid-line.
+    std::string msg =
+        "mapp-run: rank " + std::to_string(rank) + ": " + e.what() + "\n";
+    std::fwrite(msg.data(), 1, msg.size(), stderr);
+    std::fflush(stderr);
+    mpiAbort(1); // the other processes end too, naming this rank
+    return 1;
+  }
+  mpiFinalize();
+  return 0;
+}
+
 /// This process is one rank of an mpirun job.
 int runMpiRank(RunShared &sh) {
   const Plan &plan = sh.plan;
@@ -162,24 +189,7 @@ int runMpiRank(RunShared &sh) {
   // leaves one per core, the same split as one process's rank threads.
   if (!sh.threadsPerRank)
     sh.threadsPerRank = std::max(1, hardwareThreads() / comm->ranksOnThisHost());
-  try {
-    checkSamePlan(*comm, plan);
-    if (!sh.o.quiet)
-      printCoords(plan, rank, sh.threadsPerRank), std::fflush(stdout);
-    if (!sh.o.traceDir.empty() || !sh.o.ckpt.saveDir.empty())
-      shareRunId(*comm, sh.runId); // names traces and checkpoint temporaries
-    runRank(sh, std::move(comm));
-  } catch (const std::exception &e) {
-    // One write, so ranks' messages do not interleave mid-line.
-    std::string msg =
-        "mapp-run: rank " + std::to_string(rank) + ": " + e.what() + "\n";
-    std::fwrite(msg.data(), 1, msg.size(), stderr);
-    std::fflush(stderr);
-    mpiAbort(1);
-    return 1;
-  }
-  mpiFinalize();
-  return 0;
+  return runProcessRank(sh, rank, [&] { return std::move(comm); });
 }
 
 /// This process is one rank of a launcher's NCCL world (one GPU each). The
@@ -199,25 +209,9 @@ int runNcclProcess(RunShared &sh, const LauncherEnv &l) {
   int rank = l.rank;
   if (!sh.threadsPerRank)
     sh.threadsPerRank = std::max(1, hardwareThreads() / l.localWorld);
-  try {
-    std::unique_ptr<Communicator> comm =
-        createNcclProcessComm(l, std::move(host));
-    checkSamePlan(*comm, sh.plan);
-    if (!sh.o.quiet)
-      printCoords(sh.plan, rank, sh.threadsPerRank), std::fflush(stdout);
-    if (!sh.o.traceDir.empty() || !sh.o.ckpt.saveDir.empty())
-      shareRunId(*comm, sh.runId);
-    runRank(sh, std::move(comm));
-  } catch (const std::exception &e) {
-    std::string msg =
-        "mapp-run: rank " + std::to_string(rank) + ": " + e.what() + "\n";
-    std::fwrite(msg.data(), 1, msg.size(), stderr);
-    std::fflush(stderr);
-    mpiAbort(1); // the other processes end too, naming this rank
-    return 1;
-  }
-  mpiFinalize();
-  return 0;
+  return runProcessRank(sh, rank, [&] {
+    return createNcclProcessComm(l, std::move(host));
+  });
 }
 
 /// How a world of rank threads ended, for --elastic.
