@@ -7,8 +7,10 @@ cp-comm=a2a runs the device path; cp-comm=ring the CPU kernel on host copies
 (it says so on stderr), or with MAPP_CUDA_CP_RING=device the device ring.
 Losses, gradient norms and step-0 gradients (relative to the tensor's
 largest element) against cp=1, within max(TOLERANCE, FLOOR_FACTOR x the
-floor): the floor is cp=1 against itself with the batch split into 1
-micro-batch instead of 2 (the same sums in another order). The CUDA
+floor): the floor is cp=1 against cp=1 started from weights one fp32
+ulp away (each element times 1 ± 2^-23): how far rounding alone moves this
+training run. A floor above FLOOR_LIMIT fails the check (a bar that wide
+judges nothing). The CUDA
 backend's GEMMs take bf16 operands in either storage (Gemm.cu), so a
 one-ulp fp32 difference anywhere (a ring's merged softmax, a GEMM on a
 shard's rows) flips bf16 roundings downstream: fp32 storage is not an fp32
@@ -46,6 +48,7 @@ MODEL = {"variant": "llama", "num_layers": 2, "hidden_size": 128,
 MICRO = 2
 TOLERANCE = {"f32": 1e-4, "bf16": 2e-2}
 FLOOR_FACTOR = 4
+FLOOR_LIMIT = 2e-2
 HOST_RING_WARNING = "runs the CPU kernel on host copies"
 # layout: (pipeline options, extra environment)
 LAYOUTS = {"cp2-a2a": ("cp=2 cp-comm=a2a", {}),
@@ -61,7 +64,6 @@ def drop_causal(ir):
 
 # plan name: (pipeline options, edit of the compiled IR or None)
 PLANS = {"ref": (f"microbatches={MICRO}", None),
-         "ref-mb1": ("microbatches=1", None),
          "broken": (f"cp=2 cp-comm=a2a microbatches={MICRO}", drop_causal)}
 PLANS.update({name: (f"{opts} microbatches={MICRO}", None)
               for name, (opts, _) in LAYOUTS.items()})
@@ -113,6 +115,23 @@ def export(out):
     run([sys.executable, "-m", "mapp.export", "--module", "mapp.reference:GPT",
          "--config", out / "cfg.json", "-o", out / "m.mlir",
          "--weights", out / "w.safetensors", "--seed", "3"], env=env)
+    write_ulp_weights(out)
+
+
+def write_ulp_weights(out):
+    """w-ulp.safetensors: w's fp32 tensors, each element times 1 +- 2^-23
+    (signs from a fixed seed): the floor run's start."""
+    import torch
+    from mapp.safetensors import load, save
+    tensors, meta = load(out / "w.safetensors")
+    gen = torch.Generator().manual_seed(5)
+    moved = {}
+    for name, t in tensors.items():
+        if t.dtype == torch.float32:
+            sign = torch.randint(0, 2, t.shape, generator=gen) * 2 - 1
+            t = t * (1 + sign.float() * 2.0 ** -23)
+        moved[name] = t
+    save(moved, out / "w-ulp.safetensors", meta)
 
 
 def compile_plan(out, name, bin_dir=None):
@@ -159,9 +178,9 @@ class Runner:
             raise CheckError(f"{path}: not prepared (--prepare DIR writes it)")
         return path
 
-    def train(self, name, storage, extra_env=None):
+    def train(self, name, storage, extra_env=None, weights="w"):
         from mapp.safetensors import load
-        out = self.work / f"{name}-{storage}"
+        out = self.work / f"{name}-{weights}-{storage}"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         env = dict(os.environ, MAPP_CUDA_STORAGE=storage,
@@ -169,7 +188,7 @@ class Runner:
         r = run([tool("mapp-run", self.bin_dir), self.plan(name), "--backend=cuda",
                  "--comm=local", "--data", CORPUS, "--tokenizer", "bytes",
                  "--steps", STEPS, "--seed", 11,
-                 "--weights", self.plans / "w.safetensors",
+                 "--weights", self.plans / f"{weights}.safetensors",
                  "--metrics", out / "m.jsonl", "--save-grads", out / "g.safetensors",
                  "--quiet"], env=env)
         metrics = [json.loads(l) for l in (out / "m.jsonl").read_text().splitlines()]
@@ -184,9 +203,14 @@ class Runner:
     def tolerance(self, storage):
         """(bar, floor): the bar a cp layout must meet in this storage."""
         if storage not in self.floors:
-            self.floors[storage] = max(worst_diff(self.train("ref-mb1", storage),
-                                                  self.reference(storage)))
+            if not (self.plans / "w-ulp.safetensors").exists():
+                raise CheckError("no w-ulp.safetensors (prepare again)")
+            self.floors[storage] = max(worst_diff(
+                self.train("ref", storage, weights="w-ulp"), self.reference(storage)))
         floor = self.floors[storage]
+        if floor > FLOOR_LIMIT:
+            raise CheckError(f"{storage} floor {floor:.2g} above {FLOOR_LIMIT:g}: "
+                             "rounding alone moves this run too far to judge cp")
         return max(TOLERANCE[storage], FLOOR_FACTOR * floor), floor
 
 
