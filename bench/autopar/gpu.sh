@@ -14,7 +14,8 @@
 #     (<model>.cap<G>.txt, .json) and copies this script to OUT/autopar-gpu.sh
 # Device (the folder OUT):
 #   OUT/autopar-gpu.sh [STEPS]          (default 8 steps a run)
-#   BACKEND=cpu MAPP_RUN=build/bin/mapp-run OUT/autopar-gpu.sh 2   (dry run)
+#   BACKEND=cpu MAPP_RUN=build/bin/mapp-run OUT/autopar-gpu.sh 5   (dry run; the
+#   median skips 3 warm-up steps)
 # Prints per model and candidate: median ms/step after 3 warm-up steps and
 # the peak device memory; then per cap: the search's choice, the best
 # measured candidate that stayed under the cap, choice/best - 1 (issue 36:
@@ -27,13 +28,18 @@ set -uo pipefail
 MODELS=${AUTOPAR_MODELS:-"gpt-1.3b:bench/gpu/configs/gpt-1.3b.json llama-1b:bench/autopar/llama-1b.json"}
 CAPS=${AUTOPAR_CAPS:-"30 50 0"} # GiB; 0 = the whole card
 BATCH=${AUTOPAR_BATCH:-16}
+# The whole card is the card the plans run on, which is known only there:
+# cap 0 is ranked once per card kind here (cap0-<kind>.json) and the run
+# judges the ranking of the card it finds (nvidia-smi's memory: under 100
+# GiB an H100). On 2026-12-05 the one H200 ranking ran on an H100 and its
+# choice ran out of memory.
+CARDS=${AUTOPAR_CARDS:-"h100:bench/autopar/scale/h100-single.json h200:bench/autopar/scale/h200-single.json"}
 
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   OUTD=$(mkdir -p "$2" && cd "$2" && pwd)
   cd "$(dirname "$0")/../.."
   BINDIR=${MAPP_BIN:-build/bin}
-  CLUSTER=${AUTOPAR_CLUSTER:-bench/autopar/scale/h200-single.json}
   OPTS="lr=3e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
   for entry in $MODELS; do
     model=${entry%%:*}
@@ -43,13 +49,19 @@ if [ "${1:-}" = "--prepare" ]; then
     "$BINDIR/mapp-translate" --import-gpt-config "$cfg" -o "$P/model.mlir"
     : > "$P/candidates.txt"
     for cap in $CAPS; do
-      "$BINDIR/mapp-opt" "$P/model.mlir" -o /dev/null --mapp-auto-parallel="world=1 global-batch=$BATCH mem-cap-gib=$cap cluster=$CLUSTER search-only=true top=6 report=$P/cap$cap.json" \
-        2> "$P/cap$cap.txt"
-      /usr/bin/python3 -c '
+      for card in $CARDS; do
+        kind=${card%%:*}
+        tag=$cap; [ "$cap" = 0 ] && tag=0-$kind
+        # A cap below the card's memory ranks alike on every card: once.
+        [ "$cap" != 0 ] && [ "$card" != "${CARDS%% *}" ] && continue
+        "$BINDIR/mapp-opt" "$P/model.mlir" -o /dev/null --mapp-auto-parallel="world=1 global-batch=$BATCH mem-cap-gib=$cap cluster=${AUTOPAR_CLUSTER:-${card#*:}} search-only=true top=6 report=$P/cap$tag.json" \
+          2> "$P/cap$tag.txt"
+        /usr/bin/python3 -c '
 import json, sys
 for r in json.load(open(sys.argv[1]))["top"]:
     print(r["micro_batch"], r["activation_storage"], r["options"].replace(" ", ","), sep="|")' \
-        "$P/cap$cap.json" >> "$P/candidates.txt"
+          "$P/cap$tag.json" >> "$P/candidates.txt"
+      done
     done
     sort -u "$P/candidates.txt" -o "$P/candidates.txt"
     while IFS='|' read -r mbs storage opts; do
@@ -65,6 +77,8 @@ for r in json.load(open(sys.argv[1]))["top"]:
     rm -f "$P/model.mlir"
   done
   cp bench/autopar/gpu.sh "$OUTD/autopar-gpu.sh"
+  mkdir -p "$OUTD/bench/autopar/scale"
+  for card in $CARDS; do cp "${card#*:}" "$OUTD/bench/autopar/scale/"; done
   cp bench/gpu/runstats.py bench/gpu/common.sh "$OUTD/" 2>/dev/null || true
   echo "prepared: $(cat "$OUTD"/plans/autopar/*/plans.txt | wc -l) plans; on the device run $OUTD/autopar-gpu.sh"
   exit 0
@@ -82,6 +96,15 @@ else
   unpack mapp-run
   RUN=$BIN/mapp-run
 fi
+
+KIND=h200
+if [ "$BACKEND" = cuda ]; then
+  MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  [ "${MIB:-0}" -lt 102400 ] && KIND=h100
+  echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $MIB MiB: whole-card ranking $KIND"
+fi
+CARD_GIB=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["memory_gib"])' \
+  "$D/bench/autopar/scale/$KIND-single.json")
 
 for entry in $MODELS; do
   model=${entry%%:*}
@@ -113,12 +136,13 @@ PY
     tail -1 "$LOG/$model.results"
   done < "$P/plans.txt"
   for cap in $CAPS; do
-    line=$(python3 - "$LOG/$model.results" "$P/cap$cap.json" "$cap" "$model" <<'PY'
+    tag=$cap; [ "$cap" = 0 ] && tag=0-$KIND
+    line=$(python3 - "$LOG/$model.results" "$P/cap$tag.json" "$cap" "$model" "$CARD_GIB" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rep = json.load(open(sys.argv[2]))
 cap, model = float(sys.argv[3]), sys.argv[4]
-limit = cap if cap > 0 else 1e9
+limit = cap if cap > 0 else float(sys.argv[5])
 top = rep["top"][0]
 key = (top["micro_batch"], top["activation_storage"], top["options"].replace(" ", ","))
 chosen = next(r for r in rows if (r["mbs"], r["storage"], r["options"]) == key)
