@@ -272,3 +272,43 @@ def test_monitor_every_bad_values(plan, tmp_path):
 def test_monitor_to_dpp_needs_adaptive(plan, tmp_path):
     r = run(plan, tmp_path / "a.jsonl", 2, "--monitor-to-dpp")
     assert r.returncode != 0 and "adaptive" in r.stderr, r.stderr
+
+
+def test_monitor_cost_windows(plan, tmp_path):
+    """--monitor-cost 5 over 40 steps: windows 1, 3, 5, 7 (steps 5-9, 15-19,
+    25-29, 35-39) are monitored, 2, 4, 6 not, window 0 (the warm-up) left
+    out of both: 20 and 15 steps timed, 8 x 20 summaries, no rank named
+    missing for the unmonitored steps, and a slow rank in steps 15-24 still
+    named in its monitored window and recovered in the next (25-28)."""
+    out = tmp_path / "alerts.jsonl"
+    r = run(plan, out, 40, "--monitor-cost", 5, "--inject",
+            "slow-compute:rank=5,factor=6,from-step=15,to-step=25")
+    assert r.returncode == 0, r.stderr
+    assert "160 summaries of 8 ranks" in r.stderr, r.stderr
+    line = [l for l in r.stderr.splitlines() if "monitor cost" in l]
+    assert len(line) == 1 and "in 20 monitored steps" in line[0] and \
+        "in 15 unmonitored" in line[0], r.stderr
+    a = alerts(out)
+    assert not [x for x in a if x["kind"] == "missing-summaries"], a
+    slow = [x for x in a if x["kind"] in ("slow-rank", "slow-link")]
+    assert [(x["kind"], x.get("rank")) for x in slow] == [("slow-rank", 5)], a
+    assert 15 <= slow[0]["step"] <= 18, slow
+    rec = [x for x in a if x["kind"] == "recovered"]
+    assert [(x["of"], x["rank"]) for x in rec] == [("slow-rank", 5)], a
+    assert 25 <= rec[0]["step"] <= 28, rec
+
+
+def test_monitor_cost_bad_flags(plan, tmp_path):
+    for extra, why in ((["--monitor-cost", "0"], "--monitor-cost"),
+                       (["--monitor-cost", "x"], "--monitor-cost"),
+                       (["--monitor-cost", "5"], "fewer than 5 windows"),
+                       (["--monitor-cost", "1", "--trace-dir", tmp_path / "t"],
+                        "leave out --trace-dir")):
+        r = run(plan, tmp_path / "a.jsonl", 20, *extra)
+        assert r.returncode == 2 and why in r.stderr, (extra, r.stderr)
+    r = subprocess.run([MAPP_RUN, str(plan), "--data", str(CORPUS),
+                        "--tokenizer", "bytes", "--steps", "20",
+                        "--monitor-cost", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--monitor-cost needs --monitor" in r.stderr, \
+        r.stderr

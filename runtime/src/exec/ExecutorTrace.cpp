@@ -59,7 +59,7 @@ size_t Executor::traceEventsPerStep() const {
 }
 
 bool Executor::tracing() const {
-  if (!trace_ || !sink_->accepting())
+  if (!trace_ || tracePaused_ || !sink_->accepting())
     return false;
   if (!planHasTrace_ || traceEvery_ <= 0)
     return true;

@@ -141,7 +141,7 @@ std::vector<Alert> WindowDiagnoser::poll() {
   pending_.clear();
   while (next_ <= newest_) {
     bool complete = true;
-    for (int r = 0; r < world_ && complete; ++r)
+    for (int r = 0; r < world_ && complete && opts_.observes(next_); ++r)
       complete = missing_[r] || ringStep_[slot(next_, r)] == next_;
     if (!complete && newest_ < next_ + opts_.missingAfter)
       break;
@@ -160,6 +160,8 @@ std::vector<Alert> WindowDiagnoser::finish() {
 }
 
 void WindowDiagnoser::diagnoseStep(int64_t step, std::vector<Alert> &out) {
+  if (!opts_.observes(step))
+    return; // --monitor-cost's unmonitored steps: nothing was sent
   std::vector<const StepSummary *> got;
   got.reserve(world_);
   for (int r = 0; r < world_; ++r) {

@@ -148,6 +148,8 @@ void LiveMonitor::afterStep(int64_t step) {
   int64_t complete = opts_.deferredMarks ? step - 2 : step;
   for (int64_t s = sentThrough_ + 1; s <= complete; ++s) {
     StepSummary sum = summarizer_.take(static_cast<int>(s));
+    if (!observes(s))
+      continue; // an unmonitored step (--monitor-cost): nothing recorded
     if (nvml_)
       nvml_->read(sum); // the GPU now: what the step just ran under
     send(sum);
@@ -300,7 +302,7 @@ mapp::rt::attachLiveMonitor(Executor &exec, Communicator &comm,
                             const std::vector<Injection> &inject, bool cuda,
                             int device, mapp::MappTraceWriter *trace,
                             int every, bool verdictsToScheduler,
-                            bool append) {
+                            bool append, int costWindow) {
   if (path.empty())
     return nullptr;
   LiveMonitorOptions o;
@@ -320,6 +322,7 @@ mapp::rt::attachLiveMonitor(Executor &exec, Communicator &comm,
   }
   o.deferredMarks = exec.backend().traceMarksDeferred();
   o.every = every;
+  o.diagnosis.costWindow = costWindow;
   if (verdictsToScheduler) {
     if (!exec.scheduler().takesLinkVerdicts())
       fail("--monitor-to-dpp: rank ", comm.rank(),

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -93,7 +94,7 @@ public:
     live_ = attachLiveMonitor(*exec_, *comm_, o_.monitor, o_.inject,
                               backendName_ == "cuda", device_, trace_.get(),
                               o_.monitorEvery, o_.monitorToDpp,
-                              o_.elasticAttempt > 0);
+                              o_.elasticAttempt > 0, o_.monitorCost);
     // Detaches the writer (appending what the executor still holds) before
     // the writer closes, also when a step throws.
     struct DetachTrace {
@@ -344,6 +345,9 @@ private:
       const uint64_t cpu0 = mapp::MappTraceWriter::threadCpuNs();
       if (scope_)
         scope_->beginStep(s);
+      const bool observed = live_ && live_->observes(s);
+      if (live_)
+        exec_->setTracePaused(!observed);
       exec_->setSlowCompute(slowComputeFactor(o_.inject, rank_, s));
       stopIfInjected(o_.inject, rank_, s);
       crashIfInjected(o_.inject, rank_, s, sh_.processes);
@@ -367,7 +371,7 @@ private:
                          comm_->group(Group::World));
         rebalance->addStep(t);
       }
-      if (live_)
+      if (observed)
         live_->afterStep(r.step);
       double ms = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - t0)
@@ -379,6 +383,8 @@ private:
       m.gradNorm = r.gradNorm;
       m.tokens = r.globalTokens;
       m.stepMs = ms;
+      if (o_.monitorCost && s >= o_.monitorCost) // window 0: the warm-up
+        (observed ? costOn_ : costOff_).push_back(ms);
       m.tokensPerS = ms > 0 ? r.globalTokens / (ms / 1000.0) : 0;
       m.lossScale = r.lossScale;
       m.skipped = r.skipped;
@@ -449,6 +455,8 @@ private:
       exec_->flushTrace();
       live_->finish();
     }
+    if (lead_ && o_.monitorCost)
+      reportMonitorCost();
     comm_->flush();
     exec_->setTraceWriter(nullptr);
     if (trace_)
@@ -471,6 +479,27 @@ private:
   std::unique_ptr<BatchDump> dump_;
   std::unique_ptr<mapp::MappTraceWriter> trace_;
   std::unique_ptr<LiveMonitor> live_;
+  std::vector<double> costOn_, costOff_; // --monitor-cost: step ms by kind
+
+  /// --monitor-cost's verdict: the median step with the monitor over the
+  /// median without, from the same run (windows alternate, so drift of
+  /// the machine reaches both alike).
+  void reportMonitorCost() const {
+    if (costOn_.empty() || costOff_.empty())
+      return; // a stop signal ended the run in its first windows
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      size_t n = v.size();
+      return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    };
+    double on = median(costOn_), off = median(costOff_);
+    std::fprintf(stderr,
+                 "mapp-run: monitor cost %+.2f%%: median step %.3f ms in %zu "
+                 "monitored steps, %.3f ms in %zu unmonitored (windows of %d "
+                 "steps alternating in this run, the first left out)\n",
+                 100 * (on / off - 1), on, costOn_.size(), off,
+                 costOff_.size(), o_.monitorCost);
+  }
   std::vector<int32_t> otherTok_, otherTgt_;
 };
 

@@ -46,6 +46,10 @@ const char *const kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              message per K steps; 1..64, default 1)
   --monitor-to-dpp           the adaptive scheduler also takes the monitor's
                              slow-link verdicts (docs/megadpp.md)
+  --monitor-cost N           the monitor's cost in this run: windows of N
+                             steps alternate without and with the monitor
+                             (records, summaries, diagnosis); rank 0 prints
+                             the median step of each kind at the end
   --trace-sample E:W         trace steps with step % E < W (E = 0: every step),
                              overriding the plan's trace_every:trace_window
   --inject SPEC              fault injection, repeatable:
@@ -308,6 +312,7 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
                  flag == "--top-k" || flag == "--save-every" ||
                  flag == "--save-interval-s" || flag == "--save-keep" ||
                  flag == "--hf-vocab-size" || flag == "--monitor-every" ||
+                 flag == "--monitor-cost" ||
                  flag == "--elastic-plan" || flag == "--elastic-max-restarts" ||
                  flag == "--elastic-attempt" || flag == "--repartition-plan";
     if (!known)
@@ -354,6 +359,8 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
       o.elasticAttempt = static_cast<int>(parseInt(flag, value, 0, 1000000));
     else if (flag == "--monitor-every")
       o.monitorEvery = static_cast<int>(parseInt(flag, value, 1, 64));
+    else if (flag == "--monitor-cost")
+      o.monitorCost = static_cast<int>(parseInt(flag, value, 1, 1 << 20));
     else if (flag == "--hf-vocab-size")
       o.hfVocabSize = parseInt(flag, value, 1);
     else if (flag == "--max-new-tokens")
@@ -421,6 +428,16 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
     usageError(
         std::string(o.monitorToDpp ? "--monitor-to-dpp" : "--monitor-every") +
         " needs --monitor FILE");
+  if (o.monitorCost && o.monitor.empty())
+    usageError("--monitor-cost needs --monitor FILE");
+  if (o.monitorCost && !o.traceDir.empty())
+    usageError("--monitor-cost times the monitor alone; leave out --trace-dir "
+               "(its file would be written in the monitored steps only)");
+  if (o.monitorCost && int64_t(o.monitorCost) * 5 > o.steps)
+    usageError("--monitor-cost " + std::to_string(o.monitorCost) +
+               ": --steps " + std::to_string(o.steps) +
+               " holds fewer than 5 windows (the first is left out, then at "
+               "least two monitored and two not)");
   if (!o.monitor.empty() && o.generate)
     usageError("--monitor is for training, not --generate");
   if (o.elastic && o.ckpt.saveDir.empty())

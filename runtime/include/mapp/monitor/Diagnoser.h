@@ -48,6 +48,15 @@ struct MonitorOptions {
   int warmupSteps = 2;         // first steps not judged (first touch)
   int missingAfter = 3;        // a rank this many steps behind: missing
   double throttledClock = 0.9; // SM clock below this x peers': throttled
+  /// mapp-run --monitor-cost N: windows of N steps alternate unmonitored
+  /// and monitored (0: all monitored). Unmonitored steps have no summaries
+  /// and are not diagnosed, nor their ranks named missing.
+  int costWindow = 0;
+  /// Whether `step` is monitored: the odd windows (the first, with the
+  /// run's warm-up, is not). Alike on every rank.
+  bool observes(int64_t step) const {
+    return costWindow <= 0 || (step / costWindow) % 2 == 1;
+  }
 };
 
 struct Alert {

@@ -123,6 +123,9 @@ public:
   /// backend asks for it: every record costs events on the stream, and a
   /// device's slowdown shows in whole runs as well as in single ops.
   void setTraceComputeRuns(bool on) { computeRuns_ = on; }
+  /// No records while paused (the steps mapp-run --monitor-cost leaves
+  /// unmonitored), whatever the sampling says.
+  void setTracePaused(bool paused) { tracePaused_ = paused; }
   /// Blocks until every event of the steps run so far is in the writer.
   void flushTrace();
   /// Upper bound of the trace events one step records (ring sizing).
@@ -292,6 +295,7 @@ private:
   bool cpuTimed_ = false;
   bool planHasTrace_ = false;
   bool computeRuns_ = false;
+  bool tracePaused_ = false;
   std::map<std::vector<int>, int> traceGroups_;
   std::map<std::vector<int>, int64_t> groupSeq_; // collectives issued
   std::vector<OpenRegion> open_;

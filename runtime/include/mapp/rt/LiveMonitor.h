@@ -79,8 +79,12 @@ public:
   void onRecord(const mapp::TraceRecord &r) override;
 
   /// After training step `step`: sends the newest complete summary; on the
-  /// monitor rank also takes what arrived and writes new alerts.
+  /// monitor rank also takes what arrived and writes new alerts. Call it
+  /// for observed steps only.
   void afterStep(int64_t step);
+  /// Whether step `step` is monitored (always, or --monitor-cost's odd
+  /// windows: monitor::MonitorOptions::observes).
+  bool observes(int64_t step) const { return opts_.diagnosis.observes(step); }
   /// A run resumed at `step` (--resume, an elastic restart): call before the
   /// first step.
   void startAt(int64_t step) {
@@ -140,7 +144,8 @@ std::unique_ptr<LiveMonitor>
 attachLiveMonitor(Executor &exec, Communicator &comm, const std::string &path,
                   const std::vector<Injection> &inject, bool cuda, int device,
                   mapp::MappTraceWriter *trace, int every = 1,
-                  bool verdictsToScheduler = false, bool append = false);
+                  bool verdictsToScheduler = false, bool append = false,
+                  int costWindow = 0);
 
 } // namespace mapp::rt
 

@@ -42,6 +42,7 @@ struct RunOptions {
   std::string save, saveGrads, metrics, dumpBatches, traceDir;
   std::string monitor; // MegaScan live alerts ("-" = stdout)
   int monitorEvery = 1;      // summaries per message
+  int monitorCost = 0;       // --monitor-cost N: N-step windows, on and off
   bool monitorToDpp = false; // the adaptive scheduler takes link verdicts
   std::pair<int, int> traceSampling{-1, -1}; // --trace-sample E:W
   CheckpointPolicy ckpt;
