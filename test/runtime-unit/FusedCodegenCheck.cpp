@@ -1,0 +1,323 @@
+//===- FusedCodegenCheck.cpp - the fused kernel generator against the CPU -===//
+//
+// The independent check of the generated kernels (docs/fusion.md) without a
+// GPU: every case's generated source, emitted for the host (the same text
+// NVRTC gets, with host loops in the device loops' order), is compiled by
+// the host C++ compiler into one shared object, run on random inputs and
+// compared bit for bit with the CPU evaluator (cpu::fused), for f32, bf16
+// and mixed storage. With --nvrtc, every generated kernel is also compiled
+// by NVRTC for sm_90 (no GPU needed; the mixed-storage variant, which
+// holds both kinds of load and store); without libnvrtc that part prints
+// SKIP and exits 77.
+//
+//   mapp-fused-codegen-check --cxx c++ --work DIR [--cases FILE] [--nvrtc]
+//
+// Cases: the built-in edge cases (every op of MAPP_FUSED_OPS, broadcasts
+// along every dim, reductions over leading/middle/trailing dims) and FILE's
+// lines `program<TAB>domain<TAB>outputs<TAB>shape;shape...` (dims joined by
+// x, `-` for a scalar), written by test/python/test_fused_codegen.py from
+// the fusion lit tests and the fused models.
+//
+//===----------------------------------------------------------------------===//
+#include "backend/KernelCompiler.h"
+#include "mapp/rt/Backend.h"
+#include "mapp/rt/FusedCodegen.h"
+#include "mapp/rt/Kernels.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+using namespace mapp::rt;
+namespace fz = mapp::rt::fused;
+
+namespace {
+
+struct Case {
+  std::string program;
+  Shape domain;
+  std::vector<int64_t> outputs;
+  std::vector<Shape> inputs;
+};
+
+std::vector<int64_t> splitInts(const std::string &s, char sep) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, sep))
+    if (!part.empty() && part != "-")
+      v.push_back(std::stoll(part));
+  return v;
+}
+
+/// The shape of statement `k`'s values: the domain, or without the reduced dims.
+Shape resultShape(const fz::Program &p, const Shape &domain, int64_t k) {
+  const fz::Stmt *r = p.reduction();
+  if (!r || k != static_cast<int64_t>(p.stmts.size()) - 1)
+    return domain;
+  Shape s;
+  for (size_t d = 0; d < domain.size(); ++d)
+    if (std::find(r->dims.begin(), r->dims.end(), static_cast<int64_t>(d)) == r->dims.end())
+      s.push_back(domain[d]);
+  return s;
+}
+
+std::vector<Case> builtinCases() {
+  std::vector<Case> cases;
+  auto add = [&](std::string prog, Shape dom, std::vector<int64_t> outs, std::vector<Shape> ins) {
+    cases.push_back({std::move(prog), std::move(dom), std::move(outs), std::move(ins)});
+  };
+  // Every op, each on inputs of the domain's shape (and a chain through it).
+  for (const fz::OpInfo &oi : fz::opTable()) {
+    if (oi.op == fz::Op::ReduceSum)
+      continue;
+    std::string imm = oi.immediate == 1 ? (oi.op == fz::Op::Pow ? "[3]" : "[1.75]")
+                      : oi.immediate == 2 ? "[tanh]" : "";
+    std::string args = "(%i0";
+    for (int a = 1; a < oi.arity; ++a)
+      args += ", %i" + std::to_string(a);
+    args += ")";
+    std::vector<Shape> ins(oi.arity, Shape{3, 37});
+    add(std::string(oi.name) + imm + args, {3, 37}, {0}, ins);
+    if (oi.immediate == 2) // the erf form as well
+      add(std::string(oi.name) + args, {3, 37}, {0}, ins);
+  }
+  add("pow[0.5](%i0); softcap[30](%0); scale[-0.125](%1)", {5, 7}, {2}, {{5, 7}});
+  // Broadcasts along every dim of a rank-4 domain, and several at once.
+  Shape d4{2, 3, 5, 7};
+  for (int d = 0; d < 4; ++d) {
+    Shape b = d4;
+    b[d] = 1;
+    add("mul(%i0, %i1); add(%0, %i0)", d4, {0, 1}, {d4, b});
+  }
+  add("select(%i0, %i1, %i2); sub(%0, %i3)", d4, {1}, {{2, 1, 5, 1}, {3, 1, 1}, {7}, {}});
+  add("add(%i0, %i1)", d4, {0}, {{1, 3, 1, 7}, {2, 1, 5, 1}});
+  // Reductions over leading, middle, trailing and several dims (with a
+  // domain-shaped result stored beside the sum), and of an input.
+  add("mul(%i0, %i0); reduce_sum[0](%0)", {300, 9}, {1}, {{300, 9}});
+  add("mul(%i0, %i1); reduce_sum[1](%0)", {4, 600, 3}, {0, 1}, {{4, 600, 3}, {3}});
+  add("exp(%i0); reduce_sum[2](%0)", {4, 3, 1000}, {0, 1}, {{4, 3, 1000}});
+  add("silu(%i0); mul(%0, %i1); reduce_sum[0,2](%1)", {6, 5, 70}, {2}, {{6, 5, 70}, {6, 1, 70}});
+  add("reduce_sum[0,1,2](%i0)", {3, 4, 5}, {0}, {{3, 4, 5}});
+  add("neg(%i0); reduce_sum[0](%0)", {10}, {1}, {{10}});
+  add("add(%i0, %i1)", {}, {0}, {{}, {}}); // a scalar domain
+  return cases;
+}
+
+/// Storage variants: all f32, all bf16, mixed (alternating, the results
+/// the other way round from the operands).
+std::vector<DType> storage(size_t n, int variant, bool results) {
+  std::vector<DType> v(n);
+  for (size_t k = 0; k < n; ++k)
+    v[k] = variant == 0 ? DType::F32 : variant == 1 ? DType::BF16
+                                     : ((k % 2 != 0) != results ? DType::F32 : DType::BF16);
+  return v;
+}
+
+struct Prepared {
+  Case c;
+  fz::Program prog;
+  int variant;
+  fz::CodegenSpec spec;
+};
+
+bool sameBits(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b, DType t,
+              std::string &where) {
+  size_t es = dtypeSize(t);
+  for (size_t i = 0; i < a.size(); i += es) {
+    if (std::memcmp(&a[i], &b[i], es) == 0)
+      continue;
+    float x, y;
+    if (t == DType::F32) {
+      std::memcpy(&x, &a[i], 4);
+      std::memcpy(&y, &b[i], 4);
+    } else {
+      uint16_t u, v;
+      std::memcpy(&u, &a[i], 2);
+      std::memcpy(&v, &b[i], 2);
+      x = bf16ToFloat(u);
+      y = bf16ToFloat(v);
+    }
+    if (std::isnan(x) && std::isnan(y))
+      continue;
+    char buf[120];
+    std::snprintf(buf, sizeof buf, "element %zu: generated %.9g, CPU evaluator %.9g", i / es, x, y);
+    where = buf;
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string cxx, work, casesFile;
+  bool nvrtc = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--cxx" && i + 1 < argc)
+      cxx = argv[++i];
+    else if (a == "--work" && i + 1 < argc)
+      work = argv[++i];
+    else if (a == "--cases" && i + 1 < argc)
+      casesFile = argv[++i];
+    else if (a == "--nvrtc")
+      nvrtc = true;
+    else {
+      std::cerr << "usage: mapp-fused-codegen-check --cxx CXX --work DIR [--cases FILE] [--nvrtc]\n";
+      return 2;
+    }
+  }
+  std::vector<Case> cases = builtinCases();
+  if (!casesFile.empty()) {
+    std::ifstream f(casesFile);
+    if (!f) {
+      std::cerr << "cannot read " << casesFile << "\n";
+      return 2;
+    }
+    std::string line;
+    while (std::getline(f, line)) {
+      std::vector<std::string> col;
+      std::stringstream ss(line);
+      std::string part;
+      while (std::getline(ss, part, '\t'))
+        col.push_back(part);
+      if (col.size() != 4) {
+        std::cerr << casesFile << ": not 4 tab-separated columns: " << line << "\n";
+        return 2;
+      }
+      Case c{col[0], splitInts(col[1], ','), splitInts(col[2], ','), {}};
+      std::stringstream shapes(col[3]);
+      while (std::getline(shapes, part, ';'))
+        c.inputs.push_back(splitInts(part, 'x'));
+      cases.push_back(c);
+    }
+  }
+  std::vector<Prepared> all;
+  for (const Case &c : cases) {
+    fz::Program prog;
+    std::string err = fz::parse(c.program, static_cast<int>(c.inputs.size()), prog);
+    if (!err.empty()) {
+      std::cerr << "FAIL bad case '" << c.program << "': " << err << "\n";
+      return 1;
+    }
+    for (int variant = 0; variant < 3; ++variant) {
+      fz::CodegenSpec spec{prog, static_cast<int>(c.domain.size()), c.outputs,
+                           storage(c.inputs.size(), variant, false),
+                           storage(c.outputs.size(), variant, true)};
+      all.push_back({c, prog, variant, spec});
+    }
+  }
+
+  if (nvrtc) {
+    std::string why;
+    if (!Nvrtc::load(why)) {
+      std::cout << "SKIP: " << why;
+      return 77;
+    }
+    setenv("MAPP_KERNEL_CACHE", (work + "/kernel-cache").c_str(), 1);
+    int compiled = 0;
+    for (const Prepared &p : all) {
+      if (p.variant != 2) // the mixed variant has both loads and both stores
+        continue;
+      try {
+        mapp::rt::compileKernel(fz::generateKernel(p.spec), 90, "fused '" + p.c.program + "'");
+        ++compiled;
+      } catch (const std::exception &e) {
+        std::cout << "FAIL " << e.what() << "\n";
+        return 1;
+      }
+    }
+    std::cout << "PASS: " << compiled << " generated kernels compile with NVRTC "
+              << Nvrtc::load(why)->version() << " for sm_90\n";
+    return 0;
+  }
+
+  // One translation unit for every case (one compiler run).
+  std::string tu = "#define MAPP_FUSED_HOST 1\n";
+  for (size_t k = 0; k < all.size(); ++k)
+    tu += fz::generateKernel(all[k].spec, "case" + std::to_string(k), /*host=*/true);
+  std::string src = work + "/fused_cases.cpp", lib = work + "/fused_cases.so";
+  std::ofstream(src) << tu;
+  // -O1 and no contraction: the CPU evaluator's arithmetic (no FMA on x86-64 by default).
+  std::string cmd = cxx + " -std=c++17 -O1 -ffp-contract=off -shared -fPIC -o " + lib + " " + src;
+  if (std::system(cmd.c_str()) != 0) {
+    std::cout << "FAIL the generated host source does not compile: " << cmd << "\n";
+    return 1;
+  }
+  void *so = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!so) {
+    std::cout << "FAIL dlopen " << lib << ": " << dlerror() << "\n";
+    return 1;
+  }
+  auto cpu = createCpuBackend(1);
+  KernelFn reference = cpu->lookup("fused");
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> dist(-2.5f, 2.5f);
+  int failures = 0;
+  for (size_t k = 0; k < all.size(); ++k) {
+    const Prepared &p = all[k];
+    using Entry = void (*)(const fz::KernelParams *);
+    auto entry = reinterpret_cast<Entry>(dlsym(so, ("case" + std::to_string(k)).c_str()));
+    std::vector<std::vector<uint8_t>> inBuf, outGen, outRef;
+    std::vector<Tensor> ins, refOuts;
+    std::vector<const void *> inPtr;
+    std::vector<void *> genPtr;
+    for (size_t i = 0; i < p.c.inputs.size(); ++i) {
+      TensorType t{p.spec.inputs[i], p.c.inputs[i]};
+      inBuf.emplace_back(t.numel() * dtypeSize(t.dtype));
+      for (int64_t e = 0; e < t.numel(); ++e) {
+        float v = dist(rng);
+        if (t.dtype == DType::BF16) {
+          uint16_t h = floatToBf16(v);
+          std::memcpy(&inBuf.back()[e * 2], &h, 2);
+        } else {
+          std::memcpy(&inBuf.back()[e * 4], &v, 4);
+        }
+      }
+    }
+    for (size_t i = 0; i < p.c.inputs.size(); ++i) {
+      ins.push_back({inBuf[i].data(), {p.spec.inputs[i], p.c.inputs[i]}});
+      inPtr.push_back(inBuf[i].data());
+    }
+    for (size_t o = 0; o < p.c.outputs.size(); ++o) {
+      TensorType t{p.spec.results[o], resultShape(p.prog, p.c.domain, p.c.outputs[o])};
+      outGen.emplace_back(t.numel() * dtypeSize(t.dtype), 0xAB);
+      outRef.emplace_back(t.numel() * dtypeSize(t.dtype), 0xCD);
+      refOuts.push_back({outRef.back().data(), t});
+      genPtr.push_back(outGen.back().data());
+    }
+    Attrs attrs;
+    attrs.setStr("program", p.c.program);
+    attrs.setInts("domain", p.c.domain);
+    attrs.setInts("outputs", p.c.outputs);
+    KernelContext ctx;
+    ctx.pool = &cpu->pool();
+    reference({attrs, ins.data(), static_cast<int>(ins.size()), refOuts.data(),
+               static_cast<int>(refOuts.size()), ctx});
+    std::vector<Shape> shapes(p.c.inputs.begin(), p.c.inputs.end());
+    fz::KernelParams params = fz::kernelParams(p.prog, p.c.domain, shapes, inPtr, genPtr);
+    entry(&params);
+    for (size_t o = 0; o < outGen.size(); ++o) {
+      std::string where;
+      if (!sameBits(outGen[o], outRef[o], p.spec.results[o], where)) {
+        std::cout << "FAIL '" << p.c.program << "' storage variant " << p.variant << " result "
+                  << o << ": " << where << "\n";
+        ++failures;
+        break;
+      }
+    }
+  }
+  if (failures)
+    return 1;
+  std::cout << "PASS: " << all.size() << " generated kernels (" << cases.size()
+            << " programs x f32/bf16/mixed storage) bit-equal to the CPU evaluator\n";
+  return 0;
+}
