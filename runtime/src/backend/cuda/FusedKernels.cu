@@ -1,0 +1,119 @@
+//===- FusedKernels.cu - generated kernels of mapp.fused ------------------===//
+#include "FusedKernels.h"
+#include "CudaBackend.h"
+#include "backend/KernelCompiler.h"
+
+#include <algorithm>
+#include <cstdio>
+
+using namespace mapp::rt;
+using namespace mapp::rt::cuda;
+namespace fz = mapp::rt::fused;
+
+namespace {
+
+std::string describe(const Instr &in, size_t block, size_t index) {
+  return "fused instruction " + (in.name.empty() ? std::string() : "'" + in.name + "' ") +
+         "(block " + std::to_string(block) + ", instruction " + std::to_string(index) +
+         ", program '" + in.attrs.getStr("program", "") + "')";
+}
+
+} // namespace
+
+FusedKernels::FusedKernels(CudaBackend &be, const Program &p) {
+  cudaDeviceProp prop;
+  MAPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, be.device()));
+  arch_ = prop.major * 10 + prop.minor;
+  for (size_t b = 0; b < p.blocks.size(); ++b)
+    for (size_t i = 0; i < p.blocks[b].instrs.size(); ++i) {
+      const Instr &in = p.blocks[b].instrs[i];
+      if (in.kernel != MAPP_KERNEL_NAME(fused))
+        continue;
+      Call c;
+      c.what = describe(in, b, i);
+      std::string err = fz::parse(in.attrs.getStr("program", ""),
+                                  static_cast<int>(in.inputs.size()), c.program);
+      if (!err.empty()) // the plan check parsed it already
+        fail(c.what, ": ", err);
+      c.domain = in.attrs.getInts("domain");
+      c.outputs = in.attrs.getInts("outputs");
+      fz::CodegenSpec spec{c.program, static_cast<int>(c.domain.size()), c.outputs, {}, {}};
+      for (int v : in.inputs)
+        spec.inputs.push_back(be.storedDType(p, in, v, false));
+      for (int v : in.outputs)
+        spec.results.push_back(be.storedDType(p, in, v, true));
+      kernelFor(spec, c.what);
+      calls_[&in.attrs] = std::move(c);
+    }
+}
+
+FusedKernels::~FusedKernels() {
+  for (auto &[source, l] : bySource_)
+    cudaLibraryUnload(l.library); // errors at teardown are not actionable
+}
+
+cudaKernel_t FusedKernels::kernelFor(const fz::CodegenSpec &spec, const std::string &what) {
+  std::string source;
+  try {
+    source = fz::generateKernel(spec);
+  } catch (const Error &e) {
+    fail(what, ": ", e.what());
+  }
+  auto it = bySource_.find(source);
+  if (it != bySource_.end())
+    return it->second.kernel;
+  CompiledKernel k = compileKernel(source, arch_, what);
+  ++(k.fromCache ? cached_ : compiled_);
+  Loaded l;
+  cudaError_t e = cudaLibraryLoadData(&l.library, k.cubin.data(), nullptr, nullptr, 0, nullptr,
+                                      nullptr, 0);
+  if (e != cudaSuccess)
+    fail(what, ": loading its generated kernel (sm_", arch_, "): ", cudaGetErrorString(e));
+  e = cudaLibraryGetKernel(&l.kernel, l.library, fz::kKernelEntry);
+  if (e != cudaSuccess) {
+    cudaLibraryUnload(l.library);
+    fail(what, ": the generated kernel has no entry ", fz::kKernelEntry, ": ",
+         cudaGetErrorString(e));
+  }
+  bySource_.emplace(std::move(source), l);
+  return l.kernel;
+}
+
+void FusedKernels::run(CudaBackend &be, const KernelArgs &a) {
+  auto it = calls_.find(&a.attrs);
+  if (it == calls_.end())
+    fail("fused: the instruction was not prepared at bind (a program bound since?)");
+  const Call &c = it->second;
+  fz::CodegenSpec spec{c.program, static_cast<int>(c.domain.size()), c.outputs, {}, {}};
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<const void *> ins;
+  std::vector<void *> outs;
+  for (int k = 0; k < a.numIn; ++k) {
+    spec.inputs.push_back(a.in[k].type.dtype);
+    shapes.push_back(a.in[k].shape());
+    ins.push_back(a.in[k].data);
+  }
+  for (int k = 0; k < a.numOut; ++k) {
+    spec.results.push_back(a.out[k].type.dtype);
+    outs.push_back(a.out[k].data);
+  }
+  // The storage types seen at bind, unless a view differs (then compiled now).
+  cudaKernel_t kernel = kernelFor(spec, c.what);
+  fz::KernelParams params = fz::kernelParams(c.program, c.domain, shapes, ins, outs);
+  if (params.n == 0 && params.outer == 0)
+    return;
+  bool reduces = c.program.reduction() != nullptr;
+  long long maxBlocks = static_cast<long long>(be.smCount()) * 32;
+  int threads = reduces ? fz::reduceThreads(params.inner) : 256;
+  long long blocks = reduces ? params.outer : (params.n + threads - 1) / threads;
+  blocks = std::max(1LL, std::min(blocks, maxBlocks));
+  void *args[] = {&params};
+  MAPP_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void *>(kernel),
+                                   dim3(static_cast<unsigned>(blocks)), dim3(threads), args, 0,
+                                   be.stream()));
+}
+
+void cuda::fused(const KernelArgs &a) {
+  CudaBackend &be = backendOf(a);
+  be.fusedKernels().run(be, a);
+}
