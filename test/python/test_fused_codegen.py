@@ -10,7 +10,6 @@ for sm_90 (skipped otherwise)."""
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -18,28 +17,9 @@ import sys
 import pytest
 
 from conftest import ROOT, require_tool
+from mapp.fused_cases import fused_cases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FUSED_RE = re.compile(r'mapp\.fused [^{]*\{([^}]*)\} : \(([^)]*)\) ->')
-
-
-def shape_of(tensor_type):
-    """'tensor<2x4x8xf32>' -> '2x4x8'; a scalar tensor -> '-'."""
-    dims = tensor_type.strip()[len("tensor<"):-1].split("x")[:-1]
-    return "x".join(dims) or "-"
-
-
-def fused_cases(mlir_text):
-    """One checker line per mapp.fused op: program, domain, outputs, shapes."""
-    cases = []
-    for attrs, operands in FUSED_RE.findall(mlir_text):
-        domain = re.search(r"domain = array<i64(?:: ([^>]*))?>", attrs).group(1)
-        outputs = re.search(r"outputs = array<i64: ([^>]*)>", attrs).group(1)
-        program = re.search(r'program = "([^"]*)"', attrs).group(1)
-        shapes = [shape_of(t) for t in re.findall(r"tensor<[^>]*>", operands)]
-        cases.append("\t".join([program, (domain or "").replace(" ", ""),
-                                outputs.replace(" ", ""), ";".join(shapes)]))
-    return cases
 
 
 def run(cmd, **kw):

@@ -454,10 +454,16 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   optimChunks_.reset(); // the previous program's
   optimChunks_.reset(bindOptimGroups(*this, p, fusions_)); // needs the shadows
   fusedKernels_.reset(); // the previous program's
-  fusedKernels_ = std::make_unique<FusedKernels>(*this, p); // needs the storage
+  fusedKernels_ = std::make_unique<FusedKernels>(*this, &p); // needs the storage
   if (config_.fuseLog)
     std::fprintf(stderr, "mapp cuda fusion: %s\n",
                  fusionSummary(*this).c_str());
+}
+
+FusedKernels &CudaBackend::fusedKernels() {
+  if (!fusedKernels_) // calls outside a bound program (kernel tests)
+    fusedKernels_ = std::make_unique<FusedKernels>(*this, nullptr);
+  return *fusedKernels_;
 }
 
 DType CudaBackend::storedDType(const Program &p, const Instr &in, int value,

@@ -168,7 +168,7 @@ public:
   /// How `value` reaches `in`'s kernel: operandView's storage type.
   DType storedDType(const Program &p, const Instr &in, int value, bool isOutput);
   /// The generated kernels of the bound program's `fused` instructions.
-  FusedKernels &fusedKernels() const { return *fusedKernels_; }
+  FusedKernels &fusedKernels();
 
   /// MAPP_CUDA_PROFILE=1: device time per kernel name (CUDA events around
   /// every call from step 1 on), printed to stderr when the backend ends.

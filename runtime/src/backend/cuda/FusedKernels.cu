@@ -4,6 +4,7 @@
 #include "backend/KernelCompiler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 using namespace mapp::rt;
@@ -20,23 +21,33 @@ std::string describe(const Instr &in, size_t block, size_t index) {
 
 } // namespace
 
-FusedKernels::FusedKernels(CudaBackend &be, const Program &p) {
+FusedKernels::Call FusedKernels::prepare(const Attrs &attrs, int numInputs,
+                                        const std::string &what) {
+  Call c;
+  c.what = what;
+  c.text = attrs.getStr("program", "");
+  std::string err = fz::parse(c.text, numInputs, c.program);
+  if (!err.empty()) // a plan's were checked at load
+    fail(what, ": ", err);
+  c.domain = attrs.getInts("domain");
+  c.outputs = attrs.getInts("outputs");
+  return c;
+}
+
+FusedKernels::FusedKernels(CudaBackend &be, const Program *prog) {
   cudaDeviceProp prop;
   MAPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, be.device()));
   arch_ = prop.major * 10 + prop.minor;
+  if (!prog)
+    return;
+  const Program &p = *prog;
+  auto start = std::chrono::steady_clock::now();
   for (size_t b = 0; b < p.blocks.size(); ++b)
     for (size_t i = 0; i < p.blocks[b].instrs.size(); ++i) {
       const Instr &in = p.blocks[b].instrs[i];
       if (in.kernel != MAPP_KERNEL_NAME(fused))
         continue;
-      Call c;
-      c.what = describe(in, b, i);
-      std::string err = fz::parse(in.attrs.getStr("program", ""),
-                                  static_cast<int>(in.inputs.size()), c.program);
-      if (!err.empty()) // the plan check parsed it already
-        fail(c.what, ": ", err);
-      c.domain = in.attrs.getInts("domain");
-      c.outputs = in.attrs.getInts("outputs");
+      Call c = prepare(in.attrs, static_cast<int>(in.inputs.size()), describe(in, b, i));
       fz::CodegenSpec spec{c.program, static_cast<int>(c.domain.size()), c.outputs, {}, {}};
       for (int v : in.inputs)
         spec.inputs.push_back(be.storedDType(p, in, v, false));
@@ -45,6 +56,13 @@ FusedKernels::FusedKernels(CudaBackend &be, const Program &p) {
       kernelFor(spec, c.what);
       calls_[&in.attrs] = std::move(c);
     }
+  if (be.config().fuseLog && !calls_.empty())
+    std::fprintf(stderr,
+                 "mapp cuda fused: %zu instructions, %zu kernels: %d compiled (NVRTC, sm_%d), "
+                 "%d from the kernel cache %s, %.2f s\n",
+                 calls_.size(), bySource_.size(), compiled_, arch_, cached_,
+                 kernelCacheDir().c_str(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 FusedKernels::~FusedKernels() {
@@ -81,8 +99,8 @@ cudaKernel_t FusedKernels::kernelFor(const fz::CodegenSpec &spec, const std::str
 
 void FusedKernels::run(CudaBackend &be, const KernelArgs &a) {
   auto it = calls_.find(&a.attrs);
-  if (it == calls_.end())
-    fail("fused: the instruction was not prepared at bind (a program bound since?)");
+  if (it == calls_.end() || it->second.text != a.attrs.getStr("program", ""))
+    it = calls_.insert_or_assign(&a.attrs, prepare(a.attrs, a.numIn, "fused call")).first;
   const Call &c = it->second;
   fz::CodegenSpec spec{c.program, static_cast<int>(c.domain.size()), c.outputs, {}, {}};
   std::vector<std::vector<int64_t>> shapes;

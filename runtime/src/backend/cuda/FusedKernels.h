@@ -28,8 +28,10 @@ class CudaBackend;
 class FusedKernels {
 public:
   /// Compiles (or reads from the cache) and loads the kernels of every
-  /// `fused` instruction of `p`; throws Error naming the instruction.
-  FusedKernels(CudaBackend &be, const Program &p);
+  /// `fused` instruction of `p` (none without a program: a call outside a
+  /// bound program, as the kernel tests make, is prepared when it comes);
+  /// throws Error naming the instruction.
+  FusedKernels(CudaBackend &be, const Program *p);
   ~FusedKernels();
   FusedKernels(const FusedKernels &) = delete;
   FusedKernels &operator=(const FusedKernels &) = delete;
@@ -49,8 +51,10 @@ private:
   struct Call {
     fused::Program program;
     std::vector<int64_t> domain, outputs;
+    std::string text; // the program, as the attribute says
     std::string what; // names the instruction in errors
   };
+  static Call prepare(const Attrs &attrs, int numInputs, const std::string &what);
   /// The kernel for `spec`: loaded before, or generated, compiled, loaded.
   cudaKernel_t kernelFor(const fused::CodegenSpec &spec, const std::string &what);
 
