@@ -49,7 +49,7 @@ RUNTIME_LAYERS = [
     ("cost", []),
     ("kernel", ["DType.h", "Tensor.h", "Attrs.h", "Kernels.h", "KernelVocab.h",
                 "KernelVocab.def", "FusedProgram.h", "FusedDevice.h",
-                "FusedCodegen.h", "Probe.h", "ProbeReduce.h"]),
+                "FusedCodegen.h", "FusedDeviceText.inc", "Probe.h", "ProbeReduce.h"]),
     ("data", ["Weights.h", "Tokenizer.h", "Dataset.h", "Safetensors.h"]),
     ("plan", ["Plan.h", "PlanLimits.h", "Shard.h", "plan_generated.h"]),
     ("comm", ["Comm.h", "Coordinator.h", "Faults.h", "Launcher.h", "Rendezvous.h"]),
