@@ -547,6 +547,8 @@ std::vector<Case> cases() {
     if (!mapp::fusedtest::readCases(file, programs, why))
       fail(why);
   for (const mapp::fusedtest::Case &f : programs) {
+    if (numel(f.domain) == 0)
+      continue; // the host check has it; the harness uploads no empty tensors
     mapp::rt::fused::Program prog;
     if (!(why = mapp::rt::fused::parse(f.program, static_cast<int>(f.inputs.size()), prog)).empty())
       fail("fused case '", f.program, "': ", why);

@@ -94,6 +94,7 @@ inline std::vector<Case> builtinCases() {
   add("reduce_sum[0,1,2](%i0)", {3, 4, 5}, {0}, {{3, 4, 5}});
   add("neg(%i0); reduce_sum[0](%0)", {10}, {1}, {{10}});
   add("add(%i0, %i1)", {}, {0}, {{}, {}}); // a scalar domain
+  add("exp(%i0); reduce_sum[0](%0)", {0, 5}, {1}, {{0, 5}}); // nothing summed: zeros
   return cases;
 }
 

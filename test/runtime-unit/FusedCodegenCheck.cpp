@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -151,8 +152,39 @@ int main(int argc, char **argv) {
       std::cout << "FAIL NVRTC " << lib->version() << ":\n" << log << "\n";
       return 1;
     }
+    // The cache: a second compile is a read; a damaged entry is compiled
+    // again (never loaded); a compile error names the instruction and
+    // carries NVRTC's log.
+    setenv("MAPP_KERNEL_CACHE", (work + "/kernel-cache").c_str(), 1);
+    std::filesystem::remove_all(work + "/kernel-cache");
+    std::string small = fz::generateKernel(all[0].spec);
+    bool first = compileKernel(small, 90, "case 0").fromCache;
+    bool second = compileKernel(small, 90, "case 0").fromCache;
+    std::string damaged, cmd = "for f in " + work + "/kernel-cache/*.cubin; do printf x > $f; done";
+    if (std::system(cmd.c_str()) != 0)
+      damaged = "(could not damage the cache)";
+    CompiledKernel third = compileKernel(small, 90, "case 0");
+    if (first || !second || third.fromCache || third.cubin.empty() || !damaged.empty()) {
+      std::cout << "FAIL the kernel cache: first compile from cache " << first << ", second "
+                << second << ", after damage " << third.fromCache << " " << damaged << "\n";
+      return 1;
+    }
+    try {
+      compileKernel(small + "\nthis is not C++;\n", 90, "fused instruction 'broken'");
+      std::cout << "FAIL a source that does not compile was accepted\n";
+      return 1;
+    } catch (const std::exception &e) {
+      std::string m = e.what();
+      if (m.find("fused instruction 'broken'") == std::string::npos ||
+          m.find("error") == std::string::npos) {
+        std::cout << "FAIL the compile error does not name the instruction or show the log: " << m
+                  << "\n";
+        return 1;
+      }
+    }
     std::cout << "PASS: " << kernels << " generated kernels compile with NVRTC " << lib->version()
-              << " for sm_90 (" << cubin.size() << " bytes of cubin)\n";
+              << " for sm_90 (" << cubin.size() << " bytes of cubin); the kernel cache reads, "
+              << "recompiles a damaged entry; a compile error names the instruction\n";
     return 0;
   }
 

@@ -153,14 +153,13 @@ KernelParams fused::kernelParams(const Program &program, const std::vector<int64
   KernelParams a{};
   a.n = 1;
   a.inner = 1;
+  a.outer = 1; // results: a domain with a reduced extent 0 still has them (zeros)
   std::vector<int64_t> lin(rank, 1);
   for (int d = rank - 1; d >= 0; --d) {
     lin[d] = a.n;
     a.n *= domain[d];
-    if (reduced[d])
-      a.inner *= domain[d];
+    (reduced[d] ? a.inner : a.outer) *= domain[d];
   }
-  a.outer = a.inner ? a.n / a.inner : 0;
   for (int p = 0; p < rank; ++p) {
     a.dom[p] = domain[order[p]];
     a.linStride[p] = lin[order[p]];

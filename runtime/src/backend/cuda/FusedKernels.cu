@@ -53,7 +53,9 @@ FusedKernels::FusedKernels(CudaBackend &be, const Program *prog) {
         spec.inputs.push_back(be.storedDType(p, in, v, false));
       for (int v : in.outputs)
         spec.results.push_back(be.storedDType(p, in, v, true));
-      kernelFor(spec, c.what);
+      c.kernel = kernelFor(spec, c.what);
+      c.inputs = spec.inputs;
+      c.results = spec.results;
       calls_[&in.attrs] = std::move(c);
     }
   if (be.config().fuseLog && !calls_.empty())
@@ -101,22 +103,31 @@ void FusedKernels::run(CudaBackend &be, const KernelArgs &a) {
   auto it = calls_.find(&a.attrs);
   if (it == calls_.end() || it->second.text != a.attrs.getStr("program", ""))
     it = calls_.insert_or_assign(&a.attrs, prepare(a.attrs, a.numIn, "fused call")).first;
-  const Call &c = it->second;
-  fz::CodegenSpec spec{c.program, static_cast<int>(c.domain.size()), c.outputs, {}, {}};
+  Call &c = it->second;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<const void *> ins;
   std::vector<void *> outs;
+  bool sameStorage = c.kernel && c.inputs.size() == static_cast<size_t>(a.numIn) &&
+                     c.results.size() == static_cast<size_t>(a.numOut);
   for (int k = 0; k < a.numIn; ++k) {
-    spec.inputs.push_back(a.in[k].type.dtype);
+    sameStorage = sameStorage && c.inputs[k] == a.in[k].type.dtype;
     shapes.push_back(a.in[k].shape());
     ins.push_back(a.in[k].data);
   }
   for (int k = 0; k < a.numOut; ++k) {
-    spec.results.push_back(a.out[k].type.dtype);
+    sameStorage = sameStorage && c.results[k] == a.out[k].type.dtype;
     outs.push_back(a.out[k].data);
   }
-  // The storage types seen at bind, unless a view differs (then compiled now).
-  cudaKernel_t kernel = kernelFor(spec, c.what);
+  if (!sameStorage) { // not bound, or a view stored otherwise than at bind
+    fz::CodegenSpec spec{c.program, static_cast<int>(c.domain.size()), c.outputs, {}, {}};
+    for (int k = 0; k < a.numIn; ++k)
+      spec.inputs.push_back(a.in[k].type.dtype);
+    for (int k = 0; k < a.numOut; ++k)
+      spec.results.push_back(a.out[k].type.dtype);
+    c.kernel = kernelFor(spec, c.what);
+    c.inputs = spec.inputs;
+    c.results = spec.results;
+  }
   fz::KernelParams params = fz::kernelParams(c.program, c.domain, shapes, ins, outs);
   if (params.n == 0 && params.outer == 0)
     return;
@@ -126,9 +137,13 @@ void FusedKernels::run(CudaBackend &be, const KernelArgs &a) {
   long long blocks = reduces ? params.outer : (params.n + threads - 1) / threads;
   blocks = std::max(1LL, std::min(blocks, maxBlocks));
   void *args[] = {&params};
-  MAPP_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void *>(kernel),
-                                   dim3(static_cast<unsigned>(blocks)), dim3(threads), args, 0,
-                                   be.stream()));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(threads);
+  config.stream = be.stream();
+  // A library's kernel launches by its handle as the function (as
+  // cuda_runtime.h's cudaLaunchKernelEx overload for cudaKernel_t does).
+  MAPP_CUDA_CHECK(cudaLaunchKernelExC(&config, reinterpret_cast<const void *>(c.kernel), args));
 }
 
 void cuda::fused(const KernelArgs &a) {

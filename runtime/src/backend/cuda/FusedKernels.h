@@ -53,6 +53,9 @@ private:
     std::vector<int64_t> domain, outputs;
     std::string text; // the program, as the attribute says
     std::string what; // names the instruction in errors
+    // The kernel for these storage types (set at bind or by the first call).
+    std::vector<DType> inputs, results;
+    cudaKernel_t kernel = nullptr;
   };
   static Call prepare(const Attrs &attrs, int numInputs, const std::string &what);
   /// The kernel for `spec`: loaded before, or generated, compiled, loaded.
