@@ -10,7 +10,9 @@
 //     and single fp32 operations (reshape, slice, add, mul, grad_accumulate…),
 //     whose one rounding is 6e-8 relative, far under the tolerances;
 //   the fused GEMM pairs (FusionCases.cpp) — double loops, and against the
-//     unfused kernels.
+//     unfused kernels;
+//   the generated kernels of mapp.fused — the program in double
+//     (FusedFp64.cpp; cases: test/runtime-unit/FusedCases.h).
 // Run in both storage modes of the CUDA backend:
 //   f32  — operands stored fp32 (GEMMs and flash attention still take bf16
 //          operands, so those get bf16 tolerances);
@@ -21,6 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Fp64Reference.h"
+#include "FusedCases.h"
 #include "FusionCases.h"
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Comm.h"
@@ -32,6 +35,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -534,6 +538,30 @@ std::vector<Case> cases() {
   }
   add({"cast i32", "cast", {}, {{i32({B, T}), Gen::Ids, 1000}}, {f32({B, T})}});
   add({"cast f32", "cast", {}, {{f32({B, T, H})}}, {f32({B, T, H})}});
+  // Generated kernels of mapp.fused (docs/fusion.md) against the program in
+  // double (FusedFp64.cpp): the generator's edge cases and, with
+  // MAPP_FUSED_CASES=FILE, the programs --mapp-fuse formed (fuse_gen.sh).
+  std::vector<mapp::fusedtest::Case> programs = mapp::fusedtest::builtinCases();
+  std::string why;
+  if (const char *file = std::getenv("MAPP_FUSED_CASES"))
+    if (!mapp::fusedtest::readCases(file, programs, why))
+      fail(why);
+  for (const mapp::fusedtest::Case &f : programs) {
+    if (numel(f.domain) == 0)
+      continue; // the host check has it; the harness uploads no empty tensors
+    mapp::rt::fused::Program prog;
+    if (!(why = mapp::rt::fused::parse(f.program, static_cast<int>(f.inputs.size()), prog)).empty())
+      fail("fused case '", f.program, "': ", why);
+    Case c{"fused " + f.program, "fused", {}, {}, {}};
+    c.attrs.setStr("program", f.program);
+    c.attrs.setInts("domain", f.domain);
+    c.attrs.setInts("outputs", f.outputs);
+    for (const Shape &s : f.inputs)
+      c.ins.push_back({f32(s)});
+    for (int64_t o : f.outputs)
+      c.outs.push_back(f32(mapp::fusedtest::resultShape(prog, f.domain, o)));
+    add(c);
+  }
   return cs;
 }
 

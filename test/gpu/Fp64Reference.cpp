@@ -201,6 +201,8 @@ bool mapp::test::fp64Reference(const std::string &kernel, const Attrs &attrs,
                                const std::vector<TensorType> &outTypes,
                                std::vector<Doubles> &out) {
   out.assign(outTypes.size(), {});
+  if (kernel == "fused")
+    return fusedFp64(attrs, inTypes, in, out);
   if (kernel == "linear") {
     int64_t k = inTypes[0].dim(-1), n = inTypes[1].dim(0);
     out[0] = linearRef(in[0], in[1], in.size() > 2 ? in[2] : nullptr,

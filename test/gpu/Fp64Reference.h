@@ -21,13 +21,17 @@ namespace mapp::test {
 
 using Doubles = std::vector<double>;
 
-/// Fills `out` (one vector per output) for linear, matmul, attention and
-/// attention_grad; false for any other kernel.
+/// Fills `out` (one vector per output) for linear, matmul, attention,
+/// attention_grad and fused; false for any other kernel.
 bool fp64Reference(const std::string &kernel, const rt::Attrs &attrs,
                    const std::vector<rt::TensorType> &inTypes,
                    const std::vector<const float *> &in,
                    const std::vector<rt::TensorType> &outTypes,
                    std::vector<Doubles> &out);
+
+/// A `fused` call (mapp.fused program) in double (FusedFp64.cpp).
+bool fusedFp64(const rt::Attrs &attrs, const std::vector<rt::TensorType> &inTypes,
+               const std::vector<const float *> &in, std::vector<Doubles> &out);
 
 /// y[r,n] = Σ_k x[r,k]·w[n,k] (+ b[n]).
 Doubles linearRef(const float *x, const float *w, const float *b, int64_t rows,

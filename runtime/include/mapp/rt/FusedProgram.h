@@ -33,47 +33,22 @@
 #include <string>
 #include <vector>
 
-#ifdef __CUDACC__
-#define MAPP_FUSED_HD __host__ __device__
-#else
-#define MAPP_FUSED_HD
-#endif
+#include "mapp/rt/FusedDevice.h"
 
 namespace mapp::rt::fused {
 
-// X(enum, name, arity, immediate): immediate 0 none, 1 float, 2 gelu
-// approximation, 3 reduced dims.
-#define MAPP_FUSED_OPS(X)                                                      \
-  X(Neg, "neg", 1, 0) X(Abs, "abs", 1, 0) X(Sign, "sign", 1, 0)                \
-  X(Exp, "exp", 1, 0) X(Log, "log", 1, 0) X(Sqrt, "sqrt", 1, 0)                \
-  X(Rsqrt, "rsqrt", 1, 0) X(Tanh, "tanh", 1, 0) X(Sin, "sin", 1, 0)            \
-  X(Cos, "cos", 1, 0) X(Sigmoid, "sigmoid", 1, 0) X(Silu, "silu", 1, 0)        \
-  X(Pow, "pow", 1, 1) X(Scale, "scale", 1, 1) X(Softcap, "softcap", 1, 1)      \
-  X(Gelu, "gelu", 1, 2)                                                        \
-  X(Add, "add", 2, 0) X(Mul, "mul", 2, 0) X(Sub, "sub", 2, 0)                  \
-  X(Div, "div", 2, 0) X(Maximum, "maximum", 2, 0)                              \
-  X(Minimum, "minimum", 2, 0) X(Lt, "lt", 2, 0) X(Le, "le", 2, 0)              \
-  X(Gt, "gt", 2, 0) X(Ge, "ge", 2, 0) X(Eq, "eq", 2, 0) X(Ne, "ne", 2, 0)      \
-  X(SiluGrad, "silu_grad", 2, 0) X(GeluGrad, "gelu_grad", 2, 2)                \
-  X(SoftcapGrad, "softcap_grad", 2, 1) X(Select, "select", 3, 0)               \
-  X(ReduceSum, "reduce_sum", 1, 3)
-
-enum class Op : int32_t {
-#define MAPP_FUSED_ENUM(e, n, a, i) e,
-  MAPP_FUSED_OPS(MAPP_FUSED_ENUM)
-#undef MAPP_FUSED_ENUM
-};
 
 struct OpInfo {
   Op op;
   const char *name;
   int arity;
   int immediate;
+  const char *enumName; // Op's enumerator, for generated source
 };
 
 inline const std::vector<OpInfo> &opTable() {
   static const std::vector<OpInfo> table = {
-#define MAPP_FUSED_INFO(e, n, a, i) {Op::e, n, a, i},
+#define MAPP_FUSED_INFO(e, n, a, i) {Op::e, n, a, i, #e},
       MAPP_FUSED_OPS(MAPP_FUSED_INFO)
 #undef MAPP_FUSED_INFO
   };
@@ -268,87 +243,6 @@ inline std::string parse(const std::string &text, int numInputs, Program &out) {
     }
   }
   return "";
-}
-
-// Scalar semantics, exactly the unfused kernels' (see the file comment).
-constexpr double kSqrt2OverPi = 0.79788456080286535588; // sqrt(2/pi)
-constexpr double kGeluKappa = 0.044715;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794; // 1/sqrt(2 pi)
-
-MAPP_FUSED_HD inline float geluScalar(float x, bool tanhApprox) {
-  double v = x;
-  if (tanhApprox)
-    return static_cast<float>(0.5 * v * (1 + ::tanh(kSqrt2OverPi * (v + kGeluKappa * v * v * v))));
-  return static_cast<float>(0.5 * v * (1 + ::erf(v * 0.70710678118654752440)));
-}
-
-MAPP_FUSED_HD inline float geluGradScalar(float dy, float x, bool tanhApprox) {
-  double v = x;
-  if (tanhApprox) {
-    double t = ::tanh(kSqrt2OverPi * (v + kGeluKappa * v * v * v));
-    double dinner = kSqrt2OverPi * (1 + 3 * kGeluKappa * v * v);
-    return static_cast<float>(dy * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * dinner));
-  }
-  double cdf = 0.5 * (1 + ::erf(v * 0.70710678118654752440));
-  double pdf = ::exp(-0.5 * v * v) * kInvSqrt2Pi;
-  return static_cast<float>(dy * (cdf + v * pdf));
-}
-
-MAPP_FUSED_HD inline float siluScalar(float x) {
-  double v = x;
-  return static_cast<float>(v / (1 + ::exp(-v)));
-}
-
-MAPP_FUSED_HD inline float siluGradScalar(float dy, float x) {
-  double v = x;
-  double s = 1 / (1 + ::exp(-v));
-  return static_cast<float>(dy * s * (1 + v * (1 - s)));
-}
-
-/// One statement on scalars (b, c unused below its arity); not reduce_sum.
-MAPP_FUSED_HD inline float apply(Op op, float a, float b, float c, double imm, bool tanhApprox) {
-  double v = a;
-  switch (op) {
-  case Op::Neg: return static_cast<float>(-v);
-  case Op::Abs: return static_cast<float>(::fabs(v));
-  case Op::Sign: return v > 0 ? 1.f : v < 0 ? -1.f : 0.f;
-  case Op::Exp: return static_cast<float>(::exp(v));
-  case Op::Log: return static_cast<float>(::log(v));
-  case Op::Sqrt: return static_cast<float>(::sqrt(v));
-  case Op::Rsqrt: return static_cast<float>(1.0 / ::sqrt(v));
-  case Op::Tanh: return static_cast<float>(::tanh(v));
-  case Op::Sin: return static_cast<float>(::sin(v));
-  case Op::Cos: return static_cast<float>(::cos(v));
-  case Op::Sigmoid: return static_cast<float>(1.0 / (1.0 + ::exp(-v)));
-  case Op::Silu: return siluScalar(a);
-  case Op::Pow: return static_cast<float>(::pow(v, imm));
-  // PyTorch multiplies a float tensor by a Python float in float precision.
-  case Op::Scale: return a * static_cast<float>(imm);
-  case Op::Softcap: return static_cast<float>(imm * ::tanh(a / imm));
-  case Op::Gelu: return geluScalar(a, tanhApprox);
-  case Op::Add: return a + b;
-  case Op::Mul: return a * b;
-  case Op::Sub: return a - b;
-  case Op::Div: return a / b;
-  // NaN propagates as in torch.maximum / torch.minimum.
-  case Op::Maximum: return a != a || b != b ? a + b : (a > b ? a : b);
-  case Op::Minimum: return a != a || b != b ? a + b : (a < b ? a : b);
-  case Op::Lt: return a < b ? 1.f : 0.f;
-  case Op::Le: return a <= b ? 1.f : 0.f;
-  case Op::Gt: return a > b ? 1.f : 0.f;
-  case Op::Ge: return a >= b ? 1.f : 0.f;
-  case Op::Eq: return a == b ? 1.f : 0.f;
-  case Op::Ne: return a != b ? 1.f : 0.f;
-  case Op::SiluGrad: return siluGradScalar(a, b);
-  case Op::GeluGrad: return geluGradScalar(a, b, tanhApprox);
-  case Op::SoftcapGrad: {
-    double t = ::tanh(b / imm);
-    return static_cast<float>(a * (1 - t * t));
-  }
-  case Op::Select: return a != 0.0f ? b : c;
-  case Op::ReduceSum: return a;
-  }
-  return a;
 }
 
 } // namespace mapp::rt::fused

@@ -3,6 +3,7 @@
 #include "LtSetup.cuh"
 #include "ProbeCapture.h"
 #include "DeviceComm.h"
+#include "FusedKernels.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -452,9 +453,24 @@ void CudaBackend::bindProgram(const Program &p, void *pool, void *) {
   fusions_ = planFusions(p, FusionSwitches{config_.fuse});
   optimChunks_.reset(); // the previous program's
   optimChunks_.reset(bindOptimGroups(*this, p, fusions_)); // needs the shadows
+  fusedKernels_.reset(); // the previous program's
+  fusedKernels_ = std::make_unique<FusedKernels>(*this, &p); // needs the storage
   if (config_.fuseLog)
     std::fprintf(stderr, "mapp cuda fusion: %s\n",
                  fusionSummary(*this).c_str());
+}
+
+FusedKernels &CudaBackend::fusedKernels() {
+  if (!fusedKernels_) // calls outside a bound program (kernel tests)
+    fusedKernels_ = std::make_unique<FusedKernels>(*this, nullptr);
+  return *fusedKernels_;
+}
+
+DType CudaBackend::storedDType(const Program &p, const Instr &in, int value,
+                               bool isOutput) {
+  const Value &val = p.values[value];
+  Tensor t{poolBase_ + val.offset, val.type}; // a pool value's address
+  return operandView(p, in, value, isOutput, t).type.dtype;
 }
 
 Tensor CudaBackend::valueTensor(int value, const Tensor &anchor,

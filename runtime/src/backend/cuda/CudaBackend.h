@@ -36,6 +36,7 @@ class Communicator;
 namespace mapp::rt::cuda {
 
 class DeviceComm;
+class FusedKernels;
 
 /// One function per kernel of KernelVocab.def whose cuda column is Y.
 #define MAPP_CUDA_KERNEL(name) void name(const KernelArgs &a);
@@ -164,6 +165,10 @@ public:
   /// MAPP_CUDA_COMM=host.
   DeviceComm *deviceComm(Communicator &host);
   int device() const { return device_; }
+  /// How `value` reaches `in`'s kernel: operandView's storage type.
+  DType storedDType(const Program &p, const Instr &in, int value, bool isOutput);
+  /// The generated kernels of the bound program's `fused` instructions.
+  FusedKernels &fusedKernels();
 
   /// MAPP_CUDA_PROFILE=1: device time per kernel name (CUDA events around
   /// every call from step 1 on), printed to stderr when the backend ends.
@@ -258,6 +263,7 @@ private:
 
   TraceEventPool traceEvents_;
   std::unique_ptr<DeviceComm> deviceComm_;
+  std::unique_ptr<FusedKernels> fusedKernels_;
   bool deviceCommChecked_ = false;
 
   std::unordered_map<const void *, AttnSaved> attn_;

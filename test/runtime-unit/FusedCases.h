@@ -1,0 +1,132 @@
+//===- FusedCases.h - mapp.fused programs to check generated kernels on ---===//
+//
+// The edge cases of the fused kernel generator (every op of
+// MAPP_FUSED_OPS, broadcasts along every dim, reductions over leading,
+// middle, trailing and several dims, a scalar domain) and the case file
+// test/python/test_fused_codegen.py and bench/gpu/fuse_gen.sh write (the
+// programs of the fusion lit tests and the fused models): lines
+// `program<TAB>domain<TAB>outputs<TAB>shape;shape...` (dims joined by x,
+// `-` for a scalar). Shared by the host check (FusedCodegenCheck.cpp) and
+// the GPU check (test/gpu/CudaKernelTest.cpp).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MAPP_TEST_FUSED_CASES_H
+#define MAPP_TEST_FUSED_CASES_H
+
+#include "mapp/rt/FusedProgram.h"
+#include "mapp/rt/Tensor.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace mapp::fusedtest {
+
+using mapp::rt::Shape;
+
+struct Case {
+  std::string program;
+  Shape domain;
+  std::vector<int64_t> outputs;
+  std::vector<Shape> inputs;
+};
+
+inline std::vector<int64_t> splitInts(const std::string &s, char sep) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, sep))
+    if (!part.empty() && part != "-")
+      v.push_back(std::stoll(part));
+  return v;
+}
+
+/// The shape of statement `k`'s values: the domain, or without the reduced dims.
+inline Shape resultShape(const mapp::rt::fused::Program &p, const Shape &domain, int64_t k) {
+  const mapp::rt::fused::Stmt *r = p.reduction();
+  if (!r || k != static_cast<int64_t>(p.stmts.size()) - 1)
+    return domain;
+  Shape s;
+  for (size_t d = 0; d < domain.size(); ++d)
+    if (std::find(r->dims.begin(), r->dims.end(), static_cast<int64_t>(d)) == r->dims.end())
+      s.push_back(domain[d]);
+  return s;
+}
+
+inline std::vector<Case> builtinCases() {
+  std::vector<Case> cases;
+  auto add = [&](std::string prog, Shape dom, std::vector<int64_t> outs, std::vector<Shape> ins) {
+    cases.push_back({std::move(prog), std::move(dom), std::move(outs), std::move(ins)});
+  };
+  // Every op, each on inputs of the domain's shape (and a chain through it).
+  for (const mapp::rt::fused::OpInfo &oi : mapp::rt::fused::opTable()) {
+    if (oi.op == mapp::rt::fused::Op::ReduceSum)
+      continue;
+    std::string imm = oi.immediate == 1 ? (oi.op == mapp::rt::fused::Op::Pow ? "[3]" : "[1.75]")
+                      : oi.immediate == 2 ? "[tanh]" : "";
+    std::string args = "(%i0";
+    for (int a = 1; a < oi.arity; ++a)
+      args += ", %i" + std::to_string(a);
+    args += ")";
+    std::vector<Shape> ins(oi.arity, Shape{3, 37});
+    add(std::string(oi.name) + imm + args, {3, 37}, {0}, ins);
+    if (oi.immediate == 2) // the erf form as well
+      add(std::string(oi.name) + args, {3, 37}, {0}, ins);
+  }
+  add("pow[0.5](%i0); softcap[30](%0); scale[-0.125](%1)", {5, 7}, {2}, {{5, 7}});
+  // Broadcasts along every dim of a rank-4 domain, and several at once.
+  Shape d4{2, 3, 5, 7};
+  for (int d = 0; d < 4; ++d) {
+    Shape b = d4;
+    b[d] = 1;
+    add("mul(%i0, %i1); add(%0, %i0)", d4, {0, 1}, {d4, b});
+  }
+  add("select(%i0, %i1, %i2); sub(%0, %i3)", d4, {1}, {{2, 1, 5, 1}, {3, 1, 1}, {7}, {}});
+  add("add(%i0, %i1)", d4, {0}, {{1, 3, 1, 7}, {2, 1, 5, 1}});
+  // Reductions over leading, middle, trailing and several dims (with a
+  // domain-shaped result stored beside the sum), and of an input.
+  add("mul(%i0, %i0); reduce_sum[0](%0)", {300, 9}, {1}, {{300, 9}});
+  add("mul(%i0, %i1); reduce_sum[1](%0)", {4, 600, 3}, {0, 1}, {{4, 600, 3}, {3}});
+  add("exp(%i0); reduce_sum[2](%0)", {4, 3, 1000}, {0, 1}, {{4, 3, 1000}});
+  add("silu(%i0); mul(%0, %i1); reduce_sum[0,2](%1)", {6, 5, 70}, {2}, {{6, 5, 70}, {6, 1, 70}});
+  add("reduce_sum[0,1,2](%i0)", {3, 4, 5}, {0}, {{3, 4, 5}});
+  add("neg(%i0); reduce_sum[0](%0)", {10}, {1}, {{10}});
+  add("add(%i0, %i1)", {}, {0}, {{}, {}}); // a scalar domain
+  add("exp(%i0); reduce_sum[0](%0)", {0, 5}, {1}, {{0, 5}}); // nothing summed: zeros
+  return cases;
+}
+
+/// Appends the cases of `path`; false with `err` naming the bad line.
+inline bool readCases(const std::string &path, std::vector<Case> &cases, std::string &err) {
+  std::ifstream f(path);
+  if (!f) {
+    err = "cannot read " + path;
+    return false;
+  }
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.empty())
+      continue;
+    std::vector<std::string> col;
+    std::stringstream ss(line);
+    std::string part;
+    while (std::getline(ss, part, '\t'))
+      col.push_back(part);
+    if (col.size() != 4) {
+      err = path + ": not 4 tab-separated columns: " + line;
+      return false;
+    }
+    Case c{col[0], splitInts(col[1], ','), splitInts(col[2], ','), {}};
+    std::stringstream shapes(col[3]);
+    while (std::getline(shapes, part, ';'))
+      c.inputs.push_back(splitInts(part, 'x'));
+    cases.push_back(c);
+  }
+  return true;
+}
+
+} // namespace mapp::fusedtest
+
+#endif
