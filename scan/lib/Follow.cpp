@@ -3,9 +3,8 @@
 
 #include "mapp/monitor/Summary.h"
 #include "mapp/rt/RegularFile.h"
-#include "mapp/trace/TraceFormat.h"
-
-#include <nlohmann/json.hpp>
+#include "mapp/trace/TraceLine.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <cerrno>
 #include <chrono>
@@ -18,8 +17,7 @@
 
 using namespace mapp::scan;
 using mapp::monitor::StepSummary;
-using mapp::monitor::SummaryEvent;
-namespace field = mapp::trace::field;
+using mapp::TraceRecord;
 
 namespace {
 
@@ -89,11 +87,6 @@ std::vector<std::string> rankFiles(const std::string &dir) {
   return out;
 }
 
-int64_t num(const nlohmann::json &j, const char *k, int64_t dflt) {
-  auto it = j.find(k);
-  return it != j.end() && it->is_number() ? it->get<int64_t>() : dflt;
-}
-
 } // namespace
 
 bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
@@ -122,75 +115,38 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
   bool stalled = false;
   int64_t lastNext = -1;
   const double stallS = std::min(10.0, opts.idleTimeoutS / 2);
-  auto handleLine = [&](Tail &t, const nlohmann::json &j,
-                        const std::string &type, const std::string &where) {
-    if (type == "header") {
+  using Type = trace::TraceLine::Type;
+  auto handleLine = [&](Tail &t, const trace::TraceLine &rec,
+                        const std::string &where) {
+    if (rec.type == Type::Header) {
+      const trace::HeaderLine &h = rec.header;
       t.header = true;
-      t.rank = static_cast<int>(num(j, "rank", -1));
-      int w = static_cast<int>(num(j, "world", -1));
-      if (w <= 0 || t.rank < 0 || t.rank >= w)
-        return fail(where + ": header rank/world out of range");
-      if (world >= 0 && w != world)
-        return fail(where + ": world " + std::to_string(w) +
+      t.rank = h.rank;
+      if (world >= 0 && h.world != world)
+        return fail(where + ": world " + std::to_string(h.world) +
                     " differs from the other files' " + std::to_string(world));
-      world = w;
+      world = h.world;
       if (!diag)
         diag = std::make_unique<monitor::WindowDiagnoser>(world,
                                                           opts.diagnosis);
-      t.sum.setIdentity(t.rank, static_cast<int>(num(j, "tp", 0)),
-                        static_cast<int>(num(j, "dp", 0)),
-                        static_cast<int>(num(j, "pp", 0)),
-                        j.value("host", ""));
-      t.sum.setLayout(static_cast<int>(num(j, "tp_size", 0)),
-                      static_cast<int>(num(j, "dp_size", 0)),
-                      static_cast<int>(num(j, "pp_size", 0)));
+      t.sum.setIdentity(t.rank, h.tp, h.dp, h.pp, h.host);
+      t.sum.setLayout(h.tpSize, h.dpSize, h.ppSize);
       return true;
     }
     if (!t.header)
       return fail(where + ": no header line before it");
-    if (type == "group") {
-      std::vector<int> members;
-      auto m = j.find("members");
-      if (m != j.end() && m->is_array())
-        for (const auto &v : *m)
-          if (v.is_number_integer())
-            members.push_back(v.get<int>());
-      t.sum.setGroupKind(static_cast<int>(num(j, "id", -1)),
-                         j.value("kind", ""), members);
+    if (rec.type == Type::Group) {
+      t.sum.setGroupKind(rec.group.id, rec.group.kind, rec.group.members);
       return true;
     }
-    if (type == "footer") {
+    if (rec.type == Type::Footer) {
       t.footer = true;
       for (int s : t.sum.openSteps())
         diag->add(t.sum.take(s));
       return true;
     }
-    SummaryEvent e;
-    std::string name = j.value(field::kName, "");
-    e.name = name.c_str();
-    e.step = static_cast<int>(num(j, field::kStep, -1));
-    if (!trace::parseCategory(j.value(field::kCat, "compute"), e.cat) ||
-        !trace::parseOp(j.value(field::kOp, ""), e.op))
-      return fail(where + ": unknown cat or op");
-    e.group = static_cast<int>(num(j, field::kGroup, -1));
-    e.seq = num(j, field::kSeq, -1);
-    e.peer = static_cast<int>(num(j, field::kPeer, -1));
-    e.bytes = static_cast<uint64_t>(num(j, field::kBytes, 0));
-    e.beginNs = static_cast<uint64_t>(num(j, field::kBegin, 0));
-    e.endNs = static_cast<uint64_t>(num(j, field::kEnd, 0));
-    e.cpuNs =
-        static_cast<uint64_t>(std::max<int64_t>(0, num(j, field::kCpu, 0)));
-    e.sentNs =
-        static_cast<uint64_t>(std::max<int64_t>(0, num(j, field::kSent, 0)));
-    e.arrivedNs =
-        static_cast<uint64_t>(std::max<int64_t>(0, num(j, field::kArrived, 0)));
-    if (j.contains(field::kPending)) {
-      e.pendingNs = static_cast<uint64_t>(
-          std::max<int64_t>(0, num(j, field::kPending, 0)));
-      e.arrivalExact = false;
-    }
-    std::string stream = j.value(field::kStream, "");
-    e.track = monitor::trackOf(stream.c_str());
+    TraceRecord r = traceRecordOf(rec.event);
+    monitor::SummaryEvent e = monitor::summaryEventOf(r);
     // Events come in step order per rank: a later step closes the earlier.
     if (e.step > t.lastStep + 1) {
       for (int s : t.sum.openSteps())
@@ -230,12 +186,14 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
                     : diag->nextStep() + (stalled ? diag->options().window - 1
                                                   : diag->options().missingAfter);
           std::string where = path + ":" + std::to_string(t.line + 1);
-          nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
-          if (j.is_discarded() || !j.is_object())
-            return fail(where + ": not a JSON object");
-          std::string type = j.value("type", "");
-          int64_t step = num(j, "step", -1);
-          if (type.empty() && step >= limit) {
+          // Complete lines only (a partly written last line waits in
+          // `partial`): a line that does not decode is an error.
+          trace::TraceLine rec;
+          trace::LineError bad;
+          if (!trace::decodeLine(l, {t.line + 1, false}, rec, bad))
+            return fail(where + ": " + bad.message);
+          int64_t step = rec.type == Type::Event ? rec.event.step : -1;
+          if (rec.type == Type::Event && step >= limit) {
             // The earlier steps of this rank are complete: hand them over.
             for (int st : t.sum.openSteps())
               if (st < step)
@@ -246,7 +204,7 @@ bool mapp::scan::follow(const FollowOptions &opts, FollowResult &out,
           t.pending.pop_front();
           ++t.line;
           progress = true;
-          if (!handleLine(t, j, type, where))
+          if (!handleLine(t, rec, where))
             return false;
         }
       }

@@ -3,8 +3,6 @@
 #include "mapp/scan/Trace.h"
 #include "mapp/rt/RegularFile.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdint>
 #include <dirent.h>
@@ -14,8 +12,6 @@
 #include <sys/stat.h>
 
 using namespace mapp::scan;
-using json = nlohmann::json;
-namespace field = mapp::trace::field;
 
 std::string Trace::rankLabel(int r) const {
   const Header &h = ranks[r].hdr;
@@ -32,54 +28,6 @@ struct LineError {
   std::string msg;
 };
 
-int64_t getInt(const json &j, const char *key, int64_t dflt, bool required) {
-  auto it = j.find(key);
-  if (it == j.end()) {
-    if (required)
-      throw LineError{std::string("missing field '") + key + "'"};
-    return dflt;
-  }
-  if (!it->is_number_integer())
-    throw LineError{std::string("field '") + key + "' must be an integer"};
-  return it->get<int64_t>();
-}
-
-/// An integer field stored in an int: out-of-range values are errors rather
-/// than silently truncated (a truncated rank or peer would index out of
-/// bounds later).
-int getI32(const json &j, const char *key, int dflt, bool required) {
-  int64_t v = getInt(j, key, dflt, required);
-  if (v < INT32_MIN || v > INT32_MAX)
-    throw LineError{std::string("field '") + key + "' is out of range"};
-  return static_cast<int>(v);
-}
-
-std::string getStr(const json &j, const char *key, bool required) {
-  auto it = j.find(key);
-  if (it == j.end()) {
-    if (required)
-      throw LineError{std::string("missing field '") + key + "'"};
-    return "";
-  }
-  if (!it->is_string())
-    throw LineError{std::string("field '") + key + "' must be a string"};
-  return it->get<std::string>();
-}
-
-std::vector<int> getMembers(const json &j) {
-  auto it = j.find("members");
-  if (it == j.end() || !it->is_array() || it->empty())
-    throw LineError{"'members' must be a non-empty array of ranks"};
-  std::vector<int> m;
-  for (const json &v : *it) {
-    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN ||
-        v.get<int64_t>() > INT32_MAX)
-      throw LineError{"'members' must be a non-empty array of ranks"};
-    m.push_back(v.get<int>());
-  }
-  return m;
-}
-
 /// "... rank R, the header's: this file holds another rank's events".
 std::string notThisRank(int rank, const std::string &what) {
   return what + " rank " + std::to_string(rank) +
@@ -87,107 +35,6 @@ std::string notThisRank(int rank, const std::string &what) {
          "swapped or a file renamed?)";
 }
 
-void parseHeader(const json &j, Header &h) {
-  if (getStr(j, "format", true) != "mapp-trace")
-    throw LineError{"header 'format' is not \"mapp-trace\""};
-  int64_t v = getInt(j, "version", 0, true);
-  if (v != mapp::trace::kFormatVersion)
-    throw LineError{"unsupported trace version " + std::to_string(v) +
-                    " (this mapp-scan reads version " +
-                    std::to_string(mapp::trace::kFormatVersion) + ")"};
-  h.rank = getI32(j, "rank", 0, true);
-  h.world = getI32(j, "world", 0, true);
-  h.dp = getI32(j, "dp", 0, false);
-  h.pp = getI32(j, "pp", 0, false);
-  h.tp = getI32(j, "tp", 0, false);
-  h.dpSize = getI32(j, "dp_size", 1, false);
-  h.ppSize = getI32(j, "pp_size", 1, false);
-  h.tpSize = getI32(j, "tp_size", 1, false);
-  h.host = getStr(j, "host", false);
-  h.device = getStr(j, "device", false);
-  h.clock = getStr(j, "clock", false);
-  h.pid = getInt(j, "pid", 0, false);
-  h.monoStartNs = getInt(j, "mono_start_ns", 0, false);
-  h.wallStartNs = getInt(j, "wall_start_ns", 0, false);
-  h.runId = getStr(j, "run_id", false);
-  h.plan = getStr(j, "plan", false);
-  if (h.world <= 0)
-    throw LineError{"header 'world' must be positive"};
-  if (h.rank < 0 || h.rank >= h.world)
-    throw LineError{"header rank " + std::to_string(h.rank) +
-                    " is outside world size " + std::to_string(h.world)};
-  if (h.dpSize < 1 || h.ppSize < 1 || h.tpSize < 1)
-    throw LineError{"header dp_size, pp_size and tp_size must be >= 1"};
-  int64_t prod = int64_t(h.dpSize) * h.ppSize * h.tpSize; // each < 2^31
-  if (prod != h.world)
-    throw LineError{"dp_size*pp_size*tp_size = " + std::to_string(prod) +
-                    " differs from world " + std::to_string(h.world)};
-}
-
-void parseEvent(const json &j, Event &e) {
-  e.id = getInt(j, field::kId, 0, true);
-  e.name = getStr(j, field::kName, true);
-  std::string cat = getStr(j, field::kCat, true);
-  if (!parseCategory(cat, e.cat))
-    throw LineError{"unknown category '" + cat + "'"};
-  std::string op = getStr(j, field::kOp, false);
-  if (!parseOp(op, e.op))
-    throw LineError{"unknown op '" + op + "'"};
-  std::string phase = getStr(j, field::kPhase, false);
-  if (!mapp::trace::parsePhase(phase, e.phase))
-    throw LineError{"unknown phase '" + phase + "'"};
-  e.b = getInt(j, field::kBegin, 0, true);
-  e.e = getInt(j, field::kEnd, 0, true);
-  if (e.e < e.b)
-    throw LineError{"event ends before it begins (e < b)"};
-  e.step = getI32(j, field::kStep, -1, false);
-  e.mb = getI32(j, field::kMicrobatch, -1, false);
-  e.layer = getI32(j, field::kLayer, -1, false);
-  e.chunk = getI32(j, field::kChunk, -1, false);
-  e.bytes = getInt(j, field::kBytes, 0, false);
-  // Two clocks read back to back: CPU time can pass the span by a reading's
-  // cost, never more than the span means anything.
-  e.cpu = std::min<int64_t>(getInt(j, field::kCpu, -1, false), e.e - e.b);
-  e.peer = getI32(j, field::kPeer, -1, false);
-  e.tag = getInt(j, field::kTag, -1, false);
-  e.group = getI32(j, field::kGroup, -1, false);
-  e.seq = getInt(j, field::kSeq, -1, false);
-  e.stream = getStr(j, field::kStream, false);
-  e.sent = getInt(j, field::kSent, -1, false);
-  e.arrived = getInt(j, field::kArrived, -1, false);
-  e.pending = getInt(j, field::kPending, -1, false);
-  if ((j.contains(field::kSent) && e.sent < 0) ||
-      (j.contains(field::kArrived) && e.arrived < 0) ||
-      (j.contains(field::kPending) && e.pending < 0))
-    throw LineError{"'sent', 'arrived' and 'pending' must be non-negative"};
-  if ((e.sent >= 0 || e.arrived >= 0 || e.pending >= 0) && e.op != Op::Recv)
-    throw LineError{"'sent', 'arrived' and 'pending' are recv fields"};
-  if (e.pending >= 0 && (e.arrived < 0 || e.pending > e.arrived))
-    throw LineError{"'pending' needs an 'arrived' at or after it"};
-  for (const char *key : {field::kSendBytes, field::kRecvBytes}) {
-    if (!j.contains(key))
-      continue;
-    const json &v = j[key];
-    if (!v.is_array())
-      throw LineError{std::string("'") + key + "' must be an array"};
-    std::vector<uint64_t> &out =
-        key == field::kSendBytes ? e.sendBytes : e.recvBytes;
-    for (const json &x : v) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0)
-        throw LineError{std::string("'") + key +
-                        "' must hold non-negative integers"};
-      out.push_back(x.get<uint64_t>());
-    }
-  }
-  if ((!e.sendBytes.empty() || !e.recvBytes.empty()) &&
-      (e.op != Op::AllToAll || e.sendBytes.size() != e.recvBytes.size()))
-    throw LineError{"'send_bytes' and 'recv_bytes' are all_to_all fields of "
-                    "equal length"};
-  if ((e.op == Op::Send || e.op == Op::Recv) && e.peer < 0)
-    throw LineError{std::string(opName(e.op)) + " event without 'peer'"};
-  if (isCollective(e.op) && e.seq < 0)
-    throw LineError{std::string(opName(e.op)) + " event without 'seq'"};
-}
 } // namespace
 
 bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
@@ -217,38 +64,26 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
       *error = path + ":" + std::to_string(lineNo) + ": " + msg;
       return false;
     };
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception &ex) { // parse_error, or out_of_range
-                                         // for a number that overflows
-      if (lastUnterminated && opts.allowTruncated && haveHeader)
+    mapp::trace::TraceLine rec;
+    mapp::trace::LineError bad;
+    if (!mapp::trace::decodeLine(line, {lineNo, lastUnterminated}, rec, bad)) {
+      if (bad.notJson && lastUnterminated && opts.allowTruncated && haveHeader)
         break; // a crash cut the last record: keep what came before
-      // "[json.exception...] parse error at line 1, column C: why"
-      std::string what = ex.what();
-      size_t p = what.find("column ");
-      what = p != std::string::npos ? what.substr(p) : what;
-      return fail(std::string(lastUnterminated
-                                  ? "truncated record at end of file, "
-                              : p != std::string::npos ? "invalid JSON at "
-                                                       : "invalid JSON: ") +
-                  what);
+      return fail(bad.message);
     }
-    if (!j.is_object())
-      return fail("record is not a JSON object");
+    using Type = mapp::trace::TraceLine::Type;
     try {
-      std::string type = getStr(j, "type", false);
       if (!haveHeader) {
-        if (type != "header")
+        if (rec.type != Type::Header)
           throw LineError{"first record must be the header "
                           "({\"type\":\"header\",...})"};
-        parseHeader(j, out.hdr);
+        out.hdr = rec.header;
         haveHeader = true;
-      } else if (type == "header") {
+      } else if (rec.type == Type::Header) {
         throw LineError{"second header record"};
-      } else if (type == "group") {
-        int id = getI32(j, "id", 0, true);
-        Group g{getStr(j, "kind", true), getMembers(j)};
+      } else if (rec.type == Type::Group) {
+        int id = rec.group.id;
+        Group g{rec.group.kind, rec.group.members};
         for (int m : g.members)
           if (m < 0 || m >= out.hdr.world)
             throw LineError{"group member " + std::to_string(m) +
@@ -261,13 +96,16 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
                                                         " (" + g.kind + ")" +
                                                         " does not contain")};
         out.groups[id] = g;
-      } else if (type == "footer") {
-        out.dropped = getInt(j, "dropped", 0, false);
+      } else if (rec.type == Type::Footer) {
+        out.dropped = rec.footer.dropped;
         out.hasFooter = true;
-      } else if (type.empty()) {
+      } else {
         Event e;
-        parseEvent(j, e);
+        static_cast<mapp::trace::EventLine &>(e) = std::move(rec.event);
         e.line = lineNo;
+        // Two clocks read back to back: CPU time can pass the span by a
+        // reading's cost, never more than the span means anything.
+        e.cpu = std::min<int64_t>(e.cpu, e.e - e.b);
         if (e.peer >= out.hdr.world)
           throw LineError{"peer " + std::to_string(e.peer) +
                           " outside world size " +
@@ -276,9 +114,8 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
           throw LineError{notThisRank(out.hdr.rank,
                                       std::string(opName(e.op)) +
                                           " with itself as peer: not")};
-        if (isCollective(e.op) && e.group < 0) {
-          // Inline form: "group_kind" + "members" instead of a group id.
-          Group g{getStr(j, "group_kind", true), getMembers(j)};
+        if (!rec.inlineGroup.kind.empty()) {
+          Group g{rec.inlineGroup.kind, rec.inlineGroup.members};
           if (std::find(g.members.begin(), g.members.end(), out.hdr.rank) ==
               g.members.end())
             throw LineError{notThisRank(out.hdr.rank,
@@ -296,13 +133,9 @@ bool mapp::scan::readRankFile(const std::string &path, const ReadOptions &opts,
           e.group = it->second;
         }
         out.events.push_back(std::move(e));
-      } else {
-        throw LineError{"unknown record type '" + type + "'"};
       }
     } catch (const LineError &le) {
       return fail(le.msg);
-    } catch (const json::exception &ex) {
-      return fail(ex.what());
     }
   }
   if (!haveHeader) {
@@ -379,15 +212,12 @@ bool mapp::scan::readTraceDir(const std::string &dir, const ReadOptions &opts,
     std::ifstream in(path);
     std::string line;
     std::getline(in, line);
-    json j = json::parse(line, nullptr, false);
-    Header h;
-    try {
-      if (j.is_discarded() || !j.is_object() || j.value("type", "") != "header")
-        continue; // the full parse below reports it
-      parseHeader(j, h);
-    } catch (...) { // LineError or json::exception: reported below
-      continue;
-    }
+    mapp::trace::TraceLine rec;
+    mapp::trace::LineError bad;
+    if (!mapp::trace::decodeLine(line, {1, false}, rec, bad) ||
+        rec.type != mapp::trace::TraceLine::Type::Header)
+      continue; // the full parse below reports it
+    const Header &h = rec.header;
     std::string base = path.substr(path.rfind('/') + 1);
     byRun[h.runId.empty() ? std::string("(none)")
                           : "'" + h.runId + "' (plan " +

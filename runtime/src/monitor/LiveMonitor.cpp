@@ -88,24 +88,7 @@ void LiveMonitor::onGroup(int id, const std::string &kind,
 }
 
 void LiveMonitor::onRecord(const mapp::TraceRecord &r) {
-  monitor::SummaryEvent e;
-  e.name = r.name;
-  e.step = r.step;
-  e.cat = r.cat;
-  e.op = r.op;
-  e.group = r.group;
-  e.seq = r.seq;
-  e.peer = r.peer;
-  e.bytes = r.bytes;
-  e.beginNs = r.beginNs;
-  e.endNs = r.endNs;
-  e.cpuNs = r.cpuNs;
-  e.sentNs = r.sentNs;
-  e.arrivedNs = r.arrivedNs;
-  e.pendingNs = r.pendingNs;
-  e.arrivalExact = r.arrivalExact;
-  e.track = monitor::trackOf(r.stream);
-  summarizer_.add(e);
+  summarizer_.add(monitor::summaryEventOf(r));
 }
 
 bool LiveMonitor::silent(int64_t step) const {

@@ -21,6 +21,27 @@ const char *mapp::monitor::syncClassName(int c) {
   return c >= 0 && c < kSyncClasses ? names[c] : "?";
 }
 
+SummaryEvent mapp::monitor::summaryEventOf(const TraceRecord &r) {
+  SummaryEvent e;
+  e.name = r.name;
+  e.step = r.step;
+  e.cat = r.cat;
+  e.op = r.op;
+  e.group = r.group;
+  e.seq = r.seq;
+  e.peer = r.peer;
+  e.bytes = r.bytes;
+  e.beginNs = r.beginNs;
+  e.endNs = r.endNs;
+  e.cpuNs = r.cpuNs;
+  e.sentNs = r.sentNs;
+  e.arrivedNs = r.arrivedNs;
+  e.pendingNs = r.pendingNs;
+  e.arrivalExact = r.arrivalExact;
+  e.track = trackOf(r.stream);
+  return e;
+}
+
 double StepSummary::computeNs(bool cpu) const {
   double s = 0;
   for (int c = 0; c < kOpClasses; ++c)

@@ -29,6 +29,63 @@ void TraceRecord::setStream(const char *s) {
   copyTruncated(stream, sizeof(stream), s);
 }
 
+trace::EventLine mapp::eventLineOf(const TraceRecord &r) {
+  trace::EventLine e;
+  e.name = r.name;
+  e.stream = r.stream;
+  e.cat = r.cat;
+  e.op = r.op;
+  e.phase = r.phase;
+  e.step = r.step;
+  e.mb = r.microbatch;
+  e.layer = r.layer;
+  e.chunk = r.chunk;
+  e.peer = r.peer;
+  e.group = r.group;
+  e.tag = r.tag;
+  e.seq = r.seq;
+  e.bytes = r.bytes;
+  e.b = static_cast<int64_t>(r.beginNs);
+  e.e = static_cast<int64_t>(r.endNs);
+  // The record's 0 is the line's "not recorded" (-1), but for `pending`,
+  // whose 0 is a bound (by the send alone).
+  auto stamp = [](uint64_t v) { return v ? static_cast<int64_t>(v) : -1; };
+  e.cpu = stamp(r.cpuNs);
+  e.sent = stamp(r.sentNs);
+  e.arrived = stamp(r.arrivedNs);
+  e.pending = r.arrivedNs && !r.arrivalExact
+                  ? static_cast<int64_t>(r.pendingNs)
+                  : -1;
+  return e;
+}
+
+TraceRecord mapp::traceRecordOf(const trace::EventLine &e) {
+  TraceRecord r;
+  r.setName(e.name.c_str());
+  r.setStream(e.stream.c_str());
+  r.cat = e.cat;
+  r.op = e.op;
+  r.phase = e.phase;
+  r.step = e.step;
+  r.microbatch = e.mb;
+  r.layer = e.layer;
+  r.chunk = e.chunk;
+  r.peer = e.peer;
+  r.group = e.group;
+  r.tag = e.tag;
+  r.seq = e.seq;
+  r.bytes = e.bytes;
+  r.beginNs = static_cast<uint64_t>(e.b);
+  r.endNs = static_cast<uint64_t>(e.e);
+  auto stamp = [](int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; };
+  r.cpuNs = stamp(e.cpu);
+  r.sentNs = stamp(e.sent);
+  r.arrivedNs = stamp(e.arrived);
+  r.pendingNs = stamp(e.pending);
+  r.arrivalExact = e.pending < 0;
+  return r;
+}
+
 uint64_t MappTraceWriter::nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -40,19 +97,6 @@ uint64_t MappTraceWriter::threadCpuNs() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
          static_cast<uint64_t>(ts.tv_nsec);
-}
-
-/// `,"key":` of an event line.
-static void appendKey(std::string &out, const char *key) {
-  out += ",\"";
-  out += key;
-  out += "\":";
-}
-
-static void appendInt(std::string &out, const char *key, long long v) {
-  char buf[64];
-  int n = std::snprintf(buf, sizeof(buf), ",\"%s\":%lld", key, v);
-  out.append(buf, n);
 }
 
 std::string mapp::newRunId() {
@@ -70,40 +114,30 @@ std::string mapp::newRunId() {
 
 static std::string headerLine(const TraceHeader &h, uint64_t mono,
                               uint64_t wall) {
-  std::string host = h.host;
-  if (host.empty()) {
+  trace::HeaderLine line;
+  line.rank = h.rank;
+  line.world = h.world;
+  line.dp = h.dp;
+  line.pp = h.pp;
+  line.tp = h.tp;
+  line.dpSize = h.dpSize;
+  line.ppSize = h.ppSize;
+  line.tpSize = h.tpSize;
+  line.host = h.host;
+  if (line.host.empty()) {
     char buf[256] = {0};
     if (gethostname(buf, sizeof(buf) - 1) == 0)
-      host = buf;
+      line.host = buf;
   }
-  std::string s =
-      "{\"type\":\"header\",\"format\":\"mapp-trace\"";
-  appendInt(s, "version", trace::kFormatVersion);
-  appendInt(s, "rank", h.rank);
-  appendInt(s, "world", h.world);
-  appendInt(s, "dp", h.dp);
-  appendInt(s, "pp", h.pp);
-  appendInt(s, "tp", h.tp);
-  appendInt(s, "dp_size", h.dpSize);
-  appendInt(s, "pp_size", h.ppSize);
-  appendInt(s, "tp_size", h.tpSize);
-  s += ",\"host\":";
-  trace::appendJsonString(s, host);
-  s += ",\"device\":";
-  trace::appendJsonString(s, h.device);
-  appendInt(s, "pid", (long long)getpid());
-  s += ",\"clock\":\"steady\"";
-  appendInt(s, "mono_start_ns", (long long)mono);
-  appendInt(s, "wall_start_ns", (long long)wall);
-  if (!h.runId.empty()) {
-    s += ",\"run_id\":";
-    trace::appendJsonString(s, h.runId);
-  }
-  if (!h.plan.empty()) {
-    s += ",\"plan\":";
-    trace::appendJsonString(s, h.plan);
-  }
-  s += "}\n";
+  line.device = h.device;
+  line.pid = getpid();
+  line.clock = "steady";
+  line.monoStartNs = static_cast<int64_t>(mono);
+  line.wallStartNs = static_cast<int64_t>(wall);
+  line.runId = h.runId;
+  line.plan = h.plan;
+  std::string s;
+  trace::appendHeaderLine(s, line);
   return s;
 }
 
@@ -190,19 +224,6 @@ int32_t MappTraceWriter::storePeerBytes(const std::vector<uint64_t> &send,
   return id;
 }
 
-static void appendArray(std::string &out, const char *key,
-                        const std::vector<uint64_t> &v) {
-  out += ",\"";
-  out += key;
-  out += "\":[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i)
-      out += ',';
-    out += std::to_string(v[i]);
-  }
-  out += ']';
-}
-
 int64_t MappTraceWriter::append(const TraceRecord &r) {
   if (tap_)
     tap_->onRecord(r);
@@ -245,17 +266,7 @@ void MappTraceWriter::writeGroups(std::string &buf) {
   std::lock_guard<std::mutex> lock(groupMutex);
   for (; groupsWritten < groups.size(); ++groupsWritten) {
     const Group &g = groups[groupsWritten];
-    buf += "{\"type\":\"group\"";
-    appendInt(buf, "id", (long long)groupsWritten);
-    buf += ",\"kind\":";
-    trace::appendJsonString(buf, g.kind);
-    buf += ",\"members\":[";
-    for (size_t i = 0; i < g.members.size(); ++i) {
-      if (i)
-        buf += ',';
-      buf += std::to_string(g.members[i]);
-    }
-    buf += "]}\n";
+    trace::appendGroupLine(buf, {(int)groupsWritten, g.kind, g.members});
   }
 }
 
@@ -266,66 +277,18 @@ size_t MappTraceWriter::drain(std::string &buf) {
     if (slot.seq.load(std::memory_order_acquire) != tail + 1)
       break;
     const TraceRecord &r = slot.rec;
-    namespace f = trace::field;
-    buf += "{\"";
-    buf += f::kId;
-    buf += "\":";
-    buf += std::to_string(tail);
-    appendKey(buf, f::kName);
-    trace::appendJsonString(buf, r.name);
-    appendKey(buf, f::kCat);
-    trace::appendJsonString(buf, trace::categoryName(r.cat));
-    if (r.op != TraceOp::None) {
-      appendKey(buf, f::kOp);
-      trace::appendJsonString(buf, trace::opName(r.op));
-    }
-    appendInt(buf, f::kBegin, (long long)r.beginNs);
-    appendInt(buf, f::kEnd, (long long)r.endNs);
-    if (r.step >= 0)
-      appendInt(buf, f::kStep, r.step);
-    if (r.microbatch >= 0)
-      appendInt(buf, f::kMicrobatch, r.microbatch);
-    if (r.layer >= 0)
-      appendInt(buf, f::kLayer, r.layer);
-    if (r.chunk >= 0)
-      appendInt(buf, f::kChunk, r.chunk);
-    if (r.bytes)
-      appendInt(buf, f::kBytes, (long long)r.bytes);
-    if (r.cpuNs)
-      appendInt(buf, f::kCpu, (long long)r.cpuNs);
-    if (r.peer >= 0)
-      appendInt(buf, f::kPeer, r.peer);
-    if (r.tag >= 0)
-      appendInt(buf, f::kTag, r.tag);
-    if (r.sentNs)
-      appendInt(buf, f::kSent, (long long)r.sentNs);
-    if (r.arrivedNs) {
-      appendInt(buf, f::kArrived, (long long)r.arrivedNs);
-      if (!r.arrivalExact)
-        appendInt(buf, f::kPending, (long long)r.pendingNs);
-    }
-    if (r.group >= 0)
-      appendInt(buf, f::kGroup, r.group);
-    if (r.seq >= 0)
-      appendInt(buf, f::kSeq, r.seq);
+    trace::EventLine line = eventLineOf(r);
+    line.id = static_cast<int64_t>(tail);
     if (r.peerBytes >= 0) {
       std::lock_guard<std::mutex> lock(peerMutex);
       auto it = peerBytes.find(r.peerBytes);
       if (it != peerBytes.end()) {
-        appendArray(buf, f::kSendBytes, it->second.first);
-        appendArray(buf, f::kRecvBytes, it->second.second);
+        line.sendBytes = std::move(it->second.first);
+        line.recvBytes = std::move(it->second.second);
         peerBytes.erase(it);
       }
     }
-    if (r.stream[0]) {
-      appendKey(buf, f::kStream);
-      trace::appendJsonString(buf, r.stream);
-    }
-    if (r.phase != TracePhase::None) {
-      appendKey(buf, f::kPhase);
-      trace::appendJsonString(buf, trace::phaseName(r.phase));
-    }
-    buf += "}\n";
+    trace::appendEventLine(buf, line);
     slot.seq.store(tail + mask + 1, std::memory_order_release);
     ++tail;
     ++n;
@@ -386,11 +349,10 @@ void MappTraceWriter::close() {
   }
   wake.notify_one();
   worker.join();
-  std::string s = "{\"type\":\"footer\"";
-  appendInt(s, "events", (long long)tail);
-  appendInt(s, "dropped", (long long)droppedCount.load());
-  appendInt(s, "mono_end_ns", (long long)nowNs());
-  s += "}\n";
+  std::string s;
+  trace::appendFooterLine(s, {static_cast<int64_t>(tail),
+                              static_cast<int64_t>(droppedCount.load()),
+                              static_cast<int64_t>(nowNs())});
   std::fwrite(s.data(), 1, s.size(), file);
   std::fclose(file);
   std::lock_guard<std::mutex> lock(mu);

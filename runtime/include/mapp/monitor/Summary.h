@@ -19,6 +19,7 @@
 
 #include "mapp/monitor/Exposure.h"
 #include "mapp/trace/TraceFormat.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <cstdint>
 #include <map>
@@ -145,6 +146,11 @@ struct SummaryEvent {
   bool wireUnknown = false; // recv: neither stamps nor a usable span
   uint32_t track = 0;       // trackOf(stream): 0 = the rank's host thread
 };
+
+/// The summary's view of a trace record: the runtime's own (its writer's
+/// tap) or one read back from a trace line (traceRecordOf). `name` points
+/// into the record.
+SummaryEvent summaryEventOf(const TraceRecord &r);
 
 uint32_t hostHash(const std::string &host);
 SyncClass syncClassOfGroupKind(const std::string &kind);

@@ -1,9 +1,9 @@
 //===- TraceFormat.h - The trace vocabulary, defined once -------*- C++ -*-===//
 //
 // The bottom of the MegaScan stack (docs/trace-format.md): the categories and
-// communication ops of trace events and their names in the files. The
-// runtime's writer (TraceWriter.h) and mapp-scan's reader (scan/Trace.h) both
-// use these; nothing here depends on anything but the standard library.
+// communication ops of trace events and their names in the files. The line
+// codec (TraceLine.h) and everything over it use these; nothing here depends
+// on anything but the standard library.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_TRACE_TRACEFORMAT_H
@@ -53,9 +53,8 @@ const char *phaseName(Phase p); // "" for None, "fwd", "bwd", "bwd_input", "bwd_
 bool parsePhase(const std::string &s, Phase &out); // "" parses as None
 inline bool isCollective(Op o) { return o >= Op::AllReduce; }
 
-/// The keys of a trace event line (docs/trace-format.md): written by
-/// TraceWriter, read by mapp-scan's reader (scan/Trace.cpp) and follower
-/// (scan/Follow.cpp).
+/// The keys of a trace event line (docs/trace-format.md), encoded and
+/// decoded by the line codec (TraceLine.h) alone.
 namespace field {
 constexpr const char *kId = "id", *kName = "name", *kCat = "cat", *kOp = "op",
                      *kPhase = "phase", *kBegin = "b", *kEnd = "e",

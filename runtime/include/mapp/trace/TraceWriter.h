@@ -15,6 +15,7 @@
 #define MAPP_TRACE_TRACEWRITER_H
 
 #include "mapp/trace/TraceFormat.h"
+#include "mapp/trace/TraceLine.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -74,6 +75,12 @@ struct TraceRecord {
   void setName(const char *n);
   void setStream(const char *s);
 };
+
+/// The event line of a record (trace/TraceLine.h), without the id and
+/// the per-member byte counts, which the writer holds; and back (the line's
+/// name and stream truncated to the record's buffers).
+trace::EventLine eventLineOf(const TraceRecord &r);
+TraceRecord traceRecordOf(const trace::EventLine &e);
 
 struct TraceHeader {
   int rank = 0, world = 1;

@@ -8,6 +8,7 @@
 #define MAPP_SCAN_TRACE_H
 
 #include "mapp/trace/TraceFormat.h"
+#include "mapp/trace/TraceLine.h"
 
 #include <cstdint>
 #include <map>
@@ -26,27 +27,10 @@ using mapp::trace::opName;
 using mapp::trace::parseCategory;
 using mapp::trace::parseOp;
 
-struct Event {
-  int64_t id = 0;
-  std::string name, stream;
-  Cat cat = Cat::Compute;
-  Op op = Op::None;
-  Phase phase = Phase::None; // recorded pass (None: not recorded)
-  int step = -1, mb = -1, layer = -1, chunk = -1;
-  int peer = -1, group = -1;
-  int64_t tag = -1, seq = -1;
-  uint64_t bytes = 0;
-  int64_t b = 0, e = 0;  // the rank's own clock, ns
-  int64_t cpu = -1;      // thread CPU time of a host compute op (-1: none)
+/// An event as read (mapp/trace/TraceLine.h's line) with what analysis
+/// adds to it.
+struct Event : mapp::trace::EventLine {
   double gb = 0, ge = 0; // aligned global time, ns (set by align())
-  // recv: the sender's send call (its clock) and when the payload was
-  // complete here (this rank's clock); -1 = not recorded. `pending`: the
-  // landing is only bounded, in (pending, arrived] (0: by the send alone);
-  // -1 = `arrived` is exact.
-  int64_t sent = -1, arrived = -1, pending = -1;
-  // Variable all_to_all (ep_dispatch / ep_combine): bytes sent to and
-  // received from each group member, member order; empty = not recorded.
-  std::vector<uint64_t> sendBytes, recvBytes;
   int line = 0;          // source line, for messages
 };
 
@@ -55,16 +39,8 @@ struct Group {
   std::vector<int> members;
 };
 
-struct Header {
-  int rank = 0, world = 1;
-  int dp = 0, pp = 0, tp = 0, dpSize = 1, ppSize = 1, tpSize = 1;
-  std::string host, device, clock;
-  int64_t pid = 0; // 0: not recorded
-  int64_t monoStartNs = 0, wallStartNs = 0;
-  // Run identity (docs/trace-format.md): shared by every rank of one job;
-  // empty in traces written before it existed.
-  std::string runId, plan;
-};
+/// A rank file's header record (docs/trace-format.md).
+using Header = mapp::trace::HeaderLine;
 
 struct RankTrace {
   Header hdr;
