@@ -27,6 +27,7 @@
 // to rounding.
 //
 //===----------------------------------------------------------------------===//
+#include "../CollectiveArgs.h"
 #include "CpuKernels.h"
 #include "mapp/rt/Error.h"
 
@@ -57,50 +58,13 @@ std::vector<int64_t> positionsOf(int64_t r, int64_t tl, int64_t n) {
   return p;
 }
 
-Communicator &commOf(const KernelArgs &a, const char *kernel) {
-  if (!a.ctx.comm)
-    fail(kernel, ": no communicator attached");
-  return *a.ctx.comm;
-}
-
-/// The kernel's cp group; its size must be the compiled `members`.
-CommGroup cpGroup(const KernelArgs &a, Communicator &c, const char *kernel) {
-  CommGroup g = resolveGroup(c, a.attrs.getStr("group", "cp"), {});
-  int64_t members = a.attrs.getInt("members", g.size());
-  if (members != g.size())
-    fail(kernel, ": the cp group ", g.str(), " has ", g.size(),
-         " members, the op was compiled for ", members,
-         " (the plan's cp does not match the pass's)");
-  if (g.indexOf(c.rank()) < 0)
-    fail(kernel, ": rank ", c.rank(), " is not in its cp group ", g.str());
-  return g;
-}
-
-/// (this member's index, members) of a layout kernel; (0, 1) without a
-/// communicator (a one-rank run of a cp=1 plan).
-std::pair<int64_t, int64_t> memberOf(const KernelArgs &a, const char *kernel) {
-  int64_t members = a.attrs.getInt("members", 1);
-  if (!a.ctx.comm) {
-    if (members != 1)
-      fail(kernel, ": members = ", members, " needs a communicator");
-    return {0, 1};
-  }
-  CommGroup g = cpGroup(a, *a.ctx.comm, kernel);
-  return {g.indexOf(a.ctx.comm->rank()), g.size()};
-}
-
 /// Moves member r's two chunks between `whole` (S along dim) and `share`
 /// (S/n along dim); toShare picks the direction. Elements are bytes-sized
 /// `elem` (the layout ops take any dtype).
 void moveShare(const Tensor &whole, const Tensor &share, int64_t dim,
                int64_t r, int64_t n, bool toShare, const char *kernel) {
   const Shape &ws = whole.type.shape;
-  if (dim < 0 || dim >= static_cast<int64_t>(ws.size()))
-    fail(kernel, ": dim ", dim, " is outside ", shapeStr(ws));
-  int64_t s = ws[dim];
-  if (s % (2 * n))
-    fail(kernel, ": sequence length ", s, " is not divisible by 2·cp = ",
-         2 * n);
+  int64_t s = cpSequenceOf(ws, dim, n, kernel);
   size_t elem = dtypeSize(whole.type.dtype);
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < dim; ++i)
@@ -436,21 +400,21 @@ void checkA2a(const AttnDims &d, int64_t n, const char *kernel) {
 } // namespace
 
 void cpu::cp_shard(const KernelArgs &a) {
-  auto [r, n] = memberOf(a, "cp_shard");
+  auto [r, n] = cpMemberOf(a, "cp_shard");
   moveShare(a.in[0], a.out[0], a.attrs.getInt("dim", 1), r, n, true,
             "cp_shard");
 }
 
 void cpu::cp_unshard(const KernelArgs &a) {
-  auto [r, n] = memberOf(a, "cp_unshard");
+  auto [r, n] = cpMemberOf(a, "cp_unshard");
   moveShare(a.out[0], a.in[0], a.attrs.getInt("dim", 1), r, n, false,
             "cp_unshard");
 }
 
 void cpu::cp_attention(const KernelArgs &a) {
   const char *k = "cp_attention";
-  Communicator &c = commOf(a, k);
-  Ring ring(c, cpGroup(a, c, k));
+  Communicator &c = communicatorOf(a, k);
+  Ring ring(c, cpGroupOf(a, c, k));
   const Tensor &q = a.in[0], &kt = a.in[1], &vt = a.in[2];
   int64_t b = q.dim(0), tl = q.dim(1), h = q.dim(2), hk = kt.dim(2);
   AttnDims d = attnDims(a, h, hk, b);
@@ -485,8 +449,8 @@ void cpu::cp_attention(const KernelArgs &a) {
 
 void cpu::cp_attention_grad(const KernelArgs &a) {
   const char *k = "cp_attention_grad";
-  Communicator &c = commOf(a, k);
-  Ring ring(c, cpGroup(a, c, k));
+  Communicator &c = communicatorOf(a, k);
+  Ring ring(c, cpGroupOf(a, c, k));
   const Tensor &dout = a.in[0], &q = a.in[1], &kt = a.in[2], &vt = a.in[3];
   int64_t b = q.dim(0), tl = q.dim(1), h = q.dim(2), hk = kt.dim(2);
   AttnDims d = attnDims(a, h, hk, b);

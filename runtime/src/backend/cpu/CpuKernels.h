@@ -22,15 +22,6 @@ namespace mapp::rt::cpu {
 #include "mapp/rt/KernelVocab.def"
 #undef MAPP_KERNEL
 
-/// The dimension attr `key` of a communication kernel on t, negative counted
-/// from the back; Error naming the kernel when out of range. Shared with the
-/// CUDA backend's communication kernels.
-int64_t dimAttr(const KernelArgs &a, const char *key, const Tensor &t,
-                const char *kernel);
-/// y must be x with dimension `dim` scaled by num/den; Error otherwise.
-void wantScaled(const Tensor &x, const Tensor &y, int64_t dim, int64_t num,
-                int64_t den, const char *kernel, const CommGroup &g);
-
 /// (index of this rank in the kernel's `group` attr, group size); (0, 1)
 /// without a `group` or a communicator.
 std::pair<int, int> groupPosition(const KernelArgs &a);

@@ -14,6 +14,7 @@
 //   so each is the other's gradient.
 //
 //===----------------------------------------------------------------------===//
+#include "../CollectiveArgs.h"
 #include "CpuKernels.h"
 #include "ExpertRoute.h"
 #include "mapp/rt/Error.h"
@@ -69,10 +70,7 @@ std::vector<int64_t> cpu::readCounts(const Tensor &t, const char *kernel) {
 }
 
 CommGroup cpu::expertGroup(const KernelArgs &a, Communicator &c) {
-  std::vector<int64_t> ranks;
-  if (a.attrs.has("ranks"))
-    ranks = a.attrs.getInts("ranks");
-  CommGroup g = resolveGroup(c, a.attrs.getStr("group", "ep"), ranks);
+  CommGroup g = kernelGroupOf(a, c, "ep");
   // The compiler's group size (the op's `members`) must be the plan's.
   if (a.attrs.has("members") && a.attrs.getInt("members", 0) != g.size())
     fail("expert group ", g.str(), " has ", g.size(),
@@ -144,40 +142,10 @@ void cpu::notePeerBytes(const KernelArgs &a, const ExpertRoute &r,
   }
 }
 
-namespace {
-
-Communicator &commOf(const KernelArgs &a, const char *kernel) {
-  if (!a.ctx.comm)
-    fail(kernel, ": no communicator attached");
-  return *a.ctx.comm;
-}
-
-/// Elements per row of a [rows, ...] tensor; Error when y's rows differ.
-int64_t rowElems(const Tensor &x, const Tensor &y, const char *kernel) {
-  if (x.rank() < 1 || y.rank() != x.rank())
-    fail(kernel, ": x ", shapeStr(x.type.shape), " and y ",
-         shapeStr(y.type.shape), " must be [rows, ...] of the same rank");
-  for (int d = 1; d < x.rank(); ++d)
-    if (x.type.shape[d] != y.type.shape[d])
-      fail(kernel, ": x ", shapeStr(x.type.shape), " and y ",
-           shapeStr(y.type.shape), " differ past the row dimension");
-  return x.type.shape[0] ? x.numel() / x.type.shape[0] : 0;
-}
-
-std::vector<uint64_t> bytesOf(const std::vector<int64_t> &rows,
-                              uint64_t rowBytes) {
-  std::vector<uint64_t> b(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i)
-    b[i] = static_cast<uint64_t>(rows[i]) * rowBytes;
-  return b;
-}
-
-void writeLocalCounts(const KernelArgs &a, const ExpertRoute &r) {
-  if (a.numOut < 2)
-    return;
-  Tensor &t = a.out[1];
+void cpu::writeLocalCounts(Tensor &t, const ExpertRoute &r,
+                           const char *kernel) {
   if (t.numel() != r.localExperts)
-    fail("ep_dispatch: local_counts has ", t.numel(), " elements, ",
+    fail(kernel, ": local_counts has ", t.numel(), " elements, ",
          r.localExperts, " local experts");
   for (int64_t e = 0; e < r.localExperts; ++e) {
     if (t.type.dtype == DType::I32)
@@ -189,20 +157,27 @@ void writeLocalCounts(const KernelArgs &a, const ExpertRoute &r) {
   }
 }
 
+namespace {
+
+std::vector<uint64_t> bytesOf(const std::vector<int64_t> &rows,
+                              uint64_t rowBytes) {
+  std::vector<uint64_t> b(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    b[i] = static_cast<uint64_t>(rows[i]) * rowBytes;
+  return b;
+}
+
 } // namespace
 
 void cpu::ep_dispatch(const KernelArgs &a) {
   const char *k = "ep_dispatch";
-  Communicator &c = commOf(a, k);
+  Communicator &c = communicatorOf(a, k);
   const Tensor &x = a.in[0], &y = a.out[0];
-  int64_t h = rowElems(x, y, k);
+  int64_t h = expertRowElems(x, y, k);
   CommGroup g = expertGroup(a, c);
   ExpertRoute r =
       routeExperts(c, g, readCounts(a.in[1], k), x.type.shape[0], k);
-  if (r.recvTotal > y.type.shape[0])
-    fail(k, " over ", g.str(), " (rank ", c.rank(), "): ", r.recvTotal,
-         " rows routed to this rank's experts, y holds ", y.type.shape[0],
-         " (capacity too small)");
+  checkExpertCapacity(k, g, c.rank(), r.recvTotal, y.type.shape[0]);
   uint64_t rowBytes = static_cast<uint64_t>(h) * sizeof(float);
   std::vector<float> got(static_cast<size_t>(std::max<int64_t>(r.recvTotal, 1) * h));
   c.allToAllv(x.data, bytesOf(r.sendRows, rowBytes), got.data(),
@@ -217,22 +192,20 @@ void cpu::ep_dispatch(const KernelArgs &a) {
     }
   std::memset(yo + r.recvTotal * h, 0,
               (y.numel() - r.recvTotal * h) * sizeof(float));
-  writeLocalCounts(a, r);
+  if (a.numOut > 1)
+    writeLocalCounts(a.out[1], r, k);
   notePeerBytes(a, r, rowBytes, true);
 }
 
 void cpu::ep_combine(const KernelArgs &a) {
   const char *k = "ep_combine";
-  Communicator &c = commOf(a, k);
+  Communicator &c = communicatorOf(a, k);
   const Tensor &y = a.in[0], &x = a.out[0];
-  int64_t h = rowElems(y, x, k);
+  int64_t h = expertRowElems(y, x, k);
   CommGroup g = expertGroup(a, c);
   ExpertRoute r =
       routeExperts(c, g, readCounts(a.in[1], k), x.type.shape[0], k);
-  if (r.recvTotal > y.type.shape[0])
-    fail(k, " over ", g.str(), " (rank ", c.rank(), "): ", r.recvTotal,
-         " rows came to this rank's experts, y holds ", y.type.shape[0],
-         " (capacity too small)");
+  checkExpertCapacity(k, g, c.rank(), r.recvTotal, y.type.shape[0]);
   uint64_t rowBytes = static_cast<uint64_t>(h) * sizeof(float);
   std::vector<float> back(static_cast<size_t>(std::max<int64_t>(r.recvTotal, 1) * h));
   const float *yi = y.f32();

@@ -51,6 +51,11 @@ ExpertRoute routeExperts(Communicator &c, const CommGroup &g,
 /// The group of an expert-parallel kernel (attr `group`, default "ep").
 CommGroup expertGroup(const KernelArgs &a, Communicator &c);
 
+/// Writes the route's rows per local expert into ep_dispatch's
+/// `local_counts` (i32, i64 or f32, host memory); Error unless it holds one
+/// per local expert.
+void writeLocalCounts(Tensor &t, const ExpertRoute &r, const char *kernel);
+
 /// Bytes per member of the route for the trace (rows * rowBytes), send and
 /// receive as seen from this rank; `forward` false swaps them (combine).
 void notePeerBytes(const KernelArgs &a, const ExpertRoute &r,

@@ -11,6 +11,7 @@
 // communicator, slow (a device sync per call).
 //
 //===----------------------------------------------------------------------===//
+#include "../CollectiveArgs.h"
 #include "../cpu/CpuKernels.h"
 #include "../cpu/ExpertRoute.h"
 #include "CommStaging.h"
@@ -97,29 +98,14 @@ void staged(const KernelArgs &a, KernelFn cpuFn, bool writesInputs) {
 
 /// Device collectives for this kernel call, or null (stage through host).
 DeviceComm *deviceCommOf(const KernelArgs &a, const char *kernel) {
-  if (!a.ctx.comm)
-    fail(kernel, ": no communicator attached");
-  return backendOf(a).deviceComm(*a.ctx.comm);
+  return backendOf(a).deviceComm(communicatorOf(a, kernel));
 }
 
 bool isFloat(DType d) { return d == DType::F32 || d == DType::BF16; }
 bool isFloat(const Tensor &t) { return isFloat(t.type.dtype); }
 
 CommGroup groupOf(const KernelArgs &a, const char *defaultGroup) {
-  std::vector<int64_t> ranks;
-  if (a.attrs.has("ranks"))
-    ranks = a.attrs.getInts("ranks");
-  return resolveGroup(*a.ctx.comm, a.attrs.getStr("group", defaultGroup),
-                      ranks);
-}
-
-ReduceOp reductionOf(const KernelArgs &a, const char *kernel,
-                     const char *dflt) {
-  std::string red = a.attrs.getStr("reduction", dflt);
-  ReduceOp op;
-  if (!parseReduceOp(red, op))
-    fail(kernel, ": unknown reduction '", red, "'");
-  return op;
+  return kernelGroupOf(a, *a.ctx.comm, defaultGroup);
 }
 
 
@@ -263,12 +249,11 @@ void cuda::all_reduce(const KernelArgs &a) {
   if (!dc)
     return staged(a, cpu::all_reduce);
   const Tensor &x = a.in[0], &y = a.out[0];
-  if (x.numel() != y.numel())
-    fail("all_reduce: x and y differ in element count");
+  CommGroup g = groupOf(a, "dp");
+  checkCollective(Collective::AllReduce, a, g);
   CudaBackend &be = backendOf(a);
   copyThrough(be, x, y);
-  dc->allReduce(view(y), y.numel(), reductionOf(a, "all_reduce", "sum"),
-                groupOf(a, "dp"));
+  dc->allReduce(view(y), y.numel(), reductionOf(a, "all_reduce", "sum"), g);
 }
 
 // y[o][m*n + j][i] = x_m[o][j][i] for member m.
@@ -280,13 +265,10 @@ void cuda::all_gather(const KernelArgs &a) {
   CommGroup g = groupOf(a, "dp");
   int n = g.size();
   const Tensor &x = a.in[0], &y = a.out[0];
-  if (n == 1) {
-    if (x.numel() != y.numel())
-      fail("all_gather: a single-rank group keeps the element count");
+  CollectiveLayout l = checkCollective(Collective::AllGather, a, g);
+  if (l.copyOnly)
     return copyThrough(be, x, y);
-  }
-  int64_t dim = cpu::dimAttr(a, "dim", x, "all_gather");
-  cpu::wantScaled(x, y, dim, n, 1, "all_gather", g);
+  int64_t dim = l.dim;
   View3 v = view3(x.type.shape, dim);
   if (v.outer == 1)
     return dc->allGather(view(x), view(y), x.numel(), g);
@@ -304,14 +286,11 @@ void cuda::reduce_scatter(const KernelArgs &a) {
   CommGroup g = groupOf(a, "dp");
   int n = g.size();
   const Tensor &x = a.in[0], &y = a.out[0];
-  if (n == 1) {
-    if (x.numel() != y.numel())
-      fail("reduce_scatter: a single-rank group keeps the element count");
+  CollectiveLayout l = checkCollective(Collective::ReduceScatter, a, g);
+  if (l.copyOnly)
     return copyThrough(be, x, y);
-  }
   ReduceOp op = reductionOf(a, "reduce_scatter", "sum");
-  int64_t dim = cpu::dimAttr(a, "dim", x, "reduce_scatter");
-  cpu::wantScaled(x, y, dim, 1, n, "reduce_scatter", g);
+  int64_t dim = l.dim;
   View3 v = view3(y.type.shape, dim);
   if (v.outer == 1)
     return dc->reduceScatter(view(x), view(y), y.numel(), op, g);
@@ -330,23 +309,11 @@ void cuda::all_to_all(const KernelArgs &a) {
   CommGroup g = groupOf(a, "dp");
   int n = g.size();
   const Tensor &x = a.in[0], &y = a.out[0];
-  if (n == 1) {
-    if (x.numel() != y.numel())
-      fail("all_to_all: a single-rank group keeps the element count");
+  CollectiveLayout l = checkCollective(Collective::AllToAll, a, g);
+  if (l.copyOnly)
     return copyThrough(be, x, y);
-  }
-  int64_t sd = cpu::dimAttr(a, "split_dim", x, "all_to_all");
-  int64_t cd = cpu::dimAttr(a, "concat_dim", x, "all_to_all");
-  Shape piece = x.type.shape;
-  if (piece.empty() || piece[sd] % n)
-    fail("all_to_all: split_dim of ", shapeStr(x.type.shape),
-         " is not divisible by ", n);
-  piece[sd] /= n;
-  Shape want = piece;
-  want[cd] *= n;
-  if (y.type.shape != want)
-    fail("all_to_all over ", g.str(), ": y has shape ", shapeStr(y.type.shape),
-         ", expected ", shapeStr(want));
+  int64_t sd = l.splitDim, cd = l.concatDim;
+  const Shape &piece = l.piece;
   int64_t pn = x.numel() / n;
   View3 xs = view3(x.type.shape, sd), pc = view3(piece, cd);
   DView sendBuf = flatScratch(be, x.numel(), 0);
@@ -379,13 +346,10 @@ void expertComm(const KernelArgs &a, bool dispatch) {
   std::vector<int64_t> counts =
       cpu::readCounts(hostView(hc, a.in[1]), k);
   const Tensor &rowsT = dispatch ? src : dst, &capT = dispatch ? dst : src;
-  int64_t h = rowsT.type.shape[0] ? rowsT.numel() / rowsT.type.shape[0] : 0;
+  int64_t h = expertRowElems(src, dst, k);
   cpu::ExpertRoute r =
       cpu::routeExperts(c, g, counts, rowsT.type.shape[0], k);
-  if (r.recvTotal > capT.type.shape[0])
-    fail(k, " over ", g.str(), " (rank ", c.rank(), "): ", r.recvTotal,
-         " rows for this rank's experts, the buffer holds ",
-         capT.type.shape[0], " (capacity too small)");
+  checkExpertCapacity(k, g, c.rank(), r.recvTotal, capT.type.shape[0]);
   std::vector<int64_t> sendE(r.members), recvE(r.members);
   std::vector<uint64_t> sendB(r.members), recvB(r.members);
   for (int i = 0; i < r.members; ++i) {
@@ -426,17 +390,7 @@ void expertComm(const KernelArgs &a, bool dispatch) {
   if (dispatch && a.numOut > 1) {
     std::vector<uint8_t> hl = toHost(be, a.out[1]);
     Tensor lt = hostView(hl, a.out[1]);
-    if (lt.numel() != r.localExperts)
-      fail(k, ": local_counts has ", lt.numel(), " elements, ",
-           r.localExperts, " local experts");
-    for (int64_t e = 0; e < r.localExperts; ++e) {
-      if (lt.type.dtype == DType::I32)
-        static_cast<int32_t *>(lt.data)[e] = static_cast<int32_t>(r.localCounts[e]);
-      else if (lt.type.dtype == DType::I64)
-        static_cast<int64_t *>(lt.data)[e] = r.localCounts[e];
-      else
-        static_cast<float *>(lt.data)[e] = static_cast<float>(r.localCounts[e]);
-    }
+    cpu::writeLocalCounts(lt, r, k);
     fromHost(be, hl, a.out[1]);
   }
   cpu::notePeerBytes(a, r, static_cast<uint64_t>(h) * 4, dispatch);

@@ -5,6 +5,7 @@
 // kernel, or the device ring with MAPP_CUDA_CP_RING=device).
 //
 //===----------------------------------------------------------------------===//
+#include "../CollectiveArgs.h"
 #include "../cpu/CpuKernels.h"
 #include "CommStaging.h"
 #include "CudaBackend.h"
@@ -90,20 +91,11 @@ struct CpCall {
 
 CpCall cpCallOf(const KernelArgs &a, const Tensor &q, const Tensor &k,
                 const char *kernel, bool headsSplit = true) {
-  if (!a.ctx.comm)
-    fail(kernel, ": no communicator attached");
+  Communicator &comm = communicatorOf(a, kernel);
   CpCall c;
-  c.g = groupOf(a, "cp");
+  c.g = cpGroupOf(a, comm, kernel);
   c.n = c.g.size();
-  c.self = c.g.indexOf(a.ctx.comm->rank());
-  int64_t members = a.attrs.getInt("members", c.n);
-  if (members != c.n)
-    fail(kernel, ": the cp group ", c.g.str(), " has ", c.n,
-         " members, the op was compiled for ", members,
-         " (the plan's cp does not match the pass's)");
-  if (c.self < 0)
-    fail(kernel, ": rank ", a.ctx.comm->rank(), " is not in its cp group ",
-         c.g.str());
+  c.self = c.g.indexOf(comm.rank());
   c.b = q.dim(0);
   c.tl = q.dim(1);
   c.h = q.dim(2);
@@ -270,29 +262,10 @@ void moveShareDevice(const KernelArgs &a, bool toShare, KernelFn cpuFn) {
   const Tensor &share = toShare ? a.out[0] : a.in[0];
   if (whole.type.dtype != share.type.dtype) // storage policies differ
     return staged(a, cpuFn);
-  int64_t members = a.attrs.getInt("members", 1), r = 0, n = 1;
-  if (a.ctx.comm) {
-    CommGroup g = groupOf(a, "cp");
-    n = g.size();
-    r = g.indexOf(a.ctx.comm->rank());
-    if (members != n)
-      fail(kernel, ": the cp group ", g.str(), " has ", n,
-           " members, the op was compiled for ", members,
-           " (the plan's cp does not match the pass's)");
-    if (r < 0)
-      fail(kernel, ": rank ", a.ctx.comm->rank(), " is not in its cp group ",
-           g.str());
-  } else if (members != 1) {
-    fail(kernel, ": members = ", members, " needs a communicator");
-  }
+  auto [r, n] = cpMemberOf(a, kernel);
   const Shape &ws = whole.type.shape;
   int64_t dim = a.attrs.getInt("dim", 1);
-  if (dim < 0 || dim >= static_cast<int64_t>(ws.size()))
-    fail(kernel, ": dim ", dim, " is outside ", shapeStr(ws));
-  int64_t s = ws[dim];
-  if (s % (2 * n))
-    fail(kernel, ": sequence length ", s, " is not divisible by 2·cp = ",
-         2 * n);
+  int64_t s = cpSequenceOf(ws, dim, n, kernel);
   View3 v = view3(ws, dim);
   size_t elem = storedSize(whole), row = v.inner * elem;
   int64_t c = s / (2 * n), tl = s / n;
