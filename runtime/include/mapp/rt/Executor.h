@@ -246,6 +246,15 @@ private:
   void advanceLossScale(const StepResult &r);
   struct OpenRegion;
   void runBlock(int block, int mb, int slot, KernelContext &ctx);
+  // step()'s phases, in order (Executor.cpp); StepRun is the step's state.
+  struct StepRun;
+  void beginStepRun(StepRun &s);
+  void loadBatch(StepRun &s, int mb, int slot);
+  void runSchedule(StepRun &s);
+  void finishGradients(StepRun &s);
+  void runOptimizer(StepRun &s, int block);
+  void endStepRun(StepRun &s);
+  void stepMetrics(StepRun &s);
   /// Host copy of a pool value (storage may be device memory).
   std::vector<float> hostCopy(int v) const;
   double gradNormSquared() const;
