@@ -56,7 +56,7 @@ RUNTIME_LAYERS = [
     ("sched", ["Scheduler.h", "TaskPool.h"]),
     ("backend", ["Backend.h", "BackendConfig.h", "Fp8.h", "MoeRouting.h"]),
     ("exec", ["Executor.h", "ExpertTally.h", "Fbd.h", "MemoryReport.h",
-              "Metrics.h"]),
+              "Metrics.h", "StepGraph.h"]),
     ("ckpt", ["Checkpoint.h", "HfNames.h"]),
     ("elastic", ["Elastic.h", "Launch.h"]),
     ("probe", ["ControlFiles.h", "RequestGate.h", "ProbeControl.h",

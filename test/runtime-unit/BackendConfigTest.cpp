@@ -22,7 +22,8 @@ const char *const kVars[] = {
     "MAPP_CUDA_STORAGE",   "MAPP_CUDA_PROFILE",     "MAPP_CUDA_FUSE",
     "MAPP_CUDA_FUSE_LOG",  "MAPP_CUDA_GEMM_TUNE",   "MAPP_CUDA_ATTN",
     "MAPP_CUDA_COMM",      "MAPP_CUDNN_LIB",        "MAPP_CUDNN_VERBOSE",
-    "MAPP_PROBE_RING_BYTES", "MAPP_NCCL_SYNC_GRADS", "MAPP_CUDA_MOE_COUNTS"};
+    "MAPP_PROBE_RING_BYTES", "MAPP_NCCL_SYNC_GRADS", "MAPP_CUDA_MOE_COUNTS",
+    "MAPP_CUDA_GRAPH"};
 
 /// Unsets every switch for the test and restores the caller's values.
 class CudaConfigEnv : public ::testing::Test {
@@ -75,6 +76,7 @@ TEST_F(CudaConfigEnv, UnsetGivesTheDefaults) {
   EXPECT_EQ(c.probeRingBytes, size_t(64) << 20);
   EXPECT_FALSE(c.ncclSyncGrads);
   EXPECT_FALSE(c.moeCountsSync);
+  EXPECT_FALSE(c.stepGraph);
 }
 
 TEST_F(CudaConfigEnv, EachVariableSetsItsField) {
@@ -90,6 +92,7 @@ TEST_F(CudaConfigEnv, EachVariableSetsItsField) {
   setenv("MAPP_PROBE_RING_BYTES", "8192", 1);
   setenv("MAPP_NCCL_SYNC_GRADS", "1", 1);
   setenv("MAPP_CUDA_MOE_COUNTS", "sync", 1);
+  setenv("MAPP_CUDA_GRAPH", "on", 1);
   CudaConfig c = CudaConfig::fromEnv();
   EXPECT_FALSE(c.bf16Storage);
   EXPECT_TRUE(c.profile);
@@ -104,13 +107,16 @@ TEST_F(CudaConfigEnv, EachVariableSetsItsField) {
   EXPECT_EQ(c.probeRingBytes, 8192u);
   EXPECT_TRUE(c.ncclSyncGrads);
   EXPECT_TRUE(c.moeCountsSync);
+  EXPECT_TRUE(c.stepGraph);
   // Values that keep the default meaning.
   setenv("MAPP_CUDA_PROFILE", "yes", 1); // only "1" turns it on
   setenv("MAPP_CUDA_FUSE", "0", 1);
   setenv("MAPP_CUDA_GEMM_TUNE", "1", 1);
   setenv("MAPP_CUDA_ATTN", "", 1);
   setenv("MAPP_CUDA_MOE_COUNTS", "async", 1);
+  setenv("MAPP_CUDA_GRAPH", "off", 1);
   c = CudaConfig::fromEnv();
+  EXPECT_FALSE(c.stepGraph);
   EXPECT_FALSE(c.profile);
   EXPECT_FALSE(c.fuse.gelu || c.fuse.bgrad || c.fuse.accumulate ||
                c.fuse.adam || c.fuse.sgd || c.fuse.residual || c.fuse.dgelu);
@@ -131,5 +137,6 @@ TEST_F(CudaConfigEnv, BadValuesNameTheVariable) {
   EXPECT_NE(errorWith("MAPP_PROBE_RING_BYTES", "8k").find("is not a byte count"), std::string::npos);
   EXPECT_NE(errorWith("MAPP_NCCL_SYNC_GRADS", "yes").find("MAPP_NCCL_SYNC_GRADS must be '0' or '1'"), std::string::npos);
   EXPECT_NE(errorWith("MAPP_CUDA_MOE_COUNTS", "1").find("MAPP_CUDA_MOE_COUNTS must be async or sync, got '1'"), std::string::npos);
+  EXPECT_NE(errorWith("MAPP_CUDA_GRAPH", "1").find("MAPP_CUDA_GRAPH must be 'off' or 'on', not '1'"), std::string::npos);
   EXPECT_EQ(errorWith("MAPP_CUDA_FUSE_LOG", "whatever"), ""); // not 1: off
 }

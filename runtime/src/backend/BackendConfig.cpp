@@ -67,6 +67,14 @@ bool syncGrads() {
   return v == "1";
 }
 
+bool stepGraphFromEnv() {
+  const char *s = env("MAPP_CUDA_GRAPH");
+  std::string v = s ? s : "off";
+  if (v != "off" && v != "on")
+    fail("MAPP_CUDA_GRAPH must be 'off' or 'on', not '", v, "'");
+  return v == "on";
+}
+
 bool isOne(const char *name) {
   const char *s = env(name);
   return s && std::string(s) == "1";
@@ -136,5 +144,6 @@ CudaConfig CudaConfig::fromEnv() {
       fail("MAPP_CUDA_MOE_COUNTS must be async or sync, got '", v, "'");
     c.moeCountsSync = v == "sync";
   }
+  c.stepGraph = stepGraphFromEnv();
   return c;
 }

@@ -31,6 +31,10 @@ struct Executor::StepRun {
   std::vector<int> optimizerBlocks;
   bool optimizerInTable = false; // the schedule runs the optimizer itself
   bool gradsDone = false;
+  /// MAPP_CUDA_GRAPH (ExecutorGraph.cpp): a replay ran everything up to
+  /// finishGradients.
+  StepGraphAction graph = StepGraphAction::Eager;
+  uint64_t graphId = 0;
 
   StepRun(const BatchFn &b, const GradHook &g) : batches(b), afterGrads(g) {}
   /// The sum and count of the microbatch losses read so far.
@@ -75,15 +79,15 @@ void Executor::beginStepRun(StepRun &s) {
   open_.clear();
   comm_.setStep(step_);
   backend_.beginStep(step_);
-
-  for (size_t v = 0; v < p.values.size(); ++v)
-    if (p.values[v].kind == ValueKind::Grad)
-      backend_.zeroStorage(valueData(static_cast<int>(v)), p.values[v].bytes);
-
   s.r.step = step_;
   s.slotMb.assign(p.slots, -1);
   s.losses.assign(plan_.numMicrobatches,
                   std::numeric_limits<float>::quiet_NaN());
+  s.graph = beginStepGraph(s.graphId, s.batches, s.r, s.losses);
+
+  for (size_t v = 0; v < p.values.size(); ++v)
+    if (p.values[v].kind == ValueKind::Grad && s.graph != StepGraphAction::Replay)
+      backend_.zeroStorage(valueData(static_cast<int>(v)), p.values[v].bytes);
   for (size_t b = 0; b < p.blocks.size(); ++b)
     if (p.blocks[b].kind == BlockKind::Optimizer)
       s.optimizerBlocks.push_back(static_cast<int>(b));
@@ -101,13 +105,14 @@ void Executor::loadBatch(StepRun &s, int mb, int slot) {
   uint64_t cpu0 = tr && cpuTimed_ ? mapp::MappTraceWriter::threadCpuNs() : 0;
   // Filled in host memory, then copied into storage (maybe a device).
   size_t nt = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
-  std::vector<int32_t> tok(nt), tgt(nt);
-  s.batches(step_, mb, tok.data(), tgt.data());
+  // (A captured step's copies read fixed pinned graph inputs.)
+  int32_t *tok = graphBatch(s.graph, mb, 0), *tgt = graphBatch(s.graph, mb, 1);
+  s.batches(step_, mb, tok, tgt);
   if (p.tokens >= 0)
-    backend_.copyToStorage(valueData(p.tokens, slot), tok.data(),
+    backend_.copyToStorage(valueData(p.tokens, slot), tok,
                            nt * sizeof(int32_t));
   if (p.targets >= 0)
-    backend_.copyToStorage(valueData(p.targets, slot), tgt.data(),
+    backend_.copyToStorage(valueData(p.targets, slot), tgt,
                            nt * sizeof(int32_t));
   s.r.tokens += static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
   // Host work (reading and queueing the batch): host clock.
@@ -131,15 +136,22 @@ void Executor::runSchedule(StepRun &s) {
       sched_->finished(t);
       continue;
     }
+    if (s.graph == StepGraphAction::Replay && !s.gradsDone) {
+      sched_->finished(t);
+      continue;
+    }
     int slot = t.microbatch % p.slots;
     if (s.slotMb[slot] != t.microbatch) {
       s.slotMb[slot] = t.microbatch;
       loadBatch(s, t.microbatch, slot);
     }
     runBlock(t.block, t.microbatch, slot, s.ctx);
-    if (blockWritesLoss_[t.block])
+    if (blockWritesLoss_[t.block]) {
       backend_.readScalarAsync(&s.losses[t.microbatch],
                                valueData(p.loss, slot));
+      if (s.graph == StepGraphAction::Capture && !s.gradsDone)
+        graphLossReads_[s.graphId].push_back(t.microbatch);
+    }
     sched_->finished(t);
   }
   traceSwitches();
@@ -151,6 +163,7 @@ void Executor::finishGradients(StepRun &s) {
   if (s.gradsDone)
     return;
   s.gradsDone = true;
+  endStepGraph(s.graph, s.graphId);
   const Program &p = *prog_;
   StepResult &r = s.r;
   // The gradients are read from here on (hook, norm, optimizer; next

@@ -111,6 +111,30 @@ public:
   virtual void beginStep(int64_t /*step*/) {}
   virtual void endStep() {}
 
+  // --- Step graphs (MAPP_CUDA_GRAPH, docs/cuda-graphs.md): a device backend
+  // records the work queued between beginGraphCapture and endGraphCapture
+  // as graph `id` instead of running it, and replays it with launchGraph.
+
+  /// Whether steps should be captured (MAPP_CUDA_GRAPH=on) ...
+  virtual bool stepGraphsAsked() const { return false; }
+  /// ... and if so, why they cannot be ("" when they can).
+  virtual std::string stepGraphsOff() const { return "the backend has no graphs"; }
+  /// Pinned host memory of `bytes` at a fixed address per `index`: a
+  /// captured copyToStorage reads its source there at every replay.
+  virtual void *graphInput(int /*index*/, size_t /*bytes*/) { return nullptr; }
+  virtual void beginGraphCapture() {}
+  /// Ends the capture, instantiates it as graph `id` and launches it once.
+  virtual void endGraphCapture(uint64_t /*id*/) {}
+  /// Launches graph `id`; the scalar reads its capture queued
+  /// (readScalarAsync, in order) land in `scalarDsts` this time. False
+  /// (nothing launched) when the backend dropped it since: a buffer it
+  /// points at moved (a scratch buffer grew in another key's warm-up).
+  virtual bool launchGraph(uint64_t /*id*/,
+                           const std::vector<float *> & /*scalarDsts*/) {
+    return false;
+  }
+  virtual void dropGraph(uint64_t /*id*/) {}
+
   // --- Trace marks (MegaScan; docs/trace-format.md, "GPU timestamps"). The
   // executor marks each traced point as it issues the work around it. By
   // default a mark is the host's monotonic clock in ns, read at once. A

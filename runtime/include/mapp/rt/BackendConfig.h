@@ -63,6 +63,9 @@ struct CudaConfig {
   /// moe_assign's counts from the pinned copy queued behind it (sync: one
   /// stream synchronize per GEMM call; docs/moe.md).
   bool moeCountsSync = false;
+  /// MAPP_CUDA_GRAPH=off|on (off): capture the training step's forward and
+  /// backward as a CUDA graph and replay it (docs/cuda-graphs.md).
+  bool stepGraph = false;
 
   /// Reads every variable; Error naming the variable and the bad value.
   static CudaConfig fromEnv();

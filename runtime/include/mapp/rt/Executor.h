@@ -24,6 +24,7 @@
 #include "mapp/rt/Plan.h"
 #include "mapp/rt/Safetensors.h"
 #include "mapp/rt/Scheduler.h"
+#include "mapp/rt/StepGraph.h"
 
 #include <functional>
 #include <map>
@@ -227,6 +228,8 @@ public:
   /// Read every moe_assign's counts into StepResult::expertTokens (one
   /// host read per MoE layer and microbatch).
   void setCountExperts(bool on) { countExperts_ = on; }
+  /// MAPP_CUDA_GRAPH's capture counts (null: every step runs eagerly).
+  const StepGraphCache *stepGraphs() const { return graphs_.get(); }
 
 private:
   InstrHook instrHook_;
@@ -270,6 +273,21 @@ private:
   /// A record's `cpuNs`: the thread CPU time since `cpu0` (0 unless
   /// cpuTimed_).
   uint64_t cpuSince(uint64_t cpu0) const;
+
+  // Step graphs (ExecutorGraph.cpp; docs/cuda-graphs.md).
+  std::string graphRefusal() const;
+  StepGraphKey graphKey() const;
+  StepGraphAction beginStepGraph(uint64_t &id, const BatchFn &batches,
+                                 StepResult &r, std::vector<float> &losses);
+  /// Host buffer `which` (0 tokens, 1 targets) for microbatch mb's batch:
+  /// the graph's pinned input when the step is captured or replayed.
+  int32_t *graphBatch(StepGraphAction a, int mb, int which);
+  void endStepGraph(StepGraphAction a, uint64_t id);
+  std::unique_ptr<StepGraphCache> graphs_; // null: every step eager
+  bool graphChecked_ = false, planHasProbes_ = false;
+  /// Per graph: the microbatch of each loss read its capture queued.
+  std::map<uint64_t, std::vector<int>> graphLossReads_;
+  std::vector<int32_t> batchHost_[2];
 
   const Plan &plan_;
   const Program *prog_ = nullptr;

@@ -177,6 +177,7 @@ KernelFn CudaBackend::lookup(const std::string &kernel) const {
 }
 
 void *CudaBackend::deviceAlloc(size_t bytes) {
+  notWhileCapturing("a device allocation");
   void *p = nullptr;
   cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
   if (e != cudaSuccess) {
@@ -217,6 +218,8 @@ void *CudaBackend::scratch(size_t bytes, int which) {
   Scratch &s = scratch_[which];
   if (s.bytes < bytes) {
     // Grows only in the first steps; cudaFree waits for queued work.
+    notWhileCapturing("a scratch buffer growing");
+    dropGraphs(); // they hold the old address
     MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MAPP_CUDA_CHECK(cudaFree(s.p));
     s.bytes = std::max(bytes, s.bytes * 2);
@@ -231,6 +234,15 @@ void CudaBackend::copyToStorage(void *dst, const void *src, size_t bytes) {
   if (poolBase_ && prog_ && static_cast<uint8_t *>(dst) >= poolBase_ &&
       static_cast<uint8_t *>(dst) < poolBase_ + prog_->persistentBytes)
     shadowsDirty_ = true;
+  if (capturing_) {
+    // The graph's copy reads `src` at every replay: the executor passes a
+    // fixed pinned graph input (graphInput) and refills it before a launch.
+    if (!isGraphInput(src, bytes))
+      notWhileCapturing("a copy from host memory that is not a graph input");
+    MAPP_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    return;
+  }
   if (bytes > kStageMax) {
     MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MAPP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
@@ -255,6 +267,7 @@ void CudaBackend::copyToStorage(void *dst, const void *src, size_t bytes) {
 void CudaBackend::copyFromStorage(void *dst, const void *src, size_t bytes) {
   if (!bytes)
     return;
+  notWhileCapturing("a device-to-host copy");
   MAPP_CUDA_CHECK(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -337,6 +350,7 @@ void CudaBackend::waitComm() {
 }
 
 void CudaBackend::synchronize() {
+  notWhileCapturing("a synchronize");
   waitComm(); // "queued work" includes the communicator's stream
   flushProbes(); // the run's copy overlaps the wait
   MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -538,12 +552,16 @@ AttnSaved &CudaBackend::attnSaved(const void *q, int64_t rows, int64_t numel,
                                   int oBf16) {
   AttnSaved &s = attn_[q];
   if (s.rows < rows) {
+    notWhileCapturing("a saved-statistics buffer growing");
+    dropGraphs();
     MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MAPP_CUDA_CHECK(cudaFree(s.lse));
     s.lse = static_cast<float *>(deviceAlloc(rows * sizeof(float)));
     s.rows = rows;
   }
   if (s.numel < numel || s.oBf16 != oBf16) {
+    notWhileCapturing("a saved-attention buffer growing");
+    dropGraphs();
     MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MAPP_CUDA_CHECK(cudaFree(s.o));
     s.o = deviceAlloc(numel * (oBf16 ? 2 : 4));
@@ -564,6 +582,8 @@ AttnSaved *CudaBackend::findAttn(const void *q, const void *k, const void *v) {
 CeSaved &CudaBackend::ceSaved(const void *logits, int64_t rows) {
   CeSaved &s = ce_[logits];
   if (s.rows < rows) {
+    notWhileCapturing("a saved-statistics buffer growing");
+    dropGraphs();
     MAPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MAPP_CUDA_CHECK(cudaFree(s.lse));
     s.lse = static_cast<float *>(deviceAlloc(rows * sizeof(float)));

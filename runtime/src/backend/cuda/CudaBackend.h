@@ -110,6 +110,22 @@ public:
                       int peer, int64_t tag) override;
   void beginStep(int64_t step) override;
   void endStep() override;
+  // Step graphs (StepCapture.cu; docs/cuda-graphs.md).
+  bool stepGraphsAsked() const override { return config_.stepGraph; }
+  std::string stepGraphsOff() const override;
+  void *graphInput(int index, size_t bytes) override;
+  void beginGraphCapture() override;
+  void endGraphCapture(uint64_t id) override;
+  bool launchGraph(uint64_t id, const std::vector<float *> &scalarDsts) override;
+  void dropGraph(uint64_t id) override;
+  /// Drops every graph: a buffer they point at is about to move.
+  void dropGraphs();
+  /// Whether [p, p + bytes) lies in one pinned graph input.
+  bool isGraphInput(const void *p, size_t bytes) const;
+  /// Fails naming `what` while a step is being captured: a synchronize or
+  /// an allocation cannot be part of a graph (the warm-up step should have
+  /// made every lazily created buffer).
+  void notWhileCapturing(const char *what) const;
   // MegaScan marks: events on the compute stream (TraceEvents.h).
   bool traceMarksDeferred() const override { return true; }
   uint64_t traceMark() override { return traceEvents_.record(stream_); }
@@ -260,6 +276,11 @@ private:
   int64_t profSteps_ = 0;
   void profCollect();
   void profReport();
+
+  bool capturing_ = false;
+  std::map<uint64_t, GraphExec> graphs_;
+  std::vector<PinnedBuffer<void>> graphInputs_;
+  std::vector<size_t> graphInputBytes_;
 
   TraceEventPool traceEvents_;
   std::unique_ptr<DeviceComm> deviceComm_;

@@ -60,6 +60,7 @@ using Stream = Owned<cudaStream_t, cudaStreamDestroy>;
 using Event = Owned<cudaEvent_t, cudaEventDestroy>;
 using LtHandle = Owned<cublasLtHandle_t, cublasLtDestroy>;
 /// cudaMalloc'd memory.
+using GraphExec = Owned<cudaGraphExec_t, cudaGraphExecDestroy>;
 template <typename T> using DeviceBuffer = Owned<T *, freeDevice<T>>;
 /// cudaMallocHost'd (pinned) memory.
 template <typename T> using PinnedBuffer = Owned<T *, freePinned<T>>;

@@ -1,0 +1,151 @@
+//===- ExecutorGraph.cpp - the step's forward and backward as a graph -----===//
+//
+// MAPP_CUDA_GRAPH=on (docs/cuda-graphs.md). The tasks of a step up to the
+// gradients' use (grad zeroing, the batches' copies, every forward and
+// backward block, the loss reads) are captured once per StepGraphKey and
+// replayed; the gradient norm, the metrics and the optimizer stay eager
+// (their scalars come from the host every step). What a capture cannot hold
+// (host reads of device data, step-keyed random numbers, collectives,
+// MegaScan marks, probes) makes the executor refuse: for the whole program
+// with one logged reason, or for one step (traced steps, a NaN injection).
+//
+//===----------------------------------------------------------------------===//
+#include "mapp/rt/Executor.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Fbd.h"
+#include "mapp/rt/Probe.h"
+
+#include <cstdio>
+
+using namespace mapp::rt;
+
+namespace {
+
+/// Perturbation kinds whose numbers are drawn from the step's counter key:
+/// a replay would repeat the captured step's draw.
+bool randomPerturbation(const std::string &kind) {
+  return kind == "gaussian" || kind == "uniform" || kind == "bitflip";
+}
+
+} // namespace
+
+std::string Executor::graphRefusal() const {
+  if (comm_.worldSize() > 1)
+    return "more than one rank (collectives and transfers are not captured "
+           "yet)";
+  if (plan_.schedule == "adaptive")
+    return "the adaptive scheduler decides on the host between blocks";
+  if (isFbdPlan(plan_))
+    return "MegaFBD plans exchange parameters on the host";
+  if (countExperts_)
+    return "expert counting reads moe_assign's counts on the host";
+  for (const Block &b : prog_->blocks)
+    for (const Instr &in : b.instrs) {
+      const std::string &k = in.kernel;
+      if (k.rfind("moe_", 0) == 0)
+        return "'" + k + "': MoE routing sizes the expert GEMMs on the host";
+      if (k == "dropout" && in.attrs.getFloat("p", 0) != 0)
+        return "dropout draws from a step-keyed counter";
+      if (in.attrs.getFloat("dropout", 0) != 0)
+        return "'" + k + "' has attention dropout (a step-keyed counter)";
+      if (k == "perturb" && randomPerturbation(in.attrs.getStr("kind", "")))
+        return "perturbation '" + in.attrs.getStr("point", in.name) +
+               "' draws from a step-keyed counter";
+      if (k == "constant")
+        return "'constant' copies from host memory with a synchronize";
+    }
+  return {};
+}
+
+StepGraphKey Executor::graphKey() const {
+  StepGraphKey key;
+  SchedStats st = sched_->stats();
+  key.schedule = st.mode + ":" + st.policy;
+  key.lossScale = ls_.scale;
+  for (const Block &b : prog_->blocks)
+    for (const Instr &in : b.instrs)
+      if (in.kernel == "perturb") {
+        SwitchState s;
+        s.enabled = in.attrs.getInt("enabled", 1) != 0;
+        s.magnitude = in.attrs.getFloat("magnitude", 0);
+        if (probe_)
+          probe_->switchState(in.attrs.getInt("switch_id", 0), s);
+        key.switches.push_back({s.enabled ? 1 : 0, s.magnitude});
+      }
+  return key;
+}
+
+StepGraphAction Executor::beginStepGraph(uint64_t &id, const BatchFn &batches,
+                                         StepResult &r,
+                                         std::vector<float> &losses) {
+  id = 0;
+  if (!graphChecked_) {
+    graphChecked_ = true;
+    if (backend_.stepGraphsAsked()) {
+      std::string why = backend_.stepGraphsOff();
+      if (why.empty())
+        why = graphRefusal();
+      if (why.empty())
+        graphs_ = std::make_unique<StepGraphCache>();
+      else
+        std::fprintf(stderr, "mapp: MAPP_CUDA_GRAPH=on: steps run eagerly: %s\n",
+                     why.c_str());
+    }
+    for (const Block &b : prog_->blocks)
+      for (const Instr &in : b.instrs)
+        planHasProbes_ |= in.kernel == "probe";
+  }
+  // Per step: what the host must see or do between the step's kernels.
+  if (!graphs_ || tracing() || nanStep_ == step_ || checkFinite_ ||
+      slowFactor_ > 1 || instrHook_ ||
+      (probe_ && planHasProbes_))
+    return StepGraphAction::Eager;
+  StepGraphAction a = graphs_->next(graphKey(), id);
+  for (uint64_t gone : graphs_->takeEvicted()) {
+    backend_.dropGraph(gone);
+    graphLossReads_.erase(gone);
+  }
+  if (a == StepGraphAction::Capture) {
+    graphLossReads_[id].clear();
+    backend_.beginGraphCapture();
+  } else if (a == StepGraphAction::Replay) {
+    // The graph's copies read each microbatch's batch from its fixed
+    // pinned buffers: fill them all before the launch.
+    if ((prog_->tokens >= 0 || prog_->targets >= 0) && batches)
+      for (int mb = 0; mb < plan_.numMicrobatches; ++mb) {
+        batches(step_, mb, graphBatch(a, mb, 0), graphBatch(a, mb, 1));
+        r.tokens += static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
+      }
+    std::vector<float *> dsts;
+    for (int mb : graphLossReads_[id])
+      dsts.push_back(&losses[mb]);
+    if (!backend_.launchGraph(id, dsts)) {
+      // The backend dropped its graphs (a buffer they use moved): this
+      // step runs eagerly as the warm-up of its key, the next captures.
+      r.tokens = 0;
+      graphs_->clear();
+      graphLossReads_.clear();
+      graphs_->takeEvicted();
+      a = graphs_->next(graphKey(), id);
+    }
+  }
+  return a;
+}
+
+int32_t *Executor::graphBatch(StepGraphAction a, int mb, int which) {
+  size_t n = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
+  if (a == StepGraphAction::Eager) {
+    batchHost_[which].resize(n);
+    return batchHost_[which].data();
+  }
+  void *p = backend_.graphInput(2 * mb + which, n * sizeof(int32_t));
+  if (!p)
+    fail("MAPP_CUDA_GRAPH: backend '", backend_.name(),
+         "' has no pinned graph input");
+  return static_cast<int32_t *>(p);
+}
+
+void Executor::endStepGraph(StepGraphAction a, uint64_t id) {
+  if (a == StepGraphAction::Capture)
+    backend_.endGraphCapture(id);
+}

@@ -1,0 +1,303 @@
+//===- StepGraphExecTest.cpp - the executor's step graphs on the CPU ------===//
+//
+// The executor's side of MAPP_CUDA_GRAPH (ExecutorGraph.cpp) without a GPU:
+// RecordingBackend is the CPU backend with stream-capture semantics.
+// Between beginGraphCapture and endGraphCapture it records every kernel
+// call, copy, memset and scalar read instead of running it, with the
+// arguments as they were (step, microbatch and loss scale baked in, as a
+// CUDA graph bakes kernel arguments), and replays the records at each
+// launch; a synchronize, a host read or a copy from memory other than a
+// graph input inside a capture fails, as it does on the device. Reference:
+// the same plan on the plain CPU backend, eagerly; losses, gradient norms
+// and parameters must be bit-identical, and the capture counts follow the
+// closed forms of StepGraphTest.cpp.
+//
+//===----------------------------------------------------------------------===//
+#include "TestPlans.h"
+#include "mapp/rt/Backend.h"
+#include "mapp/rt/Comm.h"
+#include "mapp/rt/Error.h"
+#include "mapp/rt/Executor.h"
+#include "mapp/rt/Plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+
+using namespace mapp::rt;
+using namespace mapp::rt::test;
+
+namespace {
+
+class RecordingBackend final : public Backend {
+public:
+  // "cpu": the executor allows loss scaling on the CPU backend only.
+  std::string name() const override { return "cpu"; }
+  KernelFn lookup(const std::string &kernel) const override {
+    return inner_->lookup(kernel) ? &RecordingBackend::trampoline : nullptr;
+  }
+  void *allocate(size_t bytes) override { return inner_->allocate(bytes); }
+  void release(void *p) override { inner_->release(p); }
+  ThreadPool &pool() override { return inner_->pool(); }
+  Tensor operandView(const Program &p, const Instr &in, int value,
+                     bool isOutput, const Tensor &t) override {
+    kernels_[&in.attrs] = inner_->lookup(in.kernel);
+    return inner_->operandView(p, in, value, isOutput, t);
+  }
+
+  void copyToStorage(void *dst, const void *src, size_t bytes) override {
+    if (!capturing_)
+      return (void)std::memcpy(dst, src, bytes);
+    bool input = false;
+    for (auto &kv : inputs_)
+      input |= src >= static_cast<const void *>(kv.second.data()) &&
+               src < static_cast<const void *>(kv.second.data() + kv.second.size());
+    if (!input)
+      fail("capture: a copy from host memory that is not a graph input");
+    record([=] { std::memcpy(dst, src, bytes); });
+  }
+  void zeroStorage(void *dst, size_t bytes) override {
+    if (!capturing_)
+      return (void)std::memset(dst, 0, bytes);
+    record([=] { std::memset(dst, 0, bytes); });
+  }
+  void readScalarAsync(float *dst, const void *src) override {
+    size_t slot = pendingDst_.size();
+    pendingDst_.push_back(dst);
+    if (slot >= slots_.size()) // fixed: a graph holds the slots' addresses
+      fail("readScalarAsync: more than ", slots_.size(), " reads queued");
+    float *s = &slots_[slot];
+    if (!capturing_)
+      return (void)std::memcpy(s, src, 4);
+    record([=] { std::memcpy(s, src, 4); });
+  }
+  void copyFromStorage(void *dst, const void *src, size_t bytes) override {
+    notCapturing("copyFromStorage");
+    std::memcpy(dst, src, bytes);
+  }
+  double sumSquares(const std::vector<Tensor> &ts) override {
+    notCapturing("sumSquares");
+    return inner_->sumSquares(ts);
+  }
+  void synchronize() override {
+    notCapturing("synchronize");
+    for (size_t i = 0; i < pendingDst_.size(); ++i)
+      *pendingDst_[i] = slots_[i];
+    pendingDst_.clear();
+  }
+
+  bool stepGraphsAsked() const override { return true; }
+  std::string stepGraphsOff() const override { return {}; }
+  void *graphInput(int index, size_t bytes) override {
+    std::vector<char> &b = inputs_[index];
+    if (b.size() < bytes) {
+      graphs_.clear(); // they read the old address
+      b.resize(bytes);
+    }
+    return b.data();
+  }
+  void beginGraphCapture() override {
+    notCapturing("beginGraphCapture");
+    if (!pendingDst_.empty())
+      synchronize();
+    capturing_ = true;
+    capture_.clear();
+  }
+  void endGraphCapture(uint64_t id) override {
+    capturing_ = false;
+    graphs_[id] = std::move(capture_);
+    run(graphs_[id]);
+  }
+  bool launchGraph(uint64_t id, const std::vector<float *> &dsts) override {
+    auto it = graphs_.find(id);
+    if (it == graphs_.end())
+      return false;
+    if (!pendingDst_.empty())
+      synchronize();
+    run(it->second);
+    pendingDst_ = dsts;
+    ++launches_;
+    return true;
+  }
+  void dropGraph(uint64_t id) override { graphs_.erase(id); }
+
+  int64_t launches_ = 0;
+
+private:
+  using Graph = std::vector<std::function<void()>>;
+  static void trampoline(const KernelArgs &a) {
+    static_cast<RecordingBackend *>(a.ctx.backend)->call(a);
+  }
+  void call(const KernelArgs &a) {
+    KernelFn fn = kernels_.at(&a.attrs);
+    if (!capturing_)
+      return fn(a);
+    // The operand arrays live in the executor's prepared instrs; the
+    // context is the step's local: copied, as a graph copies arguments.
+    const Attrs *attrs = &a.attrs;
+    Tensor *in = a.in, *out = a.out;
+    int ni = a.numIn, no = a.numOut;
+    KernelContext ctx = a.ctx;
+    record([=]() mutable { fn(KernelArgs{*attrs, in, ni, out, no, ctx}); });
+  }
+  void record(std::function<void()> f) { capture_.push_back(std::move(f)); }
+  static void run(const Graph &g) {
+    for (const auto &f : g)
+      f();
+  }
+  void notCapturing(const char *what) const {
+    if (capturing_)
+      fail("capture: ", what, " inside a captured step");
+  }
+
+  std::unique_ptr<Backend> inner_ = createCpuBackend(1);
+  std::map<const Attrs *, KernelFn> kernels_;
+  bool capturing_ = false;
+  Graph capture_;
+  std::map<uint64_t, Graph> graphs_;
+  std::map<int, std::vector<char>> inputs_;
+  std::vector<float *> pendingDst_;
+  std::vector<float> slots_ = std::vector<float>(256);
+};
+
+Plan parse(const PlanSpec &s) {
+  std::vector<uint8_t> b = s.build();
+  std::vector<uint64_t> aligned(b.size() / 8 + 1);
+  std::memcpy(aligned.data(), b.data(), b.size());
+  return parsePlan(reinterpret_cast<const uint8_t *>(aligned.data()), b.size());
+}
+
+/// Tokens that differ per step and microbatch, so a replay that reused a
+/// captured batch would change the losses.
+void batches(int64_t step, int mb, int32_t *tok, int32_t *tgt, int n, int vocab) {
+  for (int i = 0; i < n; ++i) {
+    int64_t k = (step * 7 + mb) * n + i;
+    tok[i] = static_cast<int32_t>((k * 7 + 3) % vocab);
+    tgt[i] = static_cast<int32_t>((k * 5 + 1 + step) % vocab);
+  }
+}
+
+struct TrainedRun {
+  std::vector<StepResult> steps;
+  Safetensors params;
+  const StepGraphCache *graphs = nullptr;
+  int64_t launches = 0;
+};
+
+/// `steps` steps of `spec` on `backend`; keeps the executor alive in `keep`.
+TrainedRun train(const PlanSpec &spec, Backend &backend, int steps,
+          std::unique_ptr<Executor> &keep, Plan &plan,
+          std::unique_ptr<Communicator> &comm) {
+  plan = parse(spec);
+  comm = createLocalComm();
+  keep = std::make_unique<Executor>(plan, backend, *comm);
+  keep->initParams(3);
+  const int n = spec.microBatchSize * spec.seqLength, vocab = spec.vocabSize;
+  TrainedRun r;
+  for (int s = 0; s < steps; ++s)
+    r.steps.push_back(keep->step([&](int64_t st, int mb, int32_t *t, int32_t *g) {
+      batches(st, mb, t, g, n, vocab);
+    }));
+  r.params = keep->saveParams();
+  r.graphs = keep->stepGraphs();
+  return r;
+}
+
+void expectIdentical(const TrainedRun &eager, const TrainedRun &graph) {
+  ASSERT_EQ(eager.steps.size(), graph.steps.size());
+  for (size_t i = 0; i < eager.steps.size(); ++i) {
+    // Bit for bit: the same kernels on the same data in the same order.
+    EXPECT_EQ(std::memcmp(&eager.steps[i].loss, &graph.steps[i].loss, 8), 0)
+        << "step " << i << ": " << eager.steps[i].loss << " vs " << graph.steps[i].loss;
+    EXPECT_EQ(eager.steps[i].gradNorm, graph.steps[i].gradNorm) << "step " << i;
+    EXPECT_EQ(eager.steps[i].lossScale, graph.steps[i].lossScale) << "step " << i;
+    EXPECT_EQ(eager.steps[i].tokens, graph.steps[i].tokens) << "step " << i;
+  }
+  for (const auto &[name, t] : eager.params.tensors) {
+    auto it = graph.params.tensors.find(name);
+    ASSERT_NE(it, graph.params.tensors.end()) << name;
+    EXPECT_EQ(t.toF32(name), it->second.toF32(name)) << name;
+  }
+}
+
+MlpOptions opts() {
+  MlpOptions o;
+  o.optimizer = "adamw";
+  o.lr = 0.01;
+  o.microbatches = 3;
+  o.maxGradNorm = 1.0;
+  return o;
+}
+
+} // namespace
+
+TEST(StepGraphExec, ReplayedStepsMatchTheEagerRunBitForBit) {
+  const int n = 12;
+  PlanSpec spec = mlpPlan(opts());
+  auto cpu = createCpuBackend(1);
+  RecordingBackend rec;
+  std::unique_ptr<Executor> e1, e2;
+  Plan p1, p2;
+  std::unique_ptr<Communicator> c1, c2;
+  TrainedRun eager = train(spec, *cpu, n, e1, p1, c1);
+  TrainedRun graph = train(spec, rec, n, e2, p2, c2);
+  EXPECT_EQ(eager.graphs, nullptr); // the CPU backend is never asked
+  ASSERT_NE(graph.graphs, nullptr);
+  expectIdentical(eager, graph);
+  // One warm-up, one capture, n-2 replays: the closed form.
+  EXPECT_EQ(graph.graphs->eagerSteps(), 1);
+  EXPECT_EQ(graph.graphs->captures(), 1);
+  EXPECT_EQ(graph.graphs->replays(), n - 2);
+  EXPECT_EQ(rec.launches_, n - 2);
+  // The losses moved: a replay that reused the captured batch or loss
+  // slot would repeat the capture step's loss.
+  EXPECT_NE(graph.steps[n - 1].loss, graph.steps[1].loss);
+}
+
+TEST(StepGraphExec, LossScaleChangesRecapture) {
+  // Dynamic loss scaling doubling every 3 good steps: the scale is baked
+  // into the dloss fill, so each value needs its own graph (a stale graph
+  // would seed the backward with the old scale and the optimizer would
+  // unscale by the new one).
+  MlpOptions o = opts();
+  o.lossScale = "dynamic";
+  o.lossScaleInit = 4;
+  o.lossScaleGrowthInterval = 3;
+  const int n = 12;
+  PlanSpec spec = mlpPlan(o);
+  auto cpu = createCpuBackend(1);
+  RecordingBackend rec;
+  std::unique_ptr<Executor> e1, e2;
+  Plan p1, p2;
+  std::unique_ptr<Communicator> c1, c2;
+  TrainedRun eager = train(spec, *cpu, n, e1, p1, c1);
+  TrainedRun graph = train(spec, rec, n, e2, p2, c2);
+  ASSERT_NE(graph.graphs, nullptr);
+  ASSERT_EQ(eager.steps[3].lossScale, 8); // the scale grew at step 3
+  expectIdentical(eager, graph);
+  // A new scale every 3 steps: each costs E, C, R.
+  EXPECT_EQ(graph.graphs->captures(), n / 3);
+  EXPECT_EQ(graph.graphs->replays(), n / 3);
+}
+
+TEST(StepGraphExec, StepsTheHostMustSeeRunEagerly) {
+  // --nan-check reads every op's outputs on the host: no step captured, and
+  // the run still matches.
+  PlanSpec spec = mlpPlan(opts());
+  RecordingBackend rec;
+  Plan plan = parse(spec);
+  auto comm = createLocalComm();
+  Executor exec(plan, rec, *comm);
+  exec.initParams(3);
+  exec.setCheckFinite(true);
+  const int n = spec.microBatchSize * spec.seqLength;
+  for (int s = 0; s < 4; ++s)
+    exec.step([&](int64_t st, int mb, int32_t *t, int32_t *g) {
+      batches(st, mb, t, g, n, spec.vocabSize);
+    });
+  ASSERT_NE(exec.stepGraphs(), nullptr);
+  EXPECT_EQ(exec.stepGraphs()->captures(), 0);
+  EXPECT_EQ(rec.launches_, 0);
+}
