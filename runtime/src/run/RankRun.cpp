@@ -438,6 +438,13 @@ private:
     if (lead_ && exec_->backend().peakDeviceGiB() > 0)
       std::fprintf(stderr, "mapp-run: peak device memory %.2f GiB\n",
                    exec_->backend().peakDeviceGiB());
+    if (const StepGraphCache *g = exec_->stepGraphs()) // docs/cuda-graphs.md
+      std::fprintf(stderr,
+                   "mapp-run: step graphs: %lld eager, %lld captured, %lld "
+                   "replayed\n",
+                   static_cast<long long>(g->eagerSteps()),
+                   static_cast<long long>(g->captures()),
+                   static_cast<long long>(g->replays()));
     if (scope_)
       scope_->flush();
     if (!o_.save.empty()) {
