@@ -150,6 +150,11 @@ CudaBackend::~CudaBackend() {
   // Errors are ignored here: a destructor must not throw, and the process is
   // usually exiting. The owned members (CudaHandles.h) go after this body,
   // the stream last.
+  if (capturing_) { // a step failed inside its capture: end it
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial)
+      cudaGraphDestroy(partial);
+  }
   capture_.reset(); // its worker and side stream go before the stream
   cudaStreamSynchronize(stream_);
   deviceComm_.reset(); // its events and streams before the device state

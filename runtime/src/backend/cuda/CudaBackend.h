@@ -122,10 +122,10 @@ public:
   void dropGraphs();
   /// Whether [p, p + bytes) lies in one pinned graph input.
   bool isGraphInput(const void *p, size_t bytes) const;
-  /// Fails naming `what` while a step is being captured: a synchronize or
-  /// an allocation cannot be part of a graph (the warm-up step should have
-  /// made every lazily created buffer).
-  void notWhileCapturing(const char *what) const;
+  /// Fails naming `what` while a step is being captured (the capture is
+  /// ended first): a synchronize or an allocation cannot be part of a graph
+  /// (the warm-up step should have made every lazily created buffer).
+  void notWhileCapturing(const char *what);
   // MegaScan marks: events on the compute stream (TraceEvents.h).
   bool traceMarksDeferred() const override { return true; }
   uint64_t traceMark() override { return traceEvents_.record(stream_); }

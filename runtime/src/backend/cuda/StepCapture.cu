@@ -22,12 +22,20 @@ std::string CudaBackend::stepGraphsOff() const {
   return {};
 }
 
-void CudaBackend::notWhileCapturing(const char *what) const {
-  if (capturing_)
-    fail("MAPP_CUDA_GRAPH=on: ", what,
-         " inside the captured step (it cannot be part of a CUDA graph; the "
-         "step before, run eagerly, should have prepared it; run with "
-         "MAPP_CUDA_GRAPH=off and report the plan)");
+void CudaBackend::notWhileCapturing(const char *what) {
+  if (!capturing_)
+    return;
+  // End the capture so that the stream works again for whoever handles
+  // the error (and for the destructor's synchronize).
+  capturing_ = false;
+  cudaGraph_t partial = nullptr;
+  if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial)
+    cudaGraphDestroy(partial);
+  cudaGetLastError();
+  fail("MAPP_CUDA_GRAPH=on: ", what,
+       " inside the captured step (it cannot be part of a CUDA graph; the "
+       "step before, run eagerly, should have prepared it; run with "
+       "MAPP_CUDA_GRAPH=off and report the plan)");
 }
 
 void *CudaBackend::graphInput(int index, size_t bytes) {
