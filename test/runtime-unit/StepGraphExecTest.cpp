@@ -122,6 +122,8 @@ public:
     return true;
   }
   void dropGraph(uint64_t id) override { graphs_.erase(id); }
+  /// What the CUDA backend does when a buffer a graph points at must grow.
+  void dropGraphs() { graphs_.clear(); }
 
   int64_t launches_ = 0;
 
@@ -300,4 +302,36 @@ TEST(StepGraphExec, StepsTheHostMustSeeRunEagerly) {
   ASSERT_NE(exec.stepGraphs(), nullptr);
   EXPECT_EQ(exec.stepGraphs()->captures(), 0);
   EXPECT_EQ(rec.launches_, 0);
+}
+
+TEST(StepGraphExec, DroppedGraphsFallBackToAnEagerStepAndRecapture) {
+  // The backend drops its graphs after step 4 (a scratch buffer grew in
+  // another key's warm-up, say): step 5's replay finds none, runs eagerly as
+  // the key's warm-up, step 6 captures again: E C R R R E C R...
+  PlanSpec spec = mlpPlan(opts());
+  const int n = spec.microBatchSize * spec.seqLength, steps = 10;
+  auto batchFn = [&](int64_t st, int mb, int32_t *t, int32_t *g) {
+    batches(st, mb, t, g, n, spec.vocabSize);
+  };
+  auto cpu = createCpuBackend(1);
+  std::unique_ptr<Executor> e1;
+  Plan p1;
+  std::unique_ptr<Communicator> c1;
+  TrainedRun eager = train(spec, *cpu, steps, e1, p1, c1);
+
+  RecordingBackend rec;
+  Plan plan = parse(spec);
+  auto comm = createLocalComm();
+  Executor exec(plan, rec, *comm);
+  exec.initParams(3);
+  TrainedRun graph;
+  for (int s = 0; s < steps; ++s) {
+    if (s == 5)
+      rec.dropGraphs();
+    graph.steps.push_back(exec.step(batchFn));
+  }
+  graph.params = exec.saveParams();
+  expectIdentical(eager, graph);
+  EXPECT_EQ(exec.stepGraphs()->captures(), 2);
+  EXPECT_EQ(rec.launches_, steps - 4); // replays at 2-4 and 7-9
 }
