@@ -543,17 +543,21 @@ def test_launch_bad_commands(tmp_path, plans, command, message):
 
 def test_repartition_wall_candidates():
     """bench/elastic/repartition_wall.py's hand candidates against closed
-    forms: pp 4, 16 layers, stage 1 twice as slow, 8 microbatches. The 1F1B
-    model (mb - 1) x slowest + sum gives the even cut 7 x 8 + 20 = 76 and
-    5,2,5,4 7 x 5 + 18 = 53; the best, 52, is 5,1,5,5 (7 x 5 + 17); within
-    5% lie exactly the partitions whose slowest stage costs 5."""
+    forms: pp 4, 16 layers, stage 1 twice as slow, 16 microbatches (the
+    bench's; at 8, 7 x 8 + 20 = 76 and 7 x 5 + 18 = 53). The 1F1B model
+    (mb - 1) x slowest + sum gives the even cut 15 x 8 + 20 = 140 and 5,2,5,4
+    15 x 5 + 18 = 93; the best, 92, is 5,1,5,5 (15 x 5 + 17); within 5% lie
+    exactly the partitions whose slowest stage costs 5."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "repartition_wall", REPO / "bench/elastic/repartition_wall.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.predicted((4, 4, 4, 4), 1) == 76
-    assert bench.predicted((5, 2, 5, 4), 1) == 53
+    assert bench.MICROBATCHES == 16
+    assert bench.predicted((4, 4, 4, 4), 1) == 140
+    assert bench.predicted((5, 2, 5, 4), 1) == 93
+    assert bench.predicted((4, 4, 4, 4), 1, mb=8) == 76
+    assert bench.predicted((5, 2, 5, 4), 1, mb=8) == 53
     assert bench.candidates(1, 0.05) == [(5, 1, 5, 5), (4, 2, 5, 5),
                                          (5, 2, 4, 5), (5, 2, 5, 4)]
     assert len(list(bench.compositions(16, 4))) == 455  # C(15, 3)
