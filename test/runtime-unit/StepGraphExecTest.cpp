@@ -196,6 +196,9 @@ TrainedRun train(const PlanSpec &spec, Backend &backend, int steps,
   comm = createLocalComm();
   keep = std::make_unique<Executor>(plan, backend, *comm);
   keep->initParams(3);
+  // As mapp-run sets it with --metrics: a plan without MoE still captures
+  // (the first GPU run refused every plan for it).
+  keep->setCountExperts(true);
   const int n = spec.microBatchSize * spec.seqLength, vocab = spec.vocabSize;
   TrainedRun r;
   for (int s = 0; s < steps; ++s)

@@ -37,11 +37,10 @@ std::string Executor::graphRefusal() const {
     return "the adaptive scheduler decides on the host between blocks";
   if (isFbdPlan(plan_))
     return "MegaFBD plans exchange parameters on the host";
-  if (countExperts_)
-    return "expert counting reads moe_assign's counts on the host";
   for (const Block &b : prog_->blocks)
     for (const Instr &in : b.instrs) {
       const std::string &k = in.kernel;
+      // (Expert counting reads moe_assign's counts: MoE only, refused here.)
       if (k.rfind("moe_", 0) == 0)
         return "'" + k + "': MoE routing sizes the expert GEMMs on the host";
       if (k == "dropout" && in.attrs.getFloat("p", 0) != 0)
