@@ -75,12 +75,18 @@ struct Executor::BlockRun {
     bool inRun = false, opRecord = false, timeCpu = false;
     uint64_t t0 = 0, cpu0 = 0, slowT0 = 0;
     uint64_t opCpu = 0; // its thread CPU time (timeCpu only)
+    explicit Op(Prepared &p) : pr(p), in(*p.instr) {}
+  };
+
+  /// What the instr moved, for the trace. Apart from Op because the
+  /// scheduler and the kernel write it through pointers: Op's fields stay
+  /// in registers.
+  struct Transfer {
     // recv: when its message was sent and when it was complete here
     // (p2pNowNs, the trace's steady clock); the host trace records them so
     // mapp-scan sees the wire time even when the bytes beat the receiver.
     RecvStamps stamps;
     PeerBytes peers; // filled by a variable all_to_all when traced
-    explicit Op(Prepared &p) : pr(p), in(*p.instr) {}
   };
 
   BlockRun(Executor &e, int b, int m, int s, KernelContext &c)
@@ -230,7 +236,7 @@ struct Executor::BlockRun {
   /// Runs the instr: a recv the scheduler posted is taken from its buffer,
   /// anything else calls the kernel fn. An error names the step, microbatch,
   /// block and op.
-  HOT void dispatch(Op &op) {
+  HOT void dispatch(Op &op, Transfer &moved) {
     Prepared &pr = op.pr;
     KernelArgs args{pr.instr->attrs,
                     pr.ins[slot].data(),
@@ -241,7 +247,7 @@ struct Executor::BlockRun {
     try {
       const void *got = pr.op == mapp::TraceOp::Recv && ex.sched_
                             ? ex.sched_->received({block, mb}, recvIndex++,
-                                                  &op.stamps)
+                                                  &moved.stamps)
                             : nullptr;
       if (got) {
         takePosted(op, got);
@@ -249,11 +255,11 @@ struct Executor::BlockRun {
         if (pr.op == mapp::TraceOp::Recv)
           ex.comm_.forgetLastRecv();
         ctx.peerBytes =
-            tr && pr.op == mapp::TraceOp::AllToAll ? &op.peers : nullptr;
+            tr && pr.op == mapp::TraceOp::AllToAll ? &moved.peers : nullptr;
         pr.fn(args);
         ctx.peerBytes = nullptr;
         if (pr.op == mapp::TraceOp::Recv) {
-          op.stamps = ex.comm_.lastRecvStamps();
+          moved.stamps = ex.comm_.lastRecvStamps();
         }
       }
     } catch (const Error &e) {
@@ -310,22 +316,23 @@ struct Executor::BlockRun {
 
   /// The recv's stamps this trace can use, and a variable all_to_all's peer
   /// bytes, given to the open regions.
-  HOT void noteTransfer(Op &op) {
+  HOT void noteTransfer(const Op &op, Transfer &moved) {
     // `arrived` is this rank's clock, exact (a thread world's sender stamps
     // the landing) or when its progress noticed the payload (MPI): an upper
     // bound of the landing either way, which is what the receiver waited
     // for. `sent` only where the sender's clock is this rank's. Device
     // marks: another timeline.
-    if (!op.stamps.arrivedNs || !tr || ex.sink_->deferred())
-      op.stamps = {};
+    if (!moved.stamps.arrivedNs || !tr || ex.sink_->deferred())
+      moved.stamps = {};
     else if (!ex.comm_.sharesClockWith(op.peer))
-      op.stamps.sentNs = 0;
-    if (tr && !op.peers.send.empty() && !autoTrace)
+      moved.stamps.sentNs = 0;
+    const PeerBytes &peers = moved.peers;
+    if (tr && !peers.send.empty() && !autoTrace)
       for (OpenRegion &o : ex.open_)
-        o.peerBytes = ex.trace_->storePeerBytes(op.peers.send, op.peers.recv);
+        o.peerBytes = ex.trace_->storePeerBytes(peers.send, peers.recv);
     if (tr && op.pr.op == mapp::TraceOp::Recv)
       for (OpenRegion &o : ex.open_) {
-        o.stamps = op.stamps;
+        o.stamps = moved.stamps;
       }
   }
 
@@ -349,7 +356,7 @@ struct Executor::BlockRun {
   }
 
   /// The op's own auto-trace record.
-  void recordOp(Op &op) {
+  void recordOp(const Op &op, const Transfer &moved) {
     const Prepared &pr = op.pr;
     mapp::TraceRecord rec = recordOf(
         op.in, pr.kind == Prepared::Comm ? mapp::TraceCategory::Comm
@@ -359,8 +366,9 @@ struct Executor::BlockRun {
       rec.cpuNs = std::max<uint64_t>(op.opCpu, 1);
     if (pr.kind == Prepared::Comm) {
       rec.bytes = pr.bytes;
-      if (!op.peers.send.empty())
-        rec.peerBytes = ex.trace_->storePeerBytes(op.peers.send, op.peers.recv);
+      if (!moved.peers.send.empty())
+        rec.peerBytes =
+            ex.trace_->storePeerBytes(moved.peers.send, moved.peers.recv);
       rec.group = op.group;
       rec.seq = op.seq;
       rec.peer = op.peer;
@@ -370,7 +378,7 @@ struct Executor::BlockRun {
     rec.endNs = mark();
     // A blocking recv ends when its bytes were complete, not when the
     // waiting thread got the core back (host marks share that clock).
-    const RecvStamps &s = op.stamps;
+    const RecvStamps &s = moved.stamps;
     if (pr.op == mapp::TraceOp::Recv && !ex.sink_->deferred()) {
       if (s.arrivedNs > rec.beginNs && s.arrivedNs < rec.endNs)
         rec.endNs = s.arrivedNs;
@@ -395,17 +403,18 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       continue;
     }
     BlockRun::Op op(pr);
+    BlockRun::Transfer moved;
     b.cpuChained = false; // an instr runs: the clock must be read again
     b.countCollective(op);
     b.beginOp(op);
-    b.dispatch(op);
+    b.dispatch(op, moved);
     comm_.progress();
     b.afterInstr(op);
-    b.noteTransfer(op);
+    b.noteTransfer(op, moved);
     if (b.slow && pr.kind == Prepared::Compute)
       b.slowDown(op);
     if (op.opRecord)
-      b.recordOp(op);
+      b.recordOp(op, moved);
   }
   b.closeRun();
 }
