@@ -1,20 +1,22 @@
 //===- ExecutorBlock.cpp - One block of instrs, part by part --------------===//
 //
 // Executor::runBlock: each instr of a block in order, as named parts of a
-// BlockRun (the block's trace and clock state, which the loop's lambdas
-// captured before): a trace_begin opens a region, a trace_end closes it;
-// any other instr is counted (collectives), timed, dispatched (a receive
-// the adaptive scheduler posted, else the kernel fn), followed by the
-// checks after it (expert tally, hook, NaN injection, finite check), its
-// transfer's times handed to the open regions, slowed down (slow-compute
-// injection) and recorded (auto-trace). Compute ops in a row make one
-// record with setTraceComputeRuns.
+// BlockRun (the block's trace marks, compute run and CPU clock chain): a
+// trace_begin opens a region, a trace_end closes it; any other instr is
+// counted (collectives), timed, dispatched (a receive the adaptive
+// scheduler posted, else the kernel fn), followed by the checks after it
+// (expert tally, hook, NaN injection, finite check), its transfer's times
+// handed to the open regions, slowed down (slow-compute injection) and
+// recorded (auto-trace). Compute ops in a row make one record with
+// setTraceComputeRuns.
 //
-// BlockRun lives here, like StepRun in ExecutorStep.cpp, since no other file
-// needs it. It is a struct on runBlock's stack whose parts are defined in
-// the class so that each one stays inlinable: the loop calls no
-// std::function, allocates nothing and makes no virtual call that it did
-// not make before.
+// Why this shape: the parts are BlockRun's member functions, each reading
+// the one state struct, so a reader holds one part at a time and
+// Executor.h declares only the struct. BlockRun lives here, like StepRun in
+// ExecutorStep.cpp, since no other file needs it. It sits on runBlock's
+// stack and its parts are defined in the class, so they inline into the
+// loop as the lambdas did: no std::function, no allocation and no virtual
+// call that the loop did not make before.
 //
 //===----------------------------------------------------------------------===//
 #include "ExecutorInstr.h"
@@ -33,7 +35,7 @@ using namespace mapp::rt::exec;
 
 // The parts every instr runs, traced or not, are inlined whatever the
 // compiler's size estimate: the loop was one function before (GCC 12 -O3
-// left countCollective and dispatch out of line without it).
+// left countComm and dispatch out of line without it).
 #define HOT [[gnu::always_inline]] inline
 
 /// One runBlock call.
@@ -67,7 +69,7 @@ struct Executor::BlockRun {
   struct Op {
     Prepared &pr;
     const Instr &in;
-    // Collective bookkeeping (countCollective).
+    // Comm bookkeeping (countComm).
     int group = -1;
     int64_t seq = -1, tag = -1;
     int peer = -1;
@@ -90,9 +92,9 @@ struct Executor::BlockRun {
   };
 
   BlockRun(Executor &e, int b, int m, int s, KernelContext &c)
-      : ex(e), block(b), mb(m), slot(s), ctx(c), blk(e.prog_->blocks[b]), tr(e.tracing()),
-        autoTrace(tr && !e.planHasTrace_), slow(e.slowFactor_ > 1),
-        shareMarks(tr && e.sink_->deferred()),
+      : ex(e), block(b), mb(m), slot(s), ctx(c), blk(e.prog_->blocks[b]),
+        tr(e.tracing()), autoTrace(tr && !e.planHasTrace_),
+        slow(e.slowFactor_ > 1), shareMarks(tr && e.sink_->deferred()),
         computeCat(blk.kind == BlockKind::Optimizer
                        ? mapp::TraceCategory::Optimizer
                        : mapp::TraceCategory::Compute),
@@ -190,10 +192,10 @@ struct Executor::BlockRun {
     runFirst = nullptr;
   }
 
-  /// Collective bookkeeping: per-group issue numbers, counted always so
-  /// members agree whatever steps are traced; a p2p's peer and tag. The
-  /// open regions take the comm's fields.
-  HOT void countCollective(Op &op) {
+  /// Comm bookkeeping: a collective's per-group issue number, counted
+  /// always so members agree whatever steps are traced; a p2p's peer and
+  /// tag. The open regions take the comm's fields.
+  HOT void countComm(Op &op) {
     if (op.pr.kind != Prepared::Comm)
       return;
     const mapp::TraceOp kind = op.pr.op;
@@ -245,10 +247,10 @@ struct Executor::BlockRun {
                     static_cast<int>(pr.outs[slot].size()),
                     ctx};
     try {
-      const void *got = pr.op == mapp::TraceOp::Recv && ex.sched_
-                            ? ex.sched_->received({block, mb}, recvIndex++,
-                                                  &moved.stamps)
-                            : nullptr;
+      const void *got =
+          pr.op == mapp::TraceOp::Recv && ex.sched_
+              ? ex.sched_->received({block, mb}, recvIndex++, &moved.stamps)
+              : nullptr;
       if (got) {
         takePosted(op, got);
       } else {
@@ -263,8 +265,8 @@ struct Executor::BlockRun {
         }
       }
     } catch (const Error &e) {
-      fail("step ", ex.step_ + 1, ", microbatch ", mb, ", block ", block,
-           ", ", pr.instr->kernel,
+      fail("step ", ex.step_ + 1, ", microbatch ", mb, ", block ", block, ", ",
+           pr.instr->kernel,
            pr.instr->name.empty() ? std::string() : " '" + pr.instr->name + "'",
            ": ", e.what());
     }
@@ -306,8 +308,7 @@ struct Executor::BlockRun {
       ex.instrHook_(ex, *pr.instr);
     }
     workSinceMark = true;
-    op.opCpu =
-        op.timeCpu ? mapp::MappTraceWriter::threadCpuNs() - op.cpu0 : 0;
+    op.opCpu = op.timeCpu ? mapp::MappTraceWriter::threadCpuNs() - op.cpu0 : 0;
     if (ex.nanStep_ == ex.step_ && pr.kind == Prepared::Compute)
       ex.injectNan(in, slot);
     if (ex.checkFinite_ && pr.kind == Prepared::Compute)
@@ -358,9 +359,9 @@ struct Executor::BlockRun {
   /// The op's own auto-trace record.
   void recordOp(const Op &op, const Transfer &moved) {
     const Prepared &pr = op.pr;
-    mapp::TraceRecord rec = recordOf(
-        op.in, pr.kind == Prepared::Comm ? mapp::TraceCategory::Comm
-                                         : computeCat);
+    mapp::TraceRecord rec =
+        recordOf(op.in, pr.kind == Prepared::Comm ? mapp::TraceCategory::Comm
+                                                  : computeCat);
     rec.op = pr.op;
     if (pr.kind != Prepared::Comm && ex.cpuTimed_)
       rec.cpuNs = std::max<uint64_t>(op.opCpu, 1);
@@ -405,7 +406,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     BlockRun::Op op(pr);
     BlockRun::Transfer moved;
     b.cpuChained = false; // an instr runs: the clock must be read again
-    b.countCollective(op);
+    b.countComm(op);
     b.beginOp(op);
     b.dispatch(op, moved);
     comm_.progress();
