@@ -1,6 +1,6 @@
 //===- ExecutorInstr.h - The Executor's prepared instrs (internal) -*- C++ -*-===//
 //
-// What runBlock runs (Executor.cpp) and what a step clears at its start
+// What runBlock runs (ExecutorBlock.cpp) and what a step clears at its start
 // (ExecutorStep.cpp): instrs resolved against the backend, and the trace
 // regions open between a trace_begin and its trace_end.
 //

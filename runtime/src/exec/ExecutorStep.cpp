@@ -4,7 +4,7 @@
 // sinks, zeroed gradients), the schedule (batches loaded, blocks run, losses
 // read back), the gradients finished (hook, global norm and loss, loss
 // scale), the optimizer and the step's end, the step's metrics. The blocks
-// themselves run in Executor.cpp (runBlock).
+// themselves run in ExecutorBlock.cpp (runBlock).
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Executor.h"

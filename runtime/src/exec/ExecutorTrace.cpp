@@ -1,7 +1,8 @@
 //===- ExecutorTrace.cpp - the executor's MegaScan trace plumbing ---------===//
 //
 // Sampling, comm-group registration and the executor's own regions; the
-// trace marks around instrs are taken in Executor::runBlock. Records go
+// trace marks around instrs are taken in Executor::runBlock
+// (ExecutorBlock.cpp: openRegion, closeRegion, recordOp). Records go
 // through a TraceSink, which holds those timed by deferred backend marks
 // (CUDA events) until their step is over (runtime/README.md, "Tracing").
 //

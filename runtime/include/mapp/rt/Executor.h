@@ -248,8 +248,10 @@ private:
   /// At the step's end: back off after an overflow, grow after an interval.
   void advanceLossScale(const StepResult &r);
   struct OpenRegion;
+  /// One block's instrs in order (ExecutorBlock.cpp); BlockRun is its state.
   void runBlock(int block, int mb, int slot, KernelContext &ctx);
-  // step()'s phases, in order (Executor.cpp); StepRun is the step's state.
+  struct BlockRun;
+  // step()'s phases, in order (ExecutorStep.cpp); StepRun is the step's state.
   struct StepRun;
   void beginStepRun(StepRun &s);
   void loadBatch(StepRun &s, int mb, int slot);
