@@ -171,6 +171,7 @@ struct Measured {
   double pingSmallS = 0, pingLargeS = 0, allReduceSmallS = 0,
          allReduceLargeS = 0;
   double smallBytes = 0, largeBytes = 0;
+  bool sharedAddressSpace = false; // the thread world's collectives
 };
 
 /// GEMM, streaming, per-op and attention figures on `be` (one rank).
@@ -246,11 +247,14 @@ void measureCompute(Backend &be, KernelContext &ctx, bool device,
 /// One rank's part of the communicator figures (every rank calls it; rank 0
 /// times): ping-pong between ranks 0 and 1 through the send/recv kernels,
 /// then all-reduces over the world through the all_reduce kernel.
-void measureComm(Backend &be, Communicator &comm, bool device, Measured &m) {
+void measureComm(Backend &be, Communicator &comm, bool device, double budgetS,
+                 Measured &m) {
   int n = comm.worldSize(), rank = comm.rank();
   Layout l;
   l.tp = n;
   comm.setLayout(l);
+  CommGroup world = comm.group(Group::TP);
+  double sliceS = budgetS / 2; // per message size
   KernelContext ctx;
   ctx.pool = &be.pool();
   ctx.backend = &be;
@@ -261,8 +265,8 @@ void measureComm(Backend &be, Communicator &comm, bool device, Measured &m) {
     int64_t n;
     int pingReps, reduceReps;
   };
-  const Size sizes[] = {{smallN, 200, 100}, {largeN, 3, 3}};
-  constexpr int kTrials = 5;
+  const Size sizes[] = {{smallN, 200, 100}, {largeN, 2, 2}};
+  constexpr int kTrials = 8;
   double results[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
   for (int si = 0; si < 2; ++si) {
     const Size &sz = sizes[si];
@@ -277,8 +281,13 @@ void measureComm(Backend &be, Communicator &comm, bool device, Measured &m) {
     KernelCall reduce{kernel(be, "all_reduce"), {}, {t}, {t}, &ctx};
     reduce.attrs.setStr("group", "tp");
     reduce.attrs.setStr("reduction", "avg"); // keeps the values bounded
+    double sizeStart = nowS();
     for (int trial = 0; trial <= kTrials; ++trial) { // trial 0: warm-up
-      comm.barrier();
+      // Rank 0's clock decides for all whether the slice is spent.
+      double stop = trial >= 3 && nowS() - sizeStart > sliceS ? 1 : 0;
+      comm.allReduce(&stop, 1, ReduceOp::Max, world);
+      if (stop > 0)
+        break;
       double t0 = nowS();
       for (int i = 0; i < sz.pingReps && rank < 2; ++i) {
         if (rank == 0) {
@@ -307,6 +316,7 @@ void measureComm(Backend &be, Communicator &comm, bool device, Measured &m) {
   if (rank != 0)
     return;
   m.ranks = n;
+  m.sharedAddressSpace = comm.sharesAddressSpace();
   m.smallBytes = smallN * 4.0;
   m.largeBytes = largeN * 4.0;
   m.pingSmallS = results[0][0];
@@ -338,7 +348,7 @@ void measureLocalComm(const CalibrateOptions &o, int ranks, bool device,
         } catch (const Error &) {
           be = createBackend(o.backend, 1, 0);
         }
-        measureComm(*be, *comms[r], device, m);
+        measureComm(*be, *comms[r], device, 0.3 * o.seconds, m);
       } catch (const std::exception &e) {
         std::lock_guard<std::mutex> lk(mu);
         if (firstError.empty())
@@ -436,14 +446,34 @@ mapp::cost::Profile profileOf(Backend &be, const CalibrateOptions &o,
                     " default (one rank: no communicator to measure)");
     return p;
   }
-  Link l = linkOf(m);
-  p.intra = l;
-  p.inter = l;
+  // Point-to-point (pipeline sends) from the ping-pong; the collectives'
+  // link from the all-reduces, in the form the communicator has: the thread
+  // world's members read each other's buffers between barriers (shared
+  // memory: 3 syncs + 2·bytes), MPI's large all-reduces are ring-like
+  // (2(n-1) steps of bytes/n). The other form's error is recorded.
   p.haveP2p = true;
-  p.p2p = l;
+  p.p2p = linkOf(m);
+  p.sharedMemoryCollectives = m.sharedAddressSpace;
+  int n = m.ranks;
+  double syncs = m.sharedAddressSpace
+                     ? Costs::sharedMemorySyncs(Costs::Coll::AllReduce)
+                     : Costs::ringSteps(Costs::Coll::AllReduce, n);
+  double bytesMoved = m.sharedAddressSpace ? 2 * m.largeBytes
+                                           : syncs * m.largeBytes / n;
+  Link coll;
+  coll.latencyUs = m.allReduceSmallS / syncs * 1e6;
+  double transferS = m.allReduceLargeS - m.allReduceSmallS;
+  if (transferS <= 0)
+    transferS = m.allReduceLargeS;
+  coll.gbps = bytesMoved * 8 / transferS / 1e9;
+  p.intra = coll;
+  p.inter = coll;
   notes.push_back("links.inter = links.intra: measured on one host");
-  // Ring or shared memory: which form predicts the measured all-reduces
-  // better (summed |log(predicted / measured)| over both sizes).
+  notes.push_back(std::string("links.intra from the all-reduces (") +
+                  (m.sharedAddressSpace ? "shared-memory" : "ring") +
+                  " form), links.p2p from the ping-pong");
+  // How far each form, with the fitted link, is from the measurements
+  // (summed |log(predicted / measured)| over both sizes).
   auto error = [&](bool shared) {
     Profile q = p;
     q.sharedMemoryCollectives = shared;
@@ -451,14 +481,13 @@ mapp::cost::Profile profileOf(Backend &be, const CalibrateOptions &o,
     double e = 0;
     for (auto [bytes, s] : {std::pair{m.smallBytes, m.allReduceSmallS},
                             std::pair{m.largeBytes, m.allReduceLargeS}}) {
-      double ns = c.collectiveNs(Costs::Coll::AllReduce, bytes, m.ranks, true);
+      double ns = c.collectiveNs(Costs::Coll::AllReduce, bytes, n, true);
       e += std::fabs(std::log(ns / (s * 1e9)));
     }
     return e;
   };
-  double ring = error(false), shared = error(true);
-  p.sharedMemoryCollectives = shared < ring;
-  collectiveFit = {{"ring_log_error", ring}, {"shared_memory_log_error", shared}};
+  collectiveFit = {{"ring_log_error", error(false)},
+                   {"shared_memory_log_error", error(true)}};
   return p;
 }
 
@@ -486,9 +515,9 @@ void printTable(const json &measured, const mapp::cost::Profile &p) {
   s << line;
   if (measured.contains("comm")) {
     std::snprintf(line, sizeof line,
-                  "  link      %10.2f Gb/s, %.2f us latency (%d ranks, "
-                  "collectives: %s)\n",
-                  p.intra.gbps, p.intra.latencyUs,
+                  "  p2p       %10.2f Gb/s, %.2f us latency\n"
+                  "  collective%10.2f Gb/s, %.2f us latency (%d ranks, %s)\n",
+                  p.p2p.gbps, p.p2p.latencyUs, p.intra.gbps, p.intra.latencyUs,
                   measured["comm"]["ranks"].get<int>(),
                   p.sharedMemoryCollectives ? "shared-memory" : "ring");
     s << line;
@@ -604,7 +633,7 @@ int mapp::rt::runCalibration(const CalibrateOptions &o) {
     measureCompute(*be, ctx, device, 0.7 * o.seconds, m);
   }
   if (mpi && mpi->worldSize() > 1)
-    measureComm(*be, *mpi, device, m);
+    measureComm(*be, *mpi, device, 0.3 * o.seconds, m);
   else if (!mpi)
     measureLocalComm(o, std::clamp(hostThreads(), 2, 4), device, m);
   if (rank != 0) {
