@@ -64,9 +64,11 @@ public:
     for (void *p : owned_)
       be_.release(p);
   }
-  /// A tensor of `shape` filled with values in [-1, 1) (bf16: the upper
-  /// half of each fp32 value, as the backend stores bf16).
-  Tensor make(Shape shape, DType dtype = DType::F32) {
+  /// A tensor of `shape` holding `values`, or values in [-1, 1) when none
+  /// are given (bf16: the upper half of each fp32 value, as the backend
+  /// stores bf16).
+  Tensor make(Shape shape, DType dtype = DType::F32,
+              std::vector<float> values = {}) {
     Tensor t;
     t.type.dtype = dtype;
     t.type.shape = std::move(shape);
@@ -74,10 +76,13 @@ public:
     size_t bytes = n * dtypeSize(dtype);
     t.data = be_.allocate(std::max<size_t>(bytes, 64));
     owned_.push_back(t.data);
-    std::vector<float> host(n);
+    std::vector<float> host = std::move(values);
     std::uniform_real_distribution<float> u(-1, 1);
-    for (float &x : host)
-      x = u(rng_);
+    if (host.size() != n) {
+      host.resize(n);
+      for (float &x : host)
+        x = u(rng_);
+    }
     if (dtype == DType::BF16) {
       std::vector<uint16_t> half(n);
       for (size_t i = 0; i < n; ++i) {
@@ -162,7 +167,7 @@ std::vector<GemmClass> gemmClasses(bool device) {
 
 struct Measured {
   json gemm = json::array();
-  double gemmF32 = 0, gemmBf16 = 0, peakMeasured = 0;
+  double gemmF32 = 0, gemmBf16 = 0, gemmFp8 = 0, peakMeasured = 0;
   double memGBps = 0, opOverheadUs = 0;
   json attention;
   double attentionEfficiency = 0;
@@ -179,29 +184,48 @@ void measureCompute(Backend &be, KernelContext &ctx, bool device,
                     double budgetS, Measured &m) {
   Buffers buf(be);
   // The dtypes this backend computes in: the CPU fp32 only; CUDA computes
-  // bf16 (an f32 operand is converted first, as an f32 plan runs there).
-  std::vector<DType> dtypes = {DType::F32};
-  if (device)
-    dtypes.push_back(DType::BF16);
+  // bf16 (an f32 operand is converted first, as an f32 plan runs there)
+  // and fp8 (the fp8_matmul kernel: bf16 operands quantized with the
+  // delayed scales of its meta, then an fp8 GEMM, as an fp8 plan runs).
+  std::vector<const char *> dtypes = {"f32"};
+  if (device) {
+    dtypes.push_back("bf16");
+    dtypes.push_back("fp8");
+  }
   std::vector<GemmClass> classes = gemmClasses(device);
   double gemmSlice = 0.45 * budgetS / (classes.size() * dtypes.size());
-  for (DType dt : dtypes)
+  for (std::string dt : dtypes)
     for (const GemmClass &c : classes) {
-      KernelCall call{kernel(be, "matmul"), {}, {}, {}, &ctx};
-      call.in = {buf.make({c.m, c.k}, dt), buf.make({c.k, c.n}, dt)};
-      call.out = {buf.make({c.m, c.n}, dt)};
+      Buffers gemmBuf(be); // freed after each class
+      DType storage = dt == "f32" ? DType::F32 : DType::BF16;
+      KernelCall call{kernel(be, dt == "fp8" ? "fp8_matmul" : "matmul"),
+                      {}, {}, {}, &ctx};
+      call.in = {gemmBuf.make({c.m, c.k}, storage),
+                 gemmBuf.make({c.k, c.n}, storage)};
+      call.out = {gemmBuf.make({c.m, c.n}, storage)};
+      if (dt == "fp8") {
+        // Meta rows (scale, amax history of 1): x, weight, gradient.
+        call.in.push_back(gemmBuf.make({6}, DType::F32, {1, 0, 1, 0, 1, 0}));
+        call.attrs.setStr("fp8_a", "e4m3");
+        call.attrs.setStr("fp8_b", "e4m3");
+        call.attrs.setInt("meta_a", 0);
+        call.attrs.setInt("meta_b", 1);
+      }
       double s = bestSeconds(be, call, gemmSlice);
       double tflops = 2.0 * c.m * c.n * c.k / s / 1e12;
       m.gemm.push_back({{"class", c.name},
-                        {"dtype", dt == DType::F32 ? "f32" : "bf16"},
+                        {"dtype", dt},
+                        {"kernel", dt == "fp8" ? "fp8_matmul" : "matmul"},
                         {"m", c.m},
                         {"n", c.n},
                         {"k", c.k},
                         {"seconds", s},
                         {"tflops", tflops}});
-      m.peakMeasured = std::max(m.peakMeasured, tflops);
+      if (dt != "fp8") // the peak is the widest dtype's (bf16, fp32)
+        m.peakMeasured = std::max(m.peakMeasured, tflops);
       if (std::string(c.name) == "skinny")
-        (dt == DType::F32 ? m.gemmF32 : m.gemmBf16) = tflops;
+        (dt == "f32" ? m.gemmF32 : dt == "bf16" ? m.gemmBf16 : m.gemmFp8) =
+            tflops;
     }
   DType computeType = device ? DType::BF16 : DType::F32;
 
@@ -428,8 +452,8 @@ mapp::cost::Profile profileOf(Backend &be, const CalibrateOptions &o,
                     "data-sheet peak here)");
     notes.push_back("memory_gib: the host's MemAvailable");
   } else {
-    notes.push_back("gemm_tflops.fp8 and peak_tflops: the " + kind +
-                    " default (fp8 GEMMs are not measured yet)");
+    p.gemmTflopsFp8 = m.gemmFp8;
+    notes.push_back("peak_tflops: the " + kind + " data-sheet default");
     if (m.peakMeasured > p.peakTflops) {
       p.peakTflops = m.peakMeasured;
       notes.push_back("peak_tflops raised to the fastest GEMM measured");
