@@ -364,14 +364,9 @@ void measureLocalComm(const CalibrateOptions &o, int ranks, bool device,
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       try {
-        // One GPU per rank where there are several (device r), else all on
-        // device 0; the CPU ranks one worker each.
-        std::unique_ptr<Backend> be;
-        try {
-          be = createBackend(o.backend, 1, r);
-        } catch (const Error &) {
-          be = createBackend(o.backend, 1, 0);
-        }
+        // As mapp-run --comm=local: every rank thread its own backend (one
+        // CPU worker; CUDA: its own stream on GPU 0).
+        std::unique_ptr<Backend> be = createBackend(o.backend, 1, 0);
         measureComm(*be, *comms[r], device, 0.3 * o.seconds, m);
       } catch (const std::exception &e) {
         std::lock_guard<std::mutex> lk(mu);
