@@ -307,7 +307,7 @@ void measureComm(Backend &be, Communicator &comm, bool device, double budgetS,
     reduce.attrs.setStr("reduction", "avg"); // keeps the values bounded
     double sizeStart = nowS();
     for (int trial = 0; trial <= kTrials; ++trial) { // trial 0: warm-up
-      // Rank 0's clock decides for all whether the slice is spent.
+      // Every rank stops at once: when any has spent the slice.
       double stop = trial >= 3 && nowS() - sizeStart > sliceS ? 1 : 0;
       comm.allReduce(&stop, 1, ReduceOp::Max, world);
       if (stop > 0)
