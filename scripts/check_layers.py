@@ -65,7 +65,7 @@ RUNTIME_LAYERS = [
     # Above exec only for LiveMonitor.cpp, the runtime's attachment of the
     # monitor (it reads the Executor); the rest of MappMonitor is over trace.
     ("monitor", ["LiveMonitor.h"]),
-    ("run", ["Run.h", "RunFlags.h"]),
+    ("run", ["Run.h", "RunFlags.h", "Calibrate.h"]),
 ]
 
 MAX_TOOL_MAIN_LINES = 250

@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   try {
-    return runJob(cl.options);
+    return cl.calibrate ? runCalibration(cl.calibration) : runJob(cl.options);
   } catch (const Error &e) {
     std::cerr << "mapp-run: " << e.what() << "\n";
   } catch (const std::bad_alloc &) {

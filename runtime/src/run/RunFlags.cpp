@@ -157,6 +157,11 @@ const char *const kUsage = R"(usage: mapp-run PLAN.mplan [flags]
   --report-memory            each rank prints the storage its backend
                              allocated beside its plan's memory figures
   --quiet                    no progress output
+  --calibrate -o FILE        measure this machine through the backend's
+                             kernels and write a cost profile (no plan;
+                             with --backend, --threads, --comm local|mpi,
+                             --calibrate-seconds S (default 20), --quiet;
+                             docs/auto-parallel.md, "Calibration")
   --help                     this text
 )";
 
@@ -213,6 +218,15 @@ uint64_t parseBytes(const std::string &flag, const std::string &v) {
 
 RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
   RunCommandLine cl;
+  if (isCalibrateCommandLine(argc, argv)) { // its own flags (Calibrate.cpp)
+    for (int i = 1; i < argc; ++i)
+      cl.help |= std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
+    cl.calibrate = !cl.help;
+    if (cl.help)
+      return cl;
+    cl.calibration = parseCalibrateCommandLine(argc, argv);
+    return cl;
+  }
   RunOptions &o = cl.options;
   // Flags parsed further below, after every flag was read.
   std::string traceSample, injectNan,

@@ -65,6 +65,10 @@ public:
   /// Free device memory in bytes (the adaptive scheduler's default cap);
   /// 0 for host backends (no cap).
   virtual uint64_t freeDeviceBytes() const { return 0; }
+  /// The device's name and memory in bytes ("" and 0 for host backends):
+  /// mapp-run --calibrate's device kind and memory_gib.
+  virtual std::string deviceName() const { return ""; }
+  virtual uint64_t totalDeviceBytes() const { return 0; }
   /// Waits until every probe sample captured so far reached its
   /// ProbeRuntime (a device backend captures asynchronously).
   virtual void drainProbes() {}

@@ -7,6 +7,7 @@
 #ifndef MAPP_RT_RUNFLAGS_H
 #define MAPP_RT_RUNFLAGS_H
 
+#include "mapp/rt/Calibrate.h"
 #include "mapp/rt/Run.h"
 
 #include <stdexcept>
@@ -22,6 +23,8 @@ struct RunUsageError : std::runtime_error {
 struct RunCommandLine {
   bool help = false; // --help/-h: print runUsage() and stop
   RunOptions options;
+  bool calibrate = false; // --calibrate: measure a profile, run no plan
+  CalibrateOptions calibration;
 };
 
 /// argv[1..argc) in order; throws RunUsageError at the first problem.

@@ -102,6 +102,15 @@ public:
       return 0;
     return freeB;
   }
+  std::string deviceName() const override {
+    cudaDeviceProp prop;
+    return cudaGetDeviceProperties(&prop, device_) == cudaSuccess ? prop.name : "";
+  }
+  uint64_t totalDeviceBytes() const override {
+    size_t freeB = 0, total = 0;
+    cudaSetDevice(device_);
+    return cudaMemGetInfo(&freeB, &total) == cudaSuccess ? total : 0;
+  }
   void bindProgram(const Program &p, void *pool, void *arena) override;
   Tensor operandView(const Program &p, const Instr &in, int value,
                      bool isOutput, const Tensor &t) override;

@@ -1,0 +1,148 @@
+"""mapp-run --calibrate (docs/auto-parallel.md, "Calibration"): the profile
+it writes parses (mapp-opt's search and mapp-sim read it without a
+warning), every rate is positive and finite, the per-op overhead and the
+link latency are of sane orders of magnitude, its GEMM rate agrees with
+PyTorch timing the same fp32 product on as many threads (a ratio within one
+test: both run on the same busy cores), and bad command lines fail with a
+clear message."""
+
+import json
+import math
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, require_tool
+
+AGREE = os.path.join(ROOT, "test", "Tools", "mapp-sim", "Inputs")
+
+
+def run(args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, timeout=120,
+                          **kw)
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    """One short calibration (one thread, a 3 s budget) shared by the
+    tests; its wall time too."""
+    mapp_run = require_tool("mapp-run")
+    path = tmp_path_factory.mktemp("calib") / "profile.json"
+    t0 = time.monotonic()
+    r = run([mapp_run, "--calibrate", "--threads", "1",
+             "--calibrate-seconds", "3", "-o", str(path)])
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert "gemm skinny" in r.stderr and "wrote" in r.stderr, r.stderr
+    return path, json.loads(path.read_text()), wall
+
+
+def test_rates_positive_and_sane(profile):
+    _, p, wall = profile
+    assert p["device"] == "cpu"
+    rates = [p["gemm_tflops"]["f32"], p["peak_tflops"], p["mem_gbps"],
+             p["attention_efficiency"], p["memory_gib"]]
+    for link in ("intra", "inter", "p2p"):
+        rates += [p["links"][link]["gbps"], p["links"][link]["latency_us"]]
+    assert all(math.isfinite(x) and x > 0 for x in rates), p
+    # The CPU backend computes fp32 only.
+    assert p["gemm_tflops"]["bf16"] == 0 and p["gemm_tflops"]["fp8"] == 0
+    assert p["gemm_tflops"]["f32"] <= p["peak_tflops"]
+    assert 0 < p["attention_efficiency"] <= 1
+    # A kernel call costs between a nanosecond and a millisecond; a message
+    # between the threads of one process between 10 ns and 10 ms.
+    assert 1e-3 < p["op_overhead_us"] < 1e3, p["op_overhead_us"]
+    for link in ("intra", "p2p"):
+        assert 1e-2 < p["links"][link]["latency_us"] < 1e4, p["links"]
+    # A message between threads is copied in memory (eagerly by the sender,
+    # then into the receiver's buffer): its rate is of the order of the
+    # streaming add's, a different kernel.
+    ratio = p["links"]["p2p"]["gbps"] / 8 / p["mem_gbps"]
+    assert 0.05 < ratio < 50, (p["links"]["p2p"], p["mem_gbps"])
+    # The thread world's collectives are shared memory (LocalComm.cpp).
+    assert p.get("collectives") == "shared-memory", p["measured"]["comm"]
+    assert p["measured"]["comm"]["ranks"] >= 2
+    # The budget holds loosely (3 s asked; fixed communicator trials).
+    assert wall < 40, wall
+
+
+def test_gemm_rate_matches_torch(profile):
+    """The skinny class's rate (the gemm_tflops.f32 key) against torch's
+    matmul of the same shape on one thread, best of as many trials."""
+    _, p, _ = profile
+    g = next(x for x in p["measured"]["gemm"]
+             if x["class"] == "skinny" and x["dtype"] == "f32")
+    assert g["tflops"] == pytest.approx(p["gemm_tflops"]["f32"])
+    code = f"""
+import time, torch
+torch.set_num_threads(1)
+a = torch.rand({g['m']}, {g['k']}); b = torch.rand({g['k']}, {g['n']})
+torch.matmul(a, b)
+best = 1e9
+for _ in range(15):
+    t = time.perf_counter(); torch.matmul(a, b); best = min(best, time.perf_counter() - t)
+print(2.0 * {g['m']} * {g['n']} * {g['k']} / best / 1e12)
+"""
+    r = run(["/usr/bin/python3", "-c", code])
+    if r.returncode != 0 and "No module named 'torch'" in r.stderr:
+        pytest.skip("torch is not installed")
+    assert r.returncode == 0, r.stderr
+    torch_tflops = float(r.stdout)
+    ratio = g["tflops"] / torch_tflops
+    assert 0.2 < ratio < 5, (g["tflops"], torch_tflops)
+
+
+def test_search_and_sim_read_it(profile, tmp_path):
+    path, _, _ = profile
+    opt = require_tool("mapp-opt")
+    translate = require_tool("mapp-translate")
+    sim = require_tool("mapp-sim")
+    mlir = tmp_path / "m.mlir"
+    r = run([translate, "--import-gpt-config",
+             os.path.join(AGREE, "agree-gpt.json"), "-o", str(mlir)])
+    assert r.returncode == 0, r.stderr
+    # The search on a cpu cluster: priced with the file, no kind warning.
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"device": "cpu", "devices_per_node": 2}))
+    r = run([opt, str(mlir), "--mapp-auto-parallel=world=2 global-batch=8 "
+             f"search-only=true top=3 cluster={cluster} profile={path}",
+             "-o", os.devnull])
+    assert r.returncode == 0, r.stderr
+    assert f"profile {path}" in r.stderr, r.stderr
+    assert "warning" not in r.stderr.lower(), r.stderr
+    # mapp-sim replays a plan with it.
+    plan = tmp_path / "dp.mplan"
+    lowered = run([opt, str(mlir), "--mapp-train-pipeline=dp=2 microbatches=2",
+                   "-mapp-plan-memory"])
+    assert lowered.returncode == 0, lowered.stderr
+    r = run([translate, "--mapp-to-plan", "-o", str(plan)],
+            input=lowered.stdout)
+    assert r.returncode == 0, r.stderr
+    r = run([sim, str(plan), "--profile", str(path), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr.lower(), r.stderr
+    assert json.loads(r.stdout)[0]["step_us"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["plan.mplan", "-o", "{tmp}/p.json"], "takes no plan"),
+    ([], "needs -o FILE"),
+    (["--backend", "tpu", "-o", "{tmp}/p.json"], "--backend must be cpu or cuda"),
+    (["--calibrate-seconds", "0", "-o", "{tmp}/p.json"],
+     "--calibrate-seconds needs a number of seconds in (0, 600]"),
+    (["--calibrate-seconds", "-2", "-o", "{tmp}/p.json"],
+     "--calibrate-seconds needs"),
+    (["--comm", "nccl", "-o", "{tmp}/p.json"], "--comm must be local or mpi"),
+    (["--steps", "3", "-o", "{tmp}/p.json"], "'--steps' is not a --calibrate flag"),
+    (["-o", "{tmp}"], "is a directory"),
+    (["-o", "{tmp}/no/such/p.json"], "does not exist"),
+])
+def test_bad_command_lines(args, message, tmp_path):
+    mapp_run = require_tool("mapp-run")
+    r = run([mapp_run, "--calibrate"] +
+            [a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert r.returncode != 0, r.stderr
+    assert message in r.stderr, r.stderr
+    assert not (tmp_path / "p.json").exists()
