@@ -117,7 +117,7 @@ for mlp in geglu sqrelu; do
   run $mlp.cuda-fused $mlp.fused cuda $STEPS "${w[@]}"
   grep "mapp cuda fused" "$LOG/$mlp.cuda-fused.log"
   run $mlp.cuda-fused-cached $mlp.fused cuda 2 "${w[@]}"
-  cached=$(grep -o "[0-9]* compiled (NVRTC[^,]*), [0-9]* from the kernel cache" "$LOG/$mlp.cuda-fused-cached.log")
+  cached=$(grep -o "[0-9]* compiled (NVRTC[^)]*), [0-9]* from the kernel cache" "$LOG/$mlp.cuda-fused-cached.log")
   case "$cached" in "0 compiled"*) record "$mlp: second run: $cached" 0 ;;
     *) record "$mlp: second run compiled again: ${cached:-no fused log line}" 1 ;; esac
   line=$(python3 - "$LOG" "$mlp" <<'PY'
