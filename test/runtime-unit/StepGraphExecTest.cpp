@@ -93,6 +93,7 @@ public:
   void *graphInput(int index, size_t bytes) override {
     std::vector<char> &b = inputs_[index];
     if (b.size() < bytes) {
+      notCapturing("a larger pinned graph input"); // as the CUDA backend
       graphs_.clear(); // they read the old address
       b.resize(bytes);
     }

@@ -106,6 +106,13 @@ StepGraphAction Executor::beginStepGraph(uint64_t &id, const BatchFn &batches,
   }
   if (a == StepGraphAction::Capture) {
     graphLossReads_[id].clear();
+    // The pinned batch buffers the graph's copies read: allocated now, since
+    // an allocation inside the capture would end it (the eager warm-up step
+    // reads its batches from host vectors, not from these).
+    if (prog_->tokens >= 0 || prog_->targets >= 0)
+      for (int mb = 0; mb < plan_.numMicrobatches; ++mb)
+        for (int which = 0; which < 2; ++which)
+          graphBatch(a, mb, which);
     backend_.beginGraphCapture();
   } else if (a == StepGraphAction::Replay) {
     // The graph's copies read each microbatch's batch from its fixed
