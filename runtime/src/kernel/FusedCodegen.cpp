@@ -38,14 +38,16 @@ std::string storageName(DType t, const std::string &what) {
 
 std::string ref(const Ref &r) { return (r.input ? "i" : "s") + std::to_string(r.index); }
 
-/// Σ c[d]·<table>[d] for a domain of `rank` dims.
-std::string offset(int rank, const std::string &table) {
+/// The element's offset in a tensor of strides <table>: v when the
+/// domain is flat, else Σ c[d]·<table>[d] over its `rank` dims.
+std::string at(int rank, const std::string &table) {
   if (rank == 0)
     return "0";
-  std::string s;
+  std::string s = "a.flat ? v : ";
   for (int d = 0; d < rank; ++d)
-    s += (d ? " + c" : "c") + std::to_string(d) + " * " + table + "[" + std::to_string(d) + "]";
-  return s;
+    s += std::string(d ? " + " : "") + "c[" + std::to_string(d) + "] * " + table + "[" +
+         std::to_string(d) + "]";
+  return "(" + s + ")";
 }
 
 } // namespace
@@ -69,20 +71,23 @@ std::string fused::generateKernel(const CodegenSpec &spec, const std::string &en
   s += deviceHeaderText();
   s += "\nnamespace " + ns + " {\nusing namespace mapp::rt::fused;\nstruct P {\n";
   s += "  static MAPP_FUSED_HD float point(const KernelParams &a, long long v) {\n";
-  // The element's coordinates, the last dim fastest.
-  for (int d = rank - 1; d >= 0; --d) {
-    std::string c = "c" + std::to_string(d), dim = "a.dom[" + std::to_string(d) + "]";
-    if (d == 0)
-      s += "    const long long " + c + " = v;\n";
-    else
-      s += "    const long long " + c + " = v % " + dim + ";\n    v /= " + dim + ";\n";
-  }
-  if (rank == 0)
+  // The element's coordinates, the last dim fastest (not needed when flat).
+  if (rank > 0)
+    s += "    long long c[" + std::to_string(rank) + "] = {};\n    if (!a.flat) {\n" +
+         "      long long w = v;\n";
+  else
     s += "    (void)v;\n";
+  for (int d = rank - 1; d >= 0; --d) {
+    std::string c = "c[" + std::to_string(d) + "]", dim = "a.dom[" + std::to_string(d) + "]";
+    if (d == 0)
+      s += "      " + c + " = w;\n    }\n";
+    else
+      s += "      " + c + " = w % " + dim + ";\n      w /= " + dim + ";\n";
+  }
   for (size_t k = 0; k < spec.inputs.size(); ++k) {
     std::string K = std::to_string(k);
     s += "    const float i" + K + " = load" + storageName(spec.inputs[k], "operand " + K) +
-         "(a.in[" + K + "], " + offset(rank, "a.inStride[" + K + "]") + ");\n";
+         "(a.in[" + K + "], " + at(rank, "a.inStride[" + K + "]") + ");\n";
   }
   for (int k = 0; k < numStmts; ++k) {
     const Stmt &st = prog.stmts[k];
@@ -102,7 +107,7 @@ std::string fused::generateKernel(const CodegenSpec &spec, const std::string &en
     std::string st = storageName(spec.results[k], "result " + std::to_string(k));
     if (stmt < numStmts) {
       if (!anyDomainResult)
-        s += "    const long long at = " + offset(rank, "a.linStride") + ";\n";
+        s += "    const long long at = " + at(rank, "a.linStride") + ";\n";
       anyDomainResult = true;
       s += "    store" + st + "(a.out[" + std::to_string(k) + "], at, s" + std::to_string(stmt) +
            ");\n";
@@ -184,5 +189,12 @@ KernelParams fused::kernelParams(const Program &program, const std::vector<int64
   }
   for (size_t k = 0; k < results.size(); ++k)
     a.out[k] = results[k];
+  bool flat = true;
+  for (int p = 0; p < rank; ++p)
+    flat = flat && order[p] == p;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    for (int p = 0; p < rank; ++p)
+      flat = flat && (a.dom[p] == 1 || a.inStride[k][p] == a.linStride[p]);
+  a.flat = flat;
   return a;
 }

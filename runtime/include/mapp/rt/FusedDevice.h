@@ -187,6 +187,10 @@ struct KernelParams {
   long long n;     // domain elements
   long long inner; // reduced elements per result (1 without a reduction)
   long long outer; // n / inner
+  // Every operand and result is stored at the element's walk index (no
+  // broadcast, walk order = memory order): the kernel skips the coordinate
+  // arithmetic, whose 64-bit divisions cost more than the element's bytes.
+  int flat;
   long long dom[kMaxRank];
   long long linStride[kMaxRank];
   long long inStride[kMaxInputs][kMaxRank];
