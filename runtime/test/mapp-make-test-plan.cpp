@@ -18,8 +18,19 @@
 using namespace mapp::rt::test;
 
 int main(int argc, char **argv) {
+  const char *usage = "usage: mapp-make-test-plan OUT.mplan [key=value ...]\n";
   if (argc < 2) {
-    std::cerr << "usage: mapp-make-test-plan OUT.mplan [key=value ...]\n";
+    std::cerr << usage;
+    return 2;
+  }
+  // An option where the output path goes (--help) must not become a file.
+  std::string out = argv[1];
+  if (out == "-h" || out == "--help") {
+    std::cout << usage;
+    return 0;
+  }
+  if (out.empty() || out[0] == '-') {
+    std::cerr << "mapp-make-test-plan: '" << out << "' is not an output path\n" << usage;
     return 2;
   }
   MlpOptions o;

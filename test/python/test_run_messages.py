@@ -98,3 +98,13 @@ def test_checkpoint_refusal_names_op_and_tensor(tmp_path):
     assert m.group(4) in read_st(kept[-1] / "rank-00000.safetensors"), m.group(4)
     # The step it refuses is the last one the progress lines report.
     assert progress_steps(r.stdout)[-1] == int(refusal.group(1)), (r.stdout, refusal.group(0))
+
+
+@pytest.mark.parametrize("arg,rc", [("--help", 0), ("-h", 0), ("--out", 2)])
+def test_make_test_plan_takes_no_option_for_its_output(tmp_path, arg, rc):
+    # `mapp-make-test-plan --help` once wrote a plan file named '--help'.
+    import subprocess
+    r = subprocess.run([MAKE_PLAN, arg], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == rc, r.stderr
+    assert "usage: mapp-make-test-plan OUT.mplan" in r.stdout + r.stderr
+    assert list(tmp_path.iterdir()) == []
