@@ -68,13 +68,13 @@ def test_rates_positive_and_sane(profile):
     assert wall < 40, wall
 
 
-def test_gemm_rate_matches_torch(profile):
-    """The skinny class's rate (the gemm_tflops.f32 key) against torch's
-    matmul of the same shape on one thread, best of as many trials."""
-    _, p, _ = profile
-    g = next(x for x in p["measured"]["gemm"]
-             if x["class"] == "skinny" and x["dtype"] == "f32")
-    assert g["tflops"] == pytest.approx(p["gemm_tflops"]["f32"])
+def skinny_f32(p):
+    return next(x for x in p["measured"]["gemm"]
+                if x["class"] == "skinny" and x["dtype"] == "f32")
+
+
+def torch_tflops(g):
+    """torch's matmul of the same shape on one thread, best of 15."""
     code = f"""
 import time, torch
 torch.set_num_threads(1)
@@ -89,9 +89,30 @@ print(2.0 * {g['m']} * {g['n']} * {g['k']} / best / 1e12)
     if r.returncode != 0 and "No module named 'torch'" in r.stderr:
         pytest.skip("torch is not installed")
     assert r.returncode == 0, r.stderr
-    torch_tflops = float(r.stdout)
-    ratio = g["tflops"] / torch_tflops
-    assert 0.2 < ratio < 5, (g["tflops"], torch_tflops)
+    return float(r.stdout)
+
+
+def test_gemm_rate_matches_torch(profile, tmp_path):
+    """The skinny class's rate (the gemm_tflops.f32 key) against torch's
+    matmul of the same shape on one thread. A neighbour's load only lowers
+    a best-of rate: outside the band, both sides are measured again (up to
+    two more rounds) and each side's best counts, so a busy moment on one
+    side does not fail the test, while a wrong FLOP count still does."""
+    _, p, _ = profile
+    g = skinny_f32(p)
+    assert g["tflops"] == pytest.approx(p["gemm_tflops"]["f32"])
+    ours, theirs = [g["tflops"]], [torch_tflops(g)]
+    for again in range(2):
+        if 0.2 < max(ours) / max(theirs) < 5:
+            break
+        path = tmp_path / f"again{again}.json"
+        r = run([require_tool("mapp-run"), "--calibrate", "--threads", "1",
+                 "--calibrate-seconds", "3", "-o", str(path)])
+        assert r.returncode == 0, r.stderr
+        ours.append(skinny_f32(json.loads(path.read_text()))["tflops"])
+        theirs.append(torch_tflops(g))
+    ratio = max(ours) / max(theirs)
+    assert 0.2 < ratio < 5, (ours, theirs)
 
 
 def test_search_and_sim_read_it(profile, tmp_path):

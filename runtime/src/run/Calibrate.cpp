@@ -580,13 +580,7 @@ CalibrateOptions mapp::rt::parseCalibrateCommandLine(int argc, char **argv) {
     if (a.rfind("-", 0) != 0)
       usage("--calibrate measures the machine and takes no plan (got '" + a +
             "'); usage: " + kUsage);
-    std::string flag = a, value;
-    size_t eq = a.find('=');
-    bool inlineValue = eq != std::string::npos;
-    if (inlineValue) {
-      flag = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    }
+    auto [flag, value, inlineValue] = splitFlagArg(a);
     if (flag != "-o" && flag != "--out" && flag != "--backend" &&
         flag != "--comm" && flag != "--threads" &&
         flag != "--calibrate-seconds")

@@ -312,13 +312,7 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
       o.plan = a;
       continue;
     }
-    std::string flag = a, value;
-    size_t eq = a.find('=');
-    bool inlineValue = eq != std::string::npos;
-    if (inlineValue) {
-      flag = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    }
+    auto [flag, value, inlineValue] = splitFlagArg(a);
     bool known = strings.count(flag) || flag == "--steps" || flag == "--seed" ||
                  flag == "--threads" || flag == "--inject" ||
                  flag == "--comm-timeout" || flag == "--prompt" ||
@@ -471,6 +465,13 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
   o.coordinator = coordinator == "on";
   o.memCapBytes = parseBytes("--mem-cap", memCap);
   return cl;
+}
+
+mapp::rt::FlagArg mapp::rt::splitFlagArg(const std::string &arg) {
+  size_t eq = arg.find('=');
+  if (eq == std::string::npos)
+    return {arg, {}, false};
+  return {arg.substr(0, eq), arg.substr(eq + 1), true};
 }
 
 std::string mapp::rt::runUsage() {

@@ -33,6 +33,14 @@ RunCommandLine parseRunCommandLine(int argc, char **argv);
 /// --help's text, ending with the communicators this build has.
 std::string runUsage();
 
+/// One argument as a flag and, for `--flag=value`, its inline value
+/// (`inlineValue` false for a bare `--flag`).
+struct FlagArg {
+  std::string flag, value;
+  bool inlineValue = false;
+};
+FlagArg splitFlagArg(const std::string &arg);
+
 } // namespace mapp::rt
 
 #endif
