@@ -464,20 +464,23 @@ def test_resume_pp4_middle_stages(tmp_path, gpt16):
 
 
 def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
-    """pp=4, 16 layers; rank 1 (stage 1) twice as slow in steps 10-59: at
-    checkpoint 20 the job moves to 6,2,4,4 layers (the stage times of steps
-    10-19 predict 8/6 = 1.33x without fixed costs), stays while the fault
-    lasts, and at checkpoint 70 (steps 60-69 clean) moves back to 4,4,4,4
-    (6/4). The decisions come from measured stage times: on CI's 2 busy
-    cores (ctest -j2) a window can miss its 80% of winning steps, so each
-    switch may come one checkpoint later (the way back once did). Every
-    step once; the losses those of the run without faults (1e-5)."""
+    """pp=4, 16 layers; rank 1 (stage 1) three times as slow in steps
+    10-59: at checkpoint 20 the job moves to 6,2,4,4 layers, stays while the
+    fault lasts, and at checkpoint 70 (steps 60-69 clean) moves back to
+    4,4,4,4. The decisions come from measured stage times, each split into
+    its layers' part and its fixed part (about a quarter here: p2p, the
+    embedding, the head): measured here, the way out is predicted 1.46x
+    (1.2x at a 2x slowdown, too near the 1.15x threshold for CI's 2 busy
+    cores, where the fixed part grows) and the way back 1.35x. On those
+    cores a window can still miss its 80% of winning steps, so each switch
+    may come one checkpoint later. Every step once; the losses those of the
+    run without faults (1e-5)."""
     plans, corpus = gpt16
     mon, m = tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
     r = run([MAPP_RUN, *gpt_args(plans, corpus, 100, m, [
         "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
         "--repartition-plan", plans["off1"], "--repartition-plan", plans["off2"],
-        "--inject", "slow-compute:rank=1,factor=2,from-step=10,to-step=60",
+        "--inject", "slow-compute:rank=1,factor=3,from-step=10,to-step=60",
         "--monitor", mon])])
     ds = [d for d in decisions(mon)]
     got = [(d["decision"], d["resume_step"], d["evidence"]["layers_next"])

@@ -127,6 +127,26 @@ TEST(Elastic, RebalancerEquivalentCandidatesDoNotSplitTheVote) {
   EXPECT_EQ(e["votes"].get<int>(), 9) << evidence; // beats 4,4,4,4 in each
 }
 
+TEST(Elastic, RebalancerPrefersTheNearerOfPartitionsPredictedAlike) {
+  // On 6,2,4,4 with stage 1 twice as slow (per-layer 1.01, 2, 0.99, 0.99
+  // ms): the current step takes 6.06 ms; 4,2,5,5 is predicted 4.95 ms and
+  // 5,2,5,4 5.05 ms, 2% apart: alike. The nearer one (2 layers moved, not
+  // 4) is the target; the linear prediction is surest close to the
+  // current partition. With 4,2,5,5 a clear 10% ahead it is chosen.
+  const std::vector<std::vector<int>> parts = {
+      {4, 4, 4, 4}, {6, 2, 4, 4}, {4, 2, 5, 5}, {5, 2, 5, 4}};
+  Rebalancer alike(parts, 1, 4, 1, 1), clear(parts, 1, 4, 1, 1);
+  for (int step = 0; step < 10; ++step) {
+    alike.addStep(stageSeconds(parts[1], {1.01, 2, 0.99, 0.99}));
+    clear.addStep(stageSeconds(parts[1], {1.1, 2, 0.9, 0.9}));
+  }
+  std::string evidence;
+  EXPECT_EQ(alike.decide(&evidence), 3) << evidence;
+  EXPECT_NEAR(nlohmann::json::parse(evidence)["predicted_gain"].get<double>(),
+              6.06 / 5.05, 1e-9);
+  EXPECT_EQ(clear.decide(&evidence), 2) << evidence;
+}
+
 TEST(Elastic, RebalancerMovesBackWhenTheFaultEnds) {
   // On 5,2,5,4 with every layer 1 ms again: 4,4,4,4 takes 4 ms, the
   // current 5 ms -> back, gain 5 / 4 = 1.25.
@@ -139,6 +159,30 @@ TEST(Elastic, RebalancerMovesBackWhenTheFaultEnds) {
   EXPECT_EQ(rb.decide(&evidence), 0) << evidence;
   EXPECT_NEAR(nlohmann::json::parse(evidence)["predicted_gain"].get<double>(),
               1.25, 1e-9);
+}
+
+TEST(Elastic, RebalancerMovesBackDespiteTheStagesFixedCosts) {
+  // On 6,2,4,4 with the fault over: each layer 1 ms and each stage 1.5 ms
+  // of its own (p2p, bookkeeping): stage times 7.5, 3.5, 5.5, 5.5 ms.
+  // Scaling whole stage times, stage 1 with 4 layers would take 7 ms and
+  // going back would gain only 7.5 / 7 (stay: the regression seen on busy
+  // cores, where the fixed part grows). With the layers' part known,
+  // 4,4,4,4 takes 5.5 ms: back, gain 7.5 / 5.5.
+  const std::vector<std::vector<int>> parts = {{4, 4, 4, 4}, {6, 2, 4, 4}};
+  Rebalancer split(parts, 1, 4, 1, 1), whole(parts, 1, 4, 1, 1);
+  for (int step = 0; step < 10; ++step) {
+    std::vector<double> layers = stageSeconds(parts[1], {1, 1, 1, 1}), t;
+    for (double l : layers)
+      t.push_back(l + 1.5e-3);
+    split.addStep(t, layers);
+    whole.addStep(t);
+  }
+  std::string evidence;
+  EXPECT_EQ(whole.decide(nullptr), -1);
+  EXPECT_EQ(split.decide(&evidence), 0) << evidence;
+  auto e = nlohmann::json::parse(evidence);
+  EXPECT_NEAR(e["predicted_gain"].get<double>(), 7.5 / 5.5, 1e-9);
+  EXPECT_NEAR(e["stage_fixed_ms"][1].get<double>(), 1.5, 1e-9);
 }
 
 TEST(Elastic, RebalancerIgnoresAStragglerThatComesAndGoes) {

@@ -20,6 +20,12 @@ using namespace mapp::rt;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+namespace {
+/// Partitions whose median predictions are within this of the best are
+/// "alike" to the rebalancer (docs/elastic.md).
+constexpr double kAlike = 0.03;
+} // namespace
+
 std::string ElasticLayout::text() const {
   std::ostringstream os;
   os << "tp " << tp << " x pp " << pp << " x dp " << dp << " (" << world
@@ -206,22 +212,27 @@ Rebalancer::Rebalancer(std::vector<std::vector<int>> partitions, int current,
     : parts_(std::move(partitions)), current_(current), pp_(pp), tp_(tp),
       dp_(dp), minGain_(minGain), persist_(persist) {}
 
-void Rebalancer::addStep(const std::vector<double> &rankSeconds) {
-  std::vector<double> stage(pp_, 0.0);
+void Rebalancer::addStep(const std::vector<double> &rankSeconds,
+                         const std::vector<double> &rankLayerSeconds) {
+  std::vector<StageTime> stage(pp_);
   for (size_t r = 0; r < rankSeconds.size(); ++r) {
     int s = static_cast<int>(r) / (tp_ * dp_); // Megatron order
-    if (s < pp_)
-      stage[s] = std::max(stage[s], rankSeconds[r]);
+    if (s < pp_ && rankSeconds[r] >= stage[s].total)
+      stage[s] = {rankSeconds[r], r < rankLayerSeconds.size()
+                                      ? rankLayerSeconds[r]
+                                      : rankSeconds[r]};
   }
   stageTimes_.push_back(stage);
 }
 
 int Rebalancer::decide(std::string *evidence) {
   const std::vector<int> &now = parts_[current_];
-  auto predict = [&](const std::vector<double> &t, const std::vector<int> &m) {
+  auto predict = [&](const std::vector<StageTime> &t,
+                     const std::vector<int> &m) {
     double worst = 0;
     for (int s = 0; s < pp_; ++s)
-      worst = std::max(worst, t[s] / std::max(now[s], 1) * m[s]);
+      worst = std::max(worst, t[s].total - t[s].layers +
+                                  t[s].layers / std::max(now[s], 1) * m[s]);
     return worst;
   };
   auto median = [](std::vector<double> v) {
@@ -241,18 +252,37 @@ int Rebalancer::decide(std::string *evidence) {
     std::vector<double> nowTimes;
     for (const auto &t : stageTimes_)
       nowTimes.push_back(predict(t, now));
-    size_t target = current_;
-    double targetTime = median(nowTimes);
+    std::vector<double> medians;
+    double best = median(nowTimes);
     for (size_t c = 0; c < parts_.size(); ++c) {
       std::vector<double> times;
       for (const auto &t : stageTimes_)
         times.push_back(predict(t, parts_[c]));
-      double m = median(times);
-      if (m < targetTime) {
-        target = c;
-        targetTime = m;
-      }
+      medians.push_back(median(times));
+      best = std::min(best, medians.back());
     }
+    // Among partitions predicted alike (within kAlike of the best), the one
+    // that moves the fewest layers: the prediction scales the current
+    // stages' times linearly, ignoring their fixed costs, so it is surest
+    // near the current partition; a farther one "winning" by 1-2% is noise.
+    auto moved = [&](const std::vector<int> &m) {
+      int k = 0;
+      for (int s = 0; s < pp_; ++s)
+        k += std::abs(m[s] - now[s]);
+      return k;
+    };
+    size_t target = current_;
+    int fewest = 0;
+    if (medians[current_] > best * (1 + kAlike))
+      for (size_t c = 0; c < parts_.size(); ++c) {
+        const int k = moved(parts_[c]);
+        if (medians[c] <= best * (1 + kAlike) &&
+            (target == static_cast<size_t>(current_) || k < fewest ||
+             (k == fewest && medians[c] < medians[target]))) {
+          target = c;
+          fewest = k;
+        }
+      }
     if (static_cast<int>(target) != current_) {
       std::vector<double> gains;
       for (size_t k = 0; k < n; ++k) {
@@ -267,11 +297,17 @@ int Rebalancer::decide(std::string *evidence) {
     }
   }
   if (evidence) {
-    std::vector<double> mean(pp_, 0.0);
+    std::vector<double> mean(pp_, 0.0), fixed(pp_, 0.0);
     for (const auto &t : stageTimes_)
-      for (int s = 0; s < pp_; ++s)
-        mean[s] += t[s] * 1e3 / std::max<size_t>(n, 1);
-    json e = {{"stage_ms", mean}, {"steps", n}, {"layers_now", now}};
+      for (int s = 0; s < pp_; ++s) {
+        mean[s] += t[s].total * 1e3 / std::max<size_t>(n, 1);
+        fixed[s] +=
+            (t[s].total - t[s].layers) * 1e3 / std::max<size_t>(n, 1);
+      }
+    json e = {{"stage_ms", mean},
+              {"stage_fixed_ms", fixed},
+              {"steps", n},
+              {"layers_now", now}};
     if (pick >= 0) {
       e["layers_next"] = parts_[pick];
       e["predicted_gain"] = gain;

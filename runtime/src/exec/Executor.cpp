@@ -56,6 +56,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
   backend.bindProgram(p, pool_, arena_);
   initLossScale();
 
+  const std::vector<std::vector<int>> layers = workLayers(p);
   for (size_t b = 0; b < p.blocks.size(); ++b) {
     std::vector<Prepared> prepared;
     bool writesLoss = false;
@@ -63,6 +64,7 @@ Executor::Executor(const Plan &plan, Backend &backend, Communicator &comm)
       const Instr &in = p.blocks[b].instrs[i];
       Prepared pr;
       pr.instr = &in;
+      pr.workLayer = layers[b][i];
       pr.fn = isExecutorKernel(in.kernel) ? nullptr : backend.lookup(in.kernel);
       pr.op = traceOpOf(in.kernel);
       if (in.kernel == "trace_begin" || in.kernel == "trace_end") {

@@ -405,6 +405,10 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     }
     BlockRun::Op op(pr);
     BlockRun::Transfer moved;
+    const bool layerTimed =
+        timeLayers_ && pr.kind == Prepared::Compute && pr.workLayer >= 0;
+    const uint64_t layerCpu0 =
+        layerTimed ? mapp::MappTraceWriter::threadCpuNs() : 0;
     b.cpuChained = false; // an instr runs: the clock must be read again
     b.countComm(op);
     b.beginOp(op);
@@ -416,6 +420,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
       b.slowDown(op);
     if (op.opRecord)
       b.recordOp(op, moved);
+    if (layerTimed)
+      layerCpuNs_ += mapp::MappTraceWriter::threadCpuNs() - layerCpu0;
   }
   b.closeRun();
 }

@@ -24,7 +24,8 @@ struct Executor::Prepared {
   std::vector<std::vector<Tensor>> ins, outs; // [slot][operand]
   enum Kind { Compute, Comm, TraceBegin, TraceEnd } kind = Compute;
   mapp::TraceOp op = mapp::TraceOp::None;
-  CommGroup group; // collectives
+  int workLayer = -1; // workLayers(): whose work this is (re-partitioning)
+  CommGroup group;    // collectives
   uint64_t bytes = 0;
   // trace_begin: its region's record fields, read from the attrs once (a
   // region per op is traced every step the monitor runs); trace_end: id.

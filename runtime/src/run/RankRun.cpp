@@ -338,9 +338,11 @@ private:
     Progress progress(o_.steps, lead_ && isatty(STDOUT_FILENO) != 0,
                       o_.quiet || !lead_);
     std::unique_ptr<Rebalancer> rebalance;
-    if (sh_.partition >= 0)
+    if (sh_.partition >= 0) {
       rebalance = std::make_unique<Rebalancer>(sh_.partitions, sh_.partition,
                                                plan_.pp, plan_.tp, plan_.dp);
+      exec_->setTimeLayers(true);
+    }
     for (int64_t s = first; s < o_.steps; ++s) {
       const uint64_t cpu0 = mapp::MappTraceWriter::threadCpuNs();
       if (scope_)
@@ -365,11 +367,14 @@ private:
       }
       reportSwitches(*exec_, rank_, o_.quiet);
       if (rebalance) { // every rank's compute time of the step, to all
-        std::vector<double> t(plan_.worldSize, 0.0);
+        // [0, world): the whole step's; [world, 2 world): in layers' instrs.
+        const int w = plan_.worldSize;
+        std::vector<double> t(2 * w, 0.0);
         t[rank_] = (mapp::MappTraceWriter::threadCpuNs() - cpu0) * 1e-9;
-        comm_->allReduce(t.data(), plan_.worldSize, ReduceOp::Sum,
+        t[w + rank_] = exec_->takeLayerCpuNs() * 1e-9;
+        comm_->allReduce(t.data(), 2 * w, ReduceOp::Sum,
                          comm_->group(Group::World));
-        rebalance->addStep(t);
+        rebalance->addStep({t.begin(), t.begin() + w}, {t.begin() + w, t.end()});
       }
       if (observed)
         live_->afterStep(r.step);

@@ -82,22 +82,27 @@ struct Plan;
 std::vector<int> stageLayerCounts(const Plan &plan);
 
 /// Re-partitioning (docs/elastic.md): every rank feeds it each step's
-/// compute time of every rank (thread CPU time, all-reduced), and at a
-/// checkpoint it says whether another of the given partitions of the same
-/// layout would be faster. Per step, the stage time is its slowest rank's,
-/// a layer of stage s costs T_s / n_s (n_s its layers now), and a partition
-/// m is predicted to take max_s T_s / n_s * m_s. The target is the
-/// partition with the lowest median prediction over the window; it switches
-/// only if the target beats the current partition in at least `persist` of
-/// the window's steps with a median predicted gain of at least `minGain`: a
-/// straggler that comes and goes every step moves nothing; one that ends
-/// moves the layers back.
+/// compute time of every rank (thread CPU time, all-reduced) and the part
+/// of it spent in layers' instrs, and at a checkpoint it says whether
+/// another of the given partitions of the same layout would be faster. Per
+/// step, the stage time T_s is its slowest rank's, of which L_s in layers;
+/// a layer of stage s costs L_s / n_s (n_s its layers now), the rest
+/// F_s = T_s - L_s is the stage's own (embedding, head, p2p), and a
+/// partition m is predicted to take max_s F_s + L_s / n_s * m_s. The
+/// target is the partition with the lowest median prediction over the
+/// window (of those within 3% of it, the one moving the fewest layers); it
+/// switches only if the target beats the current partition in at least
+/// `persist` of the window's steps with a median predicted gain of at least
+/// `minGain`: a straggler that comes and goes every step moves nothing; one
+/// that ends moves the layers back.
 class Rebalancer {
 public:
   Rebalancer(std::vector<std::vector<int>> partitions, int current, int pp,
              int tp, int dp, double minGain = 1.15, double persist = 0.8);
-  /// Compute seconds of every rank in one step (world entries).
-  void addStep(const std::vector<double> &rankSeconds);
+  /// Compute seconds of every rank in one step (world entries), and of
+  /// them the seconds in layers' instrs (empty: all of it).
+  void addStep(const std::vector<double> &rankSeconds,
+               const std::vector<double> &rankLayerSeconds = {});
   /// At a checkpoint: the partition to switch to (-1: stay); the window is
   /// cleared. `evidence` receives the measured stage times and the gain.
   int decide(std::string *evidence);
@@ -106,7 +111,10 @@ private:
   std::vector<std::vector<int>> parts_;
   int current_, pp_, tp_, dp_;
   double minGain_, persist_;
-  std::vector<std::vector<double>> stageTimes_; // per step, per stage
+  struct StageTime {
+    double total = 0, layers = 0; // seconds: the whole, in layers' instrs
+  };
+  std::vector<std::vector<StageTime>> stageTimes_; // per step, per stage
 };
 
 /// How one attempt is to run.

@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace mapp {
@@ -136,6 +137,13 @@ public:
   void setCoordinator(bool on) { coordinator_ = on; }
   /// Fault injection: sleep (factor-1) x each compute instr's time.
   void setSlowCompute(double factor) { slowFactor_ = factor; }
+  /// Re-partitioning: add up the thread CPU time of the compute instrs
+  /// that are a layer's work (workLayers(), the executor's own work for
+  /// them included), so a stage's per-layer cost is told from its fixed
+  /// costs (embedding, head and loss, p2p, the step's bookkeeping).
+  void setTimeLayers(bool on) { timeLayers_ = on; }
+  /// The layers' CPU time since the last call (0 unless setTimeLayers).
+  uint64_t takeLayerCpuNs() { return std::exchange(layerCpuNs_, 0); }
 
   /// MegaDPP: the task scheduler (runtime/src/sched). The constructor
   /// installs the plan's default (adaptive for schedule "adaptive", else
@@ -307,6 +315,8 @@ private:
   /// per value: the counted element range (ZeRO-1 slice), {0, -1} = all
   std::vector<std::pair<int64_t, int64_t>> normRange_;
   double slowFactor_ = 1;
+  bool timeLayers_ = false;
+  uint64_t layerCpuNs_ = 0;
   bool skipNonFinite_ = false, checkFinite_ = false;
   int64_t nanStep_ = -1;
   std::string lsMode_ = "none";

@@ -195,6 +195,12 @@ inline int shardGroupIndex(const Plan &plan, const Program &q,
 
 /// MegaFBD: whether some program has a Placement role ("fwd" | "bwd").
 bool isFbdPlan(const Plan &plan);
+
+/// Per block, per instr: the layer whose work the instr is (-1: none, e.g.
+/// the embedding, the head, the loss): the instr's own `layer`, else
+/// followed through the dataflow from the `layers.N.*` values it reads
+/// (runtime/src/plan/WorkLayers.cpp). Re-partitioning's per-layer cost.
+std::vector<std::vector<int>> workLayers(const Program &p);
 /// MegaFBD: tag of the step-end parameter messages from the backward to
 /// the forward ranks (away from pipeline and gather tags); mapp-sim
 /// replays them under the same tag.
