@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Elastic.h"
+#include "mapp/rt/Plan.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -99,6 +100,53 @@ std::vector<double> stageSeconds(const std::vector<int> &layers,
   return t;
 }
 } // namespace
+
+TEST(Elastic, WorkLayersFollowTheDataflow) {
+  // Forward: layer 0's linear is named (plan layer 0); the norm before it
+  // reads layer 0's norm weight; the gelu after it is named by nothing and
+  // reads the linear's output; the final norm reads gelu's output but a
+  // weight of no layer (the head's); the loss reads only the head's output.
+  // Backward (an earlier block, to need the second pass): gelu's gradient
+  // reads gelu's input. The optimizer's update reads layer 0's weight.
+  Program p;
+  auto value = [&](const std::string &name, ValueKind k) {
+    Value v;
+    v.name = name;
+    v.kind = k;
+    p.values.push_back(v);
+    return static_cast<int>(p.values.size()) - 1;
+  };
+  const int x = value("tokens", ValueKind::Input),
+            lnW = value("layers.0.ln.weight", ValueKind::Param),
+            fcW = value("layers.0.fc.weight", ValueKind::Param),
+            headW = value("final_norm.weight", ValueKind::Param),
+            fcG = value("layers.0.fc.weight.grad", ValueKind::Grad),
+            h = value("", ValueKind::Temp), a = value("", ValueKind::Temp),
+            g = value("", ValueKind::Temp), y = value("", ValueKind::Temp),
+            loss = value("loss", ValueKind::Loss),
+            dg = value("", ValueKind::Temp), da = value("", ValueKind::Temp);
+  auto instr = [](const char *k, std::vector<int> in, std::vector<int> out,
+                  int layer = -1) {
+    Instr i;
+    i.kernel = k;
+    i.inputs = std::move(in);
+    i.outputs = std::move(out);
+    i.layer = layer;
+    return i;
+  };
+  Block backward, forward, optimizer;
+  backward.instrs = {instr("gelu_grad", {dg, a}, {da})};
+  forward.instrs = {instr("layer_norm", {x, lnW}, {h}),
+                    instr("linear", {h, fcW}, {a}, 0),
+                    instr("gelu", {a}, {g}),
+                    instr("layer_norm", {g, headW}, {y}),
+                    instr("cross_entropy", {y}, {loss})};
+  optimizer.instrs = {instr("adamw", {fcW, fcG}, {})};
+  p.blocks = {backward, forward, optimizer};
+  const std::vector<std::vector<int>> want = {
+      {0}, {0, 0, 0, -1, -1}, {0}};
+  EXPECT_EQ(workLayers(p), want);
+}
 
 TEST(Elastic, RebalancerEquivalentCandidatesDoNotSplitTheVote) {
   // Stage 1 twice as slow; 4,4,4,4 takes 8 ms (4 layers x 2 ms). Three
