@@ -10,10 +10,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Calibrate.h"
+#include "RankThreads.h"
 #include "mapp/cost/CostModel.h"
 #include "mapp/rt/AtomicFile.h"
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/DType.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/RunFlags.h"
 #include "mapp/rt/ThreadPool.h"
@@ -24,12 +26,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <sys/stat.h>
@@ -65,8 +65,8 @@ public:
       be_.release(p);
   }
   /// A tensor of `shape` holding `values`, or values in [-1, 1) when none
-  /// are given (bf16: the upper half of each fp32 value, as the backend
-  /// stores bf16).
+  /// are given (bf16: each fp32 value rounded to nearest even, as the
+  /// backend rounds).
   Tensor make(Shape shape, DType dtype = DType::F32,
               std::vector<float> values = {}) {
     Tensor t;
@@ -85,11 +85,8 @@ public:
     }
     if (dtype == DType::BF16) {
       std::vector<uint16_t> half(n);
-      for (size_t i = 0; i < n; ++i) {
-        uint32_t bits;
-        std::memcpy(&bits, &host[i], 4);
-        half[i] = static_cast<uint16_t>(bits >> 16);
-      }
+      for (size_t i = 0; i < n; ++i)
+        half[i] = floatToBf16(host[i]);
       be_.copyToStorage(t.data, half.data(), bytes);
     } else {
       be_.copyToStorage(t.data, host.data(), bytes);
@@ -358,27 +355,15 @@ void measureLocalComm(const CalibrateOptions &o, int ranks, bool device,
     comms.push_back(world->connect(r));
     comms.back()->setTimeout(60 + 3 * o.seconds);
   }
-  std::mutex mu;
-  std::string firstError;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        // As mapp-run --comm=local: every rank thread its own backend (one
-        // CPU worker; CUDA: its own stream on GPU 0).
-        std::unique_ptr<Backend> be = createBackend(o.backend, 1, 0);
-        measureComm(*be, *comms[r], device, 0.3 * o.seconds, m);
-      } catch (const std::exception &e) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (firstError.empty())
-          firstError = "rank " + std::to_string(r) + ": " + e.what();
-        world->abort(r, e.what());
-      }
-    });
-  for (std::thread &t : threads)
-    t.join();
-  if (!firstError.empty())
-    fail("--calibrate: the communicator measurement failed: ", firstError);
+  RankThreadsEnd end = runOnRankThreads(*world, [&](int r) {
+    // As mapp-run --comm=local: every rank thread its own backend (one CPU
+    // worker; CUDA: its own stream on GPU 0).
+    std::unique_ptr<Backend> be = createBackend(o.backend, 1, 0);
+    measureComm(*be, *comms[r], device, 0.3 * o.seconds, m);
+  });
+  if (end.firstFailed >= 0)
+    fail("--calibrate: the communicator measurement failed: rank ",
+         end.firstFailed, ": ", end.errors[end.firstFailed]);
 }
 
 /// The device kind of `be` (the profile's `device`), and the notes on it.
