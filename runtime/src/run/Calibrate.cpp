@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Calibrate.h"
+#include "CalibrateExec.h"
 #include "RankThreads.h"
 #include "mapp/cost/CostModel.h"
 #include "mapp/rt/AtomicFile.h"
@@ -165,7 +166,8 @@ std::vector<GemmClass> gemmClasses(bool device) {
 struct Measured {
   json gemm = json::array();
   double gemmF32 = 0, gemmBf16 = 0, gemmFp8 = 0, peakMeasured = 0;
-  double memGBps = 0, opOverheadUs = 0;
+  double memGBps = 0;
+  ExecOpOverhead op; // op_overhead_us: its slope
   json attention;
   double attentionEfficiency = 0;
   // Communicator (ranks > 1): ping-pong halves and all-reduce times, s.
@@ -235,13 +237,9 @@ void measureCompute(Backend &be, KernelContext &ctx, bool device,
     double s = bestSeconds(be, add, 0.1 * budgetS);
     m.memGBps = 3.0 * big * 4 / s / 1e9;
   }
-  // Per-op overhead: the same kernel on 16 elements, repeated.
-  {
-    KernelCall add{kernel(be, "add"), {}, {}, {}, &ctx};
-    add.in = {buf.make({16}), buf.make({16})};
-    add.out = {buf.make({16})};
-    m.opOverheadUs = bestSeconds(be, add, 0.05 * budgetS) * 1e6;
-  }
+  // Per-op overhead: what one more instruction adds to an executor step
+  // (CalibrateExec.h), not the bare kernel call.
+  m.op = measureExecutorOpOverhead(be, 0.05 * budgetS);
   // Attention: causal, as the compiler emits it, FLOPs counted as the cost
   // model counts them (4·B·T²·H: scores and values, the full square).
   {
@@ -443,7 +441,7 @@ mapp::cost::Profile profileOf(Backend &be, const CalibrateOptions &o,
   }
   p.bf16Storage = be.storesBf16();
   p.memGBps = m.memGBps;
-  p.opOverheadUs = m.opOverheadUs;
+  p.opOverheadUs = m.op.perOpS * 1e6;
   p.attentionEfficiency = m.attentionEfficiency;
   if (m.ranks < 2) {
     notes.push_back("links: the " + kind +
@@ -648,6 +646,11 @@ int mapp::rt::runCalibration(const CalibrateOptions &o) {
                    {"gemm_key_class", "skinny"},
                    {"gemm", m.gemm},
                    {"attention", m.attention},
+                   {"op_overhead",
+                    {{"kernel", "add"},
+                     {"elements", 16},
+                     {"ops", {m.op.opsSmall, m.op.opsLarge}},
+                     {"step_seconds", {m.op.stepSmallS, m.op.stepLargeS}}}},
                    {"notes", notes}};
   if (!device)
     measured["host_threads"] = hostThreads();
