@@ -1,7 +1,8 @@
 //===- Calibrate.cpp - mapp-run --calibrate -------------------------------===//
 //
 // Every figure comes from the backend's own kernels, called as the executor
-// calls them (Backend::lookup, KernelArgs): a profile prices what mapp-run
+// calls them (Backend::lookup, KernelArgs), the per-instruction cost from
+// the Executor itself (CalibrateExec.h): a profile prices what mapp-run
 // executes, not what a hand-written loop reaches. Each measurement is the
 // best (fastest) of several trials: on a shared machine the slow trials are
 // other work's interference, the fastest the machine's rate.
