@@ -1,7 +1,8 @@
 //===- Calibrate.cpp - mapp-run --calibrate -------------------------------===//
 //
 // Every figure comes from the backend's own kernels, called as the executor
-// calls them (Backend::lookup, KernelArgs): a profile prices what mapp-run
+// calls them (Backend::lookup, KernelArgs), the per-instruction cost from
+// the Executor itself (CalibrateExec.h): a profile prices what mapp-run
 // executes, not what a hand-written loop reaches. Each measurement is the
 // best (fastest) of several trials: on a shared machine the slow trials are
 // other work's interference, the fastest the machine's rate.
@@ -10,10 +11,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Calibrate.h"
+#include "CalibrateExec.h"
+#include "RankThreads.h"
 #include "mapp/cost/CostModel.h"
 #include "mapp/rt/AtomicFile.h"
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Comm.h"
+#include "mapp/rt/DType.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/RunFlags.h"
 #include "mapp/rt/ThreadPool.h"
@@ -24,12 +28,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <sys/stat.h>
@@ -65,8 +67,8 @@ public:
       be_.release(p);
   }
   /// A tensor of `shape` holding `values`, or values in [-1, 1) when none
-  /// are given (bf16: the upper half of each fp32 value, as the backend
-  /// stores bf16).
+  /// are given (bf16: each fp32 value rounded to nearest even, as the
+  /// backend rounds).
   Tensor make(Shape shape, DType dtype = DType::F32,
               std::vector<float> values = {}) {
     Tensor t;
@@ -85,11 +87,8 @@ public:
     }
     if (dtype == DType::BF16) {
       std::vector<uint16_t> half(n);
-      for (size_t i = 0; i < n; ++i) {
-        uint32_t bits;
-        std::memcpy(&bits, &host[i], 4);
-        half[i] = static_cast<uint16_t>(bits >> 16);
-      }
+      for (size_t i = 0; i < n; ++i)
+        half[i] = floatToBf16(host[i]);
       be_.copyToStorage(t.data, half.data(), bytes);
     } else {
       be_.copyToStorage(t.data, host.data(), bytes);
@@ -168,7 +167,8 @@ std::vector<GemmClass> gemmClasses(bool device) {
 struct Measured {
   json gemm = json::array();
   double gemmF32 = 0, gemmBf16 = 0, gemmFp8 = 0, peakMeasured = 0;
-  double memGBps = 0, opOverheadUs = 0;
+  double memGBps = 0;
+  ExecOpOverhead op; // op_overhead_us: its slope
   json attention;
   double attentionEfficiency = 0;
   // Communicator (ranks > 1): ping-pong halves and all-reduce times, s.
@@ -238,13 +238,9 @@ void measureCompute(Backend &be, KernelContext &ctx, bool device,
     double s = bestSeconds(be, add, 0.1 * budgetS);
     m.memGBps = 3.0 * big * 4 / s / 1e9;
   }
-  // Per-op overhead: the same kernel on 16 elements, repeated.
-  {
-    KernelCall add{kernel(be, "add"), {}, {}, {}, &ctx};
-    add.in = {buf.make({16}), buf.make({16})};
-    add.out = {buf.make({16})};
-    m.opOverheadUs = bestSeconds(be, add, 0.05 * budgetS) * 1e6;
-  }
+  // Per-op overhead: what one more instruction adds to an executor step
+  // (CalibrateExec.h), not the bare kernel call.
+  m.op = measureExecutorOpOverhead(be, 0.05 * budgetS);
   // Attention: causal, as the compiler emits it, FLOPs counted as the cost
   // model counts them (4·B·T²·H: scores and values, the full square).
   {
@@ -358,27 +354,15 @@ void measureLocalComm(const CalibrateOptions &o, int ranks, bool device,
     comms.push_back(world->connect(r));
     comms.back()->setTimeout(60 + 3 * o.seconds);
   }
-  std::mutex mu;
-  std::string firstError;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        // As mapp-run --comm=local: every rank thread its own backend (one
-        // CPU worker; CUDA: its own stream on GPU 0).
-        std::unique_ptr<Backend> be = createBackend(o.backend, 1, 0);
-        measureComm(*be, *comms[r], device, 0.3 * o.seconds, m);
-      } catch (const std::exception &e) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (firstError.empty())
-          firstError = "rank " + std::to_string(r) + ": " + e.what();
-        world->abort(r, e.what());
-      }
-    });
-  for (std::thread &t : threads)
-    t.join();
-  if (!firstError.empty())
-    fail("--calibrate: the communicator measurement failed: ", firstError);
+  RankThreadsEnd end = runOnRankThreads(*world, [&](int r) {
+    // As mapp-run --comm=local: every rank thread its own backend (one CPU
+    // worker; CUDA: its own stream on GPU 0).
+    std::unique_ptr<Backend> be = createBackend(o.backend, 1, 0);
+    measureComm(*be, *comms[r], device, 0.3 * o.seconds, m);
+  });
+  if (end.firstFailed >= 0)
+    fail("--calibrate: the communicator measurement failed: rank ",
+         end.firstFailed, ": ", end.errors[end.firstFailed]);
 }
 
 /// The device kind of `be` (the profile's `device`), and the notes on it.
@@ -458,7 +442,7 @@ mapp::cost::Profile profileOf(Backend &be, const CalibrateOptions &o,
   }
   p.bf16Storage = be.storesBf16();
   p.memGBps = m.memGBps;
-  p.opOverheadUs = m.opOverheadUs;
+  p.opOverheadUs = m.op.perOpS * 1e6;
   p.attentionEfficiency = m.attentionEfficiency;
   if (m.ranks < 2) {
     notes.push_back("links: the " + kind +
@@ -663,6 +647,11 @@ int mapp::rt::runCalibration(const CalibrateOptions &o) {
                    {"gemm_key_class", "skinny"},
                    {"gemm", m.gemm},
                    {"attention", m.attention},
+                   {"op_overhead",
+                    {{"kernel", "add"},
+                     {"elements", 16},
+                     {"ops", {m.op.opsSmall, m.op.opsLarge}},
+                     {"step_seconds", {m.op.stepSmallS, m.op.stepLargeS}}}},
                    {"notes", notes}};
   if (!device)
     measured["host_threads"] = hostThreads();

@@ -1,4 +1,5 @@
 //===- Run.cpp - a job's world: rank threads or this process as one rank --===//
+#include "RankThreads.h"
 #include "RunInternal.h"
 
 #include "mapp/rt/Checkpoint.h"
@@ -12,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <mutex>
 #include <thread>
 
 namespace mapp::rt {
@@ -243,44 +243,16 @@ int runRankThreads(RunShared &sh, const WorldEntry &kind,
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < n; ++r)
     comms.push_back(world->connect(r));
-  std::mutex errMu;
-  std::vector<std::string> errors(n);
-  int firstFailed = -1;
-  std::vector<int> crashed;
-  auto failed = [&](int r, const std::string &what, bool crash = false) {
-    {
-      std::lock_guard<std::mutex> lk(errMu);
-      errors[r] = what;
-      if (crash)
-        crashed.push_back(r);
-      if (firstFailed < 0)
-        firstFailed = r;
-    }
-    world->abort(r, what);
-  };
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        runRank(sh, std::move(comms[r]));
-      } catch (const RankCrashed &e) { // as if killed: the world learns it
-        failed(r, e.what(), true);
-      } catch (const std::exception &e) {
-        failed(r, e.what());
-      } catch (...) {
-        failed(r, "unknown error");
-      }
-    });
-  for (std::thread &t : threads)
-    t.join();
-  if (firstFailed < 0)
+  RankThreadsEnd e = runOnRankThreads(
+      *world, [&](int r) { runRank(sh, std::move(comms[r])); });
+  if (e.firstFailed < 0)
     return 0;
   // The root cause first; the others' "rank R failed" follow-ups are noise.
-  std::cerr << "mapp-run: rank " << firstFailed << ": " << errors[firstFailed]
-            << "\n";
+  const std::string &why = e.errors[e.firstFailed];
+  std::cerr << "mapp-run: rank " << e.firstFailed << ": " << why << "\n";
   if (end) {
-    end->crashed = crashed;
-    end->why = errors[firstFailed];
+    end->crashed = e.crashed;
+    end->why = why;
   }
   return 1;
 }

@@ -2,9 +2,10 @@
 //
 // Measures the machine through the runtime's own backend kernels (matmul,
 // add, attention, send/recv, all_reduce: the functions the executor calls)
-// and writes a cost profile (mapp/cost/CostModel.h, profileJson) that the
-// auto-parallel search and mapp-sim read. docs/auto-parallel.md,
-// "Calibration", says which measurement feeds which key.
+// and the Executor's cost of one more instruction, and writes a cost
+// profile (mapp/cost/CostModel.h, profileJson) that the auto-parallel
+// search and mapp-sim read. docs/auto-parallel.md, "Calibration", says
+// which measurement feeds which key.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_CALIBRATE_H
