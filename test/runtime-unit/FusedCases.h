@@ -93,6 +93,18 @@ inline std::vector<Case> builtinCases() {
   add("silu(%i0); mul(%0, %i1); reduce_sum[0,2](%1)", {6, 5, 70}, {2}, {{6, 5, 70}, {6, 1, 70}});
   add("reduce_sum[0,1,2](%i0)", {3, 4, 5}, {0}, {{3, 4, 5}});
   add("neg(%i0); reduce_sum[0](%0)", {10}, {1}, {{10}});
+  // Reductions over leading dims (the column loop): results not a multiple
+  // of the block's 32, 16 and 8 (columnShape), two reduced dims with a
+  // domain-shaped result, a single row.
+  add("mul(%i0, %i1); reduce_sum[0](%0)", {3, 8500}, {1}, {{3, 8500}, {3, 1}});
+  add("neg(%i0); reduce_sum[0](%0)", {5, 5000}, {1}, {{5, 5000}});
+  add("mul(%i0, %i1); reduce_sum[0,1](%0)", {3, 70, 45}, {0, 1}, {{3, 70, 45}, {45}});
+  add("exp(%i0); reduce_sum[0](%0)", {1, 13}, {1}, {{1, 13}});
+  // The vector path: sizes not a multiple of 4 or 8 (the scalar tail), one
+  // below a vector, two results.
+  add("silu(%i0); mul(%0, %i1)", {5, 203}, {0, 1}, {{5, 203}, {5, 203}});
+  add("sub(%i0, %i1)", {1027}, {0}, {{1027}, {1027}});
+  add("sigmoid(%i0)", {3}, {0}, {{3}});
   add("add(%i0, %i1)", {}, {0}, {{}, {}}); // a scalar domain
   add("exp(%i0); reduce_sum[0](%0)", {0, 5}, {1}, {{0, 5}}); // nothing summed: zeros
   return cases;

@@ -209,7 +209,7 @@ int main(int argc, char **argv) {
   KernelFn reference = cpu->lookup("fused");
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(-2.5f, 2.5f);
-  int failures = 0;
+  int failures = 0, vecRuns = 0, columnRuns = 0;
   for (size_t k = 0; k < all.size(); ++k) {
     const Prepared &p = all[k];
     using Entry = void (*)(const fz::KernelParams *);
@@ -252,20 +252,63 @@ int main(int argc, char **argv) {
                static_cast<int>(refOuts.size()), ctx});
     std::vector<Shape> shapes(p.c.inputs.begin(), p.c.inputs.end());
     fz::KernelParams params = fz::kernelParams(p.prog, p.c.domain, shapes, inPtr, genPtr);
-    entry(&params);
-    for (size_t o = 0; o < outGen.size(); ++o) {
-      std::string where;
-      if (!sameBits(outGen[o], outRef[o], p.spec.results[o], where)) {
-        std::cout << "FAIL '" << p.c.program << "' storage variant " << p.variant << " result "
-                  << o << ": " << where << "\n";
-        ++failures;
-        break;
+    // Every result bit-equal to the CPU evaluator's; `how` names the run.
+    auto compare = [&](const char *how) {
+      for (size_t o = 0; o < outGen.size(); ++o) {
+        std::string where;
+        if (!sameBits(outGen[o], outRef[o], p.spec.results[o], where)) {
+          std::cout << "FAIL '" << p.c.program << "' storage variant " << p.variant << how
+                    << " result " << o << ": " << where << "\n";
+          ++failures;
+          return false;
+        }
       }
+      return true;
+    };
+    entry(&params);
+    vecRuns += params.vec;
+    columnRuns += params.columns;
+    if (!compare(params.vec ? " (vector path)" : "") || !params.vec)
+      continue;
+    // Again from pointers one element past a 16-byte boundary: the scalar
+    // path must take the whole domain (KernelParams::vec off).
+    std::vector<std::vector<uint8_t>> inShift, outShift;
+    std::vector<const void *> inP;
+    std::vector<void *> outP;
+    for (size_t i = 0; i < inBuf.size(); ++i) {
+      size_t es = dtypeSize(p.spec.inputs[i]);
+      inShift.emplace_back(inBuf[i].size() + es);
+      std::memcpy(inShift.back().data() + es, inBuf[i].data(), inBuf[i].size());
+      inP.push_back(inShift.back().data() + es);
     }
+    for (size_t o = 0; o < outGen.size(); ++o) {
+      size_t es = dtypeSize(p.spec.results[o]);
+      outShift.emplace_back(outGen[o].size() + es, 0xAB);
+      outP.push_back(outShift.back().data() + es);
+    }
+    fz::KernelParams shifted = fz::kernelParams(p.prog, p.c.domain, shapes, inP, outP);
+    if (shifted.vec) {
+      std::cout << "FAIL '" << p.c.program << "': misaligned pointers take the vector path\n";
+      ++failures;
+      continue;
+    }
+    entry(&shifted);
+    for (size_t o = 0; o < outGen.size(); ++o)
+      std::memcpy(outGen[o].data(), static_cast<uint8_t *>(outP[o]), outGen[o].size());
+    compare(" (misaligned, scalar path)");
   }
   if (failures)
     return 1;
+  // The built-in cases hold both new loops (an injected expectation: the
+  // checks above must have run them).
+  if (vecRuns == 0 || columnRuns == 0) {
+    std::cout << "FAIL the cases ran " << vecRuns << " kernels on the vector path and "
+              << columnRuns << " column reductions (each must be > 0)\n";
+    return 1;
+  }
   std::cout << "PASS: " << all.size() << " generated kernels (" << cases.size()
-            << " programs x f32/bf16/mixed storage) bit-equal to the CPU evaluator\n";
+            << " programs x f32/bf16/mixed storage) bit-equal to the CPU evaluator ("
+            << vecRuns << " on the vector path, also misaligned; " << columnRuns
+            << " column reductions)\n";
   return 0;
 }
