@@ -2,7 +2,9 @@
 //
 // The edge cases of the fused kernel generator (every op of
 // MAPP_FUSED_OPS, broadcasts along every dim, reductions over leading,
-// middle, trailing and several dims, a scalar domain) and the case file
+// middle, trailing and several dims, leading-dim reductions at each of the
+// column loop's block widths, sizes that leave a scalar tail after the
+// 16-byte vectors, a scalar domain) and the case file
 // test/python/test_fused_codegen.py and bench/gpu/fuse_gen.sh write (the
 // programs of the fusion lit tests and the fused models): lines
 // `program<TAB>domain<TAB>outputs<TAB>shape;shape...` (dims joined by x,

@@ -5,15 +5,17 @@
 // NVRTC gets, with host loops in the device loops' order), is compiled by
 // the host C++ compiler into one shared object, run on random inputs and
 // compared bit for bit with the CPU evaluator (cpu::fused), for f32, bf16
-// and mixed storage. With --nvrtc, every generated kernel is also compiled
-// by NVRTC for sm_90 (no GPU needed; the mixed-storage variant, which
-// holds both kinds of load and store); without libnvrtc that part prints
-// SKIP and exits 77.
+// and mixed storage; a kernel that took the vector path (KernelParams::vec)
+// runs again from misaligned pointers (the scalar path). With --nvrtc,
+// every generated kernel is also compiled by NVRTC for sm_90 (no GPU
+// needed; the mixed-storage variant, which holds both kinds of load and
+// store); without libnvrtc that part prints SKIP and exits 77.
 //
 //   mapp-fused-codegen-check --cxx c++ --work DIR [--cases FILE] [--nvrtc]
 //
 // Cases: the built-in edge cases (every op of MAPP_FUSED_OPS, broadcasts
-// along every dim, reductions over leading/middle/trailing dims) and FILE's
+// along every dim, reductions over leading/middle/trailing dims, the column
+// loop's block widths, scalar tails after the vectors) and FILE's
 // lines `program<TAB>domain<TAB>outputs<TAB>shape;shape...` (dims joined by
 // x, `-` for a scalar), written by test/python/test_fused_codegen.py from
 // the fusion lit tests and the fused models.
