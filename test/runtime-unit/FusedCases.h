@@ -107,6 +107,14 @@ inline std::vector<Case> builtinCases() {
   add("silu(%i0); mul(%0, %i1)", {5, 203}, {0, 1}, {{5, 203}, {5, 203}});
   add("sub(%i0, %i1)", {1027}, {0}, {{1027}, {1027}});
   add("sigmoid(%i0)", {3}, {0}, {{3}});
+  // The vector path with broadcasts (periods multiples of 8): a bias (a
+  // suffix), one value per row and a scalar (prefixes), a [T, C] table over
+  // [B, T, C]; and a period of 12 (not a multiple of 8: the scalar path).
+  add("add(%i0, %i1); gelu[tanh](%0)", {7, 40}, {1}, {{7, 40}, {40}});
+  add("mul(%i0, %i1); mul(%0, %i2); add(%1, %i3)", {5, 48}, {2},
+      {{5, 48}, {5, 1}, {48}, {}});
+  add("sub(%i0, %i1)", {3, 5, 16}, {0}, {{3, 5, 16}, {5, 16}});
+  add("add(%i0, %i1)", {5, 12}, {0}, {{5, 12}, {12}});
   add("add(%i0, %i1)", {}, {0}, {{}, {}}); // a scalar domain
   add("exp(%i0); reduce_sum[0](%0)", {0, 5}, {1}, {{0, 5}}); // nothing summed: zeros
   return cases;

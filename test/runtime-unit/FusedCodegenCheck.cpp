@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
   KernelFn reference = cpu->lookup("fused");
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(-2.5f, 2.5f);
-  int failures = 0, vecRuns = 0, columnRuns = 0;
+  int failures = 0, vecRuns = 0, broadcastVecRuns = 0, columnRuns = 0;
   for (size_t k = 0; k < all.size(); ++k) {
     const Prepared &p = all[k];
     using Entry = void (*)(const fz::KernelParams *);
@@ -269,6 +269,11 @@ int main(int argc, char **argv) {
     };
     entry(&params);
     vecRuns += params.vec;
+    for (size_t i = 0; params.vec && i < inBuf.size(); ++i)
+      if (params.vecMode[i] != 0) {
+        ++broadcastVecRuns;
+        break;
+      }
     columnRuns += params.columns;
     if (!compare(params.vec ? " (vector path)" : "") || !params.vec)
       continue;
@@ -303,14 +308,16 @@ int main(int argc, char **argv) {
     return 1;
   // The built-in cases hold both new loops (an injected expectation: the
   // checks above must have run them).
-  if (vecRuns == 0 || columnRuns == 0) {
-    std::cout << "FAIL the cases ran " << vecRuns << " kernels on the vector path and "
-              << columnRuns << " column reductions (each must be > 0)\n";
+  if (vecRuns == 0 || broadcastVecRuns == 0 || columnRuns == 0) {
+    std::cout << "FAIL the cases ran " << vecRuns << " kernels on the vector path ("
+              << broadcastVecRuns << " with a broadcast) and " << columnRuns
+              << " column reductions (each must be > 0)\n";
     return 1;
   }
   std::cout << "PASS: " << all.size() << " generated kernels (" << cases.size()
             << " programs x f32/bf16/mixed storage) bit-equal to the CPU evaluator ("
-            << vecRuns << " on the vector path, also misaligned; " << columnRuns
+            << vecRuns << " on the vector path (" << broadcastVecRuns
+            << " with a broadcast), also misaligned; " << columnRuns
             << " column reductions)\n";
   return 0;
 }

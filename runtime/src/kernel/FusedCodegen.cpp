@@ -50,6 +50,47 @@ std::string at(int rank, const std::string &table) {
   return "(" + s + ")";
 }
 
+/// Sets a.vecMode[k] and a.vecPeriod[k] for operand k of a domain walked in
+/// memory order (no reduction); false when the vector path cannot read it.
+bool vectorMode(KernelParams &a, int k, int rank) {
+  const long long *st = a.inStride[k];
+  // Split s: the dims before it and from it; q = the elements from it.
+  long long q = 1;
+  for (int s = rank; s >= 0; --s) {
+    if (s < rank)
+      q *= a.dom[s];
+    bool zeroAfter = true, sameAfter = true, zeroBefore = true, rowsBefore = true;
+    for (int d = 0; d < rank; ++d) {
+      if (a.dom[d] == 1)
+        continue;
+      if (d >= s) {
+        zeroAfter = zeroAfter && st[d] == 0;
+        sameAfter = sameAfter && st[d] == a.linStride[d];
+      } else {
+        zeroBefore = zeroBefore && st[d] == 0;
+        rowsBefore = rowsBefore && st[d] * q == a.linStride[d];
+      }
+    }
+    if (q <= 0)
+      return false; // nothing to walk
+    if (s == 0 && sameAfter) { // at the element's index
+      a.vecMode[k] = 0;
+      return true;
+    }
+    if (zeroAfter && rowsBefore && (q % 8 == 0 || q == a.n)) { // one value per row
+      a.vecMode[k] = 2;
+      a.vecPeriod[k] = q;
+      return true;
+    }
+    if (sameAfter && zeroBefore && q % 8 == 0) { // a bias: v mod q
+      a.vecMode[k] = 1;
+      a.vecPeriod[k] = q;
+      return true;
+    }
+  }
+  return false;
+}
+
 } // namespace
 
 int fused::vectorWidth(const CodegenSpec &spec) {
@@ -146,8 +187,8 @@ std::string fused::generateKernel(const CodegenSpec &spec, const std::string &en
   if (!reduce) {
     for (size_t k = 0; k < spec.inputs.size(); ++k) {
       std::string K = std::to_string(k);
-      s += "    float x" + K + "[" + WS + "];\n    loadVec" + inStorage[k] + "<" + WS +
-           ">(a.in[" + K + "], v, x" + K + ");\n";
+      s += "    float x" + K + "[" + WS + "];\n    loadOperandVec<" + WS + ", " +
+           (inStorage[k] == "Bf16" ? "true" : "false") + ">(a, " + K + ", v, x" + K + ");\n";
     }
     for (size_t k = 0; k < spec.outputs.size(); ++k)
       s += "    float r" + std::to_string(k) + "[" + WS + "];\n";
@@ -245,13 +286,17 @@ KernelParams fused::kernelParams(const Program &program, const std::vector<int64
       flat = flat && (a.dom[p] == 1 || a.inStride[k][p] == a.linStride[p]);
   a.flat = flat;
   // The vector path: 16-byte aligned pointers make every group of W (4 f32
-  // or 8 bf16, vectorWidth) start on a 16-byte boundary.
-  bool aligned = true;
+  // or 8 bf16, vectorWidth) start on a 16-byte boundary; each operand is
+  // read at the element's index, or broadcast as a suffix or a prefix of
+  // the domain's dims with a period that is a multiple of 8 (FusedDevice.h).
+  bool vec = !program.reduction();
   for (const void *p : inputs)
-    aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+    vec = vec && reinterpret_cast<uintptr_t>(p) % 16 == 0;
   for (void *p : results)
-    aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  a.vec = flat && !program.reduction() && aligned;
+    vec = vec && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  for (size_t k = 0; vec && k < inputs.size(); ++k)
+    vec = vectorMode(a, static_cast<int>(k), rank);
+  a.vec = vec;
   a.idx32 = a.n < (1LL << 31);
   a.columns = program.reduction() && rank > 0 && !reduced[rank - 1];
   return a;

@@ -259,10 +259,17 @@ struct KernelParams {
   // broadcast, walk order = memory order): the kernel skips the coordinate
   // arithmetic, whose 64-bit divisions cost more than the element's bytes.
   int flat;
-  // Flat, no reduction and every pointer 16-byte aligned: each thread takes
-  // W consecutive elements with 16-byte loads and stores (P::vec), the last
-  // n mod W elements one by one.
+  // No reduction, every pointer 16-byte aligned and every operand read as
+  // vecMode says: each thread takes W consecutive elements with 16-byte
+  // loads and stores (P::vec), the last n mod W elements one by one.
   int vec;
+  // Per operand on the vector path: 0 at the element's index; 1 at v mod
+  // vecPeriod (a suffix of the domain's dims: a bias), W consecutive
+  // elements; 2 at v / vecPeriod (a prefix: one value per row), one value
+  // for all W. vecPeriod is a multiple of 8 (or n for mode 2), so a group
+  // of W never straddles a period.
+  int vecMode[kMaxInputs];
+  long long vecPeriod[kMaxInputs];
   // n < 2^31: the coordinates of the non-flat path in 32-bit arithmetic (a
   // 64-bit division is a long instruction sequence on the GPU).
   int idx32;
@@ -298,6 +305,28 @@ MAPP_FUSED_HD inline void columnShape(long long outer, long long inner, int &x, 
   y = 1;
   while (y < kReduceThreads / x && y < inner)
     y *= 2;
+}
+
+/// Operand k's W elements from element v (v a multiple of W) on the
+/// vector path, as vecMode[k] says; the index arithmetic once per W.
+template <int W, bool Bf16>
+MAPP_FUSED_HD inline void loadOperandVec(const KernelParams &a, int k, long long v,
+                                         float (&x)[W]) {
+  long long p = a.vecPeriod[k];
+  if (a.vecMode[k] == 2) {
+    long long i = a.idx32 ? static_cast<unsigned>(v) / static_cast<unsigned>(p) : v / p;
+    float t = Bf16 ? loadBf16(a.in[k], i) : loadF32(a.in[k], i);
+    for (int e = 0; e < W; ++e)
+      x[e] = t;
+    return;
+  }
+  long long i = a.vecMode[k] == 0 ? v
+                : a.idx32        ? static_cast<unsigned>(v) % static_cast<unsigned>(p)
+                                 : v % p;
+  if (Bf16)
+    loadVecBf16<W>(a.in[k], i, x);
+  else
+    loadVecF32<W>(a.in[k], i, x);
 }
 
 #if defined(__CUDACC__)
