@@ -2,7 +2,9 @@
 //
 // The edge cases of the fused kernel generator (every op of
 // MAPP_FUSED_OPS, broadcasts along every dim, reductions over leading,
-// middle, trailing and several dims, a scalar domain) and the case file
+// middle, trailing and several dims, leading-dim reductions at each of the
+// column loop's block widths, sizes that leave a scalar tail after the
+// 16-byte vectors, a scalar domain) and the case file
 // test/python/test_fused_codegen.py and bench/gpu/fuse_gen.sh write (the
 // programs of the fusion lit tests and the fused models): lines
 // `program<TAB>domain<TAB>outputs<TAB>shape;shape...` (dims joined by x,
@@ -93,6 +95,26 @@ inline std::vector<Case> builtinCases() {
   add("silu(%i0); mul(%0, %i1); reduce_sum[0,2](%1)", {6, 5, 70}, {2}, {{6, 5, 70}, {6, 1, 70}});
   add("reduce_sum[0,1,2](%i0)", {3, 4, 5}, {0}, {{3, 4, 5}});
   add("neg(%i0); reduce_sum[0](%0)", {10}, {1}, {{10}});
+  // Reductions over leading dims (the column loop): results not a multiple
+  // of the block's 32, 16 and 8 (columnShape), two reduced dims with a
+  // domain-shaped result, a single row.
+  add("mul(%i0, %i1); reduce_sum[0](%0)", {3, 8500}, {1}, {{3, 8500}, {3, 1}});
+  add("neg(%i0); reduce_sum[0](%0)", {5, 5000}, {1}, {{5, 5000}});
+  add("mul(%i0, %i1); reduce_sum[0,1](%0)", {3, 70, 45}, {0, 1}, {{3, 70, 45}, {45}});
+  add("exp(%i0); reduce_sum[0](%0)", {1, 13}, {1}, {{1, 13}});
+  // The vector path: sizes not a multiple of 4 or 8 (the scalar tail), one
+  // below a vector, two results.
+  add("silu(%i0); mul(%0, %i1)", {5, 203}, {0, 1}, {{5, 203}, {5, 203}});
+  add("sub(%i0, %i1)", {1027}, {0}, {{1027}, {1027}});
+  add("sigmoid(%i0)", {3}, {0}, {{3}});
+  // The vector path with broadcasts (periods multiples of 8): a bias (a
+  // suffix), one value per row and a scalar (prefixes), a [T, C] table over
+  // [B, T, C]; and a period of 12 (not a multiple of 8: the scalar path).
+  add("add(%i0, %i1); gelu[tanh](%0)", {7, 40}, {1}, {{7, 40}, {40}});
+  add("mul(%i0, %i1); mul(%0, %i2); add(%1, %i3)", {5, 48}, {2},
+      {{5, 48}, {5, 1}, {48}, {}});
+  add("sub(%i0, %i1)", {3, 5, 16}, {0}, {{3, 5, 16}, {5, 16}});
+  add("add(%i0, %i1)", {5, 12}, {0}, {{5, 12}, {12}});
   add("add(%i0, %i1)", {}, {0}, {{}, {}}); // a scalar domain
   add("exp(%i0); reduce_sum[0](%0)", {0, 5}, {1}, {{0, 5}}); // nothing summed: zeros
   return cases;

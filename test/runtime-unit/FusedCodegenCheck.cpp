@@ -5,15 +5,17 @@
 // NVRTC gets, with host loops in the device loops' order), is compiled by
 // the host C++ compiler into one shared object, run on random inputs and
 // compared bit for bit with the CPU evaluator (cpu::fused), for f32, bf16
-// and mixed storage. With --nvrtc, every generated kernel is also compiled
-// by NVRTC for sm_90 (no GPU needed; the mixed-storage variant, which
-// holds both kinds of load and store); without libnvrtc that part prints
-// SKIP and exits 77.
+// and mixed storage; a kernel that took the vector path (KernelParams::vec)
+// runs again from misaligned pointers (the scalar path). With --nvrtc,
+// every generated kernel is also compiled by NVRTC for sm_90 (no GPU
+// needed; the mixed-storage variant, which holds both kinds of load and
+// store); without libnvrtc that part prints SKIP and exits 77.
 //
 //   mapp-fused-codegen-check --cxx c++ --work DIR [--cases FILE] [--nvrtc]
 //
 // Cases: the built-in edge cases (every op of MAPP_FUSED_OPS, broadcasts
-// along every dim, reductions over leading/middle/trailing dims) and FILE's
+// along every dim, reductions over leading/middle/trailing dims, the column
+// loop's block widths, scalar tails after the vectors) and FILE's
 // lines `program<TAB>domain<TAB>outputs<TAB>shape;shape...` (dims joined by
 // x, `-` for a scalar), written by test/python/test_fused_codegen.py from
 // the fusion lit tests and the fused models.
@@ -209,7 +211,7 @@ int main(int argc, char **argv) {
   KernelFn reference = cpu->lookup("fused");
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(-2.5f, 2.5f);
-  int failures = 0;
+  int failures = 0, vecRuns = 0, broadcastVecRuns = 0, columnRuns = 0;
   for (size_t k = 0; k < all.size(); ++k) {
     const Prepared &p = all[k];
     using Entry = void (*)(const fz::KernelParams *);
@@ -252,20 +254,70 @@ int main(int argc, char **argv) {
                static_cast<int>(refOuts.size()), ctx});
     std::vector<Shape> shapes(p.c.inputs.begin(), p.c.inputs.end());
     fz::KernelParams params = fz::kernelParams(p.prog, p.c.domain, shapes, inPtr, genPtr);
+    // Every result bit-equal to the CPU evaluator's; `how` names the run.
+    auto compare = [&](const char *how) {
+      for (size_t o = 0; o < outGen.size(); ++o) {
+        std::string where;
+        if (!sameBits(outGen[o], outRef[o], p.spec.results[o], where)) {
+          std::cout << "FAIL '" << p.c.program << "' storage variant " << p.variant << how
+                    << " result " << o << ": " << where << "\n";
+          ++failures;
+          return false;
+        }
+      }
+      return true;
+    };
     entry(&params);
-    for (size_t o = 0; o < outGen.size(); ++o) {
-      std::string where;
-      if (!sameBits(outGen[o], outRef[o], p.spec.results[o], where)) {
-        std::cout << "FAIL '" << p.c.program << "' storage variant " << p.variant << " result "
-                  << o << ": " << where << "\n";
-        ++failures;
+    vecRuns += params.vec;
+    for (size_t i = 0; params.vec && i < inBuf.size(); ++i)
+      if (params.vecMode[i] != 0) {
+        ++broadcastVecRuns;
         break;
       }
+    columnRuns += params.columns;
+    if (!compare(params.vec ? " (vector path)" : "") || !params.vec)
+      continue;
+    // Again from pointers one element past a 16-byte boundary: the scalar
+    // path must take the whole domain (KernelParams::vec off).
+    std::vector<std::vector<uint8_t>> inShift, outShift;
+    std::vector<const void *> inP;
+    std::vector<void *> outP;
+    for (size_t i = 0; i < inBuf.size(); ++i) {
+      size_t es = dtypeSize(p.spec.inputs[i]);
+      inShift.emplace_back(inBuf[i].size() + es);
+      std::memcpy(inShift.back().data() + es, inBuf[i].data(), inBuf[i].size());
+      inP.push_back(inShift.back().data() + es);
     }
+    for (size_t o = 0; o < outGen.size(); ++o) {
+      size_t es = dtypeSize(p.spec.results[o]);
+      outShift.emplace_back(outGen[o].size() + es, 0xAB);
+      outP.push_back(outShift.back().data() + es);
+    }
+    fz::KernelParams shifted = fz::kernelParams(p.prog, p.c.domain, shapes, inP, outP);
+    if (shifted.vec) {
+      std::cout << "FAIL '" << p.c.program << "': misaligned pointers take the vector path\n";
+      ++failures;
+      continue;
+    }
+    entry(&shifted);
+    for (size_t o = 0; o < outGen.size(); ++o)
+      std::memcpy(outGen[o].data(), static_cast<uint8_t *>(outP[o]), outGen[o].size());
+    compare(" (misaligned, scalar path)");
   }
   if (failures)
     return 1;
+  // The built-in cases hold both new loops (an injected expectation: the
+  // checks above must have run them).
+  if (vecRuns == 0 || broadcastVecRuns == 0 || columnRuns == 0) {
+    std::cout << "FAIL the cases ran " << vecRuns << " kernels on the vector path ("
+              << broadcastVecRuns << " with a broadcast) and " << columnRuns
+              << " column reductions (each must be > 0)\n";
+    return 1;
+  }
   std::cout << "PASS: " << all.size() << " generated kernels (" << cases.size()
-            << " programs x f32/bf16/mixed storage) bit-equal to the CPU evaluator\n";
+            << " programs x f32/bf16/mixed storage) bit-equal to the CPU evaluator ("
+            << vecRuns << " on the vector path (" << broadcastVecRuns
+            << " with a broadcast), also misaligned; " << columnRuns
+            << " column reductions)\n";
   return 0;
 }

@@ -7,7 +7,8 @@
 // call of fused::apply with a constant op, folded by the compiler), every
 // operand loaded through its broadcast strides (kernel arguments, so one
 // kernel serves every shape of the program), results stored per `outputs`,
-// a trailing reduce_sum as a deterministic block tree (FusedDevice.h). The
+// a trailing reduce_sum as a deterministic block tree (FusedDevice.h); on
+// the flat path 16-byte vector loads and stores (vectorWidth). The
 // text embeds FusedDevice.h, so NVRTC needs no include path and the math
 // has one copy. Plain C++: the compiler-free check of the generator
 // (FusedCodegenCheck) builds the same text as host C++.
@@ -39,6 +40,10 @@ constexpr const char *kKernelEntry = "mapp_fused";
 
 /// The text of FusedDevice.h, embedded at build time.
 const char *deviceHeaderText();
+
+/// Elements per thread of the vector path (KernelParams::vec): 16 bytes of
+/// the narrowest storage, 8 when any operand or result is bf16, else 4.
+int vectorWidth(const CodegenSpec &spec);
 
 /// One kernel's source. `entry` names the kernel; `host` emits a host
 /// function `extern "C" void entry(const KernelParams *)` instead of the

@@ -20,11 +20,16 @@
 #include <cmath>
 #include <cstring>
 #endif
+#if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
+#include <vector_types.h> // uint4 (built in under NVRTC)
+#endif
 
 #ifdef __CUDACC__
 #define MAPP_FUSED_HD __host__ __device__
+#define MAPP_FUSED_UNROLL _Pragma("unroll")
 #else
 #define MAPP_FUSED_HD
+#define MAPP_FUSED_UNROLL
 #endif
 
 namespace mapp::rt::fused {
@@ -164,11 +169,74 @@ MAPP_FUSED_HD inline float loadBf16(const void *p, long long i) {
 MAPP_FUSED_HD inline void storeF32(void *p, long long i, float v) {
   static_cast<float *>(p)[i] = v;
 }
-MAPP_FUSED_HD inline void storeBf16(void *p, long long i, float v) {
+MAPP_FUSED_HD inline unsigned short bf16Bits(float v) {
   unsigned bits = floatToBits(v);
-  unsigned short h = v != v ? 0x7FC0
-                            : static_cast<unsigned short>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-  static_cast<unsigned short *>(p)[i] = h;
+  return v != v ? 0x7FC0
+                : static_cast<unsigned short>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+}
+MAPP_FUSED_HD inline void storeBf16(void *p, long long i, float v) {
+  static_cast<unsigned short *>(p)[i] = bf16Bits(v);
+}
+
+// --- 16-byte vectors: W consecutive elements from element v of a 16-byte
+// aligned tensor (the flat path, KernelParams::vec): W/4 loads of f32, W/8
+// of bf16 (8 x bf16 in one 16-byte word, the lower half first).
+struct Word16 {
+  unsigned u[4];
+};
+
+MAPP_FUSED_HD inline Word16 load16(const void *p) {
+  Word16 w;
+#ifdef __CUDA_ARCH__
+  uint4 t = *static_cast<const uint4 *>(p); // one 128-bit load
+  w.u[0] = t.x, w.u[1] = t.y, w.u[2] = t.z, w.u[3] = t.w;
+#else
+  std::memcpy(&w, p, 16);
+#endif
+  return w;
+}
+MAPP_FUSED_HD inline void store16(void *p, const Word16 &w) {
+#ifdef __CUDA_ARCH__
+  uint4 t;
+  t.x = w.u[0], t.y = w.u[1], t.z = w.u[2], t.w = w.u[3];
+  *static_cast<uint4 *>(p) = t;
+#else
+  std::memcpy(p, &w, 16);
+#endif
+}
+
+template <int W> MAPP_FUSED_HD inline void loadVecF32(const void *p, long long v, float (&x)[W]) {
+  for (int q = 0; q < W / 4; ++q) {
+    Word16 w = load16(static_cast<const float *>(p) + v + 4 * q);
+    for (int e = 0; e < 4; ++e)
+      x[4 * q + e] = bitsToFloat(w.u[e]);
+  }
+}
+template <int W> MAPP_FUSED_HD inline void loadVecBf16(const void *p, long long v, float (&x)[W]) {
+  for (int q = 0; q < W / 8; ++q) {
+    Word16 w = load16(static_cast<const unsigned short *>(p) + v + 8 * q);
+    for (int e = 0; e < 4; ++e) {
+      x[8 * q + 2 * e] = bitsToFloat(w.u[e] << 16);
+      x[8 * q + 2 * e + 1] = bitsToFloat(w.u[e] & 0xFFFF0000u);
+    }
+  }
+}
+template <int W> MAPP_FUSED_HD inline void storeVecF32(void *p, long long v, const float (&x)[W]) {
+  for (int q = 0; q < W / 4; ++q) {
+    Word16 w;
+    for (int e = 0; e < 4; ++e)
+      w.u[e] = floatToBits(x[4 * q + e]);
+    store16(static_cast<float *>(p) + v + 4 * q, w);
+  }
+}
+template <int W> MAPP_FUSED_HD inline void storeVecBf16(void *p, long long v, const float (&x)[W]) {
+  for (int q = 0; q < W / 8; ++q) {
+    Word16 w;
+    for (int e = 0; e < 4; ++e)
+      w.u[e] = static_cast<unsigned>(bf16Bits(x[8 * q + 2 * e])) |
+               static_cast<unsigned>(bf16Bits(x[8 * q + 2 * e + 1])) << 16;
+    store16(static_cast<unsigned short *>(p) + v + 8 * q, w);
+  }
 }
 
 // --- the argument block of a generated kernel (by value, one per launch).
@@ -191,6 +259,24 @@ struct KernelParams {
   // broadcast, walk order = memory order): the kernel skips the coordinate
   // arithmetic, whose 64-bit divisions cost more than the element's bytes.
   int flat;
+  // No reduction, every pointer 16-byte aligned and every operand read as
+  // vecMode says: each thread takes W consecutive elements with 16-byte
+  // loads and stores (P::vec), the last n mod W elements one by one.
+  int vec;
+  // Per operand on the vector path: 0 at the element's index; 1 at v mod
+  // vecPeriod (a suffix of the domain's dims: a bias), W consecutive
+  // elements; 2 at v / vecPeriod (a prefix: one value per row), one value
+  // for all W. vecPeriod is a multiple of 8 (or n for mode 2), so a group
+  // of W never straddles a period.
+  int vecMode[kMaxInputs];
+  long long vecPeriod[kMaxInputs];
+  // n < 2^31: the coordinates of the non-flat path in 32-bit arithmetic (a
+  // 64-bit division is a long instruction sequence on the GPU).
+  int idx32;
+  // A reduction whose results are the fastest-varying memory dim (the last
+  // domain dim is kept: a bias gradient summed over the rows): columnLoop,
+  // consecutive results across threadIdx.x, so a warp's loads coalesce.
+  int columns;
   long long dom[kMaxRank];
   long long linStride[kMaxRank];
   long long inStride[kMaxInputs][kMaxRank];
@@ -206,21 +292,67 @@ MAPP_FUSED_HD inline int reduceThreads(long long inner) {
   return t;
 }
 
+/// The block of columnLoop: x consecutive results (32, halved down to 8
+/// while that leaves fewer than kColumnBlocks blocks: a bias of 2048
+/// columns still fills the GPU; 8 f32 are one 32-byte sector) by y rows (a
+/// power of two, no more than needed), x * y <= kReduceThreads. A function
+/// of the shape only, so the order of the sums is the same on every GPU.
+constexpr long long kColumnBlocks = 264;
+MAPP_FUSED_HD inline void columnShape(long long outer, long long inner, int &x, int &y) {
+  x = 32;
+  while (x > 8 && (outer + x - 1) / x < kColumnBlocks)
+    x /= 2;
+  y = 1;
+  while (y < kReduceThreads / x && y < inner)
+    y *= 2;
+}
+
+/// Operand k's W elements from element v (v a multiple of W) on the
+/// vector path, as vecMode[k] says; the index arithmetic once per W.
+template <int W, bool Bf16>
+MAPP_FUSED_HD inline void loadOperandVec(const KernelParams &a, int k, long long v,
+                                         float (&x)[W]) {
+  long long p = a.vecPeriod[k];
+  if (a.vecMode[k] == 2) {
+    long long i = a.idx32 ? static_cast<unsigned>(v) / static_cast<unsigned>(p) : v / p;
+    float t = Bf16 ? loadBf16(a.in[k], i) : loadF32(a.in[k], i);
+    for (int e = 0; e < W; ++e)
+      x[e] = t;
+    return;
+  }
+  long long i = a.vecMode[k] == 0 ? v
+                : a.idx32        ? static_cast<unsigned>(v) % static_cast<unsigned>(p)
+                                 : v % p;
+  if (Bf16)
+    loadVecBf16<W>(a.in[k], i, x);
+  else
+    loadVecF32<W>(a.in[k], i, x);
+}
+
 #if defined(__CUDACC__)
 // The loops every generated kernel runs; P (generated) supplies
 // `static float point(const KernelParams &, long long v)` (loads, the
-// statements, the domain-shaped stores; returns the reduced value) and
+// statements, the domain-shaped stores; returns the reduced value),
+// `static void vec(const KernelParams &, long long v)` (elements v..v+W-1
+// of the vector path, without a reduction) and
 // `static void storeReduced(const KernelParams &, long long o, float)`.
-template <class P> __device__ void elementwiseLoop(const KernelParams &a) {
-  for (long long v = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; v < a.n;
-       v += static_cast<long long>(gridDim.x) * blockDim.x)
+template <class P, int W> __device__ void elementwiseLoop(const KernelParams &a) {
+  long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  long long step = static_cast<long long>(gridDim.x) * blockDim.x, start = 0;
+  if (a.vec) {
+    long long groups = a.n / W;
+    for (long long q = first; q < groups; q += step)
+      P::vec(a, q * W);
+    start = groups * W;
+  }
+  for (long long v = start + first; v < a.n; v += step)
     P::point(a, v);
 }
 
 /// One block per result (striding over them): each thread sums its stride
 /// of the reduced elements in double, then a fixed tree over the threads —
 /// the same order every run, no atomics (bit-reproducible).
-template <class P> __device__ void reduceLoop(const KernelParams &a) {
+template <class P> __device__ void rowLoop(const KernelParams &a) {
   __shared__ double part[kReduceThreads];
   for (long long o = blockIdx.x; o < a.outer; o += gridDim.x) {
     double s = 0;
@@ -238,27 +370,70 @@ template <class P> __device__ void reduceLoop(const KernelParams &a) {
     __syncthreads();
   }
 }
+
+/// KernelParams::columns: a block of columnShape's x results (threadIdx.x)
+/// by y rows (threadIdx.y, striding over the blocks' result groups); thread
+/// (x, y) sums rows y, y + blockDim.y, ... of its result in double, then a
+/// fixed tree over y — the same order every run, no atomics.
+template <class P> __device__ void columnLoop(const KernelParams &a) {
+  __shared__ double part[kReduceThreads];
+  const int x = threadIdx.x, y = threadIdx.y, X = blockDim.x;
+  for (long long o0 = blockIdx.x * static_cast<long long>(X); o0 < a.outer;
+       o0 += static_cast<long long>(gridDim.x) * X) {
+    long long o = o0 + x;
+    double s = 0;
+    if (o < a.outer)
+      for (long long j = y; j < a.inner; j += blockDim.y)
+        s += P::point(a, o * a.inner + j);
+    part[y * X + x] = s;
+    __syncthreads();
+    for (int w = blockDim.y / 2; w > 0; w >>= 1) {
+      if (y < w)
+        part[y * X + x] += part[(y + w) * X + x];
+      __syncthreads();
+    }
+    if (y == 0 && o < a.outer)
+      P::storeReduced(a, o, static_cast<float>(part[x]));
+    __syncthreads();
+  }
+}
+
+template <class P> __device__ void reduceLoop(const KernelParams &a) {
+  if (a.columns)
+    columnLoop<P>(a);
+  else
+    rowLoop<P>(a);
+}
 #endif
 
 #ifdef MAPP_FUSED_HOST
 /// The device loops' order on the host, for the generator's host check
-/// (test/runtime-unit/FusedCodegenCheck.cpp): the same per-thread strides
-/// and the same tree, so its sums are the kernel's.
-template <class P> void hostLoop(const KernelParams &a, bool reduces) {
+/// (test/runtime-unit/FusedCodegenCheck.cpp): the same vector groups, the
+/// same per-thread strides and the same trees, so its sums are the kernel's.
+template <class P, int W> void hostLoop(const KernelParams &a, bool reduces) {
   if (!reduces) {
-    for (long long v = 0; v < a.n; ++v)
+    long long start = 0;
+    if (a.vec) {
+      for (long long q = 0; q < a.n / W; ++q)
+        P::vec(a, q * W);
+      start = a.n / W * W;
+    }
+    for (long long v = start; v < a.n; ++v)
       P::point(a, v);
     return;
   }
-  int threads = reduceThreads(a.inner);
+  int threads = reduceThreads(a.inner), rows = 0, unused;
+  if (a.columns)
+    columnShape(a.outer, a.inner, unused, rows);
   double part[kReduceThreads];
   for (long long o = 0; o < a.outer; ++o) {
-    for (int t = 0; t < threads; ++t) {
+    int ways = a.columns ? rows : threads;
+    for (int t = 0; t < ways; ++t) {
       part[t] = 0;
-      for (long long j = t; j < a.inner; j += threads)
+      for (long long j = t; j < a.inner; j += ways)
         part[t] += P::point(a, o * a.inner + j);
     }
-    for (int w = threads / 2; w > 0; w >>= 1)
+    for (int w = ways / 2; w > 0; w >>= 1)
       for (int t = 0; t < w; ++t)
         part[t] += part[t + w];
     P::storeReduced(a, o, static_cast<float>(part[0]));

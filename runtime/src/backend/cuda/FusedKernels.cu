@@ -56,6 +56,7 @@ FusedKernels::FusedKernels(CudaBackend &be, const Program *prog) {
       c.kernel = kernelFor(spec, c.what);
       c.inputs = spec.inputs;
       c.results = spec.results;
+      c.width = fz::vectorWidth(spec);
       calls_[&in.attrs] = std::move(c);
     }
   if (be.config().fuseLog && !calls_.empty())
@@ -127,19 +128,34 @@ void FusedKernels::run(CudaBackend &be, const KernelArgs &a) {
     c.kernel = kernelFor(spec, c.what);
     c.inputs = spec.inputs;
     c.results = spec.results;
+    c.width = fz::vectorWidth(spec);
   }
   fz::KernelParams params = fz::kernelParams(c.program, c.domain, shapes, ins, outs);
   if (params.n == 0 && params.outer == 0)
     return;
-  bool reduces = c.program.reduction() != nullptr;
+  // The block and grid of the kernel's loop (FusedDevice.h): one result
+  // per block (rowLoop), columnShape's results x rows (columnLoop), or one
+  // element, or one vector of W, per thread.
   long long maxBlocks = static_cast<long long>(be.smCount()) * 32;
-  int threads = reduces ? fz::reduceThreads(params.inner) : 256;
-  long long blocks = reduces ? params.outer : (params.n + threads - 1) / threads;
+  dim3 block(256);
+  long long blocks;
+  if (!c.program.reduction()) {
+    long long units = params.vec ? (params.n + c.width - 1) / c.width : params.n;
+    blocks = (units + block.x - 1) / block.x;
+  } else if (params.columns) {
+    int x, y;
+    fz::columnShape(params.outer, params.inner, x, y);
+    block = dim3(x, y);
+    blocks = (params.outer + x - 1) / x;
+  } else {
+    block = dim3(fz::reduceThreads(params.inner));
+    blocks = params.outer;
+  }
   blocks = std::max(1LL, std::min(blocks, maxBlocks));
   void *args[] = {&params};
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(threads);
+  config.blockDim = block;
   config.stream = be.stream();
   // A library's kernel launches by its handle as the function (as
   // cuda_runtime.h's cudaLaunchKernelEx overload for cudaKernel_t does).

@@ -47,6 +47,7 @@ private:
   struct Loaded {
     cudaLibrary_t library = nullptr;
     cudaKernel_t kernel = nullptr;
+    int width = 4; // elements per thread of its vector path (vectorWidth)
   };
   struct Call {
     fused::Program program;
@@ -56,6 +57,7 @@ private:
     // The kernel for these storage types (set at bind or by the first call).
     std::vector<DType> inputs, results;
     cudaKernel_t kernel = nullptr;
+    int width = 4; // elements per thread of its vector path (vectorWidth)
   };
   static Call prepare(const Attrs &attrs, int numInputs, const std::string &what);
   /// The kernel for `spec`: loaded before, or generated, compiled, loaded.
