@@ -22,6 +22,8 @@
 #      the median of the per-pair on/off ratios of the median step_ms;
 #      (c2) the same for the deterministic eager step against the default.
 #  (d) compute-sanitizer memcheck of the captured gpt-tiny run (6 steps).
+# GRAPH_CHECK_RUNBIN=PATH: where mapp-run is unpacked (default
+# /tmp/mapp-graph-bin/mapp-run, rewritten at every start).
 # GRAPH_CHECK_BACKEND=cpu runs (a) and (b) on the CPU backend (no graphs:
 # a dry run of the script's flags and comparisons on any machine).
 set -uo pipefail
@@ -62,9 +64,11 @@ fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 LOG=${OUT:-/tmp/mapp-graph-check}
 mkdir -p "$LOG"
-RUNBIN=/tmp/mapp-graph-bin/mapp-run
+# Unpacked at every start: a warm device machine keeps /tmp, and an earlier
+# call's binary would otherwise run instead of DIR's.
+RUNBIN=${GRAPH_CHECK_RUNBIN:-/tmp/mapp-graph-bin/mapp-run}
 mkdir -p "$(dirname $RUNBIN)"
-[ -x $RUNBIN ] || { xz -dc "$DIR/bin/mapp-run.xz" > $RUNBIN && chmod +x $RUNBIN; }
+xz -dc "$DIR/bin/mapp-run.xz" > $RUNBIN && chmod +x $RUNBIN || { echo "cannot unpack $DIR/bin/mapp-run.xz" >&2; exit 1; }
 BACKEND=${GRAPH_CHECK_BACKEND:-cuda}
 SUMMARY=()
 FAILED=0
