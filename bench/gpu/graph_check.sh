@@ -7,6 +7,9 @@
 #       $MAPP_BIN/mapp-run, xz-compressed, into DIR)
 #   bench/gpu/graph_check.sh --plans DIR     (device machine, repo root:
 #       only DIR's mapp-run and plans)
+# (a0), (a), (b) and (d) run with MAPP_CUDA_DETERMINISTIC=1 (no float atomics
+# in the step: docs/cuda-backend.md, "Determinism"); (c) on the default,
+# (c2) both.
 # Checks (each prints PASS or FAIL on its line; the summary ends in PASS):
 #  (a) gpt-tiny and 124M, 20 steps, graph off and on: every step's loss and
 #      grad_norm bit-identical, and the parameters saved after the last step
@@ -16,8 +19,11 @@
 #      probe control file and checkpoints every 10 steps, to step 20; off and
 #      on give the same losses and byte-identical step-10 and final shards.
 #  (c) the 124M step time, graph off vs on, 3 alternated pairs of 20 steps:
-#      the median of the per-pair on/off ratios of the median step_ms.
+#      the median of the per-pair on/off ratios of the median step_ms;
+#      (c2) the same for the deterministic eager step against the default.
 #  (d) compute-sanitizer memcheck of the captured gpt-tiny run (6 steps).
+# GRAPH_CHECK_RUNBIN=PATH: where mapp-run is unpacked (default
+# /tmp/mapp-graph-bin/mapp-run, rewritten at every start).
 # GRAPH_CHECK_BACKEND=cpu runs (a) and (b) on the CPU backend (no graphs:
 # a dry run of the script's flags and comparisons on any machine).
 set -uo pipefail
@@ -58,20 +64,24 @@ fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 LOG=${OUT:-/tmp/mapp-graph-check}
 mkdir -p "$LOG"
-RUNBIN=/tmp/mapp-graph-bin/mapp-run
+# Unpacked at every start: a warm device machine keeps /tmp, and an earlier
+# call's binary would otherwise run instead of DIR's.
+RUNBIN=${GRAPH_CHECK_RUNBIN:-/tmp/mapp-graph-bin/mapp-run}
 mkdir -p "$(dirname $RUNBIN)"
-[ -x $RUNBIN ] || { xz -dc "$DIR/bin/mapp-run.xz" > $RUNBIN && chmod +x $RUNBIN; }
+xz -dc "$DIR/bin/mapp-run.xz" > $RUNBIN && chmod +x $RUNBIN || { echo "cannot unpack $DIR/bin/mapp-run.xz" >&2; exit 1; }
 BACKEND=${GRAPH_CHECK_BACKEND:-cuda}
 SUMMARY=()
 FAILED=0
 say() { echo "$*"; SUMMARY+=("$*"); }
 record() { say "$1"; [ "$2" -eq 0 ] || FAILED=1; }
 
-# train NAME GRAPH PLAN STEPS [flags...]: one run, metrics in $LOG/NAME.jsonl.
+# train NAME GRAPH PLAN STEPS [flags...]: one run, metrics in $LOG/NAME.jsonl;
+# deterministic unless DET=0.
+DET=1
 train() {
   local name=$1 graph=$2 plan=$3 steps=$4
   shift 4
-  MAPP_CUDA_GRAPH=$graph timeout 300 $RUNBIN "$DIR/plans/$plan.mplan" --backend=$BACKEND \
+  MAPP_CUDA_DETERMINISTIC=$DET MAPP_CUDA_GRAPH=$graph timeout 300 $RUNBIN "$DIR/plans/$plan.mplan" --backend=$BACKEND \
     --data "$DIR/corpus.jsonl" --tokenizer bytes --steps "$steps" --seed 11 --quiet \
     --metrics "$LOG/$name.jsonl" "$@" > "$LOG/$name.log" 2>&1
   local rc=$?
@@ -132,11 +142,14 @@ for c in tiny $([ $BACKEND = cuda ] && echo gpt-124m); do
   fi
   record "(a) $c graph off vs on, 20 steps: $([ $ok -eq 0 ] && echo PASS || echo FAIL) ${msg:-run failed} [${graphs:-}]" $ok
   # The eager run against itself: where it differs, the backend's kernels
-  # are not run-to-run deterministic (float atomics), and no graph can be
-  # bit-identical to an eager run; the line says so apart from (a).
-  if [ $BACKEND = cuda ] && train $c.off2 off $c 20; then
-    floor=$(same $c.off $c.off2) && say "(a0) $c eager vs eager: $floor" ||
-      say "(a0) $c eager vs eager, not deterministic: $floor"
+  # are not run-to-run deterministic, and no graph can be bit-identical to
+  # an eager run; (a0) fails apart from (a).
+  if [ $BACKEND = cuda ]; then
+    ok=0
+    floor=""
+    train $c.off2 off $c 20 || ok=1
+    [ $ok -eq 0 ] && { floor=$(same $c.off $c.off2) || ok=1; }
+    record "(a0) $c eager vs eager: $([ $ok -eq 0 ] && echo PASS || echo FAIL) ${floor:-run failed}" $ok
   fi
 done
 
@@ -178,30 +191,35 @@ record "(b) tiny, switch on at step 8, checkpoint at 10, off vs on: $([ $ok -eq 
 
 [ $BACKEND = cuda ] || { printf '%s\n' "${SUMMARY[@]}"; exit $FAILED; }
 
-# (c) step time, alternated pairs
+# (c) step time, alternated pairs, on the default (atomic, tuned) kernels;
+# (c2) the deterministic eager step against the default eager step, run in
+# the same alternation (what MAPP_CUDA_DETERMINISTIC=1 costs).
 ok=0
 for i in 1 2 3; do
-  train time$i.off off gpt-124m 20 || ok=1
-  train time$i.on on gpt-124m 20 || ok=1
+  DET=0 train time$i.off off gpt-124m 20 || ok=1
+  DET=0 train time$i.on on gpt-124m 20 || ok=1
+  DET=1 train time$i.det off gpt-124m 20 || ok=1
 done
-line=$(python3 - "$LOG" <<'PY'
+lines=$(python3 - "$LOG" <<'PY'
 import json, statistics, sys
 log = sys.argv[1]
 def med(name):
     r = [json.loads(l) for l in open(f"{log}/{name}.jsonl") if l.strip()]
     return statistics.median(x["step_ms"] for x in r[3:])
-pairs = [(med(f"time{i}.off"), med(f"time{i}.on")) for i in (1, 2, 3)]
-ratio = statistics.median(on / off for off, on in pairs)
-print("pairs (off, on ms): " + ", ".join(f"({a:.2f}, {b:.2f})" for a, b in pairs)
-      + f"; median on/off {ratio:.3f}")
+for other, label in (("on", "off, on"), ("det", "default, deterministic")):
+    pairs = [(med(f"time{i}.off"), med(f"time{i}.{other}")) for i in (1, 2, 3)]
+    ratio = statistics.median(b / a for a, b in pairs)
+    print(f"pairs ({label} ms): " + ", ".join(f"({a:.2f}, {b:.2f})" for a, b in pairs)
+          + f"; median {other}/off {ratio:.3f}")
 PY
 ) || ok=1
-record "(c) 124M step time graph off vs on: $line" $ok
+record "(c) 124M step time graph off vs on: $(echo "$lines" | sed -n 1p)" $ok
+record "(c2) 124M eager step time default vs MAPP_CUDA_DETERMINISTIC=1: $(echo "$lines" | sed -n 2p)" $ok
 
 # (d) memcheck of the captured tiny run
 if command -v compute-sanitizer > /dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  MAPP_CUDA_GRAPH=on timeout 500 $CS --tool memcheck $RUNBIN "$DIR/plans/tiny.mplan" \
+  MAPP_CUDA_DETERMINISTIC=1 MAPP_CUDA_GRAPH=on timeout 500 $CS --tool memcheck $RUNBIN "$DIR/plans/tiny.mplan" \
     --backend=cuda --data "$DIR/corpus.jsonl" --tokenizer bytes --steps 6 --seed 11 \
     --quiet > "$LOG/memcheck.log" 2>&1
   rc=$?

@@ -12,7 +12,10 @@
 //   the fused GEMM pairs (FusionCases.cpp) — double loops, and against the
 //     unfused kernels;
 //   the generated kernels of mapp.fused — the program in double
-//     (FusedFp64.cpp; cases: test/runtime-unit/FusedCases.h).
+//     (FusedFp64.cpp; cases: test/runtime-unit/FusedCases.h);
+//   "det" — attention_grad on a MAPP_CUDA_DETERMINISTIC=1 backend against
+//     the same references, and two-call bit-identity of the formerly atomic
+//     sums (CudaDeterminismTest.cpp).
 // Run in both storage modes of the CUDA backend:
 //   f32  — operands stored fp32 (GEMMs and flash attention still take bf16
 //          operands, so those get bf16 tolerances);
@@ -22,6 +25,7 @@
 // element fails. Exit 77 (CTest: skipped) without a GPU; 1 on any failure.
 //
 //===----------------------------------------------------------------------===//
+#include "CudaDeterminismTest.h"
 #include "Fp64Reference.h"
 #include "FusedCases.h"
 #include "FusionCases.h"
@@ -586,6 +590,18 @@ bool errorCase(Backend &gpu) {
   }
   bool ok = msg.find("id 42 at position 2") != std::string::npos;
   std::printf("%-5s %-34s %s  (%s)\n", "-", "embedding bad id -> Error", ok ? "ok  " : "FAIL", msg.c_str());
+  // The gradient's sort keys report the same id (dy: the output above).
+  Tensor gin[2] = {o.t, i.t}, gout[1] = {t.t};
+  std::string gmsg;
+  try {
+    gpu.lookup("embedding_grad")({at, gin, 2, gout, 1, ctx});
+    gpu.synchronize();
+  } catch (const Error &e) {
+    gmsg = e.what();
+  }
+  bool gok = gmsg.find("embedding_grad: id 42 at position 2") != std::string::npos;
+  std::printf("%-5s %-34s %s  (%s)\n", "-", "embedding_grad bad id -> Error", gok ? "ok  " : "FAIL", gmsg.c_str());
+  ok &= gok;
   cudaFree(t.t.data);
   cudaFree(i.t.data);
   cudaFree(o.t.data);
@@ -661,6 +677,31 @@ int main(int argc, char **argv) {
         ++failed;
       }
     }
+  }
+  // MAPP_CUDA_DETERMINISTIC=1 (read when a backend is created): the
+  // attention gradients through the separate dQ pass against the same
+  // references, then every formerly atomic sum called twice, bit for bit.
+  if (only.empty() || only.find("det") != std::string::npos) {
+    setenv("MAPP_CUDA_DETERMINISTIC", "1", 1);
+    std::unique_ptr<Backend> det = createCudaBackend(0);
+    unsetenv("MAPP_CUDA_DETERMINISTIC");
+    for (Case c : cases()) {
+      if (c.kernel != "attention_grad")
+        continue;
+      c.name = "det " + c.name;
+      for (bool bf : {false, true}) {
+        ++total;
+        try {
+          failed += !runCase(c, bf, *cpu, *det);
+        } catch (const std::exception &e) {
+          std::printf("%-34s FAIL %s\n", c.name.c_str(), e.what());
+          ++failed;
+        }
+      }
+    }
+    mapp::test::DeterminismTally d = mapp::test::runDeterminismCases(*gpu, *det);
+    total += d.total;
+    failed += d.failed;
   }
   ++total;
   failed += !errorCase(*gpu);

@@ -23,7 +23,7 @@ const char *const kVars[] = {
     "MAPP_CUDA_FUSE_LOG",  "MAPP_CUDA_GEMM_TUNE",   "MAPP_CUDA_ATTN",
     "MAPP_CUDA_COMM",      "MAPP_CUDNN_LIB",        "MAPP_CUDNN_VERBOSE",
     "MAPP_PROBE_RING_BYTES", "MAPP_NCCL_SYNC_GRADS", "MAPP_CUDA_MOE_COUNTS",
-    "MAPP_CUDA_GRAPH"};
+    "MAPP_CUDA_GRAPH", "MAPP_CUDA_DETERMINISTIC"};
 
 /// Unsets every switch for the test and restores the caller's values.
 class CudaConfigEnv : public ::testing::Test {
@@ -77,6 +77,7 @@ TEST_F(CudaConfigEnv, UnsetGivesTheDefaults) {
   EXPECT_FALSE(c.ncclSyncGrads);
   EXPECT_FALSE(c.moeCountsSync);
   EXPECT_FALSE(c.stepGraph);
+  EXPECT_FALSE(c.deterministic);
 }
 
 TEST_F(CudaConfigEnv, EachVariableSetsItsField) {
@@ -139,4 +140,24 @@ TEST_F(CudaConfigEnv, BadValuesNameTheVariable) {
   EXPECT_NE(errorWith("MAPP_CUDA_MOE_COUNTS", "1").find("MAPP_CUDA_MOE_COUNTS must be async or sync, got '1'"), std::string::npos);
   EXPECT_NE(errorWith("MAPP_CUDA_GRAPH", "1").find("MAPP_CUDA_GRAPH must be 'off' or 'on', not '1'"), std::string::npos);
   EXPECT_EQ(errorWith("MAPP_CUDA_FUSE_LOG", "whatever"), ""); // not 1: off
+}
+
+TEST_F(CudaConfigEnv, DeterministicTurnsTuningOffAndRefusesAtomicAttention) {
+  setenv("MAPP_CUDA_DETERMINISTIC", "1", 1);
+  CudaConfig c = CudaConfig::fromEnv();
+  EXPECT_TRUE(c.deterministic);
+  EXPECT_FALSE(c.gemmTune); // timed algorithm choices can differ per run
+  setenv("MAPP_CUDA_ATTN", "own", 1);
+  c = CudaConfig::fromEnv();
+  EXPECT_TRUE(c.deterministic);
+  EXPECT_EQ(c.attn, CudaAttnImpl::Own);
+  setenv("MAPP_CUDA_DETERMINISTIC", "0", 1);
+  c = CudaConfig::fromEnv();
+  EXPECT_FALSE(c.deterministic);
+  EXPECT_TRUE(c.gemmTune);
+  unsetenv("MAPP_CUDA_ATTN");
+  EXPECT_NE(errorWith("MAPP_CUDA_DETERMINISTIC", "yes").find("MAPP_CUDA_DETERMINISTIC must be '0' or '1', not 'yes'"), std::string::npos);
+  setenv("MAPP_CUDA_DETERMINISTIC", "1", 1);
+  EXPECT_NE(errorWith("MAPP_CUDA_ATTN", "cudnn").find("MAPP_CUDA_DETERMINISTIC=1: MAPP_CUDA_ATTN=cudnn accumulates dQ with float atomics"), std::string::npos);
+  EXPECT_NE(errorWith("MAPP_CUDA_ATTN", "wmma").find("MAPP_CUDA_ATTN=wmma"), std::string::npos);
 }

@@ -75,6 +75,14 @@ bool stepGraphFromEnv() {
   return v == "on";
 }
 
+bool deterministicFromEnv() {
+  const char *s = env("MAPP_CUDA_DETERMINISTIC");
+  std::string v = s ? s : "0";
+  if (v != "0" && v != "1")
+    fail("MAPP_CUDA_DETERMINISTIC must be '0' or '1', not '", v, "'");
+  return v == "1";
+}
+
 bool isOne(const char *name) {
   const char *s = env(name);
   return s && std::string(s) == "1";
@@ -145,5 +153,14 @@ CudaConfig CudaConfig::fromEnv() {
     c.moeCountsSync = v == "sync";
   }
   c.stepGraph = stepGraphFromEnv();
+  c.deterministic = deterministicFromEnv();
+  if (c.deterministic) {
+    // Both backward passes add dQ with float atomics (order varies per run).
+    if (c.attn == CudaAttnImpl::Cudnn || c.attn == CudaAttnImpl::Wmma)
+      fail("MAPP_CUDA_DETERMINISTIC=1: MAPP_CUDA_ATTN=",
+           c.attn == CudaAttnImpl::Cudnn ? "cudnn" : "wmma",
+           " accumulates dQ with float atomics; use auto or own");
+    c.gemmTune = false; // a timed choice may differ between runs
+  }
   return c;
 }

@@ -66,6 +66,12 @@ struct CudaConfig {
   /// MAPP_CUDA_GRAPH=off|on (off): capture the training step's forward and
   /// backward as a CUDA graph and replay it (docs/cuda-graphs.md).
   bool stepGraph = false;
+  /// MAPP_CUDA_DETERMINISTIC=0|1 (0): run-to-run bit-identical steps. Flash
+  /// attention's backward forms dQ in its own pass instead of float atomics,
+  /// attention's backward skips cuDNN (auto: the own kernels), and GEMMs keep
+  /// cuBLASLt's first heuristic algorithm (timed choices can differ between
+  /// runs). Refused with MAPP_CUDA_ATTN=cudnn or wmma (atomic dQ).
+  bool deterministic = false;
 
   /// Reads every variable; Error naming the variable and the bad value.
   static CudaConfig fromEnv();

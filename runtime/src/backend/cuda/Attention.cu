@@ -505,7 +505,10 @@ void cuda::attention_grad(const KernelArgs &a) {
     lse = l;
   }
   DView dq = view(a.out[0]), dk = view(a.out[1]), dv = view(a.out[2]);
-  if (cudnnBackward(be, a, g, qk, v, o, dout, lse, dq, dk, dv))
+  // cuDNN's backward accumulates dQ with atomics: MAPP_CUDA_DETERMINISTIC=1
+  // runs the own kernels (their forward outputs are interchangeable).
+  if (!be.config().deterministic &&
+      cudnnBackward(be, a, g, qk, v, o, dout, lse, dq, dk, dv))
     return;
   // The own kernels: k, v repeated to every query head; with GQA, full-width
   // fp32 dK, dV in scratch, summed per group at the end.

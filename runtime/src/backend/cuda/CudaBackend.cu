@@ -20,9 +20,10 @@ constexpr size_t kScalarCap = 1 << 14;
 constexpr size_t kStageMax = size_t(64) << 20;
 
 /// Σ x² over every span, one launch: blocks along y take one span each,
-/// along x they stride through it; each block adds its sum to *out.
+/// along x they stride through it; each block writes its sum to
+/// parts[y·gridDim.x + x] (no atomics: the order of the sums is fixed).
 __global__ void sumSquaresKernel(const CudaBackend::SquareSpan *spans,
-                                 double *out) {
+                                 double *parts) {
   const float *x = spans[blockIdx.y].data;
   int64_t n = spans[blockIdx.y].n;
   double s = 0;
@@ -31,20 +32,20 @@ __global__ void sumSquaresKernel(const CudaBackend::SquareSpan *spans,
     double v = x[i];
     s += v * v;
   }
-  for (int o = 16; o > 0; o >>= 1)
-    s += __shfl_xor_sync(0xffffffffu, s, o);
-  __shared__ double warps[32];
-  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  if (lane == 0)
-    warps[w] = s;
-  __syncthreads();
-  if (w == 0) {
-    s = lane < (blockDim.x >> 5) ? warps[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1)
-      s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0)
-      atomicAdd(out, s);
-  }
+  s = blockReduce(s, Sum());
+  if (threadIdx.x == 0)
+    parts[blockIdx.y * gridDim.x + blockIdx.x] = s;
+}
+
+/// One block: each thread sums a strided share in index order, then the
+/// block's fixed tree.
+__global__ void sumPartialsKernel(const double *parts, int64_t n, double *out) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    s += parts[i];
+  s = blockReduce(s, Sum());
+  if (threadIdx.x == 0)
+    *out = s;
 }
 
 const char *errorKernel(int code) {
@@ -317,10 +318,10 @@ void CudaBackend::zeroStorage(void *dst, size_t bytes) {
 }
 
 double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
-  MAPP_CUDA_CHECK(cudaMemsetAsync(normDev_, 0, sizeof(double), stream_));
   // One launch for every gradient (hundreds of tensors: a launch each was
   // host time in the middle of the step). The executor passes the same
-  // list every step, so its descriptors go to the device once.
+  // list every step, so its descriptors go to the device once. Per-block
+  // partials and one fixed-order sum: the norm is bit-identical run to run.
   std::vector<SquareSpan> spans;
   int64_t most = 0;
   for (const Tensor &t : ts)
@@ -328,25 +329,37 @@ double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
       spans.push_back({static_cast<const float *>(t.data), t.numel()});
       most = std::max(most, t.numel());
     }
-  if (!spans.empty()) {
+  if (spans.empty()) {
+    MAPP_CUDA_CHECK(cudaMemsetAsync(normDev_, 0, sizeof(double), stream_));
+  } else {
+    unsigned gx = static_cast<unsigned>(std::min<int64_t>(gridFor(most, 256), 64));
     if (spans != normSpans_) {
       normSpans_ = spans;
       normSpansDev_.reset(static_cast<SquareSpan *>(
           deviceAlloc(spans.size() * sizeof(SquareSpan))));
+      normParts_.reset(static_cast<double *>(
+          deviceAlloc(spans.size() * gx * sizeof(double))));
       MAPP_CUDA_CHECK(cudaMemcpyAsync(normSpansDev_, normSpans_.data(),
                                       spans.size() * sizeof(SquareSpan),
                                       cudaMemcpyHostToDevice, stream_));
     }
     for (size_t first = 0; first < spans.size(); first += 65535) {
       unsigned count = static_cast<unsigned>(std::min<size_t>(spans.size() - first, 65535));
-      dim3 grid(static_cast<unsigned>(std::min<int64_t>(gridFor(most, 256), 64)), count);
-      sumSquaresKernel<<<grid, 256, 0, stream_>>>(normSpansDev_ + first, normDev_);
+      sumSquaresKernel<<<dim3(gx, count), 256, 0, stream_>>>(
+          normSpansDev_ + first, normParts_ + first * gx);
       MAPP_CUDA_LAUNCHED();
     }
+    sumPartials(normParts_, int64_t(spans.size()) * gx, normDev_, stream_);
   }
   double s = 0;
   copyFromStorage(&s, normDev_, sizeof(double));
   return s;
+}
+
+void cuda::sumPartials(const double *parts, int64_t n, double *out,
+                       cudaStream_t s) {
+  sumPartialsKernel<<<1, 1024, 0, s>>>(parts, n, out);
+  MAPP_CUDA_LAUNCHED();
 }
 
 void CudaBackend::waitComm() {

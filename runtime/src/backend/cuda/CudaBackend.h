@@ -157,7 +157,7 @@ public:
   size_t ltWorkspaceBytes() const { return ltWorkspaceBytes_; }
   int smCount() const { return sms_; }
   DeviceError *deviceError() const { return devError_; }
-  /// Device scratch of at least `bytes` in buffer `which` (0..12), valid until
+  /// Device scratch of at least `bytes` in buffer `which` (0..13), valid until
   /// the next scratch() call on that buffer (work on the one stream is
   /// ordered, so reuse is safe). Conventions: 0 GEMM A / norm partials,
   /// 1 small per-kernel data, 2 reduce_sum / recomputed attention,
@@ -229,6 +229,7 @@ private:
   DeviceBuffer<double> normDev_;
   std::vector<SquareSpan> normSpans_; // the last sumSquares list ...
   DeviceBuffer<SquareSpan> normSpansDev_; // ... and its copy on the device
+  DeviceBuffer<double> normParts_;        // ... and its per-block partials
   PinnedBuffer<float> scalarPinned_; // readScalarAsync staging
   std::vector<float *> scalarDst_;
   size_t scalarCap_ = 0;
@@ -241,9 +242,9 @@ private:
     void *p = nullptr;
     size_t bytes = 0;
   };
-  Scratch scratch_[13]; // 6..9: grouped-query attention's repeated k/v, dk/dv;
+  Scratch scratch_[14]; // 6..9: grouped-query attention's repeated k/v, dk/dv;
                         // 10, 11: rotary attention's bf16 dq, dk from cuDNN;
-                        // 12: rotary cos/sin table
+                        // 12: rotary cos/sin table; 13: embedding_grad's sort
 
   CudaConfig config_;
   bool bf16Storage_ = true;
@@ -309,6 +310,9 @@ inline CudaBackend &backendOf(const KernelArgs &a) {
 /// fp32 -> bf16 conversion of n elements (used for shadows and GEMM inputs).
 void convertToBf16(const float *src, __nv_bfloat16 *dst, int64_t n,
                    cudaStream_t s);
+/// *out = Σ parts[0..n) in a fixed order (one block): the last step of the
+/// deterministic squared-sum reductions (gradient norms).
+void sumPartials(const double *parts, int64_t n, double *out, cudaStream_t s);
 /// Copies n elements between storage views of possibly different types.
 void copyConvert(DView src, DView dst, int64_t n, cudaStream_t s);
 void fillZero(DView dst, int64_t n, cudaStream_t s);

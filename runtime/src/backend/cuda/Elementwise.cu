@@ -1,4 +1,4 @@
-//===- Elementwise.cu - pointwise, data movement, embedding, reduce_sum ---===//
+//===- Elementwise.cu - pointwise, data movement, reduce_sum -------------===//
 //
 // Memory-bound kernels. Each is instantiated per storage type of its operands
 // (fp32 or bf16, chosen by the backend's storage policy), so the inner loops
@@ -181,41 +181,6 @@ __global__ void copyConvertKernel(DView src, DView dst, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     dst.st(i, src.ld(i));
-}
-
-// With a `group`, the table holds rows [lo, lo + v) of a vocabulary of
-// `total` rows (vocab-parallel): other valid ids give zero rows (embedding)
-// or contribute nothing (grad), as on the CPU.
-__global__ void embeddingKernel(DView table, const int32_t *ids, DView y,
-                                int64_t v, int64_t lo, int64_t total,
-                                int64_t h, int64_t n, DeviceError *err) {
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    int32_t id = ids[r];
-    if ((id < 0 || id >= total) && threadIdx.x == 0)
-      reportError(err, kErrEmbeddingId, id, r, total);
-    int64_t row = int64_t(id) - lo;
-    bool mine = row >= 0 && row < v;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-      y.st(r * h + c, mine ? table.ld(row * h + c) : 0.0f);
-  }
-}
-
-__global__ void embeddingGradKernel(DView dy, const int32_t *ids, float *dt,
-                                    int64_t v, int64_t lo, int64_t total,
-                                    int64_t h, int64_t n, DeviceError *err) {
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    int32_t id = ids[r];
-    if (id < 0 || id >= total) {
-      if (threadIdx.x == 0)
-        reportError(err, kErrEmbeddingGradId, id, r, total);
-      continue;
-    }
-    int64_t row = int64_t(id) - lo;
-    if (row < 0 || row >= v)
-      continue;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-      atomicAdd(dt + row * h + c, dy.ld(r * h + c));
-  }
 }
 
 constexpr int kMaxRank = 8;
@@ -546,38 +511,6 @@ void cuda::fill(const KernelArgs &a) {
 
 void cuda::grad_accumulate(const KernelArgs &a) {
   binary(a.out[0], &a.in[0], a.out[0], AddOp{}, backendOf(a).stream());
-}
-
-void cuda::embedding(const KernelArgs &a) {
-  CudaBackend &be = backendOf(a);
-  int64_t v = a.in[0].dim(0), h = a.in[0].dim(1), n = a.in[1].numel();
-  if (!n || !h)
-    return;
-  auto [r, g] = cpu::groupPosition(a);
-  embeddingKernel<<<gridFor(n, 1, be.smCount() * 32), 128, 0, be.stream()>>>(
-      view(a.in[0]), a.in[1].i32(), view(a.out[0]), v, r * v, g * v, h, n,
-      be.deviceError());
-  MAPP_CUDA_LAUNCHED();
-}
-
-void cuda::embedding_grad(const KernelArgs &a) {
-  CudaBackend &be = backendOf(a);
-  const Tensor &out = a.out[0];
-  int64_t v = out.dim(0), h = out.dim(1), n = a.in[1].numel();
-  // Sums run in fp32 with atomics: into the output when it is fp32, else in
-  // scratch converted afterwards.
-  float *acc = isBf16(out) ? static_cast<float *>(be.scratch(out.numel() * 4, 1))
-                           : out.f32();
-  MAPP_CUDA_CHECK(cudaMemsetAsync(acc, 0, out.numel() * 4, be.stream()));
-  if (n && h) {
-    auto [r, g] = cpu::groupPosition(a);
-    embeddingGradKernel<<<gridFor(n, 1, be.smCount() * 32), 128, 0, be.stream()>>>(
-        view(a.in[0]), a.in[1].i32(), acc, v, r * v, g * v, h, n,
-        be.deviceError());
-    MAPP_CUDA_LAUNCHED();
-  }
-  if (isBf16(out))
-    copyConvert({acc, 0}, view(out), out.numel(), be.stream());
 }
 
 void cuda::reshape(const KernelArgs &a) {

@@ -11,7 +11,9 @@
 // dK += dSᵀ·Q (register accumulators each; Sᵀ is computed by both groups,
 // which costs one extra product but keeps each warp under 255 registers),
 // then all 8 warps form dQ = dS·K from dSᵀ in shared memory and add it into
-// an fp32 accumulator with vector atomics.
+// an fp32 accumulator with vector atomics. The atomics' order varies run to
+// run; with MAPP_CUDA_DETERMINISTIC=1 the backward skips that step and a
+// separate pass over query tiles (dqKernel) forms dQ, recomputing P and dP.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4):
 // A: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..);
@@ -378,8 +380,9 @@ __global__ void __launch_bounds__(256)
       }
     }
     __syncthreads(); // dSᵀ complete
-    // dQ rows [wi·16, +16), columns [grp·D/2, +D/2) of this tile: dS·K.
-    {
+    // dQ rows [wi·16, +16), columns [grp·D/2, +D/2) of this tile: dS·K
+    // (not when dqKernel forms dQ: dqAcc null, uniform over the grid).
+    if (dqAcc) {
       float qa[D / 16][4];
 #pragma unroll
       for (int i = 0; i < D / 16; ++i)
@@ -432,6 +435,135 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// Deterministic dQ (MAPP_CUDA_DETERMINISTIC=1): a block owns 64 query rows
+/// (4 warps × 16, as the forward) and walks the key tiles in order,
+/// recomputing S = Q·Kᵀ, P, dP = dO·Vᵀ and dS = P∘(dP − delta), and adding
+/// dS·K into register accumulators; each dQ element is written once, so the
+/// sum's order is fixed. Q and dO fragments are read from shared memory per
+/// k-chunk (not held in registers) to leave room for S, dP and dQ.
+template <int D>
+__global__ void __launch_bounds__(128)
+    dqKernel(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+             const float *lse, const float *delta, DView dq, int64_t T,
+             int64_t H, int heads, float scale, int causal) {
+  constexpr int LD = D + 8, NT = 128;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16 *sQ = reinterpret_cast<bf16 *>(smem);
+  bf16 *sdO = sQ + BR * LD;
+  bf16 *sK = sdO + BR * LD; // [2][BC][LD]
+  bf16 *sV = sK + 2 * BC * LD;
+
+  int nQ = static_cast<int>((T + BR - 1) / BR);
+  int qb = nQ - 1 - blockIdx.x; // longest causal rows first
+  int64_t bh = blockIdx.y, b = bh / heads, hd = bh % heads;
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int g = lane >> 2, t4 = lane & 3;
+  size_t off = static_cast<size_t>(b) * T * H + hd * D;
+  const bf16 *kg = k + off, *vg = v + off;
+
+  int nK = static_cast<int>((T + BC - 1) / BC);
+  if (causal)
+    nK = min(nK, qb + 1);
+  tileAsync<D, NT>(sQ, q + off, H, int64_t(qb) * BR, T);
+  tileAsync<D, NT>(sdO, dout + off, H, int64_t(qb) * BR, T);
+  tileAsync<D, NT>(sK, kg, H, 0, T);
+  tileAsync<D, NT>(sV, vg, H, 0, T);
+  cpCommit();
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+    acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  const float sl2 = scale * kLog2e;
+  const int64_t row0 = int64_t(qb) * BR + warp * 16 + g, row1 = row0 + 8;
+  // Rows past T: P = exp2(x − ∞) = 0, so dS = 0.
+  const float l0 = row0 < T ? lse[bh * T + row0] * kLog2e : INFINITY;
+  const float l1 = row1 < T ? lse[bh * T + row1] * kLog2e : INFINITY;
+  const float d0 = row0 < T ? delta[bh * T + row0] : 0.0f;
+  const float d1 = row1 < T ? delta[bh * T + row1] : 0.0f;
+  const bf16 *wQ = sQ + warp * 16 * LD, *wdO = sdO + warp * 16 * LD;
+
+  for (int kt = 0; kt < nK; ++kt) {
+    int buf = kt & 1;
+    if (kt + 1 < nK) {
+      tileAsync<D, NT>(sK + (buf ^ 1) * BC * LD, kg, H, int64_t(kt + 1) * BC, T);
+      tileAsync<D, NT>(sV + (buf ^ 1) * BC * LD, vg, H, int64_t(kt + 1) * BC, T);
+      cpCommit();
+      cpWait<1>();
+    } else {
+      cpWait<0>();
+    }
+    __syncthreads();
+    const bf16 *cK = sK + buf * BC * LD, *cV = sV + buf * BC * LD;
+    // S_w = Q_w·Kᵀ and dP_w = dO_w·Vᵀ: 16 queries × 64 keys each.
+    float s[BC / 8][4], dp[BC / 8][4];
+#pragma unroll
+    for (int i = 0; i < BC / 8; ++i)
+      s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] =
+          dp[i][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+      uint32_t aq[4], ad[4];
+      ldsm4(aq, wQ + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+      ldsm4(ad, wdO + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int np = 0; np < BC / 16; ++np) {
+        int r = (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kc * 16 +
+                ((lane >> 3) & 1) * 8;
+        uint32_t rk[4], rv[4];
+        ldsm4(rk, cK + r);
+        ldsm4(rv, cV + r);
+        mma(s[2 * np], aq, rk[0], rk[1]);
+        mma(s[2 * np + 1], aq, rk[2], rk[3]);
+        mma(dp[2 * np], ad, rv[0], rv[1]);
+        mma(dp[2 * np + 1], ad, rv[2], rv[3]);
+      }
+    }
+    // dS = P∘(dP − delta), P from the saved log-sum-exp.
+    bool diag = causal && kt == nK - 1;
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int64_t key = int64_t(kt) * BC + nt * 8 + 2 * t4 + (e & 1);
+        int64_t row = e < 2 ? row0 : row1;
+        bool ok = key < T && !(diag && key > row);
+        float p = ok ? exp2f(s[nt][e] * sl2 - (e < 2 ? l0 : l1)) : 0.0f;
+        s[nt][e] = p * (dp[nt][e] - (e < 2 ? d0 : d1));
+      }
+    // dQ_w += dS_w·K.
+#pragma unroll
+    for (int kc = 0; kc < BC / 16; ++kc) {
+      uint32_t pa[4] = {pack(s[2 * kc][0], s[2 * kc][1]), pack(s[2 * kc][2], s[2 * kc][3]),
+                        pack(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                        pack(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+      for (int dc = 0; dc < D / 16; ++dc) {
+        uint32_t r[4];
+        ldsm4t(r, cK + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dc * 16 +
+                      (lane >> 4) * 8);
+        mma(acc[2 * dc], pa, r[0], r[1]);
+        mma(acc[2 * dc + 1], pa, r[2], r[3]);
+      }
+    }
+    __syncthreads(); // this buffer is refilled two iterations later
+  }
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    int col = i * 8 + 2 * t4;
+    if (row0 < T) {
+      int64_t base = (static_cast<int64_t>(b) * T + row0) * H + hd * D + col;
+      dq.st(base, acc[i][0] * scale);
+      dq.st(base + 1, acc[i][1] * scale);
+    }
+    if (row1 < T) {
+      int64_t base = (static_cast<int64_t>(b) * T + row1) * H + hd * D + col;
+      dq.st(base, acc[i][2] * scale);
+      dq.st(base + 1, acc[i][3] * scale);
+    }
+  }
+}
+
 __global__ void scaleInto(const float *src, DView dst, int64_t n, float s) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -471,16 +603,37 @@ void bwd(CudaBackend &be, DView dout, DView q, DView k, DView v, const float *ls
         bwdKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     raised = true;
   }
+  // Deterministic: the kernel leaves dQ out (null accumulator) and
+  // dqKernel forms it without atomics.
+  const bool det = be.config().deterministic;
   int64_t n = B * T * H;
-  float *acc = static_cast<float *>(be.scratch(n * 4, 4));
-  MAPP_CUDA_CHECK(cudaMemsetAsync(acc, 0, n * 4, be.stream()));
+  float *acc = nullptr;
+  if (!det) {
+    acc = static_cast<float *>(be.scratch(n * 4, 4));
+    MAPP_CUDA_CHECK(cudaMemsetAsync(acc, 0, n * 4, be.stream()));
+  }
+  const bf16 *dO = static_cast<const bf16 *>(dout.p), *qp = static_cast<const bf16 *>(q.p),
+             *kp = static_cast<const bf16 *>(k.p), *vp = static_cast<const bf16 *>(v.p);
   dim3 grid(static_cast<unsigned>((T + BC - 1) / BC), static_cast<unsigned>(B * heads));
-  bwdKernel<D><<<grid, 256, smem, be.stream()>>>(
-      static_cast<const bf16 *>(dout.p), static_cast<const bf16 *>(q.p),
-      static_cast<const bf16 *>(k.p), static_cast<const bf16 *>(v.p), lse, delta, acc,
-      dk, dv, T, H, static_cast<int>(heads), scale, causal);
+  bwdKernel<D><<<grid, 256, smem, be.stream()>>>(dO, qp, kp, vp, lse, delta, acc, dk,
+                                                 dv, T, H, static_cast<int>(heads),
+                                                 scale, causal);
   MAPP_CUDA_LAUNCHED();
-  scaleInto<<<gridFor(n, 256), 256, 0, be.stream()>>>(acc, dq, n, scale);
+  if (!det) {
+    scaleInto<<<gridFor(n, 256), 256, 0, be.stream()>>>(acc, dq, n, scale);
+    MAPP_CUDA_LAUNCHED();
+    return;
+  }
+  size_t dqSmem = (2 * BR + 4 * BC) * LD * 2;
+  static bool dqRaised = false;
+  if (!dqRaised) {
+    MAPP_CUDA_CHECK(cudaFuncSetAttribute(
+        dqKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dqSmem)));
+    dqRaised = true;
+  }
+  dim3 qgrid(static_cast<unsigned>((T + BR - 1) / BR), static_cast<unsigned>(B * heads));
+  dqKernel<D><<<qgrid, 128, dqSmem, be.stream()>>>(dO, qp, kp, vp, lse, delta, dq, T, H,
+                                                   static_cast<int>(heads), scale, causal);
   MAPP_CUDA_LAUNCHED();
 }
 
@@ -501,9 +654,13 @@ void cuda::flashBackward(CudaBackend &be, DView dout, DView q, DView k, DView v,
                          const float *lse, const float *delta, DView dq, DView dk,
                          DView dv, int64_t B, int64_t T, int64_t H, int64_t heads,
                          int64_t D, float scale, int causal) {
-  if (useWmma(be))
+  if (useWmma(be)) {
+    if (be.config().deterministic) // CudaConfig::fromEnv refuses this pair
+      fail("MAPP_CUDA_DETERMINISTIC=1: the wmma attention backward adds dQ "
+           "with float atomics");
     return flashBackwardWmma(be, dout, q, k, v, lse, delta, dq, dk, dv, B, T, H,
                              heads, D, scale, causal);
+  }
   if (D == 64)
     bwd<64>(be, dout, q, k, v, lse, delta, dq, dk, dv, B, T, H, heads, scale, causal);
   else

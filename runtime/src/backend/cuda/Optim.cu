@@ -5,6 +5,7 @@
 // parameter's bf16 shadow (the copy the forward/backward GEMMs read), so no
 // separate cast pass runs after the optimizer. The clipping coefficient is
 // computed on the device when the plan passes the norm as an operand. The
+// norm's squared sums go through per-block partials (deterministic). The
 // element math lives in Optim.h, shared with the multi-tensor launches of
 // OptimGroup.cu. ZeRO-1 (zero_begin/zero_end) updates only that range.
 //
@@ -38,17 +39,18 @@ __global__ void sgdKernel(float *p, const float *g, float *buf,
     sgdElement(p, g, buf, shadow, i, h, coef);
 }
 
-__global__ void sumSq(DView x, int64_t n, double *out) {
+/// Σ x² of this block's share of x into parts[blockIdx.x] (the order of
+/// every sum fixed by the launch shape: deterministic, unlike atomics).
+__global__ void sumSq(DView x, int64_t n, double *parts) {
   double s = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     double v = x.ld(i);
     s += v * v;
   }
-  for (int o = 16; o > 0; o >>= 1)
-    s += __shfl_xor_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0)
-    atomicAdd(out, s);
+  s = blockReduce(s, Sum());
+  if (threadIdx.x == 0)
+    parts[blockIdx.x] = s;
 }
 
 __global__ void sqrtToF32(const double *s, float *out) {
@@ -65,18 +67,28 @@ void checkF32(const KernelArgs &a, const char *k) {
 
 void cuda::global_norm(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
-  double *acc = static_cast<double *>(be.scratch(sizeof(double), 1));
-  MAPP_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(double), be.stream()));
+  if (isBf16(a.out[0]))
+    fail("global_norm: the result must be stored fp32");
+  // Per-block partials of every tensor, in operand order, then one
+  // fixed-order sum (slot 1: the partials, then the double result).
+  int maxBlocks = be.smCount() * 4;
+  int64_t total = 0;
+  for (int i = 0; i < a.numIn; ++i)
+    if (int64_t n = a.in[i].numel())
+      total += gridFor(n, 256, maxBlocks);
+  double *parts = static_cast<double *>(be.scratch((total + 1) * sizeof(double), 1));
+  double *acc = parts + total;
+  int64_t at = 0;
   for (int i = 0; i < a.numIn; ++i) {
     int64_t n = a.in[i].numel();
     if (!n)
       continue;
-    sumSq<<<gridFor(n, 256, be.smCount() * 4), 256, 0, be.stream()>>>(
-        view(a.in[i]), n, acc);
+    int blocks = gridFor(n, 256, maxBlocks);
+    sumSq<<<blocks, 256, 0, be.stream()>>>(view(a.in[i]), n, parts + at);
     MAPP_CUDA_LAUNCHED();
+    at += blocks;
   }
-  if (isBf16(a.out[0]))
-    fail("global_norm: the result must be stored fp32");
+  sumPartials(parts, total, acc, be.stream());
   sqrtToF32<<<1, 1, 0, be.stream()>>>(acc, a.out[0].f32());
   MAPP_CUDA_LAUNCHED();
 }

@@ -48,35 +48,7 @@ struct Selection {
   }
 };
 
-__device__ __forceinline__ double warpSumD(double v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-/// Block-wide reduction of one value with a commutative `op`. Every thread
-/// gets the result.
-template <typename T, typename Op> __device__ T blockReduce(T v, Op op) {
-  __shared__ T part[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1)
-    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0)
-    part[w] = v;
-  __syncthreads();
-  T r = part[0];
-  for (int i = 1; i < (int)(blockDim.x / 32); ++i)
-    r = op(r, part[i]);
-  return r;
-}
-
-struct Max {
-  template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; }
-};
-struct Sum {
-  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
-};
+// warpSumD, blockReduce, Sum and Max: CudaCommon.h.
 
 /// True in every thread of the last block of the grid to get here. Each
 /// thread's earlier global writes (partials, counts) are visible to that
