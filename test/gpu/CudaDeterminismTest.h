@@ -10,10 +10,10 @@ struct DeterminismTally {
   int total = 0, failed = 0;
 };
 
-/// embedding_grad, global_norm and sumSquares on `gpu`, attention_grad on
-/// `det` (a backend created under MAPP_CUDA_DETERMINISTIC=1): each called
-/// twice, outputs compared byte for byte and against double sums.
-DeterminismTally runDeterminismCases(rt::Backend &gpu, rt::Backend &det);
+/// embedding_grad, global_norm, sumSquares and attention_grad on `det` (a
+/// backend created under MAPP_CUDA_DETERMINISTIC=1): each called twice,
+/// outputs compared byte for byte and against double sums.
+DeterminismTally runDeterminismCases(rt::Backend &det);
 
 } // namespace mapp::test
 

@@ -699,7 +699,7 @@ int main(int argc, char **argv) {
         }
       }
     }
-    mapp::test::DeterminismTally d = mapp::test::runDeterminismCases(*gpu, *det);
+    mapp::test::DeterminismTally d = mapp::test::runDeterminismCases(*det);
     total += d.total;
     failed += d.failed;
   }

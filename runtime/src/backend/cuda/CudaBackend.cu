@@ -20,10 +20,11 @@ constexpr size_t kScalarCap = 1 << 14;
 constexpr size_t kStageMax = size_t(64) << 20;
 
 /// Σ x² over every span, one launch: blocks along y take one span each,
-/// along x they stride through it; each block writes its sum to
-/// parts[y·gridDim.x + x] (no atomics: the order of the sums is fixed).
+/// along x they stride through it; each block adds its sum to *out
+/// (atomics, the default) or writes it to parts[y·gridDim.x + x]
+/// (MAPP_CUDA_DETERMINISTIC=1: the order of the sums is fixed).
 __global__ void sumSquaresKernel(const CudaBackend::SquareSpan *spans,
-                                 double *parts) {
+                                 double *parts, double *out) {
   const float *x = spans[blockIdx.y].data;
   int64_t n = spans[blockIdx.y].n;
   double s = 0;
@@ -33,8 +34,12 @@ __global__ void sumSquaresKernel(const CudaBackend::SquareSpan *spans,
     s += v * v;
   }
   s = blockReduce(s, Sum());
-  if (threadIdx.x == 0)
-    parts[blockIdx.y * gridDim.x + blockIdx.x] = s;
+  if (threadIdx.x == 0) {
+    if (parts)
+      parts[blockIdx.y * gridDim.x + blockIdx.x] = s;
+    else
+      atomicAdd(out, s);
+  }
 }
 
 /// One block: each thread sums a strided share in index order, then the
@@ -320,8 +325,9 @@ void CudaBackend::zeroStorage(void *dst, size_t bytes) {
 double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
   // One launch for every gradient (hundreds of tensors: a launch each was
   // host time in the middle of the step). The executor passes the same
-  // list every step, so its descriptors go to the device once. Per-block
-  // partials and one fixed-order sum: the norm is bit-identical run to run.
+  // list every step, so its descriptors go to the device once. Under
+  // MAPP_CUDA_DETERMINISTIC=1 per-block partials and one fixed-order sum:
+  // the norm is bit-identical run to run.
   std::vector<SquareSpan> spans;
   int64_t most = 0;
   for (const Tensor &t : ts)
@@ -329,9 +335,10 @@ double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
       spans.push_back({static_cast<const float *>(t.data), t.numel()});
       most = std::max(most, t.numel());
     }
-  if (spans.empty()) {
+  const bool det = config_.deterministic;
+  if (spans.empty() || !det)
     MAPP_CUDA_CHECK(cudaMemsetAsync(normDev_, 0, sizeof(double), stream_));
-  } else {
+  if (!spans.empty()) {
     unsigned gx = static_cast<unsigned>(std::min<int64_t>(gridFor(most, 256), 64));
     if (spans != normSpans_) {
       normSpans_ = spans;
@@ -346,10 +353,12 @@ double CudaBackend::sumSquares(const std::vector<Tensor> &ts) {
     for (size_t first = 0; first < spans.size(); first += 65535) {
       unsigned count = static_cast<unsigned>(std::min<size_t>(spans.size() - first, 65535));
       sumSquaresKernel<<<dim3(gx, count), 256, 0, stream_>>>(
-          normSpansDev_ + first, normParts_ + first * gx);
+          normSpansDev_ + first, det ? normParts_ + first * gx : nullptr,
+          normDev_);
       MAPP_CUDA_LAUNCHED();
     }
-    sumPartials(normParts_, int64_t(spans.size()) * gx, normDev_, stream_);
+    if (det)
+      sumPartials(normParts_, int64_t(spans.size()) * gx, normDev_, stream_);
   }
   double s = 0;
   copyFromStorage(&s, normDev_, sizeof(double));

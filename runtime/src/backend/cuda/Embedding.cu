@@ -1,8 +1,8 @@
 //===- Embedding.cu - embedding lookup and its deterministic gradient -----===//
 //
-// The gradient sums the rows of dy that share a token id. Float atomics
-// would add them in whatever order the blocks run (a different rounding
-// each run), so the ids are sorted instead: a stable radix sort of
+// The gradient sums the rows of dy that share a token id. By default with
+// float atomics, in whatever order the blocks run (a different rounding
+// each run); under MAPP_CUDA_DETERMINISTIC=1 the ids are sorted instead: a stable radix sort of
 // (local row, position) pairs (CUB), then one block per distinct row adds
 // its positions' rows in a fixed order. Same sums, fixed order: the
 // gradient is bit-identical run to run.
@@ -34,6 +34,27 @@ __global__ void embeddingKernel(DView table, const int32_t *ids, DView y,
     bool mine = row >= 0 && row < v;
     for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
       y.st(r * h + c, mine ? table.ld(row * h + c) : 0.0f);
+  }
+}
+
+/// The default gradient: every position adds its dy row into its table
+/// row with float atomics (repeated ids collide in whatever order the
+/// blocks run: the last bits differ run to run).
+__global__ void embeddingGradAtomic(DView dy, const int32_t *ids, float *dt,
+                                    int64_t v, int64_t lo, int64_t total,
+                                    int64_t h, int64_t n, DeviceError *err) {
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int32_t id = ids[r];
+    if (id < 0 || id >= total) {
+      if (threadIdx.x == 0)
+        reportError(err, kErrEmbeddingGradId, id, r, total);
+      continue;
+    }
+    int64_t row = int64_t(id) - lo;
+    if (row < 0 || row >= v)
+      continue;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+      atomicAdd(dt + row * h + c, dy.ld(r * h + c));
   }
 }
 
@@ -108,7 +129,7 @@ void mapp::rt::cuda::embedding_grad(const KernelArgs &a) {
   CudaBackend &be = backendOf(a);
   const Tensor &out = a.out[0];
   int64_t v = out.dim(0), h = out.dim(1), n = a.in[1].numel();
-  if (n > INT_MAX || v >= INT_MAX)
+  if (be.config().deterministic && (n > INT_MAX || v >= INT_MAX))
     fail("embedding_grad: ", n, " ids into ", v,
          " rows exceed the CUDA backend's 32-bit sort keys");
   // Sums in fp32: into the output when it is fp32, else in scratch
@@ -116,7 +137,13 @@ void mapp::rt::cuda::embedding_grad(const KernelArgs &a) {
   float *acc = isBf16(out) ? static_cast<float *>(be.scratch(out.numel() * 4, 1))
                            : out.f32();
   MAPP_CUDA_CHECK(cudaMemsetAsync(acc, 0, out.numel() * 4, be.stream()));
-  if (n && h) {
+  if (n && h && !be.config().deterministic) {
+    auto [r, g] = cpu::groupPosition(a);
+    embeddingGradAtomic<<<gridFor(n, 1, be.smCount() * 32), 128, 0,
+                          be.stream()>>>(view(a.in[0]), a.in[1].i32(), acc, v,
+                                         r * v, g * v, h, n, be.deviceError());
+    MAPP_CUDA_LAUNCHED();
+  } else if (n && h) {
     auto [r, g] = cpu::groupPosition(a);
     int bits = 1; // keys lie in [0, v]
     while ((int64_t(1) << bits) <= v)

@@ -5,7 +5,8 @@
 // parameter's bf16 shadow (the copy the forward/backward GEMMs read), so no
 // separate cast pass runs after the optimizer. The clipping coefficient is
 // computed on the device when the plan passes the norm as an operand. The
-// norm's squared sums go through per-block partials (deterministic). The
+// norm's squared sums are added with atomics, or under
+// MAPP_CUDA_DETERMINISTIC=1 go through per-block partials. The
 // element math lives in Optim.h, shared with the multi-tensor launches of
 // OptimGroup.cu. ZeRO-1 (zero_begin/zero_end) updates only that range.
 //
@@ -39,9 +40,10 @@ __global__ void sgdKernel(float *p, const float *g, float *buf,
     sgdElement(p, g, buf, shadow, i, h, coef);
 }
 
-/// Σ x² of this block's share of x into parts[blockIdx.x] (the order of
-/// every sum fixed by the launch shape: deterministic, unlike atomics).
-__global__ void sumSq(DView x, int64_t n, double *parts) {
+/// Σ x² of this block's share of x: added to *out (atomics, the default)
+/// or written to parts[blockIdx.x] (the order of every sum fixed by the
+/// launch shape: deterministic).
+__global__ void sumSq(DView x, int64_t n, double *parts, double *out) {
   double s = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -49,8 +51,12 @@ __global__ void sumSq(DView x, int64_t n, double *parts) {
     s += v * v;
   }
   s = blockReduce(s, Sum());
-  if (threadIdx.x == 0)
-    parts[blockIdx.x] = s;
+  if (threadIdx.x == 0) {
+    if (parts)
+      parts[blockIdx.x] = s;
+    else
+      atomicAdd(out, s);
+  }
 }
 
 __global__ void sqrtToF32(const double *s, float *out) {
@@ -76,19 +82,24 @@ void cuda::global_norm(const KernelArgs &a) {
   for (int i = 0; i < a.numIn; ++i)
     if (int64_t n = a.in[i].numel())
       total += gridFor(n, 256, maxBlocks);
+  const bool det = be.config().deterministic;
   double *parts = static_cast<double *>(be.scratch((total + 1) * sizeof(double), 1));
   double *acc = parts + total;
+  if (!det)
+    MAPP_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(double), be.stream()));
   int64_t at = 0;
   for (int i = 0; i < a.numIn; ++i) {
     int64_t n = a.in[i].numel();
     if (!n)
       continue;
     int blocks = gridFor(n, 256, maxBlocks);
-    sumSq<<<blocks, 256, 0, be.stream()>>>(view(a.in[i]), n, parts + at);
+    sumSq<<<blocks, 256, 0, be.stream()>>>(view(a.in[i]), n,
+                                           det ? parts + at : nullptr, acc);
     MAPP_CUDA_LAUNCHED();
     at += blocks;
   }
-  sumPartials(parts, total, acc, be.stream());
+  if (det)
+    sumPartials(parts, total, acc, be.stream());
   sqrtToF32<<<1, 1, 0, be.stream()>>>(acc, a.out[0].f32());
   MAPP_CUDA_LAUNCHED();
 }
