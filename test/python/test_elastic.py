@@ -482,7 +482,8 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
         "--repartition-plan", plans["off1"], "--repartition-plan", plans["off2"],
         "--inject", "slow-compute:rank=1,factor=3,from-step=10,to-step=60",
         "--monitor", mon])])
-    ds = [d for d in decisions(mon)]
+    everything = decisions(mon)
+    ds = [d for d in everything if d["decision"] == "repartition"]
     got = [(d["decision"], d["resume_step"], d["evidence"]["layers_next"])
            for d in ds]
     assert len(got) == 2, (got, r.stderr)
@@ -492,6 +493,21 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
         got[1][1] in (70, 80, 90), (got, r.stderr)
     assert ds[0]["evidence"]["predicted_gain"] >= 1.15
     assert f"elastic: repartition at step-{got[0][1]:08d}" in r.stderr
+    # Each switch's gain as measured in the window after it, right after
+    # the switch in the log: the slowest stage's compute per step before
+    # (the switch's own window) over after. Each must pay (measured here
+    # 1.38x and 1.53x; the bar leaves room for CI's load changing between
+    # the two windows).
+    kinds = [d["decision"] for d in everything]
+    assert kinds == ["repartition", "repartition-measured"] * 2, kinds
+    for sw, meas in zip(ds, [d for d in everything
+                             if d["decision"] == "repartition-measured"]):
+        assert meas["layers"] == sw["evidence"]["layers_next"]
+        assert meas["step_ms_before"] == sw["evidence"]["step_ms"]
+        assert close(meas["measured_gain"],
+                     meas["step_ms_before"] / meas["step_ms_measured"])
+        assert meas["measured_gain"] >= 1.05, (meas, r.stderr)
+    assert "measured gain" in r.stderr
     got = jsonl(m)
     assert [x["step"] for x in got] == list(range(100))
     ref = tmp_path / "ref.jsonl"

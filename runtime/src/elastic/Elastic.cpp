@@ -246,12 +246,13 @@ int Rebalancer::decide(std::string *evidence) {
   // e.g. 5,2,5,4 and 4,2,5,5, take turns at being best with the noise and
   // would split that vote.)
   int pick = -1;
-  double gain = 1;
+  double gain = 1, stepNow = 0, stepNext = 0;
   int wins = 0;
   if (n > 0) {
     std::vector<double> nowTimes;
     for (const auto &t : stageTimes_)
       nowTimes.push_back(predict(t, now));
+    stepNow = lastStep_ = median(nowTimes);
     std::vector<double> medians;
     double best = median(nowTimes);
     for (size_t c = 0; c < parts_.size(); ++c) {
@@ -292,6 +293,7 @@ int Rebalancer::decide(std::string *evidence) {
         wins += g > 1;
       }
       gain = median(gains);
+      stepNext = medians[target];
       if (wins >= persist_ * n && gain >= minGain_)
         pick = static_cast<int>(target);
     }
@@ -308,9 +310,12 @@ int Rebalancer::decide(std::string *evidence) {
               {"stage_fixed_ms", fixed},
               {"steps", n},
               {"layers_now", now}};
+    if (n > 0)
+      e["step_ms"] = stepNow * 1e3; // the median slowest stage
     if (pick >= 0) {
       e["layers_next"] = parts_[pick];
       e["predicted_gain"] = gain;
+      e["step_ms_predicted"] = stepNext * 1e3;
       e["votes"] = wins;
     }
     *evidence = e.dump();
@@ -408,6 +413,33 @@ bool ElasticJob::restartOn(const ElasticLayout &to, const char *decision,
   attempt_.stopAtSaveFrom =
       to.world < layouts_.front().world ? pendingReturnStep() : -1;
   return true;
+}
+
+void ElasticJob::measuredAfterRepartition(const std::string &evidence,
+                                          double stepMs) {
+  json ev = json::parse(evidence, nullptr, false);
+  if (!ev.is_object() || stepMs <= 0)
+    return;
+  const double before = ev.value("step_ms", 0.0),
+               predicted = ev.value("step_ms_predicted", 0.0);
+  if (before <= 0 || predicted <= 0)
+    return;
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(2) << "after the repartition to "
+       << ev.value("layers_next", json::array()).dump()
+       << ": slowest stage " << stepMs << " ms a step, " << before
+       << " before; measured gain " << before / stepMs << "x, predicted "
+       << before / predicted << "x";
+  json j = {{"event", "elastic"},
+            {"decision", "repartition-measured"},
+            {"attempt", attempt_.index + 1},
+            {"layers", ev.value("layers_next", json::array())},
+            {"step_ms_before", before},
+            {"step_ms_predicted", predicted},
+            {"step_ms_measured", stepMs},
+            {"predicted_gain", before / predicted},
+            {"measured_gain", before / stepMs}};
+  decide("repartition-measured", line.str(), j.dump());
 }
 
 void ElasticJob::repartition(const std::string &plan,

@@ -413,6 +413,8 @@ private:
           s + 1 < o_.steps) {
         std::string evidence;
         int to = rebalance->decide(&evidence);
+        if (lead_ && sh_.measureAfterSwitch && sh_.measuredStepMs == 0)
+          sh_.measuredStepMs = rebalance->lastStepSeconds() * 1e3;
         if (to >= 0) {
           if (lead_) {
             sh_.switchTo = to;

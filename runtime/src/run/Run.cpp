@@ -289,6 +289,8 @@ int runElasticThreads(const RunOptions &o) {
       partitions.push_back(stageLayerCounts(loadPlan(partPlans[i])));
     }
   }
+  std::string lastSwitch; // the evidence of the repartition that began
+                          // this attempt ("" if none)
   while (true) {
     const ElasticAttempt &a = job.attempt();
     RunOptions ao = o;
@@ -312,6 +314,7 @@ int runElasticThreads(const RunOptions &o) {
     if (part != partPlans.end()) {
       sh.partitions = partitions;
       sh.partition = static_cast<int>(part - partPlans.begin());
+      sh.measureAfterSwitch = !lastSwitch.empty();
     }
     ThreadsEnd end;
     int status = plan.worldSize == 1 ? (runRank(sh, createLocalComm()), 0)
@@ -325,8 +328,12 @@ int runElasticThreads(const RunOptions &o) {
         if (i.kind == Injection::RankCrash && i.toStep >= 0 &&
             std::count(end.crashed.begin(), end.crashed.end(), i.rank))
           job.ranksReturnAt(i.toStep, 1);
+    if (sh.measuredStepMs > 0)
+      job.measuredAfterRepartition(lastSwitch, sh.measuredStepMs);
+    lastSwitch.clear();
     if (status == 0 && sh.switchTo >= 0) {
       job.repartition(partPlans[sh.switchTo], sh.switchEvidence);
+      lastSwitch = sh.switchEvidence;
       continue;
     }
     if (!job.next(ae))

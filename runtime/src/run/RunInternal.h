@@ -33,6 +33,10 @@ struct RunShared {
   int partition = -1;
   int switchTo = -1;
   std::string switchEvidence = {};
+  // The first window's median slowest-stage compute (ms) of an attempt that
+  // began with a repartition (rank 0; 0: none measured).
+  bool measureAfterSwitch = false;
+  double measuredStepMs = 0;
   /// Every rank is a process of its own (a launcher's world, Launcher.h):
   /// an injected rank crash kills the process.
   bool processes = false;

@@ -106,11 +106,15 @@ public:
   /// At a checkpoint: the partition to switch to (-1: stay); the window is
   /// cleared. `evidence` receives the measured stage times and the gain.
   int decide(std::string *evidence);
+  /// The last decided window's median slowest-stage compute per step, in
+  /// seconds (0 before a window with steps).
+  double lastStepSeconds() const { return lastStep_; }
 
 private:
   std::vector<std::vector<int>> parts_;
   int current_, pp_, tp_, dp_;
   double minGain_, persist_;
+  double lastStep_ = 0;
   struct StageTime {
     double total = 0, layers = 0; // seconds: the whole, in layers' instrs
   };
@@ -157,6 +161,11 @@ public:
   /// The attempt ended at a checkpoint to switch to `plan` (the same layout,
   /// other stages): restart on it from that checkpoint.
   void repartition(const std::string &plan, const std::string &evidence);
+  /// The attempt after a repartition measured `stepMs` (the first window's
+  /// median slowest-stage compute per step) where the repartition's
+  /// evidence had measured and predicted its own: the measured gain, one
+  /// stderr line and one JSON line ("repartition-measured").
+  void measuredAfterRepartition(const std::string &evidence, double stepMs);
   int exitStatus() const { return exitStatus_; }
 
 private:
