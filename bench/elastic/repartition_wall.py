@@ -239,7 +239,8 @@ def main():
     ref_wall = time.monotonic() - t0
 
     got, ref = jsonl(m_auto), jsonl(m_ref)
-    ds = [j for j in jsonl(mon) if j.get("event") == "elastic"]
+    ds = [j for j in jsonl(mon)
+          if j.get("event") == "elastic" and j.get("decision") == "repartition"]
     switches = [(d["resume_step"], tuple(d["evidence"]["layers_next"]),
                  d["evidence"]["predicted_gain"]) for d in ds]
     ms = {j["step"]: j["step_ms"] for j in got}
