@@ -1,6 +1,7 @@
 //===- HtmlReport.cpp - Self-contained HTML report with inline SVG --------===//
 
 #include "mapp/scan/Report.h"
+#include "mapp/scan/Decisions.h"
 
 #include <cmath>
 #include <cstdio>
@@ -367,6 +368,15 @@ bool mapp::scan::writeHtmlReport(const ScanResult &s, const std::string &path,
   o += "<h2>Per-rank statistics per event class</h2>" + classStatsHtml(s);
   o += "<h2>Link bandwidth</h2>" + heatmapSvg(s);
   o += "<h2>Evidence on the timeline</h2>" + timelineSvg(s);
+  if (!s.decisions.empty()) {
+    o += "<h2>Elastic decisions</h2><table><tr><th>attempt</th><th>"
+         "decision</th><th>evidence</th></tr>";
+    for (const nlohmann::json &d : s.decisions)
+      o += "<tr><td>" + std::to_string(d.value("attempt", 0)) + "</td><td>" +
+           h(d.value("decision", "?")) + "</td><td>" + h(decisionText(d)) +
+           "</td></tr>";
+    o += "</table>";
+  }
   if (s.haveWhatIf) {
     const WhatIfResult &w = s.whatIf;
     o += "<h2>What if</h2><table><tr><th>measured step</th><th>replayed "

@@ -2,6 +2,7 @@
 
 #include "mapp/scan/Report.h"
 #include "mapp/scan/AllToAllLoad.h"
+#include "mapp/scan/Decisions.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -313,6 +314,8 @@ json mapp::scan::reportJson(const ScanResult &s) {
                     {"saved_pct", w.savedPct},
                     {"repaired", w.repaired}};
   }
+  if (!s.decisions.empty())
+    j["elastic_decisions"] = s.decisions;
   return j;
 }
 
@@ -486,6 +489,8 @@ std::string mapp::scan::textSummary(const ScanResult &s) {
   }
   out += exposureText(s);
   out += classStatsText(s);
+  for (const nlohmann::json &d : s.decisions)
+    out += "elastic: " + decisionText(d) + "\n";
   if (s.haveWhatIf) {
     const WhatIfResult &w = s.whatIf;
     std::snprintf(buf, sizeof(buf),

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/scan/ScanDriver.h"
+#include "mapp/scan/Decisions.h"
 
 #include <cstdio>
 #include <fstream>
@@ -26,6 +27,9 @@ int failWith(std::string *err, const std::string &msg) {
 
 int mapp::scan::runScanRequest(ScanRequest r, std::string *err) {
   std::string why;
+  if (!r.decisions.empty() && (!r.replay.empty() || r.followMode))
+    return failWith(err, "--decisions goes into the report of a trace "
+                         "directory, not --follow or --replay-summaries");
   if (!r.replay.empty()) {
     if (!r.dir.empty() || r.followMode)
       return failWith(err, "--replay-summaries takes no trace directory");
@@ -78,6 +82,8 @@ int mapp::scan::runScanRequest(ScanRequest r, std::string *err) {
 
   ScanResult s;
   if (!readTraceDir(r.dir, r.ro, s.trace, &why))
+    return failWith(err, why);
+  if (!r.decisions.empty() && !readDecisions(r.decisions, s.decisions, &why))
     return failWith(err, why);
   for (int rank : r.co.ranks)
     if (rank >= s.trace.world)

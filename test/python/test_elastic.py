@@ -28,6 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 MAPP_RUN = find_tool("mapp-run")
 MAKE_PLAN = find_tool("mapp-make-test-plan")
 MAPP_LAUNCH = find_tool("mapp-launch")
+MAPP_SCAN = find_tool("mapp-scan")
 MPIRUN = shutil.which("mpirun")
 CORPUS = REPO / "data" / "gpt" / "news-1k.jsonl"
 pytestmark = pytest.mark.skipif(MAPP_RUN is None or MAKE_PLAN is None,
@@ -508,12 +509,57 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
                      meas["step_ms_before"] / meas["step_ms_measured"])
         assert meas["measured_gain"] >= 1.05, (meas, r.stderr)
     assert "measured gain" in r.stderr
+    if MAPP_SCAN is not None:
+        scan_report_shows_decisions(tmp_path, plans, corpus, mon, everything)
     got = jsonl(m)
     assert [x["step"] for x in got] == list(range(100))
     ref = tmp_path / "ref.jsonl"
     run([MAPP_RUN, *gpt_args(plans, corpus, 100, ref)])
     for g, w in zip(got, jsonl(ref)):
         assert close(g["loss"], w["loss"]), (g, w)
+
+
+def scan_report_shows_decisions(tmp_path, plans, corpus, mon, decided):
+    """mapp-scan --decisions MONITOR: the elastic decisions (the alerts
+    beside them skipped) in report.json as written, one summary line each
+    with its gains, and a table in the HTML report."""
+    traces = tmp_path / "traces"
+    run([MAPP_RUN, *gpt_args(plans, corpus, 3, tmp_path / "t.jsonl",
+                             ["--trace-dir", traces])])
+    with open(mon, "a") as f:  # an alert line as the monitor writes them
+        f.write(json.dumps({"kind": "slow-rank", "rank": 1, "step": 12}) + "\n")
+    report, html = tmp_path / "r.json", tmp_path / "r.html"
+    r = subprocess.run([MAPP_SCAN, traces, "--decisions", mon, "--report",
+                        report, "--html", html], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(report.read_text())["elastic_decisions"] == decided
+    lines = [x for x in r.stdout.splitlines() if x.startswith("elastic: ")]
+    assert len(lines) == len(decided), r.stdout
+    sw = decided[0]["evidence"]
+    assert lines[0].startswith(
+        f"elastic: repartition at step {decided[0]['resume_step']}: layers "
+        f"{json.dumps(sw['layers_now'], separators=(',', ':'))} -> "
+        f"{json.dumps(sw['layers_next'], separators=(',', ':'))}, predicted "
+        f"gain {sw['predicted_gain']:.2f}x"), lines
+    assert f"measured gain {decided[1]['measured_gain']:.2f}x" in lines[1]
+    page = html.read_text()
+    assert "<h2>Elastic decisions</h2>" in page
+    assert page.count("<td>repartition-measured</td>") == 2
+    # A line that is no JSON object: refused, naming the file and line.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(mon.read_text().splitlines()[0] + "\nnot json\n")
+    r = subprocess.run([MAPP_SCAN, traces, "--decisions", bad, "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and f"{bad}:2: not a JSON object" in r.stderr, \
+        r.stderr
+    r = subprocess.run([MAPP_SCAN, traces, "--decisions", tmp_path / "none"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "cannot read the --decisions file" in \
+        r.stderr, r.stderr
+    r = subprocess.run([MAPP_SCAN, "--follow", traces, "--decisions", mon],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "--decisions goes into the report" in \
+        r.stderr, r.stderr
 
 
 def test_flapping_straggler_moves_nothing(tmp_path, gpt16):

@@ -24,7 +24,7 @@ static const char *kUsage =
     "                 [--rank-threshold T] [--link-threshold T]\n"
     "                 [--compute-clock auto|span] [--allow-truncated]\n"
     "                 [--allow-inconsistent] [--max-residual-fraction F]\n"
-    "                 [--max-violation-fraction F] [-q]\n"
+    "                 [--max-violation-fraction F] [--decisions FILE] [-q]\n"
     "       mapp-scan --follow DIR [--alerts FILE] [--follow-timeout S]\n"
     "       mapp-scan --replay-summaries FILE [--alerts FILE]\n"
     "  DIR holds rank-{r}.trace.jsonl files (docs/trace-format.md).\n"
@@ -32,6 +32,8 @@ static const char *kUsage =
     "  --ranks LIST     merged trace keeps these ranks, e.g. 0,2,4-7\n"
     "  --max-mb N       merged trace stops adding steps past N MiB\n"
     "  --what-if        replay with the findings repaired, predict the saving\n"
+    "  --decisions FILE mapp-run --elastic's decisions (its --monitor file)\n"
+    "                   in the report, the HTML report and the summary\n"
     "  --no-align       trust the headers' wall clocks (for comparison)\n"
     "  --compute-clock  auto: compare compute by thread CPU time where the\n"
     "                   trace has it (default); span: by wall span\n"
@@ -150,6 +152,8 @@ int main(int argc, char **argv) {
       r.followMode = true;
     else if (a == "--replay-summaries")
       r.replay = next();
+    else if (a == "--decisions")
+      r.decisions = next();
     else if (a == "--alerts")
       r.fo.alerts = next();
     else if (a == "--follow-timeout") {

@@ -33,6 +33,8 @@ struct ScanResult {
   /// statistics (CommStats.h).
   ExposureAnalysis exposure;
   std::vector<ClassStats> classes;
+  /// mapp-run --elastic's decisions (--decisions FILE; Decisions.h).
+  std::vector<nlohmann::json> decisions;
 };
 
 /// Moves the findings to `withheld` when the data is inconsistent: no

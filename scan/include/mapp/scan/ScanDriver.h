@@ -24,7 +24,8 @@ struct ScanRequest {
   ConsistencyOptions copt;
   bool doWhatIf = false, quiet = false, allowInconsistent = false;
   bool followMode = false;
-  std::string replay; // --replay-summaries FILE
+  std::string replay;    // --replay-summaries FILE
+  std::string decisions; // --decisions FILE (a mapp-run --monitor file)
   FollowOptions fo;
 };
 

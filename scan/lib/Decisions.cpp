@@ -1,0 +1,77 @@
+//===- Decisions.cpp - elastic decisions beside a trace's report ----------===//
+#include "mapp/scan/Decisions.h"
+
+#include <cstdio>
+#include <fstream>
+
+using nlohmann::json;
+
+bool mapp::scan::readDecisions(const std::string &path, std::vector<json> &out,
+                               std::string *err) {
+  std::ifstream in(path);
+  if (!in) {
+    *err = path + ": cannot read the --decisions file";
+    return false;
+  }
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_object()) {
+      *err = path + ":" + std::to_string(n) +
+             ": not a JSON object (a mapp-run --monitor file holds one per "
+             "line)";
+      return false;
+    }
+    if (j.value("event", "") == "elastic")
+      out.push_back(std::move(j));
+  }
+  return true;
+}
+
+namespace {
+std::string fixed2(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+/// "tp2 pp2 dp2 (8 ranks)" of a decision's from/to layout.
+std::string layoutText(const json &l) {
+  if (!l.is_object())
+    return "?";
+  return "tp" + std::to_string(l.value("tp", 0)) + " pp" +
+         std::to_string(l.value("pp", 0)) + " dp" +
+         std::to_string(l.value("dp", 0)) + " (" +
+         std::to_string(l.value("world", 0)) + " ranks)";
+}
+} // namespace
+
+std::string mapp::scan::decisionText(const json &d) {
+  const std::string kind = d.value("decision", "?");
+  std::string s = kind;
+  if (d.contains("resume_step"))
+    s += " at step " + std::to_string(d.value("resume_step", int64_t(0)));
+  if (kind == "repartition") {
+    const json ev = d.value("evidence", json::object());
+    s += ": layers " + ev.value("layers_now", json::array()).dump() + " -> " +
+         ev.value("layers_next", json::array()).dump() + ", predicted gain " +
+         fixed2(ev.value("predicted_gain", 0.0)) + "x";
+  } else if (kind == "repartition-measured") {
+    s += " " + d.value("layers", json::array()).dump() + ": measured gain " +
+         fixed2(d.value("measured_gain", 0.0)) + "x, predicted " +
+         fixed2(d.value("predicted_gain", 0.0)) + "x (slowest stage " +
+         fixed2(d.value("step_ms_before", 0.0)) + " -> " +
+         fixed2(d.value("step_ms_measured", 0.0)) + " ms)";
+  } else if (d.contains("from") && d.contains("to")) {
+    s += ": " + layoutText(d["from"]) + " -> " + layoutText(d["to"]);
+  }
+  if (d.contains("lost_ranks") && !d["lost_ranks"].empty())
+    s += ", lost ranks " + d["lost_ranks"].dump();
+  if (d.contains("what"))
+    s += ": " + d.value("what", "");
+  if (d.contains("reason"))
+    s += " (" + d.value("reason", "") + ")";
+  return s;
+}
