@@ -487,11 +487,17 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     ds = [d for d in everything if d["decision"] == "repartition"]
     got = [(d["decision"], d["resume_step"], d["evidence"]["layers_next"])
            for d in ds]
-    assert len(got) == 2, (got, r.stderr)
+    # Away once while the fault lasts, back to even after it. A noisy
+    # window right after the fault may send the job through the other
+    # candidate first (CI once saw 6,2,4,4 -> 4,6,2,4 -> 4,4,4,4, before the
+    # rebalancer preferred the nearer of partitions within 10%): at most one
+    # such stop, and none before the fault is over.
+    assert len(got) in (2, 3), (got, r.stderr)
     assert got[0][::2] == ("repartition", [6, 2, 4, 4]) and \
         got[0][1] in (20, 30), (got, r.stderr)
-    assert got[1][::2] == ("repartition", [4, 4, 4, 4]) and \
-        got[1][1] in (70, 80, 90), (got, r.stderr)
+    assert got[-1][::2] == ("repartition", [4, 4, 4, 4]) and \
+        got[-1][1] in (70, 80, 90), (got, r.stderr)
+    assert all(g[1] >= 70 for g in got[1:]), (got, r.stderr)
     assert ds[0]["evidence"]["predicted_gain"] >= 1.15
     assert f"elastic: repartition at step-{got[0][1]:08d}" in r.stderr
     # Each switch's gain as measured in the window after it, right after
@@ -500,13 +506,17 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     # 1.38x and 1.53x; the bar leaves room for CI's load changing between
     # the two windows).
     kinds = [d["decision"] for d in everything]
-    assert kinds == ["repartition", "repartition-measured"] * 2, kinds
-    for sw, meas in zip(ds, [d for d in everything
-                             if d["decision"] == "repartition-measured"]):
+    assert kinds == ["repartition", "repartition-measured"] * len(ds), kinds
+    measured = [d for d in everything
+                if d["decision"] == "repartition-measured"]
+    for sw, meas in zip(ds, measured):
         assert meas["layers"] == sw["evidence"]["layers_next"]
         assert meas["step_ms_before"] == sw["evidence"]["step_ms"]
         assert close(meas["measured_gain"],
                      meas["step_ms_before"] / meas["step_ms_measured"])
+    # The way out, and a direct way back, must pay (a detour's last hop
+    # may gain little).
+    for meas in measured if len(ds) == 2 else measured[:1]:
         assert meas["measured_gain"] >= 1.05, (meas, r.stderr)
     assert "measured gain" in r.stderr
     if MAPP_SCAN is not None:
@@ -544,7 +554,8 @@ def scan_report_shows_decisions(tmp_path, plans, corpus, mon, decided):
     assert f"measured gain {decided[1]['measured_gain']:.2f}x" in lines[1]
     page = html.read_text()
     assert "<h2>Elastic decisions</h2>" in page
-    assert page.count("<td>repartition-measured</td>") == 2
+    assert page.count("<td>repartition-measured</td>") == sum(
+        d["decision"] == "repartition-measured" for d in decided)
     # A line that is no JSON object: refused, naming the file and line.
     bad = tmp_path / "bad.jsonl"
     bad.write_text(mon.read_text().splitlines()[0] + "\nnot json\n")

@@ -180,7 +180,8 @@ TEST(Elastic, RebalancerPrefersTheNearerOfPartitionsPredictedAlike) {
   // ms): the current step takes 6.06 ms; 4,2,5,5 is predicted 4.95 ms and
   // 5,2,5,4 5.05 ms, 2% apart: alike. The nearer one (2 layers moved, not
   // 4) is the target; the linear prediction is surest close to the
-  // current partition. With 4,2,5,5 a clear 10% ahead it is chosen.
+  // current partition. With 4,2,5,5 a clear 22% ahead (beyond the 10%) it
+  // is chosen.
   const std::vector<std::vector<int>> parts = {
       {4, 4, 4, 4}, {6, 2, 4, 4}, {4, 2, 5, 5}, {5, 2, 5, 4}};
   Rebalancer alike(parts, 1, 4, 1, 1), clear(parts, 1, 4, 1, 1);

@@ -90,7 +90,7 @@ std::vector<int> stageLayerCounts(const Plan &plan);
 /// F_s = T_s - L_s is the stage's own (embedding, head, p2p), and a
 /// partition m is predicted to take max_s F_s + L_s / n_s * m_s. The
 /// target is the partition with the lowest median prediction over the
-/// window (of those within 3% of it, the one moving the fewest layers); it
+/// window (of those within 10% of it, the one moving the fewest layers); it
 /// switches only if the target beats the current partition in at least
 /// `persist` of the window's steps with a median predicted gain of at least
 /// `minGain`: a straggler that comes and goes every step moves nothing; one
