@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
+#include <sstream>
 
 using namespace mapp::scan;
 
@@ -238,6 +240,48 @@ static bool hasCpuTimes(const Trace &t,
   return any;
 }
 
+/// The number of distinct CPUs in a list such as "0-3,8" (0: unreadable).
+static size_t cpuListCount(const std::string &list, std::set<int> &into) {
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    int a = -1, b = -1;
+    char dash = 0;
+    std::stringstream is(item);
+    if (!(is >> a) || a < 0)
+      return 0;
+    if (is >> dash) {
+      if (dash != '-' || !(is >> b) || b < a)
+        return 0;
+    } else {
+      b = a;
+    }
+    for (int c = a; c <= b && c < (1 << 16); ++c)
+      into.insert(c);
+  }
+  return into.size();
+}
+
+// A host whose ranks outnumber the CPUs their processes may run on (the
+// headers' `cpus`, united per host): each rank's CPU time per op grows with
+// what its neighbours evict from the caches it shares, wherever it is not
+// off its core long enough for the test below (two rank threads of CI's
+// 2-core VM read 1.20x apart in CPU time with a link delay beside them).
+static void noteOversubscribedHosts(const Trace &t, Diagnosis &d) {
+  std::map<std::string, std::pair<int, std::set<int>>> hosts;
+  std::set<std::string> unknown;
+  for (int r = 0; r < t.world; ++r) {
+    const auto &h = t.ranks[r].hdr;
+    auto &[ranks, cpus] = hosts[h.host];
+    ++ranks;
+    if (h.cpus.empty() || cpuListCount(h.cpus, cpus) == 0)
+      unknown.insert(h.host);
+  }
+  for (const auto &[host, hc] : hosts)
+    if (!unknown.count(host) && static_cast<size_t>(hc.first) > hc.second.size())
+      d.busyHosts.insert(host);
+}
+
 // A rank whose thread was often off its core shared the host with more
 // runnable work than cores: its wall times (and its peers' waits on it) say
 // little about its hardware. Said in the report, not judged.
@@ -419,8 +463,10 @@ Diagnosis mapp::scan::diagnose(const Trace &t, const Matches &m,
   d.steps = stepEnd.size();
 
   d.cpuClock = opts.cpuClock && hasCpuTimes(t, container);
-  if (d.cpuClock)
+  if (d.cpuClock) {
     noteOffCpuRanks(t, container, d);
+    noteOversubscribedHosts(t, d);
+  }
   std::vector<std::vector<char>> loadDependent;
   diagnoseRouting(t, container, d.cpuClock, opts, d, loadDependent);
   std::vector<std::vector<OpRatio>> ratios = rateComputeOps(

@@ -108,15 +108,16 @@ TEST(TraceLine, HeaderGroupFooterAndInlineGroupRoundTrip) {
   TraceLine h;
   h.type = TraceLine::Type::Header;
   h.header = {5, 8, 1, 1, 1, 2, 2, 2, "node-1", "cuda:1", "steady",
-              4242, 77, 1700000000000000000, "00ff00ff00ff00ff", "0x1234abcd"};
+              4242, 77, 1700000000000000000, "00ff00ff00ff00ff", "0x1234abcd",
+              "0-3,8"};
   TraceLine got = decodeOk(encodeLine(h));
   const HeaderLine &a = got.header, &b = h.header;
   EXPECT_EQ(std::tie(a.rank, a.world, a.dp, a.pp, a.tp, a.dpSize, a.ppSize,
                      a.tpSize, a.host, a.device, a.clock, a.pid,
-                     a.monoStartNs, a.wallStartNs, a.runId, a.plan),
+                     a.monoStartNs, a.wallStartNs, a.runId, a.plan, a.cpus),
             std::tie(b.rank, b.world, b.dp, b.pp, b.tp, b.dpSize, b.ppSize,
                      b.tpSize, b.host, b.device, b.clock, b.pid,
-                     b.monoStartNs, b.wallStartNs, b.runId, b.plan));
+                     b.monoStartNs, b.wallStartNs, b.runId, b.plan, b.cpus));
 
   TraceLine g;
   g.type = TraceLine::Type::Group;

@@ -66,6 +66,8 @@ void mapp::trace::appendHeaderLine(std::string &out, const HeaderLine &h) {
   w.num("tp_size", h.tpSize);
   w.str("host", h.host);
   w.str("device", h.device);
+  if (!h.cpus.empty())
+    w.str("cpus", h.cpus);
   w.num("pid", h.pid);
   if (!h.clock.empty())
     w.str("clock", h.clock);
@@ -252,6 +254,7 @@ void decodeHeader(const json &j, HeaderLine &h) {
   h.tpSize = getI32(j, "tp_size", 1, false);
   h.host = getStr(j, "host", false);
   h.device = getStr(j, "device", false);
+  h.cpus = getStr(j, "cpus", false);
   h.clock = getStr(j, "clock", false);
   h.pid = getInt(j, "pid", 0, false);
   h.monoStartNs = getInt(j, "mono_start_ns", 0, false);

@@ -8,6 +8,8 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <sched.h>
+#include <string>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -112,6 +114,26 @@ std::string mapp::newRunId() {
   return buf;
 }
 
+/// This process's CPU affinity as a list ("0-3,8"); "" when unknown.
+static std::string affinityCpuList() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return "";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set))
+      continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set))
+      ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(c) +
+           (last > c ? "-" + std::to_string(last) : "");
+    c = last;
+  }
+  return out;
+}
+
 static std::string headerLine(const TraceHeader &h, uint64_t mono,
                               uint64_t wall) {
   trace::HeaderLine line;
@@ -124,10 +146,11 @@ static std::string headerLine(const TraceHeader &h, uint64_t mono,
   line.ppSize = h.ppSize;
   line.tpSize = h.tpSize;
   line.host = h.host;
-  if (line.host.empty()) {
+  if (line.host.empty()) { // a real host (a simulation names its own)
     char buf[256] = {0};
     if (gethostname(buf, sizeof(buf) - 1) == 0)
       line.host = buf;
+    line.cpus = affinityCpuList();
   }
   line.device = h.device;
   line.pid = getpid();

@@ -30,6 +30,9 @@ struct HeaderLine {
   // Run identity: shared by every rank of one job; empty in traces written
   // before it existed (then not written).
   std::string runId, plan;
+  // The CPUs this rank's process may run on ("0-1,4"; empty: not recorded,
+  // e.g. a simulation): mapp-scan tells a host with more ranks than CPUs.
+  std::string cpus;
 };
 
 /// {"type":"group",...}: a communicator events refer to by id.
