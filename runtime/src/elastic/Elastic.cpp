@@ -258,7 +258,7 @@ int Rebalancer::decide(std::string *evidence) {
       nowTimes.push_back(predict(t, now));
     stepNow = lastStep_ = median(nowTimes);
     std::vector<double> medians;
-    double best = median(nowTimes);
+    double best = stepNow;
     for (size_t c = 0; c < parts_.size(); ++c) {
       std::vector<double> times;
       for (const auto &t : stageTimes_)
