@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <map>
 #include <set>
-#include <sstream>
 
 using namespace mapp::scan;
 
@@ -240,28 +239,6 @@ static bool hasCpuTimes(const Trace &t,
   return any;
 }
 
-/// The number of distinct CPUs in a list such as "0-3,8" (0: unreadable).
-static size_t cpuListCount(const std::string &list, std::set<int> &into) {
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    int a = -1, b = -1;
-    char dash = 0;
-    std::stringstream is(item);
-    if (!(is >> a) || a < 0)
-      return 0;
-    if (is >> dash) {
-      if (dash != '-' || !(is >> b) || b < a)
-        return 0;
-    } else {
-      b = a;
-    }
-    for (int c = a; c <= b && c < (1 << 16); ++c)
-      into.insert(c);
-  }
-  return into.size();
-}
-
 // A host whose ranks outnumber the CPUs their processes may run on (the
 // headers' `cpus`, united per host): each rank's CPU time per op grows with
 // what its neighbours evict from the caches it shares, wherever it is not
@@ -274,7 +251,7 @@ static void noteOversubscribedHosts(const Trace &t, Diagnosis &d) {
     const auto &h = t.ranks[r].hdr;
     auto &[ranks, cpus] = hosts[h.host];
     ++ranks;
-    if (h.cpus.empty() || cpuListCount(h.cpus, cpus) == 0)
+    if (!parseIndexList(h.cpus, cpus))
       unknown.insert(h.host);
   }
   for (const auto &[host, hc] : hosts)

@@ -363,3 +363,29 @@ Matches mapp::scan::matchEvents(const Trace &t) {
   }
   return m;
 }
+
+bool mapp::scan::parseIndexList(const std::string &s, std::set<int> &out) {
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t dash = item.find('-');
+      size_t used;
+      if (dash == std::string::npos) {
+        out.insert(std::stoi(item, &used));
+        if (used != item.size())
+          return false;
+      } else {
+        int a = std::stoi(item.substr(0, dash)),
+            b = std::stoi(item.substr(dash + 1));
+        if (a > b || a < 0)
+          return false;
+        for (int r = a; r <= b; ++r)
+          out.insert(r);
+      }
+    } catch (const std::exception &) {
+      return false;
+    }
+  }
+  return !out.empty();
+}

@@ -11,8 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
-#include <sstream>
 #include <string>
 
 using namespace mapp::scan;
@@ -51,32 +49,6 @@ static const char *kUsage =
 static int fail(const std::string &msg) {
   std::fprintf(stderr, "mapp-scan: error: %s\n", msg.c_str());
   return 1;
-}
-
-static bool parseRanks(const std::string &s, std::set<int> &out) {
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t dash = item.find('-');
-      size_t used;
-      if (dash == std::string::npos) {
-        out.insert(std::stoi(item, &used));
-        if (used != item.size())
-          return false;
-      } else {
-        int a = std::stoi(item.substr(0, dash)),
-            b = std::stoi(item.substr(dash + 1));
-        if (a > b || a < 0)
-          return false;
-        for (int r = a; r <= b; ++r)
-          out.insert(r);
-      }
-    } catch (const std::exception &) {
-      return false;
-    }
-  }
-  return !out.empty();
 }
 
 /// A finite number (strtod also takes "nan" and "inf", which no option wants).
@@ -119,7 +91,7 @@ int main(int argc, char **argv) {
       }
     } else if (a == "--ranks") {
       std::string v = next();
-      if (!parseRanks(v, r.co.ranks))
+      if (!parseIndexList(v, r.co.ranks))
         return fail("--ranks expects a list like 0,2,4-7, got '" + v + "'");
     } else if (a == "--max-mb") {
       if (!parseNumber(next(), r.co.maxMb) || r.co.maxMb <= 0)

@@ -197,14 +197,11 @@ std::vector<int> mapp::rt::lostRanksIn(const std::string &text) {
 
 std::vector<int> mapp::rt::stageLayerCounts(const Plan &plan) {
   std::vector<std::set<int>> layers(plan.pp);
-  static const std::regex re(R"(^layers\.([0-9]+)\.)");
   for (const Program &p : plan.programs)
     if (p.pp >= 0 && p.pp < plan.pp)
-      for (const Value &v : p.values) {
-        std::smatch m;
-        if (v.kind == ValueKind::Param && std::regex_search(v.name, m, re))
-          layers[p.pp].insert(std::stoi(m[1].str()));
-      }
+      for (const Value &v : p.values)
+        if (v.kind == ValueKind::Param && layerOfName(v.name) >= 0)
+          layers[p.pp].insert(layerOfName(v.name));
   std::vector<int> out;
   for (const auto &s : layers)
     out.push_back(static_cast<int>(s.size()));

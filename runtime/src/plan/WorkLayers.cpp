@@ -12,14 +12,11 @@
 #include <algorithm>
 #include <regex>
 
-namespace {
-/// N of a `layers.N.` name; -1 otherwise.
-int layerOfName(const std::string &name) {
+int mapp::rt::layerOfName(const std::string &name) {
   static const std::regex re(R"(^layers\.([0-9]+)\.)");
   std::smatch m;
   return std::regex_search(name, m, re) ? std::stoi(m[1].str()) : -1;
 }
-} // namespace
 
 std::vector<std::vector<int>> mapp::rt::workLayers(const Program &p) {
   // A value named for a layer (its parameters, their gradients and

@@ -201,6 +201,9 @@ bool isFbdPlan(const Plan &plan);
 /// followed through the dataflow from the `layers.N.*` values it reads
 /// (runtime/src/plan/WorkLayers.cpp). Re-partitioning's per-layer cost.
 std::vector<std::vector<int>> workLayers(const Program &p);
+/// N of a value named `layers.N.…` (a layer's parameter, its gradient or
+/// optimizer state); -1 for any other name.
+int layerOfName(const std::string &name);
 /// MegaFBD: tag of the step-end parameter messages from the backward to
 /// the forward ranks (away from pipeline and gather tags); mapp-sim
 /// replays them under the same tag.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,10 @@ struct ReadOptions {
 /// naming the file and line in *error: among others when the files are of
 /// different runs (run_id, plan), a rank is missing, or a file holds events
 /// that cannot be its header's rank's (a group without it, a send to itself).
+/// A list of indices such as "0,2,4-7" (mapp-scan --ranks, a header's
+/// `cpus`) added to `out`; false when malformed or empty.
+bool parseIndexList(const std::string &s, std::set<int> &out);
+
 bool readTraceDir(const std::string &dir, const ReadOptions &opts, Trace &out,
                   std::string *error);
 /// Parses one rank file; exposed for tests.
