@@ -466,9 +466,11 @@ def test_resume_pp4_middle_stages(tmp_path, gpt16):
 
 def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     """pp=4, 16 layers; rank 1 (stage 1) three times as slow in steps
-    10-59: at checkpoint 20 the job moves to 6,2,4,4 layers, stays while the
+    0-59: at checkpoint 10 the job moves to 6,2,4,4 layers, stays while the
     fault lasts, and at checkpoint 70 (steps 60-69 clean) moves back to
-    4,4,4,4. The decisions come from measured stage times, each split into
+    4,4,4,4. (The fault starts with the run: a window of clean steps before
+    it could itself move the job, when load beside it slows one rank, as
+    CI's 2 cores once did for ten steps.) The decisions come from measured stage times, each split into
     its layers' part and its fixed part (about a quarter here: p2p, the
     embedding, the head): measured here, the way out is predicted 1.46x
     (1.2x at a 2x slowdown, too near the 1.15x threshold for CI's 2 busy
@@ -481,7 +483,7 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     r = run([MAPP_RUN, *gpt_args(plans, corpus, 100, m, [
         "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
         "--repartition-plan", plans["off1"], "--repartition-plan", plans["off2"],
-        "--inject", "slow-compute:rank=1,factor=3,from-step=10,to-step=60",
+        "--inject", "slow-compute:rank=1,factor=3,from-step=0,to-step=60",
         "--monitor", mon])])
     everything = decisions(mon)
     ds = [d for d in everything if d["decision"] == "repartition"]
@@ -494,7 +496,7 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     # such stop, and none before the fault is over.
     assert len(got) in (2, 3), (got, r.stderr)
     assert got[0][::2] == ("repartition", [6, 2, 4, 4]) and \
-        got[0][1] in (20, 30), (got, r.stderr)
+        got[0][1] in (10, 20), (got, r.stderr)
     assert got[-1][::2] == ("repartition", [4, 4, 4, 4]) and \
         got[-1][1] in (70, 80, 90), (got, r.stderr)
     assert all(g[1] >= 70 for g in got[1:]), (got, r.stderr)
@@ -573,17 +575,27 @@ def scan_report_shows_decisions(tmp_path, plans, corpus, mon, decided):
         r.stderr, r.stderr
 
 
-def test_flapping_straggler_moves_nothing(tmp_path, gpt16):
-    """Stage 1 slow every other step (10, 12, ..., 28): no partition wins
-    80% of a window's steps, so no switch."""
+def test_hopping_straggler_moves_nothing(tmp_path, gpt16):
+    """A straggler that hops every step between stage 1 (even steps) and
+    stage 2 (odd steps), 4x slow, for the whole run: 6,2,4,4 helps only in
+    the even steps and 4,6,2,4 only in the odd ones, so no partition wins
+    80% of any window's steps, and nothing moves. In a step where stage 2
+    is the slow one, 6,2,4,4 keeps its 4 layers and is predicted exactly as
+    fast as 4,4,4,4 (no vote), so load beside the job that slows one rank
+    for a whole window (CI's 2 cores once made rank 1 1.7x slow for steps
+    0-9, enough for a switch with no fault) cannot tip the vote. (A stage
+    slow in every other step and clean in the rest is the unit test
+    RebalancerIgnoresAStragglerThatComesAndGoes; here a busy host can make
+    the clean steps slow too.)"""
     plans, corpus = gpt16
     mon = tmp_path / "mon.jsonl"
-    flaps = [a for k in range(10, 30, 2) for a in
-             ("--inject", f"slow-compute:rank=1,factor=2,from-step={k},to-step={k + 1}")]
+    hops = [a for k in range(40) for a in (
+        "--inject",
+        f"slow-compute:rank={1 + k % 2},factor=4,from-step={k},to-step={k + 1}")]
     r = run([MAPP_RUN, *gpt_args(plans, corpus, 40, tmp_path / "m.jsonl", [
         "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
         "--repartition-plan", plans["off1"], "--repartition-plan", plans["off2"],
-        "--monitor", mon, *flaps])])
+        "--monitor", mon, *hops])])
     assert decisions(mon) == [], r.stderr
     assert [x["step"] for x in jsonl(tmp_path / "m.jsonl")] == list(range(40))
 
