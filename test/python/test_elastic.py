@@ -493,13 +493,14 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     # window right after the fault may send the job through the other
     # candidate first (CI once saw 6,2,4,4 -> 4,6,2,4 -> 4,4,4,4, before the
     # rebalancer preferred the nearer of partitions within 10%): at most one
-    # such stop, and none before the fault is over.
-    assert len(got) in (2, 3), (got, r.stderr)
+    # such stop, and none before the fault is over. After the way back the
+    # steps are clean, and a window in which load beside the job slows one
+    # rank may move it again: that is the rule at work, not checked here.
     assert got[0][::2] == ("repartition", [6, 2, 4, 4]) and \
         got[0][1] in (10, 20), (got, r.stderr)
-    assert got[-1][::2] == ("repartition", [4, 4, 4, 4]) and \
-        got[-1][1] in (70, 80, 90), (got, r.stderr)
-    assert all(g[1] >= 70 for g in got[1:]), (got, r.stderr)
+    back = next((i for i, g in enumerate(got) if g[2] == [4, 4, 4, 4]), None)
+    assert back in (1, 2) and got[back][1] in (70, 80, 90), (got, r.stderr)
+    assert all(g[1] >= 70 for g in got[1:back + 1]), (got, r.stderr)
     assert ds[0]["evidence"]["predicted_gain"] >= 1.15
     assert f"elastic: repartition at step-{got[0][1]:08d}" in r.stderr
     # Each switch's gain as measured in the window after it, right after
@@ -518,7 +519,7 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
                      meas["step_ms_before"] / meas["step_ms_measured"])
     # The way out, and a direct way back, must pay (a detour's last hop
     # may gain little).
-    for meas in measured if len(ds) == 2 else measured[:1]:
+    for meas in measured[:1] if back == 2 else measured[:2]:
         assert meas["measured_gain"] >= 1.05, (meas, r.stderr)
     assert "measured gain" in r.stderr
     if MAPP_SCAN is not None:
