@@ -22,6 +22,11 @@ docs/elastic.md.
 
   --elastic                  required (the only mode so far)
   --elastic-plan PLAN        a layout the job may switch to (repeatable)
+  --repartition-plan PLAN    another stage partition of the job's layout: at
+                             each checkpoint the ranks measure their stages
+                             and the job moves to the partition predicted
+                             >= 1.15x faster in >= 80% of the steps since
+                             (repeatable)
   --elastic-max-restarts N   give up after N restarts (default 8)
   --help                     this text
 
@@ -53,10 +58,12 @@ int main(int argc, char **argv) {
       elastic = true;
       continue;
     }
-    if ((a == "--elastic-plan" || a == "--elastic-max-restarts") && i + 1 < argc) {
+    if ((a == "--elastic-plan" || a == "--elastic-max-restarts" ||
+         a == "--repartition-plan") &&
+        i + 1 < argc) {
       std::string v = argv[++i];
-      if (a == "--elastic-plan") {
-        o.plans.push_back(v);
+      if (a == "--elastic-plan" || a == "--repartition-plan") {
+        (a == "--elastic-plan" ? o.plans : o.repartitionPlans).push_back(v);
         continue;
       }
       try {

@@ -208,6 +208,64 @@ std::vector<int> mapp::rt::stageLayerCounts(const Plan &plan) {
   return out;
 }
 
+int PartitionSet::indexOf(const std::string &plan) const {
+  auto it = std::find(plans.begin(), plans.end(), plan);
+  return it == plans.end() ? -1 : static_cast<int>(it - plans.begin());
+}
+
+PartitionSet mapp::rt::loadPartitionSet(const std::string &jobPlan,
+                                        const std::vector<std::string> &others) {
+  PartitionSet set;
+  set.plans.push_back(jobPlan);
+  for (const std::string &p : others)
+    if (set.indexOf(p) < 0)
+      set.plans.push_back(p);
+  std::vector<ElasticLayout> ls = elasticLayouts(set.plans);
+  for (size_t i = 0; i < set.plans.size(); ++i) {
+    if (ls[i].tp != ls[0].tp || ls[i].pp != ls[0].pp || ls[i].dp != ls[0].dp)
+      fail("--repartition-plan '", set.plans[i], "' is ", ls[i].text(),
+           ", the job's plan ", ls[0].text(),
+           ": a re-partition keeps the layout and moves layers between "
+           "stages");
+    if (ls[i].pp < 2)
+      fail("--repartition-plan needs a pipeline (pp >= 2)");
+    set.layers.push_back(stageLayerCounts(loadPlan(set.plans[i])));
+  }
+  return set;
+}
+
+std::string mapp::rt::formatElasticReport(const ElasticReport &r) {
+  json j = json::object();
+  if (!r.switchTo.empty()) {
+    j["switch_to"] = r.switchTo;
+    j["evidence"] = json::parse(r.evidence, nullptr, false);
+  }
+  if (r.windowStepMs > 0)
+    j["window_step_ms"] = r.windowStepMs;
+  return kElasticReportTag + j.dump() + "\n";
+}
+
+ElasticReport mapp::rt::lastElasticReport(const std::string &text) {
+  ElasticReport r;
+  const std::string tag = kElasticReportTag;
+  size_t at = text.rfind(tag);
+  if (at == std::string::npos)
+    return r;
+  size_t from = at + tag.size(), nl = text.find('\n', from);
+  json j = json::parse(text.substr(from, nl == std::string::npos
+                                             ? std::string::npos
+                                             : nl - from),
+                       nullptr, false);
+  if (!j.is_object())
+    fail("mapp-launch: a garbled elastic report from mapp-run: '",
+         text.substr(at, std::min<size_t>(200, text.size() - at)), "'");
+  r.switchTo = j.value("switch_to", "");
+  if (j.contains("evidence"))
+    r.evidence = j["evidence"].dump();
+  r.windowStepMs = j.value("window_step_ms", 0.0);
+  return r;
+}
+
 Rebalancer::Rebalancer(std::vector<std::vector<int>> partitions, int current,
                        int pp, int tp, int dp, double minGain, double persist)
     : parts_(std::move(partitions)), current_(current), pp_(pp), tp_(tp),

@@ -4,7 +4,8 @@
 // (keeping the tail of stderr, where mpirun and mapp-run name the ranks that
 // died or hung), and after it ends asks ElasticJob what to do: the next
 // attempt is the same command with -np, the plan, --resume and
-// --elastic-attempt rewritten.
+// --elastic-attempt rewritten (and --repartition-plan given: the ranks'
+// switch to another stage partition, reported on stderr, is a restart too).
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Launch.h"
@@ -166,7 +167,8 @@ int mapp::rt::launchElastic(const LaunchOptions &lo) {
     }
   if (planAt < 0)
     fail("mapp-launch: no plan (a *.mplan argument) after mapp-run");
-  for (const char *f : {"--resume", "--elastic-attempt", "--elastic"})
+  for (const char *f :
+       {"--resume", "--elastic-attempt", "--elastic", "--repartition-plan"})
     for (size_t i = app + 1; i < cmd.size(); ++i)
       if (cmd[i] == f || cmd[i].rfind(std::string(f) + "=", 0) == 0)
         fail("mapp-launch: leave ", f, " out of the mapp-run command: the "
@@ -186,6 +188,11 @@ int mapp::rt::launchElastic(const LaunchOptions &lo) {
     fail("mapp-launch --elastic: the mapp-run command needs --save-dir DIR "
          "(a restart resumes from its newest checkpoint)");
   ElasticJob job(eo);
+  // The job's own plan first: every attempt gets the whole list and finds
+  // its own plan in it (Run.cpp), so a switch names a plan, not an index.
+  PartitionSet parts;
+  if (!lo.repartitionPlans.empty())
+    parts = loadPartitionSet(cmd[planAt], lo.repartitionPlans);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = forwardStop;
@@ -194,19 +201,23 @@ int mapp::rt::launchElastic(const LaunchOptions &lo) {
   sigaction(SIGINT, &sa, nullptr);
   sa.sa_handler = rankReturned;
   sigaction(SIGUSR1, &sa, nullptr);
+  std::string lastSwitch; // the evidence of the switch that began this attempt
   while (true) {
     const ElasticAttempt &a = job.attempt();
     std::vector<std::string> argv = cmd;
     argv[npAt] = std::to_string(a.layout.world);
     argv[planAt] = a.layout.plan;
-    if (a.index > 0) {
-      argv.push_back("--elastic-attempt");
-      argv.push_back(std::to_string(a.index));
-      if (!a.resume.empty()) {
-        argv.push_back("--resume");
-        argv.push_back(a.resume);
-      }
+    argv.push_back("--elastic-attempt");
+    argv.push_back(std::to_string(a.index));
+    if (a.index > 0 && !a.resume.empty()) {
+      argv.push_back("--resume");
+      argv.push_back(a.resume);
     }
+    if (parts.indexOf(a.layout.plan) >= 0) // not after a shrink
+      for (const std::string &p : parts.plans) {
+        argv.push_back("--repartition-plan");
+        argv.push_back(p);
+      }
     std::string errTail;
     AttemptEnd end;
     end.status = runChild(argv, errTail);
@@ -216,8 +227,19 @@ int mapp::rt::launchElastic(const LaunchOptions &lo) {
       end.lost = lostRanksIn(errTail);
       end.why = firstFailureLine(errTail);
     }
-    if (int n = gReturned.exchange(0))
-      job.ranksReturnNow(n);
+    ElasticReport rep = lastElasticReport(errTail);
+    if (rep.windowStepMs > 0 && !lastSwitch.empty())
+      job.measuredAfterRepartition(lastSwitch, rep.windowStepMs);
+    lastSwitch.clear();
+    int returned = gReturned.exchange(0);
+    if (returned)
+      job.ranksReturnNow(returned);
+    // Ranks back take precedence: the layout changes anyway.
+    if (end.status == 0 && !rep.switchTo.empty() && !returned) {
+      job.repartition(rep.switchTo, rep.evidence);
+      lastSwitch = rep.evidence;
+      continue;
+    }
     if (!job.next(end))
       return job.exitStatus();
   }

@@ -405,23 +405,29 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     }
     BlockRun::Op op(pr);
     BlockRun::Transfer moved;
-    const bool layerTimed =
-        timeLayers_ && pr.kind == Prepared::Compute && pr.workLayer >= 0;
-    const uint64_t layerCpu0 =
-        layerTimed ? mapp::MappTraceWriter::threadCpuNs() : 0;
+    // Re-partitioning times compute instrs alone (the kernel and an injected
+    // slow-down), never the communicator's progress or waits: a process
+    // polling MPI burns CPU while it waits, which is no stage's work.
+    const bool cpuTimed = timeLayers_ && pr.kind == Prepared::Compute;
+    uint64_t cpu0 = cpuTimed ? mapp::MappTraceWriter::threadCpuNs() : 0;
     b.cpuChained = false; // an instr runs: the clock must be read again
     b.countComm(op);
     b.beginOp(op);
     b.dispatch(op, moved);
+    uint64_t spent = cpuTimed ? mapp::MappTraceWriter::threadCpuNs() - cpu0 : 0;
     comm_.progress();
     b.afterInstr(op);
     b.noteTransfer(op, moved);
-    if (b.slow && pr.kind == Prepared::Compute)
+    if (b.slow && pr.kind == Prepared::Compute) {
+      cpu0 = cpuTimed ? mapp::MappTraceWriter::threadCpuNs() : 0;
       b.slowDown(op);
+      spent += cpuTimed ? mapp::MappTraceWriter::threadCpuNs() - cpu0 : 0;
+    }
     if (op.opRecord)
       b.recordOp(op, moved);
-    if (layerTimed)
-      layerCpuNs_ += mapp::MappTraceWriter::threadCpuNs() - layerCpu0;
+    computeCpuNs_ += spent;
+    if (pr.workLayer >= 0)
+      layerCpuNs_ += spent;
   }
   b.closeRun();
 }

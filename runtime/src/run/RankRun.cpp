@@ -344,7 +344,6 @@ private:
       exec_->setTimeLayers(true);
     }
     for (int64_t s = first; s < o_.steps; ++s) {
-      const uint64_t cpu0 = mapp::MappTraceWriter::threadCpuNs();
       if (scope_)
         scope_->beginStep(s);
       const bool observed = live_ && live_->observes(s);
@@ -370,7 +369,7 @@ private:
         // [0, world): the whole step's; [world, 2 world): in layers' instrs.
         const int w = plan_.worldSize;
         std::vector<double> t(2 * w, 0.0);
-        t[rank_] = (mapp::MappTraceWriter::threadCpuNs() - cpu0) * 1e-9;
+        t[rank_] = exec_->takeComputeCpuNs() * 1e-9;
         t[w + rank_] = exec_->takeLayerCpuNs() * 1e-9;
         comm_->allReduce(t.data(), 2 * w, ReduceOp::Sum,
                          comm_->group(Group::World));

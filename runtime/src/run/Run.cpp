@@ -271,24 +271,9 @@ int runElasticThreads(const RunOptions &o) {
   eo.maxRestarts = o.elasticMaxRestarts;
   ElasticJob job(eo);
   // Other stage partitions of the job's own layout (docs/elastic.md).
-  std::vector<std::string> partPlans;
-  std::vector<std::vector<int>> partitions;
-  if (!o.repartitionPlans.empty()) {
-    partPlans.push_back(o.plan);
-    partPlans.insert(partPlans.end(), o.repartitionPlans.begin(),
-                     o.repartitionPlans.end());
-    std::vector<ElasticLayout> ls = elasticLayouts(partPlans);
-    for (size_t i = 0; i < partPlans.size(); ++i) {
-      if (ls[i].tp != ls[0].tp || ls[i].pp != ls[0].pp || ls[i].dp != ls[0].dp)
-        fail("--repartition-plan '", partPlans[i], "' is ", ls[i].text(),
-             ", the job's plan ", ls[0].text(),
-             ": a re-partition keeps the layout and moves layers between "
-             "stages");
-      if (ls[i].pp < 2)
-        fail("--repartition-plan needs a pipeline (pp >= 2)");
-      partitions.push_back(stageLayerCounts(loadPlan(partPlans[i])));
-    }
-  }
+  PartitionSet parts;
+  if (!o.repartitionPlans.empty())
+    parts = loadPartitionSet(o.plan, o.repartitionPlans);
   std::string lastSwitch; // the evidence of the repartition that began
                           // this attempt ("" if none)
   while (true) {
@@ -310,10 +295,9 @@ int runElasticThreads(const RunOptions &o) {
     const WorldEntry &threads = worldEntry(WorldKind::LocalThreads);
     checkInjections(ao, plan, threads);
     RunShared sh{ao, plan, {}, false, o.threads};
-    auto part = std::find(partPlans.begin(), partPlans.end(), a.layout.plan);
-    if (part != partPlans.end()) {
-      sh.partitions = partitions;
-      sh.partition = static_cast<int>(part - partPlans.begin());
+    sh.partition = parts.indexOf(a.layout.plan);
+    if (sh.partition >= 0) {
+      sh.partitions = parts.layers;
       sh.measureAfterSwitch = !lastSwitch.empty();
     }
     ThreadsEnd end;
@@ -332,7 +316,7 @@ int runElasticThreads(const RunOptions &o) {
       job.measuredAfterRepartition(lastSwitch, sh.measuredStepMs);
     lastSwitch.clear();
     if (status == 0 && sh.switchTo >= 0) {
-      job.repartition(partPlans[sh.switchTo], sh.switchEvidence);
+      job.repartition(parts.plans[sh.switchTo], sh.switchEvidence);
       lastSwitch = sh.switchEvidence;
       continue;
     }
@@ -369,22 +353,45 @@ int runJob(const RunOptions &given) {
     checkFbdWorld(o, plan, world);
   RunShared sh{o, plan, {}, false, o.threads};
   sh.processes = world.processes;
+  // Under mapp-launch --repartition-plan: the ranks decide at checkpoints
+  // as rank threads do; rank 0 tells the supervisor on stderr.
+  PartitionSet parts;
+  if (!o.repartitionPlans.empty()) {
+    parts = loadPartitionSet(o.plan, o.repartitionPlans);
+    sh.partitions = parts.layers;
+    sh.partition = 0;
+    sh.measureAfterSwitch = o.elasticAttempt > 0;
+  }
+  auto report = [&](int status) {
+    ElasticReport r;
+    if (status == 0 && sh.switchTo >= 0) {
+      r.switchTo = parts.plans[sh.switchTo];
+      r.evidence = sh.switchEvidence;
+    }
+    r.windowStepMs = sh.measuredStepMs;
+    if (!r.switchTo.empty() || r.windowStepMs > 0) {
+      std::string line = formatElasticReport(r);
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
+    }
+    return status;
+  };
   switch (world.kind) {
   case WorldKind::MpiProcesses:
-    return runMpiRank(sh);
+    return report(runMpiRank(sh));
   case WorldKind::NcclProcesses:
     checkLauncherWorld(*choice.launcher, plan.worldSize);
-    return runNcclProcess(sh, *choice.launcher);
+    return report(runNcclProcess(sh, *choice.launcher));
   case WorldKind::LocalThreads:
     if (plan.worldSize == 1) {
       runRank(sh, createLocalComm());
-      return 0;
+      return report(0);
     }
     [[fallthrough]];
   case WorldKind::NcclThreads:
     break;
   }
-  return runRankThreads(sh, world);
+  return report(runRankThreads(sh, world));
 }
 
 } // namespace mapp::rt

@@ -75,9 +75,12 @@ const char *const kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              layout (compiled with stage-layers=); at each
                              checkpoint the job switches to the one measured
                              stage times predict >= 1.15x faster in >= 80% of
-                             the steps since (repeatable; docs/elastic.md)
-  --elastic-attempt K        set by mapp-launch --elastic on its restarts:
-                             outputs are appended, rank-crash faults done
+                             the steps since (repeatable; docs/elastic.md;
+                             processes: mapp-launch --repartition-plan)
+  --elastic-attempt K        set by mapp-launch --elastic on each attempt:
+                             K > 0 a restart (outputs appended, rank-crash
+                             faults done); with --repartition-plan, rank 0
+                             reports a switch on stderr and the job stops
   --schedule static|adaptive MegaDPP task scheduler (default: adaptive for
                              plans compiled with schedule=adaptive, else
                              static = the plan's table in order)
@@ -451,10 +454,14 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
   if (o.elastic && o.ckpt.saveDir.empty())
     usageError("--elastic needs --save-dir DIR (a restart resumes from its "
                "newest checkpoint)");
-  if (!o.elastic && (!o.elasticPlans.empty() || o.elasticMaxRestarts != 8 ||
-                     !o.repartitionPlans.empty()))
-    usageError("--elastic-plan, --elastic-max-restarts and --repartition-plan "
-               "need --elastic");
+  if (!o.elastic && (!o.elasticPlans.empty() || o.elasticMaxRestarts != 8))
+    usageError("--elastic-plan and --elastic-max-restarts need --elastic");
+  if (!o.elastic && o.elasticAttempt < 0 && !o.repartitionPlans.empty())
+    usageError("--repartition-plan needs --elastic (rank threads), or "
+               "mapp-launch --elastic --repartition-plan (processes)");
+  if (!o.repartitionPlans.empty() && o.ckpt.saveDir.empty())
+    usageError("--repartition-plan needs --save-dir DIR (a switch resumes "
+               "from the checkpoint it is decided at)");
   if (o.elastic && (o.generate || !o.patch.empty()))
     usageError("--elastic is for training");
   if (o.elastic && !o.ckpt.resume.empty())

@@ -81,6 +81,31 @@ struct Plan;
 /// Layers (`layers.N.*` parameters) held by each pipeline stage of `plan`.
 std::vector<int> stageLayerCounts(const Plan &plan);
 
+/// The stage partitions of one layout a job may switch between: the job's
+/// plan first, then the others (repeats dropped), and each one's layers per
+/// stage. Error naming a plan of another layout, or a layout with no
+/// pipeline.
+struct PartitionSet {
+  std::vector<std::string> plans;
+  std::vector<std::vector<int>> layers;
+  int indexOf(const std::string &plan) const; // -1: not one of them
+};
+PartitionSet loadPartitionSet(const std::string &jobPlan,
+                              const std::vector<std::string> &others);
+
+/// mapp-run under mapp-launch reports a re-partition on stderr, one line
+/// (rank 0, as the job's last words): "mapp-run: elastic-report " + JSON
+/// with "switch_to" (the plan) and "evidence" (Rebalancer::decide's), and
+/// "window_step_ms" (the attempt's first window, for the measured gain).
+constexpr const char *kElasticReportTag = "mapp-run: elastic-report ";
+struct ElasticReport {
+  std::string switchTo, evidence;
+  double windowStepMs = 0;
+};
+std::string formatElasticReport(const ElasticReport &r);
+/// The last report in `text` (a process's stderr); empty if none.
+ElasticReport lastElasticReport(const std::string &text);
+
 /// Re-partitioning (docs/elastic.md): every rank feeds it each step's
 /// compute time of every rank (thread CPU time, all-reduced) and the part
 /// of it spent in layers' instrs, and at a checkpoint it says whether

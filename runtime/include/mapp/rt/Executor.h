@@ -137,12 +137,16 @@ public:
   void setCoordinator(bool on) { coordinator_ = on; }
   /// Fault injection: sleep (factor-1) x each compute instr's time.
   void setSlowCompute(double factor) { slowFactor_ = factor; }
-  /// Re-partitioning: add up the thread CPU time of the compute instrs
-  /// that are a layer's work (workLayers(), the executor's own work for
-  /// them included), so a stage's per-layer cost is told from its fixed
-  /// costs (embedding, head and loss, p2p, the step's bookkeeping).
+  /// Re-partitioning: add up the thread CPU time of the compute instrs,
+  /// and apart those that are a layer's work (workLayers()), so a stage's
+  /// per-layer cost is told from its fixed costs (embedding, head and
+  /// loss, the optimizer of non-layer parameters). Communication is in
+  /// neither: its cost does not move with the layers, and a process
+  /// polling MPI while it waits burns CPU that is no stage's work.
   void setTimeLayers(bool on) { timeLayers_ = on; }
-  /// The layers' CPU time since the last call (0 unless setTimeLayers).
+  /// The compute instrs' CPU time since the last call, and of it the
+  /// layers' (0 unless setTimeLayers).
+  uint64_t takeComputeCpuNs() { return std::exchange(computeCpuNs_, 0); }
   uint64_t takeLayerCpuNs() { return std::exchange(layerCpuNs_, 0); }
 
   /// MegaDPP: the task scheduler (runtime/src/sched). The constructor
@@ -316,7 +320,7 @@ private:
   std::vector<std::pair<int64_t, int64_t>> normRange_;
   double slowFactor_ = 1;
   bool timeLayers_ = false;
-  uint64_t layerCpuNs_ = 0;
+  uint64_t layerCpuNs_ = 0, computeCpuNs_ = 0;
   bool skipNonFinite_ = false, checkFinite_ = false;
   int64_t nanStep_ = -1;
   std::string lsMode_ = "none";

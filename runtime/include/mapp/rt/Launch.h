@@ -8,7 +8,9 @@
 // the newest intact checkpoint: ElasticJob's state machine (Elastic.h,
 // docs/elastic.md), the one mapp-run --elastic uses for rank threads.
 // SIGUSR1 to mapp-launch: a rank is back; the job checkpoints, stops and
-// grows to the largest layout that fits again. SIGTERM/SIGINT are passed to
+// grows to the largest layout that fits again. With --repartition-plan the
+// ranks measure their stages and, at a checkpoint, rank 0 reports a better
+// partition on stderr (Elastic.h, ElasticReport): the job restarts on it. SIGTERM/SIGINT are passed to
 // mpirun and end the job without a restart.
 //
 //===----------------------------------------------------------------------===//
@@ -22,6 +24,7 @@ namespace mapp::rt {
 
 struct LaunchOptions {
   std::vector<std::string> plans;   // layouts beside the command's own plan
+  std::vector<std::string> repartitionPlans; // other stage partitions of it
   int maxRestarts = 8;
   std::vector<std::string> command; // mpirun ... mapp-run PLAN ...
 };

@@ -59,7 +59,8 @@ struct RunOptions {
   bool elastic = false;                  // rank threads: restart without lost ranks
   std::vector<std::string> elasticPlans; // other layouts it may switch to
   int elasticMaxRestarts = 8;
-  int elasticAttempt = 0;     // > 0: a restart (outputs appended, crashes done)
+  int elasticAttempt = -1;    // >= 0: under a supervisor (mapp-launch);
+                              // > 0: a restart (outputs appended, crashes done)
   int64_t stopAtSaveFrom = -1; // stop after the first save at >= this step
   std::vector<std::string> repartitionPlans; // other stage partitions
 
