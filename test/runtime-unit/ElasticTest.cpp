@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Elastic.h"
+#include "mapp/rt/Error.h"
 #include "mapp/rt/Plan.h"
 
 #include <gtest/gtest.h>
@@ -257,4 +258,31 @@ TEST(Elastic, RebalancerNeedsTheMinimumGain) {
   for (int step = 0; step < 10; ++step)
     rb.addStep(stageSeconds(parts[0], {1, 1.2, 1, 1}));
   EXPECT_EQ(rb.decide(nullptr), -1);
+}
+
+TEST(Elastic, ElasticReportRoundTripsThroughInterleavedStderr) {
+  // mpirun interleaves every rank's stderr; the supervisor takes the last
+  // report line wherever it sits, and a garbled one is an error, not a
+  // silent "no switch".
+  ElasticReport r;
+  r.switchTo = "off1.mplan";
+  r.evidence = R"({"layers_next":[6,2,4,4],"predicted_gain":1.5})";
+  r.windowStepMs = 12.5;
+  std::string text = "mapp-run: rank 2 scheduler static: ...\n" +
+                     formatElasticReport(ElasticReport{"", "", 9.0}) +
+                     "[1,3]<stderr>: a tagged line\n" +
+                     formatElasticReport(r) + "mapp-run: monitor: done\n";
+  ElasticReport got = lastElasticReport(text);
+  EXPECT_EQ(got.switchTo, "off1.mplan");
+  EXPECT_EQ(nlohmann::json::parse(got.evidence)["layers_next"][0], 6);
+  EXPECT_DOUBLE_EQ(got.windowStepMs, 12.5);
+  ElasticReport none = lastElasticReport("mapp-run: nothing to report\n");
+  EXPECT_TRUE(none.switchTo.empty());
+  EXPECT_EQ(none.windowStepMs, 0);
+  ElasticReport measured =
+      lastElasticReport(formatElasticReport(ElasticReport{"", "", 9.0}));
+  EXPECT_TRUE(measured.switchTo.empty());
+  EXPECT_DOUBLE_EQ(measured.windowStepMs, 9.0);
+  EXPECT_THROW(lastElasticReport(std::string(kElasticReportTag) + "{\"swi\n"),
+               Error);
 }
