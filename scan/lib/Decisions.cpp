@@ -53,7 +53,20 @@ std::string mapp::scan::decisionText(const json &d) {
   std::string s = kind;
   if (d.contains("resume_step"))
     s += " at step " + std::to_string(d.value("resume_step", int64_t(0)));
-  if (kind == "repartition") {
+  else if (d.contains("step"))
+    s += " at step " + std::to_string(d.value("step", int64_t(0)));
+  if (kind == "dp-split") {
+    const json ev = d.value("evidence", json::object());
+    s += ": microbatches " + ev.value("microbatches_now", json::array()).dump() +
+         " -> " + ev.value("microbatches_next", json::array()).dump() +
+         ", predicted gain " + fixed2(ev.value("predicted_gain", 0.0)) + "x";
+  } else if (kind == "dp-split-measured") {
+    s += " " + d.value("microbatches", json::array()).dump() +
+         ": measured gain " + fixed2(d.value("measured_gain", 0.0)) +
+         "x, predicted " + fixed2(d.value("predicted_gain", 0.0)) +
+         "x (slowest replica " + fixed2(d.value("step_ms_before", 0.0)) +
+         " -> " + fixed2(d.value("step_ms_measured", 0.0)) + " ms)";
+  } else if (kind == "repartition") {
     const json ev = d.value("evidence", json::object());
     s += ": layers " + ev.value("layers_now", json::array()).dump() + " -> " +
          ev.value("layers_next", json::array()).dump() + ", predicted gain " +

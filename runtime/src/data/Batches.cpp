@@ -57,9 +57,13 @@ void BatchLoader::sample(int64_t g, int32_t *inputs, int32_t *targets) {
 void BatchLoader::microbatch(int64_t step, int dpRank, int dp, int numMb,
                              int mb, int mbs, int32_t *inputs,
                              int32_t *targets) {
-  int64_t perStep = static_cast<int64_t>(dp) * numMb * mbs;
-  int64_t first =
-      step * perStep + (static_cast<int64_t>(dpRank) * numMb + mb) * mbs;
+  microbatchAt(step, static_cast<int64_t>(dp) * numMb,
+               static_cast<int64_t>(dpRank) * numMb + mb, mbs, inputs, targets);
+}
+
+void BatchLoader::microbatchAt(int64_t step, int64_t perStepMb, int64_t index,
+                               int mbs, int32_t *inputs, int32_t *targets) {
+  int64_t first = (step * perStepMb + index) * mbs;
   for (int b = 0; b < mbs; ++b)
     sample(first + b, inputs + static_cast<int64_t>(b) * seqLength_,
            targets + static_cast<int64_t>(b) * seqLength_);

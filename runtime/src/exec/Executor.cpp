@@ -1,5 +1,6 @@
 //===- Executor.cpp -------------------------------------------------------===//
 #include "mapp/rt/Executor.h"
+#include "mapp/rt/PlanLimits.h"
 #include "mapp/rt/Fbd.h"
 #include "ExecutorInstr.h"
 #include "TraceSink.h"
@@ -188,6 +189,8 @@ void Executor::setScheduler(const SchedOptions &o) {
                          : o.mode;
   SchedOptions so = o;
   so.mode = mode;
+  so.microbatches = microbatches_;
+  schedOptions_ = o;
   if (!so.deviceFreeBytes)
     so.deviceFreeBytes = backend_.freeDeviceBytes();
   if (mode == "adaptive" && !so.postedBytes)
@@ -196,6 +199,16 @@ void Executor::setScheduler(const SchedOptions &o) {
     };
   sched_ = createScheduler(plan_, *prog_, comm_, so);
   schedPostsReceives_ = sched_->stats().mode == "adaptive";
+}
+
+void Executor::setMicrobatches(int k) {
+  if (k < 1 || k > kMaxMicrobatches)
+    fail("an uneven data-parallel split gives this rank ", k,
+         " microbatches (must be 1..", kMaxMicrobatches, ")");
+  microbatches_ = k;
+  setScheduler(schedOptions_);
+  if (sched_->stats().mode != "static")
+    fail("an uneven data-parallel split needs the static scheduler");
 }
 
 Executor::~Executor() {

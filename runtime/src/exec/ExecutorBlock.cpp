@@ -428,6 +428,8 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     computeCpuNs_ += spent;
     if (pr.workLayer >= 0)
       layerCpuNs_ += spent;
+    if (b.blk.kind != BlockKind::Optimizer)
+      mbCpuNs_ += spent;
   }
   b.closeRun();
 }

@@ -65,7 +65,7 @@ void Executor::beginStepRun(StepRun &s) {
   const Program &p = *prog_;
   KernelContext &ctx = s.ctx;
   ctx.step = step_;
-  ctx.numMicrobatches = plan_.numMicrobatches;
+  ctx.numMicrobatches = microbatches();
   ctx.maxGradNorm = plan_.maxGradNorm;
   ctx.lossScale = ls_.scale;
   ctx.pool = &backend_.pool();
@@ -81,7 +81,7 @@ void Executor::beginStepRun(StepRun &s) {
   backend_.beginStep(step_);
   s.r.step = step_;
   s.slotMb.assign(p.slots, -1);
-  s.losses.assign(plan_.numMicrobatches,
+  s.losses.assign(microbatches(),
                   std::numeric_limits<float>::quiet_NaN());
   s.graph = beginStepGraph(s.graphId, s.batches, s.r, s.losses);
 

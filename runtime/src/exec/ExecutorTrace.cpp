@@ -50,13 +50,13 @@ size_t Executor::traceEventsPerStep() const {
   if (p.tasks.empty()) {
     for (size_t b = 0; b < p.blocks.size(); ++b)
       if (p.blocks[b].kind != BlockKind::Optimizer)
-        perStep += perBlock[b] * plan_.numMicrobatches;
+        perStep += perBlock[b] * microbatches();
   } else {
     for (const Task &t : p.tasks)
       if (p.blocks[t.block].kind != BlockKind::Optimizer)
         perStep += perBlock[t.block];
   }
-  return perStep + optimizer + plan_.numMicrobatches + 1;
+  return perStep + optimizer + microbatches() + 1;
 }
 
 bool Executor::tracing() const {

@@ -1,4 +1,5 @@
 //===- RankRun.cpp - one rank of a job from its plan to its outputs -------===//
+#include "DataSplit.h"
 #include "RunInternal.h"
 
 #include "mapp/rt/Backend.h"
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -79,6 +81,12 @@ public:
 
   void run() {
     createExecutor();
+    if (!o_.dpSplit.empty() || o_.dpBalance) {
+      split_.emplace(o_, plan_);
+      exec_->setMicrobatches(split_->count(exec_->program().dp));
+      if (split_->balancing())
+        exec_->setTimeLayers(true);
+    }
     openScope();
     if (!o_.patch.empty())
       return patch();
@@ -275,10 +283,17 @@ private:
     // The cp ranks of a dp group read the same rows (each keeps its share
     // of the sequence, docs/context-parallel.md): the data has dp/cp shards.
     const int cp = plan_.cp > 1 ? plan_.cp : 1;
-    return [this, cp](int64_t step, int mb, int32_t *tok, int32_t *tgt) {
+    // Replica d's microbatches are places first(d)... of the step's global
+    // batch: an uneven split reads the same samples as the even one.
+    const int M = plan_.numMicrobatches;
+    auto first = [this, M](int d) { return split_ ? split_->start(d) : d * M; };
+    auto count = [this, M](int d) { return split_ ? split_->count(d) : M; };
+    return [this, cp, first, count](int64_t step, int mb, int32_t *tok,
+                                    int32_t *tgt) {
       const int dpRank = exec_->program().dp / cp, shards = plan_.dp / cp;
-      loader_->microbatch(step, dpRank, shards, plan_.numMicrobatches, mb,
-                          plan_.microBatchSize, tok, tgt);
+      const int64_t perStep = int64_t(shards) * plan_.numMicrobatches;
+      loader_->microbatchAt(step, perStep, first(dpRank) + mb,
+                            plan_.microBatchSize, tok, tgt);
       if (scope_ && mb == 0) // the UI's token axes (TokenRecord.cpp)
         scope_->recordContext(step, false, tok, plan_.seqLength);
       if (!dump_)
@@ -288,12 +303,16 @@ private:
       size_t n = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
       otherTok_.resize(n);
       otherTgt_.resize(n);
+      // The other replicas' microbatch mb beside this one's; with an uneven
+      // split a replica may hold more: this one's last writes the rest.
       for (int d = 0; d < shards; ++d)
-        if (d != dpRank) {
-          loader_->microbatch(step, d, shards, plan_.numMicrobatches, mb,
-                              plan_.microBatchSize, otherTok_.data(),
-                              otherTgt_.data());
-          dump_->write(step, mb, d, plan_.microBatchSize, plan_.seqLength,
+        for (int k = mb; d != dpRank && k < count(d) &&
+                         (k == mb || mb + 1 == count(dpRank));
+             ++k) {
+          loader_->microbatchAt(step, perStep, first(d) + k,
+                                plan_.microBatchSize, otherTok_.data(),
+                                otherTgt_.data());
+          dump_->write(step, k, d, plan_.microBatchSize, plan_.seqLength,
                        otherTok_.data(), otherTgt_.data());
         }
     };
@@ -366,14 +385,20 @@ private:
       }
       reportSwitches(*exec_, rank_, o_.quiet);
       if (rebalance) { // every rank's compute time of the step, to all
-        // [0, world): the whole step's; [world, 2 world): in layers' instrs.
-        const int w = plan_.worldSize;
-        std::vector<double> t(2 * w, 0.0);
-        t[rank_] = exec_->takeComputeCpuNs() * 1e-9;
-        t[w + rank_] = exec_->takeLayerCpuNs() * 1e-9;
-        comm_->allReduce(t.data(), 2 * w, ReduceOp::Sum,
-                         comm_->group(Group::World));
+        // [0, world): in compute instrs; [world, 2 world): in layers' ones.
+        std::vector<double> t = everyRanksCompute(exec_->takeLayerCpuNs());
+        const size_t w = t.size() / 2;
         rebalance->addStep({t.begin(), t.begin() + w}, {t.begin() + w, t.end()});
+      }
+      if (split_ && split_->balancing()) { // in place, at any step
+        std::vector<DataSplit::Decision> said;
+        if (split_->afterStep(r.step + 1,
+                              everyRanksCompute(exec_->takeMicrobatchCpuNs()),
+                              said))
+          exec_->setMicrobatches(split_->count(exec_->program().dp));
+        for (const DataSplit::Decision &d : said)
+          if (lead_)
+            reportDecision("mapp-run", o_.monitor, d.line, d.json);
       }
       if (observed)
         live_->afterStep(r.step);
@@ -492,7 +517,21 @@ private:
   std::unique_ptr<BatchDump> dump_;
   std::unique_ptr<mapp::MappTraceWriter> trace_;
   std::unique_ptr<LiveMonitor> live_;
+  std::optional<DataSplit> split_; // --dp-split / --dp-balance
   std::vector<double> costOn_, costOff_; // --monitor-cost: step ms by kind
+
+  /// This step's compute seconds of every rank, and of them the part
+  /// `partNs` of this rank says (one world all-reduce): [0, world) and
+  /// [world, 2 world).
+  std::vector<double> everyRanksCompute(uint64_t partNs) {
+    const int w = plan_.worldSize;
+    std::vector<double> t(2 * w, 0.0);
+    t[rank_] = exec_->takeComputeCpuNs() * 1e-9;
+    t[w + rank_] = partNs * 1e-9;
+    comm_->allReduce(t.data(), 2 * w, ReduceOp::Sum,
+                     comm_->group(Group::World));
+    return t;
+  }
 
   /// --monitor-cost's verdict: the median step with the monitor over the
   /// median without, from the same run (windows alternate, so drift of

@@ -1,4 +1,5 @@
 //===- Run.cpp - a job's world: rank threads or this process as one rank --===//
+#include "DataSplit.h"
 #include "RankThreads.h"
 #include "RunInternal.h"
 
@@ -349,6 +350,8 @@ int runJob(const RunOptions &given) {
   WorldChoice choice = chooseWorld(o.comm, plan.worldSize, processEnv());
   const WorldEntry &world = *choice.world;
   checkInjections(o, plan, world);
+  if (!o.dpSplit.empty() || o.dpBalance)
+    DataSplit(o, plan); // its errors once, before any rank starts
   if (isFbdPlan(plan))
     checkFbdWorld(o, plan, world);
   RunShared sh{o, plan, {}, false, o.threads};

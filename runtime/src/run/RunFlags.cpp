@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/RunFlags.h"
+#include "DataSplit.h"
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Faults.h"
@@ -77,6 +78,13 @@ const char *const kUsage = R"(usage: mapp-run PLAN.mplan [flags]
                              stage times predict >= 1.15x faster in >= 80% of
                              the steps since (repeatable; docs/elastic.md;
                              processes: mapp-launch --repartition-plan)
+  --dp-split K0,K1,...       an uneven data-parallel split: replica d runs
+                             Kd microbatches a step (sum = dp x the plan's
+                             microbatches; pp = 1 plans; the gradient is the
+                             even split's: docs/elastic.md)
+  --dp-balance N             move microbatches off a slow data-parallel
+                             replica, in place, deciding every N steps as
+                             --repartition-plan does (pp = 1 plans)
   --elastic-attempt K        set by mapp-launch --elastic on each attempt:
                              K > 0 a restart (outputs appended, rank-crash
                              faults done); with --repartition-plan, rank 0
@@ -325,7 +333,8 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
                  flag == "--hf-vocab-size" || flag == "--monitor-every" ||
                  flag == "--monitor-cost" ||
                  flag == "--elastic-plan" || flag == "--elastic-max-restarts" ||
-                 flag == "--elastic-attempt" || flag == "--repartition-plan";
+                 flag == "--elastic-attempt" || flag == "--repartition-plan" ||
+                 flag == "--dp-split" || flag == "--dp-balance";
     if (!known)
       usageError("unknown flag '" + flag + "'");
     if (!inlineValue) {
@@ -368,6 +377,14 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
       o.elasticMaxRestarts = static_cast<int>(parseInt(flag, value, 0, 1000));
     else if (flag == "--elastic-attempt")
       o.elasticAttempt = static_cast<int>(parseInt(flag, value, 0, 1000000));
+    else if (flag == "--dp-split") {
+      try {
+        o.dpSplit = parseDpSplit(value);
+      } catch (const Error &e) {
+        usageError(e.what());
+      }
+    } else if (flag == "--dp-balance")
+      o.dpBalance = static_cast<int>(parseInt(flag, value, 2, 1 << 20));
     else if (flag == "--monitor-every")
       o.monitorEvery = static_cast<int>(parseInt(flag, value, 1, 64));
     else if (flag == "--monitor-cost")
@@ -459,6 +476,14 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
   if (!o.elastic && o.elasticAttempt < 0 && !o.repartitionPlans.empty())
     usageError("--repartition-plan needs --elastic (rank threads), or "
                "mapp-launch --elastic --repartition-plan (processes)");
+  if ((o.dpBalance || !o.dpSplit.empty()) && (o.elastic || o.generate))
+    usageError("--dp-split and --dp-balance are for a training run of one "
+               "layout (not --elastic, whose restarts change the replicas, "
+               "nor --generate)");
+  if (o.dpBalance && !o.traceDir.empty())
+    usageError("--dp-balance changes each replica's microbatches in the run; "
+               "leave out --trace-dir (a trace's events per step are sized "
+               "at its start)");
   if (!o.repartitionPlans.empty() && o.ckpt.saveDir.empty())
     usageError("--repartition-plan needs --save-dir DIR (a switch resumes "
                "from the checkpoint it is decided at)");

@@ -8,13 +8,53 @@
 
 using namespace mapp::rt;
 
-std::vector<Task> mapp::rt::staticTasks(const Plan &plan, const Program &p) {
-  std::vector<Task> tasks = p.tasks;
-  if (tasks.empty())
-    for (int mb = 0; mb < plan.numMicrobatches; ++mb)
+std::vector<Task> mapp::rt::staticTasks(const Plan &plan, const Program &p,
+                                        int microbatches) {
+  if (p.tasks.empty()) {
+    std::vector<Task> tasks;
+    for (int mb = 0; mb < (microbatches ? microbatches : plan.numMicrobatches);
+         ++mb)
       for (size_t b = 0; b < p.blocks.size(); ++b)
         if (p.blocks[b].kind != BlockKind::Optimizer)
           tasks.push_back({static_cast<int>(b), mb});
+    return tasks;
+  }
+  if (!microbatches || microbatches == plan.numMicrobatches)
+    return p.tasks;
+  // Another count (an uneven data-parallel split). A table that runs each
+  // microbatch's tasks together, in microbatch order (pp = 1), repeats;
+  // the step's own tasks (a block run once: the gradient sync on the last
+  // microbatch, the optimizer) follow, on the new last microbatch.
+  const int M = plan.numMicrobatches;
+  std::map<int, int> runs; // block -> tasks
+  for (const Task &t : p.tasks)
+    ++runs[t.block];
+  std::vector<Task> pattern, tail;
+  for (const Task &t : p.tasks)
+    if (runs[t.block] == M && M > 1 && t.microbatch == 0)
+      pattern.push_back(t);
+    else if (runs[t.block] == 1)
+      tail.push_back(t);
+  const size_t body = pattern.size() * M;
+  bool repeats = !pattern.empty() && body + tail.size() == p.tasks.size();
+  for (size_t i = 0; repeats && i < body; ++i)
+    repeats = p.tasks[i].block == pattern[i % pattern.size()].block &&
+              p.tasks[i].microbatch == static_cast<int>(i / pattern.size());
+  if (!repeats)
+    fail("rank ", p.rank, "'s task table interleaves microbatches (a "
+         "pipeline schedule): it cannot run ", microbatches,
+         " microbatches instead of the plan's ", M);
+  std::vector<Task> tasks;
+  for (int mb = 0; mb < microbatches; ++mb)
+    for (Task t : pattern) {
+      t.microbatch = mb;
+      tasks.push_back(t);
+    }
+  for (Task t : tail) {
+    if (t.microbatch == M - 1)
+      t.microbatch = microbatches - 1;
+    tasks.push_back(t);
+  }
   return tasks;
 }
 
@@ -23,8 +63,8 @@ namespace {
 /// Today's behaviour: walk the table; the recv kernels block.
 class StaticScheduler final : public TaskScheduler {
 public:
-  StaticScheduler(const Plan &plan, const Program &p)
-      : prog_(p), tasks_(staticTasks(plan, p)) {
+  StaticScheduler(const Plan &plan, const Program &p, int microbatches)
+      : prog_(p), tasks_(staticTasks(plan, p, microbatches)) {
     stats_.mode = "static";
     stats_.policy = plan.schedule;
     stats_.stashBytes = p.stashBytes;
@@ -88,7 +128,7 @@ mapp::rt::createScheduler(const Plan &plan, const Program &p,
   if (mode.empty())
     mode = plan.schedule == "adaptive" ? "adaptive" : "static";
   if (mode == "static")
-    return std::make_unique<StaticScheduler>(plan, p);
+    return std::make_unique<StaticScheduler>(plan, p, o.microbatches);
   if (mode == "adaptive")
     return sched::createAdaptiveScheduler(plan, p, comm, o);
   fail("--schedule '", mode, "': unknown scheduler (static, adaptive)");

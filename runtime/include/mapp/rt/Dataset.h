@@ -181,6 +181,11 @@ public:
   /// G = dp*numMb*mbs samples per step. inputs/targets are [mbs, T].
   void microbatch(int64_t step, int dpRank, int dp, int numMb, int mb, int mbs,
                   int32_t *inputs, int32_t *targets);
+  /// The same by the microbatch's place in the step's global batch of
+  /// `perStepMb` microbatches (an uneven data-parallel split: dp rank d
+  /// holds places sum(k_0..k_{d-1}) onwards).
+  void microbatchAt(int64_t step, int64_t perStepMb, int64_t index, int mbs,
+                    int32_t *inputs, int32_t *targets);
   /// Largest id in the stream (to check against the plan's vocab).
   int32_t maxToken() const { return tokens_->maxToken(); }
 

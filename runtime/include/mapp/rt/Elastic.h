@@ -81,6 +81,11 @@ struct Plan;
 /// Layers (`layers.N.*` parameters) held by each pipeline stage of `plan`.
 std::vector<int> stageLayerCounts(const Plan &plan);
 
+/// An elastic decision: one stderr line "TOOL: elastic: LINE" and the JSON
+/// line appended to the --monitor file ("-": stdout; "": none).
+void reportDecision(const std::string &tool, const std::string &monitor,
+                    const std::string &line, const std::string &jsonLine);
+
 /// The stage partitions of one layout a job may switch between: the job's
 /// plan first, then the others (repeats dropped), and each one's layers per
 /// stage. Error naming a plan of another layout, or a layout with no
@@ -120,6 +125,12 @@ ElasticReport lastElasticReport(const std::string &text);
 /// `persist` of the window's steps with a median predicted gain of at least
 /// `minGain`: a straggler that comes and goes every step moves nothing; one
 /// that ends moves the layers back.
+/// One group's compute in one step, in seconds: the whole, and the part
+/// in units that can move (a stage's layers, a replica's microbatches).
+struct GroupTime {
+  double total = 0, units = 0;
+};
+
 class Rebalancer {
 public:
   Rebalancer(std::vector<std::vector<int>> partitions, int current, int pp,
@@ -140,10 +151,37 @@ private:
   int current_, pp_, tp_, dp_;
   double minGain_, persist_;
   double lastStep_ = 0;
-  struct StageTime {
-    double total = 0, layers = 0; // seconds: the whole, in layers' instrs
-  };
-  std::vector<std::vector<StageTime>> stageTimes_; // per step, per stage
+  std::vector<std::vector<GroupTime>> stageTimes_; // per step, per stage
+};
+
+/// The uneven data-parallel split (docs/elastic.md): the same rule as
+/// Rebalancer with microbatches moving between dp replicas (pp = 1 plans),
+/// in place at any step. A replica's time is its slowest tp rank's compute,
+/// of which the microbatches' blocks are the part that moves (the
+/// optimizer's is fixed). Candidates: the split now, the even split, and
+/// each step's best split (greedy: each next microbatch where the
+/// replica's predicted time after it is lowest, at least one each).
+class DpBalancer {
+public:
+  DpBalancer(int dp, int tp, int microbatches, double minGain = 1.15,
+             double persist = 0.8);
+  void setSplit(std::vector<int> split);
+  const std::vector<int> &split() const { return split_; }
+  /// Compute seconds of every rank in one step, and of them the seconds in
+  /// the microbatches' blocks.
+  void addStep(const std::vector<double> &rankSeconds,
+               const std::vector<double> &rankMbSeconds);
+  /// At the end of a window: 1 if split() changed, 0 if not; the window is
+  /// cleared.
+  int decide(std::string *evidence);
+  static std::vector<int> bestSplit(const std::vector<GroupTime> &t,
+                                    const std::vector<int> &now, int total);
+
+private:
+  int dp_, tp_, total_;
+  double minGain_, persist_;
+  std::vector<int> split_;
+  std::vector<std::vector<GroupTime>> times_; // per step, per replica
 };
 
 /// How one attempt is to run.

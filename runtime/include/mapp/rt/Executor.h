@@ -144,10 +144,24 @@ public:
   /// neither: its cost does not move with the layers, and a process
   /// polling MPI while it waits burns CPU that is no stage's work.
   void setTimeLayers(bool on) { timeLayers_ = on; }
-  /// The compute instrs' CPU time since the last call, and of it the
-  /// layers' (0 unless setTimeLayers).
+  /// The compute instrs' CPU time since the last call, of it the layers'
+  /// and that of the microbatches' blocks (all but the optimizer's; 0
+  /// unless setTimeLayers).
   uint64_t takeComputeCpuNs() { return std::exchange(computeCpuNs_, 0); }
   uint64_t takeLayerCpuNs() { return std::exchange(layerCpuNs_, 0); }
+  uint64_t takeMicrobatchCpuNs() { return std::exchange(mbCpuNs_, 0); }
+
+  /// An uneven data-parallel split (docs/elastic.md): this rank runs `k`
+  /// microbatches a step instead of the plan's. The loss is seeded 1/M per
+  /// microbatch and the gradients averaged over dp, so any split whose
+  /// counts sum to dp x M gives the even split's gradient. Error unless
+  /// the task table runs microbatch after microbatch (pp = 1), the
+  /// scheduler is static and k in [1, kMaxMicrobatches]. Steps run eagerly
+  /// (no CUDA graph).
+  void setMicrobatches(int k);
+  int microbatches() const {
+    return microbatches_ ? microbatches_ : plan_.numMicrobatches;
+  }
 
   /// MegaDPP: the task scheduler (runtime/src/sched). The constructor
   /// installs the plan's default (adaptive for schedule "adaptive", else
@@ -320,7 +334,9 @@ private:
   std::vector<std::pair<int64_t, int64_t>> normRange_;
   double slowFactor_ = 1;
   bool timeLayers_ = false;
-  uint64_t layerCpuNs_ = 0, computeCpuNs_ = 0;
+  uint64_t layerCpuNs_ = 0, computeCpuNs_ = 0, mbCpuNs_ = 0;
+  int microbatches_ = 0; // setMicrobatches (0: the plan's)
+  SchedOptions schedOptions_; // as last set, for setMicrobatches
   bool skipNonFinite_ = false, checkFinite_ = false;
   int64_t nanStep_ = -1;
   std::string lsMode_ = "none";

@@ -63,6 +63,8 @@ struct RunOptions {
                               // > 0: a restart (outputs appended, crashes done)
   int64_t stopAtSaveFrom = -1; // stop after the first save at >= this step
   std::vector<std::string> repartitionPlans; // other stage partitions
+  std::vector<int> dpSplit; // microbatches per dp replica ({}: even)
+  int dpBalance = 0;        // > 0: rebalance the split every N steps
 
   // MegaDPP.
   std::string schedule; // "" = the plan's; static | adaptive

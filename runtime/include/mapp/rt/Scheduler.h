@@ -51,6 +51,9 @@ struct SchedOptions {
   /// Bytes of a posted receive into a value (Backend::postedRecvBytes: a
   /// device backend's letter); unset: the value's plan bytes.
   std::function<size_t(const Value &)> postedBytes;
+  /// Microbatches this rank runs per step (an uneven data-parallel split,
+  /// plans whose program has no task table); 0: the plan's.
+  int microbatches = 0;
 };
 
 /// The tag of the adaptive scheduler's per-step slow-link verdicts between
@@ -107,7 +110,8 @@ public:
 
 /// The table a static run walks: p.tasks, or every non-optimizer block per
 /// microbatch when it is empty.
-std::vector<Task> staticTasks(const Plan &plan, const Program &p);
+std::vector<Task> staticTasks(const Plan &plan, const Program &p,
+                              int microbatches = 0);
 
 /// The scheduler for `p` on `comm`'s rank; Error naming the problem for an
 /// adaptive request the plan cannot serve (no dfc/bfc tables, a cap below
