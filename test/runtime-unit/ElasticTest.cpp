@@ -286,3 +286,43 @@ TEST(Elastic, ElasticReportRoundTripsThroughInterleavedStderr) {
   EXPECT_THROW(lastElasticReport(std::string(kElasticReportTag) + "{\"swi\n"),
                Error);
 }
+
+TEST(Elastic, DpBalancerGivesASlowReplicaItsShareAndTakesItBack) {
+  // dp 2 x 4 microbatches, tp 2 (ranks 0,1 replica 0; 2,3 replica 1).
+  // Replica 1 three times as slow per microbatch, 0.5 ms optimizer each:
+  // the best split is [6,2] (0.5 + 6 = 0.5 + 3 x 2), predicted
+  // (0.5 + 12) / 6.5 = 1.92x over [4,4]. Then the fault ends: from [6,2]
+  // back to [4,4], (0.5 + 6) / 4.5 = 1.44x. A replica is its slowest rank.
+  DpBalancer b(/*dp=*/2, /*tp=*/2, /*microbatches=*/4);
+  auto step = [&](std::vector<double> perMb) {
+    std::vector<double> total, mb;
+    for (int r = 0; r < 4; ++r) {
+      const int d = r / 2;
+      const double m = b.split()[d] * perMb[d] * (r % 2 ? 0.9 : 1.0);
+      mb.push_back(m * 1e-3);
+      total.push_back((m + 0.5) * 1e-3);
+    }
+    b.addStep(total, mb);
+  };
+  for (int s = 0; s < 10; ++s)
+    step({1, 3});
+  std::string evidence;
+  ASSERT_EQ(b.decide(&evidence), 1) << evidence;
+  EXPECT_EQ(b.split(), (std::vector<int>{6, 2}));
+  auto e = nlohmann::json::parse(evidence);
+  EXPECT_NEAR(e["predicted_gain"].get<double>(), 12.5 / 6.5, 1e-9);
+  EXPECT_NEAR(e["replica_fixed_ms"][1].get<double>(), 0.5, 1e-9);
+  for (int s = 0; s < 10; ++s)
+    step({1, 3});
+  EXPECT_EQ(b.decide(nullptr), 0); // balanced: stays
+  for (int s = 0; s < 10; ++s)
+    step({1, 1});
+  ASSERT_EQ(b.decide(&evidence), 1) << evidence;
+  EXPECT_EQ(b.split(), (std::vector<int>{4, 4}));
+  EXPECT_NEAR(nlohmann::json::parse(evidence)["predicted_gain"].get<double>(),
+              6.5 / 4.5, 1e-9);
+  // Every microbatch somewhere, at least one each, even for a replica
+  // 100x as slow.
+  std::vector<GroupTime> t = {{4e-3, 4e-3}, {400e-3, 400e-3}};
+  EXPECT_EQ(DpBalancer::bestSplit(t, {4, 4}, 8), (std::vector<int>{7, 1}));
+}
