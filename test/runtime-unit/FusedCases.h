@@ -112,19 +112,22 @@ inline std::vector<Case> builtinCases() {
   add("exp(%i0); reduce_sum[0](%0)", {0, 5}, {1}, {{0, 5}}); // nothing summed: zeros
   // Row programs (a reduce_sum inside the program: rowProgramLoop): an
   // RMS norm (the row factor a result too), a LayerNorm (two passes: the
-  // mean, then the variance of x - mean), a row statement on operands only (before the first reduce_sum),
-  // a softmax-like chain; rows of 8, 37, 300 (several blocks of the CPU
-  // evaluator, more than the 256 threads), two row dims, a single row.
+  // mean, then the variance of x - mean), a row statement on operands only
+  // (before the first reduce_sum), a softmax-like chain; rows of 8, 37,
+  // 300 (several blocks of the CPU evaluator, more than the 256 threads),
+  // two row dims, a single row. eps is squared: with random operands the
+  // roots' arguments stay positive (no NaN, which compares equal).
   const std::string rms = "mul(%i0, %i0); reduce_sum[2](%0); row scale[0.03125](%1); "
-                          "row add(%2, %i1); row rsqrt(%3); mul(%i0, %4); mul(%5, %i2)";
+                          "row mul(%i1, %i1); row add(%2, %3); row rsqrt(%4); mul(%i0, %5); "
+                          "mul(%6, %i2)";
   for (int64_t c : {8, 37, 300})
-    add(rms, {2, 3, c}, {6, 4}, {{2, 3, c}, {}, {c}});
+    add(rms, {2, 3, c}, {7, 5}, {{2, 3, c}, {}, {c}});
   const std::string layer =
       "reduce_sum[1](%i0); row scale[0.01](%0); sub(%i0, %1); mul(%2, %2); reduce_sum[1](%3); "
-      "row scale[0.01](%4); row add(%5, %i1); row sqrt(%6); div(%2, %7); mul(%8, %i2); "
-      "add(%9, %i3)";
+      "row scale[0.01](%4); row mul(%i1, %i1); row add(%5, %6); row sqrt(%7); div(%2, %8); "
+      "mul(%9, %i2); add(%10, %i3)";
   for (int64_t c : {8, 100, 257})
-    add(layer, {5, c}, {10, 7}, {{5, c}, {5, 1}, {c}, {c}});
+    add(layer, {5, c}, {11, 8}, {{5, c}, {5, 1}, {c}, {c}});
   add("row mul(%i2, %i2); mul(%i0, %i1); reduce_sum[1,2](%1); row mul(%2, %0); "
       "row scale[-0.5](%3); mul(%4, %i0); add(%5, %i1)",
       {3, 4, 6}, {6, 4}, {{3, 4, 6}, {3, 4, 6}, {3, 1, 1}});

@@ -25,20 +25,23 @@ class Norm(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    def __init__(self, dim, eps):
+    def __init__(self, dim, eps, bias=True):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
         self.eps = eps
 
     def forward(self, x):
         xc = x - x.mean(-1, keepdim=True)
         var = (xc * xc).mean(-1, keepdim=True)
-        return xc / torch.sqrt(var + self.eps) * self.weight + self.bias
+        y = xc / torch.sqrt(var + self.eps) * self.weight
+        return y + self.bias if self.bias is not None else y
 
 
-def make_norm(c, dim):
-    return (LayerNorm if c.get("norm") == "layer" else Norm)(dim, c["eps"])
+def make_norm(c, dim, bias=True):
+    if c.get("norm") == "layer":
+        return LayerNorm(dim, c["eps"], bias)
+    return Norm(dim, c["eps"])
 
 
 class Block(nn.Module):
@@ -48,7 +51,9 @@ class Block(nn.Module):
         self.nh, self.hd = c["n_heads"], d // c["n_heads"]
         self.mlp = c["mlp"]
         self.attn_norm, self.mlp_norm = make_norm(c, d), make_norm(c, d)
-        self.q_norm, self.k_norm = make_norm(c, self.hd), make_norm(c, self.hd)
+        # QK-norm without a bias: a bias on k shifts all of a query's scores
+        # alike, which softmax removes (its gradient is rounding noise).
+        self.q_norm, self.k_norm = make_norm(c, self.hd, False), make_norm(c, self.hd, False)
         self.wqkv = nn.Linear(d, 3 * d, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
         self.up = nn.Linear(d, h, bias=False)
