@@ -132,6 +132,8 @@ inline std::vector<Case> builtinCases() {
       "row scale[-0.5](%3); mul(%4, %i0); add(%5, %i1)",
       {3, 4, 6}, {6, 4}, {{3, 4, 6}, {3, 4, 6}, {3, 1, 1}});
   add("exp(%i0); reduce_sum[1](%0); row div(%i1, %1); mul(%0, %2)", {1, 33}, {3}, {{1, 33}, {}});
+  // Only row results (the CPU evaluator skips the last pass).
+  add("mul(%i0, %i0); reduce_sum[1](%0); row sqrt(%1)", {4, 50}, {2, 1}, {{4, 50}});
   return cases;
 }
 

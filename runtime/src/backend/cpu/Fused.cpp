@@ -182,6 +182,9 @@ void rowProgram(const KernelArgs &a, const Evaluator &ev, const std::vector<int6
   for (int s = 0; s < numStmts; ++s)
     if (prog.stmts[s].op == fz::Op::ReduceSum)
       reduces.push_back(s);
+  bool perElementResults = false; // else no last pass (only row results)
+  for (int k = 0; k < a.numOut; ++k)
+    perElementResults = perElementResults || !prog.rowValue(outputs[k]);
   parFor(a, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)),
          [&](int64_t rb, int64_t re) {
     std::vector<float> regs(numStmts * kBlock), in(std::max<size_t>(1, ev.loads.size()) * kBlock),
@@ -205,7 +208,7 @@ void rowProgram(const KernelArgs &a, const Evaluator &ev, const std::vector<int6
         done = r + 1;
       }
       ev.rowStatements(done, numStmts, e0, rowVal, regs);
-      for (int64_t b = e0; b < e0 + inner; b += kBlock) {
+      for (int64_t b = e0; perElementResults && b < e0 + inner; b += kBlock) {
         int64_t len = std::min(kBlock, e0 + inner - b);
         ev.block(b, len, regs, in, ins, numStmts);
         for (int k = 0; k < a.numOut; ++k)
