@@ -261,13 +261,16 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       std::optional<fz::Op> kind = programOp(op);
       bool view = isView(op);
       if ((kind || view) && op->getNumResults() == 1 && op->getNumRegions() == 0) {
-        for (Value v : op->getOperands()) {
-          int g = groupOfValue(v);
-          if (g >= 0 && canJoin(op, groups[g], groupOfValue, g)) {
-            joined = g;
-            break;
+        // A group with rows first: a row op reading a norm's row value and
+        // a chain over the rows joins the norm (the chain merges into it).
+        for (int pass = 0; pass < 2 && joined < 0; ++pass)
+          for (Value v : op->getOperands()) {
+            int g = groupOfValue(v);
+            if (g >= 0 && (pass || groups[g].rowDims) && canJoin(op, groups[g], groupOfValue, g)) {
+              joined = g;
+              break;
+            }
           }
-        }
         ArrayRef<int64_t> domain = kind ? domainOf(op) : ArrayRef<int64_t>();
         if (joined >= 0) {
           groups[joined].ops.push_back(op);

@@ -40,7 +40,7 @@ func.func @rms_norm_backward(%dy: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %n
                              %r: tensor<2x8x1xf32>, %rb: tensor<2x8x16xf32>, %w: tensor<16xf32>)
     -> (tensor<2x8x16xf32>, tensor<16xf32>) {
   // CHECK-NEXT: %[[G:.*]] = mapp.fused %arg0, %arg2 {domain = array<i64: 2, 8, 16>, outputs = array<i64: 1>, program = "mul(%i0, %i1); reduce_sum[0,1](%0)"}
-  // CHECK-NEXT: %[[DX:.*]] = mapp.fused %arg0, %arg5, %arg4, %arg1, %arg3 {domain = array<i64: 2, 8, 16>, outputs = array<i64: 11>, program = "mul(%i0, %i1); mul(%0, %i2); mul(%0, %i3); reduce_sum[2](%2); row mul(%i4, %i4); row mul(%3, %i4); row mul(%5, %4); row scale[-0.5](%6); row scale[0.0625](%7); mul(%8, %i3); scale[2](%9); add(%1, %10)"}
+  // CHECK-NEXT: %[[DX:.*]] = mapp.fused %arg0, %arg5, %arg4, %arg1, %arg3 {domain = array<i64: 2, 8, 16>, outputs = array<i64: 11>, program = "mul(%i0, %i1); mul(%0, %i2); mul(%0, %i3); reduce_sum[2](%2); row mul(%i4, %i4); row mul(%3, %i4); row mul(%4, %5); row scale[-0.5](%6); row scale[0.0625](%7); mul(%8, %i3); scale[2](%9); add(%1, %10)"}
   // CHECK-NEXT: return %[[DX]], %[[G]]
   %dn = mapp.mul %dy, %w : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   %dwp = mapp.mul %dy, %n : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
@@ -51,7 +51,8 @@ func.func @rms_norm_backward(%dy: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %n
   %dr = mapp.reshape %dr0 : (tensor<2x8xf32>) -> tensor<2x8x1xf32>
   %r2 = mapp.mul %r, %r : (tensor<2x8x1xf32>, tensor<2x8x1xf32>) -> tensor<2x8x1xf32>
   %t1 = mapp.mul %dr, %r : (tensor<2x8x1xf32>, tensor<2x8x1xf32>) -> tensor<2x8x1xf32>
-  %t2 = mapp.mul %t1, %r2 : (tensor<2x8x1xf32>, tensor<2x8x1xf32>) -> tensor<2x8x1xf32>
+  // The chain over the rows (r²) comes first: the op still joins the norm.
+  %t2 = mapp.mul %r2, %t1 : (tensor<2x8x1xf32>, tensor<2x8x1xf32>) -> tensor<2x8x1xf32>
   %dv = mapp.scale %t2 {factor = -5.000000e-01 : f64} : tensor<2x8x1xf32>
   %deps = mapp.reduce_sum %dv {dims = array<i64: 0, 1, 2>} : (tensor<2x8x1xf32>) -> tensor<f32>
   %dms = mapp.scale %dv {factor = 6.250000e-02 : f64} : tensor<2x8x1xf32>
