@@ -232,6 +232,18 @@ void cpu::fused(const KernelArgs &a) {
     throw Error("fused: program: " + err);
   Shape domain = a.attrs.getInts("domain");
   std::vector<int64_t> outputs = a.attrs.getInts("outputs");
+  std::vector<Shape> inShapes, outShapes;
+  for (int k = 0; k < a.numIn; ++k)
+    inShapes.push_back(a.in[k].shape());
+  for (int k = 0; k < a.numOut; ++k)
+    outShapes.push_back(a.out[k].shape());
+  if (static_cast<int>(outputs.size()) != a.numOut)
+    err = "`outputs` names " + std::to_string(outputs.size()) + " statements for " +
+          std::to_string(a.numOut) + " results";
+  else
+    err = fz::checkShapes(prog, domain, inShapes, outShapes, outputs);
+  if (!err.empty())
+    throw Error("fused: " + err);
   const fz::Stmt *reduce = prog.reduction();
   Evaluator ev{prog, domain, {}, static_cast<int>(prog.stmts.size()) - (reduce ? 1 : 0)};
   for (int k = 0; k < a.numIn; ++k)
