@@ -12,8 +12,9 @@
 #     every program --mapp-fuse formed in the lit tests and the models)
 #     against the program in double, f32 and bf16 storage (tolerances 1e-5
 #     and 2e-2);
-#  2. the GeGLU and squared-ReLU models with QK-norm (models/fused_mlp.py,
-#     exported --no-recognize) compiled with and without --mapp-fuse: 20
+#  2. the GeGLU model with RMS norms and the squared-ReLU model with
+#     LayerNorms, both with QK-norm (models/fused_mlp.py, exported
+#     --no-recognize; every norm one region, a row program) compiled with and without --mapp-fuse: 20
 #     CUDA steps each, the losses against a CPU fp32 run of the unfused plan
 #     (bf16 bar 2e-2) and fused against unfused on CUDA (same bar); the fused
 #     run again to show the kernel cache (no compile);
@@ -45,8 +46,11 @@ if [ "${1:-}" = --prepare ]; then
     mlirs+=("$DIR/plans/$(basename "$lit" .mlir).lit.mlir")
   done
   for mlp in geglu sqrelu; do
+    norm=rms
+    [ $mlp = sqrelu ] && norm=layer
     echo "{\"vocab_size\": 256, \"micro_batch_size\": 4, \"seq_length\": 64, \"dim\": 128,
-           \"n_heads\": 4, \"n_layers\": 2, \"hidden\": 384, \"eps\": 1e-5, \"mlp\": \"$mlp\"}" \
+           \"n_heads\": 4, \"n_layers\": 2, \"hidden\": 384, \"eps\": 1e-5, \"mlp\": \"$mlp\",
+           \"norm\": \"$norm\"}" \
       > "$DIR/plans/$mlp.json"
     /usr/bin/python3 -m mapp.export --module models.fused_mlp:FusedMlp --config "$DIR/plans/$mlp.json" \
       -o "$DIR/plans/$mlp.mlir" --weights "$DIR/plans/$mlp.init.safetensors" --seed 7 --no-recognize

@@ -3,12 +3,14 @@
 // The GPU check's reference for generated fused kernels: every statement in
 // double (no rounding between statements, unlike the kernels' fused::apply,
 // and written apart from it: the formulas of docs/semantics.md), operands
-// loaded with NumPy broadcasting, a trailing reduce_sum summed in double.
+// loaded with NumPy broadcasting, a trailing reduce_sum summed in double;
+// a row program row by row, statement by statement over the row.
 //
 //===----------------------------------------------------------------------===//
 #include "Fp64Reference.h"
 #include "mapp/rt/FusedProgram.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mapp::rt;
@@ -93,6 +95,50 @@ bool mapp::test::fusedFp64(const Attrs &attrs, const std::vector<TensorType> &in
       stride[k][rank - s.size() + d] = s[d] == 1 ? 0 : st;
       st *= s[d];
     }
+  }
+  if (prog.rowDims) { // a row program: row by row, each statement over the row
+    int64_t inner = 1;
+    for (int d = rank - prog.rowDims; d < rank; ++d)
+      inner *= domain[d];
+    int64_t rows = inner ? n / inner : 0;
+    for (size_t k = 0; k < outputs.size(); ++k)
+      out[k].assign(prog.rowValue(outputs[k]) ? rows : n, 0.0);
+    auto inputAt = [&](size_t k, int64_t i) {
+      int64_t off = 0;
+      for (int d = rank - 1; d >= 0; --d) {
+        off += (i % domain[d]) * stride[k][d];
+        i /= domain[d];
+      }
+      return static_cast<double>(in[k][off]);
+    };
+    std::vector<std::vector<double>> v(prog.stmts.size());
+    for (int64_t o = 0; o < rows; ++o) {
+      int64_t e0 = o * inner;
+      for (size_t s = 0; s < prog.stmts.size(); ++s) {
+        const fz::Stmt &st = prog.stmts[s];
+        bool row = prog.rowValue(s);
+        v[s].assign(row ? 1 : inner, 0.0);
+        auto arg = [&](const fz::Ref &r, int64_t j) {
+          if (r.input)
+            return inputAt(r.index, e0 + (prog.rowInput[r.index] ? 0 : j));
+          return v[r.index][prog.rowValue(r.index) ? 0 : j];
+        };
+        if (st.op == fz::Op::ReduceSum)
+          for (int64_t j = 0; j < inner; ++j)
+            v[s][0] += arg(st.args[0], j);
+        else
+          for (int64_t j = 0; j < (row ? 1 : inner); ++j)
+            v[s][j] = op64(st, arg(st.args[0], j), arg(st.args[1], j), arg(st.args[2], j));
+      }
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        const std::vector<double> &x = v[outputs[k]];
+        if (prog.rowValue(outputs[k]))
+          out[k][o] = x[0];
+        else
+          std::copy(x.begin(), x.end(), out[k].begin() + e0);
+      }
+    }
+    return true;
   }
   // The reduction's result index of each domain element (kept dims, row-major).
   std::vector<bool> reduced(rank, false);

@@ -1,7 +1,7 @@
 """Issue 37: the CUDA source generator of mapp.fused (runtime FusedCodegen)
 on every program that --mapp-fuse forms in the fusion lit tests and in the
-fused models of test_fusion_models.py (GeGLU, squared-ReLU with QK-norm,
-forward and backward): mapp-fused-codegen-check compiles each program's
+fused models of test_fusion_models.py (GeGLU with RMS norms, squared-ReLU
+with LayerNorms, QK-norm, forward and backward; the norms row programs): mapp-fused-codegen-check compiles each program's
 generated source as host C++ and compares it bit for bit with the CPU
 evaluator on random inputs (f32, bf16 and mixed storage), beside its own
 edge cases (every op, broadcasts on every dim, reductions over any dims);
@@ -35,14 +35,14 @@ def test_generated_kernels_match_cpu_evaluator(tmp_path):
     if not cxx:
         pytest.skip("no host C++ compiler")
     cases = []
-    for lit in ["fuse-blocks.mlir", "no-fuse.mlir"]:
+    for lit in ["fuse-blocks.mlir", "no-fuse.mlir", "fuse-norms.mlir"]:
         src = os.path.join(ROOT, "test", "Transforms", "Fusion", lit)
         cases += fused_cases(run([opt, src, "-mapp-fuse", "-split-input-file"]).stdout)
     lit_cases = len(cases)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), HERE]))
-    for mlp in ["geglu", "sqrelu"]:
+    for mlp, norm in [("geglu", "rms"), ("sqrelu", "layer")]:
         cfg = dict(vocab_size=256, micro_batch_size=2, seq_length=8, dim=16, n_heads=2,
-                   n_layers=1, hidden=32, eps=1e-5, mlp=mlp)
+                   n_layers=1, hidden=32, eps=1e-5, mlp=mlp, norm=norm)
         (tmp_path / "cfg.json").write_text(json.dumps(cfg))
         run([sys.executable, "-m", "mapp.export", "--module", "models.fused_mlp:FusedMlp",
              "--config", tmp_path / "cfg.json", "-o", tmp_path / f"{mlp}.mlir", "--no-recognize"],
@@ -56,6 +56,8 @@ def test_generated_kernels_match_cpu_evaluator(tmp_path):
     assert "gelu[tanh](%i0); mul(%0, %i1)" in programs, programs
     assert "maximum(%i0, %i1); pow[2](%0)" in programs, programs
     assert any(p.endswith(")") and "reduce_sum[" in p for p in programs), programs
+    # Norms as row programs (a reduce_sum in the middle), forward and backward.
+    assert sum("row " in p for p in programs) >= 8, programs
     (tmp_path / "cases.tsv").write_text("\n".join(sorted(set(cases))) + "\n")
     r = run([check, "--cxx", cxx, "--work", tmp_path, "--cases", tmp_path / "cases.tsv"])
     print(r.stdout.strip())

@@ -1,8 +1,9 @@
 """Issue 37: the `fused` kernel (mapp.fused's program, docs/fusion.md) run on
 its own by mapp-kernel-check against PyTorch: the three operand loads (in
 place, a suffix bias, a general broadcast), several results, a final
-reduce_sum over leading dims; and a bad program refused at load naming the
-statement."""
+reduce_sum over leading dims; a row program (a LayerNorm, two row sums in the
+middle of the program, rows longer than a 256-element block); and a bad
+program refused at load naming the statement."""
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,28 @@ def test_fused_program_matches_pytorch():
           "fused: reduce_sum of gelu")
 
 
+LAYER_NORM = ("reduce_sum[2](%i0); row scale[{inv}](%0); sub(%i0, %1); mul(%2, %2); "
+              "reduce_sum[2](%3); row scale[{inv}](%4); row add(%5, %i1); row rsqrt(%6); "
+              "mul(%2, %7); mul(%8, %i2); add(%9, %i3)")
+
+
+def test_row_program_layer_norm_matches_pytorch():
+    torch.manual_seed(1)
+    c = 300
+    x = torch.randn(2, 3, c) * 3 + 1
+    eps = torch.tensor(1e-5)                  # read per row (a scalar)
+    w, b = torch.randn(c), torch.randn(c)
+    attrs = {"program": LAYER_NORM.format(inv=repr(1.0 / c)), "domain": [2, 3, c],
+             "outputs": [10, 7]}
+    (y, rstd), _ = run_kernel("fused", [x, eps, w, b],
+                              [((2, 3, c), torch.float32), ((2, 3, 1), torch.float32)], attrs)
+    xd = x.double()
+    want_rstd = torch.rsqrt(xd.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    close(rstd, want_rstd, "fused row program: the row factor")
+    close(y, F.layer_norm(xd, (c,), w.double(), b.double(), eps=1e-5),
+          "fused row program: layer norm")
+
+
 def test_bad_program_is_refused():
     x = torch.randn(4)
     run_kernel("fused", [x], [((4,), torch.float32)],
@@ -35,3 +58,8 @@ def test_bad_program_is_refused():
     run_kernel("fused", [x], [((4,), torch.float32)],
                {"program": "neg(%i0)", "domain": [3], "outputs": [0]},
                expect_error="does not broadcast to the domain")
+    # A row value read by a row statement must be one per row.
+    run_kernel("fused", [x.reshape(2, 2)], [((2,), torch.float32)],
+               {"program": "exp(%i0); reduce_sum[1](%0); row mul(%1, %0)", "domain": [2, 2],
+                "outputs": [2]},
+               expect_error="statement 2: a row statement reads %0, a value per element")

@@ -1,10 +1,13 @@
 """Issue 37: models the runtime has no hand-written kernel for (a GeGLU MLP
-and a squared-ReLU MLP, with QK-norm and written-out RMS norms:
-models/fused_mlp.py), exported with the generic lowering (--no-recognize),
+with written-out RMS norms, x·rsqrt(mean(x²) + eps)·w, and a squared-ReLU
+MLP with written-out LayerNorms, (x − mean)/sqrt(var + eps)·w + b, both
+with QK-norm: models/fused_mlp.py), exported with the generic lowering (--no-recognize),
 fused by --mapp-fuse on the training graph, train 20 steps on mapp-run's CPU
 backend like PyTorch (every loss and step-0 gradient within 1e-5 relative),
 and like the unfused plan of the same graph (every loss within 1e-6; the
-evaluator rounds as the unfused kernels do, so they are in fact equal)."""
+evaluator rounds as the unfused kernels do, so they are in fact equal).
+Every norm, forward and backward, is one region (a row program: its row
+sums in the middle)."""
 
 import collections
 import os
@@ -26,10 +29,10 @@ def op_counts(text):
     return collections.Counter(re.findall(r"mapp\.(\w+) ", text))
 
 
-@pytest.mark.parametrize("mlp", ["geglu", "sqrelu"])
-def test_fused_model_trains_like_pytorch_and_unfused(tmp_path, mlp):
+@pytest.mark.parametrize("mlp,norm", [("geglu", "rms"), ("sqrelu", "layer")])
+def test_fused_model_trains_like_pytorch_and_unfused(tmp_path, mlp, norm):
     from models.fused_mlp import FusedMlp
-    cfg = {**CFG, "mlp": mlp}
+    cfg = {**CFG, "mlp": mlp, "norm": norm}
     args = dict(module="models.fused_mlp:FusedMlp", export_args=["--no-recognize"],
                 pythonpath=[HERE])
     (tmp_path / "fused").mkdir()
@@ -47,8 +50,21 @@ def test_fused_model_trains_like_pytorch_and_unfused(tmp_path, mlp):
     # The activation written with the algebra is one region.
     activation = {"geglu": "gelu[tanh](%i0); mul(%0, %i1)",
                   "sqrelu": "maximum(%i0, %i1); pow[2](%0)"}[mlp]
-    assert f'program = "{activation}"' in (tmp_path / "fused" / "train.mlir").read_text()
-
+    text = (tmp_path / "fused" / "train.mlir").read_text()
+    assert f'program = "{activation}"' in text
+    # Every norm (attention, q, k, MLP, final: 5) is one region forward and
+    # one backward (a row program: its row sums in the middle), and no sum
+    # over the rows is left outside a region (a bias or gain gradient's sum
+    # over the leading dims may be).
+    programs = re.findall(r'program = "([^"]*)"', text)
+    forward = {"rms": r"pow\[2\]\(%i?\d+\); reduce_sum\[\d\]\(%\d+\); row scale\[",
+               "layer": r"reduce_sum\[\d\]\(%i?\d+\); row scale\[[^\]]*\]\(%\d+\); sub\("}[norm]
+    assert sum(bool(re.search(forward, p)) for p in programs) == 5, programs
+    row_programs = [p for p in programs if "row " in p]
+    assert len(row_programs) >= 10, programs
+    for dims, shape in re.findall(r"mapp\.reduce_sum %\w+ \{dims = array<i64: ([\d, ]+)>.*"
+                                  r": \(tensor<([\dx]+)xf32>\)", text):
+        assert len(shape.split("x")) - 1 not in [int(d) for d in dims.split(",")], (dims, shape)
     for f, p in zip(fused[0], plain[0]):
         assert abs(f["loss"] - p["loss"]) <= 1e-6 * abs(p["loss"]), (f, p)
     torch.manual_seed(0)
@@ -56,5 +72,5 @@ def test_fused_model_trains_like_pytorch_and_unfused(tmp_path, mlp):
     weights = safetensors.load(tmp_path / "fused" / "init.safetensors")[0]
     worst = train_torch_and_compare(model, weights, *fused, tolerance=1e-5)
     same = sum(f["loss"] == p["loss"] for f, p in zip(fused[0], plain[0]))
-    print(f"{mlp}: {ops['fused']} regions; worst relative loss difference to PyTorch over "
+    print(f"{mlp}/{norm}: {ops['fused']} regions ({len(row_programs)} row programs); worst relative loss difference to PyTorch over "
           f"{STEPS} steps {worst:.2e}; {same}/{STEPS} losses bit-equal to the unfused plan")

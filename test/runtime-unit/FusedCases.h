@@ -47,14 +47,7 @@ inline std::vector<int64_t> splitInts(const std::string &s, char sep) {
 
 /// The shape of statement `k`'s values: the domain, or without the reduced dims.
 inline Shape resultShape(const mapp::rt::fused::Program &p, const Shape &domain, int64_t k) {
-  const mapp::rt::fused::Stmt *r = p.reduction();
-  if (!r || k != static_cast<int64_t>(p.stmts.size()) - 1)
-    return domain;
-  Shape s;
-  for (size_t d = 0; d < domain.size(); ++d)
-    if (std::find(r->dims.begin(), r->dims.end(), static_cast<int64_t>(d)) == r->dims.end())
-      s.push_back(domain[d]);
-  return s;
+  return mapp::rt::fused::valueShape(p, domain, static_cast<size_t>(k));
 }
 
 inline std::vector<Case> builtinCases() {
@@ -117,6 +110,30 @@ inline std::vector<Case> builtinCases() {
   add("add(%i0, %i1)", {5, 12}, {0}, {{5, 12}, {12}});
   add("add(%i0, %i1)", {}, {0}, {{}, {}}); // a scalar domain
   add("exp(%i0); reduce_sum[0](%0)", {0, 5}, {1}, {{0, 5}}); // nothing summed: zeros
+  // Row programs (a reduce_sum inside the program: rowProgramLoop): an
+  // RMS norm (the row factor a result too), a LayerNorm (two passes: the
+  // mean, then the variance of x - mean), a row statement on operands only
+  // (before the first reduce_sum), a softmax-like chain; rows of 8, 37,
+  // 300 (several blocks of the CPU evaluator, more than the 256 threads),
+  // two row dims, a single row. eps is squared: with random operands the
+  // roots' arguments stay positive (no NaN, which compares equal).
+  const std::string rms = "mul(%i0, %i0); reduce_sum[2](%0); row scale[0.03125](%1); "
+                          "row mul(%i1, %i1); row add(%2, %3); row rsqrt(%4); mul(%i0, %5); "
+                          "mul(%6, %i2)";
+  for (int64_t c : {8, 37, 300})
+    add(rms, {2, 3, c}, {7, 5}, {{2, 3, c}, {}, {c}});
+  const std::string layer =
+      "reduce_sum[1](%i0); row scale[0.01](%0); sub(%i0, %1); mul(%2, %2); reduce_sum[1](%3); "
+      "row scale[0.01](%4); row mul(%i1, %i1); row add(%5, %6); row sqrt(%7); div(%2, %8); "
+      "mul(%9, %i2); add(%10, %i3)";
+  for (int64_t c : {8, 100, 257})
+    add(layer, {5, c}, {11, 8}, {{5, c}, {5, 1}, {c}, {c}});
+  add("row mul(%i2, %i2); mul(%i0, %i1); reduce_sum[1,2](%1); row mul(%2, %0); "
+      "row scale[-0.5](%3); mul(%4, %i0); add(%5, %i1)",
+      {3, 4, 6}, {6, 4}, {{3, 4, 6}, {3, 4, 6}, {3, 1, 1}});
+  add("exp(%i0); reduce_sum[1](%0); row div(%i1, %1); mul(%0, %2)", {1, 33}, {3}, {{1, 33}, {}});
+  // Only row results (the CPU evaluator skips the last pass).
+  add("mul(%i0, %i0); reduce_sum[1](%0); row sqrt(%1)", {4, 50}, {2, 1}, {{4, 50}});
   return cases;
 }
 

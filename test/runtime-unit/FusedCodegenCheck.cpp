@@ -15,7 +15,8 @@
 //
 // Cases: the built-in edge cases (every op of MAPP_FUSED_OPS, broadcasts
 // along every dim, reductions over leading/middle/trailing dims, the column
-// loop's block widths, scalar tails after the vectors) and FILE's
+// loop's block widths, scalar tails after the vectors, row programs:
+// norms with reduce_sums in the middle) and FILE's
 // lines `program<TAB>domain<TAB>outputs<TAB>shape;shape...` (dims joined by
 // x, `-` for a scalar), written by test/python/test_fused_codegen.py from
 // the fusion lit tests and the fused models.
@@ -211,7 +212,7 @@ int main(int argc, char **argv) {
   KernelFn reference = cpu->lookup("fused");
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(-2.5f, 2.5f);
-  int failures = 0, vecRuns = 0, broadcastVecRuns = 0, columnRuns = 0;
+  int failures = 0, vecRuns = 0, broadcastVecRuns = 0, columnRuns = 0, rowRuns = 0;
   for (size_t k = 0; k < all.size(); ++k) {
     const Prepared &p = all[k];
     using Entry = void (*)(const fz::KernelParams *);
@@ -275,6 +276,7 @@ int main(int argc, char **argv) {
         break;
       }
     columnRuns += params.columns;
+    rowRuns += p.prog.rowDims > 0;
     if (!compare(params.vec ? " (vector path)" : "") || !params.vec)
       continue;
     // Again from pointers one element past a 16-byte boundary: the scalar
@@ -308,16 +310,16 @@ int main(int argc, char **argv) {
     return 1;
   // The built-in cases hold both new loops (an injected expectation: the
   // checks above must have run them).
-  if (vecRuns == 0 || broadcastVecRuns == 0 || columnRuns == 0) {
+  if (vecRuns == 0 || broadcastVecRuns == 0 || columnRuns == 0 || rowRuns == 0) {
     std::cout << "FAIL the cases ran " << vecRuns << " kernels on the vector path ("
-              << broadcastVecRuns << " with a broadcast) and " << columnRuns
-              << " column reductions (each must be > 0)\n";
+              << broadcastVecRuns << " with a broadcast), " << columnRuns
+              << " column reductions and " << rowRuns << " row programs (each must be > 0)\n";
     return 1;
   }
   std::cout << "PASS: " << all.size() << " generated kernels (" << cases.size()
             << " programs x f32/bf16/mixed storage) bit-equal to the CPU evaluator ("
             << vecRuns << " on the vector path (" << broadcastVecRuns
             << " with a broadcast), also misaligned; " << columnRuns
-            << " column reductions)\n";
+            << " column reductions; " << rowRuns << " row programs)\n";
   return 0;
 }

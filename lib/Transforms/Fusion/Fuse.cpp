@@ -10,13 +10,23 @@
 // where the unfused graph had it and the fused op, placed at the group's
 // last op, precedes every reader. Nothing is duplicated: a value with
 // several consumers is one output of its group, never recomputed.
+//
+// A reduce_sum over the trailing dims (a norm's sum over the row) does not
+// end its group: it gives one value per row; ops on that value's shape
+// (with or without the row dims kept as 1) join as row statements, the
+// reshapes between those shapes and the broadcast back to the domain join
+// as views, and ops over the domain reading the broadcast continue the
+// group: a norm, forward or backward, is one region (docs/fusion.md).
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/Passes.h"
 #include "mapp/rt/FusedProgram.h"
 
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <functional>
 
 namespace mapp {
 #define GEN_PASS_DEF_MAPPFUSE
@@ -127,6 +137,8 @@ bool isRecomputed(Operation *op) {
 struct Group {
   SmallVector<Operation *> ops;
   SmallVector<int64_t> domain;
+  /// The trailing dims its reduce_sums sum (the rows), 0 before one joins.
+  int64_t rowDims = 0;
   bool open = true;
   bool recomputed = false;
   Attribute stage;
@@ -134,6 +146,35 @@ struct Group {
   /// a region is all tagged or all untagged.
   bool wgrad = false;
 };
+
+/// reduce_sum's dims when they are the domain's trailing dims and leave
+/// one dim at least (rows), else 0.
+int64_t trailingDims(ReduceSumOp r) {
+  ArrayRef<int64_t> dims = r.getDims();
+  int64_t rank = shapeOf(r.getX()).size();
+  for (auto [i, d] : llvm::enumerate(dims))
+    if (d != rank - static_cast<int64_t>(dims.size() - i))
+      return 0;
+  return static_cast<int64_t>(dims.size()) < rank ? dims.size() : 0;
+}
+
+/// The rows' shape of a group (its domain without the row dims) and the
+/// same with the row dims kept as 1.
+SmallVector<int64_t> rowShape(const Group &g, bool kept) {
+  SmallVector<int64_t> s(g.domain.begin(), g.domain.end() - g.rowDims);
+  if (kept)
+    s.append(g.rowDims, 1);
+  return s;
+}
+
+/// A value of this shape holds one value per row of g.
+bool isRowShape(ArrayRef<int64_t> shape, const Group &g) {
+  return g.rowDims && ArrayRef<int64_t>(g.domain) != shape &&
+         (shape == ArrayRef<int64_t>(rowShape(g, false)) ||
+          shape == ArrayRef<int64_t>(rowShape(g, true)));
+}
+
+bool isView(Operation *op) { return isa<ReshapeOp, BroadcastOp>(op); }
 
 struct FusePass : mapp::impl::MappFuseBase<FusePass> {
   using MappFuseBase::MappFuseBase;
@@ -145,15 +186,68 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       fuseBlock(*b);
   }
 
-  static bool compatible(const Group &a, const Group &b) {
-    return a.open && b.open && a.domain == b.domain && a.recomputed == b.recomputed &&
-           a.stage == b.stage && a.wgrad == b.wgrad;
+  static bool sameKind(const Group &a, Operation *op) {
+    return a.open && a.recomputed == isRecomputed(op) && a.stage == op->getAttr("mapp.stage") &&
+           a.wgrad == op->hasAttr("mapp.wgrad");
+  }
+
+  /// Group h can merge into g: the same domain and rows, or h is a chain
+  /// over g's rows (its ops become row statements).
+  static bool mergeable(const Group &h, const Group &g) {
+    if (!h.open || !g.open || h.recomputed != g.recomputed || h.stage != g.stage ||
+        h.wgrad != g.wgrad)
+      return false;
+    if (h.domain == g.domain)
+      return !h.rowDims || !g.rowDims || h.rowDims == g.rowDims;
+    return !h.rowDims && isRowShape(h.domain, g) &&
+           llvm::none_of(h.ops, [](Operation *o) { return isa<ReduceSumOp>(o); });
+  }
+
+  /// Whether op (fusible or a view) can join group g, whose values it reads.
+  bool canJoin(Operation *op, const Group &g, const std::function<int(Value)> &groupOfValue,
+               int gi) {
+    if (!sameKind(g, op))
+      return false;
+    auto ownRowValue = [&](Value v) {
+      return groupOfValue(v) == gi && isRowShape(shapeOf(v), g);
+    };
+    if (isView(op)) { // a reshape between the rows' shapes, a broadcast back to the domain
+      Value x = op->getOperand(0);
+      ArrayRef<int64_t> out = shapeOf(op->getResult(0));
+      return ownRowValue(x) &&
+             (isa<ReshapeOp>(op) ? isRowShape(out, g)
+                                 : out == ArrayRef<int64_t>(g.domain) &&
+                                       shapeOf(x) == ArrayRef<int64_t>(rowShape(g, true)));
+    }
+    if (auto r = dyn_cast<ReduceSumOp>(op)) {
+      if (shapeOf(r.getX()) != ArrayRef<int64_t>(g.domain))
+        return false;
+      int64_t m = trailingDims(r);
+      return m ? !g.rowDims || g.rowDims == m : !g.rowDims;
+    }
+    ArrayRef<int64_t> out = shapeOf(op->getResult(0));
+    if (out == ArrayRef<int64_t>(g.domain)) // every operand read per element
+      return llvm::all_of(op->getOperands(), [&](Value v) {
+        return groupOfValue(v) == gi ? shapeOf(v) == out
+                                     : broadcastsTo(shapeOf(loadedValue(v)), out) ||
+                                           broadcastsTo(shapeOf(v), out);
+      });
+    if (!isRowShape(out, g)) // a row statement: row values and operands per row
+      return false;
+    return llvm::all_of(op->getOperands(), [&](Value v) {
+      return groupOfValue(v) == gi ? ownRowValue(v) : broadcastsTo(shapeOf(v), out);
+    });
   }
 
   void fuseBlock(Block &block) {
+    // A dead op reading a group value would end the group (the eps
+    // gradient of a norm's backward): gone first.
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
+      if ((programOp(&op) || isView(&op)) && isOpTriviallyDead(&op))
+        op.erase();
     std::vector<Group> groups;
     DenseMap<Operation *, int> groupOf;
-    auto groupOfValue = [&](Value v) -> int {
+    std::function<int(Value)> groupOfValue = [&](Value v) -> int {
       Operation *def = v.getDefiningOp();
       if (!def || def->getBlock() != &block)
         return -1;
@@ -165,34 +259,29 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       Operation *op = &opRef;
       int joined = -1;
       std::optional<fz::Op> kind = programOp(op);
-      if (kind && op->getNumResults() == 1 && op->getNumRegions() == 0) {
-        ArrayRef<int64_t> domain = domainOf(op);
-        // Every operand must be a group value or a load that broadcasts to
-        // the domain.
-        bool loadable = llvm::all_of(op->getOperands(), [&](Value v) {
-          return broadcastsTo(shapeOf(loadedValue(v)), domain) ||
-                 broadcastsTo(shapeOf(v), domain);
-        });
-        for (Value v : op->getOperands()) {
-          int g = groupOfValue(v);
-          if (!loadable || g < 0)
-            continue;
-          Group &grp = groups[g];
-          if (grp.open && ArrayRef<int64_t>(grp.domain) == domain &&
-              grp.recomputed == isRecomputed(op) && grp.stage == op->getAttr("mapp.stage") &&
-              grp.wgrad == op->hasAttr("mapp.wgrad")) {
-            joined = g;
-            break;
+      bool view = isView(op);
+      if ((kind || view) && op->getNumResults() == 1 && op->getNumRegions() == 0) {
+        // A group with rows first: a row op reading a norm's row value and
+        // a chain over the rows joins the norm (the chain merges into it).
+        for (int pass = 0; pass < 2 && joined < 0; ++pass)
+          for (Value v : op->getOperands()) {
+            int g = groupOfValue(v);
+            if (g >= 0 && (pass || groups[g].rowDims) && canJoin(op, groups[g], groupOfValue, g)) {
+              joined = g;
+              break;
+            }
           }
-        }
+        ArrayRef<int64_t> domain = kind ? domainOf(op) : ArrayRef<int64_t>();
         if (joined >= 0) {
           groups[joined].ops.push_back(op);
           // Other open groups this op reads merge into its group (two
           // products summed: one region): they had no reader outside.
           for (Value v : op->getOperands()) {
             int h = groupOfValue(v);
-            if (h < 0 || h == joined || !compatible(groups[h], groups[joined]))
+            if (h < 0 || h == joined || !mergeable(groups[h], groups[joined]))
               continue;
+            if (groups[h].domain == groups[joined].domain)
+              groups[joined].rowDims = std::max(groups[joined].rowDims, groups[h].rowDims);
             for (Operation *m : groups[h].ops) {
               groups[joined].ops.push_back(m);
               groupOf[m] = joined;
@@ -200,16 +289,27 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
             groups[h].ops.clear();
             groups[h].open = false;
           }
-        } else if (loadable && !isa<ReduceSumOp>(op)) {
-          // A reduce_sum alone is already one pass; it only ends chains.
-          groups.push_back(Group{{op}, SmallVector<int64_t>(domain), true, isRecomputed(op),
+        } else if (kind && (!isa<ReduceSumOp>(op) || trailingDims(cast<ReduceSumOp>(op))) &&
+                   llvm::all_of(op->getOperands(), [&](Value v) {
+                     return broadcastsTo(shapeOf(loadedValue(v)), domain) ||
+                            broadcastsTo(shapeOf(v), domain);
+                   })) {
+          // A sum over other dims alone is already one pass; it only ends
+          // chains. A sum over the rows may start a row program (a
+          // LayerNorm's mean of its input).
+          groups.push_back(Group{{op}, SmallVector<int64_t>(domain), 0, true, isRecomputed(op),
                                  op->getAttr("mapp.stage"), op->hasAttr("mapp.wgrad")});
           joined = groups.size() - 1;
         }
         if (joined >= 0) {
           groupOf[op] = joined;
-          if (isa<ReduceSumOp>(op))
-            groups[joined].open = false; // a reduction ends its group
+          if (auto r = dyn_cast<ReduceSumOp>(op)) {
+            // Over the rows: the group goes on (a row program); otherwise
+            // the reduction ends it.
+            groups[joined].rowDims = trailingDims(r);
+            if (!groups[joined].rowDims)
+              groups[joined].open = false;
+          }
         }
       }
       // A group value read outside its group (here or in a nested region)
@@ -223,7 +323,7 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       });
     }
     for (Group &g : groups)
-      if (g.ops.size() >= 2)
+      if (llvm::count_if(g.ops, [](Operation *o) { return !isView(o); }) >= 2)
         materialize(g);
   }
 
@@ -231,20 +331,52 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
     llvm::sort(g.ops, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
     llvm::SmallPtrSet<Operation *, 16> members(g.ops.begin(), g.ops.end());
     fz::Program prog;
-    llvm::MapVector<Value, int> inputs;
+    // Operands, keyed by value and whether row statements read them.
+    llvm::MapVector<std::pair<Value, unsigned>, int> inputs;
     DenseMap<Value, int> stmtOf;
-    SmallVector<Value> outputs;
-    SmallVector<int64_t> outputStmts;
+    llvm::MapVector<Value, int64_t> outputs; // value read outside -> statement
+    SmallVector<Operation *> keptViews;      // broadcasts read outside: kept
     llvm::SetVector<Operation *> lookedThrough;
+    auto readOutside = [&](Value v) {
+      return llvm::any_of(v.getUsers(), [&](Operation *u) { return !members.contains(u); });
+    };
+    Operation *last = g.ops.back();
+    OpBuilder b(last);
+    SmallVector<int64_t> kept = rowShape(g, true);
     for (Operation *op : g.ops) {
+      Value result = op->getResult(0);
+      if (isView(op)) { // the same statement, seen in another shape
+        Value x = op->getOperand(0);
+        stmtOf[result] = stmtOf.lookup(x);
+        if (!readOutside(result))
+          continue;
+        if (isa<ReshapeOp>(op)) { // a row shape: a result of its own
+          outputs.insert({result, stmtOf[result]});
+        } else { // the domain's shape: the row value is stored, the broadcast kept
+          outputs.insert({x, stmtOf[x]});
+          keptViews.push_back(op);
+        }
+        continue;
+      }
       fz::Stmt st = statementOf(op, *programOp(op));
+      st.row = !isa<ReduceSumOp>(op) && isRowShape(shapeOf(result), g);
       for (auto [a, v] : llvm::enumerate(op->getOperands())) {
         if (auto it = stmtOf.find(v); it != stmtOf.end()) {
           st.args[a] = fz::Ref{false, it->second};
           continue;
         }
         Value load = v;
-        if (!broadcastsTo(shapeOf(v), g.domain) || v.getDefiningOp<BroadcastOp>()) {
+        if (st.row) {
+          // Read per row: with the row dims kept as 1 (a [B, T] value of a
+          // [B, T, C] domain becomes [B, T, 1]).
+          if (!broadcastsTo(shapeOf(v), kept)) {
+            SmallVector<int64_t> s(shapeOf(v));
+            s.append(g.rowDims, 1);
+            auto t = cast<RankedTensorType>(v.getType());
+            load = b.create<ReshapeOp>(op->getLoc(), RankedTensorType::get(s, t.getElementType()),
+                                       v);
+          }
+        } else if (!broadcastsTo(shapeOf(v), g.domain) || v.getDefiningOp<BroadcastOp>()) {
           load = loadedValue(v);
           if (load != v)
             lookedThrough.insert(v.getDefiningOp());
@@ -253,28 +385,27 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
           st.args[a] = fz::Ref{false, it->second}; // an identity broadcast
           continue;
         }
-        auto [it, inserted] = inputs.insert({load, static_cast<int>(inputs.size())});
+        auto [it, inserted] =
+            inputs.insert({{load, st.row ? 1u : 0u}, static_cast<int>(inputs.size())});
         st.args[a] = fz::Ref{true, it->second};
       }
       int index = prog.stmts.size();
       prog.stmts.push_back(std::move(st));
-      Value result = op->getResult(0);
       stmtOf[result] = index;
-      if (llvm::any_of(result.getUsers(), [&](Operation *u) { return !members.contains(u); })) {
-        outputs.push_back(result);
-        outputStmts.push_back(index);
-      }
+      if (readOutside(result))
+        outputs.insert({result, index});
     }
     if (outputs.empty())
       return; // a dead chain: leave it to DCE
-    Operation *last = g.ops.back();
-    OpBuilder b(last);
     SmallVector<Value> operands;
-    for (auto &[v, i] : inputs)
-      operands.push_back(v);
+    for (auto &[key, i] : inputs)
+      operands.push_back(key.first);
     SmallVector<Type> types;
-    for (Value v : outputs)
+    SmallVector<int64_t> outputStmts;
+    for (auto &[v, k] : outputs) {
       types.push_back(v.getType());
+      outputStmts.push_back(k);
+    }
     auto fused = b.create<FusedOp>(last->getLoc(), types, operands,
                                    b.getStringAttr(fz::print(prog)),
                                    b.getDenseI64ArrayAttr(g.domain),
@@ -282,10 +413,13 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
     // The placement attributes (stage, layer, name) of the group's last op.
     for (NamedAttribute na : last->getDiscardableAttrs())
       fused->setAttr(na.getName(), na.getValue());
-    for (auto [v, r] : llvm::zip(outputs, fused.getValues()))
-      v.replaceAllUsesWith(r);
+    for (auto [o, r] : llvm::zip(outputs, fused.getValues()))
+      o.first.replaceAllUsesWith(r);
+    for (Operation *op : llvm::reverse(keptViews))
+      op->moveAfter(fused);
     for (Operation *op : llvm::reverse(g.ops))
-      op->erase();
+      if (!llvm::is_contained(keptViews, op))
+        op->erase();
     for (Operation *op : lookedThrough)
       if (op->use_empty())
         op->erase();

@@ -50,6 +50,51 @@ std::string at(int rank, const std::string &table) {
   return "(" + s + ")";
 }
 
+/// The element v's coordinates c[], the last dim fastest (not needed when
+/// flat), computed once and shared by every operand; 32-bit when n < 2^31.
+std::string coordinates(int rank) {
+  std::string s;
+  if (rank > 0) {
+    s += "    long long c[" + std::to_string(rank) + "] = {};\n    if (!a.flat) {\n";
+    for (int wide = 0; wide < 2; ++wide) {
+      std::string T = wide ? "long long" : "unsigned";
+      s += wide ? "      } else {\n" : "      if (a.idx32) {\n";
+      s += "        " + T + " w = static_cast<" + T + ">(v);\n";
+      for (int d = rank - 1; d >= 0; --d) {
+        std::string c = "c[" + std::to_string(d) + "]";
+        std::string dim = "static_cast<" + T + ">(a.dom[" + std::to_string(d) + "])";
+        if (d == 0)
+          s += "        " + c + " = w;\n";
+        else
+          s += "        " + c + " = w % " + dim + ";\n        w /= " + dim + ";\n";
+      }
+    }
+    s += "      }\n    }\n";
+  } else {
+    s += "    (void)v;\n";
+  }
+  return s;
+}
+
+/// Statement k as a line of generated source: `const float sK = apply(...)`,
+/// or for a row statement `r[K] = apply(...)`; a row value is read as r[K].
+std::string statementLine(const Program &prog, int k) {
+  const Stmt &st = prog.stmts[k];
+  const OpInfo &oi = info(st.op);
+  auto arg = [&](const Ref &r) {
+    return !r.input && prog.rowDims && prog.rowValue(r.index)
+               ? "r[" + std::to_string(r.index) + "]"
+               : ref(r);
+  };
+  std::string args;
+  for (int j = 0; j < 3; ++j)
+    args += (j < oi.arity ? arg(st.args[j]) : std::string("0.f")) + ", ";
+  std::string lhs = st.row ? "r[" + std::to_string(k) + "]" : "const float s" + std::to_string(k);
+  return "    " + lhs + " = apply(Op::" + std::string(oi.enumName) + ", " + args +
+         literal(st.imm) + ", " + (st.tanh ? "true" : "false") + "); // " + oi.name + "\n";
+}
+
+
 /// Sets a.vecMode[k] and a.vecPeriod[k] for operand k of a domain walked in
 /// memory order (no reduction); false when the vector path cannot read it.
 bool vectorMode(KernelParams &a, int k, int rank) {
@@ -91,6 +136,82 @@ bool vectorMode(KernelParams &a, int k, int rank) {
   return false;
 }
 
+/// The struct P of a row program (FusedDevice.h, rowProgramLoop): per pass
+/// the statements before its reduce_sum, the row statements between the
+/// reduce_sums, every statement per element with the stores.
+std::string rowProgramP(const CodegenSpec &spec, const std::vector<std::string> &inStorage,
+                        const std::vector<std::string> &outStorage) {
+  const Program &prog = spec.program;
+  int rank = spec.rank, n = static_cast<int>(prog.stmts.size());
+  std::vector<int> reduces;
+  for (int k = 0; k < n; ++k)
+    if (prog.stmts[k].op == Op::ReduceSum)
+      reduces.push_back(k);
+  int phases = static_cast<int>(reduces.size());
+  auto loads = [&](bool perRow) {
+    std::string t;
+    for (size_t k = 0; k < spec.inputs.size(); ++k)
+      if (prog.rowInput[k] == perRow) {
+        std::string K = std::to_string(k);
+        t += "    const float i" + K + " = load" + inStorage[k] + "(a.in[" + K + "], " +
+             at(rank, "a.inStride[" + K + "]") + ");\n";
+      }
+    return t;
+  };
+  auto perElement = [&](int upto) {
+    std::string t;
+    for (int k = 0; k < upto; ++k)
+      if (!prog.rowValue(k))
+        t += statementLine(prog, k);
+    return t;
+  };
+  std::string s = "  static constexpr int kPhases = " + std::to_string(phases) +
+                  ";\n  static constexpr int kStmts = " + std::to_string(n) + ";\n";
+  // phase<Ph>: what reduce_sum Ph sums at element v.
+  s += "  template <int Ph>\n  static MAPP_FUSED_HD float phase(const KernelParams &a, long long v, "
+       "const float *r) {\n    (void)r;\n" + coordinates(rank) + loads(false);
+  for (int p = 0; p < phases; ++p) {
+    const Ref &x = prog.stmts[reduces[p]].args[0];
+    s += "    if constexpr (Ph == " + std::to_string(p) + ") {\n" + perElement(reduces[p]) +
+         "    return " + ref(x) + ";\n    }\n";
+  }
+  s += "    return 0.f;\n  }\n";
+  // rows<Q>: reduce_sum Q-1's sum, then the row statements before reduce_sum Q.
+  s += "  template <int Q>\n  static MAPP_FUSED_HD void rows(const KernelParams &a, long long v, "
+       "float *r, float sum) {\n    (void)sum;\n" + coordinates(rank) + loads(true);
+  for (int q = 0; q <= phases; ++q) {
+    s += "    if constexpr (Q == " + std::to_string(q) + ") {\n";
+    if (q > 0)
+      s += "      r[" + std::to_string(reduces[q - 1]) + "] = sum;\n";
+    for (int k = q ? reduces[q - 1] + 1 : 0; k < (q < phases ? reduces[q] : n); ++k)
+      if (prog.stmts[k].row)
+        s += statementLine(prog, k);
+    s += "    }\n";
+  }
+  s += "  }\n";
+  // point: every statement per element, the results of the domain's shape.
+  s += "  static MAPP_FUSED_HD void point(const KernelParams &a, long long v, const float *r) {\n"
+       "    (void)r;\n" + coordinates(rank) + loads(false) + perElement(n);
+  bool any = false;
+  for (size_t k = 0; k < spec.outputs.size(); ++k)
+    if (!prog.rowValue(spec.outputs[k])) {
+      if (!any)
+        s += "    const long long at = " + at(rank, "a.linStride") + ";\n";
+      any = true;
+      s += "    store" + outStorage[k] + "(a.out[" + std::to_string(k) + "], at, s" +
+           std::to_string(spec.outputs[k]) + ");\n";
+    }
+  s += "  }\n";
+  s += "  static MAPP_FUSED_HD void storeRow(const KernelParams &a, long long o, const float *r) "
+       "{\n    (void)a; (void)o; (void)r;\n";
+  for (size_t k = 0; k < spec.outputs.size(); ++k)
+    if (prog.rowValue(spec.outputs[k]))
+      s += "    store" + outStorage[k] + "(a.out[" + std::to_string(k) + "], o, r[" +
+           std::to_string(spec.outputs[k]) + "]);\n";
+  s += "  }\n";
+  return s;
+}
+
 } // namespace
 
 int fused::vectorWidth(const CodegenSpec &spec) {
@@ -126,44 +247,26 @@ std::string fused::generateKernel(const CodegenSpec &spec, const std::string &en
   }
   // The statements of one element, given i0.. (its operands): s0..
   std::string stmts;
-  for (int k = 0; k < numStmts; ++k) {
-    const Stmt &st = prog.stmts[k];
-    const OpInfo &oi = info(st.op);
-    std::string args;
-    for (int j = 0; j < 3; ++j)
-      args += (j < oi.arity ? ref(st.args[j]) : std::string("0.f")) + ", ";
-    stmts += "    const float s" + std::to_string(k) + " = apply(Op::" +
-             std::string(oi.enumName) + ", " + args + literal(st.imm) + ", " +
-             (st.tanh ? "true" : "false") + "); // " + oi.name + "\n";
-  }
+  for (int k = 0; k < numStmts; ++k)
+    stmts += statementLine(prog, k);
   int W = vectorWidth(spec);
   std::string ns = "mapp_fused_" + entry;
   std::string s = "// Generated by mapp (FusedCodegen.cpp) for the program\n//   " + print(prog) +
                   "\n// over a rank-" + std::to_string(rank) + " domain.\n";
   s += deviceHeaderText();
   s += "\nnamespace " + ns + " {\nusing namespace mapp::rt::fused;\nstruct P {\n";
-  s += "  static MAPP_FUSED_HD float point(const KernelParams &a, long long v) {\n";
-  // The element's coordinates, the last dim fastest (not needed when flat),
-  // computed once and shared by every operand; 32-bit when n < 2^31.
-  if (rank > 0) {
-    s += "    long long c[" + std::to_string(rank) + "] = {};\n    if (!a.flat) {\n";
-    for (int wide = 0; wide < 2; ++wide) {
-      std::string T = wide ? "long long" : "unsigned";
-      s += wide ? "      } else {\n" : "      if (a.idx32) {\n";
-      s += "        " + T + " w = static_cast<" + T + ">(v);\n";
-      for (int d = rank - 1; d >= 0; --d) {
-        std::string c = "c[" + std::to_string(d) + "]";
-        std::string dim = "static_cast<" + T + ">(a.dom[" + std::to_string(d) + "])";
-        if (d == 0)
-          s += "        " + c + " = w;\n";
-        else
-          s += "        " + c + " = w % " + dim + ";\n        w /= " + dim + ";\n";
-      }
-    }
-    s += "      }\n    }\n";
-  } else {
-    s += "    (void)v;\n";
+  if (prog.rowDims) { // a row program: rowProgramLoop
+    s += rowProgramP(spec, inStorage, outStorage) + "};\n} // namespace " + ns + "\n\n";
+    if (host)
+      return s + "extern \"C\" void " + entry +
+             "(const mapp::rt::fused::KernelParams *a) {\n  mapp::rt::fused::hostRowLoop<" + ns +
+             "::P>(*a);\n}\n";
+    return s + "extern \"C\" __global__ void __launch_bounds__(256) " + entry +
+           "(const mapp::rt::fused::KernelParams a) {\n  mapp::rt::fused::rowProgramLoop<" + ns +
+           "::P>(a);\n}\n";
   }
+  s += "  static MAPP_FUSED_HD float point(const KernelParams &a, long long v) {\n";
+  s += coordinates(rank);
   for (size_t k = 0; k < spec.inputs.size(); ++k) {
     std::string K = std::to_string(k);
     s += "    const float i" + K + " = load" + inStorage[k] + "(a.in[" + K + "], " +
@@ -233,6 +336,8 @@ KernelParams fused::kernelParams(const Program &program, const std::vector<int64
          kMaxOutputs, ")");
   // The walk order: kept dims, then reduced dims (FusedDevice.h).
   std::vector<bool> reduced(rank, false);
+  for (int d = rank - program.rowDims; program.rowDims && d < rank; ++d)
+    reduced[std::max(d, 0)] = true; // the rows (a row program)
   if (const Stmt *r = program.reduction())
     for (int64_t d : r->dims) {
       if (d >= rank)
@@ -289,7 +394,7 @@ KernelParams fused::kernelParams(const Program &program, const std::vector<int64
   // or 8 bf16, vectorWidth) start on a 16-byte boundary; each operand is
   // read at the element's index, or broadcast as a suffix or a prefix of
   // the domain's dims with a period that is a multiple of 8 (FusedDevice.h).
-  bool vec = !program.reduction();
+  bool vec = !program.reduction() && !program.rowDims;
   for (const void *p : inputs)
     vec = vec && reinterpret_cast<uintptr_t>(p) % 16 == 0;
   for (void *p : results)

@@ -79,8 +79,9 @@ void algebra::checkCast(const Attrs &, const TTs &in, const TTs &out) {
     fail("operand ", desc(x), " and result ", desc(y), " must have the same shape");
 }
 
-// A fused program (mapp/rt/FusedProgram.h): it parses, every operand
-// broadcasts to the domain, every result has its statement's shape.
+// A fused program (mapp/rt/FusedProgram.h): it parses, float types, and
+// fused::checkShapes (operands broadcast to the domain, every result has
+// its statement's shape).
 void algebra::checkFused(const Attrs &a, const TTs &in, const TTs &out) {
   fused::Program prog;
   std::string err = fused::parse(a.getStr("program", ""), static_cast<int>(in.size()), prog);
@@ -90,40 +91,21 @@ void algebra::checkFused(const Attrs &a, const TTs &in, const TTs &out) {
   for (int64_t d : domain)
     if (d < 0)
       fail("domain ", shapeStr(domain), " has a negative dim");
+  std::vector<Shape> ins, outs;
   for (size_t i = 0; i < in.size(); ++i) {
     if (!isFloat(in[i].dtype))
       fail("operand ", i, " must be a float type, got ", desc(in[i]));
-    const Shape &x = in[i].shape;
-    bool ok = x.size() <= domain.size();
-    for (size_t d = 0; ok && d < x.size(); ++d) {
-      int64_t want = domain[domain.size() - x.size() + d];
-      ok = x[d] == 1 || x[d] == want;
-    }
-    if (!ok)
-      fail("operand ", i, " ", desc(in[i]), " does not broadcast to the domain ",
-           shapeStr(domain));
+    ins.push_back(in[i].shape);
   }
   std::vector<int64_t> outputs = a.getInts("outputs");
   if (outputs.size() != out.size())
     fail("`outputs` names ", outputs.size(), " statements for ", out.size(), " results");
-  Shape reduced;
-  if (const fused::Stmt *r = prog.reduction()) {
-    for (int64_t d : r->dims)
-      if (d >= static_cast<int64_t>(domain.size()))
-        fail("reduce_sum dim ", d, " is outside the domain ", shapeStr(domain));
-    for (size_t d = 0; d < domain.size(); ++d)
-      if (std::find(r->dims.begin(), r->dims.end(), static_cast<int64_t>(d)) == r->dims.end())
-        reduced.push_back(domain[d]);
-  }
-  int64_t last = static_cast<int64_t>(prog.stmts.size()) - 1;
   for (size_t k = 0; k < out.size(); ++k) {
-    if (outputs[k] < 0 || outputs[k] > last)
-      fail("result ", k, " names statement ", outputs[k], ", the program has ", last + 1);
     if (!isFloat(out[k].dtype))
       fail("result ", k, " must be a float type, got ", desc(out[k]));
-    const Shape &want = prog.reduction() && outputs[k] == last ? reduced : domain;
-    if (out[k].shape != want)
-      fail("result ", k, " ", desc(out[k]), " must have shape ", shapeStr(want), " (statement ",
-           outputs[k], ")");
+    outs.push_back(out[k].shape);
   }
+  err = fused::checkShapes(prog, domain, ins, outs, outputs);
+  if (!err.empty())
+    fail(err);
 }

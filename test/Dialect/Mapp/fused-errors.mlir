@@ -27,16 +27,74 @@ func.func @later_statement(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-func.func @reduce_not_last(%x: tensor<4xf32>) -> tensor<f32> {
-  // expected-error @+1 {{'mapp.fused' op program: statement 1: reduce_sum must be the last statement}}
-  %0 = mapp.fused %x {program = "reduce_sum[0](%i0); neg(%0)", domain = array<i64: 4>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
-  return %0 : tensor<f32>
+// A reduce_sum followed by statements sums the rows (the trailing dims).
+func.func @reduce_not_last(%x: tensor<4x2xf32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'mapp.fused' op statement 0: a reduce_sum inside a program (not its only, last statement) sums the rows, the trailing dims of the domain [4, 2]}}
+  %0 = mapp.fused %x {program = "reduce_sum[0](%i0); mul(%i0, %0)", domain = array<i64: 4, 2>, outputs = array<i64: 1>} : (tensor<4x2xf32>) -> tensor<4x2xf32>
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @row_reads_element(%x: tensor<4x2xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'mapp.fused' op program: statement 2: a row statement reads %0, a value per element (row statements read row values and operands)}}
+  %0 = mapp.fused %x {program = "exp(%i0); reduce_sum[1](%0); row mul(%1, %0)", domain = array<i64: 4, 2>, outputs = array<i64: 2>} : (tensor<4x2xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @reduce_of_row_value(%x: tensor<4x2xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'mapp.fused' op program: statement 2: reduce_sum sums values per element; %1 is a row value}}
+  %0 = mapp.fused %x {program = "exp(%i0); reduce_sum[1](%0); reduce_sum[1](%1)", domain = array<i64: 4, 2>, outputs = array<i64: 2>} : (tensor<4x2xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @operand_both_levels(%x: tensor<4x2xf32>, %e: tensor<f32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'mapp.fused' op program: statement 3: operand %i1 is read per element here and per row by statement 2 (pass it as two operands)}}
+  %0 = mapp.fused %x, %e {program = "exp(%i0); reduce_sum[1](%0); row add(%1, %i1); add(%2, %i1)", domain = array<i64: 4, 2>, outputs = array<i64: 3>} : (tensor<4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @different_rows(%x: tensor<4x2x3xf32>) -> tensor<4x2x3xf32> {
+  // expected-error @+1 {{'mapp.fused' op program: statement 2: the reduce_sums of a row program sum the same dims (the rows), got [2] and [1,2]}}
+  %0 = mapp.fused %x {program = "reduce_sum[2](%i0); mul(%i0, %0); reduce_sum[1,2](%1); mul(%1, %2)", domain = array<i64: 4, 2, 3>, outputs = array<i64: 3>} : (tensor<4x2x3xf32>) -> tensor<4x2x3xf32>
+  return %0 : tensor<4x2x3xf32>
+}
+
+// -----
+
+func.func @row_without_reduce(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'mapp.fused' op program: row statements need a reduce_sum over the rows (the trailing dims)}}
+  %0 = mapp.fused %x {program = "row neg(%i0)", domain = array<i64: 4>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// An operand read per row has extent 1 along the rows' dims.
+func.func @row_operand_spans_row(%x: tensor<4x2xf32>, %s: tensor<4x2xf32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'mapp.fused' op operand 1 of shape [4, 2] is read per row and does not broadcast to the rows [4] with the row dims kept as 1}}
+  %0 = mapp.fused %x, %s {program = "reduce_sum[1](%i0); row mul(%0, %i1); mul(%i0, %1)", domain = array<i64: 4, 2>, outputs = array<i64: 2>} : (tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @row_result_shape(%x: tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<2xf32>) {
+  // expected-error @+1 {{'mapp.fused' op result 1 of shape [2] must have shape [4] or [4, 1] (statement 1)}}
+  %0:2 = mapp.fused %x {program = "reduce_sum[1](%i0); row rsqrt(%0); mul(%i0, %1)", domain = array<i64: 4, 2>, outputs = array<i64: 2, 1>} : (tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<2xf32>)
+  return %0#0, %0#1 : tensor<4x2xf32>, tensor<2xf32>
 }
 
 // -----
 
 func.func @no_broadcast(%x: tensor<3xf32>) -> tensor<2x4xf32> {
-  // expected-error @+1 {{'mapp.fused' op operand 0 of type 'tensor<3xf32>' does not broadcast to the domain [2, 4]}}
+  // expected-error @+1 {{'mapp.fused' op operand 0 of shape [3] does not broadcast to the domain [2, 4]}}
   %0 = mapp.fused %x {program = "neg(%i0)", domain = array<i64: 2, 4>, outputs = array<i64: 0>} : (tensor<3xf32>) -> tensor<2x4xf32>
   return %0 : tensor<2x4xf32>
 }
@@ -44,7 +102,7 @@ func.func @no_broadcast(%x: tensor<3xf32>) -> tensor<2x4xf32> {
 // -----
 
 func.func @wrong_result_shape(%x: tensor<2x4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'mapp.fused' op result 0 of type 'tensor<4xf32>' must have shape [2] (statement 1)}}
+  // expected-error @+1 {{'mapp.fused' op result 0 of shape [4] must have shape [2] (statement 1)}}
   %0 = mapp.fused %x {program = "exp(%i0); reduce_sum[1](%0)", domain = array<i64: 2, 4>, outputs = array<i64: 1>} : (tensor<2x4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }

@@ -3,7 +3,7 @@
 
 // Fusion decisions of --mapp-fuse (docs/fusion.md) on the blocks of the
 // model families: a GPT block (bias, GELU, residual), a LLaMA block (RMS
-// norm written out with the algebra, rotary pieces, SwiGLU) and the
+// norm written out with the algebra: one region, rotary pieces, SwiGLU) and the
 // experts' SwiGLU of an MoE block. GEMMs never fuse; every value a GEMM
 // reads is materialized.
 
@@ -34,21 +34,22 @@ func.func @llama_block(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>, %cos: tensor<4x
                        %sin: tensor<4x8xf32>, %wq: tensor<8x8xf32>, %wgate: tensor<16x8xf32>,
                        %wup: tensor<16x8xf32>, %wdown: tensor<8x16xf32>)
     -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>) {
-  // RMS norm written out: x·x and its sum (a reduction ends a region), the
-  // mean, eps and rsqrt on the [2, 4] rows, then the normalization and the
-  // gain (the broadcast of the rows is a broadcast load).
-  // CHECK: %[[SS:.*]] = mapp.fused %arg0 {domain = array<i64: 2, 4, 8>, outputs = array<i64: 1>, program = "mul(%i0, %i0); reduce_sum[2](%0)"} : (tensor<2x4x8xf32>) -> tensor<2x4xf32>
+  // RMS norm written out: x·x and its sum over the row, the mean/eps/rsqrt
+  // per row, the normalization and the gain: one region (a row program;
+  // fuse-norms.mlir has the norms' forms and backwards). The [2, 4] eps is
+  // read per row through a reshape to [2, 4, 1].
+  // CHECK: %[[EPS:.*]] = mapp.fill
+  // CHECK-NEXT: %[[E:.*]] = mapp.reshape %[[EPS]] : (tensor<2x4xf32>) -> tensor<2x4x1xf32>
+  // CHECK-NEXT: %[[N:.*]] = mapp.fused %arg0, %[[E]], %arg1 {domain = array<i64: 2, 4, 8>, outputs = array<i64: 6>, program = "mul(%i0, %i0); reduce_sum[2](%0); row scale[0.125](%1); row add(%2, %i1); row rsqrt(%3); mul(%i0, %4); mul(%5, %i2)"} : (tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  // CHECK-NOT: mapp.broadcast
+  // CHECK-NOT: mapp.reduce_sum
   %sq = mapp.mul %x, %x : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
   %ss = mapp.reduce_sum %sq {dims = array<i64: 2>} : (tensor<2x4x8xf32>) -> tensor<2x4xf32>
-  // CHECK: %[[R:.*]] = mapp.fused %[[SS]], %{{.*}} {domain = array<i64: 2, 4>, outputs = array<i64: 2>, program = "scale[0.125](%i0); add(%0, %i1); rsqrt(%1)"}
   %ms = mapp.scale %ss {factor = 0.125} : tensor<2x4xf32>
   %eps = mapp.fill 1.0e-5 : tensor<2x4xf32>
   %ms2 = mapp.add %ms, %eps : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
   %r = mapp.rsqrt %ms2 : tensor<2x4xf32>
-  // CHECK: %[[RR:.*]] = mapp.reshape %[[R]]
   %rr = mapp.reshape %r : (tensor<2x4xf32>) -> tensor<2x4x1xf32>
-  // CHECK-NOT: mapp.broadcast
-  // CHECK: %[[N:.*]] = mapp.fused %arg0, %[[RR]], %arg1 {domain = array<i64: 2, 4, 8>, outputs = array<i64: 1>, program = "mul(%i0, %i1); mul(%0, %i2)"}
   %rb = mapp.broadcast %rr : (tensor<2x4x1xf32>) -> tensor<2x4x8xf32>
   %n0 = mapp.mul %x, %rb : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
   %n = mapp.mul %n0, %g : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>

@@ -7,7 +7,8 @@
 // call of fused::apply with a constant op, folded by the compiler), every
 // operand loaded through its broadcast strides (kernel arguments, so one
 // kernel serves every shape of the program), results stored per `outputs`,
-// a trailing reduce_sum as a deterministic block tree (FusedDevice.h); on
+// a trailing reduce_sum as a deterministic block tree (FusedDevice.h), a
+// row program as one block per row with a pass per reduce_sum; on
 // the flat path 16-byte vector loads and stores (vectorWidth). The
 // text embeds FusedDevice.h, so NVRTC needs no include path and the math
 // has one copy. Plain C++: the compiler-free check of the generator

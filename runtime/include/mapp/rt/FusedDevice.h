@@ -404,6 +404,48 @@ template <class P> __device__ void reduceLoop(const KernelParams &a) {
   else
     rowLoop<P>(a);
 }
+
+// A row program (a norm in one pass; FusedProgram.h): one block per row
+// (striding over the rows). P (generated) supplies kPhases (its
+// reduce_sums), kStmts, `phase<Ph>(a, v, r)` (the statements before
+// reduce_sum Ph at element v; returns what it sums), `rows<Q>(a, v, r,
+// sum)` (reduce_sum Q-1's value, then the row statements up to reduce_sum
+// Q, into r), `point(a, v, r)` (every statement per element; the results
+// of the domain's shape) and `storeRow(a, o, r)` (the row results).
+// Pass Ph: each thread sums its stride of the row in double, a fixed tree
+// over the threads (rowLoop's order), every thread reads the sum.
+template <class P, int Ph>
+__device__ void rowPhases(const KernelParams &a, long long o, float *r, double *part) {
+  if constexpr (Ph < P::kPhases) {
+    double s = 0;
+    for (long long j = threadIdx.x; j < a.inner; j += blockDim.x)
+      s += P::template phase<Ph>(a, o * a.inner + j, r);
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+      if (threadIdx.x < w)
+        part[threadIdx.x] += part[threadIdx.x + w];
+      __syncthreads();
+    }
+    float sum = static_cast<float>(part[0]);
+    __syncthreads(); // every thread has read part[0] before the next pass
+    P::template rows<Ph + 1>(a, o * a.inner, r, sum);
+    rowPhases<P, Ph + 1>(a, o, r, part);
+  }
+}
+
+template <class P> __device__ void rowProgramLoop(const KernelParams &a) {
+  __shared__ double part[kReduceThreads];
+  for (long long o = blockIdx.x; o < a.outer; o += gridDim.x) {
+    float r[P::kStmts];
+    P::template rows<0>(a, o * a.inner, r, 0.f);
+    rowPhases<P, 0>(a, o, r, part);
+    for (long long j = threadIdx.x; j < a.inner; j += blockDim.x)
+      P::point(a, o * a.inner + j, r);
+    if (threadIdx.x == 0)
+      P::storeRow(a, o, r);
+  }
+}
 #endif
 
 #ifdef MAPP_FUSED_HOST
@@ -437,6 +479,36 @@ template <class P, int W> void hostLoop(const KernelParams &a, bool reduces) {
       for (int t = 0; t < w; ++t)
         part[t] += part[t + w];
     P::storeReduced(a, o, static_cast<float>(part[0]));
+  }
+}
+
+/// rowProgramLoop's order on the host: the same per-thread strides of
+/// reduceThreads and the same tree per pass.
+template <class P, int Ph> void hostRowPhases(const KernelParams &a, long long o, float *r) {
+  if constexpr (Ph < P::kPhases) {
+    int threads = reduceThreads(a.inner);
+    double part[kReduceThreads];
+    for (int t = 0; t < threads; ++t) {
+      part[t] = 0;
+      for (long long j = t; j < a.inner; j += threads)
+        part[t] += P::template phase<Ph>(a, o * a.inner + j, r);
+    }
+    for (int w = threads / 2; w > 0; w >>= 1)
+      for (int t = 0; t < w; ++t)
+        part[t] += part[t + w];
+    P::template rows<Ph + 1>(a, o * a.inner, r, static_cast<float>(part[0]));
+    hostRowPhases<P, Ph + 1>(a, o, r);
+  }
+}
+
+template <class P> void hostRowLoop(const KernelParams &a) {
+  for (long long o = 0; o < a.outer; ++o) {
+    float r[P::kStmts];
+    P::template rows<0>(a, o * a.inner, r, 0.f);
+    hostRowPhases<P, 0>(a, o, r);
+    for (long long j = 0; j < a.inner; ++j)
+      P::point(a, o * a.inner + j, r);
+    P::storeRow(a, o, r);
   }
 }
 #endif

@@ -10,6 +10,14 @@
 //
 //   silu(%i0); mul(%0, %i1); scale[0.5](%1); reduce_sum[0,1](%2)
 //
+// A row program (a norm in one pass): reduce_sums over the trailing dims
+// (the rows) anywhere in the program; each gives one value per row; `row`
+// statements compute once per row from row values and operands read per
+// row; other statements read a row value broadcast along the row:
+//
+//   mul(%i0, %i0); reduce_sum[2](%0); row scale[0.0625](%1);
+//   row add(%2, %i1); row rsqrt(%3); mul(%i0, %4); mul(%5, %i2)
+//
 // Immediates in brackets: pow's exponent, scale's factor, softcap's cap (as
 // %.17g, exact), gelu's approximation (`tanh`; none when absent), the
 // reduced dims. Shared by the dialect's verifier, --mapp-fuse (which prints
@@ -23,6 +31,7 @@
 #ifndef MAPP_RT_FUSEDPROGRAM_H
 #define MAPP_RT_FUSEDPROGRAM_H
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -72,6 +81,7 @@ struct Ref {
 
 struct Stmt {
   Op op = Op::Neg;
+  bool row = false;          // `row op(...)`: once per row (a row program)
   Ref args[3];
   double imm = 0;            // pow / scale / softcap
   bool tanh = false;         // gelu, gelu_grad
@@ -80,9 +90,21 @@ struct Stmt {
 
 struct Program {
   std::vector<Stmt> stmts;
-  /// The reduction when the last statement is reduce_sum, else null.
+  /// A row program: the number of trailing domain dims its reduce_sums
+  /// sum (the rows' dims); 0 otherwise. Set by parse.
+  int rowDims = 0;
+  /// Per operand: read per element (false) or per row (true).
+  std::vector<bool> rowInput;
+  /// The reduction of a program that is not a row program when its last
+  /// statement is reduce_sum, else null.
   const Stmt *reduction() const {
-    return !stmts.empty() && stmts.back().op == Op::ReduceSum ? &stmts.back() : nullptr;
+    return !rowDims && !stmts.empty() && stmts.back().op == Op::ReduceSum ? &stmts.back()
+                                                                         : nullptr;
+  }
+  /// Statement k holds one value per row (a row statement or a reduce_sum
+  /// of a row program).
+  bool rowValue(size_t k) const {
+    return stmts[k].row || (rowDims && stmts[k].op == Op::ReduceSum);
   }
 };
 
@@ -100,6 +122,8 @@ inline std::string print(const Program &p) {
     const OpInfo &oi = info(st.op);
     if (k)
       s += "; ";
+    if (st.row)
+      s += "row ";
     s += oi.name;
     if (oi.immediate == 1)
       s += "[" + formatDouble(st.imm) + "]";
@@ -123,9 +147,74 @@ inline std::string print(const Program &p) {
   return s;
 }
 
+/// The levels of a parsed program (part of parse): whether it is a row
+/// program (a reduce_sum not last, several, or a `row` statement), then
+/// its reduce_sums sum the same consecutive dims; what each statement and
+/// operand is read at. "" or what is wrong.
+inline std::string levels(Program &p, int numInputs) {
+  p.rowDims = 0;
+  p.rowInput.assign(numInputs, false);
+  std::vector<int> readAt(numInputs, -1); // the first statement reading operand k
+  const Stmt *firstReduce = nullptr;
+  int reduces = 0;
+  bool marked = false;
+  for (const Stmt &st : p.stmts) {
+    marked = marked || st.row;
+    if (st.op == Op::ReduceSum && !reduces++)
+      firstReduce = &st;
+  }
+  bool rows = marked || reduces > 1 ||
+              (reduces == 1 && p.stmts.back().op != Op::ReduceSum);
+  if (!rows)
+    return "";
+  auto at = [](size_t k) { return "statement " + std::to_string(k) + ": "; };
+  auto dimsText = [](const std::vector<int64_t> &d) {
+    std::string s;
+    for (size_t i = 0; i < d.size(); ++i)
+      s += (i ? "," : "") + std::to_string(d[i]);
+    return "[" + s + "]";
+  };
+  if (!firstReduce)
+    return "row statements need a reduce_sum over the rows (the trailing dims)";
+  for (size_t d = 1; d < firstReduce->dims.size(); ++d)
+    if (firstReduce->dims[d] != firstReduce->dims[d - 1] + 1)
+      return "a reduce_sum inside a program sums the rows, consecutive trailing dims; got " +
+             dimsText(firstReduce->dims);
+  p.rowDims = static_cast<int>(firstReduce->dims.size());
+  for (size_t k = 0; k < p.stmts.size(); ++k) {
+    const Stmt &st = p.stmts[k];
+    if (st.op == Op::ReduceSum && st.dims != firstReduce->dims)
+      return at(k) + "the reduce_sums of a row program sum the same dims (the rows), got " +
+             dimsText(firstReduce->dims) + " and " + dimsText(st.dims);
+    for (int a = 0; a < info(st.op).arity; ++a) {
+      const Ref &r = st.args[a];
+      if (r.input) {
+        int &first = readAt[r.index];
+        if (first >= 0 && p.rowInput[r.index] != st.row)
+          return at(k) + "operand %i" + std::to_string(r.index) + " is read " +
+                 (st.row ? "per row here and per element by statement "
+                         : "per element here and per row by statement ") +
+                 std::to_string(first) + " (pass it as two operands)";
+        if (first < 0)
+          first = static_cast<int>(k);
+        p.rowInput[r.index] = st.row;
+        continue;
+      }
+      bool rowArg = p.rowValue(r.index);
+      if (st.row && !rowArg)
+        return at(k) + "a row statement reads %" + std::to_string(r.index) +
+               ", a value per element (row statements read row values and operands)";
+      if (st.op == Op::ReduceSum && rowArg)
+        return at(k) + "reduce_sum sums values per element; %" + std::to_string(r.index) +
+               " is a row value";
+    }
+  }
+  return "";
+}
+
 /// Parses `text` for an op of `numInputs` operands; "" on success, else what
 /// is wrong (naming the statement). Checks references (inputs in range,
-/// statements earlier), arity, immediates, and that reduce_sum comes last.
+/// statements earlier), arity, immediates, and the levels (levels()).
 inline std::string parse(const std::string &text, int numInputs, Program &out) {
   out.stmts.clear();
   size_t pos = 0, n = text.size();
@@ -152,16 +241,24 @@ inline std::string parse(const std::string &text, int numInputs, Program &out) {
     return "the program is empty";
   while (pos < n) {
     skipSpace();
-    size_t start = pos;
-    while (pos < n && (std::isalnum(static_cast<unsigned char>(text[pos])) || text[pos] == '_'))
-      ++pos;
-    std::string name = text.substr(start, pos - start);
+    auto word = [&] {
+      size_t start = pos;
+      while (pos < n && (std::isalnum(static_cast<unsigned char>(text[pos])) || text[pos] == '_'))
+        ++pos;
+      return text.substr(start, pos - start);
+    };
+    std::string name = word();
+    Stmt st;
+    if (name == "row" && pos < n && text[pos] == ' ') {
+      st.row = true;
+      skipSpace();
+      name = word();
+    }
     const OpInfo *oi = findOp(name);
     if (!oi)
       return err("unknown op '" + name + "'");
-    if (!out.stmts.empty() && out.stmts.back().op == Op::ReduceSum)
-      return err("reduce_sum must be the last statement");
-    Stmt st;
+    if (st.row && oi->op == Op::ReduceSum)
+      return err("reduce_sum sums the domain's elements; it is not a row statement");
     st.op = oi->op;
     if (pos < n && text[pos] == '[') {
       ++pos;
@@ -241,6 +338,86 @@ inline std::string parse(const std::string &text, int numInputs, Program &out) {
         return err("expected ';' between statements");
       ++pos;
     }
+  }
+  return levels(out, numInputs);
+}
+
+inline std::string shapeText(const std::vector<int64_t> &s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+/// The shape of statement k's values: the domain; without the reduced dims
+/// for a reduction (the rows' shape for a row value).
+inline std::vector<int64_t> valueShape(const Program &p, const std::vector<int64_t> &domain,
+                                       size_t k) {
+  std::vector<int64_t> s;
+  if (p.rowDims && p.rowValue(k)) // the rows' shape
+    return std::vector<int64_t>(
+        domain.begin(), domain.end() - std::min<size_t>(p.rowDims, domain.size()));
+  const Stmt *r = p.reduction();
+  if (!r || k + 1 != p.stmts.size())
+    return domain;
+  for (size_t d = 0; d < domain.size(); ++d) {
+    bool reduced = false;
+    for (int64_t x : r->dims)
+      reduced = reduced || x == static_cast<int64_t>(d);
+    if (!reduced)
+      s.push_back(domain[d]);
+  }
+  return s;
+}
+
+/// The shapes of a parsed program's operands and results against its
+/// domain (the dialect's verifier and the plan loader): operands broadcast
+/// to the domain (NumPy), operands read per row have extent 1 along the
+/// rows, reduced dims in the domain (a row program's the trailing ones),
+/// result k has statement outputs[k]'s shape (a row value: the rows' shape
+/// or with the row dims kept as 1). "" or what is wrong.
+inline std::string checkShapes(const Program &p, const std::vector<int64_t> &domain,
+                               const std::vector<std::vector<int64_t>> &inputs,
+                               const std::vector<std::vector<int64_t>> &results,
+                               const std::vector<int64_t> &outputs) {
+  const size_t rank = domain.size();
+  for (size_t k = 0; k < p.stmts.size(); ++k)
+    for (int64_t d : p.stmts[k].dims) {
+      if (d >= static_cast<int64_t>(rank))
+        return "reduce_sum dim " + std::to_string(d) + " is outside the domain " +
+               shapeText(domain);
+      if (p.rowDims && p.stmts[k].dims.back() != static_cast<int64_t>(rank) - 1)
+        return "statement " + std::to_string(k) +
+               ": a reduce_sum inside a program (not its only, last statement) sums the "
+               "rows, the trailing dims of the domain " + shapeText(domain);
+    }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<int64_t> &x = inputs[i];
+    bool ok = x.size() <= rank, perRow = i < p.rowInput.size() && p.rowInput[i];
+    for (size_t d = 0; ok && d < x.size(); ++d) {
+      size_t at = rank - x.size() + d;
+      ok = x[d] == 1 || (x[d] == domain[at] && !(perRow && at >= rank - p.rowDims));
+    }
+    if (!ok)
+      return "operand " + std::to_string(i) + " of shape " + shapeText(x) +
+             (perRow ? " is read per row and does not broadcast to the rows " : 
+                       " does not broadcast to the domain ") +
+             (perRow ? shapeText(std::vector<int64_t>(domain.begin(), domain.end() - p.rowDims)) +
+                           " with the row dims kept as 1"
+                     : shapeText(domain));
+  }
+  for (size_t k = 0; k < outputs.size() && k < results.size(); ++k) {
+    if (outputs[k] < 0 || outputs[k] >= static_cast<int64_t>(p.stmts.size()))
+      return "output " + std::to_string(k) + " names statement " + std::to_string(outputs[k]) +
+             ", the program has " + std::to_string(p.stmts.size());
+    std::vector<int64_t> want = valueShape(p, domain, outputs[k]), kept = want;
+    bool row = p.rowDims && p.rowValue(outputs[k]);
+    if (row)
+      kept.resize(rank, 1);
+    if (results[k] != want && !(row && results[k] == kept))
+      return "result " + std::to_string(k) + " of shape " + shapeText(results[k]) +
+             " must have shape " + shapeText(want) + (row ? " or " + shapeText(kept) : "") +
+             " (statement " + std::to_string(outputs[k]) + ")";
   }
   return "";
 }

@@ -7,7 +7,11 @@
 // tensor exists. Statements round to float as the unfused kernels do
 // (fused::apply), so the values are bit-identical to the unfused plan's.
 // A final reduce_sum accumulates in double in element order, as
-// reduce_sum's kernel does (serially, like it).
+// reduce_sum's kernel does (serially, like it). A row program (a norm)
+// runs per row, rows in parallel: a pass over the row per reduce_sum (the
+// statements it needs, summed in double in element order, rounded once to
+// float as reduce_sum), the row statements on scalars, then a pass for the
+// rest, so its values are also the unfused plan's bits.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
@@ -107,13 +111,17 @@ struct Evaluator {
   std::vector<Load> loads;
   int numStmts; // without a final reduce_sum
 
-  /// Computes the statements for elements [b, b + len): statement k's
-  /// values at regs[k * kBlock], operand k's at ins[k] (f32 operands of the
-  /// domain's shape are read in place, others loaded into in).
+  /// Computes the statements before `upto` for elements [b, b + len):
+  /// statement k's values at regs[k * kBlock], operand k's at ins[k] (f32
+  /// operands of the domain's shape are read in place, others loaded into
+  /// in). A row program's row values (and reduce_sums) are not computed
+  /// here: their registers hold the row's value (rowStatements).
   void block(int64_t b, int64_t len, std::vector<float> &regs, std::vector<float> &in,
-             std::vector<const float *> &ins) const {
+             std::vector<const float *> &ins, int upto) const {
     for (size_t k = 0; k < loads.size(); ++k) {
       const Load &l = loads[k];
+      if (prog.rowDims && prog.rowInput[k])
+        continue;
       if (l.kind == Load::Same && l.t->type.dtype == DType::F32) {
         ins[k] = l.t->f32() + b;
         continue;
@@ -122,7 +130,9 @@ struct Evaluator {
         in[k * kBlock + j] = l.at(b + j, domain);
       ins[k] = in.data() + k * kBlock;
     }
-    for (int s = 0; s < numStmts; ++s) {
+    for (int s = 0; s < upto; ++s) {
+      if (prog.rowDims && prog.rowValue(s))
+        continue;
       const fz::Stmt &st = prog.stmts[s];
       const float *arg[3] = {nullptr, nullptr, nullptr};
       for (int a = 0; a < fz::info(st.op).arity; ++a)
@@ -131,7 +141,87 @@ struct Evaluator {
       applyBlock(st, arg[0], arg[1], arg[2], regs.data() + s * kBlock, len);
     }
   }
+
+  /// A row program's row statements in [from, to) for the row starting at
+  /// element e, on scalars (rowVal), each also written across its register
+  /// block, where statements per element read it broadcast.
+  void rowStatements(int from, int to, int64_t e, std::vector<float> &rowVal,
+                     std::vector<float> &regs) const {
+    for (int s = from; s < to; ++s) {
+      const fz::Stmt &st = prog.stmts[s];
+      if (!st.row)
+        continue;
+      float x[3] = {0, 0, 0};
+      for (int a = 0; a < fz::info(st.op).arity; ++a)
+        x[a] = st.args[a].input ? loads[st.args[a].index].at(e, domain)
+                                : rowVal[st.args[a].index];
+      setRow(s, fz::apply(st.op, x[0], x[1], x[2], st.imm, st.tanh), rowVal, regs);
+    }
+  }
+
+  static void setRow(int s, float v, std::vector<float> &rowVal, std::vector<float> &regs) {
+    rowVal[s] = v;
+    std::fill(regs.begin() + s * kBlock, regs.begin() + (s + 1) * kBlock, v);
+  }
 };
+
+/// A row program (FusedProgram.h): rows in parallel; per row a pass per
+/// reduce_sum (the statements before it; the sum in double in element
+/// order, as reduce_sum), the row statements after it, and a last pass for
+/// the statements per element and the results.
+void rowProgram(const KernelArgs &a, const Evaluator &ev, const std::vector<int64_t> &outputs) {
+  const fz::Program &prog = ev.prog;
+  int64_t inner = 1;
+  for (size_t d = ev.domain.size() - prog.rowDims; d < ev.domain.size(); ++d)
+    inner *= ev.domain[d];
+  int64_t rows = 1;
+  for (size_t d = 0; d + prog.rowDims < ev.domain.size(); ++d)
+    rows *= ev.domain[d];
+  int numStmts = static_cast<int>(prog.stmts.size());
+  std::vector<int> reduces;
+  for (int s = 0; s < numStmts; ++s)
+    if (prog.stmts[s].op == fz::Op::ReduceSum)
+      reduces.push_back(s);
+  bool perElementResults = false; // else no last pass (only row results)
+  for (int k = 0; k < a.numOut; ++k)
+    perElementResults = perElementResults || !prog.rowValue(outputs[k]);
+  parFor(a, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)),
+         [&](int64_t rb, int64_t re) {
+    std::vector<float> regs(numStmts * kBlock), in(std::max<size_t>(1, ev.loads.size()) * kBlock),
+        rowVal(numStmts);
+    std::vector<const float *> ins(ev.loads.size());
+    for (int64_t o = rb; o < re; ++o) {
+      int64_t e0 = o * inner;
+      int done = 0; // statements before it are evaluated (row ones)
+      for (int r : reduces) {
+        ev.rowStatements(done, r, e0, rowVal, regs);
+        double sum = 0;
+        const fz::Ref src = prog.stmts[r].args[0];
+        for (int64_t b = e0; b < e0 + inner; b += kBlock) {
+          int64_t len = std::min(kBlock, e0 + inner - b);
+          ev.block(b, len, regs, in, ins, r);
+          const float *v = src.input ? ins[src.index] : regs.data() + src.index * kBlock;
+          for (int64_t j = 0; j < len; ++j)
+            sum += v[j];
+        }
+        Evaluator::setRow(r, static_cast<float>(sum), rowVal, regs);
+        done = r + 1;
+      }
+      ev.rowStatements(done, numStmts, e0, rowVal, regs);
+      for (int64_t b = e0; perElementResults && b < e0 + inner; b += kBlock) {
+        int64_t len = std::min(kBlock, e0 + inner - b);
+        ev.block(b, len, regs, in, ins, numStmts);
+        for (int k = 0; k < a.numOut; ++k)
+          if (!prog.rowValue(outputs[k]))
+            for (int64_t j = 0; j < len; ++j)
+              storeFloat(a.out[k], b + j, regs[outputs[k] * kBlock + j]);
+      }
+      for (int k = 0; k < a.numOut; ++k)
+        if (prog.rowValue(outputs[k]))
+          storeFloat(a.out[k], o, rowVal[outputs[k]]);
+    }
+  });
+}
 
 } // namespace
 
@@ -142,10 +232,26 @@ void cpu::fused(const KernelArgs &a) {
     throw Error("fused: program: " + err);
   Shape domain = a.attrs.getInts("domain");
   std::vector<int64_t> outputs = a.attrs.getInts("outputs");
+  std::vector<Shape> inShapes, outShapes;
+  for (int k = 0; k < a.numIn; ++k)
+    inShapes.push_back(a.in[k].shape());
+  for (int k = 0; k < a.numOut; ++k)
+    outShapes.push_back(a.out[k].shape());
+  if (static_cast<int>(outputs.size()) != a.numOut)
+    err = "`outputs` names " + std::to_string(outputs.size()) + " statements for " +
+          std::to_string(a.numOut) + " results";
+  else
+    err = fz::checkShapes(prog, domain, inShapes, outShapes, outputs);
+  if (!err.empty())
+    throw Error("fused: " + err);
   const fz::Stmt *reduce = prog.reduction();
   Evaluator ev{prog, domain, {}, static_cast<int>(prog.stmts.size()) - (reduce ? 1 : 0)};
   for (int k = 0; k < a.numIn; ++k)
     ev.loads.emplace_back(a.in[k], domain);
+  if (prog.rowDims) {
+    rowProgram(a, ev, outputs);
+    return;
+  }
   int64_t n = numel(domain);
   auto storeOutputs = [&](int64_t b, int64_t len, const std::vector<float> &regs) {
     for (int k = 0; k < a.numOut; ++k) {
@@ -164,7 +270,7 @@ void cpu::fused(const KernelArgs &a) {
       std::vector<const float *> ins(ev.loads.size());
       for (int64_t blk = bb; blk < be; ++blk) {
         int64_t b = blk * kBlock, len = std::min(kBlock, n - b);
-        ev.block(b, len, regs, in, ins);
+        ev.block(b, len, regs, in, ins, ev.numStmts);
         storeOutputs(b, len, regs);
       }
     });
@@ -190,7 +296,7 @@ void cpu::fused(const KernelArgs &a) {
   const fz::Ref src = reduce->args[0];
   for (int64_t b = 0; b < n; b += kBlock) {
     int64_t len = std::min(kBlock, n - b);
-    ev.block(b, len, regs, in, ins);
+    ev.block(b, len, regs, in, ins, ev.numStmts);
     storeOutputs(b, len, regs);
     const float *v = src.input ? ins[src.index] : regs.data() + src.index * kBlock;
     for (int64_t j = 0; j < len; ++j) {

@@ -134,12 +134,13 @@ void FusedKernels::run(CudaBackend &be, const KernelArgs &a) {
   if (params.n == 0 && params.outer == 0)
     return;
   // The block and grid of the kernel's loop (FusedDevice.h): one result
-  // per block (rowLoop), columnShape's results x rows (columnLoop), or one
-  // element, or one vector of W, per thread.
+  // per block (rowLoop), one row per block (rowProgramLoop),
+  // columnShape's results x rows (columnLoop), or one element, or one
+  // vector of W, per thread.
   long long maxBlocks = static_cast<long long>(be.smCount()) * 32;
   dim3 block(256);
   long long blocks;
-  if (!c.program.reduction()) {
+  if (!c.program.reduction() && !c.program.rowDims) {
     long long units = params.vec ? (params.n + c.width - 1) / c.width : params.n;
     blocks = (units + block.x - 1) / block.x;
   } else if (params.columns) {

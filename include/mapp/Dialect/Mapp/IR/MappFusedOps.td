@@ -16,9 +16,13 @@ def Mapp_FusedOp : Mapp_Op<"fused", [Pure,
     `program`: statements over the iteration domain `domain` (a shape), e.g.
     `silu(%i0); mul(%0, %i1)`: `%iK` is operand K, loaded with NumPy
     broadcasting to `domain`; `%N` is statement N. An optional last
-    statement `reduce_sum[dims](%N)` sums over the listed domain dims.
+    statement `reduce_sum[dims](%N)` sums over the listed domain dims. A
+    row program (docs/fusion.md) has reduce_sums over the trailing dims
+    (the rows) anywhere, one value per row; `row` statements compute once
+    per row; others read a row value broadcast along its row.
     `outputs[k]` is the statement whose value result k holds: the domain's
-    shape, or for the reduce_sum statement the domain without its dims.
+    shape, or for the reduce_sum statement the domain without its dims (a
+    row value: the rows' shape, or with the row dims kept as 1).
     Values are computed in f32 and stored in each result's element type.
     Formed after autodiff, so it has no gradient rule.
   }];
