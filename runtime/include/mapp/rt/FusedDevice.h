@@ -349,25 +349,33 @@ template <class P, int W> __device__ void elementwiseLoop(const KernelParams &a)
     P::point(a, v);
 }
 
+/// The block's sum of every thread's `s` by a fixed tree over the threads
+/// (the same order every run, no atomics: bit-reproducible); every thread
+/// gets it, and `part` is free again on return.
+__device__ inline double blockTreeSum(double s, double *part) {
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w)
+      part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  double total = part[0];
+  __syncthreads(); // every thread has read part[0] before its next use
+  return total;
+}
+
 /// One block per result (striding over them): each thread sums its stride
-/// of the reduced elements in double, then a fixed tree over the threads —
-/// the same order every run, no atomics (bit-reproducible).
+/// of the reduced elements in double, then blockTreeSum.
 template <class P> __device__ void rowLoop(const KernelParams &a) {
   __shared__ double part[kReduceThreads];
   for (long long o = blockIdx.x; o < a.outer; o += gridDim.x) {
     double s = 0;
     for (long long j = threadIdx.x; j < a.inner; j += blockDim.x)
       s += P::point(a, o * a.inner + j);
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-      if (threadIdx.x < w)
-        part[threadIdx.x] += part[threadIdx.x + w];
-      __syncthreads();
-    }
+    float total = static_cast<float>(blockTreeSum(s, part));
     if (threadIdx.x == 0)
-      P::storeReduced(a, o, static_cast<float>(part[0]));
-    __syncthreads();
+      P::storeReduced(a, o, total);
   }
 }
 
@@ -420,15 +428,7 @@ __device__ void rowPhases(const KernelParams &a, long long o, float *r, double *
     double s = 0;
     for (long long j = threadIdx.x; j < a.inner; j += blockDim.x)
       s += P::template phase<Ph>(a, o * a.inner + j, r);
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-      if (threadIdx.x < w)
-        part[threadIdx.x] += part[threadIdx.x + w];
-      __syncthreads();
-    }
-    float sum = static_cast<float>(part[0]);
-    __syncthreads(); // every thread has read part[0] before the next pass
+    float sum = static_cast<float>(blockTreeSum(s, part));
     P::template rows<Ph + 1>(a, o * a.inner, r, sum);
     rowPhases<P, Ph + 1>(a, o, r, part);
   }
