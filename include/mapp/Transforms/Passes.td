@@ -665,6 +665,27 @@ def MappFuse : Pass<"mapp-fuse", "::mlir::ModuleOp"> {
   }];
 }
 
+def MappFuseReport : Pass<"mapp-fuse-report", "::mlir::ModuleOp"> {
+  let summary = "Per mapp.fused region: its ops and the bytes and launches fusion saves";
+  let description = [{
+    After --mapp-fuse: one remark per region (its name, its statements, the
+    iteration domain; the bytes the unfused ops moved and the kernels they
+    launched, against the region's one pass over its inputs and results),
+    then a remark per function and one for the module. The unfused count
+    is every statement a kernel reading its operands (a statement's value
+    at its size in the region, an input at its own size) and writing its
+    result, in the region's result element type; a mapp.broadcast the
+    region absorbed is not counted, so the saving is a lower bound.
+    With `profile=FILE` (a `mapp-run --calibrate` profile) each remark also
+    gives the time saved from the profile's memory bandwidth and per-op
+    overhead. docs/fusion.md.
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", /*default=*/"\"\"",
+           "a mapp-run --calibrate profile: the time saved from its mem_gbps and op_overhead_us">,
+  ];
+}
+
 def MappCostReport : Pass<"mapp-cost-report", "::mlir::ModuleOp"> {
   let summary = "FLOPs and bytes of every plan block, in total and per layer";
   let description = [{
