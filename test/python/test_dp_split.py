@@ -182,7 +182,8 @@ def test_balance_away_from_a_slow_replica_and_back(tmp_path, plans):
     ("dp2", ["--dp-split", "3,x"], "expected microbatch counts >= 1"),
     ("dp2", ["--dp-balance", "1"], "--dp-balance needs an integer in [2,"),
     ("dp2", ["--dp-balance", "5", "--trace-dir", "t"], "leave out --trace-dir"),
-    ("dp2", ["--dp-split", "3,5", "--elastic", "--save-dir", "c"], "not --elastic"),
+    ("dp2", ["--dp-split", "3,5", "--elastic", "--save-dir", "c"], "not --elastic or under mapp-launch"),
+    ("dp2", ["--dp-balance", "5", "--elastic-attempt", "0"], "not --elastic or under mapp-launch"),
 ])
 def test_bad_split_flags(tmp_path, plans, plan, flags, message):
     r = run([MAPP_RUN, plans[plan], "--steps", 2, *flags], check=False)

@@ -23,10 +23,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <unistd.h>
 
 namespace mapp::rt {

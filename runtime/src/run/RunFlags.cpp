@@ -476,10 +476,11 @@ RunCommandLine mapp::rt::parseRunCommandLine(int argc, char **argv) {
   if (!o.elastic && o.elasticAttempt < 0 && !o.repartitionPlans.empty())
     usageError("--repartition-plan needs --elastic (rank threads), or "
                "mapp-launch --elastic --repartition-plan (processes)");
-  if ((o.dpBalance || !o.dpSplit.empty()) && (o.elastic || o.generate))
+  if ((o.dpBalance || !o.dpSplit.empty()) &&
+      (o.elastic || o.elasticAttempt >= 0 || o.generate))
     usageError("--dp-split and --dp-balance are for a training run of one "
-               "layout (not --elastic, whose restarts change the replicas, "
-               "nor --generate)");
+               "layout (not --elastic or under mapp-launch, whose restarts "
+               "change the replicas, nor --generate)");
   if (o.dpBalance && !o.traceDir.empty())
     usageError("--dp-balance changes each replica's microbatches in the run; "
                "leave out --trace-dir (a trace's events per step are sized "
