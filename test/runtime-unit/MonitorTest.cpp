@@ -118,6 +118,32 @@ TEST(Monitor, ProcessesNeedTwiceTheirPeersCpuTime) {
   EXPECT_EQ(a[0].rank, 3);
 }
 
+// A host with more ranks than CPUs (StepSummary::BusyHost, as mapp-scan's
+// busy host): its ranks' CPU times carry the contention, so 1.45x there
+// is said by no alert, 2x still is; the same 1.45x is alerted elsewhere.
+TEST(Monitor, BusyHostRanksNeedTheBusyHostBar) {
+  auto slowFrom10 = [](double f, bool busy) {
+    return [f, busy](StepSummary &s) {
+      if (s.rank == 3 && s.step >= 10)
+        s = summary(3, s.step, f);
+      if (busy)
+        s.flags |= StepSummary::BusyHost;
+    };
+  };
+  WindowDiagnoser busy(kWorld);
+  auto a = feed(busy, 30, slowFrom10(1.45, true));
+  EXPECT_TRUE(a.empty()) << a[0].text;
+  WindowDiagnoser quiet(kWorld);
+  a = feed(quiet, 30, slowFrom10(1.45, false));
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].rank, 3);
+  WindowDiagnoser busy2(kWorld);
+  a = feed(busy2, 30, slowFrom10(2, true));
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, "slow-rank");
+  EXPECT_EQ(a[0].rank, 3);
+}
+
 TEST(Monitor, SlowRankAlertedThenRecovered) {
   WindowDiagnoser d(kWorld);
   auto a = feed(d, 30, [](StepSummary &s) {

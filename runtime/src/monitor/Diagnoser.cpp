@@ -313,9 +313,11 @@ void WindowDiagnoser::judgeRanks(int64_t step,
   for (const Rated &r : rated) {
     Track &t = rankTracks_[r.s->rank];
     bool wasAlerted = t.alerted;
-    const double bar = r.cpu && opts_.ranksAreProcesses
-                           ? std::max(T, opts_.processRankThreshold)
-                           : T;
+    double bar = r.cpu && opts_.ranksAreProcesses
+                     ? std::max(T, opts_.processRankThreshold)
+                     : T;
+    if (r.s->flags & StepSummary::BusyHost)
+      bar = std::max(bar, opts_.busyHostRankThreshold);
     bool slow = r.ratio >= 1 + bar && r.ratio - 1 >= kRankNoiseSpreads * sigma;
     bool strong = slow && r.ratio >= 1 + 2 * T;
     // Below the slow bar counts towards recovery: right after a fault the

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <sched.h>
 #include <unistd.h>
 
 using namespace mapp::rt;
@@ -23,6 +24,13 @@ std::string hostName() {
     return "?";
   return buf;
 }
+
+/// CPUs this process may run on (0: unknown).
+int allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
 } // namespace
 
 LiveMonitor::LiveMonitor(Communicator &comm, LiveMonitorOptions opts)
@@ -30,6 +38,11 @@ LiveMonitor::LiveMonitor(Communicator &comm, LiveMonitorOptions opts)
       world_(comm.worldSize()) {
   summarizer_.setIdentity(rank_, opts_.tp, opts_.dp, opts_.pp, hostName());
   summarizer_.setLayout(opts_.tpSize, opts_.dpSize, opts_.ppSize);
+  // More ranks on this host than CPUs: the diagnoser holds this rank to
+  // the busy host's bar (as mapp-scan does from the traces' cpus).
+  const int here = comm.sharesAddressSpace() ? world_ : comm.ranksOnThisHost();
+  const int cpus = allowedCpus();
+  busyHost_ = cpus > 0 && here > cpus;
   if (opts_.nvml) {
     std::string why;
     nvml_ = monitor::NvmlReader::open(opts_.device, &why);
@@ -135,6 +148,8 @@ void LiveMonitor::afterStep(int64_t step) {
       continue; // an unmonitored step (--monitor-cost): nothing recorded
     if (nvml_)
       nvml_->read(sum); // the GPU now: what the step just ran under
+    if (busyHost_)
+      sum.flags |= StepSummary::BusyHost;
     send(sum);
   }
   sentThrough_ = std::max(sentThrough_, complete);
@@ -229,6 +244,8 @@ void LiveMonitor::finish() {
     StepSummary sum = summarizer_.take(static_cast<int>(s));
     if (nvml_)
       nvml_->read(sum);
+    if (busyHost_)
+      sum.flags |= StepSummary::BusyHost;
     send(sum);
   }
   sentThrough_ = last;

@@ -40,6 +40,9 @@ struct MonitorOptions {
   // docs/mapp-scan.md "Compute clock"): the bar there.
   bool ranksAreProcesses = false;
   double processRankThreshold = kProcessRankThreshold;
+  // A rank whose host ran more ranks than CPUs (StepSummary::BusyHost):
+  // its CPU time carries the contention; mapp-scan's busy-host bar.
+  double busyHostRankThreshold = kBusyHostRankThreshold;
   double linkThreshold = kLinkThreshold; // slow: fastest transfer >= ref / (1 - t)
   double minLinkExcessNs = 500e3; // ... and at least this much above ref
   int alertAfter = 3;          // slow steps in a row before an alert

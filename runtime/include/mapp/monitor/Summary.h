@@ -82,6 +82,7 @@ struct StepSummary {
     HasCpu = 1,   // every compute op carried its thread CPU time
     HasWire = 2,  // receives carried sent/arrived stamps
     HasNvml = 4,  // the GPU fields below were read
+    BusyHost = 8, // the rank's host ran more ranks than its process's CPUs
   };
   uint32_t magic = kSummaryMagic;
   int32_t rank = -1;

@@ -110,6 +110,7 @@ private:
   bool silent(int64_t step) const;
 
   Communicator &comm_;
+  bool busyHost_ = false; // more ranks on this host than CPUs
   LiveMonitorOptions opts_;
   const int rank_, world_;
   monitor::Summarizer summarizer_;
