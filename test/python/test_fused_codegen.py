@@ -35,7 +35,7 @@ def test_generated_kernels_match_cpu_evaluator(tmp_path):
     if not cxx:
         pytest.skip("no host C++ compiler")
     cases = []
-    for lit in ["fuse-blocks.mlir", "no-fuse.mlir", "fuse-norms.mlir"]:
+    for lit in ["fuse-blocks.mlir", "no-fuse.mlir", "fuse-norms.mlir", "fuse-softmax.mlir"]:
         src = os.path.join(ROOT, "test", "Transforms", "Fusion", lit)
         cases += fused_cases(run([opt, src, "-mapp-fuse", "-split-input-file"]).stdout)
     lit_cases = len(cases)
