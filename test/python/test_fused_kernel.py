@@ -76,6 +76,24 @@ def test_row_program_softmax_matches_pytorch():
         close(y, torch.softmax(x.double(), -1), f"fused softmax, rows of {c}")
 
 
+def test_row_program_softmax_is_the_unfused_chain():
+    # The unfused kernels one by one (the broadcasts as torch copies: the
+    # same bits).
+    c = 45
+    x = softmax_rows(c, 3)
+    (y,), _ = run_kernel("fused", [x], [((2, 3, c), torch.float32)],
+                         {"program": SOFTMAX, "domain": [2, 3, c], "outputs": [4]})
+    f32 = torch.float32
+    (m,), _ = run_kernel("reduce_max", [x], [((2, 3), f32)], {"dims": [2]})
+    (d,), _ = run_kernel("sub", [x, m[..., None].expand(2, 3, c).contiguous()],
+                          [((2, 3, c), f32)])
+    (e,), _ = run_kernel("exp", [d], [((2, 3, c), f32)])
+    (t,), _ = run_kernel("reduce_sum", [e], [((2, 3), f32)], {"dims": [2]})
+    (want,), _ = run_kernel("div", [e, t[..., None].expand(2, 3, c).contiguous()],
+                             [((2, 3, c), f32)])
+    assert torch.equal(y, want), (y - want).abs().max()
+
+
 def test_row_program_cross_entropy_matches_pytorch():
     # loss = log Σ exp(x − max) + max − x_target per row (the target as a
     # one-hot operand: gathers are not in the vocabulary).
