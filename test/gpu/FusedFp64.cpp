@@ -4,7 +4,9 @@
 // double (no rounding between statements, unlike the kernels' fused::apply,
 // and written apart from it: the formulas of docs/semantics.md), operands
 // loaded with NumPy broadcasting, a trailing reduce_sum summed in double;
-// a row program row by row, statement by statement over the row.
+// a row program row by row, statement by statement over the row (a
+// reduce_max: the largest non-NaN element, -inf if none, as the unfused
+// reduce_max kernel).
 //
 //===----------------------------------------------------------------------===//
 #include "Fp64Reference.h"
@@ -68,6 +70,7 @@ double op64(const fz::Stmt &st, double a, double b, double c) {
   }
   case fz::Op::Select: return a != 0 ? b : c;
   case fz::Op::ReduceSum: return a;
+  case fz::Op::ReduceMax: return a;
   }
   return a;
 }
@@ -126,7 +129,12 @@ bool mapp::test::fusedFp64(const Attrs &attrs, const std::vector<TensorType> &in
         if (st.op == fz::Op::ReduceSum)
           for (int64_t j = 0; j < inner; ++j)
             v[s][0] += arg(st.args[0], j);
-        else
+        else if (st.op == fz::Op::ReduceMax) {
+          v[s][0] = -INFINITY;
+          for (int64_t j = 0; j < inner; ++j)
+            if (double x = arg(st.args[0], j); !std::isnan(x))
+              v[s][0] = std::max(v[s][0], x);
+        } else
           for (int64_t j = 0; j < (row ? 1 : inner); ++j)
             v[s][j] = op64(st, arg(st.args[0], j), arg(st.args[1], j), arg(st.args[2], j));
       }

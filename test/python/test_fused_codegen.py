@@ -35,7 +35,7 @@ def test_generated_kernels_match_cpu_evaluator(tmp_path):
     if not cxx:
         pytest.skip("no host C++ compiler")
     cases = []
-    for lit in ["fuse-blocks.mlir", "no-fuse.mlir", "fuse-norms.mlir"]:
+    for lit in ["fuse-blocks.mlir", "no-fuse.mlir", "fuse-norms.mlir", "fuse-softmax.mlir"]:
         src = os.path.join(ROOT, "test", "Transforms", "Fusion", lit)
         cases += fused_cases(run([opt, src, "-mapp-fuse", "-split-input-file"]).stdout)
     lit_cases = len(cases)
@@ -58,6 +58,8 @@ def test_generated_kernels_match_cpu_evaluator(tmp_path):
     assert any(p.endswith(")") and "reduce_sum[" in p for p in programs), programs
     # Norms as row programs (a reduce_sum in the middle), forward and backward.
     assert sum("row " in p for p in programs) >= 8, programs
+    # A softmax and a log-sum-exp (fuse-softmax.mlir): reduce_max row passes.
+    assert sum(p.startswith("reduce_max[") for p in programs) >= 2, programs
     (tmp_path / "cases.tsv").write_text("\n".join(sorted(set(cases))) + "\n")
     r = run([check, "--cxx", cxx, "--work", tmp_path, "--cases", tmp_path / "cases.tsv"])
     print(r.stdout.strip())

@@ -2,8 +2,10 @@
 its own by mapp-kernel-check against PyTorch: the three operand loads (in
 place, a suffix bias, a general broadcast), several results, a final
 reduce_sum over leading dims; a row program (a LayerNorm, two row sums in the
-middle of the program, rows longer than a 256-element block); and a bad
-program refused at load naming the statement."""
+middle of the program, rows longer than a 256-element block); row programs
+with a reduce_max (a softmax and a cross-entropy's log-sum-exp, rows with
+-inf and large values; the max bit-identical to the unfused reduce_max,
+NaN included); and a bad program refused at load naming the statement."""
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +52,82 @@ def test_row_program_layer_norm_matches_pytorch():
           "fused row program: layer norm")
 
 
+SOFTMAX = "reduce_max[2](%i0); sub(%i0, %0); exp(%1); reduce_sum[2](%2); div(%2, %3)"
+
+
+def softmax_rows(c, seed):
+    """[2, 3, c] logits: large values (exp without the max shift overflows)
+    and -inf entries (masked positions), never a whole row of -inf."""
+    torch.manual_seed(seed)
+    x = torch.randn(2, 3, c) * 4
+    x[0, 0, :] += 200.0
+    x[1, 2, 1::3] = float("-inf")
+    x[0, 1, c // 2] = 500.0
+    return x
+
+
+def test_row_program_softmax_matches_pytorch():
+    for c in (1, 7, 33, 300):  # one element; not multiples of 8 / 32; several blocks
+        x = softmax_rows(c, c)
+        (y, m), _ = run_kernel("fused", [x],
+                               [((2, 3, c), torch.float32), ((2, 3), torch.float32)],
+                               {"program": SOFTMAX, "domain": [2, 3, c], "outputs": [4, 0]})
+        assert torch.equal(m, x.amax(-1)), "fused softmax: the row max"
+        close(y, torch.softmax(x.double(), -1), f"fused softmax, rows of {c}")
+
+
+def test_row_program_softmax_is_the_unfused_chain():
+    # The unfused kernels one by one (the broadcasts as torch copies: the
+    # same bits).
+    c = 45
+    x = softmax_rows(c, 3)
+    (y,), _ = run_kernel("fused", [x], [((2, 3, c), torch.float32)],
+                         {"program": SOFTMAX, "domain": [2, 3, c], "outputs": [4]})
+    f32 = torch.float32
+    (m,), _ = run_kernel("reduce_max", [x], [((2, 3), f32)], {"dims": [2]})
+    (d,), _ = run_kernel("sub", [x, m[..., None].expand(2, 3, c).contiguous()],
+                          [((2, 3, c), f32)])
+    (e,), _ = run_kernel("exp", [d], [((2, 3, c), f32)])
+    (t,), _ = run_kernel("reduce_sum", [e], [((2, 3), f32)], {"dims": [2]})
+    (want,), _ = run_kernel("div", [e, t[..., None].expand(2, 3, c).contiguous()],
+                             [((2, 3, c), f32)])
+    assert torch.equal(y, want), (y - want).abs().max()
+
+
+def test_row_program_cross_entropy_matches_pytorch():
+    # loss = log Σ exp(x − max) + max − x_target per row (the target as a
+    # one-hot operand: gathers are not in the vocabulary).
+    c = 37
+    x = softmax_rows(c, 5)
+    target = torch.randint(0, c, (2, 3))
+    target[1, 2] = 0  # a finite logit in the row with -inf entries
+    onehot = F.one_hot(target, c).to(torch.float32)
+    # select, not a product with the one-hot: -inf · 0 is NaN.
+    prog = ("reduce_max[2](%i0); sub(%i0, %0); exp(%1); reduce_sum[2](%2); row log(%3); "
+            "row add(%4, %0); select(%i1, %i0, %i2); reduce_sum[2](%6); row sub(%5, %7)")
+    (loss,), _ = run_kernel("fused", [x, onehot, torch.tensor(0.0)], [((2, 3), torch.float32)],
+                            {"program": prog, "domain": [2, 3, c], "outputs": [8]})
+    want = F.cross_entropy(x.double().reshape(6, c), target.reshape(6),
+                           reduction="none").reshape(2, 3)
+    close(loss, want, "fused cross-entropy (log-sum-exp)")
+
+
+def test_row_max_is_the_unfused_reduce_max():
+    # The unfused kernel's rule: a NaN is skipped (a row of NaNs gives -inf).
+    torch.manual_seed(2)
+    x = torch.randn(4, 45)
+    x[0, 3] = float("nan")
+    x[1, :] = float("nan")
+    x[2, :] = float("-inf")
+    x[3, 0] = float("inf")
+    (fused,), _ = run_kernel("fused", [x], [((4,), torch.float32)],
+                             {"program": "reduce_max[1](%i0)", "domain": [4, 45],
+                              "outputs": [0]})
+    (unfused,), _ = run_kernel("reduce_max", [x], [((4,), torch.float32)], {"dims": [1]})
+    assert torch.equal(fused, unfused), (fused, unfused)
+    assert torch.equal(fused, torch.where(x.isnan(), float("-inf"), x).amax(-1))
+
+
 def test_bad_program_is_refused():
     x = torch.randn(4)
     run_kernel("fused", [x], [((4,), torch.float32)],
@@ -63,3 +141,7 @@ def test_bad_program_is_refused():
                {"program": "exp(%i0); reduce_sum[1](%0); row mul(%1, %0)", "domain": [2, 2],
                 "outputs": [2]},
                expect_error="statement 2: a row statement reads %0, a value per element")
+    # reduce_max reduces the rows only (the trailing dims).
+    run_kernel("fused", [x.reshape(2, 2)], [((2,), torch.float32)],
+               {"program": "reduce_max[0](%i0)", "domain": [2, 2], "outputs": [0]},
+               expect_error="a reduce_max inside a row program")

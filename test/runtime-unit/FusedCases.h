@@ -57,7 +57,7 @@ inline std::vector<Case> builtinCases() {
   };
   // Every op, each on inputs of the domain's shape (and a chain through it).
   for (const mapp::rt::fused::OpInfo &oi : mapp::rt::fused::opTable()) {
-    if (oi.op == mapp::rt::fused::Op::ReduceSum)
+    if (mapp::rt::fused::isReduce(oi.op))
       continue;
     std::string imm = oi.immediate == 1 ? (oi.op == mapp::rt::fused::Op::Pow ? "[3]" : "[1.75]")
                       : oi.immediate == 2 ? "[tanh]" : "";
@@ -134,6 +134,24 @@ inline std::vector<Case> builtinCases() {
   add("exp(%i0); reduce_sum[1](%0); row div(%i1, %1); mul(%0, %2)", {1, 33}, {3}, {{1, 33}, {}});
   // Only row results (the CPU evaluator skips the last pass).
   add("mul(%i0, %i0); reduce_sum[1](%0); row sqrt(%1)", {4, 50}, {2, 1}, {{4, 50}});
+  // Row programs with a reduce_max (a max pass: maxStep from -inf, a fixed
+  // tree): a softmax (rows of 1, 37: not a multiple of 8 or 32), one over
+  // large values (exp overflows without the shift) with -inf entries, a
+  // row max skipping NaNs (log of negatives), two row dims, a cross-
+  // entropy's log-sum-exp minus the target's logit, a max alone.
+  const std::string softmax =
+      "reduce_max[1](%i0); sub(%i0, %0); exp(%1); reduce_sum[1](%2); div(%2, %3)";
+  add(softmax, {5, 37}, {4, 0}, {{5, 37}});
+  add(softmax, {4, 1}, {4}, {{4, 1}});
+  add("scale[40](%i0); sub(%i1, %i1); log(%1); gt(%i1, %i0); select(%3, %2, %0); "
+      "reduce_max[1](%4); sub(%4, %5); exp(%6); reduce_sum[1](%7); div(%7, %8)",
+      {6, 300}, {9, 5}, {{6, 300}, {300}});
+  add("log(%i0); reduce_max[1](%0); sub(%0, %1)", {4, 1000}, {2, 1}, {{4, 1000}});
+  add("reduce_max[1,2](%i0); sub(%i0, %0); exp(%1)", {3, 3, 7}, {2}, {{3, 3, 7}});
+  add("reduce_max[1](%i0); sub(%i0, %0); exp(%1); reduce_sum[1](%2); row log(%3); "
+      "row add(%4, %0); mul(%i0, %i1); reduce_sum[1](%6); row sub(%5, %7)",
+      {8, 33}, {8}, {{8, 33}, {8, 33}});
+  add("reduce_max[1](%i0)", {3, 9}, {0}, {{3, 9}});
   return cases;
 }
 

@@ -11,12 +11,14 @@
 // last op, precedes every reader. Nothing is duplicated: a value with
 // several consumers is one output of its group, never recomputed.
 //
-// A reduce_sum over the trailing dims (a norm's sum over the row) does not
-// end its group: it gives one value per row; ops on that value's shape
+// A reduce_sum or reduce_max over the trailing dims (a norm's sum, a
+// softmax's max over the row) does not end its group: it gives one value
+// per row; ops on that value's shape
 // (with or without the row dims kept as 1) join as row statements, the
 // reshapes between those shapes and the broadcast back to the domain join
 // as views, and ops over the domain reading the broadcast continue the
-// group: a norm, forward or backward, is one region (docs/fusion.md).
+// group: a norm or a softmax, forward or backward, is one region
+// (docs/fusion.md). reduce_max fuses only over the rows.
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/Passes.h"
 #include "mapp/rt/FusedProgram.h"
@@ -77,6 +79,7 @@ std::optional<fz::Op> programOp(Operation *op) {
       .Case([](SoftcapGradOp) { return fz::Op::SoftcapGrad; })
       .Case([](SelectOp) { return fz::Op::Select; })
       .Case([](ReduceSumOp) { return fz::Op::ReduceSum; })
+      .Case([](ReduceMaxOp) { return fz::Op::ReduceMax; })
       .Default([](Operation *) { return std::nullopt; });
 }
 
@@ -97,13 +100,18 @@ fz::Stmt statementOf(Operation *op, fz::Op kind) {
     st.tanh = g.getApproximate() == "tanh";
   else if (auto r = dyn_cast<ReduceSumOp>(op))
     st.dims.assign(r.getDims().begin(), r.getDims().end());
+  else if (auto r = dyn_cast<ReduceMaxOp>(op))
+    st.dims.assign(r.getDims().begin(), r.getDims().end());
   return st;
 }
 
-/// The domain an op iterates over: its operand's shape for reduce_sum, else
-/// its result's.
+/// reduce_sum and reduce_max: the reductions of the program vocabulary.
+bool isReduction(Operation *op) { return isa<ReduceSumOp, ReduceMaxOp>(op); }
+
+/// The domain an op iterates over: its operand's shape for a reduction,
+/// else its result's.
 ArrayRef<int64_t> domainOf(Operation *op) {
-  return isa<ReduceSumOp>(op) ? shapeOf(op->getOperand(0)) : shapeOf(op->getResult(0));
+  return isReduction(op) ? shapeOf(op->getOperand(0)) : shapeOf(op->getResult(0));
 }
 
 /// NumPy's rule (mapp.broadcast's verifier).
@@ -137,7 +145,7 @@ bool isRecomputed(Operation *op) {
 struct Group {
   SmallVector<Operation *> ops;
   SmallVector<int64_t> domain;
-  /// The trailing dims its reduce_sums sum (the rows), 0 before one joins.
+  /// The trailing dims its reductions reduce (the rows), 0 before one joins.
   int64_t rowDims = 0;
   bool open = true;
   bool recomputed = false;
@@ -147,11 +155,12 @@ struct Group {
   bool wgrad = false;
 };
 
-/// reduce_sum's dims when they are the domain's trailing dims and leave
+/// A reduction's dims when they are the domain's trailing dims and leave
 /// one dim at least (rows), else 0.
-int64_t trailingDims(ReduceSumOp r) {
-  ArrayRef<int64_t> dims = r.getDims();
-  int64_t rank = shapeOf(r.getX()).size();
+int64_t trailingDims(Operation *r) {
+  ArrayRef<int64_t> dims = isa<ReduceSumOp>(r) ? cast<ReduceSumOp>(r).getDims()
+                                               : cast<ReduceMaxOp>(r).getDims();
+  int64_t rank = shapeOf(r->getOperand(0)).size();
   for (auto [i, d] : llvm::enumerate(dims))
     if (d != rank - static_cast<int64_t>(dims.size() - i))
       return 0;
@@ -200,7 +209,7 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
     if (h.domain == g.domain)
       return !h.rowDims || !g.rowDims || h.rowDims == g.rowDims;
     return !h.rowDims && isRowShape(h.domain, g) &&
-           llvm::none_of(h.ops, [](Operation *o) { return isa<ReduceSumOp>(o); });
+           llvm::none_of(h.ops, isReduction);
   }
 
   /// Whether op (fusible or a view) can join group g, whose values it reads.
@@ -219,11 +228,11 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
                                  : out == ArrayRef<int64_t>(g.domain) &&
                                        shapeOf(x) == ArrayRef<int64_t>(rowShape(g, true)));
     }
-    if (auto r = dyn_cast<ReduceSumOp>(op)) {
-      if (shapeOf(r.getX()) != ArrayRef<int64_t>(g.domain))
+    if (isReduction(op)) { // reduce_max only over the rows (a row program)
+      if (shapeOf(op->getOperand(0)) != ArrayRef<int64_t>(g.domain))
         return false;
-      int64_t m = trailingDims(r);
-      return m ? !g.rowDims || g.rowDims == m : !g.rowDims;
+      int64_t m = trailingDims(op);
+      return m ? !g.rowDims || g.rowDims == m : !g.rowDims && isa<ReduceSumOp>(op);
     }
     ArrayRef<int64_t> out = shapeOf(op->getResult(0));
     if (out == ArrayRef<int64_t>(g.domain)) // every operand read per element
@@ -289,24 +298,24 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
             groups[h].ops.clear();
             groups[h].open = false;
           }
-        } else if (kind && (!isa<ReduceSumOp>(op) || trailingDims(cast<ReduceSumOp>(op))) &&
+        } else if (kind && (!isReduction(op) || trailingDims(op)) &&
                    llvm::all_of(op->getOperands(), [&](Value v) {
                      return broadcastsTo(shapeOf(loadedValue(v)), domain) ||
                             broadcastsTo(shapeOf(v), domain);
                    })) {
           // A sum over other dims alone is already one pass; it only ends
-          // chains. A sum over the rows may start a row program (a
-          // LayerNorm's mean of its input).
+          // chains. A sum or max over the rows may start a row program (a
+          // LayerNorm's mean of its input, a softmax's max).
           groups.push_back(Group{{op}, SmallVector<int64_t>(domain), 0, true, isRecomputed(op),
                                  op->getAttr("mapp.stage"), op->hasAttr("mapp.wgrad")});
           joined = groups.size() - 1;
         }
         if (joined >= 0) {
           groupOf[op] = joined;
-          if (auto r = dyn_cast<ReduceSumOp>(op)) {
+          if (isReduction(op)) {
             // Over the rows: the group goes on (a row program); otherwise
             // the reduction ends it.
-            groups[joined].rowDims = trailingDims(r);
+            groups[joined].rowDims = trailingDims(op);
             if (!groups[joined].rowDims)
               groups[joined].open = false;
           }
@@ -359,7 +368,7 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
         continue;
       }
       fz::Stmt st = statementOf(op, *programOp(op));
-      st.row = !isa<ReduceSumOp>(op) && isRowShape(shapeOf(result), g);
+      st.row = !isReduction(op) && isRowShape(shapeOf(result), g);
       for (auto [a, v] : llvm::enumerate(op->getOperands())) {
         if (auto it = stmtOf.find(v); it != stmtOf.end()) {
           st.args[a] = fz::Ref{false, it->second};

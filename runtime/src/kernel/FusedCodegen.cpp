@@ -137,17 +137,24 @@ bool vectorMode(KernelParams &a, int k, int rank) {
 }
 
 /// The struct P of a row program (FusedDevice.h, rowProgramLoop): per pass
-/// the statements before its reduce_sum, the row statements between the
-/// reduce_sums, every statement per element with the stores.
+/// the statements before its reduction (reduce_sum, reduce_max), the row
+/// statements between the reductions, every statement per element with the
+/// stores.
 std::string rowProgramP(const CodegenSpec &spec, const std::vector<std::string> &inStorage,
                         const std::vector<std::string> &outStorage) {
   const Program &prog = spec.program;
   int rank = spec.rank, n = static_cast<int>(prog.stmts.size());
   std::vector<int> reduces;
   for (int k = 0; k < n; ++k)
-    if (prog.stmts[k].op == Op::ReduceSum)
+    if (isReduce(prog.stmts[k].op))
       reduces.push_back(k);
   int phases = static_cast<int>(reduces.size());
+  unsigned long long maxPhases = 0; // bit p: reduction p is a reduce_max
+  if (phases > 64)
+    fail("fused kernel generator: ", phases, " reductions in a row program (at most 64)");
+  for (int p = 0; p < phases; ++p)
+    if (prog.stmts[reduces[p]].op == Op::ReduceMax)
+      maxPhases |= 1ull << p;
   auto loads = [&](bool perRow) {
     std::string t;
     for (size_t k = 0; k < spec.inputs.size(); ++k)
@@ -166,8 +173,10 @@ std::string rowProgramP(const CodegenSpec &spec, const std::vector<std::string> 
     return t;
   };
   std::string s = "  static constexpr int kPhases = " + std::to_string(phases) +
-                  ";\n  static constexpr int kStmts = " + std::to_string(n) + ";\n";
-  // phase<Ph>: what reduce_sum Ph sums at element v.
+                  ";\n  static constexpr unsigned long long kMaxPhases = " +
+                  std::to_string(maxPhases) + "ull;\n  static constexpr int kStmts = " +
+                  std::to_string(n) + ";\n";
+  // phase<Ph>: what reduction Ph reduces at element v.
   s += "  template <int Ph>\n  static MAPP_FUSED_HD float phase(const KernelParams &a, long long v, "
        "const float *r) {\n    (void)r;\n" + coordinates(rank) + loads(false);
   for (int p = 0; p < phases; ++p) {
@@ -176,7 +185,7 @@ std::string rowProgramP(const CodegenSpec &spec, const std::vector<std::string> 
          "    return " + ref(x) + ";\n    }\n";
   }
   s += "    return 0.f;\n  }\n";
-  // rows<Q>: reduce_sum Q-1's sum, then the row statements before reduce_sum Q.
+  // rows<Q>: reduction Q-1's value, then the row statements before reduction Q.
   s += "  template <int Q>\n  static MAPP_FUSED_HD void rows(const KernelParams &a, long long v, "
        "float *r, float sum) {\n    (void)sum;\n" + coordinates(rank) + loads(true);
   for (int q = 0; q <= phases; ++q) {

@@ -29,7 +29,7 @@ func.func @later_statement(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // A reduce_sum followed by statements sums the rows (the trailing dims).
 func.func @reduce_not_last(%x: tensor<4x2xf32>) -> tensor<4x2xf32> {
-  // expected-error @+1 {{'mapp.fused' op statement 0: a reduce_sum inside a program (not its only, last statement) sums the rows, the trailing dims of the domain [4, 2]}}
+  // expected-error @+1 {{'mapp.fused' op statement 0: a reduce_sum inside a row program (a reduce_max, or a reduce_sum not the only, last statement) reduces the rows, the trailing dims of the domain [4, 2]}}
   %0 = mapp.fused %x {program = "reduce_sum[0](%i0); mul(%i0, %0)", domain = array<i64: 4, 2>, outputs = array<i64: 1>} : (tensor<4x2xf32>) -> tensor<4x2xf32>
   return %0 : tensor<4x2xf32>
 }
@@ -45,7 +45,7 @@ func.func @row_reads_element(%x: tensor<4x2xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @reduce_of_row_value(%x: tensor<4x2xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'mapp.fused' op program: statement 2: reduce_sum sums values per element; %1 is a row value}}
+  // expected-error @+1 {{'mapp.fused' op program: statement 2: reduce_sum reduces values per element; %1 is a row value}}
   %0 = mapp.fused %x {program = "exp(%i0); reduce_sum[1](%0); reduce_sum[1](%1)", domain = array<i64: 4, 2>, outputs = array<i64: 2>} : (tensor<4x2xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -61,15 +61,40 @@ func.func @operand_both_levels(%x: tensor<4x2xf32>, %e: tensor<f32>) -> tensor<4
 // -----
 
 func.func @different_rows(%x: tensor<4x2x3xf32>) -> tensor<4x2x3xf32> {
-  // expected-error @+1 {{'mapp.fused' op program: statement 2: the reduce_sums of a row program sum the same dims (the rows), got [2] and [1,2]}}
+  // expected-error @+1 {{'mapp.fused' op program: statement 2: the reductions of a row program reduce the same dims (the rows), got [2] and [1,2]}}
   %0 = mapp.fused %x {program = "reduce_sum[2](%i0); mul(%i0, %0); reduce_sum[1,2](%1); mul(%1, %2)", domain = array<i64: 4, 2, 3>, outputs = array<i64: 3>} : (tensor<4x2x3xf32>) -> tensor<4x2x3xf32>
   return %0 : tensor<4x2x3xf32>
 }
 
 // -----
 
+// reduce_max is a row reduction only: over the trailing dims.
+func.func @reduce_max_not_rows(%x: tensor<4x2xf32>) -> tensor<2xf32> {
+  // expected-error @+1 {{'mapp.fused' op statement 1: a reduce_max inside a row program (a reduce_max, or a reduce_sum not the only, last statement) reduces the rows, the trailing dims of the domain [4, 2]}}
+  %0 = mapp.fused %x {program = "exp(%i0); reduce_max[0](%0)", domain = array<i64: 4, 2>, outputs = array<i64: 1>} : (tensor<4x2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @max_of_row_value(%x: tensor<4x2xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'mapp.fused' op program: statement 2: reduce_max reduces values per element; %1 is a row value}}
+  %0 = mapp.fused %x {program = "exp(%i0); reduce_sum[1](%0); reduce_max[1](%1)", domain = array<i64: 4, 2>, outputs = array<i64: 2>} : (tensor<4x2xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @row_reduce_max(%x: tensor<4x2xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'mapp.fused' op program: statement 1: reduce_max reduces the domain's elements; it is not a row statement}}
+  %0 = mapp.fused %x {program = "exp(%i0); row reduce_max[1](%0)", domain = array<i64: 4, 2>, outputs = array<i64: 1>} : (tensor<4x2xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
 func.func @row_without_reduce(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'mapp.fused' op program: row statements need a reduce_sum over the rows (the trailing dims)}}
+  // expected-error @+1 {{'mapp.fused' op program: row statements need a reduce_sum or reduce_max over the rows (the trailing dims)}}
   %0 = mapp.fused %x {program = "row neg(%i0)", domain = array<i64: 4>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }

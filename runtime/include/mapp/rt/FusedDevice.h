@@ -49,7 +49,7 @@ namespace mapp::rt::fused {
   X(Gt, "gt", 2, 0) X(Ge, "ge", 2, 0) X(Eq, "eq", 2, 0) X(Ne, "ne", 2, 0)      \
   X(SiluGrad, "silu_grad", 2, 0) X(GeluGrad, "gelu_grad", 2, 2)                \
   X(SoftcapGrad, "softcap_grad", 2, 1) X(Select, "select", 3, 0)               \
-  X(ReduceSum, "reduce_sum", 1, 3)
+  X(ReduceSum, "reduce_sum", 1, 3) X(ReduceMax, "reduce_max", 1, 3)
 
 enum class Op : int {
 #define MAPP_FUSED_ENUM(e, n, a, i) e,
@@ -92,7 +92,17 @@ MAPP_FUSED_HD inline float siluGradScalar(float dy, float x) {
   return static_cast<float>(dy * s * (1 + v * (1 - s)));
 }
 
-/// One statement on scalars (b, c unused below its arity); not reduce_sum.
+/// A reduction statement (reduce_sum, reduce_max): its value sums or
+/// maxes a statement over dims.
+MAPP_FUSED_HD inline bool isReduce(Op op) { return op == Op::ReduceSum || op == Op::ReduceMax; }
+
+/// reduce_max's step, the unfused kernel's (cpu::reduce_max, std::max(m, x)
+/// from -inf): a NaN is never taken (a row of NaNs gives -inf), so the max
+/// is the same in any order — up to the sign of a zero max, which keeps
+/// the first zero met.
+MAPP_FUSED_HD inline float maxStep(float m, float x) { return m < x ? x : m; }
+
+/// One statement on scalars (b, c unused below its arity); not a reduction.
 MAPP_FUSED_HD inline float apply(Op op, float a, float b, float c, double imm, bool tanhApprox) {
   double v = a;
   switch (op) {
@@ -134,6 +144,7 @@ MAPP_FUSED_HD inline float apply(Op op, float a, float b, float c, double imm, b
   }
   case Op::Select: return a != 0.0f ? b : c;
   case Op::ReduceSum: return a;
+  case Op::ReduceMax: return a;
   }
   return a;
 }
@@ -159,6 +170,9 @@ MAPP_FUSED_HD inline unsigned floatToBits(float f) {
   return u;
 #endif
 }
+
+/// reduce_max's start (NVRTC has no <limits>).
+MAPP_FUSED_HD inline float negInf() { return bitsToFloat(0xFF800000u); }
 
 MAPP_FUSED_HD inline float loadF32(const void *p, long long i) {
   return static_cast<const float *>(p)[i];
@@ -349,21 +363,25 @@ template <class P, int W> __device__ void elementwiseLoop(const KernelParams &a)
     P::point(a, v);
 }
 
-/// The block's sum of every thread's `s` by a fixed tree over the threads
-/// (the same order every run, no atomics: bit-reproducible); every thread
-/// gets it, and `part` is free again on return.
-__device__ inline double blockTreeSum(double s, double *part) {
+/// The block's sum (or, Max, its maxStep max) of every thread's `s` by a
+/// fixed tree over the threads (the same order every run, no atomics:
+/// bit-reproducible); every thread gets it, and `part` is free again on
+/// return.
+template <bool Max = false> __device__ inline double blockTree(double s, double *part) {
   part[threadIdx.x] = s;
   __syncthreads();
   for (int w = blockDim.x / 2; w > 0; w >>= 1) {
     if (threadIdx.x < w)
-      part[threadIdx.x] += part[threadIdx.x + w];
+      part[threadIdx.x] = Max ? maxStep(static_cast<float>(part[threadIdx.x]),
+                                        static_cast<float>(part[threadIdx.x + w]))
+                              : part[threadIdx.x] + part[threadIdx.x + w];
     __syncthreads();
   }
   double total = part[0];
   __syncthreads(); // every thread has read part[0] before its next use
   return total;
 }
+__device__ inline double blockTreeSum(double s, double *part) { return blockTree(s, part); }
 
 /// One block per result (striding over them): each thread sums its stride
 /// of the reduced elements in double, then blockTreeSum.
@@ -413,23 +431,27 @@ template <class P> __device__ void reduceLoop(const KernelParams &a) {
     rowLoop<P>(a);
 }
 
-// A row program (a norm in one pass; FusedProgram.h): one block per row
-// (striding over the rows). P (generated) supplies kPhases (its
-// reduce_sums), kStmts, `phase<Ph>(a, v, r)` (the statements before
-// reduce_sum Ph at element v; returns what it sums), `rows<Q>(a, v, r,
-// sum)` (reduce_sum Q-1's value, then the row statements up to reduce_sum
-// Q, into r), `point(a, v, r)` (every statement per element; the results
-// of the domain's shape) and `storeRow(a, o, r)` (the row results).
-// Pass Ph: each thread sums its stride of the row in double, a fixed tree
-// over the threads (rowLoop's order), every thread reads the sum.
+// A row program (a norm, a softmax in one pass; FusedProgram.h): one block
+// per row (striding over the rows). P (generated) supplies kPhases (its
+// reductions), kMaxPhases (bit Ph: reduction Ph is a reduce_max), kStmts,
+// `phase<Ph>(a, v, r)` (the statements before reduction Ph at element v;
+// returns what it reduces), `rows<Q>(a, v, r, value)` (reduction Q-1's
+// value, then the row statements up to reduction Q, into r), `point(a, v,
+// r)` (every statement per element; the results of the domain's shape)
+// and `storeRow(a, o, r)` (the row results). Pass Ph: each thread sums (in
+// double) or maxes (maxStep) its stride of the row, a fixed tree over the
+// threads (rowLoop's order), every thread reads the result.
 template <class P, int Ph>
 __device__ void rowPhases(const KernelParams &a, long long o, float *r, double *part) {
   if constexpr (Ph < P::kPhases) {
-    double s = 0;
-    for (long long j = threadIdx.x; j < a.inner; j += blockDim.x)
-      s += P::template phase<Ph>(a, o * a.inner + j, r);
-    float sum = static_cast<float>(blockTreeSum(s, part));
-    P::template rows<Ph + 1>(a, o * a.inner, r, sum);
+    constexpr bool kMax = (P::kMaxPhases >> Ph) & 1;
+    double s = kMax ? negInf() : 0;
+    for (long long j = threadIdx.x; j < a.inner; j += blockDim.x) {
+      float x = P::template phase<Ph>(a, o * a.inner + j, r);
+      s = kMax ? maxStep(static_cast<float>(s), x) : s + x;
+    }
+    float value = static_cast<float>(blockTree<kMax>(s, part));
+    P::template rows<Ph + 1>(a, o * a.inner, r, value);
     rowPhases<P, Ph + 1>(a, o, r, part);
   }
 }
@@ -486,16 +508,20 @@ template <class P, int W> void hostLoop(const KernelParams &a, bool reduces) {
 /// reduceThreads and the same tree per pass.
 template <class P, int Ph> void hostRowPhases(const KernelParams &a, long long o, float *r) {
   if constexpr (Ph < P::kPhases) {
+    constexpr bool kMax = (P::kMaxPhases >> Ph) & 1;
     int threads = reduceThreads(a.inner);
     double part[kReduceThreads];
     for (int t = 0; t < threads; ++t) {
-      part[t] = 0;
-      for (long long j = t; j < a.inner; j += threads)
-        part[t] += P::template phase<Ph>(a, o * a.inner + j, r);
+      part[t] = kMax ? negInf() : 0;
+      for (long long j = t; j < a.inner; j += threads) {
+        float x = P::template phase<Ph>(a, o * a.inner + j, r);
+        part[t] = kMax ? maxStep(static_cast<float>(part[t]), x) : part[t] + x;
+      }
     }
     for (int w = threads / 2; w > 0; w >>= 1)
       for (int t = 0; t < w; ++t)
-        part[t] += part[t + w];
+        part[t] = kMax ? maxStep(static_cast<float>(part[t]), static_cast<float>(part[t + w]))
+                       : part[t] + part[t + w];
     P::template rows<Ph + 1>(a, o * a.inner, r, static_cast<float>(part[0]));
     hostRowPhases<P, Ph + 1>(a, o, r);
   }

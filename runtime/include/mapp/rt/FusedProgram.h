@@ -10,13 +10,18 @@
 //
 //   silu(%i0); mul(%0, %i1); scale[0.5](%1); reduce_sum[0,1](%2)
 //
-// A row program (a norm in one pass): reduce_sums over the trailing dims
-// (the rows) anywhere in the program; each gives one value per row; `row`
-// statements compute once per row from row values and operands read per
-// row; other statements read a row value broadcast along the row:
+// A row program (a norm, a softmax in one pass): reductions (reduce_sum,
+// reduce_max) over the trailing dims (the rows) anywhere in the program;
+// each gives one value per row; `row` statements compute once per row from
+// row values and operands read per row; other statements read a row value
+// broadcast along the row:
 //
 //   mul(%i0, %i0); reduce_sum[2](%0); row scale[0.0625](%1);
 //   row add(%2, %i1); row rsqrt(%3); mul(%i0, %4); mul(%5, %i2)
+//   reduce_max[1](%i0); sub(%i0, %0); exp(%1); reduce_sum[1](%2); div(%2, %3)
+//
+// reduce_max is a row reduction only (a program with one is a row
+// program), with the unfused kernel's rule (maxStep: NaN skipped).
 //
 // Immediates in brackets: pow's exponent, scale's factor, softcap's cap (as
 // %.17g, exact), gelu's approximation (`tanh`; none when absent), the
@@ -85,13 +90,13 @@ struct Stmt {
   Ref args[3];
   double imm = 0;            // pow / scale / softcap
   bool tanh = false;         // gelu, gelu_grad
-  std::vector<int64_t> dims; // reduce_sum
+  std::vector<int64_t> dims; // reduce_sum, reduce_max
 };
 
 struct Program {
   std::vector<Stmt> stmts;
-  /// A row program: the number of trailing domain dims its reduce_sums
-  /// sum (the rows' dims); 0 otherwise. Set by parse.
+  /// A row program: the number of trailing domain dims its reductions
+  /// reduce (the rows' dims); 0 otherwise. Set by parse.
   int rowDims = 0;
   /// Per operand: read per element (false) or per row (true).
   std::vector<bool> rowInput;
@@ -101,11 +106,9 @@ struct Program {
     return !rowDims && !stmts.empty() && stmts.back().op == Op::ReduceSum ? &stmts.back()
                                                                          : nullptr;
   }
-  /// Statement k holds one value per row (a row statement or a reduce_sum
+  /// Statement k holds one value per row (a row statement or a reduction
   /// of a row program).
-  bool rowValue(size_t k) const {
-    return stmts[k].row || (rowDims && stmts[k].op == Op::ReduceSum);
-  }
+  bool rowValue(size_t k) const { return stmts[k].row || (rowDims && isReduce(stmts[k].op)); }
 };
 
 inline std::string formatDouble(double v) {
@@ -148,9 +151,9 @@ inline std::string print(const Program &p) {
 }
 
 /// The levels of a parsed program (part of parse): whether it is a row
-/// program (a reduce_sum not last, several, or a `row` statement), then
-/// its reduce_sums sum the same consecutive dims; what each statement and
-/// operand is read at. "" or what is wrong.
+/// program (a reduce_sum not last, several reductions, a reduce_max, or a
+/// `row` statement), then its reductions reduce the same consecutive dims;
+/// what each statement and operand is read at. "" or what is wrong.
 inline std::string levels(Program &p, int numInputs) {
   p.rowDims = 0;
   p.rowInput.assign(numInputs, false);
@@ -159,8 +162,8 @@ inline std::string levels(Program &p, int numInputs) {
   int reduces = 0;
   bool marked = false;
   for (const Stmt &st : p.stmts) {
-    marked = marked || st.row;
-    if (st.op == Op::ReduceSum && !reduces++)
+    marked = marked || st.row || st.op == Op::ReduceMax;
+    if (isReduce(st.op) && !reduces++)
       firstReduce = &st;
   }
   bool rows = marked || reduces > 1 ||
@@ -175,16 +178,17 @@ inline std::string levels(Program &p, int numInputs) {
     return "[" + s + "]";
   };
   if (!firstReduce)
-    return "row statements need a reduce_sum over the rows (the trailing dims)";
+    return "row statements need a reduce_sum or reduce_max over the rows (the trailing dims)";
   for (size_t d = 1; d < firstReduce->dims.size(); ++d)
     if (firstReduce->dims[d] != firstReduce->dims[d - 1] + 1)
-      return "a reduce_sum inside a program sums the rows, consecutive trailing dims; got " +
+      return std::string("a ") + info(firstReduce->op).name +
+             " inside a program reduces the rows, consecutive trailing dims; got " +
              dimsText(firstReduce->dims);
   p.rowDims = static_cast<int>(firstReduce->dims.size());
   for (size_t k = 0; k < p.stmts.size(); ++k) {
     const Stmt &st = p.stmts[k];
-    if (st.op == Op::ReduceSum && st.dims != firstReduce->dims)
-      return at(k) + "the reduce_sums of a row program sum the same dims (the rows), got " +
+    if (isReduce(st.op) && st.dims != firstReduce->dims)
+      return at(k) + "the reductions of a row program reduce the same dims (the rows), got " +
              dimsText(firstReduce->dims) + " and " + dimsText(st.dims);
     for (int a = 0; a < info(st.op).arity; ++a) {
       const Ref &r = st.args[a];
@@ -204,9 +208,9 @@ inline std::string levels(Program &p, int numInputs) {
       if (st.row && !rowArg)
         return at(k) + "a row statement reads %" + std::to_string(r.index) +
                ", a value per element (row statements read row values and operands)";
-      if (st.op == Op::ReduceSum && rowArg)
-        return at(k) + "reduce_sum sums values per element; %" + std::to_string(r.index) +
-               " is a row value";
+      if (isReduce(st.op) && rowArg)
+        return at(k) + info(st.op).name + " reduces values per element; %" +
+               std::to_string(r.index) + " is a row value";
     }
   }
   return "";
@@ -257,8 +261,8 @@ inline std::string parse(const std::string &text, int numInputs, Program &out) {
     const OpInfo *oi = findOp(name);
     if (!oi)
       return err("unknown op '" + name + "'");
-    if (st.row && oi->op == Op::ReduceSum)
-      return err("reduce_sum sums the domain's elements; it is not a row statement");
+    if (st.row && isReduce(oi->op))
+      return err(name + " reduces the domain's elements; it is not a row statement");
     st.op = oi->op;
     if (pos < n && text[pos] == '[') {
       ++pos;
@@ -280,16 +284,16 @@ inline std::string parse(const std::string &text, int numInputs, Program &out) {
           char *end = nullptr;
           long long d = std::strtoll(body.c_str() + p, &end, 10);
           if (end == body.c_str() + p || d < 0)
-            return err("reduce_sum dims must be non-negative integers, got '" + body + "'");
+            return err(name + " dims must be non-negative integers, got '" + body + "'");
           if (!st.dims.empty() && d <= st.dims.back())
-            return err("reduce_sum dims must be increasing, got '" + body + "'");
+            return err(name + " dims must be increasing, got '" + body + "'");
           st.dims.push_back(d);
           p = end - body.c_str();
           if (p < body.size() && body[p] == ',')
             ++p;
         }
         if (st.dims.empty())
-          return err("reduce_sum needs at least one dim");
+          return err(name + " needs at least one dim");
       } else {
         return err(name + " takes no immediate");
       }
@@ -384,12 +388,13 @@ inline std::string checkShapes(const Program &p, const std::vector<int64_t> &dom
   for (size_t k = 0; k < p.stmts.size(); ++k)
     for (int64_t d : p.stmts[k].dims) {
       if (d >= static_cast<int64_t>(rank))
-        return "reduce_sum dim " + std::to_string(d) + " is outside the domain " +
-               shapeText(domain);
+        return std::string(info(p.stmts[k].op).name) + " dim " + std::to_string(d) +
+               " is outside the domain " + shapeText(domain);
       if (p.rowDims && p.stmts[k].dims.back() != static_cast<int64_t>(rank) - 1)
-        return "statement " + std::to_string(k) +
-               ": a reduce_sum inside a program (not its only, last statement) sums the "
-               "rows, the trailing dims of the domain " + shapeText(domain);
+        return "statement " + std::to_string(k) + ": a " + info(p.stmts[k].op).name +
+               " inside a row program (a reduce_max, or a reduce_sum not the only, last "
+               "statement) reduces the rows, the trailing dims of the domain " +
+               shapeText(domain);
     }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::vector<int64_t> &x = inputs[i];

@@ -7,11 +7,12 @@
 // tensor exists. Statements round to float as the unfused kernels do
 // (fused::apply), so the values are bit-identical to the unfused plan's.
 // A final reduce_sum accumulates in double in element order, as
-// reduce_sum's kernel does (serially, like it). A row program (a norm)
-// runs per row, rows in parallel: a pass over the row per reduce_sum (the
-// statements it needs, summed in double in element order, rounded once to
-// float as reduce_sum), the row statements on scalars, then a pass for the
-// rest, so its values are also the unfused plan's bits.
+// reduce_sum's kernel does (serially, like it). A row program (a norm, a
+// softmax) runs per row, rows in parallel: a pass over the row per
+// reduction (the statements it needs, summed in double in element order,
+// rounded once to float as reduce_sum, or maxed as reduce_max's kernel
+// does), the row statements on scalars, then a pass for the rest, so its
+// values are also the unfused plan's bits.
 //
 //===----------------------------------------------------------------------===//
 #include "CpuKernels.h"
@@ -166,8 +167,9 @@ struct Evaluator {
 };
 
 /// A row program (FusedProgram.h): rows in parallel; per row a pass per
-/// reduce_sum (the statements before it; the sum in double in element
-/// order, as reduce_sum), the row statements after it, and a last pass for
+/// reduction (the statements before it; the sum in double in element
+/// order, as reduce_sum; the max as reduce_max, fz::maxStep), the row
+/// statements after it, and a last pass for
 /// the statements per element and the results.
 void rowProgram(const KernelArgs &a, const Evaluator &ev, const std::vector<int64_t> &outputs) {
   const fz::Program &prog = ev.prog;
@@ -180,7 +182,7 @@ void rowProgram(const KernelArgs &a, const Evaluator &ev, const std::vector<int6
   int numStmts = static_cast<int>(prog.stmts.size());
   std::vector<int> reduces;
   for (int s = 0; s < numStmts; ++s)
-    if (prog.stmts[s].op == fz::Op::ReduceSum)
+    if (fz::isReduce(prog.stmts[s].op))
       reduces.push_back(s);
   bool perElementResults = false; // else no last pass (only row results)
   for (int k = 0; k < a.numOut; ++k)
@@ -195,16 +197,22 @@ void rowProgram(const KernelArgs &a, const Evaluator &ev, const std::vector<int6
       int done = 0; // statements before it are evaluated (row ones)
       for (int r : reduces) {
         ev.rowStatements(done, r, e0, rowVal, regs);
+        const bool max = prog.stmts[r].op == fz::Op::ReduceMax;
         double sum = 0;
+        float m = fz::negInf();
         const fz::Ref src = prog.stmts[r].args[0];
         for (int64_t b = e0; b < e0 + inner; b += kBlock) {
           int64_t len = std::min(kBlock, e0 + inner - b);
           ev.block(b, len, regs, in, ins, r);
           const float *v = src.input ? ins[src.index] : regs.data() + src.index * kBlock;
-          for (int64_t j = 0; j < len; ++j)
-            sum += v[j];
+          if (max)
+            for (int64_t j = 0; j < len; ++j)
+              m = fz::maxStep(m, v[j]);
+          else
+            for (int64_t j = 0; j < len; ++j)
+              sum += v[j];
         }
-        Evaluator::setRow(r, static_cast<float>(sum), rowVal, regs);
+        Evaluator::setRow(r, max ? m : static_cast<float>(sum), rowVal, regs);
         done = r + 1;
       }
       ev.rowStatements(done, numStmts, e0, rowVal, regs);
