@@ -425,11 +425,13 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     }
     if (op.opRecord)
       b.recordOp(op, moved);
-    computeCpuNs_ += spent;
-    if (pr.workLayer >= 0)
-      layerCpuNs_ += spent;
-    if (b.blk.kind != BlockKind::Optimizer)
-      mbCpuNs_ += spent;
+    if (cpuTimed) {
+      computeCpuNs_ += spent;
+      if (pr.workLayer >= 0)
+        layerCpuNs_ += spent;
+      if (b.blk.kind != BlockKind::Optimizer)
+        mbCpuNs_ += spent;
+    }
   }
   b.closeRun();
 }
