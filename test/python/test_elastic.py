@@ -469,7 +469,8 @@ def test_resume_pp4_middle_stages(tmp_path, gpt16):
 def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     """pp=4, 16 layers; rank 1 (stage 1) three times as slow in steps
     0-59: at checkpoint 10 the job moves to 6,2,4,4 layers, stays while the
-    fault lasts, and at checkpoint 70 (steps 60-69 clean) moves back to
+    fault lasts, and at checkpoint 70 (steps 60-69 clean; up to 110 on a busy
+    host) moves back to
     4,4,4,4. (The fault starts with the run: a window of clean steps before
     it could itself move the job, when load beside it slows one rank, as
     CI's 2 cores once did for ten steps.) The decisions come from measured
@@ -481,7 +482,7 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     run without faults (1e-5)."""
     plans, corpus = gpt16
     mon, m = tmp_path / "mon.jsonl", tmp_path / "m.jsonl"
-    r = run([MAPP_RUN, *gpt_args(plans, corpus, 100, m, [
+    r = run([MAPP_RUN, *gpt_args(plans, corpus, 120, m, [
         "--save-dir", tmp_path / "ck", "--save-every", 10, "--elastic",
         "--repartition-plan", plans["off1"], "--repartition-plan", plans["off2"],
         "--inject", "slow-compute:rank=1,factor=3,from-step=0,to-step=60",
@@ -500,7 +501,7 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     assert got[0][::2] == ("repartition", [6, 2, 4, 4]) and \
         got[0][1] in (10, 20), (got, r.stderr)
     back = next((i for i, g in enumerate(got) if g[2] == [4, 4, 4, 4]), None)
-    assert back in (1, 2) and got[back][1] in (70, 80, 90), (got, r.stderr)
+    assert back in (1, 2) and got[back][1] in range(70, 120, 10), (got, r.stderr)
     assert all(g[1] >= 70 for g in got[1:back + 1]), (got, r.stderr)
     assert ds[0]["evidence"]["predicted_gain"] >= 1.15
     assert f"elastic: repartition at step-{got[0][1]:08d}" in r.stderr
@@ -526,9 +527,9 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     if MAPP_SCAN is not None:
         scan_report_shows_decisions(tmp_path, plans, corpus, mon, everything)
     got = jsonl(m)
-    assert [x["step"] for x in got] == list(range(100))
+    assert [x["step"] for x in got] == list(range(120))
     ref = tmp_path / "ref.jsonl"
-    run([MAPP_RUN, *gpt_args(plans, corpus, 100, ref)])
+    run([MAPP_RUN, *gpt_args(plans, corpus, 120, ref)])
     for g, w in zip(got, jsonl(ref)):
         assert close(g["loss"], w["loss"]), (g, w)
 
@@ -605,10 +606,10 @@ def test_hopping_straggler_moves_nothing(tmp_path, gpt16):
 def test_mpi_launch_repartition_away_and_back(tmp_path, gpt16):
     """Re-partitioning over processes: mapp-launch --elastic
     --repartition-plan over 4 MPI processes (pp=4, 16 layers), rank 1 three
-    times as slow in steps 0-29 of 80: the ranks measure their stages, rank
+    times as slow in steps 0-29 of 100: the ranks measure their stages, rank
     0 reports the switch on stderr at a checkpoint, mapp-launch restarts
     mpirun on 6,2,4,4 from it, and after the fault on 4,4,4,4 again (within
-    four checkpoints: 4 processes on CI's 2 cores make noisy windows), each
+    six checkpoints: 4 processes on CI's 2 cores make noisy windows), each
     switch's measured gain reported; every step once, the losses those of
     the fault-free run over rank threads (1e-5)."""
     if not mpi_ok():
@@ -618,7 +619,7 @@ def test_mpi_launch_repartition_away_and_back(tmp_path, gpt16):
     cmd = [MAPP_LAUNCH, "--elastic", "--repartition-plan", plans["off1"],
            "--repartition-plan", plans["off2"], "--",
            MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", 4,
-           MAPP_RUN, *gpt_args(plans, corpus, 80, m, [
+           MAPP_RUN, *gpt_args(plans, corpus, 100, m, [
                "--comm=mpi", "--save-dir", tmp_path / "ck", "--save-every", 10,
                "--monitor", mon,
                "--inject", "slow-compute:rank=1,factor=3,from-step=0,to-step=30"])]
@@ -629,20 +630,20 @@ def test_mpi_launch_repartition_away_and_back(tmp_path, gpt16):
     assert got and got[0][1] == [6, 2, 4, 4] and got[0][0] in (10, 20), \
         (got, r.stderr)
     back = next((i for i, g in enumerate(got) if g[1] == [4, 4, 4, 4]), None)
-    assert back in (1, 2) and got[back][0] in (40, 50, 60, 70), (got, r.stderr)
+    assert back in (1, 2) and got[back][0] in range(40, 100, 10), (got, r.stderr)
     assert all(g[0] >= 40 for g in got[1:back + 1]), (got, r.stderr)
     assert all(d["to"]["plan"] == str(plans["off1"]) for d in ds[:1])
     measured = [d for d in everything if d["decision"] == "repartition-measured"]
-    # Each switch with a window after it is measured (one at step 70 has
-    # none: the run ends at 80 with no decision window closing).
+    # Each switch with a window after it is measured (one at step 90 has
+    # none: the run ends at 100 with no decision window closing).
     assert len(measured) >= back, (everything, r.stderr)
     assert measured[0]["layers"] == [6, 2, 4, 4]
     assert measured[0]["measured_gain"] >= 1.05, (measured, r.stderr)
     assert "mapp-launch: elastic: repartition at step-" in r.stderr
     got = jsonl(m)
-    assert [x["step"] for x in got] == list(range(80))
+    assert [x["step"] for x in got] == list(range(100))
     ref = tmp_path / "ref.jsonl"
-    run([MAPP_RUN, *gpt_args(plans, corpus, 80, ref)])
+    run([MAPP_RUN, *gpt_args(plans, corpus, 100, ref)])
     for g, w in zip(got, jsonl(ref)):
         assert close(g["loss"], w["loss"]), (g, w)
 
