@@ -29,7 +29,7 @@ func.func @later_statement(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // A reduce_sum followed by statements sums the rows (the trailing dims).
 func.func @reduce_not_last(%x: tensor<4x2xf32>) -> tensor<4x2xf32> {
-  // expected-error @+1 {{'mapp.fused' op statement 0: a reduce_sum inside a row program (a reduce_max, or a reduce_sum not the only, last statement) reduces the rows, the trailing dims of the domain [4, 2]}}
+  // expected-error @+1 {{'mapp.fused' op shapes: statement 0: a reduce_sum inside a row program (a reduce_max, or a reduce_sum not the only, last statement) reduces the rows, the trailing dims of the domain [4, 2]}}
   %0 = mapp.fused %x {program = "reduce_sum[0](%i0); mul(%i0, %0)", domain = array<i64: 4, 2>, outputs = array<i64: 1>} : (tensor<4x2xf32>) -> tensor<4x2xf32>
   return %0 : tensor<4x2xf32>
 }
@@ -70,7 +70,7 @@ func.func @different_rows(%x: tensor<4x2x3xf32>) -> tensor<4x2x3xf32> {
 
 // reduce_max is a row reduction only: over the trailing dims.
 func.func @reduce_max_not_rows(%x: tensor<4x2xf32>) -> tensor<2xf32> {
-  // expected-error @+1 {{'mapp.fused' op statement 1: a reduce_max inside a row program (a reduce_max, or a reduce_sum not the only, last statement) reduces the rows, the trailing dims of the domain [4, 2]}}
+  // expected-error @+1 {{'mapp.fused' op shapes: statement 1: a reduce_max inside a row program (a reduce_max, or a reduce_sum not the only, last statement) reduces the rows, the trailing dims of the domain [4, 2]}}
   %0 = mapp.fused %x {program = "exp(%i0); reduce_max[0](%0)", domain = array<i64: 4, 2>, outputs = array<i64: 1>} : (tensor<4x2xf32>) -> tensor<2xf32>
   return %0 : tensor<2xf32>
 }
@@ -103,7 +103,7 @@ func.func @row_without_reduce(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // An operand read per row has extent 1 along the rows' dims.
 func.func @row_operand_spans_row(%x: tensor<4x2xf32>, %s: tensor<4x2xf32>) -> tensor<4x2xf32> {
-  // expected-error @+1 {{'mapp.fused' op operand 1 of shape [4, 2] is read per row and does not broadcast to the rows [4] with the row dims kept as 1}}
+  // expected-error @+1 {{'mapp.fused' op shapes: operand 1 of shape [4, 2] is read per row and does not broadcast to the rows [4] with the row dims kept as 1}}
   %0 = mapp.fused %x, %s {program = "reduce_sum[1](%i0); row mul(%0, %i1); mul(%i0, %1)", domain = array<i64: 4, 2>, outputs = array<i64: 2>} : (tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>
   return %0 : tensor<4x2xf32>
 }
@@ -111,7 +111,7 @@ func.func @row_operand_spans_row(%x: tensor<4x2xf32>, %s: tensor<4x2xf32>) -> te
 // -----
 
 func.func @row_result_shape(%x: tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<2xf32>) {
-  // expected-error @+1 {{'mapp.fused' op result 1 of shape [2] must have shape [4] or [4, 1] (statement 1)}}
+  // expected-error @+1 {{'mapp.fused' op shapes: result 1 of shape [2] must have shape [4] or [4, 1] (statement 1)}}
   %0:2 = mapp.fused %x {program = "reduce_sum[1](%i0); row rsqrt(%0); mul(%i0, %1)", domain = array<i64: 4, 2>, outputs = array<i64: 2, 1>} : (tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<2xf32>)
   return %0#0, %0#1 : tensor<4x2xf32>, tensor<2xf32>
 }
@@ -119,7 +119,7 @@ func.func @row_result_shape(%x: tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<2xf
 // -----
 
 func.func @no_broadcast(%x: tensor<3xf32>) -> tensor<2x4xf32> {
-  // expected-error @+1 {{'mapp.fused' op operand 0 of shape [3] does not broadcast to the domain [2, 4]}}
+  // expected-error @+1 {{'mapp.fused' op shapes: operand 0 of shape [3] does not broadcast to the domain [2, 4]}}
   %0 = mapp.fused %x {program = "neg(%i0)", domain = array<i64: 2, 4>, outputs = array<i64: 0>} : (tensor<3xf32>) -> tensor<2x4xf32>
   return %0 : tensor<2x4xf32>
 }
@@ -127,7 +127,7 @@ func.func @no_broadcast(%x: tensor<3xf32>) -> tensor<2x4xf32> {
 // -----
 
 func.func @wrong_result_shape(%x: tensor<2x4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'mapp.fused' op result 0 of shape [4] must have shape [2] (statement 1)}}
+  // expected-error @+1 {{'mapp.fused' op shapes: result 0 of shape [4] must have shape [2] (statement 1)}}
   %0 = mapp.fused %x {program = "exp(%i0); reduce_sum[1](%0)", domain = array<i64: 2, 4>, outputs = array<i64: 1>} : (tensor<2x4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -151,7 +151,7 @@ func.func @outputs_count(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @output_past_program(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'mapp.fused' op output 0 names statement 3, the program has 1}}
+  // expected-error @+1 {{'mapp.fused' op shapes: output 0 names statement 3, the program has 1}}
   %0 = mapp.fused %x {program = "neg(%i0)", domain = array<i64: 4>, outputs = array<i64: 3>} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -159,7 +159,7 @@ func.func @output_past_program(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @reduce_outside_domain(%x: tensor<4xf32>) -> tensor<f32> {
-  // expected-error @+1 {{'mapp.fused' op reduce_sum dim 2 is outside the domain [4]}}
+  // expected-error @+1 {{'mapp.fused' op shapes: reduce_sum dim 2 is outside the domain [4]}}
   %0 = mapp.fused %x {program = "reduce_sum[2](%i0)", domain = array<i64: 4>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
   return %0 : tensor<f32>
 }

@@ -29,7 +29,7 @@ LogicalResult FusedOp::verify() {
   err = fz::checkShapes(prog, std::vector<int64_t>(getDomain().begin(), getDomain().end()), ins,
                         outs, std::vector<int64_t>(getOutputs().begin(), getOutputs().end()));
   if (!err.empty())
-    return emitOpError(err);
+    return emitOpError("shapes: ") << err;
   return success();
 }
 
