@@ -454,6 +454,17 @@ def gpt_args(plans, corpus, steps, metrics, extra=()):
             *extra]
 
 
+def every_step_once_as_without_faults(tmp_path, plans, corpus, metrics, steps):
+    """The job's metrics hold every step once, with the losses of the same
+    plan run without faults over rank threads (1e-5)."""
+    got = jsonl(metrics)
+    assert [x["step"] for x in got] == list(range(steps))
+    ref = tmp_path / "ref.jsonl"
+    run([MAPP_RUN, *gpt_args(plans, corpus, steps, ref)])
+    for g, w in zip(got, jsonl(ref)):
+        assert close(g["loss"], w["loss"]), (g, w)
+
+
 def test_resume_pp4_middle_stages(tmp_path, gpt16):
     """Regression: a --resume of any pp >= 3 plan failed on its middle
     stages ('the token stream's length was N, this run has -1'): they read
@@ -526,12 +537,7 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     assert "measured gain" in r.stderr
     if MAPP_SCAN is not None:
         scan_report_shows_decisions(tmp_path, plans, corpus, mon, everything)
-    got = jsonl(m)
-    assert [x["step"] for x in got] == list(range(120))
-    ref = tmp_path / "ref.jsonl"
-    run([MAPP_RUN, *gpt_args(plans, corpus, 120, ref)])
-    for g, w in zip(got, jsonl(ref)):
-        assert close(g["loss"], w["loss"]), (g, w)
+    every_step_once_as_without_faults(tmp_path, plans, corpus, m, 120)
 
 
 def scan_report_shows_decisions(tmp_path, plans, corpus, mon, decided):
@@ -640,12 +646,7 @@ def test_mpi_launch_repartition_away_and_back(tmp_path, gpt16):
     assert measured[0]["layers"] == [6, 2, 4, 4]
     assert measured[0]["measured_gain"] >= 1.05, (measured, r.stderr)
     assert "mapp-launch: elastic: repartition at step-" in r.stderr
-    got = jsonl(m)
-    assert [x["step"] for x in got] == list(range(100))
-    ref = tmp_path / "ref.jsonl"
-    run([MAPP_RUN, *gpt_args(plans, corpus, 100, ref)])
-    for g, w in zip(got, jsonl(ref)):
-        assert close(g["loss"], w["loss"]), (g, w)
+    every_step_once_as_without_faults(tmp_path, plans, corpus, m, 100)
 
 
 def test_repartition_plan_of_another_layout_refused(tmp_path, gpt16, plans):

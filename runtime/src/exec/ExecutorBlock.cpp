@@ -408,7 +408,7 @@ void Executor::runBlock(int block, int mb, int slot, KernelContext &ctx) {
     // Re-partitioning times compute instrs alone (the kernel and an injected
     // slow-down), never the communicator's progress or waits: a process
     // polling MPI burns CPU while it waits, which is no stage's work.
-    const bool cpuTimed = timeLayers_ && pr.kind == Prepared::Compute;
+    const bool cpuTimed = timeCompute_ && pr.kind == Prepared::Compute;
     uint64_t cpu0 = cpuTimed ? mapp::MappTraceWriter::threadCpuNs() : 0;
     b.cpuChained = false; // an instr runs: the clock must be read again
     b.countComm(op);

@@ -96,7 +96,7 @@ StepGraphAction Executor::beginStepGraph(uint64_t &id, const BatchFn &batches,
   }
   // Per step: what the host must see or do between the step's kernels.
   if (!graphs_ || tracing() || nanStep_ == step_ || checkFinite_ ||
-      slowFactor_ > 1 || timeLayers_ || microbatches_ || instrHook_ ||
+      slowFactor_ > 1 || timeCompute_ || microbatches_ || instrHook_ ||
       (probe_ && planHasProbes_))
     return StepGraphAction::Eager;
   StepGraphAction a = graphs_->next(graphKey(), id);

@@ -85,7 +85,7 @@ public:
       split_.emplace(o_, plan_);
       exec_->setMicrobatches(split_->count(exec_->program().dp));
       if (split_->balancing())
-        exec_->setTimeLayers(true);
+        exec_->setTimeCompute(true);
     }
     openScope();
     if (!o_.patch.empty())
@@ -360,7 +360,7 @@ private:
     if (sh_.partition >= 0) {
       rebalance = std::make_unique<Rebalancer>(sh_.partitions, sh_.partition,
                                                plan_.pp, plan_.tp, plan_.dp);
-      exec_->setTimeLayers(true);
+      exec_->setTimeCompute(true);
     }
     for (int64_t s = first; s < o_.steps; ++s) {
       if (scope_)

@@ -143,10 +143,10 @@ public:
   /// loss, the optimizer of non-layer parameters). Communication is in
   /// neither: its cost does not move with the layers, and a process
   /// polling MPI while it waits burns CPU that is no stage's work.
-  void setTimeLayers(bool on) { timeLayers_ = on; }
+  void setTimeCompute(bool on) { timeCompute_ = on; }
   /// The compute instrs' CPU time since the last call, of it the layers'
   /// and that of the microbatches' blocks (all but the optimizer's; 0
-  /// unless setTimeLayers).
+  /// unless setTimeCompute).
   uint64_t takeComputeCpuNs() { return std::exchange(computeCpuNs_, 0); }
   uint64_t takeLayerCpuNs() { return std::exchange(layerCpuNs_, 0); }
   uint64_t takeMicrobatchCpuNs() { return std::exchange(mbCpuNs_, 0); }
@@ -333,7 +333,7 @@ private:
   /// per value: the counted element range (ZeRO-1 slice), {0, -1} = all
   std::vector<std::pair<int64_t, int64_t>> normRange_;
   double slowFactor_ = 1;
-  bool timeLayers_ = false;
+  bool timeCompute_ = false;
   uint64_t layerCpuNs_ = 0, computeCpuNs_ = 0, mbCpuNs_ = 0;
   int microbatches_ = 0; // setMicrobatches (0: the plan's)
   SchedOptions schedOptions_; // as last set, for setMicrobatches
