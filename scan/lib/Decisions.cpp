@@ -77,6 +77,22 @@ std::string mapp::scan::decisionText(const json &d) {
          fixed2(d.value("predicted_gain", 0.0)) + "x (slowest stage " +
          fixed2(d.value("step_ms_before", 0.0)) + " -> " +
          fixed2(d.value("step_ms_measured", 0.0)) + " ms)";
+  } else if (kind == "repartition-window" || kind == "dp-split-window") {
+    // A window that stayed: what was weighed against the rule's bars.
+    const json ev = d.value("evidence", json::object());
+    const bool layers = kind == "repartition-window";
+    const char *units = layers ? "layers" : "microbatches";
+    s += ": stays on " + ev.value(std::string(units) + "_now", json::array()).dump();
+    s += layers ? ", stage ms" : ", replica ms";
+    for (const json &t : ev.value(layers ? "stage_ms" : "replica_ms", json::array()))
+      s += " " + fixed2(t.get<double>());
+    if (ev.contains(std::string(units) + "_weighed"))
+      s += "; weighed " + ev[std::string(units) + "_weighed"].dump() +
+           ": predicted gain " + fixed2(ev.value("predicted_gain", 0.0)) +
+           "x, " + std::to_string(ev.value("votes", 0)) + " of " +
+           std::to_string(ev.value("steps", 0)) + " steps faster";
+    else
+      s += "; no candidate predicted faster";
   } else if (d.contains("from") && d.contains("to")) {
     s += ": " + layoutText(d["from"]) + " -> " + layoutText(d["to"]);
   }

@@ -144,6 +144,11 @@ def test_balance_away_from_a_slow_replica_and_back(tmp_path, plans):
         "--dp-balance", 10, "--monitor", mon,
         "--inject", "slow-compute:rank=1,factor=3,from-step=0,to-step=30"])
     ds = [j for j in jsonl(mon) if j.get("event") == "elastic"]
+    stayed = [(d["step"], [round(t, 2) for t in d["evidence"]["replica_ms"]],
+               d["evidence"].get("microbatches_weighed"),
+               round(d["evidence"].get("predicted_gain", 0), 2),
+               d["evidence"].get("votes"))
+              for d in ds if d["decision"] == "dp-split-window"]
     splits = [(d["step"], d["evidence"]["microbatches_next"]) for d in ds
               if d["decision"] == "dp-split"]
     assert splits and splits[0][0] in (10, 20), (splits, r.stderr)
@@ -151,7 +156,7 @@ def test_balance_away_from_a_slow_replica_and_back(tmp_path, plans):
         abs(splits[0][1][1] - 2) <= 1, (splits, r.stderr)
     back = next((i for i, s in enumerate(splits) if s[1] == [4, 4]), None)
     assert back is not None and splits[back][0] in range(40, 100, 10), \
-        (splits, r.stderr)
+        (splits, stayed, r.stderr)
     assert splits[0][1] != [4, 4]
     measured = [d for d in ds if d["decision"] == "dp-split-measured"]
     assert measured and measured[0]["microbatches"] == splits[0][1]
@@ -168,11 +173,18 @@ def test_balance_away_from_a_slow_replica_and_back(tmp_path, plans):
         run([MAPP_RUN, plans["big"], "--data", CORPUS, "--tokenizer", "bytes",
              "--steps", 2, "--quiet", "--trace-dir", traces])
         r = run([MAPP_SCAN, traces, "--decisions", mon])
-        first = ds[0]["evidence"]
+        first = next(d for d in ds if d["decision"] == "dp-split")["evidence"]
         assert (f"elastic: dp-split at step {splits[0][0]}: microbatches "
                 f"[4,4] -> {json.dumps(splits[0][1], separators=(',', ':'))}, "
                 f"predicted gain {first['predicted_gain']:.2f}x") in r.stdout, \
             r.stdout
+        if stayed:  # a window that stayed, with its replica times
+            w = next(d for d in ds if d["decision"] == "dp-split-window")
+            assert (f"elastic: dp-split-window at step {w['step']}: stays on "
+                    + json.dumps(w["evidence"]["microbatches_now"],
+                                 separators=(",", ":")) + ", replica ms "
+                    + " ".join(f"{t:.2f}" for t in w["evidence"]["replica_ms"])
+                    ) in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("plan,flags,message", [

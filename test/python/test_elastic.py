@@ -63,8 +63,28 @@ def jsonl(path):
     return [json.loads(l) for l in pathlib.Path(path).read_text().splitlines()]
 
 
-def decisions(monitor):
+def elastic_lines(monitor):
     return [j for j in jsonl(monitor) if j.get("event") == "elastic"]
+
+
+def decisions(monitor):
+    """The decisions, without the windows that stayed (monitor-only lines)."""
+    return [j for j in elastic_lines(monitor)
+            if not j["decision"].endswith("-window")]
+
+
+def windows(monitor):
+    """Each re-partitioning window that stayed, in short, for a failure's
+    message: its step, stage times, and what was weighed with its gain and
+    votes (the rule needs 1.15x and 8 of 10)."""
+    out = []
+    for j in elastic_lines(monitor):
+        if j["decision"] == "repartition-window":
+            e = j["evidence"]
+            out.append((j["step"], [round(t, 2) for t in e["stage_ms"]],
+                        e.get("layers_weighed"),
+                        round(e.get("predicted_gain", 0), 2), e.get("votes")))
+    return out
 
 
 def global_rows(dump):
@@ -426,13 +446,18 @@ def gpt16(tmp_path_factory):
     cut and two with 2 layers on stage 1 or 2 (stage-layers=), and a corpus
     of digits (byte ids < 64). The uneven cuts are far enough from the even
     one (6 layers on a stage) that each way's predicted gain stands clear
-    of the 1.15x threshold despite the stages' fixed costs."""
+    of the 1.15x threshold despite the stages' fixed costs. Hidden 64: at
+    gen_gpt.py's default 16 the last stage's head and loss weigh as much as
+    a layer, which bounds the way back from 6,2,4,4 at 6 / (4 + 1) layers'
+    time, 1.2-1.3x measured: a CPU where the head is relatively slower
+    (CI's) never went back. At 64 the head is ~6% of the stage."""
     if MAPP_OPT is None or TRANSLATE is None:
         pytest.skip("mapp-opt / mapp-translate not built")
     d = tmp_path_factory.mktemp("gpt16")
     model = d / "gpt16.mlir"
     model.write_text(subprocess.run(
-        ["python3", REPO / "test/Transforms/Parallel/Inputs/gen_gpt.py", "16"],
+        ["python3", REPO / "test/Transforms/Parallel/Inputs/gen_gpt.py", "16",
+         "--hidden=64", "--ffn=256"],
         capture_output=True, text=True, check=True).stdout)
     plans = {}
     for name, layers in (("even", ""), ("off1", "6,2,4,4"), ("off2", "4,6,2,4")):
@@ -512,7 +537,8 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
     assert got[0][::2] == ("repartition", [6, 2, 4, 4]) and \
         got[0][1] in (10, 20), (got, r.stderr)
     back = next((i for i, g in enumerate(got) if g[2] == [4, 4, 4, 4]), None)
-    assert back in (1, 2) and got[back][1] in range(70, 120, 10), (got, r.stderr)
+    assert back in (1, 2) and got[back][1] in range(70, 120, 10), \
+        (got, windows(mon), r.stderr)
     assert all(g[1] >= 70 for g in got[1:back + 1]), (got, r.stderr)
     assert ds[0]["evidence"]["predicted_gain"] >= 1.15
     assert f"elastic: repartition at step-{got[0][1]:08d}" in r.stderr
@@ -536,14 +562,15 @@ def test_repartition_away_from_slow_stage_and_back(tmp_path, gpt16):
         assert meas["measured_gain"] >= 1.05, (meas, r.stderr)
     assert "measured gain" in r.stderr
     if MAPP_SCAN is not None:
-        scan_report_shows_decisions(tmp_path, plans, corpus, mon, everything)
+        scan_report_shows_decisions(tmp_path, plans, corpus, mon)
     every_step_once_as_without_faults(tmp_path, plans, corpus, m, 120)
 
 
-def scan_report_shows_decisions(tmp_path, plans, corpus, mon, decided):
-    """mapp-scan --decisions MONITOR: the elastic decisions (the alerts
-    beside them skipped) in report.json as written, one summary line each
-    with its gains, and a table in the HTML report."""
+def scan_report_shows_decisions(tmp_path, plans, corpus, mon):
+    """mapp-scan --decisions MONITOR: the elastic decisions and the windows
+    that stayed (the alerts beside them skipped) in report.json as written,
+    one summary line each with its gains, and a table in the HTML report."""
+    decided = elastic_lines(mon)
     traces = tmp_path / "traces"
     run([MAPP_RUN, *gpt_args(plans, corpus, 3, tmp_path / "t.jsonl",
                              ["--trace-dir", traces])])
@@ -556,13 +583,26 @@ def scan_report_shows_decisions(tmp_path, plans, corpus, mon, decided):
     assert json.loads(report.read_text())["elastic_decisions"] == decided
     lines = [x for x in r.stdout.splitlines() if x.startswith("elastic: ")]
     assert len(lines) == len(decided), r.stdout
-    sw = decided[0]["evidence"]
-    assert lines[0].startswith(
-        f"elastic: repartition at step {decided[0]['resume_step']}: layers "
+    first = next(i for i, d in enumerate(decided) if d["decision"] == "repartition")
+    sw = decided[first]["evidence"]
+    assert lines[first].startswith(
+        f"elastic: repartition at step {decided[first]['resume_step']}: layers "
         f"{json.dumps(sw['layers_now'], separators=(',', ':'))} -> "
         f"{json.dumps(sw['layers_next'], separators=(',', ':'))}, predicted "
         f"gain {sw['predicted_gain']:.2f}x"), lines
-    assert f"measured gain {decided[1]['measured_gain']:.2f}x" in lines[1]
+    meas = next(i for i, d in enumerate(decided)
+                if d["decision"] == "repartition-measured")
+    assert f"measured gain {decided[meas]['measured_gain']:.2f}x" in lines[meas]
+    # A window that stayed: the partition, the stage times, and what was
+    # weighed (or that nothing was predicted faster).
+    stay = next(i for i, d in enumerate(decided)
+                if d["decision"] == "repartition-window")
+    e = decided[stay]["evidence"]
+    assert lines[stay].startswith(
+        f"elastic: repartition-window at step {decided[stay]['step']}: stays on "
+        f"{json.dumps(e['layers_now'], separators=(',', ':'))}, stage ms "
+        + " ".join(f"{t:.2f}" for t in e["stage_ms"])), lines[stay]
+    assert ("; weighed" in lines[stay]) == ("layers_weighed" in e), lines[stay]
     page = html.read_text()
     assert "<h2>Elastic decisions</h2>" in page
     assert page.count("<td>repartition-measured</td>") == sum(
@@ -636,7 +676,8 @@ def test_mpi_launch_repartition_away_and_back(tmp_path, gpt16):
     assert got and got[0][1] == [6, 2, 4, 4] and got[0][0] in (10, 20), \
         (got, r.stderr)
     back = next((i for i, g in enumerate(got) if g[1] == [4, 4, 4, 4]), None)
-    assert back in (1, 2) and got[back][0] in range(40, 100, 10), (got, r.stderr)
+    assert back in (1, 2) and got[back][0] in range(40, 100, 10), \
+        (got, windows(mon), r.stderr)
     assert all(g[0] >= 40 for g in got[1:back + 1]), (got, r.stderr)
     assert all(d["to"]["plan"] == str(plans["off1"]) for d in ds[:1])
     measured = [d for d in everything if d["decision"] == "repartition-measured"]

@@ -295,7 +295,8 @@ void mapp::rt::reportDecision(const std::string &tool,
                               const std::string &line,
                               const std::string &jsonLine) {
   // Every decision is printed, --quiet or not: they are rare.
-  std::cerr << tool << ": elastic: " << line << "\n" << std::flush;
+  if (!line.empty())
+    std::cerr << tool << ": elastic: " << line << "\n" << std::flush;
   if (monitor.empty())
     return;
   if (monitor == "-") {

@@ -67,7 +67,8 @@ double median(std::vector<double> v) {
 }
 
 struct WindowChoice {
-  int pick = -1; // the candidate to switch to, -1: stay
+  int pick = -1;   // the candidate to switch to, -1: stay
+  int target = -1; // the candidate weighed against staying, -1: none
   double gain = 1, stepNow = 0, stepNext = 0;
   int wins = 0;
 };
@@ -123,6 +124,7 @@ WindowChoice chooseInWindow(const std::vector<std::vector<GroupTime>> &steps,
     }
   if (static_cast<int>(target) == current)
     return c;
+  c.target = static_cast<int>(target);
   std::vector<double> gains;
   for (size_t k = 0; k < n; ++k) {
     double g = nowTimes[k] /
@@ -137,11 +139,14 @@ WindowChoice chooseInWindow(const std::vector<std::vector<GroupTime>> &steps,
   return c;
 }
 
-/// The evidence line of a window: mean group times and their fixed parts.
+/// The evidence line of a window: mean group times and their fixed parts;
+/// the candidate weighed against staying as `<units>_next` when the window
+/// switches to it, as `<units>_weighed` when it stays (why: its gain and
+/// votes against the rule's bars).
 json windowEvidence(const std::vector<std::vector<GroupTime>> &steps,
                     size_t groups, const WindowChoice &c, const char *group,
                     const char *units, const std::vector<int> &now,
-                    const std::vector<int> *next) {
+                    const std::vector<int> *weighed) {
   const size_t n = steps.size();
   std::vector<double> mean(groups, 0.0), fixed(groups, 0.0);
   for (const auto &t : steps)
@@ -155,8 +160,8 @@ json windowEvidence(const std::vector<std::vector<GroupTime>> &steps,
             {std::string(units) + "_now", now}};
   if (n > 0)
     e["step_ms"] = c.stepNow * 1e3; // the median slowest group
-  if (next) {
-    e[std::string(units) + "_next"] = *next;
+  if (weighed) {
+    e[std::string(units) + (c.pick >= 0 ? "_next" : "_weighed")] = *weighed;
     e["predicted_gain"] = c.gain;
     e["step_ms_predicted"] = c.stepNext * 1e3;
     e["votes"] = c.wins;
@@ -173,7 +178,7 @@ int Rebalancer::decide(std::string *evidence) {
   if (evidence)
     *evidence = windowEvidence(stageTimes_, pp_, c, "stage", "layers",
                                parts_[current_],
-                               c.pick >= 0 ? &parts_[c.pick] : nullptr)
+                               c.target >= 0 ? &parts_[c.target] : nullptr)
                     .dump();
   stageTimes_.clear();
   if (c.pick >= 0)
@@ -231,7 +236,7 @@ int DpBalancer::decide(std::string *evidence) {
   WindowChoice c = chooseInWindow(times_, cands, 0, minGain_, persist_);
   if (evidence)
     *evidence = windowEvidence(times_, dp_, c, "replica", "microbatches",
-                               split_, c.pick >= 0 ? &cands[c.pick] : nullptr)
+                               split_, c.target >= 0 ? &cands[c.target] : nullptr)
                     .dump();
   times_.clear();
   if (c.pick < 0)

@@ -114,8 +114,14 @@ bool DataSplit::afterStep(int64_t stepsDone, const std::vector<double> &times,
     }
     lastSwitch_.clear();
   }
-  if (!changed)
+  if (!changed) { // the monitor alone: why this window stayed
+    out.push_back({"", json({{"event", "elastic"},
+                             {"decision", "dp-split-window"},
+                             {"step", stepsDone},
+                             {"evidence", ev}})
+                           .dump()});
     return false;
+  }
   std::string times_ms;
   for (const json &t : ev["replica_ms"])
     times_ms += " " + fixed2(t.get<double>());

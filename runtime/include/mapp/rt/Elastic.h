@@ -81,8 +81,9 @@ struct Plan;
 /// Layers (`layers.N.*` parameters) held by each pipeline stage of `plan`.
 std::vector<int> stageLayerCounts(const Plan &plan);
 
-/// An elastic decision: one stderr line "TOOL: elastic: LINE" and the JSON
-/// line appended to the --monitor file ("-": stdout; "": none).
+/// An elastic decision: one stderr line "TOOL: elastic: LINE" (none when
+/// LINE is empty: a window that stays is logged to the monitor alone) and
+/// the JSON line appended to the --monitor file ("-": stdout; "": none).
 void reportDecision(const std::string &tool, const std::string &monitor,
                     const std::string &line, const std::string &jsonLine);
 
