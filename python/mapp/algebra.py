@@ -76,19 +76,35 @@ def scale(ctx, node, x, factor):
                            module=ctx.module(node)))
 
 
-def reduce_sum(ctx, node, x, dims, keepdim):
+def reduce(ctx, node, name, x, dims, keepdim):
+    """mapp.reduce_sum / mapp.reduce_max over `dims` (none: all of them),
+    reshaped to keep them as 1 when keepdim."""
     v = value(ctx, node, x, shape_of(x))
     n = len(v.shape)
     dims = sorted({d % n for d in (dims if dims else range(n))}) if n else []
     if not dims:
         return Tensor(v)
     shape = tuple(s for i, s in enumerate(v.shape) if i not in dims)
-    y = ctx.b.op("mapp.reduce_sum", [v], shape, v.elem, {"dims": ir.Array(dims)},
+    y = ctx.b.op(name, [v], shape, v.elem, {"dims": ir.Array(dims)},
                  module=ctx.module(node))
     if keepdim:
         kept = tuple(1 if i in dims else s for i, s in enumerate(v.shape))
         y = ctx.b.op("mapp.reshape", [y], kept, y.elem, module=ctx.module(node))
     return Tensor(y)
+
+
+def reduce_sum(ctx, node, x, dims, keepdim):
+    return reduce(ctx, node, "mapp.reduce_sum", x, dims, keepdim)
+
+
+def reduce_max(ctx, node, x, dims, keepdim):
+    return reduce(ctx, node, "mapp.reduce_max", x, dims, keepdim)
+
+
+def reduce_min(ctx, node, x, dims, keepdim):
+    """min as −max(−x): the dialect has one extremum reduction."""
+    neg = unary(ctx, node, "mapp.neg", x)
+    return unary(ctx, node, "mapp.neg", reduce_max(ctx, node, neg, dims, keepdim))
 
 
 def mean(ctx, node, x, dims, keepdim):

@@ -319,6 +319,8 @@ def run(text, weights, inputs, step=0):
             y = torch.cat(x, a["dim"])
         elif op == "reduce_sum":
             y = x[0].sum(a["dims"])
+        elif op == "reduce_max":
+            y = x[0].amax(a["dims"])
         elif op == "fill":
             y = torch.full([int(d) for d in ty.group(1).split("x") if d], a["value"])
         elif op in _ALGEBRA:

@@ -605,12 +605,12 @@ class Lowering(MoeLowering, AlgebraLowering):
             return pat.Cube(x)
         return alg.unary(self, node, "mapp.pow", x, {"exponent": ir.F64(float(e))})
 
-    def op_mean(self, node, x, dims, keepdim=False, dtype=None):
+    def op_mean(self, node, x, dims=None, keepdim=False, dtype=None):
         if self.recognize and isinstance(x, pat.Square) and dims \
                 and [d % len(x.shape) for d in dims] == [len(x.shape) - 1] and keepdim:
             return pat.MeanSquare(x.x, node_shape(node))
         y = self._reduce(node, x, dims, keepdim)
-        count = math.prod(x.shape[d % len(x.shape)] for d in dims)
+        count = math.prod(x.shape[d % len(x.shape)] for d in (dims or range(len(x.shape))))
         return self._scalar(node, y, 1.0 / count)
 
     def op_sum(self, node, x, dims=None, keepdim=False, dtype=None):

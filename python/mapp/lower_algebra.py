@@ -9,7 +9,7 @@ import torch
 
 from . import algebra as alg
 from . import ir
-from .values import Const, Step, Tensor, fail, node_meta, node_shape
+from .values import Const, Step, Tensor, Tuple, Unused, fail, node_meta, node_shape
 
 
 class AlgebraLowering:
@@ -45,6 +45,46 @@ class AlgebraLowering:
 
     def op_minimum(self, node, a, b):
         return alg.elementwise(self, node, "mapp.minimum", a, b)
+
+    # torch.max / min: of two tensors elementwise; of one, over all dims or
+    # over `dim` with the indices beside the values (only the values lower:
+    # a use of the indices is refused by name). The gradient is amax's
+    # (shared among tied maxima; torch.max(x, dim) gives it to one).
+    def op_max(self, node, x, other=None, keepdim=False):
+        return self._extremum(node, x, other, keepdim, alg.reduce_max, "mapp.maximum", "max")
+
+    def op_min(self, node, x, other=None, keepdim=False):
+        return self._extremum(node, x, other, keepdim, alg.reduce_min, "mapp.minimum", "min")
+
+    def _extremum(self, node, x, other, keepdim, reduce, elementwise, what):
+        if other is None:
+            return reduce(self, node, x, None, False)
+        if not isinstance(other, int):
+            return alg.elementwise(self, node, elementwise, x, other)
+        return Tuple([reduce(self, node, x, [other], keepdim),
+                      Unused(f"the indices of torch.{what}(x, dim) (arg{what})")])
+
+    def op_amax(self, node, x, dim=(), keepdim=False):
+        return alg.reduce_max(self, node, x, list(dim) or None, keepdim)
+
+    def op_amin(self, node, x, dim=(), keepdim=False):
+        return alg.reduce_min(self, node, x, list(dim) or None, keepdim)
+
+    def op_logsumexp(self, node, x, dim, keepdim=False):
+        # As torch's decomposition: shifted by the max, where it is finite
+        # (a row of -inf gives -inf, not NaN).
+        m = alg.reduce_max(self, node, x, list(dim), True)
+        inf = alg.elementwise(self, node, "mapp.eq",
+                              alg.unary(self, node, "mapp.abs", m), float("inf"))
+        m = alg.select(self, node, inf, 0.0, m)
+        e = alg.unary(self, node, "mapp.exp", alg.elementwise(self, node, "mapp.sub", x, m))
+        y = alg.elementwise(self, node, "mapp.add",
+                            alg.unary(self, node, "mapp.log",
+                                      alg.reduce_sum(self, node, e, list(dim), True)), m)
+        if keepdim:
+            return y
+        shape = node_shape(node)
+        return self._layout(node, y, Step("reshape", shape, node))
 
     def op_clamp(self, node, x, lo=None, hi=None):
         y = x if lo is None else alg.elementwise(self, node, "mapp.maximum", x, lo)

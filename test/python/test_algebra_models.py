@@ -51,6 +51,11 @@ MODELS = {
                             sliding_window=3), "loss"),
     "olmo-sqrelu": ("models.olmo_sqrelu:Olmo",
                     dict(d_model=16, n_heads=2, n_layers=1, mlp_hidden=32, clip_qkv=8.0), "loss"),
+    # Issue 37: maxima (torch.max over a dim and of two tensors, amax,
+    # logsumexp) through mapp.reduce_max and its gradient.
+    "maxout-zloss": ("models.maxout_zloss:MaxoutGPT",
+                     dict(d_model=16, n_heads=2, n_layers=1, hidden=12, pieces=3), "loss"),
+    "tied-maxima": ("models.tied_maxima:TiedMaxima", dict(d_model=16), "loss"),
 }
 
 FUSED = ("attention", "rms_norm", "layer_norm", "gelu", "silu")

@@ -126,6 +126,23 @@ class Sort(Cumsum):
         return x.mean()
 
 
+class ArgMax(Cumsum):
+    def forward(self, tokens, targets):
+        x = self.emb(tokens)
+        i = torch.max(x, dim=-1).indices
+        return (x * i.unsqueeze(-1)).mean()  # ARGMAX_USE_LINE
+
+
+def test_max_indices_refused_by_name():
+    """torch.max(x, dim) lowers its values (mapp.reduce_max); a use of its
+    indices is refused, naming them and the line that uses them."""
+    with pytest.raises(ExportError) as e:
+        export_module(ArgMax(TINY), *example_inputs(TINY))
+    msg = str(e.value)
+    assert "the indices of torch.max(x, dim) (argmax)" in msg, msg
+    assert f"{os.path.abspath(__file__)}:{_line('# ARGMAX_USE_LINE')}" in msg, msg
+
+
 def _line(marker):
     with open(__file__) as f:
         return next(i for i, l in enumerate(f, 1) if l.rstrip().endswith(marker) and "def" not in l)

@@ -74,3 +74,33 @@ def test_fused_model_trains_like_pytorch_and_unfused(tmp_path, mlp, norm):
     same = sum(f["loss"] == p["loss"] for f, p in zip(fused[0], plain[0]))
     print(f"{mlp}/{norm}: {ops['fused']} regions ({len(row_programs)} row programs); worst relative loss difference to PyTorch over "
           f"{STEPS} steps {worst:.2e}; {same}/{STEPS} losses bit-equal to the unfused plan")
+
+
+def test_maxima_model_fuses_and_trains_like_pytorch(tmp_path):
+    """models/maxout_zloss.py (torch.max over a dim and of two tensors,
+    amax, logsumexp: mapp.reduce_max and its gradient), exported generic
+    and fused: the hand-written stable softmax (its row max, exp, row sum
+    and division) is one row program with the max in it; 20 steps equal
+    to the unfused plan's (1e-6) and within 1e-5 of PyTorch."""
+    from models.maxout_zloss import MaxoutGPT
+    cfg = dict(vocab_size=256, micro_batch_size=2, seq_length=8, d_model=16, n_heads=2,
+               n_layers=1, hidden=12, pieces=3)
+    args = dict(module="models.maxout_zloss:MaxoutGPT", export_args=["--no-recognize"],
+                pythonpath=[HERE])
+    (tmp_path / "fused").mkdir()
+    (tmp_path / "unfused").mkdir()
+    fused = compile_and_train(tmp_path / "fused", cfg, STEPS, opt_args=["-mapp-fuse"], **args)
+    plain = compile_and_train(tmp_path / "unfused", cfg, STEPS, **args)
+    text = (tmp_path / "fused" / "train.mlir").read_text()
+    programs = re.findall(r'program = "([^"]*)"', text)
+    softmax = [p for p in programs if re.search(
+        r"reduce_max\[3\]\(%i?\d+\); .*exp\(.*reduce_sum\[3\]\(%\d+\); .*div\(", p)]
+    assert softmax, programs
+    for f, p in zip(fused[0], plain[0]):
+        assert abs(f["loss"] - p["loss"]) <= 1e-6 * abs(p["loss"]), (f, p)
+    torch.manual_seed(0)
+    model = MaxoutGPT(cfg)
+    weights = safetensors.load(tmp_path / "fused" / "init.safetensors")[0]
+    worst = train_torch_and_compare(model, weights, *fused, tolerance=1e-5)
+    print(f"maxout-zloss: {len(programs)} regions; worst relative loss difference to "
+          f"PyTorch over {STEPS} steps {worst:.2e}")

@@ -266,19 +266,36 @@ MAPP_GRADIENT(CastOp) {
   return success();
 }
 
-// reduce_sum is an op of MappOps.td; its rule lives with the broadcast it
-// needs: dy reshaped with the summed dims kept as 1, then repeated.
-MAPP_GRADIENT(ReduceSumOp) {
-  Location loc = getLoc();
-  RankedTensorType x = typeOf(getX());
-  SmallVector<int64_t> keep(x.getShape());
-  for (int64_t d : getDims())
+/// A reduction's result (or its gradient) repeated back to the operand
+/// `x`'s shape: reshaped with the reduced dims kept as 1, then broadcast.
+static Value repeatOverReduced(OpBuilder &b, Location loc, Value v, Value x,
+                               ArrayRef<int64_t> dims) {
+  RankedTensorType xt = typeOf(x);
+  SmallVector<int64_t> keep(xt.getShape());
+  for (int64_t d : dims)
     keep[d] = 1;
-  Value dy = dys[0];
-  auto keptType = RankedTensorType::get(keep, x.getElementType());
-  if (typeOf(dy).getShape() != ArrayRef<int64_t>(keep))
-    dy = b.create<ReshapeOp>(loc, keptType, dy);
-  grads.push_back(b.create<BroadcastOp>(loc, x, dy));
+  if (typeOf(v).getShape() != ArrayRef<int64_t>(keep))
+    v = b.create<ReshapeOp>(
+        loc, RankedTensorType::get(keep, typeOf(v).getElementType()), v);
+  return b.create<BroadcastOp>(loc, xt, v);
+}
+
+// reduce_sum and reduce_max are ops of MappOps.td; their rules live with
+// the broadcast they need.
+MAPP_GRADIENT(ReduceSumOp) {
+  grads.push_back(repeatOverReduced(b, getLoc(), dys[0], getX(), getDims()));
+  return success();
+}
+
+MAPP_GRADIENT(ReduceMaxOp) { // torch.amax: dy shared among a slice's maxima
+  Location loc = getLoc();
+  Value hit = b.create<EqOp>(
+      loc, getX(), repeatOverReduced(b, loc, getResult(), getX(), getDims()));
+  Value count = b.create<ReduceSumOp>(loc, getResult().getType(), hit,
+                                      b.getDenseI64ArrayAttr(getDims()));
+  Value share = b.create<DivOp>(loc, dys[0], count);
+  grads.push_back(
+      mul(b, loc, repeatOverReduced(b, loc, share, getX(), getDims()), hit));
   return success();
 }
 #undef MAPP_GRADIENT

@@ -542,8 +542,13 @@ def Mapp_FillOp : Mapp_ComputeOp<"fill"> {
   let assemblyFormat = "$value attr-dict `:` type($result)";
 }
 
-def Mapp_ReduceMaxOp : Mapp_ComputeOp<"reduce_max"> {
-  let summary = "max over the listed dims, which are removed (no gradient)";
+def Mapp_ReduceMaxOp : Mapp_DiffOp<"reduce_max"> {
+  let summary = "max over the listed dims, which are removed";
+  let description = [{
+    The gradient is torch.amax's: each reduced slice's dy is shared evenly
+    among the elements equal to its max (torch.max(x, dim) gives it all to
+    one of them; the two differ only on ties).
+  }];
   let arguments = (ins Mapp_FloatTensor:$x, DenseI64ArrayAttr:$dims);
   let results = (outs Mapp_FloatTensor:$result);
   let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
