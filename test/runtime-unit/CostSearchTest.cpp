@@ -251,6 +251,10 @@ TEST(CostSearch, ProfileAndClusterKeysAreChecked) {
   EXPECT_FALSE(parseProfile(R"({"device":"cpu","collectives":"tree"})",
                             "p.json", p, &err));
   EXPECT_EQ(err.rfind("p.json: key 'collectives': expected \"ring\"", 0), 0u) << err;
+  EXPECT_FALSE(parseProfile(R"({"device":"cpu","attention_scores":"hbm"})",
+                            "p.json", p, &err));
+  EXPECT_EQ(err.rfind("p.json: key 'attention_scores': expected \"memory\"", 0), 0u)
+      << err;
   EXPECT_FALSE(parseProfile(R"({"device":"tpu"})", "p.json", p, &err));
   EXPECT_NE(err.find("unknown device kind 'tpu'"), std::string::npos) << err;
   Cluster c;
@@ -270,3 +274,39 @@ TEST(CostSearch, ProfileAndClusterKeysAreChecked) {
 }
 
 } // namespace
+
+// Attention's score rows are streamed bytes where the kernel puts them in
+// memory (the CPU's), not where a fused GPU kernel keeps them on chip
+// (its calibrated rate is all of its cost): by device kind, or the
+// profile's "attention_scores". The difference is the closed form
+// 3 · e·4·n·T·heads / bandwidth per layer (forward once, backward twice).
+TEST(CostSearch, AttentionScoreRowsStreamOnlyWhereTheyLeaveTheChip) {
+  Profile cpu, h100;
+  ASSERT_TRUE(defaultProfile("cpu", cpu));
+  ASSERT_TRUE(defaultProfile("h100", h100));
+  EXPECT_TRUE(cpu.attentionScoresInMemory);
+  EXPECT_FALSE(h100.attentionScoresInMemory);
+  std::string err;
+  Profile q;
+  ASSERT_TRUE(parseProfile(R"({"device":"h100","attention_scores":"memory"})",
+                           "q.json", q, &err))
+      << err;
+  EXPECT_TRUE(q.attentionScoresInMemory);
+  Profile back;
+  ASSERT_TRUE(parseProfile(profileJson(h100), "h.json", back, &err)) << err;
+  EXPECT_FALSE(back.attentionScoresInMemory);
+  ASSERT_TRUE(parseProfile(profileJson(q), "q2.json", back, &err)) << err;
+  EXPECT_TRUE(back.attentionScoresInMemory);
+  ModelDims m = gpt(4, 1024, 16, 2048, 32000);
+  Layout l;
+  l.microBatch = 2;
+  l.microbatches = 1;
+  l.compute = DType::BF16;
+  Cluster c;
+  c.deviceKind = "h100";
+  c.devicesPerNode = 1;
+  Prediction on = predict(m, l, c, h100), off = predict(m, l, c, q);
+  const double e = 2, n = 2.0 * 2048;
+  double perLayerNs = 3 * e * 4 * n * 2048 * 16 / h100.memGBps;
+  EXPECT_NEAR((off.stepMs - on.stepMs) * 1e6, 4 * perLayerNs, 1e-3 * perLayerNs);
+}

@@ -123,6 +123,7 @@ bool mapp::cost::defaultProfile(const std::string &kind, Profile &out) {
       out.inter = d.inter;
       out.memoryGiB = d.memoryGiB;
       out.bf16Storage = d.bf16Storage;
+      out.attentionScoresInMemory = kind == "cpu";
       return true;
     }
   return false;
@@ -170,6 +171,11 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
         return false;
       if (out.attentionEfficiency > 1)
         return r.fail(k, "expected a fraction in (0, 1]");
+    } else if (k == "attention_scores") {
+      if (!v.is_string() ||
+          (v.get<std::string>() != "memory" && v.get<std::string>() != "on-chip"))
+        return r.fail(k, "expected \"memory\" or \"on-chip\"");
+      out.attentionScoresInMemory = v.get<std::string>() == "memory";
     } else if (k == "mem_gbps") {
       if (!r.number(v, k, out.memGBps))
         return false;
@@ -313,6 +319,7 @@ std::string mapp::cost::profileJson(const Profile &p) {
               {"fp8", p.gemmTflopsFp8}}},
             {"peak_tflops", p.peakTflops},
             {"attention_efficiency", p.attentionEfficiency},
+            {"attention_scores", p.attentionScoresInMemory ? "memory" : "on-chip"},
             {"mem_gbps", p.memGBps},
             {"op_overhead_us", p.opOverheadUs},
             {"memory_gib", p.memoryGiB},

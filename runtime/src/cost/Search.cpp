@@ -277,10 +277,13 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   // Experts over ep: balanced routing gives each member the same rows in
   // all, so the per-rank FLOPs do not change with ep.
   // Streamed bytes: norms and residuals (replicated over tp), the tp-split
-  // activations, attention's score rows, the MLP's activation.
+  // activations, attention's score rows (where they leave the chip), the
+  // MLP's activation.
   double width = m.experts > 0 ? double(m.topk) * m.moeFfn : double(m.ffn);
-  double fwdBytes = e * (10 * n * h + 6 * n * h / t +
-                         4 * n * m.seq * m.heads / t + 3 * n * width / t);
+  double scoreBytes =
+      p.attentionScoresInMemory ? e * 4 * n * m.seq * m.heads / t : 0;
+  double fwdBytes = e * (10 * n * h + 6 * n * h / t + 3 * n * width / t) +
+                    scoreBytes;
   double fwdOps = m.layerForwardOps;
   double fwdNs = costs.bulkNs(gemm, attn, fwdBytes, fwdOps, l.compute);
   double bwdNs = costs.bulkNs(2 * gemm, 2 * attn, 2 * fwdBytes, 2 * fwdOps,
@@ -288,8 +291,7 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   if (l.recompute == Recompute::Full)
     bwdNs += fwdNs;
   else if (l.recompute == Recompute::Selective)
-    bwdNs += costs.bulkNs(0, attn, e * 4 * n * m.seq * m.heads / t,
-                          fwdOps * 0.25, l.compute);
+    bwdNs += costs.bulkNs(0, attn, scoreBytes, fwdOps * 0.25, l.compute);
   // Tensor parallelism: 2 all-reduces of [n, h] forward, 2 backward.
   double tpNs = 4 * costs.collectiveNs(Costs::Coll::AllReduce, e * n * h,
                                        l.tp, tpIntra);

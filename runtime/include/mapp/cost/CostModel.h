@@ -40,6 +40,12 @@ struct Profile {
   double peakTflops = 0.1;
   /// Fraction of the GEMM rate attention's batched products reach.
   double attentionEfficiency = 0.5;
+  /// Attention's score rows go through memory (the CPU kernel's softmax
+  /// over a materialized T×T block per head), priced as streamed bytes
+  /// beside its FLOPs; on GPUs the fused kernel (cuDNN, flash) keeps them
+  /// on chip and its calibrated rate is all of its cost (`"attention_scores":
+  /// "memory"` or `"on-chip"`; default by device kind).
+  bool attentionScoresInMemory = true;
   double memGBps = 10;       // streaming (elementwise) bandwidth
   double opOverheadUs = 5;   // per instruction (dispatch, launch)
   Link intra{50, 10}, inter{10, 20};
