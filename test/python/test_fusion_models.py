@@ -29,16 +29,21 @@ def op_counts(text):
     return collections.Counter(re.findall(r"mapp\.(\w+) ", text))
 
 
+def fused_and_unfused(tmp_path, module, cfg):
+    """The module exported generic (--no-recognize), trained STEPS steps
+    with and without -mapp-fuse in tmp_path/fused and tmp_path/unfused."""
+    args = dict(module=module, export_args=["--no-recognize"], pythonpath=[HERE])
+    (tmp_path / "fused").mkdir()
+    (tmp_path / "unfused").mkdir()
+    return (compile_and_train(tmp_path / "fused", cfg, STEPS, opt_args=["-mapp-fuse"], **args),
+            compile_and_train(tmp_path / "unfused", cfg, STEPS, **args))
+
+
 @pytest.mark.parametrize("mlp,norm", [("geglu", "rms"), ("sqrelu", "layer")])
 def test_fused_model_trains_like_pytorch_and_unfused(tmp_path, mlp, norm):
     from models.fused_mlp import FusedMlp
     cfg = {**CFG, "mlp": mlp, "norm": norm}
-    args = dict(module="models.fused_mlp:FusedMlp", export_args=["--no-recognize"],
-                pythonpath=[HERE])
-    (tmp_path / "fused").mkdir()
-    (tmp_path / "unfused").mkdir()
-    fused = compile_and_train(tmp_path / "fused", cfg, STEPS, opt_args=["-mapp-fuse"], **args)
-    plain = compile_and_train(tmp_path / "unfused", cfg, STEPS, **args)
+    fused, plain = fused_and_unfused(tmp_path, "models.fused_mlp:FusedMlp", cfg)
 
     ops = op_counts((tmp_path / "fused" / "train.mlir").read_text())
     before = op_counts((tmp_path / "unfused" / "train.mlir").read_text())
@@ -85,12 +90,7 @@ def test_maxima_model_fuses_and_trains_like_pytorch(tmp_path):
     from models.maxout_zloss import MaxoutGPT
     cfg = dict(vocab_size=256, micro_batch_size=2, seq_length=8, d_model=16, n_heads=2,
                n_layers=1, hidden=12, pieces=3)
-    args = dict(module="models.maxout_zloss:MaxoutGPT", export_args=["--no-recognize"],
-                pythonpath=[HERE])
-    (tmp_path / "fused").mkdir()
-    (tmp_path / "unfused").mkdir()
-    fused = compile_and_train(tmp_path / "fused", cfg, STEPS, opt_args=["-mapp-fuse"], **args)
-    plain = compile_and_train(tmp_path / "unfused", cfg, STEPS, **args)
+    fused, plain = fused_and_unfused(tmp_path, "models.maxout_zloss:MaxoutGPT", cfg)
     text = (tmp_path / "fused" / "train.mlir").read_text()
     programs = re.findall(r'program = "([^"]*)"', text)
     softmax = [p for p in programs if re.search(
