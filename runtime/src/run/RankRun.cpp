@@ -439,13 +439,13 @@ private:
         int to = rebalance->decide(&evidence);
         if (lead_ && sh_.measureAfterSwitch && sh_.measuredStepMs == 0)
           sh_.measuredStepMs = rebalance->lastStepSeconds() * 1e3;
-        if (to < 0 && lead_) // the monitor alone: why this window stayed
-          reportDecision("mapp-run", o_.monitor, "",
-                         nlohmann::json({{"event", "elastic"},
-                               {"decision", "repartition-window"},
-                               {"step", exec_->stepsDone()},
-                               {"evidence", nlohmann::json::parse(evidence)}})
-                             .dump());
+        if (to < 0 && lead_) { // the monitor alone: why this window stayed
+          nlohmann::json window = {{"event", "elastic"},
+                                   {"decision", "repartition-window"},
+                                   {"step", exec_->stepsDone()},
+                                   {"evidence", nlohmann::json::parse(evidence)}};
+          reportDecision("mapp-run", o_.monitor, "", window.dump());
+        }
         if (to >= 0) {
           if (lead_) {
             sh_.switchTo = to;
