@@ -64,7 +64,17 @@ if [ "${1:-}" = --prepare ]; then
     done
     mlirs+=("$DIR/plans/$mlp.fused.mlir")
   done
+  # The maxima model (models/maxout_zloss.py): its regions with reduce_max
+  # and their gradients join the kernel check.
+  echo '{"vocab_size": 256, "micro_batch_size": 4, "seq_length": 64, "d_model": 128,
+         "n_heads": 4, "n_layers": 2, "hidden": 256, "pieces": 3}' > "$DIR/plans/maxout.json"
+  /usr/bin/python3 -m mapp.export --module models.maxout_zloss:MaxoutGPT \
+    --config "$DIR/plans/maxout.json" -o "$DIR/plans/maxout.mlir" --no-recognize
+  "$BIN/mapp-opt" "$DIR/plans/maxout.mlir" -mapp-autodiff "-mapp-optimizer=$OPT" -mapp-fuse \
+    "${BF16[@]}" -o "$DIR/plans/maxout.fused.mlir"
+  mlirs+=("$DIR/plans/maxout.fused.mlir")
   /usr/bin/python3 -m mapp.fused_cases "${mlirs[@]}" -o "$DIR/cases.tsv"
+  rm "$DIR/plans/maxout".*
   "$BIN/mapp-translate" --import-gpt-config bench/gpu/configs/llama-1b.json -o "$DIR/plans/llama.mlir"
   for v in fused unfused; do
     extra=()

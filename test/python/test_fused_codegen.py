@@ -50,6 +50,18 @@ def test_generated_kernels_match_cpu_evaluator(tmp_path):
         text = run([opt, tmp_path / f"{mlp}.mlir", "-mapp-autodiff", "-mapp-optimizer",
                     "-mapp-fuse"]).stdout
         cases += fused_cases(text)
+    # The maxima model (torch.max, amax, logsumexp): its reduce_max regions
+    # and their gradients' regions, as autodiff writes them.
+    cfg = dict(vocab_size=256, micro_batch_size=2, seq_length=8, d_model=16, n_heads=2,
+               n_layers=1, hidden=12, pieces=3)
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    run([sys.executable, "-m", "mapp.export", "--module", "models.maxout_zloss:MaxoutGPT",
+         "--config", tmp_path / "cfg.json", "-o", tmp_path / "maxout.mlir", "--no-recognize"],
+        env=env)
+    before = len(cases)
+    cases += fused_cases(run([opt, tmp_path / "maxout.mlir", "-mapp-autodiff",
+                              "-mapp-optimizer", "-mapp-fuse"]).stdout)
+    assert any("reduce_max[" in c for c in cases[before:]), cases[before:]
     assert lit_cases >= 8 and len(cases) - lit_cases >= 16, cases
     # The models' activations are among them (test_fusion_models.py's regions).
     programs = {c.split("\t")[0] for c in cases}
