@@ -81,10 +81,7 @@ class AlgebraLowering:
         y = alg.elementwise(self, node, "mapp.add",
                             alg.unary(self, node, "mapp.log",
                                       alg.reduce_sum(self, node, e, list(dim), True)), m)
-        if keepdim:
-            return y
-        shape = node_shape(node)
-        return self._layout(node, y, Step("reshape", shape, node))
+        return y if keepdim else self._layout(node, y, Step("reshape", node_shape(node), node))
 
     def op_clamp(self, node, x, lo=None, hi=None):
         y = x if lo is None else alg.elementwise(self, node, "mapp.maximum", x, lo)

@@ -39,6 +39,17 @@ def fused_and_unfused(tmp_path, module, cfg):
             compile_and_train(tmp_path / "unfused", cfg, STEPS, **args))
 
 
+def like_unfused_and_pytorch(tmp_path, cls, cfg, fused, plain):
+    """Every fused loss within 1e-6 of the unfused plan's, and the fused run
+    within 1e-5 of PyTorch's cls(cfg) (losses and step-0 gradients); the
+    worst relative loss difference to PyTorch."""
+    for f, p in zip(fused[0], plain[0]):
+        assert abs(f["loss"] - p["loss"]) <= 1e-6 * abs(p["loss"]), (f, p)
+    torch.manual_seed(0)
+    weights = safetensors.load(tmp_path / "fused" / "init.safetensors")[0]
+    return train_torch_and_compare(cls(cfg), weights, *fused, tolerance=1e-5)
+
+
 @pytest.mark.parametrize("mlp,norm", [("geglu", "rms"), ("sqrelu", "layer")])
 def test_fused_model_trains_like_pytorch_and_unfused(tmp_path, mlp, norm):
     from models.fused_mlp import FusedMlp
@@ -70,12 +81,7 @@ def test_fused_model_trains_like_pytorch_and_unfused(tmp_path, mlp, norm):
     for dims, shape in re.findall(r"mapp\.reduce_sum %\w+ \{dims = array<i64: ([\d, ]+)>.*"
                                   r": \(tensor<([\dx]+)xf32>\)", text):
         assert len(shape.split("x")) - 1 not in [int(d) for d in dims.split(",")], (dims, shape)
-    for f, p in zip(fused[0], plain[0]):
-        assert abs(f["loss"] - p["loss"]) <= 1e-6 * abs(p["loss"]), (f, p)
-    torch.manual_seed(0)
-    model = FusedMlp(cfg)
-    weights = safetensors.load(tmp_path / "fused" / "init.safetensors")[0]
-    worst = train_torch_and_compare(model, weights, *fused, tolerance=1e-5)
+    worst = like_unfused_and_pytorch(tmp_path, FusedMlp, cfg, fused, plain)
     same = sum(f["loss"] == p["loss"] for f, p in zip(fused[0], plain[0]))
     print(f"{mlp}/{norm}: {ops['fused']} regions ({len(row_programs)} row programs); worst relative loss difference to PyTorch over "
           f"{STEPS} steps {worst:.2e}; {same}/{STEPS} losses bit-equal to the unfused plan")
@@ -96,11 +102,6 @@ def test_maxima_model_fuses_and_trains_like_pytorch(tmp_path):
     softmax = [p for p in programs if re.search(
         r"reduce_max\[3\]\(%i?\d+\); .*exp\(.*reduce_sum\[3\]\(%\d+\); .*div\(", p)]
     assert softmax, programs
-    for f, p in zip(fused[0], plain[0]):
-        assert abs(f["loss"] - p["loss"]) <= 1e-6 * abs(p["loss"]), (f, p)
-    torch.manual_seed(0)
-    model = MaxoutGPT(cfg)
-    weights = safetensors.load(tmp_path / "fused" / "init.safetensors")[0]
-    worst = train_torch_and_compare(model, weights, *fused, tolerance=1e-5)
+    worst = like_unfused_and_pytorch(tmp_path, MaxoutGPT, cfg, fused, plain)
     print(f"maxout-zloss: {len(programs)} regions; worst relative loss difference to "
           f"PyTorch over {STEPS} steps {worst:.2e}")

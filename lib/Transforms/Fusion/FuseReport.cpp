@@ -19,18 +19,13 @@ namespace fz = mapp::rt::fused;
 
 namespace {
 
-int64_t elements(Type t) {
-  auto r = cast<RankedTensorType>(t);
-  int64_t n = 1;
-  for (int64_t d : r.getShape())
-    n *= d;
-  return n;
+int64_t elements(Type t) { return cast<RankedTensorType>(t).getNumElements(); }
+
+int64_t elementBytes(Type t) {
+  return (cast<RankedTensorType>(t).getElementTypeBitWidth() + 7) / 8;
 }
 
-int64_t bytesOf(Type t) {
-  return elements(t) *
-         ((cast<RankedTensorType>(t).getElementTypeBitWidth() + 7) / 8);
-}
+int64_t bytesOf(Type t) { return elements(t) * elementBytes(t); }
 
 struct Saving {
   int64_t unfusedBytes = 0, fusedBytes = 0, unfusedLaunches = 0,
@@ -49,18 +44,12 @@ struct Saving {
 Saving measure(FusedOp op, fz::Program &prog, std::string &names) {
   Saving s;
   s.regions = 1;
-  int64_t n = 1;
-  for (int64_t d : op.getDomain())
-    n *= d;
-  int64_t inner = 1;
-  for (size_t d = op.getDomain().size() - prog.rowDims;
-       d < op.getDomain().size(); ++d)
-    inner *= op.getDomain()[d];
+  ArrayRef<int64_t> domain = op.getDomain();
+  const int64_t n = ShapedType::getNumElements(domain);
+  const int64_t inner =
+      ShapedType::getNumElements(domain.take_back(prog.rowDims));
   const int64_t rows = n / std::max<int64_t>(inner, 1);
-  const int64_t es = (cast<RankedTensorType>(op.getValues()[0].getType())
-                          .getElementTypeBitWidth() +
-                      7) /
-                     8;
+  const int64_t es = elementBytes(op.getValues()[0].getType());
   std::vector<int64_t> count(prog.stmts.size());
   for (size_t k = 0; k < prog.stmts.size(); ++k) {
     const fz::Stmt &st = prog.stmts[k];

@@ -112,9 +112,13 @@ bool LiveMonitor::silent(int64_t step) const {
   return false;
 }
 
-void LiveMonitor::send(const StepSummary &s) {
+void LiveMonitor::send(StepSummary s) {
   if (s.step >= 0 && silent(s.step))
     return;
+  if (nvml_)
+    nvml_->read(s); // the GPU now: what the step just ran under
+  if (busyHost_)
+    s.flags |= StepSummary::BusyHost;
   if (rank_ == 0) {
     count(s);
     diag_->add(s);
@@ -146,10 +150,6 @@ void LiveMonitor::afterStep(int64_t step) {
     StepSummary sum = summarizer_.take(static_cast<int>(s));
     if (!observes(s))
       continue; // an unmonitored step (--monitor-cost): nothing recorded
-    if (nvml_)
-      nvml_->read(sum); // the GPU now: what the step just ran under
-    if (busyHost_)
-      sum.flags |= StepSummary::BusyHost;
     send(sum);
   }
   sentThrough_ = std::max(sentThrough_, complete);
@@ -242,10 +242,6 @@ void LiveMonitor::finish() {
     last = std::max<int64_t>(last, s);
   for (int64_t s = sentThrough_ + 1; s <= last; ++s) {
     StepSummary sum = summarizer_.take(static_cast<int>(s));
-    if (nvml_)
-      nvml_->read(sum);
-    if (busyHost_)
-      sum.flags |= StepSummary::BusyHost;
     send(sum);
   }
   sentThrough_ = last;

@@ -99,7 +99,9 @@ public:
   size_t alertsWritten() const { return log_ ? log_->written() : 0; }
 
 private:
-  void send(const monitor::StepSummary &s);
+  /// One step's summary, stamped with the GPU's state and the busy-host
+  /// flag, to rank 0's diagnoser (batched).
+  void send(monitor::StepSummary s);
   void flushBatch();
   void postInbox(int r);
   void postVerdict();
