@@ -105,9 +105,11 @@ class Bench:
         return plan
 
     def args(self, plan, steps, metrics, extra=()):
-        return [self.run_tool, plan, "--data", self.corpus, "--tokenizer", "bytes",
-                "--steps", steps, "--seed", 3, "--metrics", metrics, "--quiet",
-                "--threads", 1, *extra]
+        # --backend cpu: a CUDA build of mapp-run defaults to the GPU, where
+        # slow-compute stretches only the kernel launches (the CPU criteria).
+        return [self.run_tool, plan, "--backend", "cpu", "--data", self.corpus,
+                "--tokenizer", "bytes", "--steps", steps, "--seed", 3,
+                "--metrics", metrics, "--quiet", "--threads", 1, *extra]
 
     def timed(self, config, layers, slow, steps, warmup):
         """One run; appends its steps after the warm-up to config's times."""
