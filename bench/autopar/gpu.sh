@@ -54,7 +54,9 @@ if [ "${1:-}" = "--prepare" ]; then
         tag=$cap; [ "$cap" = 0 ] && tag=0-$kind
         # A cap below the card's memory ranks alike on every card: once.
         [ "$cap" != 0 ] && [ "$card" != "${CARDS%% *}" ] && continue
-        "$BINDIR/mapp-opt" "$P/model.mlir" -o /dev/null --mapp-auto-parallel="world=1 global-batch=$BATCH mem-cap-gib=$cap cluster=${AUTOPAR_CLUSTER:-${card#*:}} search-only=true top=6 report=$P/cap$tag.json" \
+        # The compiling pass: the memory planner checks the ranking's
+        # candidates in order and the report names the one chosen.
+        "$BINDIR/mapp-opt" "$P/model.mlir" -o /dev/null --mapp-auto-parallel="world=1 global-batch=$BATCH mem-cap-gib=$cap cluster=${AUTOPAR_CLUSTER:-${card#*:}} top=6 report=$P/cap$tag.json pipeline='$OPTS'" \
           2> "$P/cap$tag.txt"
         /usr/bin/python3 -c '
 import json, sys
@@ -143,7 +145,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 rep = json.load(open(sys.argv[2]))
 cap, model = float(sys.argv[3]), sys.argv[4]
 limit = cap if cap > 0 else float(sys.argv[5])
-top = rep["top"][0]
+top = rep["top"][rep["chosen"] - 1] if rep.get("chosen") else rep["top"][0]
 key = (top["micro_batch"], top["activation_storage"], top["options"].replace(" ", ","))
 chosen = next(r for r in rows if (r["mbs"], r["storage"], r["options"]) == key)
 fits = [r for r in rows if r["ok"] and r["peak_gib"] is not None and r["peak_gib"] <= limit]

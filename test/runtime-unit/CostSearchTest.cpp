@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -17,6 +18,7 @@ Profile idealProfile() {
   Profile p;
   defaultProfile("h100", p);
   p.opOverheadUs = 0;
+  p.runtimeReserveGiB = 0;
   p.intra = {80, 0};
   p.inter = {80, 0};
   return p;
@@ -309,4 +311,95 @@ TEST(CostSearch, AttentionScoreRowsStreamOnlyWhereTheyLeaveTheChip) {
   const double e = 2, n = 2.0 * 2048;
   double perLayerNs = 3 * e * 4 * n * 2048 * 16 / h100.memGBps;
   EXPECT_NEAR((off.stepMs - on.stepMs) * 1e6, 4 * perLayerNs, 1e-3 * perLayerNs);
+}
+
+TEST(CostSearch, MemoryBesideThePlanIsShadowsLogitsAndTheReserve) {
+  // A low-precision backend holds a bf16 shadow of every weight and a bf16
+  // copy of the logits' gradient beside the plan, plus its reserve: closed
+  // forms, and the profile key round-trips.
+  Profile h100;
+  ASSERT_TRUE(defaultProfile("h100", h100));
+  EXPECT_GT(h100.runtimeReserveGiB, 0);
+  Profile cpu;
+  ASSERT_TRUE(defaultProfile("cpu", cpu));
+  EXPECT_EQ(cpu.runtimeReserveGiB, 0);
+  std::string err;
+  Profile q;
+  ASSERT_TRUE(parseProfile(R"({"device":"h100","runtime_reserve_gib":1.5})",
+                           "q.json", q, &err))
+      << err;
+  EXPECT_EQ(q.runtimeReserveGiB, 1.5);
+  Profile back;
+  ASSERT_TRUE(parseProfile(profileJson(q), "q2.json", back, &err)) << err;
+  EXPECT_EQ(back.runtimeReserveGiB, 1.5);
+  Profile bad;
+  EXPECT_FALSE(parseProfile(R"({"device":"h100","runtime_reserve_gib":-1})",
+                            "bad.json", bad, &err));
+  EXPECT_NE(err.find("runtime_reserve_gib"), std::string::npos) << err;
+
+  ModelDims m = gpt(4, 1024, 16, 2048, 32000);
+  Layout l;
+  l.microBatch = 2;
+  l.microbatches = 1;
+  l.compute = DType::BF16;
+  Cluster c;
+  c.deviceKind = "h100";
+  c.devicesPerNode = 1;
+  Prediction bf16 = predict(m, l, c, q);
+  const double gib = 1073741824.0;
+  // One stage: the layers, the tied embedding and the learned positions.
+  double params = m.layers * m.layerParams() + (32000.0 + 2048) * 1024;
+  EXPECT_NEAR(bf16.outsidePlanBytes,
+              2 * params + 2 * 2.0 * 2048 * 32000 + 1.5 * gib, 1e-6 * gib);
+  EXPECT_NEAR(bf16.peakBytes,
+              bf16.paramStateBytes + bf16.activationBytes +
+                  bf16.workspaceBytes + bf16.outsidePlanBytes,
+              1);
+  l.compute = DType::F32; // no shadows, no low-precision copy
+  EXPECT_NEAR(predict(m, l, c, q).outsidePlanBytes, 1.5 * gib, 1e-6 * gib);
+}
+
+TEST(CostSearch, CapSlackKeepsLayoutsForThePlannerAndFlagsThem) {
+  // With slack, layouts predicted a little over the cap stay ranked and are
+  // flagged; none of them is over cap x (1 + slack); without it none stays.
+  ModelDims m = gpt(8, 1024, 16, 1024, 32000);
+  SearchRequest req;
+  req.model = m;
+  req.cluster = node(1);
+  req.profile = idealProfile();
+  req.world = 1;
+  req.globalBatch = 16;
+  req.top = 100;
+  SearchResult all;
+  std::string err;
+  req.memCapBytes = 1e15;
+  ASSERT_TRUE(search(req, all, &err)) << err;
+  // A cap between the smallest and the largest peak.
+  std::vector<double> peaks;
+  for (const Ranked &r : all.top)
+    peaks.push_back(r.pred.peakBytes);
+  std::sort(peaks.begin(), peaks.end());
+  req.memCapBytes = peaks[peaks.size() / 2];
+  SearchResult strict, slack;
+  ASSERT_TRUE(search(req, strict, &err)) << err;
+  req.capSlack = 0.15;
+  ASSERT_TRUE(search(req, slack, &err)) << err;
+  size_t flagged = 0;
+  for (const Ranked &r : strict.top) {
+    EXPECT_LE(r.pred.peakBytes, req.memCapBytes);
+    EXPECT_FALSE(r.overCapPredicted);
+  }
+  for (const Ranked &r : slack.top) {
+    EXPECT_LE(r.pred.peakBytes, req.memCapBytes * 1.15);
+    EXPECT_EQ(r.overCapPredicted, r.pred.peakBytes > req.memCapBytes);
+    flagged += r.overCapPredicted;
+  }
+  size_t between = 0;
+  for (double p : peaks)
+    between += p > req.memCapBytes && p <= req.memCapBytes * 1.15;
+  EXPECT_GT(between, 0u);
+  EXPECT_EQ(flagged, between);
+  EXPECT_EQ(slack.top.size(), strict.top.size() + between);
+  EXPECT_NE(formatRanking(req, slack).find("the memory planner decides"),
+            std::string::npos);
 }

@@ -14,6 +14,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 
+#include <optional>
+
 namespace mapp {
 #define GEN_PASS_DEF_MAPPAUTOPARALLEL
 #include "mapp/Transforms/Passes.h.inc"
@@ -24,6 +26,10 @@ using namespace mapp;
 namespace cost = mapp::cost;
 
 namespace {
+
+/// How far over the cap the formula may put a layout that the memory
+/// planner then checks (SearchRequest::capSlack).
+constexpr double kPlannerCheckedSlack = 0.15;
 
 int64_t intKey(DictionaryAttr d, StringRef k, int64_t dflt = 0) {
   auto a = d.getAs<IntegerAttr>(k);
@@ -189,8 +195,11 @@ struct AutoParallelPass
     return success();
   }
 
+  /// The ranking as JSON; `checked` (compiling runs) adds the planner's
+  /// verdict on each candidate compiled and the chosen one's rank.
   LogicalResult writeReport(ModuleOp module, const cost::SearchRequest &req,
-                            const cost::SearchResult &res) {
+                            const cost::SearchResult &res,
+                            llvm::json::Object checked = {}) {
     llvm::json::Array rows;
     for (const cost::Ranked &r : res.top)
       rows.push_back(llvm::json::Object{
@@ -204,6 +213,8 @@ struct AutoParallelPass
           {"step_ms", r.pred.stepMs},
           {"tokens_per_s", r.pred.tokensPerS},
           {"peak_bytes", r.pred.peakBytes},
+          {"outside_plan_bytes", r.pred.outsidePlanBytes},
+          {"over_cap_predicted", r.overCapPredicted},
           {"bubble", r.pred.bubbleFraction},
           {"exposed_comm_ms", r.pred.exposedCommMs},
           {"mfu", r.pred.mfu}});
@@ -214,6 +225,8 @@ struct AutoParallelPass
                          {"feasible", int64_t(res.feasible)},
                          {"search_seconds", res.searchSeconds},
                          {"top", std::move(rows)}};
+    for (auto &kv : checked)
+      o[kv.first] = std::move(kv.second);
     std::error_code ec;
     llvm::raw_fd_ostream os(report, ec);
     if (ec)
@@ -262,6 +275,9 @@ struct AutoParallelPass
     req.world = world;
     req.globalBatch = globalBatch;
     req.memCapBytes = memCapGib * 1073741824.0;
+    // The planner checks every candidate before it is chosen, so layouts a
+    // little over the cap by the formula stay in the running.
+    req.capSlack = searchOnly ? 0 : kPlannerCheckedSlack;
     req.top = top;
     std::string err;
     if (cluster.empty()) {
@@ -293,10 +309,10 @@ struct AutoParallelPass
     if (!cost::search(req, res, &err))
       return fail(module, err);
     llvm::errs() << cost::formatRanking(req, res);
-    if (!report.empty() && failed(writeReport(module, req, res)))
-      return failure();
     Builder b(&getContext());
     if (searchOnly) {
+      if (!report.empty() && failed(writeReport(module, req, res)))
+        return failure();
       const cost::Ranked &w = res.top.front();
       module->setAttr("mapp.auto_parallel",
                       b.getDictionaryAttr({
@@ -316,6 +332,15 @@ struct AutoParallelPass
     OwningOpRef<ModuleOp> original = module.clone();
     auto modelAttr = module->getAttrOfType<DictionaryAttr>("mapp.model");
     int64_t importedMbs = intKey(modelAttr, "micro_batch_size", 1);
+    llvm::json::Array checks;
+    auto writeChecked = [&](std::optional<size_t> chosen) {
+      llvm::json::Object extra{{"checked", std::move(checks)}};
+      extra["chosen"] = chosen ? llvm::json::Value(int64_t(*chosen + 1))
+                               : llvm::json::Value(nullptr);
+      return report.empty() ? success()
+                                  : writeReport(module, req, res,
+                                                std::move(extra));
+    };
     for (size_t i = 0; i < res.top.size(); ++i) {
       const cost::Layout &l = res.top[i].layout;
       if (i > 0)
@@ -344,14 +369,25 @@ struct AutoParallelPass
       if (failed(runPipeline(pm, module)))
         return fail(module, "compiling " + l.brief() + " failed");
       int64_t stage = 0;
-      FailureOr<uint64_t> peak = plannerPeak(module, stage);
-      if (failed(peak))
+      FailureOr<uint64_t> planned = plannerPeak(module, stage);
+      if (failed(planned))
         return failure();
+      // The device holds the plan's blocks and what the backend keeps
+      // beside them (weight shadows, workspaces): the cap covers both.
+      double outside = res.top[i].pred.outsidePlanBytes;
+      double peak = double(*planned) + outside;
       llvm::errs() << "auto-parallel: #" << i + 1 << " " << l.brief()
-                   << ": memory planner " << gib(*peak) << " (stage " << stage
-                   << "), predicted " << gib(res.top[i].pred.peakBytes)
-                   << ", cap " << gib(cap) << "\n";
-      if (*peak > cap)
+                   << ": memory planner " << gib(*planned) << " (stage "
+                   << stage << ") + beside the plan " << gib(outside) << " = "
+                   << gib(peak) << ", predicted "
+                   << gib(res.top[i].pred.peakBytes) << ", cap " << gib(cap)
+                   << "\n";
+      checks.push_back(llvm::json::Object{
+          {"rank", int64_t(i + 1)},
+          {"planned_peak_bytes", int64_t(*planned)},
+          {"outside_plan_bytes", outside},
+          {"fits", peak <= cap}});
+      if (peak > cap)
         continue;
       llvm::errs() << "auto-parallel: chose " << l.brief() << " ("
                    << opts << ")\n";
@@ -365,10 +401,14 @@ struct AutoParallelPass
               b.getNamedAttr("predicted_peak_bytes",
                              b.getF64FloatAttr(res.top[i].pred.peakBytes)),
               b.getNamedAttr("planned_peak_bytes",
-                             b.getI64IntegerAttr(int64_t(*peak))),
+                             b.getI64IntegerAttr(int64_t(*planned))),
+              b.getNamedAttr("outside_plan_bytes",
+                             b.getF64FloatAttr(outside)),
           }));
-      return success();
+      return writeChecked(i);
     }
+    if (failed(writeChecked(std::nullopt)))
+      return failure();
     return fail(module, "the memory planner puts each of the " +
                             Twine(res.top.size()) +
                             " best layouts over the cap of " + gib(cap) +

@@ -58,6 +58,12 @@ struct Profile {
   double memoryGiB = 16;
   /// Backend stores activations as bf16 (the CPU stores fp32: no saving).
   bool bf16Storage = false;
+  /// Device memory (GiB) the backend holds beside the plan's blocks and
+  /// the bf16 weight shadows: library workspaces, loaded kernels, scratch
+  /// (`"runtime_reserve_gib"`; the device kind's default, from the peak a
+  /// training run measured against its plan: calibration does not
+  /// measure it, its own buffers would count).
+  double runtimeReserveGiB = 0;
   /// Ranks that share the machine's cores (0: every rank its own device).
   /// The CPU bench runs 8 ranks on a few cores: each then computes at
   /// cores/ranks of the calibrated single-rank rate.
