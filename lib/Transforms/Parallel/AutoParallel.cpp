@@ -337,9 +337,9 @@ struct AutoParallelPass
       llvm::json::Object extra{{"checked", std::move(checks)}};
       extra["chosen"] = chosen ? llvm::json::Value(int64_t(*chosen + 1))
                                : llvm::json::Value(nullptr);
-      return report.empty() ? success()
-                                  : writeReport(module, req, res,
-                                                std::move(extra));
+      return report.empty()
+                 ? success()
+                 : writeReport(module, req, res, std::move(extra));
     };
     for (size_t i = 0; i < res.top.size(); ++i) {
       const cost::Layout &l = res.top[i].layout;

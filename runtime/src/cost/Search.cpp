@@ -414,7 +414,8 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   // Beside the plan: a low-precision backend's bf16 shadow of each weight
   // and the bf16 copy of the logits' gradient for the head's GEMMs
   // (measured on an H100: the device peak is the planner's plus these and
-  // the reserve, within 0.05 GiB; full recomputation needed ~0.5 GiB less).
+  // the reserve, within 0.05 GiB; full recomputation needed up to 0.8 GiB
+  // less).
   double lowPrecision = l.compute == DType::F32 ? 0 : 2;
   out.outsidePlanBytes = lowPrecision * (maxParams + n * double(m.vocab) / t) +
                          p.runtimeReserveGiB * 1073741824.0;
@@ -584,7 +585,9 @@ bool mapp::cost::search(const SearchRequest &req, SearchResult &out,
   }
   for (auto &[k, n] : rejected)
     out.rejected.push_back({k, n});
-  out.feasible = all.size();
+  out.feasible = std::count_if(all.begin(), all.end(), [](const Ranked &r) {
+    return !r.overCapPredicted;
+  });
   out.searchSeconds = std::chrono::duration<double>(
                           std::chrono::steady_clock::now() - t0)
                           .count();

@@ -123,7 +123,7 @@ struct Ranked {
 
 struct SearchResult {
   std::vector<Ranked> top;   // best first
-  size_t feasible = 0;       // layouts that fit
+  size_t feasible = 0;       // layouts that fit (as predicted)
   size_t considered = 0;     // layouts priced
   size_t overCap = 0;        // priced but over the cap (and its slack)
   /// Layouts pruned before pricing, by reason ("tp does not divide the
