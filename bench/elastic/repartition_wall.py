@@ -28,7 +28,9 @@ thread CPU time, so the slowdown scales with compute, as a slower core).
 (a), (b), (c) are interleaved so that drift of the machine affects all
 alike, and (f)'s samples join them. Prints a table and the verdict on the issue's goals: auto / best hand
 <= 1.15, even-slow / auto >= 1.3, back to even after step 60, losses 1e-5.
-Exit 0 when all hold, 1 when one does not (2: a tool failed).
+Exit 0 when all hold, 1 when one does not (2: a tool failed; 3: the host
+runs 5 busy processes over 1.5x slower than one, so its rank threads would
+not run side by side: --any-host overrides).
 
     python3 bench/elastic/repartition_wall.py [--bin build/bin] [--quick]
 
@@ -138,6 +140,23 @@ def jsonl(path):
     return [json.loads(l) for l in pathlib.Path(path).read_text().splitlines()]
 
 
+def _burn(seconds):
+    t = time.process_time()
+    while time.process_time() - t < seconds:
+        pass
+
+
+def parallel_slowdown(n, seconds=0.5):
+    """Wall time of n processes each burning `seconds` of CPU, over one's:
+    ~1 where the host gives each its own core."""
+    def wall(k):
+        t = time.perf_counter()
+        with concurrent.futures.ProcessPoolExecutor(k) as pool:
+            list(pool.map(_burn, [seconds] * k))
+        return time.perf_counter() - t
+    return wall(n) / wall(1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=str(REPO / "build" / "bin"))
@@ -152,6 +171,9 @@ def main():
                     help="compile the plans and write the corpus into --keep, run nothing")
     ap.add_argument("--prepared", action="store_true",
                     help="take the plans and corpus --prepare-only left in --keep")
+    ap.add_argument("--any-host", action="store_true",
+                    help="skip the check that the host runs the rank threads "
+                    "side by side (exit 3 when it does not)")
     a = ap.parse_args()
     if (a.prepare_only or a.prepared) and not a.keep:
         ap.error("--prepare-only and --prepared need --keep DIR")
@@ -185,6 +207,18 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
             b.plans = dict(zip([even, *auto], pool.map(
                 lambda l: b.compile(model, l), [even, *auto])))
+    # The criteria compare step times of 4 rank threads: on a host that
+    # does not run them side by side the fault and the partitions blur (the
+    # device host of 2026-12-06 ran them ~3x slow). --quick is a smoke run.
+    if not (a.prepare_only or a.quick or a.any_host):
+        slow = parallel_slowdown(PP + 1)
+        if slow > 1.5:
+            print(f"repartition_wall: this host runs {PP + 1} busy processes "
+                  f"{slow:.2f}x slower than one (os.cpu_count() "
+                  f"{os.cpu_count()}): the criteria need a core per rank "
+                  f"thread; --any-host runs anyway", file=sys.stderr)
+            return 3
+        print(f"host check: {PP + 1} busy processes take {slow:.2f}x one's time")
     if a.prepare_only:
         print(f"prepared {len(b.plans)} plans and {b.corpus.name} in {work}")
         return 0
