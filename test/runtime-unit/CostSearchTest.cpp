@@ -44,6 +44,27 @@ Cluster node(int devices, const std::string &kind = "h100") {
   return c;
 }
 
+/// One device, one microbatch of `mbs` sequences, bf16 compute.
+Layout oneStepBf16(int mbs) {
+  Layout l;
+  l.microBatch = mbs;
+  l.microbatches = 1;
+  l.compute = DType::BF16;
+  return l;
+}
+
+/// A search of `m` on `world` devices, `perNode` to a node, ideal profile.
+SearchRequest request(const ModelDims &m, int perNode, int world,
+                      int globalBatch) {
+  SearchRequest req;
+  req.model = m;
+  req.cluster = node(perNode);
+  req.profile = idealProfile();
+  req.world = world;
+  req.globalBatch = globalBatch;
+  return req;
+}
+
 TEST(CostSearch, RingCollectivesAndLinksAreTheirClosedForms) {
   Profile p = idealProfile();
   p.intra = {80, 3}; // 10 bytes per ns, 3 us a step
@@ -107,15 +128,9 @@ TEST(CostSearch, SearchFindsTheExhaustiveMinimum) {
   // An independent enumeration of every layout of the space (no pruning)
   // finds the same best layout and the same number of feasible ones.
   ModelDims m = gpt(8, 256, 8, 128, 512);
-  SearchRequest req;
-  req.model = m;
-  req.cluster = node(8);
-  req.profile = idealProfile();
+  SearchRequest req = request(m, 8, 16, 32);
   req.profile.opOverheadUs = 3;
   req.profile.intra = {400, 2};
-  req.world = 16;
-  req.globalBatch = 32;
-  req.cluster.devicesPerNode = 8;
   req.space.schedules = {"1f1b", "interleaved", "zb-h1"};
   req.space.recomputes = {Recompute::None, Recompute::Full};
   req.space.chunks = {1, 2};
@@ -168,12 +183,7 @@ TEST(CostSearch, SearchFindsTheExhaustiveMinimum) {
 
 TEST(CostSearch, TensorParallelStaysInsideANode) {
   ModelDims m = gpt(8, 1024, 16, 512, 1024);
-  SearchRequest req;
-  req.model = m;
-  req.cluster = node(4);
-  req.profile = idealProfile();
-  req.world = 16;
-  req.globalBatch = 16;
+  SearchRequest req = request(m, 4, 16, 16);
   req.top = 1000;
   SearchResult res;
   std::string err;
@@ -184,12 +194,7 @@ TEST(CostSearch, TensorParallelStaysInsideANode) {
 
 TEST(CostSearch, CapBelowEveryLayoutNamesTheSmallestAndTheKnob) {
   ModelDims m = gpt(4, 256, 8, 128, 512);
-  SearchRequest req;
-  req.model = m;
-  req.cluster = node(8);
-  req.profile = idealProfile();
-  req.world = 2;
-  req.globalBatch = 8;
+  SearchRequest req = request(m, 8, 2, 8);
   req.memCapBytes = 1 << 20; // 1 MiB
   SearchResult res;
   std::string err;
@@ -209,12 +214,7 @@ TEST(CostSearch, WorldWithoutFactorizationIsAnError) {
   // 7 does not divide the batch, pp 7 is at most the layers but leaves dp
   // = 1 -- and pp 7 with 4 layers is more stages than layers.
   ModelDims m = gpt(4, 256, 8, 128, 512);
-  SearchRequest req;
-  req.model = m;
-  req.cluster = node(8);
-  req.profile = idealProfile();
-  req.world = 7;
-  req.globalBatch = 8;
+  SearchRequest req = request(m, 8, 7, 8);
   SearchResult res;
   std::string err;
   ASSERT_FALSE(search(req, res, &err));
@@ -300,13 +300,8 @@ TEST(CostSearch, AttentionScoreRowsStreamOnlyWhereTheyLeaveTheChip) {
   ASSERT_TRUE(parseProfile(profileJson(q), "q2.json", back, &err)) << err;
   EXPECT_TRUE(back.attentionScoresInMemory);
   ModelDims m = gpt(4, 1024, 16, 2048, 32000);
-  Layout l;
-  l.microBatch = 2;
-  l.microbatches = 1;
-  l.compute = DType::BF16;
-  Cluster c;
-  c.deviceKind = "h100";
-  c.devicesPerNode = 1;
+  Layout l = oneStepBf16(2);
+  Cluster c = node(1);
   Prediction on = predict(m, l, c, h100), off = predict(m, l, c, q);
   const double e = 2, n = 2.0 * 2048;
   double perLayerNs = 3 * e * 4 * n * 2048 * 16 / h100.memGBps;
@@ -338,13 +333,8 @@ TEST(CostSearch, MemoryBesideThePlanIsShadowsLogitsAndTheReserve) {
   EXPECT_NE(err.find("runtime_reserve_gib"), std::string::npos) << err;
 
   ModelDims m = gpt(4, 1024, 16, 2048, 32000);
-  Layout l;
-  l.microBatch = 2;
-  l.microbatches = 1;
-  l.compute = DType::BF16;
-  Cluster c;
-  c.deviceKind = "h100";
-  c.devicesPerNode = 1;
+  Layout l = oneStepBf16(2);
+  Cluster c = node(1);
   Prediction bf16 = predict(m, l, c, q);
   const double gib = 1073741824.0;
   // One stage: the layers, the tied embedding and the learned positions.
@@ -363,12 +353,7 @@ TEST(CostSearch, CapSlackKeepsLayoutsForThePlannerAndFlagsThem) {
   // With slack, layouts predicted a little over the cap stay ranked and are
   // flagged; none of them is over cap x (1 + slack); without it none stays.
   ModelDims m = gpt(8, 1024, 16, 1024, 32000);
-  SearchRequest req;
-  req.model = m;
-  req.cluster = node(1);
-  req.profile = idealProfile();
-  req.world = 1;
-  req.globalBatch = 16;
+  SearchRequest req = request(m, 1, 1, 16);
   req.top = 100;
   SearchResult all;
   std::string err;
