@@ -1,6 +1,6 @@
 // --mapp-train-pipeline: the named pass pipeline from a forward graph to a
 // parallel training step (tensor → expert → pipeline → autodiff → optimizer
-// → data parallel → schedule).
+// → data parallel → [fuse] → schedule).
 #include "mapp/Transforms/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -96,6 +96,12 @@ struct TrainPipelineOptions
   Option<int64_t> warmup{*this, "warmup", llvm::cl::init(0)};
   Option<int64_t> totalSteps{*this, "total-steps", llvm::cl::init(0)};
   Option<double> minLr{*this, "min-lr", llvm::cl::init(0.0)};
+  // Off by default until the GPU figures say which hand kernels and GEMM
+  // epilogues a region may replace (docs/fusion.md).
+  Option<bool> fuse{*this, "fuse",
+                    llvm::cl::desc("Fuse elementwise chains (--mapp-fuse) "
+                                   "after the optimizer and data parallelism"),
+                    llvm::cl::init(false)};
   // MegaFBD (--mapp-split-fwd-bwd; tp= is the backward side's degree).
   Option<bool> fbd{*this, "fbd",
                    llvm::cl::desc("Split forward and backward (MegaFBD)"),
@@ -186,6 +192,11 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   if (o.schedule == "zb-h1")
     pm.addPass(mapp::createMappSplitBackward());
 
+  // Fusion sees the final graph: gradients, the optimizer's updates and the
+  // data-parallel collectives (a value a collective reads stays whole).
+  if (o.fuse)
+    pm.addPass(mapp::createMappFuse());
+
   mapp::MappPipelineScheduleOptions schedOpts;
   schedOpts.schedule = o.schedule;
   schedOpts.microbatches = o.microbatches;
@@ -221,7 +232,7 @@ void mapp::registerMappPipelines() {
       "Forward graph → parallel training step: tensor-parallel, "
       "expert-parallel (ep=, inside dp), context-parallel (cp=, cp-comm=, inside dp), pipeline-partition, autodiff (loss-scale 1/microbatches), recompute "
       "(recompute=selective|full|activations), optimizer, "
-      "data-parallel, pipeline-schedule, verify-schedule (fbd=true: then "
+      "data-parallel, fuse (fuse=true), pipeline-schedule, verify-schedule (fbd=true: then "
       "split-fwd-bwd)",
       buildTrainPipeline);
 }
