@@ -7,21 +7,13 @@
 # WORK: repartition_wall.py --keep's folder after --prepare-only (its
 # 4-4-4-4.mplan and digits.txt); MAPP_RUN: a mapp-run binary.
 set -u
-work=$1 run=$(realpath "$2")
+work=$1 run=$(realpath "$2") here=$(cd "$(dirname "$0")" && pwd)
 cd "$work" || exit 2
 echo "nproc $(nproc); cgroup cpu.max: $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo none)"
-python3 - <<'PY'
-import multiprocessing as mp, time
-def burn(_):
-    t = time.process_time()
-    while time.process_time() - t < 1.0:
-        pass
+python3 -c "import sys; sys.path.insert(0, '$here')
+from repartition_wall import busy_wall
 for n in (1, 4, 8, 16):
-    t = time.perf_counter()
-    with mp.Pool(n) as p:
-        p.map(burn, range(n))
-    print(f"{n:2d} processes x 1 CPU-second: {time.perf_counter() - t:.2f} s wall")
-PY
+    print(f'{n:2d} processes x 1 CPU-second: {busy_wall(n, 1.0):.2f} s wall')"
 one() { # label, then the command
   local label=$1; shift
   /usr/bin/time -f "%e s wall, %U s user, %S s sys" "$@" 2>/tmp/host_cores.time >/dev/null

@@ -146,15 +146,18 @@ def _burn(seconds):
         pass
 
 
+def busy_wall(k, seconds):
+    """Wall time of k processes each burning `seconds` of CPU."""
+    t = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(k) as pool:
+        list(pool.map(_burn, [seconds] * k))
+    return time.perf_counter() - t
+
+
 def parallel_slowdown(n, seconds=0.5):
-    """Wall time of n processes each burning `seconds` of CPU, over one's:
-    ~1 where the host gives each its own core."""
-    def wall(k):
-        t = time.perf_counter()
-        with concurrent.futures.ProcessPoolExecutor(k) as pool:
-            list(pool.map(_burn, [seconds] * k))
-        return time.perf_counter() - t
-    return wall(n) / wall(1)
+    """busy_wall of n processes over one's: ~1 where the host gives each
+    its own core."""
+    return busy_wall(n, seconds) / busy_wall(1, seconds)
 
 
 def main():

@@ -16,7 +16,8 @@ import torch
 
 from mapp import safetensors
 from mapp.export import example_inputs, export_module, pick_loss
-from train_harness import compile_and_train, train_torch_and_compare
+from conftest import require_tool
+from train_harness import compile_and_train, export, plan_losses, run, train_torch_and_compare
 
 STEPS = 20
 TOLERANCE = 1e-5
@@ -116,28 +117,13 @@ def test_generic_export_pipelines(tmp_path):
     like one rank: each use gets its own mapp.constant, so no table
     travels between stages (regression: one shared constant made the
     schedule verifier find an unmatched send)."""
-    import json
-    import sys
-    from conftest import require_tool
-    from train_harness import CORPUS, run
     spec, cfg, _ = MODELS["mistral-window"]
-    cfg = {**SHAPE, **cfg, "num_hidden_layers": 2}
-    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..", "python"),
-                                                       HERE]))
-    run([sys.executable, "-m", "mapp.export", "--module", spec, "--config", tmp_path / "cfg.json",
-         "-o", tmp_path / "m.mlir", "--weights", tmp_path / "w.safetensors", "--no-recognize"],
-        env=env)
+    export(tmp_path, {**SHAPE, **cfg, "num_hidden_layers": 2}, spec, ["--no-recognize"], [HERE])
     losses = {}
     for pp in (1, 2):
         layout = f"--mapp-train-pipeline=tp=1 pp={pp} dp=1 chunks=1 microbatches=1 schedule=1f1b"
-        run([require_tool("mapp-opt"), tmp_path / "m.mlir", layout, "-o", tmp_path / f"pp{pp}.mlir"])
-        run([require_tool("mapp-translate"), "--mapp-to-plan", tmp_path / f"pp{pp}.mlir",
-             "-o", tmp_path / f"pp{pp}.mplan"])
-        run([require_tool("mapp-run"), tmp_path / f"pp{pp}.mplan", "--data", CORPUS, "--tokenizer", "bytes",
-             "--steps", 3, "--seed", 11, "--weights", tmp_path / "w.safetensors",
-             "--metrics", tmp_path / f"pp{pp}.jsonl", "--comm=local", "--threads", 1, "--quiet"])
-        losses[pp] = [json.loads(l)["loss"] for l in (tmp_path / f"pp{pp}.jsonl").read_text().splitlines()]
+        run([require_tool("mapp-opt"), tmp_path / "model.mlir", layout, "-o", tmp_path / f"pp{pp}.mlir"])
+        losses[pp] = plan_losses(tmp_path, f"pp{pp}", 3)
     assert len(losses[1]) == 3 and losses[1] == pytest.approx(losses[2], rel=1e-6), losses
 
 
@@ -149,8 +135,6 @@ def test_canonicalize_fuses_written_out_rms_norm(tmp_path, name, norms):
     (rsqrt form; `1 + w` weights included) as mapp.rms_norm, and still
     computes PyTorch's loss (the interpreter, on the generic form)."""
     from mapp import interp
-    from conftest import require_tool
-    from train_harness import run
     spec, cfg, out = MODELS[name]
     cfg = {**SHAPE, **cfg}
     torch.manual_seed(0)

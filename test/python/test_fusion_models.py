@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from mapp import safetensors
-from train_harness import compile_and_train, train_torch_and_compare
+from conftest import require_tool
+from train_harness import compile_and_train, export, plan_losses, run, train_torch_and_compare
 
 STEPS = 20
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -125,34 +126,20 @@ def test_train_pipeline_fuses_on_parallel_layouts(tmp_path, model, layout):
     unfused (every loss within 1e-6) and like one rank unfused with the
     same 4 sequences a step in two microbatches (1e-5), with regions in
     the plan."""
-    import json
-    import sys
-    from conftest import require_tool
-    from train_harness import CORPUS, run
     if model == "fused-mlp":
         spec, cfg = "models.fused_mlp:FusedMlp", {**CFG, "mlp": "geglu", "norm": "rms",
                                                   "n_layers": 2}
     else:
         spec, cfg = _mistral_two_layers()
-    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..", "python"),
-                                                       HERE]))
-    run([sys.executable, "-m", "mapp.export", "--module", spec, "--config", tmp_path / "cfg.json",
-         "-o", tmp_path / "m.mlir", "--weights", tmp_path / "w.safetensors", "--no-recognize"],
-        env=env)
+    export(tmp_path, cfg, spec, ["--no-recognize"], [HERE])
     losses, regions = {}, {}
     runs = {"one": ("microbatches=2", "false"), "plain": (layout, "false"),
             "fused": (layout, "true")}
     for name, (opts, fuse) in runs.items():
         pipeline = f"--mapp-train-pipeline={opts} optimizer=adamw lr=1e-3 fuse={fuse}"
-        run([require_tool("mapp-opt"), tmp_path / "m.mlir", pipeline, "-o", tmp_path / f"{name}.mlir"])
+        run([require_tool("mapp-opt"), tmp_path / "model.mlir", pipeline, "-o", tmp_path / f"{name}.mlir"])
         regions[name] = op_counts((tmp_path / f"{name}.mlir").read_text())["fused"]
-        run([require_tool("mapp-translate"), "--mapp-to-plan", tmp_path / f"{name}.mlir",
-             "-o", tmp_path / f"{name}.mplan"])
-        run([require_tool("mapp-run"), tmp_path / f"{name}.mplan", "--backend=cpu", "--data", CORPUS,
-             "--tokenizer", "bytes", "--steps", 4, "--seed", 11, "--weights", tmp_path / "w.safetensors",
-             "--metrics", tmp_path / f"{name}.jsonl", "--comm=local", "--threads", 1, "--quiet"])
-        losses[name] = [json.loads(l)["loss"] for l in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        losses[name] = plan_losses(tmp_path, name, 4)
     assert regions["fused"] >= 8 and regions["plain"] == regions["one"] == 0, regions
     assert len(losses["fused"]) == 4
     assert losses["fused"] == pytest.approx(losses["plain"], rel=1e-6), losses

@@ -26,15 +26,33 @@ def run(cmd, **kw):
     return r
 
 
-def compile_and_train(tmp, cfg, steps, module="mapp.reference:GPT", export_args=(),
-                      pythonpath=(), opt_args=()):
-    """-> (metrics, batches, step-0 grads) of `steps` mapp-run CPU steps;
-    opt_args: passes run after the optimizer (e.g. -mapp-fuse)."""
+def export(tmp, cfg, module="mapp.reference:GPT", export_args=(), pythonpath=()):
+    """`module` built from `cfg` and exported into tmp/model.mlir, its
+    weights (seed 7) into tmp/init.safetensors."""
     (tmp / "cfg.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), *pythonpath]))
     run([sys.executable, "-m", "mapp.export", "--module", module,
          "--config", tmp / "cfg.json", "-o", tmp / "model.mlir",
          "--weights", tmp / "init.safetensors", "--seed", 7, *export_args], env=env)
+
+
+def plan_losses(tmp, name, steps):
+    """tmp/<name>.mlir (a training graph) lowered to a plan and run `steps`
+    CPU steps from tmp/init.safetensors over rank threads: the losses."""
+    run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / f"{name}.mlir",
+         "-o", tmp / f"{name}.mplan"])
+    run([require_tool("mapp-run"), tmp / f"{name}.mplan", "--backend=cpu", "--data", CORPUS,
+         "--tokenizer", "bytes", "--steps", steps, "--seed", 11,
+         "--weights", tmp / "init.safetensors", "--metrics", tmp / f"{name}.jsonl",
+         "--comm=local", "--threads", 1, "--quiet"])
+    return [json.loads(l)["loss"] for l in (tmp / f"{name}.jsonl").read_text().splitlines()]
+
+
+def compile_and_train(tmp, cfg, steps, module="mapp.reference:GPT", export_args=(),
+                      pythonpath=(), opt_args=()):
+    """-> (metrics, batches, step-0 grads) of `steps` mapp-run CPU steps;
+    opt_args: passes run after the optimizer (e.g. -mapp-fuse)."""
+    export(tmp, cfg, module, export_args, pythonpath)
     opt = (f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} "
            f"weight-decay={WD}")
     run([require_tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff",
