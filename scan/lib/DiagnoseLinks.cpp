@@ -169,9 +169,12 @@ void mapp::scan::diagnoseLinks(const Trace &t, const Matches &m,
     if (mins.empty())
       continue; // its receivers never waited for it
     double floorNs = percentile(mins, 0.25);
+    const bool busyEnd = d.busyHosts.count(t.ranks[ls.src].hdr.host) ||
+                         d.busyHosts.count(t.ranks[ls.dst].hdr.host);
     double bar = mapp::monitor::linkSlowBar(
         ref, opts.linkThreshold, noise,
-        crossDirection ? opts.crossDirectionMinExcessNs : 0);
+        std::max(crossDirection ? opts.crossDirectionMinExcessNs : 0,
+                 busyEnd ? opts.busyHostMinLinkExcessNs : 0));
     ls.ratio = ref / ls.transferNs;
     size_t slowSteps = 0;
     for (double ns : mins)

@@ -71,6 +71,13 @@ struct DiagnoseOptions {
   // A link compared with links of the other pipeline direction (its own
   // has fewer than three) must also be this much slower than them.
   double crossDirectionMinExcessNs = 1e6;
+  // A link with an end on a host that ran more threads than cores must be
+  // this much slower than its peers too: a transfer there (a memcpy of a
+  // few microseconds between rank threads) takes what the sender's or the
+  // receiver's scheduler adds, up to a time slice, and in every step when
+  // the ranks' timing lines a wake-up up with it (a CI rehearsal: 7->3,
+  // the reverse of a 5 ms delayed link, at 15-40 us against 3 us peers).
+  double busyHostMinLinkExcessNs = 1e6;
   // A slow device slows nearly every op (87-100% in injected faults on a
   // busy 2-core host); a healthy rank disturbed by its host slows some
   // (57-60% in the false findings it caused): the share needed to name one.

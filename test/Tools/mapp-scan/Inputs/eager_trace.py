@@ -16,6 +16,9 @@ the recvs' `sent`/`arrived` fields show it (docs/trace-format.md).
       a pp2-dp2 job (two links each way) whose forward links all take F us
       and backward ones 20 us (a direction-wide difference of the
       schedule); with --slow-us, link 0 -> 2 takes S us instead.
+  eager_trace.py DIR --busy [--slow-us S]
+      the 8 ranks ran on 2 CPUs (headers' `cpus`, ops' CPU time): a host
+      with more rank threads than cores; link 5 -> 7 takes S us.
 """
 import argparse
 import json
@@ -39,11 +42,13 @@ def main():
     ap.add_argument("--pp", type=int, default=PP)
     ap.add_argument("--forward-us", type=int, default=0)
     ap.add_argument("--slow-us", type=int, default=0)
+    ap.add_argument("--busy", action="store_true")
     a = ap.parse_args()
     PP = a.pp
     WORLD = PP * DP
     if PP == 2:  # links 0 -> 2, 1 -> 3 forward; 2 -> 0, 3 -> 1 backward
         SLOW_LINK = (0, 2) if a.slow_us else None
+    if a.slow_us:
         SLOW_LINK_NS = a.slow_us * 1000
     t = [1_000_000_000] * WORLD
     events = [[] for _ in range(WORLD)]
@@ -54,7 +59,9 @@ def main():
 
     def op(r, name, ns, step, mb):
         t[r] += 1_000
-        add(r, name=name, cat="compute", b=t[r], e=t[r] + ns, step=step, mb=mb)
+        cpu = {"cpu": ns} if a.busy else {}
+        add(r, name=name, cat="compute", b=t[r], e=t[r] + ns, step=step, mb=mb,
+            **cpu)
         t[r] += ns
 
     def send(src, dst, name, step, mb, tag, inbox):
@@ -128,6 +135,8 @@ def main():
                "host": "h0", "device": "cpu", "pid": 100 + r,
                "clock": "steady", "mono_start_ns": 1_000_000_000,
                "wall_start_ns": 1_700_000_000_000_000_000}
+        if a.busy:
+            hdr["cpus"] = "0-1"
         with open(os.path.join(a.dir, f"rank-{r}.trace.jsonl"), "w") as f:
             f.write(json.dumps(hdr) + "\n")
             for e in events[r]:
