@@ -8,6 +8,7 @@ recognized compositions rewritten into fused ops)."""
 
 import collections
 import importlib
+import json
 import os
 import re
 
@@ -57,6 +58,9 @@ MODELS = {
     "maxout-zloss": ("models.maxout_zloss:MaxoutGPT",
                      dict(d_model=16, n_heads=2, n_layers=1, hidden=12, pieces=3), "loss"),
     "tied-maxima": ("models.tied_maxima:TiedMaxima", dict(d_model=16), "loss"),
+    # Blocks two modules deep in an nn.Sequential, an index inside each block.
+    "nested-trunk": ("models.nested_trunk:NestedTrunk",
+                     dict(dim=16, heads=2, hidden=24, n_layers=1), "loss"),
 }
 
 FUSED = ("attention", "rms_norm", "layer_norm", "gelu", "silu")
@@ -125,6 +129,57 @@ def test_generic_export_pipelines(tmp_path):
         run([require_tool("mapp-opt"), tmp_path / "model.mlir", layout, "-o", tmp_path / f"pp{pp}.mlir"])
         losses[pp] = plan_losses(tmp_path, f"pp{pp}", 3)
     assert len(losses[1]) == 3 and losses[1] == pytest.approx(losses[2], rel=1e-6), losses
+
+
+# (module, config with 2 blocks, --output, the blocks' path): the model's
+# own block container, as PyTorch code names it.
+BLOCK_NAMES = {
+    "nanogpt": ("models.nano:GPT", dict(n_embd=16, n_head=2, n_layer=2, block_size=8),
+                "loss", "transformer.h."),
+    "nanogpt-manual": ("models.nanogpt_manual:GPT",
+                       dict(n_embd=16, n_head=2, n_layer=2, block_size=8, bias=True), "1", "h."),
+    "minimal": ("models.minimal:TinyGPT", dict(d_model=16, heads=2, depth=2), "loss", "blocks."),
+    "nested-trunk": ("models.nested_trunk:NestedTrunk",
+                     dict(dim=16, heads=2, hidden=24, n_layers=2), "loss", "backbone.trunk."),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BLOCK_NAMES))
+def test_generic_block_names_pipeline(tmp_path, name):
+    """A generic export keeps the model's module paths ("transformer.h.1.",
+    "backbone.trunk.1.ffn.0"): the passes that work per block find the
+    blocks under the model's own container (LayerNames.h), not only
+    under the importers' "layers.N." (before: "pp=2 ... the model has 0").
+    pp=2 puts one block on each stage and trains like pp=1; traces at
+    layer granularity and the cost report name the model's blocks."""
+    spec, cfg, out, prefix = BLOCK_NAMES[name]
+    export(tmp_path, {**SHAPE, **cfg}, spec, ["--output", out, "--no-recognize"], [HERE])
+    losses = {}
+    for pp in (1, 2):
+        layout = f"--mapp-train-pipeline=pp={pp} microbatches=2 schedule=1f1b"
+        r = run([require_tool("mapp-opt"), tmp_path / "model.mlir", layout,
+                 "-o", tmp_path / f"pp{pp}.mlir"])
+        if pp == 2:
+            assert "stage 0 chunk 0: layers 0-0" in r.stderr, r.stderr
+            assert "stage 1 chunk 0: layers 1-1" in r.stderr, r.stderr
+        losses[pp] = plan_losses(tmp_path, f"pp{pp}", 3)
+    assert len(losses[1]) == 3 and losses[1] == pytest.approx(losses[2], rel=1e-6), losses
+    traced = run([require_tool("mapp-opt"), tmp_path / "pp2.mlir",
+                  "--mapp-insert-trace=granularity=layer"]).stdout
+    assert f'"{prefix}1 forward"' in traced and f'"{prefix}0 backward' in traced
+    cost = run([require_tool("mapp-opt"), tmp_path / "model.mlir", "--mapp-autodiff",
+                "--mapp-cost-report", "-o", os.devnull]).stderr
+    layers = re.findall(r"cost: (\S+) forward \d+ backward", cost)
+    assert layers == [f"{prefix}0", f"{prefix}1"], cost
+    # MegaScope: a block's output answers to its path and to layers.N.
+    spec = tmp_path / "probes.json"
+    spec.write_text(json.dumps({"probes": [{"name": "layers.*", "reduce": ["mean"]},
+                                           {"name": f"{prefix}1", "reduce": ["max"]}]}))
+    probed = run([require_tool("mapp-opt"), tmp_path / "model.mlir",
+                  f"--mapp-insert-probes=spec={spec}"]).stdout
+    points = dict((p, v) for v, p in re.findall(r"mapp.probe (%\w+) \{point = \"([^\"]+)\"", probed))
+    assert sorted(points) == sorted(["layers.0", "layers.1", f"{prefix}1"]), probed
+    assert points["layers.1"] == points[f"{prefix}1"] != points["layers.0"]
 
 
 @pytest.mark.parametrize("name,norms", [("pairs-rope", 3), ("rotate-half-qwen", 3),

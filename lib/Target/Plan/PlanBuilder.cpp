@@ -1,6 +1,7 @@
 // Lowers a training module to one plan Program per global rank.
 #include "mapp/Target/Plan/PlanBuilder.h"
 #include "FbdPlan.h"
+#include "mapp/Analysis/LayerNames.h"
 #include "mapp/Analysis/MemoryPlan.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Target/Plan/plan_generated.h"
@@ -44,16 +45,14 @@ fb::BlockKind blockKind(Phase p) {
   llvm_unreachable("phase");
 }
 
-/// Layer index from `mapp.layer` or a "layers.N." name prefix; -1 if none.
-int32_t layerOf(Operation *op) {
+/// Layer index from `mapp.layer` or the name of the model's block ("layers.N.",
+/// "transformer.h.N.": LayerNames); -1 if none.
+int32_t layerOf(Operation *op, const LayerNames &names) {
   if (auto a = op->getAttrOfType<IntegerAttr>("mapp.layer"))
     return a.getInt();
-  if (auto n = op->getAttrOfType<StringAttr>("mapp.name")) {
-    StringRef s = n.getValue();
-    unsigned layer;
-    if (s.consume_front("layers.") && !s.consumeInteger(10, layer))
-      return layer;
-  }
+  if (auto n = op->getAttrOfType<StringAttr>("mapp.name"))
+    if (std::optional<unsigned> layer = names.layerOf(n.getValue()))
+      return *layer;
   return -1;
 }
 
@@ -80,7 +79,8 @@ class ProgramBuilder {
 public:
   ProgramBuilder(ModuleOp module, const StepStructure &step,
                  const StageMemory &mem, fb::ProgramT &prog)
-      : module(module), step(step), mem(mem), prog(prog) {}
+      : module(module), step(step), mem(mem), prog(prog),
+        names(LayerNames::of(module)) {}
 
   LogicalResult build() {
     if (failed(addParams()))
@@ -327,7 +327,7 @@ private:
              << op->getName()
              << "' is not a kernel of the runtime's vocabulary "
                 "(runtime/include/mapp/rt/KernelVocab.def)";
-    instr->layer = layerOf(op);
+    instr->layer = layerOf(op, names);
     if (auto n = op->getAttrOfType<StringAttr>("mapp.name"))
       instr->name = n.str();
     auto push = [&](std::vector<int32_t> &list, Value v) -> LogicalResult {
@@ -551,6 +551,7 @@ private:
   const StepStructure &step;
   const StageMemory &mem;
   fb::ProgramT &prog;
+  const LayerNames names;
   llvm::DenseMap<StringAttr, ParamIds> paramIds;
   llvm::DenseMap<Value, int32_t> ids;
 };

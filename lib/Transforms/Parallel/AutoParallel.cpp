@@ -1,6 +1,7 @@
 // --mapp-auto-parallel: choose the layout with the cost model that mapp-sim
 // shares (runtime/src/cost), then compile it as --mapp-train-pipeline and
 // hold it to the memory planner's figure (docs/auto-parallel.md).
+#include "mapp/Analysis/LayerNames.h"
 #include "mapp/Analysis/MemoryPlan.h"
 #include "mapp/Analysis/StepStructure.h"
 #include "mapp/Frontend/GPT/GPTImporter.h"
@@ -62,10 +63,11 @@ FailureOr<cost::ModelDims> modelDims(ModuleOp module) {
   m.moeFfn = intKey(d, "moe_ffn_hidden_size", m.ffn);
   // The plan dispatches one instruction an op: count layer 0's.
   if (auto fwd = module.lookupSymbol<func::FuncOp>("forward")) {
+    const LayerNames names = LayerNames::of(module);
     double ops = 0;
     fwd.walk([&](Operation *op) {
       auto n = op->getAttrOfType<StringAttr>("mapp.name");
-      if (n && n.getValue().starts_with("layers.0."))
+      if (n && names.layerOf(n.getValue()) == 0u)
         ++ops;
     });
     if (ops > 0)

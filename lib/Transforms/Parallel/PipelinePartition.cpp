@@ -3,7 +3,8 @@
 // differentiates each stage function: the gradient of a recv is a send back
 // to the producer, that of a send a recv from the consumer).
 //
-// Layers are found from the parameters an op reads (`layers.N.*`); the
+// Layers are found from the parameters an op reads (`layers.N.*`, or the
+// model's own block container: LayerNames.h); the
 // units the partitioner moves are whole layers: unit 0 also holds what
 // precedes layer 0 (embeddings) and the last unit what follows the last
 // layer (final norm, LM head, loss). Units are grouped into pp·chunks
@@ -12,6 +13,7 @@
 // k / pp (Megatron's interleaved assignment). stage-layers fixes the
 // groups; stage-weights scales each stage's FLOPs by its measured slowness
 // before the same minimization (uneven stages away from a slow rank).
+#include "mapp/Analysis/LayerNames.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/ParallelAttrs.h"
 #include "mapp/Transforms/Passes.h"
@@ -21,7 +23,6 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/Format.h"
-#include "llvm/Support/Regex.h"
 
 namespace mapp {
 #define GEN_PASS_DEF_MAPPPIPELINEPARTITION
@@ -93,17 +94,15 @@ struct PipelinePartitionPass
     // Non-free ops in program order, each with its layer (-1: none).
     SmallVector<Operation *> ops;
     SmallVector<int64_t> layerOf;
-    llvm::Regex layerRe("^layers\\.([0-9]+)\\.");
+    const LayerNames names = LayerNames::of(module);
     for (Operation &op : body.without_terminator()) {
       if (isFree(&op))
         continue;
       int64_t layer = -1;
       for (Value v : op.getOperands())
         if (ParamRefOp ref = paramBehind(v)) {
-          SmallVector<StringRef> m;
-          if (layerRe.match(ref.getParam(), &m)) {
-            int64_t l;
-            m[1].getAsInteger(10, l);
+          if (std::optional<unsigned> n = names.layerOf(ref.getParam())) {
+            int64_t l = *n;
             if (layer >= 0 && l != layer)
               return op.emitError("mapp-pipeline-partition: op reads "
                                   "parameters of layers ")
@@ -133,7 +132,8 @@ struct PipelinePartitionPass
       if (first[l] < 0)
         return fn.emitError("mapp-pipeline-partition: no op reads the "
                             "parameters of layer ")
-               << l << " (parameters named layers.N.* must number the "
+               << l << " (parameters named " << names.prefix()
+               << "N.* must number the "
                << "layers 0.." << numLayers - 1 << ")";
       if (l > 0 && first[l] <= last[l - 1])
         return ops[first[l]]->emitError("mapp-pipeline-partition: layer ")
@@ -144,7 +144,8 @@ struct PipelinePartitionPass
       return fn.emitError("mapp-pipeline-partition: pp=")
              << pp.getValue() << " x chunks=" << chunks.getValue() << " = "
              << stages << " pipeline stages need at least as many layers, "
-             << "the model has " << numLayers;
+             << "the model has " << numLayers << " (blocks named "
+             << names.prefix() << "N)";
 
     // Units: unit u = ops [start[u], start[u+1]); unit 0 starts at 0.
     SmallVector<int64_t> start{0};

@@ -1,9 +1,11 @@
 // --mapp-cost-report: FLOPs and bytes per plan block and per layer.
+#include "mapp/Analysis/LayerNames.h"
 #include "mapp/Analysis/StepStructure.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/Passes.h"
 
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 
 namespace mapp {
@@ -25,14 +27,12 @@ struct Cost {
   }
 };
 
-/// "layers.N" from an op's name, or "" outside the transformer layers (the
-/// StringRef points into the uniqued attribute, so it outlives the walk).
-StringRef layerKey(Operation *op) {
+/// The block's path ("layers.N", "transformer.h.N") from an op's name, or
+/// "" outside the transformer layers.
+std::string layerKey(Operation *op, const LayerNames &names) {
   auto n = op->getAttrOfType<StringAttr>("mapp.name");
-  if (!n || !n.getValue().starts_with("layers."))
-    return "";
-  StringRef s = n.getValue();
-  return s.substr(0, s.find('.', 7));
+  std::optional<unsigned> layer = n ? names.layerOf(n.getValue()) : std::nullopt;
+  return layer ? names.key(*layer) : "";
 }
 
 std::string ratio(uint64_t num, uint64_t den) {
@@ -64,15 +64,17 @@ struct CostReportPass : mapp::impl::MappCostReportBase<CostReportPass> {
     if (failed(step))
       return signalPassFailure();
     llvm::MapVector<StringRef, Cost> byPhase;
+    const LayerNames names = LayerNames::of(module);
+    llvm::StringSet<> layerKeys; // byLayer's keys point into it
     llvm::MapVector<StringRef, std::pair<Cost, Cost>> byLayer; // fwd, bwd
     for (const StepBlock &b : step->blocks) {
       StringRef phase = phaseName(b.phase);
       b.func.walk([&](CostOpInterface op) {
         byPhase[phase].add(op);
-        StringRef layer = layerKey(op);
+        std::string layer = layerKey(op, names);
         if (layer.empty() || b.phase == Phase::Optimizer)
           return;
-        auto &[fwd, bwd] = byLayer[layer];
+        auto &[fwd, bwd] = byLayer[layerKeys.insert(layer).first->getKey()];
         (b.phase == Phase::Forward ? fwd : bwd).add(op);
       });
     }

@@ -1,4 +1,5 @@
 // --mapp-insert-trace: MegaScan trace regions in every plan block.
+#include "mapp/Analysis/LayerNames.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/Passes.h"
 
@@ -32,24 +33,22 @@ std::string nameOf(Operation *op) {
   return op->getName().stripDialect().str();
 }
 
-int64_t layerOf(Operation *op) {
+int64_t layerOf(Operation *op, const LayerNames &names) {
   if (auto a = op->getAttrOfType<IntegerAttr>("mapp.layer"))
     return a.getInt();
-  if (auto n = op->getAttrOfType<StringAttr>("mapp.name")) {
-    StringRef s = n.getValue();
-    unsigned layer;
-    if (s.consume_front("layers.") && !s.consumeInteger(10, layer))
-      return layer;
-  }
+  if (auto n = op->getAttrOfType<StringAttr>("mapp.name"))
+    if (std::optional<unsigned> layer = names.layerOf(n.getValue()))
+      return *layer;
   return -1;
 }
 
-/// The region key of an op at layer granularity: "layers.N" or the first
-/// component of its name ("wte", "ln_f", "lm_head", "cross_entropy").
-std::string layerKey(Operation *op) {
-  int64_t layer = layerOf(op);
+/// The region key of an op at layer granularity: the block's path
+/// ("layers.N", "transformer.h.N") or the first component of its name
+/// ("wte", "ln_f", "lm_head", "cross_entropy").
+std::string layerKey(Operation *op, const LayerNames &names) {
+  int64_t layer = layerOf(op, names);
   if (layer >= 0)
-    return "layers." + std::to_string(layer);
+    return names.key(layer);
   std::string n = nameOf(op);
   return n.substr(0, n.find('.'));
 }
@@ -65,6 +64,7 @@ StringRef categoryOf(Operation *op) {
 struct InsertTracePass : mapp::impl::MappInsertTraceBase<InsertTracePass> {
   using Base::Base;
   int64_t nextId = 0;
+  LayerNames names{"layers."};
 
   void bracket(ArrayRef<Operation *> ops, StringRef name, StringRef phase) {
     Operation *first = ops.front(), *last = ops.back();
@@ -81,9 +81,9 @@ struct InsertTracePass : mapp::impl::MappInsertTraceBase<InsertTracePass> {
         group = g.getValue();
     }
     int64_t id = nextId++;
-    int64_t layer = layerOf(first);
+    int64_t layer = layerOf(first, names);
     for (Operation *op : ops)
-      if (layerOf(op) != layer)
+      if (layerOf(op, names) != layer)
         layer = -1;
     b.create<TraceBeginOp>(first->getLoc(), b.getI64IntegerAttr(id),
                            b.getStringAttr(name.str() + " " + phase.str()),
@@ -110,7 +110,7 @@ struct InsertTracePass : mapp::impl::MappInsertTraceBase<InsertTracePass> {
     };
     for (Operation *op : work) {
       std::string key = granularity == "op"      ? nameOf(op)
-                        : granularity == "layer" ? layerKey(op)
+                        : granularity == "layer" ? layerKey(op, names)
                                                  : std::string("stage");
       if (isComm(op) || categoryOf(op) == "optimizer" ||
           granularity == "op" || key != runKey)
@@ -125,6 +125,7 @@ struct InsertTracePass : mapp::impl::MappInsertTraceBase<InsertTracePass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    names = LayerNames::of(module);
     if (granularity != "op" && granularity != "layer" &&
         granularity != "stage") {
       module.emitError("mapp-insert-trace: granularity must be op, layer or "

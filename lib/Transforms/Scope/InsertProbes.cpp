@@ -6,6 +6,7 @@
 // `layers.N.resid`, `layers.N.attn.probs`), gradients (`grad:` + a value
 // or parameter name, from autodiff's `mapp.grad_of` tags) and parameters.
 #include "ProbeSpec.h"
+#include "mapp/Analysis/LayerNames.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/Passes.h"
 
@@ -104,7 +105,7 @@ public:
       else if (backward)
         addBackward(fn);
     }
-    addModules();
+    addModules(LayerNames::of(module));
   }
 
   Target *lookup(StringRef name) {
@@ -177,7 +178,7 @@ private:
     });
   }
   /// Module paths and aliases, resolved to the last forward value under them.
-  void addModules() {
+  void addModules(const LayerNames &names) {
     // Sorted, so probe ids do not depend on hash order.
     std::map<std::string, std::string> last;
     for (const std::string &n : forwardOrder) {
@@ -197,13 +198,17 @@ private:
     };
     for (auto &kv : last) {
       StringRef path = kv.first;
-      unsigned layer;
-      StringRef rest = path;
-      bool isLayer = rest.consume_front("layers.") &&
-                     !rest.consumeInteger(10, layer) && rest.empty();
+      std::optional<unsigned> layer = names.layerOf(path);
+      bool isLayer = layer && names.rest(path).empty();
       alias(path, kv.second, isLayer);
-      if (isLayer)
-        alias((path + ".resid").str(), kv.second, true);
+      if (!isLayer)
+        continue;
+      alias((path + ".resid").str(), kv.second, true);
+      // A model's own block names ("transformer.h.3") answer to the
+      // importers' too, so one probe spec serves every model.
+      std::string canonical = "layers." + std::to_string(*layer);
+      alias(canonical, kv.second, true);
+      alias(canonical + ".resid", kv.second, true);
     }
     if (targets.count("lm_head"))
       alias("logits", "lm_head", false);

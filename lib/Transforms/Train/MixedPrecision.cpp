@@ -7,6 +7,7 @@
 // the scale, and the executor skips a dynamic step whose scaled gradient
 // norm overflowed, then backs the scale off (docs/checkpoints.md,
 // "Loss scaling"). The module records the policy in mapp.precision.
+#include "mapp/Analysis/LayerNames.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/Passes.h"
 
@@ -62,15 +63,17 @@ struct MixedPrecisionPass
     // Rows of the meta: 0 = x, 1 = w, 2 = dy.
     llvm::StringMap<std::string> metaOf; // layer name -> meta symbol
     SmallVector<LinearOp> linears;
+    const LayerNames names = LayerNames::of(module);
     module.walk([&](LinearOp op) {
       auto name = op->getAttrOfType<StringAttr>("mapp.name");
-      if (name && name.getValue().starts_with("layers."))
+      if (name && names.layerOf(name.getValue()))
         linears.push_back(op);
     });
     if (linears.empty())
       return module.emitError(
-          "mapp-mixed-precision: compute=fp8 found no linear layer inside a "
-          "transformer block (mapp.name \"layers.N.*\") to run in fp8");
+                 "mapp-mixed-precision: compute=fp8 found no linear layer "
+                 "inside a transformer block (mapp.name \"")
+             << names.prefix() << "N.*\") to run in fp8";
     auto metaRef = [&](Operation *at, StringRef sym) {
       b.setInsertionPoint(at);
       return b.create<ParamRefOp>(at->getLoc(), metaType,
