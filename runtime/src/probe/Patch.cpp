@@ -53,6 +53,38 @@ int siteValue(const Program &p, const std::string &prefix) {
   return found;
 }
 
+/// Block `layer`'s path in the plan's value names: "layers.3" for the
+/// importers' models, the model's own ("transformer.h.3") for a generic
+/// export. The instructions the compiler marked with the layer share it: the
+/// shortest prefix of the first one's name ending in the index that starts
+/// all of their names. "layers.N" when none is marked.
+std::string blockPath(const Program &p, int64_t layer) {
+  std::vector<const std::string *> names;
+  for (const Block &b : p.blocks)
+    if (b.kind == BlockKind::Forward)
+      for (const Instr &in : b.instrs)
+        if (in.layer == layer && !in.name.empty())
+          names.push_back(&in.name);
+  const std::string index = std::to_string(layer);
+  if (!names.empty()) {
+    const std::string &n = *names.front();
+    for (size_t at = n.find('.'); at != std::string::npos;
+         at = n.find('.', at + 1)) {
+      size_t end = at + 1 + index.size();
+      if (n.compare(at + 1, index.size(), index) != 0 ||
+          (end < n.size() && n[end] != '.'))
+        continue;
+      std::string path = n.substr(0, end);
+      bool all = true;
+      for (const std::string *m : names)
+        all &= *m == path || m->rfind(path + ".", 0) == 0;
+      if (all)
+        return path;
+    }
+  }
+  return "layers." + index;
+}
+
 } // namespace
 
 PatchOptions mapp::rt::parsePatchSpec(const std::string &spec) {
@@ -116,7 +148,7 @@ PatchResult mapp::rt::runPatch(Executor &exec, const Tokenizer &tok,
   if (o.pos >= static_cast<int64_t>(std::min(a.size(), b.size())))
     fail("--patch: pos ", o.pos, " is outside prompt A (", a.size(),
          " tokens) or B (", b.size(), ")");
-  std::string prefix = "layers." + std::to_string(o.layer);
+  std::string prefix = blockPath(p, o.layer);
   if (o.site != "resid")
     prefix += "." + o.site;
   int v = siteValue(p, prefix);
