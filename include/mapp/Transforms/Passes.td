@@ -661,8 +661,15 @@ def MappFuse : Pass<"mapp-fuse", "::mlir::ModuleOp"> {
     tensors. A value read outside its group (by a GEMM, a collective, a
     probe, a perturbation, another group) is materialized, never recomputed;
     recomputed ops (--mapp-recompute) and the ops they feed stay in
-    separate groups. docs/fusion.md.
+    separate groups. An op a GEMM's epilogue takes on the GPU (a linear's
+    tanh GELU or residual add, a dgrad's gelu_grad, a norm gradient's
+    residual add, a weight gradient's bias sum) stays out of regions unless
+    `keep-epilogues=false`. docs/fusion.md.
   }];
+  let options = [
+    Option<"keepEpilogues", "keep-epilogues", "bool", "true",
+           "Leave ops the CUDA backend runs as GEMM epilogues unfused">,
+  ];
 }
 
 def MappFuseReport : Pass<"mapp-fuse-report", "::mlir::ModuleOp"> {

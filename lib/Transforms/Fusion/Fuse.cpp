@@ -185,6 +185,68 @@ bool isRowShape(ArrayRef<int64_t> shape, const Group &g) {
 
 bool isView(Operation *op) { return isa<ReshapeOp, BroadcastOp>(op); }
 
+/// The op producing v when v is its only use's operand (the epilogue rules
+/// below need the GEMM's result read by the epilogue op alone).
+template <typename OpT> OpT soleProducer(Value v) {
+  auto def = v.getDefiningOp<OpT>();
+  return def && v.hasOneUse() ? def : OpT();
+}
+
+/// An op the CUDA backend runs inside a library call's epilogue rather than
+/// as a kernel of its own (runtime/src/backend/cuda/Fusion.cu,
+/// planFusions): a region taking it would trade a free epilogue for a
+/// pass over memory and force the GEMM to write what the epilogue never
+/// stored. Left out of regions (the cost model's first rule: an op a
+/// neighbouring GEMM absorbs costs no bytes):
+///  - tanh GELU of a linear's result (cuBLASLt GELU_AUX_BIAS);
+///  - the add of a linear's result and a residual (the GEMM's beta = 1);
+///  - tanh gelu_grad of an input-gradient matmul (cuBLASLt DGELU);
+///  - the add of a norm gradient and a residual gradient (the norm
+///    gradient kernel's output);
+///  - a bias gradient: the sum over all but the last dim of a weight
+///    gradient matmul's dy, or of what dy is a reshape of (BGRADB).
+bool absorbedByGemmEpilogue(Operation *op) {
+  if (auto g = dyn_cast<GeluOp>(op))
+    return g.getApproximate() == "tanh" && soleProducer<LinearOp>(g.getX());
+  if (auto g = dyn_cast<GeluGradOp>(op)) {
+    auto mm = soleProducer<MatmulOp>(g.getDy());
+    return g.getApproximate() == "tanh" && mm && !mm.getTransposeA();
+  }
+  if (auto add = dyn_cast<AddOp>(op)) {
+    if (add->getNumOperands() != 2 || shapeOf(add->getOperand(0)) != shapeOf(add->getOperand(1)))
+      return false;
+    return llvm::any_of(add->getOperands(), [](Value v) {
+      return soleProducer<LinearOp>(v) ||
+             (v.getDefiningOp<LayerNormGradOp>() && v.hasOneUse() &&
+              cast<OpResult>(v).getResultNumber() == 0) ||
+             (v.getDefiningOp<RMSNormGradOp>() && v.hasOneUse() &&
+              cast<OpResult>(v).getResultNumber() == 0);
+    });
+  }
+  if (auto sum = dyn_cast<ReduceSumOp>(op)) {
+    Value y = sum.getX();
+    int64_t rank = shapeOf(y).size();
+    ArrayRef<int64_t> dims = sum.getDims();
+    bool allButLast = rank >= 2 && static_cast<int64_t>(dims.size()) == rank - 1;
+    for (size_t d = 0; allButLast && d < dims.size(); ++d)
+      allButLast = dims[d] == static_cast<int64_t>(d);
+    if (!allButLast)
+      return false;
+    // dy itself or its row-major reshape to [rows, columns].
+    SmallVector<Value, 2> dys = {y};
+    for (Operation *user : y.getUsers())
+      if (auto r = dyn_cast<ReshapeOp>(user))
+        dys.push_back(r.getResult());
+    return llvm::any_of(dys, [](Value dy) {
+      return llvm::any_of(dy.getUsers(), [&](Operation *user) {
+        auto mm = dyn_cast<MatmulOp>(user);
+        return mm && mm.getTransposeA() && !mm.getTransposeB() && mm.getA() == dy;
+      });
+    });
+  }
+  return false;
+}
+
 struct FusePass : mapp::impl::MappFuseBase<FusePass> {
   using MappFuseBase::MappFuseBase;
 
@@ -268,6 +330,8 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       Operation *op = &opRef;
       int joined = -1;
       std::optional<fz::Op> kind = programOp(op);
+      if (kind && keepEpilogues && absorbedByGemmEpilogue(op))
+        kind.reset();
       bool view = isView(op);
       if ((kind || view) && op->getNumResults() == 1 && op->getNumRegions() == 0) {
         // A group with rows first: a row op reading a norm's row value and
