@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import re
+import subprocess
 
 import pytest
 import torch
@@ -180,6 +181,53 @@ def test_generic_block_names_pipeline(tmp_path, name):
     points = dict((p, v) for v, p in re.findall(r"mapp.probe (%\w+) \{point = \"([^\"]+)\"", probed))
     assert sorted(points) == sorted(["layers.0", "layers.1", f"{prefix}1"]), probed
     assert points["layers.1"] == points[f"{prefix}1"] != points["layers.0"]
+
+
+# (module, config, mem-cap-gib, what the search must read from the graph):
+# a tied GELU GPT with a fused qkv, GQA with a gated MLP, an untied model
+# whose blocks sit two modules deep (a cap that makes it shard: tp2 pp2).
+AUTOPAR = {
+    "nanogpt": ("models.nano:GPT", dict(n_embd=16, n_head=2, n_layer=2, block_size=8), 0,
+                "2 layers, hidden 16, 2 heads (2 KV), MLP 64, vocabulary 256, sequence 8, "
+                "tied embeddings; micro-batch 2"),
+    "qwen-gqa": ("models.rotate_half_qwen:Qwen2ForCausalLM",
+                 dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2,
+                      num_hidden_layers=2, intermediate_size=24, rms_norm_eps=1e-6,
+                      rope_theta=1000000.0), 0,
+                 "2 layers, hidden 16, 4 heads (2 KV), MLP 24 gated, vocabulary 256, "
+                 "sequence 8, tied embeddings; micro-batch 2"),
+    "nested-trunk": ("models.nested_trunk:NestedTrunk",
+                     dict(dim=32, heads=4, hidden=64, n_layers=4), 0.0004,
+                     "4 layers, hidden 32, 4 heads (4 KV), MLP 64, vocabulary 256, sequence 8, "
+                     "untied embeddings; micro-batch 2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUTOPAR))
+def test_auto_parallel_reads_a_generic_export(tmp_path, name):
+    """--mapp-auto-parallel on a model exported from PyTorch code (no
+    mapp.model): the dimensions it prices are read from the graph and equal
+    the model's config; the micro-batch is the graph's; the layout it
+    compiles (4 ranks, 8 sequences a step) trains like one rank with the
+    same sequences (1e-5). Asking for another micro-batch is an error."""
+    spec, cfg, cap, dims = AUTOPAR[name]
+    export(tmp_path, {**SHAPE, **cfg}, spec, ["--output", "loss"], [HERE])
+    opts = "optimizer=adamw lr=1e-2"
+    r = run([require_tool("mapp-opt"), tmp_path / "model.mlir",
+             f"--mapp-auto-parallel=world=4 global-batch=8 mem-cap-gib={cap} top=30 "
+             f"pipeline='{opts}'", "-o", tmp_path / "auto.mlir"])
+    assert f"read from the graph: {dims} (the graph's shapes fix it)" in r.stderr, r.stderr
+    chosen = re.search(r"auto-parallel: chose (\S+ \S+ \S+)", r.stderr).group(1)
+    if name == "nested-trunk":
+        assert chosen == "tp2 pp2 dp1", r.stderr
+    run([require_tool("mapp-opt"), tmp_path / "model.mlir",
+         f"--mapp-train-pipeline=microbatches=4 {opts}", "-o", tmp_path / "one.mlir"])
+    auto, one = plan_losses(tmp_path, "auto", 3), plan_losses(tmp_path, "one", 3)
+    assert len(one) == 3 and auto == pytest.approx(one, rel=1e-5), (chosen, auto, one)
+    bad = subprocess.run([require_tool("mapp-opt"), tmp_path / "model.mlir",
+                          "--mapp-auto-parallel=world=4 global-batch=8 micro-batches=1,2",
+                          "-o", os.devnull], capture_output=True, text=True)
+    assert bad.returncode != 0 and "the exported graph fixes micro-batch 2" in bad.stderr
 
 
 @pytest.mark.parametrize("name,norms", [("pairs-rope", 3), ("rotate-half-qwen", 3),

@@ -583,8 +583,15 @@ void fillModelFields(ModuleOp module, const StepStructure &step,
     module.walk([&](EmbeddingOp op) {
       if (op->getParentOfType<SubgraphOp>())
         return;
-      plan.vocab_size = cast<RankedTensorType>(op.getTable().getType())
-                            .getShape()[0];
+      int64_t rows =
+          cast<RankedTensorType>(op.getTable().getType()).getShape()[0];
+      // A vocabulary-parallel table holds its tp rank's rows.
+      if (auto ref = op.getTable().getDefiningOp<ParamRefOp>())
+        if (auto decl = module.lookupSymbol<ParamOp>(ref.getParam()))
+          if (auto dim = decl.getShardDimAttr(); dim && dim.getInt() == 0 &&
+              (!decl.getShardGroupAttr() || decl.getShardGroupAttr() == "tp"))
+            rows *= step.layout.tp;
+      plan.vocab_size = rows;
     });
   if (auto trace = module->getAttrOfType<DictionaryAttr>("mapp.trace")) {
     if (auto every = trace.getAs<IntegerAttr>("every"))

@@ -1,7 +1,7 @@
 // --mapp-auto-parallel: choose the layout with the cost model that mapp-sim
 // shares (runtime/src/cost), then compile it as --mapp-train-pipeline and
 // hold it to the memory planner's figure (docs/auto-parallel.md).
-#include "mapp/Analysis/LayerNames.h"
+#include "ModelDims.h"
 #include "mapp/Analysis/MemoryPlan.h"
 #include "mapp/Analysis/StepStructure.h"
 #include "mapp/Frontend/GPT/GPTImporter.h"
@@ -35,45 +35,6 @@ constexpr double kPlannerCheckedSlack = 0.15;
 int64_t intKey(DictionaryAttr d, StringRef k, int64_t dflt = 0) {
   auto a = d.getAs<IntegerAttr>(k);
   return a ? a.getInt() : dflt;
-}
-
-/// The model's dimensions from the importer's `mapp.model`.
-FailureOr<cost::ModelDims> modelDims(ModuleOp module) {
-  auto d = module->getAttrOfType<DictionaryAttr>("mapp.model");
-  if (!d) {
-    module.emitError("mapp-auto-parallel: the module has no mapp.model (import "
-                     "the model with mapp-translate --import-gpt-config or "
-                     "python -m mapp.export)");
-    return failure();
-  }
-  cost::ModelDims m;
-  auto kind = d.getAs<StringAttr>("kind");
-  m.llama = kind && kind.getValue() == "llama";
-  m.layers = intKey(d, "num_layers");
-  m.hidden = intKey(d, "hidden_size");
-  m.heads = intKey(d, "num_attention_heads");
-  m.kvHeads = intKey(d, "num_query_groups", m.heads);
-  m.ffn = intKey(d, "ffn_hidden_size");
-  m.vocab = intKey(d, "vocab_size");
-  m.seq = intKey(d, "seq_length");
-  auto tied = d.getAs<BoolAttr>("tie_embeddings");
-  m.tiedEmbeddings = !tied || tied.getValue();
-  m.experts = intKey(d, "num_moe_experts");
-  m.topk = intKey(d, "moe_router_topk", 2);
-  m.moeFfn = intKey(d, "moe_ffn_hidden_size", m.ffn);
-  // The plan dispatches one instruction an op: count layer 0's.
-  if (auto fwd = module.lookupSymbol<func::FuncOp>("forward")) {
-    const LayerNames names = LayerNames::of(module);
-    double ops = 0;
-    fwd.walk([&](Operation *op) {
-      auto n = op->getAttrOfType<StringAttr>("mapp.name");
-      if (n && names.layerOf(n.getValue()) == 0u)
-        ++ops;
-    });
-    if (ops > 0)
-      m.layerForwardOps = ops;
-  }
-  return m;
 }
 
 /// mapp.model back into a config (the importer's canonical keys).
@@ -269,9 +230,20 @@ struct AutoParallelPass
       return fail(module, "global-batch must be >= 1 (sequences per step)");
     if (memCapGib < 0)
       return fail(module, "mem-cap-gib must be >= 0");
-    FailureOr<cost::ModelDims> dims = modelDims(module);
+    int64_t graphMbs = 0;
+    FailureOr<cost::ModelDims> dims = modelDimsOf(module, graphMbs);
     if (failed(dims))
       return failure();
+    if (graphMbs)
+      module.emitRemark("mapp-auto-parallel: no mapp.model; read from the "
+                        "graph: ")
+          << dims->layers << " layers, hidden " << dims->hidden << ", "
+          << dims->heads << " heads (" << dims->kvHeads << " KV), MLP "
+          << dims->ffn << (dims->llama ? " gated" : "") << ", vocabulary "
+          << dims->vocab << ", sequence " << dims->seq << ", "
+          << (dims->tiedEmbeddings ? "tied" : "untied")
+          << " embeddings; micro-batch " << graphMbs
+          << " (the graph's shapes fix it)";
     cost::SearchRequest req;
     req.model = *dims;
     req.world = world;
@@ -307,6 +279,17 @@ struct AutoParallelPass
     }
     if (failed(space(module, req.space)))
       return failure();
+    if (graphMbs) {
+      // A generic export cannot be re-imported at another micro-batch.
+      if (!microBatches.empty() &&
+          req.space.microBatches != std::vector<int>{int(graphMbs)})
+        return fail(module, "micro-batches=" + microBatches +
+                                ": the exported graph fixes micro-batch " +
+                                Twine(graphMbs) +
+                                " (export again at another size, or import "
+                                "a config with mapp-translate)");
+      req.space.microBatches = {int(graphMbs)};
+    }
     cost::SearchResult res;
     if (!cost::search(req, res, &err))
       return fail(module, err);
@@ -333,7 +316,8 @@ struct AutoParallelPass
                      : req.profile.memoryGiB * 1073741824.0;
     OwningOpRef<ModuleOp> original = module.clone();
     auto modelAttr = module->getAttrOfType<DictionaryAttr>("mapp.model");
-    int64_t importedMbs = intKey(modelAttr, "micro_batch_size", 1);
+    int64_t importedMbs =
+        graphMbs ? graphMbs : intKey(modelAttr, "micro_batch_size", 1);
     llvm::json::Array checks;
     auto writeChecked = [&](std::optional<size_t> chosen) {
       llvm::json::Object extra{{"checked", std::move(checks)}};

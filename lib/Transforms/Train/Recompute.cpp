@@ -64,13 +64,28 @@ bool isRematerializable(Operation *op) {
   return op && isa<ParamRefOp, FillOp>(op);
 }
 
-/// The attention core of selective recompute: the fused attention, or the
-/// pieces of an unfused one, inside a layer's `attn` scope.
-bool isAttentionCore(Operation *op, StringRef rest) {
-  if (!rest.starts_with("attn."))
+/// The module path of a name's op within its layer: "attn" of
+/// "attn.attention", "" of "attention".
+StringRef scopeOf(StringRef rest) {
+  size_t dot = rest.rfind('.');
+  return dot == StringRef::npos ? StringRef() : rest.take_front(dot);
+}
+
+/// The attention core of selective recompute: the fused attention or a
+/// softmax, and the pieces of an unfused attention (products, scale, mask
+/// dropout, layout) in the module path of one (`attentionScopes`: the
+/// model's own, "attn" in the importers', "self_attn", or the block itself).
+bool isAttentionCore(Operation *op, StringRef rest,
+                     const std::set<std::string> &attentionScopes) {
+  if (isa<AttentionOp, SoftmaxOp>(op))
+    return true;
+  if (!isa<MatmulOp, DropoutOp, ScaleOp, TransposeOp, ReshapeOp>(op))
     return false;
-  return isa<AttentionOp, SoftmaxOp, MatmulOp, DropoutOp, ScaleOp, TransposeOp,
-             ReshapeOp>(op);
+  StringRef scope = scopeOf(rest);
+  return llvm::any_of(attentionScopes, [&](const std::string &a) {
+    return a.empty() ? scope.empty()
+                     : scope == a || scope.starts_with(a + ".");
+  });
 }
 
 /// The elementwise activation functions of `activations` recompute: one
@@ -160,6 +175,11 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
   regionOf(func::FuncOp fwd,
            const llvm::DenseMap<Operation *, int64_t> &layer) {
     llvm::DenseMap<Operation *, int64_t> region;
+    std::set<std::string> attentionScopes;
+    for (Operation &op : fwd.getBody().front().without_terminator())
+      if (isa<AttentionOp, SoftmaxOp>(op))
+        if (std::optional<LayerOf> l = layerOf(&op))
+          attentionScopes.insert(scopeOf(l->rest).str());
     for (Operation &op : fwd.getBody().front().without_terminator()) {
       auto it = layer.find(&op);
       if (it == layer.end() || !selection.contains(it->second) ||
@@ -176,7 +196,7 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
         continue;
       }
       std::optional<LayerOf> l = layerOf(&op);
-      if (l && isAttentionCore(&op, l->rest))
+      if (l && isAttentionCore(&op, l->rest, attentionScopes))
         region[&op] = it->second;
     }
     return region;

@@ -1,0 +1,167 @@
+//===- ModelDims.cpp - the dimensions the auto-parallel search prices -----===//
+//
+// The cost model prices a GPT-shaped model by its dimensions. The importers
+// record them (`mapp.model`); a generic export (python -m mapp.export
+// --module yours:Model) has only its graph, so they are read from it: the
+// blocks (LayerNames), the token embedding's table (vocabulary, hidden),
+// the tokens' shape (micro-batch, sequence), block 0's attention (heads,
+// KV heads) and linears (the MLP's width; three MLP matrices: a gated MLP).
+//
+//===----------------------------------------------------------------------===//
+#include "ModelDims.h"
+#include "mapp/Analysis/LayerNames.h"
+#include "mapp/Dialect/Mapp/IR/MappOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/SmallSet.h"
+#include <set>
+
+using namespace mlir;
+using namespace mapp;
+
+namespace {
+
+int64_t intKey(DictionaryAttr d, StringRef k, int64_t dflt = 0) {
+  auto a = d.getAs<IntegerAttr>(k);
+  return a ? a.getInt() : dflt;
+}
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+/// The parameter a value reads, through nothing: "" for an activation.
+StringRef paramOf(Value v) {
+  auto ref = v.getDefiningOp<ParamRefOp>();
+  return ref ? ref.getParam() : StringRef();
+}
+
+FailureOr<cost::ModelDims> fromGraph(ModuleOp module, func::FuncOp fwd,
+                                     int64_t &graphMicroBatch) {
+  const LayerNames names = LayerNames::of(module);
+  cost::ModelDims m;
+  auto fail = [&](const Twine &what) -> FailureOr<cost::ModelDims> {
+    module.emitError("mapp-auto-parallel: the module has no mapp.model and ")
+        << what << " (a generic export's graph is read for the model's "
+        << "dimensions; docs/auto-parallel.md \"Generic exports\")";
+    return failure();
+  };
+  std::set<unsigned> layers;
+  module.walk([&](ParamOp p) {
+    if (std::optional<unsigned> l = names.layerOf(p.getSymName()))
+      layers.insert(*l);
+  });
+  m.layers = layers.size();
+  if (m.layers == 0)
+    return fail("no parameter lies in a block named " + names.prefix() + "N");
+
+  EmbeddingOp emb;
+  fwd.walk([&](EmbeddingOp e) {
+    if (!emb && !paramOf(e.getTable()).empty())
+      emb = e;
+  });
+  if (!emb)
+    return fail("@forward has no embedding of a parameter table");
+  ArrayRef<int64_t> table = shapeOf(emb.getTable()), ids = shapeOf(emb.getIds());
+  if (table.size() != 2 || ids.size() != 2)
+    return fail("the token embedding is not a [vocab, hidden] table read "
+                "with [batch, sequence] ids");
+  m.vocab = table[0];
+  m.hidden = table[1];
+  graphMicroBatch = ids[0];
+  m.seq = ids[1];
+
+  AttentionOp att;
+  fwd.walk([&](AttentionOp a) {
+    auto n = a->getAttrOfType<StringAttr>("mapp.name");
+    if (!att && n && names.layerOf(n.getValue()) == 0u)
+      att = a;
+  });
+  if (!att)
+    return fail("block 0 (" + names.key(0) + ") has no mapp.attention");
+  m.heads = att.getHeads();
+  int64_t qCols = shapeOf(att.getQ()).back(), kCols = shapeOf(att.getK()).back();
+  if (m.heads <= 0 || qCols % m.heads || kCols % (qCols / m.heads))
+    return fail("block 0's attention has q/k widths that are no multiple of "
+                "its heads");
+  m.kvHeads = kCols / (qCols / m.heads);
+
+  // Block 0's MLP: the linears reading or writing a width other than the
+  // hidden size and the attention's (q, k, v, their fusion).
+  llvm::SmallSet<int64_t, 4> attnWidths;
+  for (int64_t w : {qCols, kCols, qCols + 2 * kCols, 3 * qCols})
+    attnWidths.insert(w);
+  int mlpMatrices = 0;
+  bool tied = false;
+  fwd.walk([&](LinearOp lin) {
+    StringRef w = paramOf(lin.getW());
+    if (!w.empty() && w == paramOf(emb.getTable()))
+      tied = true;
+    if (w.empty() || names.layerOf(w) != 0u)
+      return;
+    ArrayRef<int64_t> ws = shapeOf(lin.getW()); // [out, in]
+    if (ws.size() != 2)
+      return;
+    for (int64_t d : ws)
+      if (d != m.hidden && !attnWidths.contains(d)) {
+        m.ffn = std::max(m.ffn, d);
+        ++mlpMatrices;
+        break;
+      }
+  });
+  if (m.ffn == 0)
+    return fail("block 0 has no MLP linear of a width other than the hidden "
+                "size and the attention's");
+  m.llama = mlpMatrices >= 3; // gate, up, down: three MLP matrices
+  m.tiedEmbeddings = tied;
+  return m;
+}
+
+} // namespace
+
+FailureOr<cost::ModelDims> mapp::modelDimsOf(ModuleOp module,
+                                             int64_t &graphMicroBatch) {
+  graphMicroBatch = 0;
+  auto fwd = module.lookupSymbol<func::FuncOp>("forward");
+  auto d = module->getAttrOfType<DictionaryAttr>("mapp.model");
+  FailureOr<cost::ModelDims> dims;
+  if (d) {
+    cost::ModelDims m;
+    auto kind = d.getAs<StringAttr>("kind");
+    m.llama = kind && kind.getValue() == "llama";
+    m.layers = intKey(d, "num_layers");
+    m.hidden = intKey(d, "hidden_size");
+    m.heads = intKey(d, "num_attention_heads");
+    m.kvHeads = intKey(d, "num_query_groups", m.heads);
+    m.ffn = intKey(d, "ffn_hidden_size");
+    m.vocab = intKey(d, "vocab_size");
+    m.seq = intKey(d, "seq_length");
+    auto tiedAttr = d.getAs<BoolAttr>("tie_embeddings");
+    m.tiedEmbeddings = !tiedAttr || tiedAttr.getValue();
+    m.experts = intKey(d, "num_moe_experts");
+    m.topk = intKey(d, "moe_router_topk", 2);
+    m.moeFfn = intKey(d, "moe_ffn_hidden_size", m.ffn);
+    dims = m;
+  } else if (!fwd) {
+    module.emitError("mapp-auto-parallel: the module has neither mapp.model "
+                     "nor a @forward graph to read the model from");
+    return failure();
+  } else {
+    dims = fromGraph(module, fwd, graphMicroBatch);
+    if (failed(dims))
+      return failure();
+  }
+  // The plan dispatches one instruction an op: count block 0's.
+  if (fwd) {
+    const LayerNames names = LayerNames::of(module);
+    double ops = 0;
+    fwd.walk([&](Operation *op) {
+      auto n = op->getAttrOfType<StringAttr>("mapp.name");
+      if (n && names.layerOf(n.getValue()) == 0u)
+        ++ops;
+    });
+    if (ops > 0)
+      dims->layerForwardOps = ops;
+  }
+  return dims;
+}
