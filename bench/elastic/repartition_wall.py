@@ -322,6 +322,14 @@ def main():
     print("switches: " + ("; ".join(
         f"at step {s} to {','.join(map(str, l))} (predicted {g:.2f}x)"
         for s, l, g in switches) or "none"))
+    # Every checkpoint window that stayed: what the monitor weighed (a
+    # missing switch back is read from these).
+    for w in (j for j in jsonl(mon) if j.get("decision") == "repartition-window"):
+        e = w["evidence"]
+        print(f"window at step {w['step']} stayed: stage ms "
+              f"{[round(x) for x in e.get('stage_ms', [])]}, layers {e.get('layers_now')}, "
+              f"weighed {e.get('layers_weighed', '-')}: predicted gain "
+              f"{e.get('predicted_gain', 1):.2f}, votes {e.get('votes', 0)} of {e.get('steps')}")
     print(f"automatic run {auto_wall:.1f} s wall", flush=True)
 
     goals = []
