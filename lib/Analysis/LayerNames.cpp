@@ -68,12 +68,6 @@ LayerNames LayerNames::of(ModuleOp module) {
   return LayerNames(inferLayerPrefix(names));
 }
 
-LayerNames LayerNames::around(Operation *op) {
-  ModuleOp m = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
-                                 : op->getParentOfType<ModuleOp>();
-  return m ? of(m) : LayerNames("layers.");
-}
-
 std::optional<unsigned> LayerNames::layerOf(StringRef name) const {
   if (!name.consume_front(prefix_))
     return std::nullopt;

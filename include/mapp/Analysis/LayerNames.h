@@ -34,8 +34,6 @@ public:
   /// `mapp.layer_prefix` of the module, else inferLayerPrefix over every
   /// op's `mapp.name` and every `mapp.param`'s symbol.
   static LayerNames of(mlir::ModuleOp module);
-  /// Of the module around `op`.
-  static LayerNames around(mlir::Operation *op);
 
   /// N of a name "<prefix>N" or "<prefix>N.<rest>"; nullopt otherwise.
   std::optional<unsigned> layerOf(llvm::StringRef name) const;

@@ -216,11 +216,10 @@ bool absorbedByGemmEpilogue(Operation *op) {
     if (add->getNumOperands() != 2 || shapeOf(add->getOperand(0)) != shapeOf(add->getOperand(1)))
       return false;
     return llvm::any_of(add->getOperands(), [](Value v) {
-      return soleProducer<LinearOp>(v) ||
-             (v.getDefiningOp<LayerNormGradOp>() && v.hasOneUse() &&
-              cast<OpResult>(v).getResultNumber() == 0) ||
-             (v.getDefiningOp<RMSNormGradOp>() && v.hasOneUse() &&
-              cast<OpResult>(v).getResultNumber() == 0);
+      Operation *def = v.getDefiningOp();
+      bool normGrad = isa_and_nonnull<LayerNormGradOp, RMSNormGradOp>(def) &&
+                      cast<OpResult>(v).getResultNumber() == 0;
+      return v.hasOneUse() && (isa_and_nonnull<LinearOp>(def) || normGrad);
     });
   }
   if (auto sum = dyn_cast<ReduceSumOp>(op)) {
