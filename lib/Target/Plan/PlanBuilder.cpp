@@ -78,9 +78,9 @@ StringAttr inputRole(func::FuncOp fn, unsigned i) {
 class ProgramBuilder {
 public:
   ProgramBuilder(ModuleOp module, const StepStructure &step,
-                 const StageMemory &mem, fb::ProgramT &prog)
-      : module(module), step(step), mem(mem), prog(prog),
-        names(LayerNames::of(module)) {}
+                 const StageMemory &mem, fb::ProgramT &prog,
+                 const LayerNames &names)
+      : module(module), step(step), mem(mem), prog(prog), names(names) {}
 
   LogicalResult build() {
     if (failed(addParams()))
@@ -551,7 +551,7 @@ private:
   const StepStructure &step;
   const StageMemory &mem;
   fb::ProgramT &prog;
-  const LayerNames names;
+  const LayerNames &names; // the module's, read once for all its ranks
   llvm::DenseMap<StringAttr, ParamIds> paramIds;
   llvm::DenseMap<Value, int32_t> ids;
 };
@@ -614,7 +614,8 @@ void fillModelFields(ModuleOp module, const StepStructure &step,
 LogicalResult mapp::buildStageProgram(ModuleOp module, const StepStructure &step,
                                       const StageMemory &mem,
                                       fb::ProgramT &prog) {
-  return ProgramBuilder(module, step, mem, prog).build();
+  return ProgramBuilder(module, step, mem, prog, LayerNames::of(module))
+      .build();
 }
 
 FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
@@ -650,6 +651,7 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
       return failure();
     stages.push_back(std::move(*mem));
   }
+  const LayerNames names = LayerNames::of(module);
   // Megatron order: tp fastest, then dp, then pp.
   for (int64_t rank = 0; rank < l.worldSize(); ++rank) {
     auto prog = std::make_unique<fb::ProgramT>();
@@ -657,7 +659,7 @@ FailureOr<std::unique_ptr<fb::PlanT>> mapp::buildPlan(ModuleOp module,
     prog->tp = rank % l.tp;
     prog->dp = (rank / l.tp) % l.dp;
     prog->pp = rank / (l.tp * l.dp);
-    ProgramBuilder builder(module, *step, stages[prog->pp], *prog);
+    ProgramBuilder builder(module, *step, stages[prog->pp], *prog, names);
     if (failed(builder.build()))
       return failure();
     plan->programs.push_back(std::move(prog));

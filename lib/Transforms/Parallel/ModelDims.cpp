@@ -38,8 +38,8 @@ StringRef paramOf(Value v) {
 }
 
 FailureOr<cost::ModelDims> fromGraph(ModuleOp module, func::FuncOp fwd,
+                                     const LayerNames &names,
                                      int64_t &graphMicroBatch) {
-  const LayerNames names = LayerNames::of(module);
   cost::ModelDims m;
   auto fail = [&](const Twine &what) -> FailureOr<cost::ModelDims> {
     module.emitError("mapp-auto-parallel: the module has no mapp.model and ")
@@ -125,6 +125,7 @@ FailureOr<cost::ModelDims> mapp::modelDimsOf(ModuleOp module,
   graphMicroBatch = 0;
   auto fwd = module.lookupSymbol<func::FuncOp>("forward");
   auto d = module->getAttrOfType<DictionaryAttr>("mapp.model");
+  const LayerNames names = LayerNames::of(module);
   FailureOr<cost::ModelDims> dims;
   if (d) {
     cost::ModelDims m;
@@ -148,13 +149,12 @@ FailureOr<cost::ModelDims> mapp::modelDimsOf(ModuleOp module,
                      "nor a @forward graph to read the model from");
     return failure();
   } else {
-    dims = fromGraph(module, fwd, graphMicroBatch);
+    dims = fromGraph(module, fwd, names, graphMicroBatch);
     if (failed(dims))
       return failure();
   }
   // The plan dispatches one instruction an op: count block 0's.
   if (fwd) {
-    const LayerNames names = LayerNames::of(module);
     double ops = 0;
     fwd.walk([&](Operation *op) {
       auto n = op->getAttrOfType<StringAttr>("mapp.name");
