@@ -183,7 +183,8 @@ def test_generic_block_names_pipeline(tmp_path, name):
     assert points["layers.1"] == points[f"{prefix}1"] != points["layers.0"]
 
 
-# (module, config, mem-cap-gib, what the search must read from the graph):
+# (module, config, mem-cap-gib, what the search must read from the graph[,
+# --output]):
 # a tied GELU GPT with a fused qkv, GQA with a gated MLP, an untied model
 # whose blocks sit two modules deep (a cap that makes it shard: tp2 pp2).
 AUTOPAR = {
@@ -196,6 +197,19 @@ AUTOPAR = {
                       rope_theta=1000000.0), 0,
                  "2 layers, hidden 16, 4 heads (2 KV), MLP 24 gated, vocabulary 256, "
                  "sequence 8, tied embeddings; micro-batch 2"),
+    # Models not written for this test: a fused gate-up projection
+    # (llama2.c style, [2F, hidden]) and HF GPT-2's Conv1D (a matmul by an
+    # [in, out] weight), both under a cap that splits them.
+    "llama2c-fused-gate-up": ("models.llama2c:LlamaLite",
+                              dict(n_embd=32, n_head=4, n_layer=4, intermediate_size=64,
+                                   eps=1e-5, block_size=8), 0.0008,
+                              "4 layers, hidden 32, 4 heads (4 KV), MLP 64 gated, vocabulary 256, "
+                              "sequence 8, tied embeddings; micro-batch 2", "1"),
+    "hf-gpt2-conv1d": ("models.hfgpt2:GPT2LMHeadModel",
+                       dict(n_embd=32, n_head=4, n_layer=4, n_positions=8,
+                            layer_norm_epsilon=1e-5), 0.0008,
+                       "4 layers, hidden 32, 4 heads (4 KV), MLP 128, vocabulary 256, "
+                       "sequence 8, tied embeddings; micro-batch 2"),
     "nested-trunk": ("models.nested_trunk:NestedTrunk",
                      dict(dim=32, heads=4, hidden=64, n_layers=4), 0.0004,
                      "4 layers, hidden 32, 4 heads (4 KV), MLP 64, vocabulary 256, sequence 8, "
@@ -210,8 +224,8 @@ def test_auto_parallel_reads_a_generic_export(tmp_path, name):
     the model's config; the micro-batch is the graph's; the layout it
     compiles (4 ranks, 8 sequences a step) trains like one rank with the
     same sequences (1e-5). Asking for another micro-batch is an error."""
-    spec, cfg, cap, dims = AUTOPAR[name]
-    export(tmp_path, {**SHAPE, **cfg}, spec, ["--output", "loss"], [HERE])
+    spec, cfg, cap, dims, *output = AUTOPAR[name]
+    export(tmp_path, {**SHAPE, **cfg}, spec, ["--output", *(output or ["loss"])], [HERE])
     opts = "optimizer=adamw lr=1e-2"
     r = run([require_tool("mapp-opt"), tmp_path / "model.mlir",
              f"--mapp-auto-parallel=world=4 global-batch=8 mem-cap-gib={cap} top=30 "

@@ -5,7 +5,8 @@
 // --module yours:Model) has only its graph, so they are read from it: the
 // blocks (LayerNames), the token embedding's table (vocabulary, hidden),
 // the tokens' shape (micro-batch, sequence), block 0's attention (heads,
-// KV heads) and linears (the MLP's width; three MLP matrices: a gated MLP).
+// KV heads) and projections by a parameter (the MLP's width; 3·hidden·width
+// parameters: gated).
 //
 //===----------------------------------------------------------------------===//
 #include "ModelDims.h"
@@ -88,32 +89,44 @@ FailureOr<cost::ModelDims> fromGraph(ModuleOp module, func::FuncOp fwd,
   m.kvHeads = kCols / (qCols / m.heads);
 
   // Block 0's MLP: the linears reading or writing a width other than the
-  // hidden size and the attention's (q, k, v, their fusion).
+  // hidden size and the attention's (q, k, v, their fusion). Its width is
+  // what the projection back to the hidden size reads ([hidden, F]); it is
+  // gated when its matrices hold 3·hidden·F (gate, up, down; a fused
+  // gate-up [2F, hidden] included), plain at 2·hidden·F.
   llvm::SmallSet<int64_t, 4> attnWidths;
   for (int64_t w : {qCols, kCols, qCols + 2 * kCols, 3 * qCols})
     attnWidths.insert(w);
-  int mlpMatrices = 0;
+  double mlpParams = 0;
   bool tied = false;
-  fwd.walk([&](LinearOp lin) {
-    StringRef w = paramOf(lin.getW());
-    if (!w.empty() && w == paramOf(emb.getTable()))
+  // A projection by a parameter: nn.Linear's [out, in] weight, or a
+  // matmul's (HF GPT-2's Conv1D: [in, out] unless transposed).
+  fwd.walk([&](Operation *op) {
+    Value weight;
+    bool outFirst = true;
+    if (auto lin = dyn_cast<LinearOp>(op))
+      weight = lin.getW();
+    else if (auto mm = dyn_cast<MatmulOp>(op))
+      std::tie(weight, outFirst) = std::pair(mm.getB(), mm.getTransposeB());
+    StringRef w = weight ? paramOf(weight) : StringRef();
+    if (w.empty())
+      return;
+    if (w == paramOf(emb.getTable()))
       tied = true;
-    if (w.empty() || names.layerOf(w) != 0u)
+    ArrayRef<int64_t> ws = shapeOf(weight);
+    if (names.layerOf(w) != 0u || ws.size() != 2 ||
+        llvm::all_of(ws, [&](int64_t d) {
+          return d == m.hidden || attnWidths.contains(d);
+        }))
       return;
-    ArrayRef<int64_t> ws = shapeOf(lin.getW()); // [out, in]
-    if (ws.size() != 2)
-      return;
-    for (int64_t d : ws)
-      if (d != m.hidden && !attnWidths.contains(d)) {
-        m.ffn = std::max(m.ffn, d);
-        ++mlpMatrices;
-        break;
-      }
+    int64_t out = outFirst ? ws[0] : ws[1], in = outFirst ? ws[1] : ws[0];
+    mlpParams += double(out) * in;
+    if (out == m.hidden)
+      m.ffn = std::max(m.ffn, in);
   });
   if (m.ffn == 0)
-    return fail("block 0 has no MLP linear of a width other than the hidden "
-                "size and the attention's");
-  m.llama = mlpMatrices >= 3; // gate, up, down: three MLP matrices
+    return fail("block 0 has no MLP linear back to the hidden size from "
+                "another width");
+  m.llama = mlpParams >= 2.5 * m.hidden * m.ffn;
   m.tiedEmbeddings = tied;
   return m;
 }
