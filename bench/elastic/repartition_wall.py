@@ -14,11 +14,11 @@ thread CPU time, so the slowdown scales with compute, as a slower core).
       a layer costing 1, on stage 1 2) is within --within of the best,
       each under the same fault; the fastest measured again (up to three,
       as --budget allows);
-  (d) the automatic run, as test_elastic.py's: 80 steps, checkpoints every
+  (d) the automatic run, as test_elastic.py's: 90 steps, checkpoints every
       10, rank 1 slow in steps 10-59, `mapp-run --elastic --repartition-plan
       ...` with candidates compiled without knowing the slow stage (the same
       construction for each stage as the slow one, united);
-  (e) the fault-free even run of 80 steps, last (after the timing
+  (e) the fault-free even run of 90 steps, last (after the timing
       verdict is printed): (d)'s losses against it (1e-5);
   (f) the bracket: (a), (b), the best of (c) and (d)'s choice by hand again
       right after (d), so that (d) is judged against hand runs on both
@@ -61,7 +61,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 LAYERS, PP, MICROBATCHES, SLOW_RANK, FACTOR = 16, 4, 16, 1, 2.0
 MODEL = ["--hidden=128", "--heads=4", "--ffn=512", "--seq=64", "--batch=2",
          "--vocab=64"]
-FAULT_FROM, FAULT_TO, AUTO_STEPS, SAVE_EVERY = 10, 60, 80, 10
+FAULT_FROM, FAULT_TO, AUTO_STEPS, SAVE_EVERY = 10, 60, 90, 10
 
 
 def predicted(layers, slow_stage, factor=FACTOR, mb=MICROBATCHES):
@@ -237,7 +237,7 @@ def main():
         b.timed("even-slow", even, True, steps, warmup)
 
     # The time guard, from the first pair's time per run: what comes after
-    # the hand runs is fixed ((d), (e) of 80 steps each with (d)'s
+    # the hand runs is fixed ((d), (e) of 90 steps each with (d)'s
     # restarts, and the bracket's four runs), the hand runs get the rest:
     # the best predicted candidates first, then the fastest ones again.
     # (On the 16-vCPU host a 14-step run takes ~23 s: 4 candidates and no

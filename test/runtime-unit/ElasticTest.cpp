@@ -260,6 +260,30 @@ TEST(Elastic, RebalancerNeedsTheMinimumGain) {
   EXPECT_EQ(rb.decide(nullptr), -1);
 }
 
+TEST(Elastic, RebalancerGoesHomeAtTheLowerBar) {
+  // On 4,2,5,5 after the fault, stage 1's core still 12% slower than the
+  // others (a busy sibling): 4,4,4,4 is predicted max(4, 4 x 1.12) = 4.48
+  // ms against 5 now, a gain of 1.116. Home (the job's first partition)
+  // needs kHomeGain: back. Without a home, 1.15: stay. Away from home the
+  // same gain moves nothing (RebalancerNeedsTheMinimumGain, with a home).
+  const std::vector<std::vector<int>> parts = {{4, 4, 4, 4}, {4, 2, 5, 5}};
+  Rebalancer homed(parts, 1, 4, 1, 1), homeless(parts, 1, 4, 1, 1);
+  homed.setHome(0);
+  Rebalancer away({{4, 4, 4, 4}, {5, 3, 4, 4}, {4, 3, 5, 4}}, 0, 4, 1, 1);
+  away.setHome(0);
+  for (int step = 0; step < 10; ++step) {
+    homed.addStep(stageSeconds(parts[1], {1, 1.12, 1, 1}));
+    homeless.addStep(stageSeconds(parts[1], {1, 1.12, 1, 1}));
+    away.addStep(stageSeconds({4, 4, 4, 4}, {1, 1.2, 1, 1}));
+  }
+  std::string evidence;
+  EXPECT_EQ(homed.decide(&evidence), 0) << evidence;
+  EXPECT_NEAR(nlohmann::json::parse(evidence)["predicted_gain"].get<double>(),
+              5 / 4.48, 1e-9);
+  EXPECT_EQ(homeless.decide(nullptr), -1);
+  EXPECT_EQ(away.decide(nullptr), -1);
+}
+
 TEST(Elastic, ElasticReportRoundTripsThroughInterleavedStderr) {
   // mpirun interleaves every rank's stderr; the supervisor takes the last
   // report line wherever it sits, and a garbled one is an error, not a

@@ -205,12 +205,14 @@ int PartitionSet::indexOf(const std::string &plan) const {
 }
 
 PartitionSet mapp::rt::loadPartitionSet(const std::string &jobPlan,
-                                        const std::vector<std::string> &others) {
+                                        const std::vector<std::string> &others,
+                                        const std::string &homePlan) {
   PartitionSet set;
   set.plans.push_back(jobPlan);
   for (const std::string &p : others)
     if (set.indexOf(p) < 0)
       set.plans.push_back(p);
+  set.home = homePlan.empty() ? 0 : std::max(set.indexOf(homePlan), 0);
   std::vector<ElasticLayout> ls = elasticLayouts(set.plans);
   for (size_t i = 0; i < set.plans.size(); ++i) {
     if (ls[i].tp != ls[0].tp || ls[i].pp != ls[0].pp || ls[i].dp != ls[0].dp)

@@ -74,10 +74,12 @@ struct WindowChoice {
 };
 
 /// The rule of Rebalancer (Elastic.h) over any candidates of moving units
-/// (layers between stages, microbatches between dp replicas).
+/// (layers between stages, microbatches between dp replicas); `home`: the
+/// candidate that needs only kHomeGain (-1: none).
 WindowChoice chooseInWindow(const std::vector<std::vector<GroupTime>> &steps,
                             const std::vector<std::vector<int>> &cands,
-                            int current, double minGain, double persist) {
+                            int current, int home, double minGain,
+                            double persist) {
   WindowChoice c;
   const size_t n = steps.size();
   if (n == 0)
@@ -134,7 +136,8 @@ WindowChoice chooseInWindow(const std::vector<std::vector<GroupTime>> &steps,
   }
   c.gain = median(gains);
   c.stepNext = medians[target];
-  if (c.wins >= persist * n && c.gain >= minGain)
+  const double bar = c.target == home ? std::min(minGain, kHomeGain) : minGain;
+  if (c.wins >= persist * n && c.gain >= bar)
     c.pick = static_cast<int>(target);
   return c;
 }
@@ -173,7 +176,7 @@ json windowEvidence(const std::vector<std::vector<GroupTime>> &steps,
 
 int Rebalancer::decide(std::string *evidence) {
   WindowChoice c =
-      chooseInWindow(stageTimes_, parts_, current_, minGain_, persist_);
+      chooseInWindow(stageTimes_, parts_, current_, home_, minGain_, persist_);
   lastStep_ = c.stepNow;
   if (evidence)
     *evidence = windowEvidence(stageTimes_, pp_, c, "stage", "layers",
@@ -233,7 +236,12 @@ int DpBalancer::decide(std::string *evidence) {
   std::sort(cands.begin() + 1, cands.end());
   cands.erase(std::unique(cands.begin() + 1, cands.end()), cands.end());
   cands.erase(std::remove(cands.begin() + 1, cands.end(), split_), cands.end());
-  WindowChoice c = chooseInWindow(times_, cands, 0, minGain_, persist_);
+  const std::vector<int> even(dp_, total_ / dp_);
+  const int home = static_cast<int>(
+      std::find(cands.begin() + 1, cands.end(), even) - cands.begin());
+  WindowChoice c = chooseInWindow(times_, cands, 0,
+                                  home < static_cast<int>(cands.size()) ? home : -1,
+                                  minGain_, persist_);
   if (evidence)
     *evidence = windowEvidence(times_, dp_, c, "replica", "microbatches",
                                split_, c.target >= 0 ? &cands[c.target] : nullptr)

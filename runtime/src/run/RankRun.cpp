@@ -360,6 +360,7 @@ private:
     if (sh_.partition >= 0) {
       rebalance = std::make_unique<Rebalancer>(sh_.partitions, sh_.partition,
                                                plan_.pp, plan_.tp, plan_.dp);
+      rebalance->setHome(sh_.homePartition);
       exec_->setTimeCompute(true);
     }
     for (int64_t s = first; s < o_.steps; ++s) {

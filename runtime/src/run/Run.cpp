@@ -299,6 +299,7 @@ int runElasticThreads(const RunOptions &o) {
     sh.partition = parts.indexOf(a.layout.plan);
     if (sh.partition >= 0) {
       sh.partitions = parts.layers;
+      sh.homePartition = parts.home;
       sh.measureAfterSwitch = !lastSwitch.empty();
     }
     ThreadsEnd end;
@@ -360,9 +361,12 @@ int runJob(const RunOptions &given) {
   // as rank threads do; rank 0 tells the supervisor on stderr.
   PartitionSet parts;
   if (!o.repartitionPlans.empty()) {
-    parts = loadPartitionSet(o.plan, o.repartitionPlans);
+    // mapp-launch passes the job's first plan first (Launch.cpp).
+    parts = loadPartitionSet(o.plan, o.repartitionPlans,
+                             o.elasticAttempt > 0 ? o.repartitionPlans[0] : "");
     sh.partitions = parts.layers;
     sh.partition = 0;
+    sh.homePartition = parts.home;
     sh.measureAfterSwitch = o.elasticAttempt > 0;
   }
   auto report = [&](int status) {

@@ -28,9 +28,10 @@ struct RunShared {
   int threadsPerRank = 0;
   std::string runId = mapp::newRunId(); // docs/trace-format.md
   // Re-partitioning (--elastic --repartition-plan): the layer counts per
-  // stage of each partition, the running one; rank 0 reports a switch.
+  // stage of each partition, the running one, the job's first (home);
+  // rank 0 reports a switch.
   std::vector<std::vector<int>> partitions = {};
-  int partition = -1;
+  int partition = -1, homePartition = 0;
   int switchTo = -1;
   std::string switchEvidence = {};
   // The first window's median slowest-stage compute (ms) of an attempt that

@@ -94,10 +94,14 @@ void reportDecision(const std::string &tool, const std::string &monitor,
 struct PartitionSet {
   std::vector<std::string> plans;
   std::vector<std::vector<int>> layers;
+  int home = 0; // the partition the job was started on (Rebalancer::setHome)
   int indexOf(const std::string &plan) const; // -1: not one of them
 };
+/// `homePlan`: the plan the job started on when it is not `jobPlan` (an
+/// attempt of mapp-launch after a switch; empty: `jobPlan` is home).
 PartitionSet loadPartitionSet(const std::string &jobPlan,
-                              const std::vector<std::string> &others);
+                              const std::vector<std::string> &others,
+                              const std::string &homePlan = "");
 
 /// mapp-run under mapp-launch reports a re-partition on stderr, one line
 /// (rank 0, as the job's last words): "mapp-run: elastic-report " + JSON
@@ -125,7 +129,14 @@ ElasticReport lastElasticReport(const std::string &text);
 /// switches only if the target beats the current partition in at least
 /// `persist` of the window's steps with a median predicted gain of at least
 /// `minGain`: a straggler that comes and goes every step moves nothing; one
-/// that ends moves the layers back.
+/// that ends moves the layers back. Going back to the job's home partition
+/// (setHome) needs only kHomeGain: a two-level trigger, whose hysteresis
+/// is the gap between the bars (away: a fault must pay 1.15x; home: the
+/// compiler's partition for healthy stages, 1.05x; on the device host of
+/// 2026-12-06 the way back from 4,2,5,5 was predicted near 1.2x and its
+/// window stayed below 1.15 on a drifting host).
+constexpr double kHomeGain = 1.05;
+
 /// One group's compute in one step, in seconds: the whole, and the part
 /// in units that can move (a stage's layers, a replica's microbatches).
 struct GroupTime {
@@ -146,10 +157,13 @@ public:
   /// The last decided window's median slowest-stage compute per step, in
   /// seconds (0 before a window with steps).
   double lastStepSeconds() const { return lastStep_; }
+  /// The partition the job started on (an index of `partitions`; -1, the
+  /// default: none, every move needs minGain).
+  void setHome(int index) { home_ = index; }
 
 private:
   std::vector<std::vector<int>> parts_;
-  int current_, pp_, tp_, dp_;
+  int current_, pp_, tp_, dp_, home_ = -1;
   double minGain_, persist_;
   double lastStep_ = 0;
   std::vector<std::vector<GroupTime>> stageTimes_; // per step, per stage
@@ -161,7 +175,8 @@ private:
 /// of which the microbatches' blocks are the part that moves (the
 /// optimizer's is fixed). Candidates: the split now, the even split, and
 /// each step's best split (greedy: each next microbatch where the
-/// replica's predicted time after it is lowest, at least one each).
+/// replica's predicted time after it is lowest, at least one each). The
+/// even split is home (kHomeGain).
 class DpBalancer {
 public:
   DpBalancer(int dp, int tp, int microbatches, double minGain = 1.15,
