@@ -4,6 +4,7 @@
 // backward clones the forward ops that produced them right before their
 // first use (so one layer's recomputed values live only while that layer's
 // backward runs), from values that stay saved.
+#include "mapp/Analysis/LayerNames.h"
 #include "mapp/Analysis/StepStructure.h"
 #include "mapp/Dialect/Mapp/IR/MappOps.h"
 #include "mapp/Transforms/Passes.h"
@@ -28,32 +29,22 @@ using namespace mapp;
 
 namespace {
 
-/// The layer an op belongs to: the first all-digit component of its
-/// mapp.name after at least one scope component ("layers.3.mlp.fc1" -> 3),
-/// and what follows it ("mlp.fc1").
+/// The block an op belongs to (LayerNames: "transformer.h.3.mlp.c_fc" ->
+/// 3 under the module's "transformer.h.") and the rest of its name
+/// ("mlp.c_fc").
 struct LayerOf {
   int64_t index;
   StringRef rest;
 };
 
-std::optional<LayerOf> layerOf(Operation *op) {
+std::optional<LayerOf> layerOf(Operation *op, const LayerNames &names) {
   auto name = op->getAttrOfType<StringAttr>("mapp.name");
   if (!name)
     return std::nullopt;
-  SmallVector<StringRef> parts;
-  name.getValue().split(parts, '.');
-  size_t offset = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    int64_t n;
-    if (i > 0 && !parts[i].empty() && llvm::all_of(parts[i], llvm::isDigit) &&
-        !parts[i].getAsInteger(10, n)) {
-      offset += parts[i].size() + 1;
-      return LayerOf{n, name.getValue().drop_front(
-                            std::min(offset, name.getValue().size()))};
-    }
-    offset += parts[i].size() + 1;
-  }
-  return std::nullopt;
+  std::optional<unsigned> l = names.layerOf(name.getValue());
+  if (!l)
+    return std::nullopt;
+  return LayerOf{*l, names.rest(name.getValue())};
 }
 
 /// Values the backward re-creates anyway (autodiff's rule): parameter reads,
@@ -147,6 +138,7 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
 
   Policy kind = Policy::None;
   Selection selection;
+  LayerNames names{""};
 
   /// Every forward op's layer: from its mapp.name, or, for the ops passes
   /// add without one (tensor parallelism's copy_to_group, all_reduce and
@@ -156,7 +148,7 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
     llvm::DenseMap<Operation *, int64_t> layer;
     for (Operation &op : fwd.getBody().front().without_terminator()) {
       if (op.hasAttr("mapp.name")) {
-        if (std::optional<LayerOf> l = layerOf(&op))
+        if (std::optional<LayerOf> l = layerOf(&op, names))
           layer[&op] = l->index;
         continue;
       }
@@ -178,7 +170,7 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
     std::set<std::string> attentionScopes;
     for (Operation &op : fwd.getBody().front().without_terminator())
       if (isa<AttentionOp, SoftmaxOp>(op))
-        if (std::optional<LayerOf> l = layerOf(&op))
+        if (std::optional<LayerOf> l = layerOf(&op, names))
           attentionScopes.insert(scopeOf(l->rest).str());
     for (Operation &op : fwd.getBody().front().without_terminator()) {
       auto it = layer.find(&op);
@@ -195,7 +187,7 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
           region[&op] = it->second;
         continue;
       }
-      std::optional<LayerOf> l = layerOf(&op);
+      std::optional<LayerOf> l = layerOf(&op, names);
       if (l && isAttentionCore(&op, l->rest, attentionScopes))
         region[&op] = it->second;
     }
@@ -381,6 +373,7 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
     if (failed(sel))
       return signalPassFailure();
     selection = *sel;
+    names = LayerNames::of(module);
     if (module->hasAttr("mapp.recompute")) {
       module.emitError("mapp-recompute: module is already rewritten "
                        "(mapp.recompute is set)");
@@ -402,7 +395,7 @@ struct RecomputePass : mapp::impl::MappRecomputeBase<RecomputePass> {
       }
       if (blk.phase == Phase::Forward)
         blk.func.walk([&](Operation *op) {
-          if (std::optional<LayerOf> l = layerOf(op))
+          if (std::optional<LayerOf> l = layerOf(op, names))
             present.insert(l->index);
         });
       if (blk.phase == Phase::Backward)
