@@ -199,7 +199,7 @@ TEST(CostSearch, CapBelowEveryLayoutNamesTheSmallestAndTheKnob) {
   SearchResult res;
   std::string err;
   ASSERT_FALSE(search(req, res, &err));
-  EXPECT_NE(err.find("no layout fits mem-cap 0.00 GiB"), std::string::npos)
+  EXPECT_NE(err.find("no layout fits mem-cap 1.0 MiB"), std::string::npos)
       << err;
   EXPECT_NE(err.find("the smallest needs"), std::string::npos) << err;
   // The smallest is the least memory of all priced layouts.

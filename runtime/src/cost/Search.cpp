@@ -444,6 +444,19 @@ std::string gib(double bytes) {
   return buf;
 }
 
+/// A size in the largest unit that shows it (a cap of 1 MiB read "0.00
+/// GiB" in the no-fit error).
+std::string readableBytes(double bytes) {
+  if (bytes >= 1024.0 * 1024 * 1024 * 0.995)
+    return gib(bytes);
+  char buf[32];
+  if (bytes >= 1024.0 * 1024)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  return buf;
+}
+
 /// The knob that would lower the smallest layout's memory most.
 std::string memoryKnob(const ModelDims &m, const Ranked &r) {
   const Prediction &p = r.pred;
@@ -600,13 +613,13 @@ bool mapp::cost::search(const SearchRequest &req, SearchResult &out,
                 std::to_string(req.globalBatch) + reasons);
   }
   if (all.empty())
-    return fail("no layout fits mem-cap " + gib(cap) + " per device: the "
-                "smallest needs " + gib(out.smallest.pred.peakBytes) + " (" +
+    return fail("no layout fits mem-cap " + readableBytes(cap) + " per device: the "
+                "smallest needs " + readableBytes(out.smallest.pred.peakBytes) + " (" +
                 out.smallest.layout.brief() + ": parameters and optimizer " +
-                gib(out.smallest.pred.paramStateBytes) + ", activations " +
-                gib(out.smallest.pred.activationBytes) + ", workspace " +
-                gib(out.smallest.pred.workspaceBytes) + ", beside the plan " +
-                gib(out.smallest.pred.outsidePlanBytes) + "); " +
+                readableBytes(out.smallest.pred.paramStateBytes) + ", activations " +
+                readableBytes(out.smallest.pred.activationBytes) + ", workspace " +
+                readableBytes(out.smallest.pred.workspaceBytes) + ", beside the plan " +
+                readableBytes(out.smallest.pred.outsidePlanBytes) + "); " +
                 memoryKnob(m, out.smallest));
   // Best first; ties (schedules the model prices alike) keep the order
   // of the space, simplest first.
