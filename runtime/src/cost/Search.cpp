@@ -613,12 +613,16 @@ bool mapp::cost::search(const SearchRequest &req, SearchResult &out,
                 std::to_string(req.globalBatch) + reasons);
   }
   if (all.empty())
-    return fail("no layout fits mem-cap " + readableBytes(cap) + " per device: the "
-                "smallest needs " + readableBytes(out.smallest.pred.peakBytes) + " (" +
+    return fail("no layout fits mem-cap " + readableBytes(cap) +
+                " per device: the smallest needs " +
+                readableBytes(out.smallest.pred.peakBytes) + " (" +
                 out.smallest.layout.brief() + ": parameters and optimizer " +
-                readableBytes(out.smallest.pred.paramStateBytes) + ", activations " +
-                readableBytes(out.smallest.pred.activationBytes) + ", workspace " +
-                readableBytes(out.smallest.pred.workspaceBytes) + ", beside the plan " +
+                readableBytes(out.smallest.pred.paramStateBytes) +
+                ", activations " +
+                readableBytes(out.smallest.pred.activationBytes) +
+                ", workspace " +
+                readableBytes(out.smallest.pred.workspaceBytes) +
+                ", beside the plan " +
                 readableBytes(out.smallest.pred.outsidePlanBytes) + "); " +
                 memoryKnob(m, out.smallest));
   // Best first; ties (schedules the model prices alike) keep the order

@@ -239,9 +239,9 @@ int DpBalancer::decide(std::string *evidence) {
   const std::vector<int> even(dp_, total_ / dp_);
   const int home = static_cast<int>(
       std::find(cands.begin() + 1, cands.end(), even) - cands.begin());
-  WindowChoice c = chooseInWindow(times_, cands, 0,
-                                  home < static_cast<int>(cands.size()) ? home : -1,
-                                  minGain_, persist_);
+  WindowChoice c = chooseInWindow(
+      times_, cands, 0, home < static_cast<int>(cands.size()) ? home : -1,
+      minGain_, persist_);
   if (evidence)
     *evidence = windowEvidence(times_, dp_, c, "replica", "microbatches",
                                split_, c.target >= 0 ? &cands[c.target] : nullptr)
