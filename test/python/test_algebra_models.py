@@ -244,6 +244,36 @@ def test_auto_parallel_reads_a_generic_export(tmp_path, name):
     assert bad.returncode != 0 and "the exported graph fixes micro-batch 2" in bad.stderr
 
 
+def test_auto_parallel_reads_an_moe_from_the_graph(tmp_path):
+    """An MoE model written with mapp's MoE ops (docs/moe.md), exported
+    without mapp.model (a user's module has none): the search reads its
+    experts, top-k and expert width from the graph, equal to the config;
+    prices expert-parallel layouts; and the layout it compiles trains like
+    one rank (1e-5)."""
+    cfg = {**SHAPE, "variant": "gpt", "num_layers": 4, "hidden_size": 32,
+           "num_attention_heads": 4, "num_moe_experts": 4, "moe_router_topk": 2,
+           "moe_layer_freq": 1, "moe_aux_loss_coeff": 1e-2, "moe_z_loss_coeff": 1e-3,
+           "moe_ffn_hidden_size": 48}
+    export(tmp_path, cfg)
+    text = (tmp_path / "model.mlir").read_text()
+    first, rest = text.split("\n", 1)
+    generic = re.sub(r"mapp\.model = \{[^{}]*\}(, )?", "", first)
+    assert "mapp.model" not in generic and "moe_assign" in rest
+    (tmp_path / "model.mlir").write_text(generic + "\n" + rest)
+    opts = "optimizer=adamw lr=1e-2"
+    r = run([require_tool("mapp-opt"), tmp_path / "model.mlir",
+             f"--mapp-auto-parallel=world=4 global-batch=8 mem-cap-gib=0 top=30 "
+             f"pipeline='{opts}'", "-o", tmp_path / "auto.mlir"])
+    assert ("read from the graph: 4 layers, hidden 32, 4 heads (4 KV), MLP 48, "
+            "4 experts top-2, vocabulary 256, sequence 8, tied embeddings; "
+            "micro-batch 2") in r.stderr, r.stderr
+    assert re.search(r"tp1 pp\d dp\d ep[24] ", r.stderr), r.stderr
+    run([require_tool("mapp-opt"), tmp_path / "model.mlir",
+         f"--mapp-train-pipeline=microbatches=4 {opts}", "-o", tmp_path / "one.mlir"])
+    auto, one = plan_losses(tmp_path, "auto", 3), plan_losses(tmp_path, "one", 3)
+    assert len(one) == 3 and auto == pytest.approx(one, rel=1e-5), (r.stderr, auto, one)
+
+
 @pytest.mark.parametrize("name,norms", [("pairs-rope", 3), ("rotate-half-qwen", 3),
                                         ("complex-gemma", 3), ("mistral-window", 3)])
 def test_canonicalize_fuses_written_out_rms_norm(tmp_path, name, norms):

@@ -239,7 +239,11 @@ struct AutoParallelPass
                         "graph: ")
           << dims->layers << " layers, hidden " << dims->hidden << ", "
           << dims->heads << " heads (" << dims->kvHeads << " KV), MLP "
-          << dims->ffn << (dims->llama ? " gated" : "") << ", vocabulary "
+          << dims->ffn << (dims->llama ? " gated" : "")
+          << (dims->experts ? ", " + std::to_string(dims->experts) +
+                                  " experts top-" + std::to_string(dims->topk)
+                            : std::string())
+          << ", vocabulary "
           << dims->vocab << ", sequence " << dims->seq << ", "
           << (dims->tiedEmbeddings ? "tied" : "untied")
           << " embeddings; micro-batch " << graphMbs

@@ -6,7 +6,8 @@
 // blocks (LayerNames), the token embedding's table (vocabulary, hidden),
 // the tokens' shape (micro-batch, sequence), block 0's attention (heads,
 // KV heads) and projections by a parameter (the MLP's width; 3·hidden·width
-// parameters: gated).
+// parameters: gated); an MoE's experts, top-k and expert width from its
+// first MoE block's ops (docs/moe.md).
 //
 //===----------------------------------------------------------------------===//
 #include "ModelDims.h"
@@ -36,6 +37,54 @@ ArrayRef<int64_t> shapeOf(Value v) {
 StringRef paramOf(Value v) {
   auto ref = v.getDefiningOp<ParamRefOp>();
   return ref ? ref.getParam() : StringRef();
+}
+
+/// The MoE of the first block with one (the cost model prices MoE in every
+/// layer, as for an importer's moe_layer_freq): experts (moe_assign), top-k
+/// (moe_router), the experts' width (what the grouped product back to the
+/// hidden size reads) and gating (3·hidden·width parameters an expert).
+/// Success without experts when there is no MoE.
+LogicalResult readExperts(func::FuncOp fwd, const LayerNames &names,
+                          cost::ModelDims &m) {
+  std::optional<unsigned> block;
+  fwd.walk([&](MoeAssignOp a) {
+    auto n = a->getAttrOfType<StringAttr>("mapp.name");
+    std::optional<unsigned> l = n ? names.layerOf(n.getValue()) : std::nullopt;
+    if (l && (!block || *l < *block)) {
+      block = l;
+      m.experts = a.getNumExperts();
+    }
+  });
+  if (!block)
+    return success();
+  auto inBlock = [&](Operation *op) {
+    auto n = op->getAttrOfType<StringAttr>("mapp.name");
+    return n && names.layerOf(n.getValue()) == block;
+  };
+  fwd.walk([&](MoeRouterOp r) {
+    if (inBlock(r))
+      m.topk = r.getTopk();
+  });
+  double params = 0;
+  bool bad = false;
+  fwd.walk([&](MoeGroupedMatmulOp g) {
+    if (!inBlock(g))
+      return;
+    ArrayRef<int64_t> w = shapeOf(g.getW());
+    if (w.size() != 3) {
+      bad = true;
+      return;
+    }
+    int64_t in = g.getTransposeB() ? w[2] : w[1];
+    int64_t out = g.getTransposeB() ? w[1] : w[2];
+    params += double(in) * out;
+    if (out == m.hidden)
+      m.moeFfn = std::max(m.moeFfn, in);
+  });
+  if (bad || m.moeFfn == 0)
+    return failure();
+  m.llama = params >= 2.5 * m.hidden * m.moeFfn;
+  return success();
 }
 
 FailureOr<cost::ModelDims> fromGraph(ModuleOp module, func::FuncOp fwd,
@@ -123,10 +172,18 @@ FailureOr<cost::ModelDims> fromGraph(ModuleOp module, func::FuncOp fwd,
     if (out == m.hidden)
       m.ffn = std::max(m.ffn, in);
   });
-  if (m.ffn == 0)
+  if (failed(readExperts(fwd, names, m)))
+    return fail("its MoE block's expert products are not [experts, in, out] "
+                "weights back to the hidden size");
+  if (m.ffn == 0 && m.experts == 0)
     return fail("block 0 has no MLP linear back to the hidden size from "
                 "another width");
-  m.llama = mlpParams >= 2.5 * m.hidden * m.ffn;
+  // An MoE block 0 has no dense MLP (its router's [experts, hidden] is no
+  // MLP): the dense width is the experts'; gating is read from them.
+  if (m.ffn == 0)
+    m.ffn = m.moeFfn;
+  else
+    m.llama = mlpParams >= 2.5 * m.hidden * m.ffn;
   m.tiedEmbeddings = tied;
   return m;
 }
