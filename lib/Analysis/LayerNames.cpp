@@ -77,6 +77,11 @@ std::optional<unsigned> LayerNames::layerOf(StringRef name) const {
   return layer;
 }
 
+std::optional<unsigned> LayerNames::layerOf(Operation *op) const {
+  auto n = op->getAttrOfType<StringAttr>("mapp.name");
+  return n ? layerOf(n.getValue()) : std::nullopt;
+}
+
 StringRef LayerNames::rest(StringRef name) const {
   if (!layerOf(name))
     return "";

@@ -37,6 +37,8 @@ public:
 
   /// N of a name "<prefix>N" or "<prefix>N.<rest>"; nullopt otherwise.
   std::optional<unsigned> layerOf(llvm::StringRef name) const;
+  /// The block of an op, by its `mapp.name`; nullopt without one.
+  std::optional<unsigned> layerOf(mlir::Operation *op) const;
   /// The rest after "<prefix>N." ("attn.qkv"), "" for "<prefix>N".
   llvm::StringRef rest(llvm::StringRef name) const;
   /// "<prefix>N" without the trailing dot ("transformer.h.3").

@@ -50,9 +50,8 @@ fb::BlockKind blockKind(Phase p) {
 int32_t layerOf(Operation *op, const LayerNames &names) {
   if (auto a = op->getAttrOfType<IntegerAttr>("mapp.layer"))
     return a.getInt();
-  if (auto n = op->getAttrOfType<StringAttr>("mapp.name"))
-    if (std::optional<unsigned> layer = names.layerOf(n.getValue()))
-      return *layer;
+  if (std::optional<unsigned> layer = names.layerOf(op))
+    return *layer;
   return -1;
 }
 

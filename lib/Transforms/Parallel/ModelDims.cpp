@@ -48,8 +48,7 @@ LogicalResult readExperts(func::FuncOp fwd, const LayerNames &names,
                           cost::ModelDims &m) {
   std::optional<unsigned> block;
   fwd.walk([&](MoeAssignOp a) {
-    auto n = a->getAttrOfType<StringAttr>("mapp.name");
-    std::optional<unsigned> l = n ? names.layerOf(n.getValue()) : std::nullopt;
+    std::optional<unsigned> l = names.layerOf(a);
     if (l && (!block || *l < *block)) {
       block = l;
       m.experts = a.getNumExperts();
@@ -57,10 +56,7 @@ LogicalResult readExperts(func::FuncOp fwd, const LayerNames &names,
   });
   if (!block)
     return success();
-  auto inBlock = [&](Operation *op) {
-    auto n = op->getAttrOfType<StringAttr>("mapp.name");
-    return n && names.layerOf(n.getValue()) == block;
-  };
+  auto inBlock = [&](Operation *op) { return names.layerOf(op) == block; };
   fwd.walk([&](MoeRouterOp r) {
     if (inBlock(r))
       m.topk = r.getTopk();
@@ -124,8 +120,7 @@ FailureOr<cost::ModelDims> fromGraph(ModuleOp module, func::FuncOp fwd,
 
   AttentionOp att;
   fwd.walk([&](AttentionOp a) {
-    auto n = a->getAttrOfType<StringAttr>("mapp.name");
-    if (!att && n && names.layerOf(n.getValue()) == 0u)
+    if (!att && names.layerOf(a) == 0u)
       att = a;
   });
   if (!att)
@@ -227,8 +222,7 @@ FailureOr<cost::ModelDims> mapp::modelDimsOf(ModuleOp module,
   if (fwd) {
     double ops = 0;
     fwd.walk([&](Operation *op) {
-      auto n = op->getAttrOfType<StringAttr>("mapp.name");
-      if (n && names.layerOf(n.getValue()) == 0u)
+      if (names.layerOf(op) == 0u)
         ++ops;
     });
     if (ops > 0)

@@ -30,8 +30,7 @@ struct Cost {
 /// The block's path ("layers.N", "transformer.h.N") from an op's name, or
 /// "" outside the transformer layers.
 std::string layerKey(Operation *op, const LayerNames &names) {
-  auto n = op->getAttrOfType<StringAttr>("mapp.name");
-  std::optional<unsigned> layer = n ? names.layerOf(n.getValue()) : std::nullopt;
+  std::optional<unsigned> layer = names.layerOf(op);
   return layer ? names.key(*layer) : "";
 }
 

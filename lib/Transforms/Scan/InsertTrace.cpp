@@ -36,9 +36,8 @@ std::string nameOf(Operation *op) {
 int64_t layerOf(Operation *op, const LayerNames &names) {
   if (auto a = op->getAttrOfType<IntegerAttr>("mapp.layer"))
     return a.getInt();
-  if (auto n = op->getAttrOfType<StringAttr>("mapp.name"))
-    if (std::optional<unsigned> layer = names.layerOf(n.getValue()))
-      return *layer;
+  if (std::optional<unsigned> layer = names.layerOf(op))
+    return *layer;
   return -1;
 }
 

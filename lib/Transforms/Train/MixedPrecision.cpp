@@ -65,8 +65,7 @@ struct MixedPrecisionPass
     SmallVector<LinearOp> linears;
     const LayerNames names = LayerNames::of(module);
     module.walk([&](LinearOp op) {
-      auto name = op->getAttrOfType<StringAttr>("mapp.name");
-      if (name && names.layerOf(name.getValue()))
+      if (names.layerOf(op))
         linears.push_back(op);
     });
     if (linears.empty())

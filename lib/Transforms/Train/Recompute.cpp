@@ -38,13 +38,10 @@ struct LayerOf {
 };
 
 std::optional<LayerOf> layerOf(Operation *op, const LayerNames &names) {
-  auto name = op->getAttrOfType<StringAttr>("mapp.name");
-  if (!name)
-    return std::nullopt;
-  std::optional<unsigned> l = names.layerOf(name.getValue());
+  std::optional<unsigned> l = names.layerOf(op);
   if (!l)
     return std::nullopt;
-  return LayerOf{*l, names.rest(name.getValue())};
+  return LayerOf{*l, names.rest(op->getAttrOfType<StringAttr>("mapp.name"))};
 }
 
 /// Values the backward re-creates anyway (autodiff's rule): parameter reads,
