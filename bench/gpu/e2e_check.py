@@ -1,7 +1,8 @@
 """Loss curves of mapp-run --backend=cuda against PyTorch (bf16 autocast).
 
-Usage: e2e_check.py CFG.json INIT.safetensors METRICS.jsonl BATCHES.jsonl
+Usage: e2e_check.py CFG.json INIT.safetensors METRICS.jsonl[,NAME=METRICS.jsonl...] BATCHES.jsonl
        [--lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-8 --wd 0.1 --tol 2e-2]
+       [--no-fp32] [--early 10]
        e2e_check.py init CFG.json OUT.safetensors   (GPT(cfg, seed=7) weights,
        what `mapp.export --seed 7` writes)
 
@@ -9,7 +10,15 @@ Trains mapp.reference.GPT (the numerical oracle, python/mapp/reference.py)
 on the GPU from the same initial weights on the exact batches mapp-run used
 (--dump-batches), with torch.optim.AdamW, once under bf16 autocast and once
 in fp32. Passes when every step's loss of the mapp run is within `tol`
-(relative) of the autocast run. Prints one summary line.
+(relative) of the autocast run. Prints one summary line (one per metrics
+file: several runs of the same batches, e.g. a plan fused and unfused,
+against one PyTorch run; NAME= labels a run).
+
+--no-fp32 skips the fp32 run (at a billion parameters it costs more than
+the rest). An MoE config (num_moe_experts) is held step by step over the
+first --early steps and by the mean of the last 10 after them: past the
+first steps a few routing choices flip between any two precisions and the
+curves part by ~2% (docs/moe.md, bench/gpu/moe_check.py).
 """
 import argparse
 import json
@@ -41,6 +50,27 @@ def train(cfg, init, batches, args, autocast):
     return losses
 
 
+def report(label, mapp, bf, fp, fp_note, cfg, args):
+    rel = [abs(a - b) / abs(b) for a, b in zip(mapp, bf)]
+    if fp is not None:
+        fp_note = (f"vs torch fp32 {max(abs(a - b) / abs(b) for a, b in zip(mapp, fp)):.2e}; "
+                   + fp_note)
+    if cfg.get("num_moe_experts", 0) and len(mapp) > args.early + 10:
+        worst = max(rel[:args.early])
+        tail = abs(sum(mapp[-10:]) - sum(bf[-10:])) / abs(sum(bf[-10:]))
+        how = (f"first {args.early} steps {worst:.2e} (step {rel.index(worst)}), "
+               f"last-10 mean {tail:.2e}, any step {max(rel):.2e}")
+        worst = max(worst, tail)
+    else:
+        worst = max(rel)
+        how = f"{worst:.2e} (step {rel.index(worst)})"
+    ok = worst <= args.tol and mapp[-1] < mapp[0]
+    print(f"e2e {label}: {len(mapp)} steps, loss {mapp[0]:.4f} -> {mapp[-1]:.4f} "
+          f"(torch bf16 {bf[0]:.4f} -> {bf[-1]:.4f}); max rel diff vs torch bf16 "
+          f"{how}; {fp_note} -> {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "init":
         cfg = json.load(open(sys.argv[2]))
@@ -60,24 +90,26 @@ def main():
     p.add_argument("--wd", type=float, default=0.1)
     p.add_argument("--tol", type=float, default=2e-2)
     p.add_argument("--name", default="")
+    p.add_argument("--no-fp32", action="store_true")
+    p.add_argument("--early", type=int, default=10)
     args = p.parse_args()
     cfg = json.load(open(args.cfg))
     init = safetensors.load(args.init)[0]
-    metrics = [json.loads(l) for l in open(args.metrics)]
+    runs = []
+    for item in args.metrics.split(","):
+        label, _, path = item.rpartition("=")
+        runs.append((label or args.name, [json.loads(l) for l in open(path)]))
     batches = [json.loads(l) for l in open(args.batches)]
-    assert len(metrics) == len(batches), (len(metrics), len(batches))
+    for _, metrics in runs:
+        assert len(metrics) == len(batches), (len(metrics), len(batches))
     bf = train(cfg, init, batches, args, True)
-    fp = train(cfg, init, batches, args, False)
-    mapp = [m["loss"] for m in metrics]
-    rel = [abs(a - b) / abs(b) for a, b in zip(mapp, bf)]
-    ref = [abs(a - b) / abs(b) for a, b in zip(bf, fp)]
-    mfp = [abs(a - b) / abs(b) for a, b in zip(mapp, fp)]
-    worst = max(rel)
-    ok = worst <= args.tol and mapp[-1] < mapp[0]
-    print(f"e2e {args.name}: {len(mapp)} steps, loss {mapp[0]:.4f} -> {mapp[-1]:.4f} "
-          f"(torch bf16 {bf[0]:.4f} -> {bf[-1]:.4f}); max rel diff vs torch bf16 "
-          f"{worst:.2e} (step {rel.index(worst)}), vs torch fp32 {max(mfp):.2e}; "
-          f"torch bf16 vs fp32 {max(ref):.2e} -> {'PASS' if ok else 'FAIL'}")
+    fp = None if args.no_fp32 else train(cfg, init, batches, args, False)
+    fp_note = "fp32 run skipped"
+    if fp is not None:
+        fp_note = f"torch bf16 vs fp32 {max(abs(a - b) / abs(b) for a, b in zip(bf, fp)):.2e}"
+    ok = True
+    for label, metrics in runs:
+        ok &= report(label, [m["loss"] for m in metrics], bf, fp, fp_note, cfg, args)
     sys.exit(0 if ok else 1)
 
 
