@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # 100-step bf16 loss curves of the benchmark models against PyTorch (issues
 # 35 and 37), each plan unfused and fused, on the GPU machine. Runs from
-# the folder bench/gpu/prepare_curves.sh filled:
-#   gpu/curves/curves.sh [STEPS]
+# the folder bench/gpu/prepare_fusion.sh filled:
+#   gpu/fusion/curves.sh [STEPS]
 # Per model: the initial weights (mapp.reference.GPT, seed 7), mapp-run
 # --backend=cuda of both plans on the same batches (checked equal), then
 # e2e_check.py (one PyTorch bf16-autocast run against both; --no-fp32) and
@@ -24,13 +24,13 @@ SUMMARY=()
 say() { echo "$*"; SUMMARY+=("$*"); }
 median() { python3 -c "import json, statistics, sys; s = [json.loads(l)['step_ms'] for l in open(sys.argv[1])][3:]; print('%.1f' % statistics.median(s))" "$1"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.json | sed 's/\.json$//')}; do
+for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.curve.json | sed 's/\.curve\.json$//')}; do
   t=$SECONDS
-  python3 "$D/e2e_check.py" init "$D/configs/$c.json" $W/$c.init.safetensors \
+  python3 "$D/e2e_check.py" init "$D/configs/$c.curve.json" $W/$c.init.safetensors \
     || { say "curve $c: init failed"; continue; }
   ok=1
   for v in plain fused; do
-    "$BIN/mapp-run" "$D/plans/$c.$v.mplan" --backend=cuda --data "$D/corpus.jsonl" \
+    "$BIN/mapp-run" "$D/plans/$c.curve.$v.mplan" --backend=cuda --data "$D/corpus.jsonl" \
       --tokenizer bytes --steps "$STEPS" --seed 11 --weights $W/$c.init.safetensors \
       --metrics "$LOG/$c.$v.jsonl" --dump-batches $W/$c.$v.batches.jsonl --quiet \
       > "$LOG/$c.$v.log" 2>&1 || { tail -5 "$LOG/$c.$v.log"; say "curve $c $v: mapp-run failed"; ok=0; }
@@ -38,7 +38,7 @@ for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.json | sed 's/\.json$//')}; d
   [ $ok = 1 ] || continue
   cmp -s $W/$c.plain.batches.jsonl $W/$c.fused.batches.jsonl \
     || { say "curve $c: the two runs read different batches"; continue; }
-  say "$(timeout 400 python3 "$D/e2e_check.py" "$D/configs/$c.json" $W/$c.init.safetensors \
+  say "$(timeout 400 python3 "$D/e2e_check.py" "$D/configs/$c.curve.json" $W/$c.init.safetensors \
     "$c=$LOG/$c.plain.jsonl,$c+fuse=$LOG/$c.fused.jsonl" $W/$c.plain.batches.jsonl \
     --lr 3e-4 --no-fp32 2>&1 | tail -2 | tr '\n' ' ')"
   say "step $c (micro-batch 2, median of steps 3+): plain $(median "$LOG/$c.plain.jsonl") ms, fused $(median "$LOG/$c.fused.jsonl") ms; $((SECONDS - t)) s"

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Fills OUT_DIR (default gpu/fusion) for two runs on the GPU machine, over
+# the four benchmark models (GPT 124M, GPT 1.3B, the LLaMA-style 1B, the
+# 1B-active MoE), each plan unfused and with --mapp-fuse:
+#   curves.sh   100-step bf16 loss curves against PyTorch (issues 35, 37), at
+#               micro-batch 2 (PyTorch's side, mapp.reference.GPT, keeps its
+#               attention scores in memory);
+#   kernels.sh  kernels launched and device time per step by class (GEMM,
+#               attention, the rest), mapp against torch.compile, counted by
+#               the same CUPTI census (kernel_census.cpp; issue 37), at the
+#               benchmark's micro-batch.
+# The plans come from the config importer, as the benchmark's do; its
+# parameters carry mapp.reference.GPT's names and shapes, so a curve starts
+# from the reference's initial weights.
+#   bench/gpu/prepare_fusion.sh [BUILD_DIR]     (a mapp-run with CUDA)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build/bin}
+BIN=${MAPP_BIN:-build/bin}
+OUT=${OUT_DIR:-gpu/fusion}
+MODELS=${FUSION_MODELS:-gpt-124m gpt-1.3b llama-1b gpt-moe-1b}
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+OPT="lr=3e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
+MEM=(-mapp-plan-memory=activation-storage=bf16 -mlir-print-op-on-diagnostic=false)
+rm -rf "$OUT" && mkdir -p "$OUT/plans" "$OUT/bin" "$OUT/configs"
+xz -T2 -6 -c "$BUILD/mapp-run" > "$OUT/bin/mapp-run.xz"
+g++ -O2 -std=c++17 -shared -fPIC -I"$CUDA/include" bench/gpu/kernel_census.cpp \
+  -L"$CUDA/lib64" -L"$CUDA/lib" -lcupti -Wl,-rpath,'$ORIGIN' \
+  -o "$OUT/bin/libmapp-kernel-census.so"
+cp -L "$(ldd "$OUT/bin/libmapp-kernel-census.so" | awk '/libcupti/ {print $3}')" "$OUT/bin/"
+cp -r python/mapp "$OUT/mapp" && find "$OUT/mapp" -name __pycache__ -prune -exec rm -rf {} +
+cp bench/gpu/curves.sh bench/gpu/kernels.sh bench/gpu/kernels.py bench/gpu/e2e_check.py \
+  bench/gpu/torch_train.py bench/gpu/torch_gpt.py bench/gpu/torch_llama.py \
+  bench/gpu/torch_moe.py "$OUT/"
+cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
+for c in $MODELS; do
+  cp "bench/gpu/configs/$c.json" "$OUT/configs/$c.bench.json"
+  /usr/bin/python3 - "bench/gpu/configs/$c.json" "$OUT/configs/$c.curve.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["micro_batch_size"] = 2
+cfg["_comment"] = "100-step curve (bench/gpu/curves.sh), micro-batch 2: " + cfg.get("_comment", "")
+json.dump(cfg, open(sys.argv[2], "w"), indent=1)
+PY
+  # The benchmark plans' passes (bench/gpu/prepare.sh, prepare_moe.sh): the
+  # dense models recompute GELU outputs; bf16 activation storage.
+  passes=(-mapp-autodiff "-mapp-optimizer=$OPT")
+  case $c in gpt-moe-*) ;; *) passes=(-mapp-autodiff --mapp-recompute=policy=activations "-mapp-optimizer=$OPT") ;; esac
+  for use in curve bench; do
+    "$BIN/mapp-translate" --import-gpt-config "$OUT/configs/$c.$use.json" -o "$OUT/plans/$c.mlir"
+    for v in plain fused; do
+      fuse=(); [ $v = fused ] && fuse=(-mapp-fuse)
+      "$BIN/mapp-opt" "$OUT/plans/$c.mlir" "${passes[@]}" "${fuse[@]}" "${MEM[@]}" \
+        -o "$OUT/plans/$c.$use.$v.mlir" 2> /dev/null
+      "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.$use.$v.mlir" -o "$OUT/plans/$c.$use.$v.mplan"
+      echo "$c $use $v: $(grep -c 'mapp.fused' "$OUT/plans/$c.$use.$v.mlir" || true) fused ops"
+      rm "$OUT/plans/$c.$use.$v.mlir"
+    done
+    rm "$OUT/plans/$c.mlir"
+  done
+done
+du -sh "$OUT"
