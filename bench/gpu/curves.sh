@@ -28,20 +28,25 @@ for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.curve.json | sed 's/\.curve\.
   t=$SECONDS
   python3 "$D/e2e_check.py" init "$D/configs/$c.curve.json" $W/$c.init.safetensors \
     || { say "curve $c: init failed"; continue; }
-  ok=1
+  runs=()
   for v in plain fused; do
-    "$BIN/mapp-run" "$D/plans/$c.curve.$v.mplan" --backend=cuda --data "$D/corpus.jsonl" \
-      --tokenizer bytes --steps "$STEPS" --seed 11 --weights $W/$c.init.safetensors \
-      --metrics "$LOG/$c.$v.jsonl" --dump-batches $W/$c.$v.batches.jsonl --quiet \
-      > "$LOG/$c.$v.log" 2>&1 || { tail -5 "$LOG/$c.$v.log"; say "curve $c $v: mapp-run failed"; ok=0; }
+    if "$BIN/mapp-run" "$D/plans/$c.curve.$v.mplan" --backend=cuda --data "$D/corpus.jsonl" \
+        --tokenizer bytes --steps "$STEPS" --seed 11 --weights $W/$c.init.safetensors \
+        --metrics "$LOG/$c.$v.jsonl" --dump-batches $W/$c.$v.batches.jsonl --quiet \
+        > "$LOG/$c.$v.log" 2>&1; then
+      runs+=($v)
+    else
+      tail -3 "$LOG/$c.$v.log"; say "curve $c $v: mapp-run failed"
+    fi
   done
-  [ $ok = 1 ] || continue
-  cmp -s $W/$c.plain.batches.jsonl $W/$c.fused.batches.jsonl \
+  [ ${#runs[@]} -gt 0 ] || continue
+  b=$W/$c.${runs[0]}.batches.jsonl
+  [ ${#runs[@]} = 1 ] || cmp -s $b $W/$c.fused.batches.jsonl \
     || { say "curve $c: the two runs read different batches"; continue; }
+  list=$(for v in "${runs[@]}"; do printf '%s=%s,' "$c.$v" "$LOG/$c.$v.jsonl"; done)
   say "$(timeout 400 python3 "$D/e2e_check.py" "$D/configs/$c.curve.json" $W/$c.init.safetensors \
-    "$c=$LOG/$c.plain.jsonl,$c+fuse=$LOG/$c.fused.jsonl" $W/$c.plain.batches.jsonl \
-    --lr 3e-4 --no-fp32 2>&1 | tail -2 | tr '\n' ' ')"
-  say "step $c (micro-batch 2, median of steps 3+): plain $(median "$LOG/$c.plain.jsonl") ms, fused $(median "$LOG/$c.fused.jsonl") ms; $((SECONDS - t)) s"
+    "${list%,}" $b --lr 3e-4 --no-fp32 2>&1 | tail -2 | tr '\n' ' ')"
+  say "step $c (micro-batch 2, median of steps 3+): $(for v in "${runs[@]}"; do printf '%s %s ms, ' $v "$(median "$LOG/$c.$v.jsonl")"; done)$((SECONDS - t)) s"
   rm -f $W/$c.*
 done
 echo "== summary"

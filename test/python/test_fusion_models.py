@@ -119,7 +119,7 @@ def _mistral_two_layers():
     ("fused-mlp", "dp=2 zero1=true"),
     ("mistral-window", "pp=2 microbatches=2 schedule=1f1b")])
 def test_train_pipeline_fuses_on_parallel_layouts(tmp_path, model, layout):
-    """--mapp-train-pipeline's fuse=true on a generic export: the GeGLU +
+    """--mapp-train-pipeline's fusion (on by default) on a generic export: the GeGLU +
     RMS-norm model over two data-parallel ranks (gradient collectives,
     ZeRO-1's sharded update) and the sliding-window Mistral over two
     pipeline stages (sends between them) train like the same layout
@@ -134,13 +134,18 @@ def test_train_pipeline_fuses_on_parallel_layouts(tmp_path, model, layout):
     export(tmp_path, cfg, spec, ["--no-recognize"], [HERE])
     losses, regions = {}, {}
     runs = {"one": ("microbatches=2", "false"), "plain": (layout, "false"),
-            "fused": (layout, "true")}
+            "fused": (layout, "true"), "default": (layout, None)}
     for name, (opts, fuse) in runs.items():
-        pipeline = f"--mapp-train-pipeline={opts} optimizer=adamw lr=1e-3 fuse={fuse}"
+        pipeline = f"--mapp-train-pipeline={opts} optimizer=adamw lr=1e-3"
+        if fuse:
+            pipeline += f" fuse={fuse}"
         run([require_tool("mapp-opt"), tmp_path / "model.mlir", pipeline, "-o", tmp_path / f"{name}.mlir"])
         regions[name] = op_counts((tmp_path / f"{name}.mlir").read_text())["fused"]
         losses[name] = plan_losses(tmp_path, name, 4)
+    # The pipeline fuses by default (docs/fusion.md, "On by default").
     assert regions["fused"] >= 8 and regions["plain"] == regions["one"] == 0, regions
+    assert regions["default"] == regions["fused"], regions
+    assert losses["default"] == losses["fused"], losses
     assert len(losses["fused"]) == 4
     assert losses["fused"] == pytest.approx(losses["plain"], rel=1e-6), losses
     assert losses["fused"] == pytest.approx(losses["one"], rel=1e-5), losses

@@ -153,6 +153,9 @@ struct Group {
   /// --mapp-split-backward moves ops tagged mapp.wgrad into the W function:
   /// a region is all tagged or all untagged.
   bool wgrad = false;
+  /// The outside values its ops load (its operands once materialized):
+  /// at most fz::kMaxInputs, the generated kernels' argument block.
+  llvm::SmallSetVector<Value, 8> loads;
 };
 
 /// A reduction's dims when they are the domain's trailing dims and leave
@@ -309,6 +312,25 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
     });
   }
 
+  /// The outside values g would load with op (and group `merging`, -1 for
+  /// none) in it: a region stays within the fused program's operand limit.
+  template <typename GroupOf>
+  static size_t loadsWith(const std::vector<Group> &groups, int gi, Operation *op, int merging,
+                          GroupOf &groupOfValue) {
+    llvm::SmallSetVector<Value, 8> loads = groups[gi].loads;
+    auto add = [&](Value v) {
+      int g = groupOfValue(v);
+      if (g != gi && (merging < 0 || g != merging))
+        loads.insert(loadedValue(v));
+    };
+    for (Value v : op->getOperands())
+      add(v);
+    if (merging >= 0)
+      for (Value v : groups[merging].loads)
+        add(v);
+    return loads.size();
+  }
+
   void fuseBlock(Block &block) {
     // A dead op reading a group value would end the group (the eps
     // gradient of a norm's backward): gone first.
@@ -338,7 +360,8 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
         for (int pass = 0; pass < 2 && joined < 0; ++pass)
           for (Value v : op->getOperands()) {
             int g = groupOfValue(v);
-            if (g >= 0 && (pass || groups[g].rowDims) && canJoin(op, groups[g], groupOfValue, g)) {
+            if (g >= 0 && (pass || groups[g].rowDims) && canJoin(op, groups[g], groupOfValue, g) &&
+                loadsWith(groups, g, op, -1, groupOfValue) <= fz::kMaxInputs) {
               joined = g;
               break;
             }
@@ -350,7 +373,8 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
           // products summed: one region): they had no reader outside.
           for (Value v : op->getOperands()) {
             int h = groupOfValue(v);
-            if (h < 0 || h == joined || !mergeable(groups[h], groups[joined]))
+            if (h < 0 || h == joined || !mergeable(groups[h], groups[joined]) ||
+                loadsWith(groups, joined, op, h, groupOfValue) > fz::kMaxInputs)
               continue;
             if (groups[h].domain == groups[joined].domain)
               groups[joined].rowDims = std::max(groups[joined].rowDims, groups[h].rowDims);
@@ -358,10 +382,14 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
               groups[joined].ops.push_back(m);
               groupOf[m] = joined;
             }
+            for (Value v : groups[h].loads)
+              groups[joined].loads.insert(v);
+            groups[joined].loads.remove_if([&](Value v) { return groupOfValue(v) == joined; });
             groups[h].ops.clear();
             groups[h].open = false;
           }
         } else if (kind && (!isReduction(op) || trailingDims(op)) &&
+                   domain.size() <= static_cast<size_t>(fz::kMaxRank) &&
                    llvm::all_of(op->getOperands(), [&](Value v) {
                      return broadcastsTo(shapeOf(loadedValue(v)), domain) ||
                             broadcastsTo(shapeOf(v), domain);
@@ -375,6 +403,9 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
         }
         if (joined >= 0) {
           groupOf[op] = joined;
+          for (Value v : op->getOperands())
+            if (groupOfValue(v) != joined)
+              groups[joined].loads.insert(loadedValue(v));
           if (isReduction(op)) {
             // Over the rows: the group goes on (a row program); otherwise
             // the reduction ends it.
@@ -409,6 +440,7 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
     llvm::MapVector<Value, int64_t> outputs; // value read outside -> statement
     SmallVector<Operation *> keptViews;      // broadcasts read outside: kept
     llvm::SetVector<Operation *> lookedThrough;
+    SmallVector<Operation *> madeLoads; // per-row reshapes of operands
     auto readOutside = [&](Value v) {
       return llvm::any_of(v.getUsers(), [&](Operation *u) { return !members.contains(u); });
     };
@@ -447,6 +479,7 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
             auto t = cast<RankedTensorType>(v.getType());
             load = b.create<ReshapeOp>(op->getLoc(), RankedTensorType::get(s, t.getElementType()),
                                        v);
+            madeLoads.push_back(load.getDefiningOp());
           }
         } else if (!broadcastsTo(shapeOf(v), g.domain) || v.getDefiningOp<BroadcastOp>()) {
           load = loadedValue(v);
@@ -467,8 +500,14 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       if (readOutside(result))
         outputs.insert({result, index});
     }
-    if (outputs.empty())
-      return; // a dead chain: leave it to DCE
+    // A value read per element and per row is two operands, and every value
+    // read outside is an output: a region over the limits stays unfused.
+    if (outputs.empty() || inputs.size() > static_cast<size_t>(fz::kMaxInputs) ||
+        outputs.size() > static_cast<size_t>(fz::kMaxOutputs)) {
+      for (Operation *op : madeLoads)
+        op->erase();
+      return; // (no outputs: a dead chain, left to DCE)
+    }
     SmallVector<Value> operands;
     for (auto &[key, i] : inputs)
       operands.push_back(key.first);

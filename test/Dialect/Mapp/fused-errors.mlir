@@ -163,3 +163,13 @@ func.func @reduce_outside_domain(%x: tensor<4xf32>) -> tensor<f32> {
   %0 = mapp.fused %x {program = "reduce_sum[2](%i0)", domain = array<i64: 4>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
   return %0 : tensor<f32>
 }
+
+// -----
+
+// Over a fused program's limits (FusedDevice.h: 32 operands, 16 outputs,
+// rank 8): the generated kernels could not take it.
+func.func @too_many_operands(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'mapp.fused' op shapes: a domain of rank 1, 33 operands and 1 outputs exceed a fused program's limits (rank 8, 32 operands, 16 outputs)}}
+  %0 = mapp.fused %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x {program = "neg(%i0)", domain = array<i64: 4>, outputs = array<i64: 0>} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -259,7 +259,8 @@ template <int W> MAPP_FUSED_HD inline void storeVecBf16(void *p, long long v, co
 // order has coordinates c[d] along dom[d]; operand k is read at
 // Σ c[d]·inStride[k][d] (0 along a broadcast dim), a domain-shaped result is
 // written at Σ c[d]·linStride[d] (its row-major place), the reduction's
-// result at v / inner.
+// result at v / inner. The limits are a fused program's (checkShapes: the
+// dialect's verifier, the plan loader, --mapp-fuse's regions keep to them).
 constexpr int kMaxRank = 8;
 constexpr int kMaxInputs = 32;
 constexpr int kMaxOutputs = 16;

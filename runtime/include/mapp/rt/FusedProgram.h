@@ -385,6 +385,14 @@ inline std::string checkShapes(const Program &p, const std::vector<int64_t> &dom
                                const std::vector<std::vector<int64_t>> &results,
                                const std::vector<int64_t> &outputs) {
   const size_t rank = domain.size();
+  // The generated kernels' argument block (FusedDevice.h) holds this many;
+  // the CPU evaluator would run more, but a plan is for every backend.
+  if (rank > static_cast<size_t>(kMaxRank) || inputs.size() > static_cast<size_t>(kMaxInputs) ||
+      outputs.size() > static_cast<size_t>(kMaxOutputs))
+    return "a domain of rank " + std::to_string(rank) + ", " + std::to_string(inputs.size()) +
+           " operands and " + std::to_string(outputs.size()) +
+           " outputs exceed a fused program's limits (rank " + std::to_string(kMaxRank) + ", " +
+           std::to_string(kMaxInputs) + " operands, " + std::to_string(kMaxOutputs) + " outputs)";
   for (size_t k = 0; k < p.stmts.size(); ++k)
     for (int64_t d : p.stmts[k].dims) {
       if (d >= static_cast<int64_t>(rank))
