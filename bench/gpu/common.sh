@@ -33,3 +33,13 @@ finish() {
   [ $FAILED -eq 0 ] && echo "PASS" || echo "FAIL"
   exit $FAILED
 }
+
+# with_torch_libs: the CUDA libraries PyTorch's wheels carry (NVRTC for the
+# fused kernels, cuDNN) on the library path too, and PyTorch's side of the
+# folder importable.
+with_torch_libs() {
+  local libs
+  libs=$(python3 -c "import glob, os, nvidia; print(':'.join(sorted({d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, '*', 'lib'))})))" 2>/dev/null)
+  export LD_LIBRARY_PATH=${libs:+$libs:}$LD_LIBRARY_PATH
+  export PYTHONPATH=$D PYTHONUNBUFFERED=1
+}

@@ -12,16 +12,12 @@ D=$(cd "$(dirname "$0")" && pwd)
 STEPS=${1:-100}
 LOG=${OUT:-/tmp/mapp-curves}
 mkdir -p "$LOG"
-NVLIBS=$(python3 -c "import glob, os, nvidia; print(':'.join(sorted({d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, '*', 'lib'))})))" 2>/dev/null)
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${NVLIBS:+:$NVLIBS}:${LD_LIBRARY_PATH:-}
-export PYTHONPATH=$D PYTHONUNBUFFERED=1
-BIN=/tmp/mapp-curves-bin
-mkdir -p $BIN
-[ -x $BIN/mapp-run ] || { xz -dc "$D/bin/mapp-run.xz" > $BIN/mapp-run && chmod +x $BIN/mapp-run; }
+source "$D/common.sh" # unpack, say, with_torch_libs
+with_torch_libs
+BIN=/tmp/mapp-fusion-bin # this package's binary, not another's left on the machine
+mkdir -p $BIN && rm -f $BIN/mapp-run && unpack mapp-run
 W=/tmp/mapp-curves-work
 mkdir -p $W
-SUMMARY=()
-say() { echo "$*"; SUMMARY+=("$*"); }
 median() { python3 -c "import json, statistics, sys; s = [json.loads(l)['step_ms'] for l in open(sys.argv[1])][3:]; print('%.1f' % statistics.median(s))" "$1"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.curve.json | sed 's/\.curve\.json$//')}; do
@@ -30,7 +26,7 @@ for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.curve.json | sed 's/\.curve\.
     || { say "curve $c: init failed"; continue; }
   runs=()
   for v in plain fused; do
-    if "$BIN/mapp-run" "$D/plans/$c.curve.$v.mplan" --backend=cuda --data "$D/corpus.jsonl" \
+    if $BIN/mapp-run "$D/plans/$c.curve.$v.mplan" --backend=cuda --data "$D/corpus.jsonl" \
         --tokenizer bytes --steps "$STEPS" --seed 11 --weights $W/$c.init.safetensors \
         --metrics "$LOG/$c.$v.jsonl" --dump-batches $W/$c.$v.batches.jsonl --quiet \
         > "$LOG/$c.$v.log" 2>&1; then

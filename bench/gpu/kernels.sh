@@ -14,12 +14,10 @@ D=$(cd "$(dirname "$0")" && pwd)
 STEPS=${1:-6}
 LOG=${OUT:-/tmp/mapp-kernels}
 mkdir -p "$LOG"
-NVLIBS=$(python3 -c "import glob, os, nvidia; print(':'.join(sorted({d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, '*', 'lib'))})))" 2>/dev/null)
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${NVLIBS:+:$NVLIBS}:${LD_LIBRARY_PATH:-}
-export PYTHONPATH=$D PYTHONUNBUFFERED=1
-BIN=/tmp/mapp-kernels-bin
-mkdir -p $BIN
-[ -x $BIN/mapp-run ] || { xz -dc "$D/bin/mapp-run.xz" > $BIN/mapp-run && chmod +x $BIN/mapp-run; }
+source "$D/common.sh" # unpack, say, with_torch_libs
+with_torch_libs
+BIN=/tmp/mapp-fusion-bin # this package's binary, not another's left on the machine
+mkdir -p $BIN && rm -f $BIN/mapp-run && unpack mapp-run
 CENSUS=$D/bin/libmapp-kernel-census.so
 ROWS=()
 census() { # name steps command...
