@@ -28,6 +28,7 @@ import torch
 
 from mapp import safetensors
 from mapp.reference import GPT
+from moe_check import rel as rel_diffs, tracks  # the MoE check's curve rules
 
 
 def train(cfg, init, batches, args, autocast):
@@ -51,16 +52,14 @@ def train(cfg, init, batches, args, autocast):
 
 
 def report(label, mapp, bf, fp, fp_note, cfg, args):
-    rel = [abs(a - b) / abs(b) for a, b in zip(mapp, bf)]
+    rel = rel_diffs(mapp, bf)
     if fp is not None:
-        fp_note = (f"vs torch fp32 {max(abs(a - b) / abs(b) for a, b in zip(mapp, fp)):.2e}; "
-                   + fp_note)
+        fp_note = f"vs torch fp32 {max(rel_diffs(mapp, fp)):.2e}; " + fp_note
     if cfg.get("num_moe_experts", 0) and len(mapp) > args.early + 10:
-        worst = max(rel[:args.early])
-        tail = abs(sum(mapp[-10:]) - sum(bf[-10:])) / abs(sum(bf[-10:]))
-        how = (f"first {args.early} steps {worst:.2e} (step {rel.index(worst)}), "
+        first, tail, _ = tracks(mapp, bf, args.tol, args.early)
+        how = (f"first {args.early} steps {first:.2e} (step {rel.index(first)}), "
                f"last-10 mean {tail:.2e}, any step {max(rel):.2e}")
-        worst = max(worst, tail)
+        worst = max(first, tail)
     else:
         worst = max(rel)
         how = f"{worst:.2e} (step {rel.index(worst)})"
@@ -106,7 +105,7 @@ def main():
     fp = None if args.no_fp32 else train(cfg, init, batches, args, False)
     fp_note = "fp32 run skipped"
     if fp is not None:
-        fp_note = f"torch bf16 vs fp32 {max(abs(a - b) / abs(b) for a, b in zip(bf, fp)):.2e}"
+        fp_note = f"torch bf16 vs fp32 {max(rel_diffs(bf, fp)):.2e}"
     ok = True
     for label, metrics in runs:
         ok &= report(label, [m["loss"] for m in metrics], bf, fp, fp_note, cfg, args)

@@ -30,7 +30,7 @@ g++ -O2 -std=c++17 -shared -fPIC -I"$CUDA/include" bench/gpu/kernel_census.cpp \
 cp -L "$(ldd "$OUT/bin/libmapp-kernel-census.so" | awk '/libcupti/ {print $3}')" "$OUT/bin/"
 cp -r python/mapp "$OUT/mapp" && find "$OUT/mapp" -name __pycache__ -prune -exec rm -rf {} +
 cp bench/gpu/common.sh bench/gpu/curves.sh bench/gpu/kernels.sh bench/gpu/kernels.py bench/gpu/e2e_check.py \
-  bench/gpu/torch_train.py bench/gpu/torch_gpt.py bench/gpu/torch_llama.py \
+  bench/gpu/moe_check.py bench/gpu/torch_train.py bench/gpu/torch_gpt.py bench/gpu/torch_llama.py \
   bench/gpu/torch_moe.py "$OUT/"
 cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
 for c in $MODELS; do
