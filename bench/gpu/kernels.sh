@@ -7,8 +7,11 @@
 # kernel_census.cpp), twice: with 3 steps and with 3 + STEPS, the same
 # warm-up (PyTorch after a run that fills inductor's cache); kernels.py
 # takes the difference (STEPS steady steps) and sorts
-# the kernels into GEMM, attention and the rest. Rows and the table in $OUT
-# (or /tmp).
+# the kernels into GEMM, attention and the rest. Then, where Nsight Compute
+# is installed (NCU=0 skips it), one steady step of each run again under
+# ncu: the run skips the 3-step run's launches and profiles the next
+# step's (DRAM bytes read and written, duration per kernel), so the table
+# adds bytes moved per step by class. Rows and the table in $OUT (or /tmp).
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 STEPS=${1:-6}
@@ -25,11 +28,24 @@ census() { # name steps command...
   CUDA_INJECTION64_PATH=$CENSUS MAPP_CENSUS_OUT=$LOG/$name.$n.tsv "$@" > $LOG/$name.$n.log 2>&1 \
     || { tail -3 $LOG/$name.$n.log; echo "$name ($n steps) failed"; return 1; }
 }
+NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+[ "${NCU:-1}" = 0 ] && NCU_BIN=
+bytes() { # name command-taking-a-step-count...: one steady step under ncu
+  local name=$1; shift
+  local skip per
+  read -r skip per < <(python3 "$D/kernels.py" --window $LOG/$name.$((3 + STEPS)).tsv $LOG/$name.3.tsv $STEPS)
+  "$NCU_BIN" --clock-control none --launch-skip "$skip" --launch-count "$per" --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+    --csv --page raw --print-units base --log-file $LOG/$name.ncu.csv "$@" 5 > $LOG/$name.ncu.log 2>&1 \
+    || { { tail -3 $LOG/$name.ncu.log; echo "$name under ncu failed"; } >&2; return 1; }
+  echo "--ncu $LOG/$name.ncu.csv"
+}
 pair() { # name command-taking-a-step-count...
   local name=$1; shift
   census "$name" 3 "$@" 3 && census "$name" $((3 + STEPS)) "$@" $((3 + STEPS)) || return
+  local ncu=()
+  [ -n "$NCU_BIN" ] && ncu=($(bytes "$name" "$@"))
   python3 "$D/kernels.py" $LOG/$name.$((3 + STEPS)).tsv $LOG/$name.3.tsv $STEPS --name "$name" \
-    --json $LOG/$name.json > /dev/null && ROWS+=($LOG/$name.json)
+    "${ncu[@]}" --json $LOG/$name.json > /dev/null && ROWS+=($LOG/$name.json)
 }
 mapp_run() { # plan steps
   $BIN/mapp-run "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --quiet --steps "$2"; }
@@ -50,4 +66,4 @@ for c in ${FUSION_MODELS:-llama-1b gpt-moe-1b gpt-124m gpt-1.3b}; do
 done
 echo "== kernels per step ($STEPS steady steps)"
 python3 "$D/kernels.py" --table "${ROWS[@]}" | tee $LOG/kernels.md
-for r in "${ROWS[@]}"; do python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print(r['name'], 'top non-GEMM:', '; '.join('%s %.2f ms x%.0f' % (k['kernel'][:50], k['ms'], k['launches']) for k in r['top_other'][:5]))" "$r"; done
+python3 "$D/kernels.py" --top "${ROWS[@]}"

@@ -4,8 +4,9 @@
 // training graph, after autodiff, so no gradient rule is needed.
 //
 // Greedy, in program order, per block: a fusible op joins the open group
-// of one of its producers when it iterates over the same domain; a group
-// closes when a value of it is read by an op outside it (a GEMM, a
+// of one of its producers when it iterates over the same domain (open
+// sibling groups over that domain that load a value it reads merge in); a
+// group closes when a value of it is read by an op outside it (a GEMM, a
 // collective, a probe, ...), so every value read outside is materialized
 // where the unfused graph had it and the fused op, placed at the group's
 // last op, precedes every reader. Nothing is duplicated: a value with
@@ -23,6 +24,7 @@
 #include "mapp/Transforms/Passes.h"
 #include "mapp/rt/FusedProgram.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
@@ -134,9 +136,13 @@ Value loadedValue(Value v) {
   return v;
 }
 
-/// Ops cloned by --mapp-recompute carry ".recompute" in their name: a
-/// recomputed op never shares a group with one that is not (the
-/// recomputation boundary stays where the policy put it).
+/// Ops cloned by --mapp-recompute carry ".recompute" in their name. A
+/// recomputed op never shares a group with an op of the forward (outside a
+/// function of phase "backward", one before the block's first recomputed
+/// op): the recomputation boundary
+/// stays where the policy put it, the value it recomputes from saved, what
+/// it recomputes not. With the backward's ops it may (the SwiGLU's silu
+/// recomputed inside the kernel of its gradients).
 bool isRecomputed(Operation *op) {
   auto n = op->getAttrOfType<StringAttr>("mapp.name");
   return n && n.getValue().ends_with(".recompute");
@@ -148,7 +154,14 @@ struct Group {
   /// The trailing dims its reductions reduce (the rows), 0 before one joins.
   int64_t rowDims = 0;
   bool open = true;
-  bool recomputed = false;
+  /// The op outside it that first read one of its values (it closed
+  /// then); an elementwise op after it may still join when it could run
+  /// before that reader (hoisted: the fused op is placed before it), while
+  /// no op with memory effects (a probe, a collective) came since.
+  Operation *closedBy = nullptr;
+  int closedEpoch = 0;
+  bool recomputed = false; // holds a recomputed op
+  bool forward = false;    // holds an op before the block's first recomputed op
   Attribute stage;
   /// --mapp-split-backward moves ops tagged mapp.wgrad into the W function:
   /// a region is all tagged or all untagged.
@@ -259,16 +272,28 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       fuseBlock(*b);
   }
 
-  static bool sameKind(const Group &a, Operation *op) {
-    return a.open && a.recomputed == isRecomputed(op) && a.stage == op->getAttr("mapp.stage") &&
-           a.wgrad == op->hasAttr("mapp.wgrad");
+  /// The block's first recomputed op (null: none, or the block is of a
+  /// backward function): ops before it are the forward's.
+  Operation *firstRecomputed = nullptr;
+  /// Ops with memory effects met so far in the block: nothing is hoisted
+  /// across one.
+  int effectEpoch = 0;
+
+  bool isForward(Operation *op) const {
+    return firstRecomputed && op->isBeforeInBlock(firstRecomputed);
+  }
+
+  bool sameKind(const Group &a, Operation *op) const {
+    return (isRecomputed(op) ? !a.forward : !(a.recomputed && isForward(op))) &&
+           a.stage == op->getAttr("mapp.stage") && a.wgrad == op->hasAttr("mapp.wgrad");
   }
 
   /// Group h can merge into g: the same domain and rows, or h is a chain
-  /// over g's rows (its ops become row statements).
+  /// over g's rows (its ops become row statements). A group of the forward
+  /// never merges with one holding a recomputed op.
   static bool mergeable(const Group &h, const Group &g) {
-    if (!h.open || !g.open || h.recomputed != g.recomputed || h.stage != g.stage ||
-        h.wgrad != g.wgrad)
+    if (!h.open || !g.open || (h.recomputed && g.forward) || (g.recomputed && h.forward) ||
+        h.stage != g.stage || h.wgrad != g.wgrad)
       return false;
     if (h.domain == g.domain)
       return !h.rowDims || !g.rowDims || h.rowDims == g.rowDims;
@@ -276,10 +301,37 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
            llvm::none_of(h.ops, isReduction);
   }
 
+  /// How many of the latest groups an op looks through for a sibling.
+  static constexpr int kSiblingWindow = 8;
+
+  /// Whether op reads a value group g loads.
+  static bool sharesLoad(const Group &g, Operation *op) {
+    return llvm::any_of(op->getOperands(),
+                        [&](Value v) { return g.loads.contains(loadedValue(v)); });
+  }
+
+  /// Whether elementwise op, after the reader that closed group g, can join
+  /// g: every value it loads is defined before that reader, so it can run
+  /// there (the backward's silu_grad of the product gradient whose sibling
+  /// a GEMM read first).
+  bool hoistsInto(Operation *op, const Group &g, const std::function<int(Value)> &groupOfValue,
+                  int gi) const {
+    auto before = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      return !def || def->getBlock() != g.closedBy->getBlock() ||
+             def->isBeforeInBlock(g.closedBy);
+    };
+    return g.closedBy && g.closedEpoch == effectEpoch && !g.ops.empty() && !g.rowDims &&
+           !isView(op) && !isReduction(op) &&
+           llvm::all_of(op->getOperands(), [&](Value v) {
+             return groupOfValue(v) == gi || before(loadedValue(v));
+           });
+  }
+
   /// Whether op (fusible or a view) can join group g, whose values it reads.
   bool canJoin(Operation *op, const Group &g, const std::function<int(Value)> &groupOfValue,
                int gi) {
-    if (!sameKind(g, op))
+    if (!sameKind(g, op) || !(g.open || hoistsInto(op, g, groupOfValue, gi)))
       return false;
     auto ownRowValue = [&](Value v) {
       return groupOfValue(v) == gi && isRowShape(shapeOf(v), g);
@@ -337,6 +389,18 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
     for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
       if ((programOp(&op) || isView(&op)) && isOpTriviallyDead(&op))
         op.erase();
+    firstRecomputed = nullptr;
+    effectEpoch = 0;
+    auto func = block.getParentOp()->getParentOfType<func::FuncOp>();
+    if (auto f = dyn_cast<func::FuncOp>(block.getParentOp()))
+      func = f;
+    auto phase = func ? func->getAttrOfType<StringAttr>("mapp.phase") : StringAttr();
+    if (!phase || phase.getValue() != "backward")
+      for (Operation &op : block)
+        if (isRecomputed(&op)) {
+          firstRecomputed = &op;
+          break;
+        }
     std::vector<Group> groups;
     DenseMap<Operation *, int> groupOf;
     std::function<int(Value)> groupOfValue = [&](Value v) -> int {
@@ -369,25 +433,44 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
         ArrayRef<int64_t> domain = kind ? domainOf(op) : ArrayRef<int64_t>();
         if (joined >= 0) {
           groups[joined].ops.push_back(op);
-          // Other open groups this op reads merge into its group (two
-          // products summed: one region): they had no reader outside.
-          for (Value v : op->getOperands()) {
-            int h = groupOfValue(v);
-            if (h < 0 || h == joined || !mergeable(groups[h], groups[joined]) ||
-                loadsWith(groups, joined, op, h, groupOfValue) > fz::kMaxInputs)
-              continue;
+          groups[joined].recomputed |= isRecomputed(op);
+          groups[joined].forward |= isForward(op);
+          auto mergeIn = [&](int h) {
             if (groups[h].domain == groups[joined].domain)
               groups[joined].rowDims = std::max(groups[joined].rowDims, groups[h].rowDims);
             for (Operation *m : groups[h].ops) {
               groups[joined].ops.push_back(m);
               groupOf[m] = joined;
             }
+            groups[joined].recomputed |= groups[h].recomputed;
+            groups[joined].forward |= groups[h].forward;
             for (Value v : groups[h].loads)
               groups[joined].loads.insert(v);
             groups[joined].loads.remove_if([&](Value v) { return groupOfValue(v) == joined; });
             groups[h].ops.clear();
             groups[h].open = false;
+          };
+          // Other open groups this op reads merge into its group (two
+          // products summed: one region): they had no reader outside.
+          for (Value v : op->getOperands()) {
+            int h = groupOfValue(v);
+            if (h >= 0 && h != joined && mergeable(groups[h], groups[joined]) &&
+                loadsWith(groups, joined, op, h, groupOfValue) <= fz::kMaxInputs)
+              mergeIn(h);
           }
+          // So do open siblings over its domain loading a value it reads (a
+          // product's two gradients: dy read once). Only here, where the op
+          // continues a chain: an op starting one does not join a sibling,
+          // which a reduction may close before the op's chain goes on (a
+          // norm's gain gradient beside its input gradient).
+          if (kind && !isReduction(op))
+            for (int h = static_cast<int>(groups.size()) - 1, seen = 0;
+                 h >= 0 && seen < kSiblingWindow; --h, ++seen)
+              if (h != joined && groups[h].open && !groups[h].rowDims && !groups[joined].rowDims &&
+                  groups[h].domain == groups[joined].domain && sharesLoad(groups[h], op) &&
+                  mergeable(groups[h], groups[joined]) &&
+                  loadsWith(groups, joined, op, h, groupOfValue) <= fz::kMaxInputs)
+                mergeIn(h);
         } else if (kind && (!isReduction(op) || trailingDims(op)) &&
                    domain.size() <= static_cast<size_t>(fz::kMaxRank) &&
                    llvm::all_of(op->getOperands(), [&](Value v) {
@@ -397,8 +480,14 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
           // A sum over other dims alone is already one pass; it only ends
           // chains. A sum or max over the rows may start a row program (a
           // LayerNorm's mean of its input, a softmax's max).
-          groups.push_back(Group{{op}, SmallVector<int64_t>(domain), 0, true, isRecomputed(op),
-                                 op->getAttr("mapp.stage"), op->hasAttr("mapp.wgrad")});
+          Group g;
+          g.ops.push_back(op);
+          g.domain.assign(domain.begin(), domain.end());
+          g.recomputed = isRecomputed(op);
+          g.forward = isForward(op);
+          g.stage = op->getAttr("mapp.stage");
+          g.wgrad = op->hasAttr("mapp.wgrad");
+          groups.push_back(std::move(g));
           joined = groups.size() - 1;
         }
         if (joined >= 0) {
@@ -420,10 +509,15 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       op->walk([&](Operation *inner) {
         for (Value v : inner->getOperands()) {
           int g = groupOfValue(v);
-          if (g >= 0 && g != joined)
+          if (g >= 0 && g != joined && groups[g].open) {
             groups[g].open = false;
+            groups[g].closedBy = op;
+            groups[g].closedEpoch = effectEpoch;
+          }
         }
       });
+      if (!isMemoryEffectFree(op))
+        ++effectEpoch;
     }
     for (Group &g : groups)
       if (llvm::count_if(g.ops, [](Operation *o) { return !isView(o); }) >= 2)
@@ -445,7 +539,7 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
       return llvm::any_of(v.getUsers(), [&](Operation *u) { return !members.contains(u); });
     };
     Operation *last = g.ops.back();
-    OpBuilder b(last);
+    OpBuilder b(g.closedBy && g.closedBy->isBeforeInBlock(last) ? g.closedBy : last);
     SmallVector<int64_t> kept = rowShape(g, true);
     for (Operation *op : g.ops) {
       Value result = op->getResult(0);

@@ -3,14 +3,22 @@
 // The part of a `mapp.fused` program's meaning that runs per element, shared
 // by every evaluator (docs/fusion.md): the op table, the scalar semantics
 // (`apply`: those of the unfused kernels, math in double rounded once to
-// float, + − × ÷ in float), bf16 storage as bits (round to nearest even, as
-// DType.cpp), the argument block of a generated kernel and its loops.
+// float, + − × ÷ in float; on the GPU the math in float), bf16 storage as
+// bits (round to nearest even, as DType.cpp), the argument block of a
+// generated kernel and its loops.
 //
 // Three compilers read this file: the host C++ compiler (FusedProgram.h,
 // the CPU evaluator, the CUDA launcher), nvcc, and NVRTC, which gets its
 // text embedded in every generated kernel's source (FusedCodegen.cpp) — so
 // it includes no standard header under NVRTC (__CUDACC_RTC__): the math
 // functions are NVRTC's built-ins. One copy of the math serves all three.
+//
+// On the GPU (__CUDA_ARCH__) the transcendental functions run in float
+// (CUDA's expf, tanhf, erff, ...: at most 2 ulp): FP64 runs at half FP32's
+// rate or less, and a silu in double costs more than its element's bytes
+// (the LLaMA's SwiGLU regions ran at 1.6× inductor's time). The host keeps
+// double, so the CPU evaluator stays bit-identical to the unfused CPU
+// kernels; the GPU agrees with it within a few float ulp before storage.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_FUSEDDEVICE_H
@@ -62,6 +70,33 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588; // sqrt(2/pi)
 constexpr double kGeluKappa = 0.044715;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794; // 1/sqrt(2 pi)
 
+#ifdef __CUDA_ARCH__
+MAPP_FUSED_HD inline float geluScalar(float x, bool tanhApprox) {
+  const float k = static_cast<float>(kSqrt2OverPi), c = static_cast<float>(kGeluKappa);
+  if (tanhApprox)
+    return 0.5f * x * (1.f + tanhf(k * (x + c * x * x * x)));
+  return 0.5f * x * (1.f + erff(x * 0.70710678118654752440f));
+}
+
+MAPP_FUSED_HD inline float geluGradScalar(float dy, float x, bool tanhApprox) {
+  const float k = static_cast<float>(kSqrt2OverPi), c = static_cast<float>(kGeluKappa);
+  if (tanhApprox) {
+    float t = tanhf(k * (x + c * x * x * x));
+    float dinner = k * (1.f + 3.f * c * x * x);
+    return dy * (0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * dinner);
+  }
+  float cdf = 0.5f * (1.f + erff(x * 0.70710678118654752440f));
+  float pdf = expf(-0.5f * x * x) * static_cast<float>(kInvSqrt2Pi);
+  return dy * (cdf + x * pdf);
+}
+
+MAPP_FUSED_HD inline float siluScalar(float x) { return x / (1.f + expf(-x)); }
+
+MAPP_FUSED_HD inline float siluGradScalar(float dy, float x) {
+  float s = 1.f / (1.f + expf(-x));
+  return dy * s * (1.f + x * (1.f - s));
+}
+#else
 MAPP_FUSED_HD inline float geluScalar(float x, bool tanhApprox) {
   double v = x;
   if (tanhApprox)
@@ -92,6 +127,8 @@ MAPP_FUSED_HD inline float siluGradScalar(float dy, float x) {
   return static_cast<float>(dy * s * (1 + v * (1 - s)));
 }
 
+#endif
+
 /// A reduction statement (reduce_sum, reduce_max): its value sums or
 /// maxes a statement over dims.
 MAPP_FUSED_HD inline bool isReduce(Op op) { return op == Op::ReduceSum || op == Op::ReduceMax; }
@@ -104,6 +141,29 @@ MAPP_FUSED_HD inline float maxStep(float m, float x) { return m < x ? x : m; }
 
 /// One statement on scalars (b, c unused below its arity); not a reduction.
 MAPP_FUSED_HD inline float apply(Op op, float a, float b, float c, double imm, bool tanhApprox) {
+#ifdef __CUDA_ARCH__
+  // The GPU's math in float (the file comment); x² exactly as the host's.
+  const float f = static_cast<float>(imm);
+  switch (op) {
+  case Op::Neg: return -a;
+  case Op::Abs: return fabsf(a);
+  case Op::Exp: return expf(a);
+  case Op::Log: return logf(a);
+  case Op::Sqrt: return sqrtf(a);
+  case Op::Rsqrt: return 1.f / sqrtf(a);
+  case Op::Tanh: return tanhf(a);
+  case Op::Sin: return sinf(a);
+  case Op::Cos: return cosf(a);
+  case Op::Sigmoid: return 1.f / (1.f + expf(-a));
+  case Op::Pow: return imm == 2 ? a * a : powf(a, f);
+  case Op::Softcap: return f * tanhf(a / f);
+  case Op::SoftcapGrad: {
+    float t = tanhf(b / f);
+    return a * (1.f - t * t);
+  }
+  default: break;
+  }
+#endif
   double v = a;
   switch (op) {
   case Op::Neg: return static_cast<float>(-v);

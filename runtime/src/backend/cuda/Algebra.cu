@@ -1,9 +1,8 @@
 //===- Algebra.cu - the tensor algebra's kernels (MappTensorOps.td) -------===//
 //
-// One generic elementwise kernel driven by an op code covers every unary,
-// binary and select kernel of the algebra; broadcast, constant and cast
-// are data movement. Loads and stores go through DView (fp32 or bf16
-// storage), arithmetic is fp32, as in Elementwise.cu.
+// Broadcast, constant and cast: data movement. The algebra's pointwise
+// kernels (unary, binary, select) are generated (FusedKernels.cu). Loads
+// and stores go through DView (fp32 or bf16 storage).
 //
 //===----------------------------------------------------------------------===//
 #include "../../plan/AlgebraKernelChecks.h"
@@ -19,66 +18,6 @@ using namespace mapp::rt::cuda;
 namespace {
 
 constexpr int kThreads = 256;
-
-enum Code : int {
-  kNeg, kAbs, kSign, kExp, kLog, kSqrt, kRsqrt, kTanh, kSin, kCos, kSigmoid, kPow,
-  kSub, kDiv, kMaximum, kMinimum, kLt, kLe, kGt, kGe, kEq, kNe, kSelect
-};
-
-__device__ __forceinline__ float apply(int code, float x, float y, float z, float p) {
-  switch (code) {
-  case kNeg: return -x;
-  case kAbs: return fabsf(x);
-  case kSign: return x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f);
-  case kExp: return expf(x);
-  case kLog: return logf(x);
-  case kSqrt: return sqrtf(x);
-  case kRsqrt: return rsqrtf(x);
-  case kTanh: return tanhf(x);
-  case kSin: return sinf(x);
-  case kCos: return cosf(x);
-  case kSigmoid: return 1.f / (1.f + expf(-x));
-  case kPow: return p == 2.f ? x * x : powf(x, p);
-  case kSub: return x - y;
-  case kDiv: return x / y;
-  case kMaximum: return (x != x || y != y) ? x + y : fmaxf(x, y);
-  case kMinimum: return (x != x || y != y) ? x + y : fminf(x, y);
-  case kLt: return x < y ? 1.f : 0.f;
-  case kLe: return x <= y ? 1.f : 0.f;
-  case kGt: return x > y ? 1.f : 0.f;
-  case kGe: return x >= y ? 1.f : 0.f;
-  case kEq: return x == y ? 1.f : 0.f;
-  case kNe: return x != y ? 1.f : 0.f;
-  case kSelect: return x != 0.f ? y : z;
-  }
-  return 0.f;
-}
-
-/// o[i] = apply(code, a[i], b[i], c[i]); b and c unused (p null) by
-/// unary codes, c by binary ones.
-__global__ void algebraKernel(int code, DView a, DView b, DView c, DView o,
-                              int64_t n, float p) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float x = a.ld(i);
-    float y = b.p ? b.ld(i) : 0.f;
-    float z = c.p ? c.ld(i) : 0.f;
-    o.st(i, apply(code, x, y, z, p));
-  }
-}
-
-void launch(const KernelArgs &a, int code, float p = 0.f) {
-  int64_t n = a.out[0].numel();
-  if (!n)
-    return;
-  DView none{nullptr, 0};
-  DView x = view(a.in[0]);
-  DView y = a.numIn > 1 ? view(a.in[1]) : none;
-  DView z = a.numIn > 2 ? view(a.in[2]) : none;
-  algebraKernel<<<gridFor(n, kThreads), kThreads, 0, backendOf(a).stream()>>>(
-      code, x, y, z, view(a.out[0]), n, p);
-  MAPP_CUDA_LAUNCHED();
-}
 
 constexpr int kMaxRank = 8;
 struct Strides {
@@ -114,32 +53,6 @@ __global__ void castKernel(const void *x, int xType, DView y, int64_t n) {
 }
 
 } // namespace
-
-void cuda::neg(const KernelArgs &a) { launch(a, kNeg); }
-void cuda::abs(const KernelArgs &a) { launch(a, kAbs); }
-void cuda::sign(const KernelArgs &a) { launch(a, kSign); }
-void cuda::exp(const KernelArgs &a) { launch(a, kExp); }
-void cuda::log(const KernelArgs &a) { launch(a, kLog); }
-void cuda::sqrt(const KernelArgs &a) { launch(a, kSqrt); }
-void cuda::rsqrt(const KernelArgs &a) { launch(a, kRsqrt); }
-void cuda::tanh(const KernelArgs &a) { launch(a, kTanh); }
-void cuda::sin(const KernelArgs &a) { launch(a, kSin); }
-void cuda::cos(const KernelArgs &a) { launch(a, kCos); }
-void cuda::sigmoid(const KernelArgs &a) { launch(a, kSigmoid); }
-void cuda::pow(const KernelArgs &a) {
-  launch(a, kPow, static_cast<float>(a.attrs.getFloat("exponent", 1)));
-}
-void cuda::sub(const KernelArgs &a) { launch(a, kSub); }
-void cuda::div(const KernelArgs &a) { launch(a, kDiv); }
-void cuda::maximum(const KernelArgs &a) { launch(a, kMaximum); }
-void cuda::minimum(const KernelArgs &a) { launch(a, kMinimum); }
-void cuda::lt(const KernelArgs &a) { launch(a, kLt); }
-void cuda::le(const KernelArgs &a) { launch(a, kLe); }
-void cuda::gt(const KernelArgs &a) { launch(a, kGt); }
-void cuda::ge(const KernelArgs &a) { launch(a, kGe); }
-void cuda::eq(const KernelArgs &a) { launch(a, kEq); }
-void cuda::ne(const KernelArgs &a) { launch(a, kNe); }
-void cuda::select(const KernelArgs &a) { launch(a, kSelect); }
 
 void cuda::broadcast(const KernelArgs &a) {
   const Tensor &x = a.in[0], &y = a.out[0];

@@ -1,8 +1,9 @@
-//===- Elementwise.cu - pointwise, data movement, reduce_sum -------------===//
+//===- Elementwise.cu - dropout, fill, data movement, reduce_sum ---------===//
 //
 // Memory-bound kernels. Each is instantiated per storage type of its operands
 // (fp32 or bf16, chosen by the backend's storage policy), so the inner loops
-// carry no type branches; arithmetic is fp32.
+// carry no type branches; arithmetic is fp32. The pointwise kernels (add,
+// silu, ...) are generated (FusedKernels.cu).
 //
 //===----------------------------------------------------------------------===//
 #include "../cpu/CpuKernels.h"
@@ -33,119 +34,6 @@ template <> __device__ __forceinline__ void stf<bf16>(void *p, int64_t i, float 
 }
 
 constexpr int kThreads = 256;
-
-/// o[i] = op(a[i], b[i % nb]) (b may be null for unary ops).
-template <typename Ta, typename Tb, typename To, typename Op>
-__global__ void binaryKernel(const void *a, const void *b, int64_t nb, void *o,
-                             int64_t n, Op op) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float x = ldf<Ta>(a, i);
-    float y = b ? ldf<Tb>(b, nb == n ? i : i % nb) : 0.0f;
-    stf<To>(o, i, op(x, y));
-  }
-}
-
-/// The same over groups of 8 (n and nb multiples of 8, 16-byte aligned).
-template <typename Ta, typename Tb, typename To, typename Op>
-__global__ void binaryVecKernel(const void *a, const void *b, int64_t nb,
-                                void *o, int64_t n, Op op) {
-  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * 8; i < n;
-       i += int64_t(gridDim.x) * blockDim.x * 8) {
-    float x[8], y[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    load8<Ta>(a, i, x);
-    if (b)
-      load8<Tb>(b, nb == n ? i : i % nb, y);
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      x[j] = op(x[j], y[j]);
-    store8<To>(o, i, x);
-  }
-}
-
-template <typename Op>
-void binary(const Tensor &a, const Tensor *b, const Tensor &o, Op op,
-            cudaStream_t s) {
-  int64_t n = o.numel();
-  if (!n)
-    return;
-  int64_t nb = b ? b->numel() : 8;
-  const void *bp = b ? b->data : nullptr;
-  bool vec = n % 8 == 0 && nb % 8 == 0 && aligned16(a.data) && aligned16(o.data) &&
-             (!bp || aligned16(bp));
-  int g = gridFor(vec ? n / 8 : n, kThreads);
-  bool ba = isBf16(a), bb = b && isBf16(*b), bo = isBf16(o);
-#define MAPP_BIN(TA, TB, TO)                                                   \
-  (vec ? binaryVecKernel<TA, TB, TO><<<g, kThreads, 0, s>>>(a.data, bp, nb,    \
-                                                            o.data, n, op)     \
-       : binaryKernel<TA, TB, TO><<<g, kThreads, 0, s>>>(a.data, bp, nb,       \
-                                                         o.data, n, op))
-  if (ba && bb && bo) MAPP_BIN(bf16, bf16, bf16);
-  else if (ba && bb) MAPP_BIN(bf16, bf16, float);
-  else if (ba && bo) MAPP_BIN(bf16, float, bf16);
-  else if (ba) MAPP_BIN(bf16, float, float);
-  else if (bb && bo) MAPP_BIN(float, bf16, bf16);
-  else if (bb) MAPP_BIN(float, bf16, float);
-  else if (bo) MAPP_BIN(float, float, bf16);
-  else MAPP_BIN(float, float, float);
-#undef MAPP_BIN
-  MAPP_CUDA_LAUNCHED();
-}
-
-struct AddOp { __device__ float operator()(float x, float y) const { return x + y; } };
-struct MulOp { __device__ float operator()(float x, float y) const { return x * y; } };
-struct ScaleOp {
-  float f;
-  __device__ float operator()(float x, float) const { return x * f; }
-};
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluKappa = 0.044715f;
-
-struct GeluOp {
-  bool tanhApprox;
-  __device__ float operator()(float v, float) const {
-    if (tanhApprox)
-      return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluKappa * v * v * v)));
-    return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-  }
-};
-/// x = dy, y = x (the pre-activation).
-struct GeluGradOp {
-  bool tanhApprox;
-  __device__ float operator()(float dy, float v) const {
-    if (tanhApprox) {
-      float t = tanhf(kSqrt2OverPi * (v + kGeluKappa * v * v * v));
-      float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluKappa * v * v);
-      return dy * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
-    }
-    float cdf = 0.5f * (1.0f + erff(v * 0.7071067811865476f));
-    float pdf = expf(-0.5f * v * v) * 0.3989422804014327f;
-    return dy * (cdf + v * pdf);
-  }
-};
-struct SiluOp {
-  __device__ float operator()(float v, float) const { return v / (1.0f + expf(-v)); }
-};
-struct SiluGradOp {
-  __device__ float operator()(float dy, float v) const {
-    float s = 1.0f / (1.0f + expf(-v));
-    return dy * s * (1.0f + v * (1.0f - s));
-  }
-};
-
-struct SoftcapOp {
-  float cap;
-  __device__ float operator()(float v, float) const { return cap * tanhf(v / cap); }
-};
-/// x = dy, y = x (the uncapped input).
-struct SoftcapGradOp {
-  float cap;
-  __device__ float operator()(float dy, float v) const {
-    float t = tanhf(v / cap);
-    return dy * (1.0f - t * t);
-  }
-};
 
 __device__ __forceinline__ uint64_t splitmix(uint64_t x) {
   uint64_t z = x + 0x9E3779B97F4A7C15ULL;
@@ -400,10 +288,6 @@ bool windowVec(DView src, DView dst, int64_t rows, int64_t F, int64_t L,
   return true;
 }
 
-bool tanhApprox(const KernelArgs &a) {
-  return a.attrs.getStr("approximate", "none") == "tanh";
-}
-
 int64_t normDim(int64_t d, int rank) { return d < 0 ? d + rank : d; }
 int64_t span(const Shape &s, int64_t from, int64_t to) {
   int64_t n = 1;
@@ -437,39 +321,6 @@ void cuda::copyConvert(DView src, DView dst, int64_t n, cudaStream_t s) {
 void cuda::fillZero(DView dst, int64_t n, cudaStream_t s) {
   if (n)
     MAPP_CUDA_CHECK(cudaMemsetAsync(dst.p, 0, n * (dst.bf16 ? 2 : 4), s));
-}
-
-void cuda::add(const KernelArgs &a) {
-  binary(a.in[0], &a.in[1], a.out[0], AddOp{}, backendOf(a).stream());
-}
-void cuda::mul(const KernelArgs &a) {
-  binary(a.in[0], &a.in[1], a.out[0], MulOp{}, backendOf(a).stream());
-}
-void cuda::scale(const KernelArgs &a) {
-  float f = static_cast<float>(a.attrs.getFloat("factor", 1));
-  binary(a.in[0], nullptr, a.out[0], ScaleOp{f}, backendOf(a).stream());
-}
-void cuda::gelu(const KernelArgs &a) {
-  binary(a.in[0], nullptr, a.out[0], GeluOp{tanhApprox(a)}, backendOf(a).stream());
-}
-void cuda::gelu_grad(const KernelArgs &a) {
-  binary(a.in[0], &a.in[1], a.out[0], GeluGradOp{tanhApprox(a)},
-         backendOf(a).stream());
-}
-void cuda::silu(const KernelArgs &a) {
-  binary(a.in[0], nullptr, a.out[0], SiluOp{}, backendOf(a).stream());
-}
-void cuda::silu_grad(const KernelArgs &a) {
-  binary(a.in[0], &a.in[1], a.out[0], SiluGradOp{}, backendOf(a).stream());
-}
-
-void cuda::softcap(const KernelArgs &a) {
-  float cap = static_cast<float>(a.attrs.requireFloat("cap"));
-  binary(a.in[0], nullptr, a.out[0], SoftcapOp{cap}, backendOf(a).stream());
-}
-void cuda::softcap_grad(const KernelArgs &a) {
-  float cap = static_cast<float>(a.attrs.requireFloat("cap"));
-  binary(a.in[0], &a.in[1], a.out[0], SoftcapGradOp{cap}, backendOf(a).stream());
 }
 
 void cuda::dropout(const KernelArgs &a) {
@@ -507,10 +358,6 @@ void cuda::fill(const KernelArgs &a) {
   else
     fillKernel<float><<<g, kThreads, 0, s>>>(o.f32(), n, static_cast<float>(v));
   MAPP_CUDA_LAUNCHED();
-}
-
-void cuda::grad_accumulate(const KernelArgs &a) {
-  binary(a.out[0], &a.in[0], a.out[0], AddOp{}, backendOf(a).stream());
 }
 
 void cuda::reshape(const KernelArgs &a) {

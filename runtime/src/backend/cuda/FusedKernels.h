@@ -7,6 +7,10 @@
 // arch or read from the kernel cache (KernelCompiler.h), and loaded; the
 // `fused` kernel then only fills the argument block and launches.
 //
+// The pointwise kernels of the vocabulary (add, mul, silu, select, ...,
+// grad_accumulate) run the same way, as one-statement programs: the CUDA
+// backend has no hand-written pointwise kernel.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_CUDA_FUSEDKERNELS_H
 #define MAPP_RT_CUDA_FUSEDKERNELS_H
@@ -38,6 +42,11 @@ public:
 
   /// Runs one `fused` call on the backend's stream.
   void run(CudaBackend &be, const KernelArgs &a);
+  /// Runs pointwise kernel `op` of the vocabulary (its immediate from the
+  /// call's attributes) as a generated one-statement program; with
+  /// `accumulate`, out[0] += in[0] (grad_accumulate).
+  void runPointwise(CudaBackend &be, const KernelArgs &a, fused::Op op,
+                    bool accumulate = false);
 
   /// Kernels compiled and read from the cache at bind (--fuse log, tests).
   int compiled() const { return compiled_; }
@@ -58,8 +67,15 @@ private:
     std::vector<DType> inputs, results;
     cudaKernel_t kernel = nullptr;
     int width = 4; // elements per thread of its vector path (vectorWidth)
+    bool bound = false; // prepared at bind, for an instruction of the program
   };
-  static Call prepare(const Attrs &attrs, int numInputs, const std::string &what);
+  static Call prepare(const std::string &program, std::vector<int64_t> domain,
+                      std::vector<int64_t> outputs, int numInputs, const std::string &what);
+  /// Binds `c` to the kernel for these storage types, unless it has it.
+  void bind(Call &c, const std::vector<DType> &inputs, const std::vector<DType> &results);
+  /// Launches c's kernel over its domain, operands of these shapes.
+  void launch(CudaBackend &be, const Call &c, const std::vector<std::vector<int64_t>> &shapes,
+              const std::vector<const void *> &ins, const std::vector<void *> &outs);
   /// The kernel for `spec`: loaded before, or generated, compiled, loaded.
   cudaKernel_t kernelFor(const fused::CodegenSpec &spec, const std::string &what);
 
