@@ -20,7 +20,10 @@ mkdir -p "$LOG"
 source "$D/common.sh" # unpack, say, with_torch_libs
 with_torch_libs
 BIN=/tmp/mapp-fusion-bin # this package's binary, not another's left on the machine
-mkdir -p $BIN && rm -f $BIN/mapp-run && unpack mapp-run
+mkdir -p $BIN && rm -f $BIN/mapp-run $BIN/mapp-run-base && unpack mapp-run
+# A baseline mapp-run (another commit's, prepare_fusion.sh BASE_BIN=...)
+# runs the unfused plans too: a row of its own, in the same call.
+[ -f "$D/bin/mapp-run-base.xz" ] && unpack mapp-run-base
 CENSUS=$D/bin/libmapp-kernel-census.so
 ROWS=()
 census() { # name steps command...
@@ -49,12 +52,15 @@ pair() { # name command-taking-a-step-count...
 }
 mapp_run() { # plan steps
   $BIN/mapp-run "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --quiet --steps "$2"; }
+base_run() { # plan steps
+  $BIN/mapp-run-base "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --quiet --steps "$2"; }
 torch_run() { # script cfg steps: 3 warm-up steps, then steps - 2 timed (3 and 3 + S: S apart)
   python3 "$D/$1" "$2" --mode compile --warmup 3 --steps $(($3 - 2)); }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for c in ${FUSION_MODELS:-llama-1b gpt-moe-1b gpt-124m gpt-1.3b}; do
   t=$SECONDS
   case $c in llama*) py=torch_llama.py ;; gpt-moe*) py=torch_moe.py ;; *) py=torch_gpt.py ;; esac
+  [ -x $BIN/mapp-run-base ] && pair "$c.mapp-base" base_run "$D/plans/$c.bench.plain.mplan"
   pair "$c.mapp" mapp_run "$D/plans/$c.bench.plain.mplan"
   pair "$c.mapp-fuse" mapp_run "$D/plans/$c.bench.fused.mplan"
   # A first run fills inductor's cache: a cold compile launches kernels

@@ -13,6 +13,7 @@
 # parameters carry mapp.reference.GPT's names and shapes, so a curve starts
 # from the reference's initial weights.
 #   bench/gpu/prepare_fusion.sh [BUILD_DIR]     (a mapp-run with CUDA)
+#   BASE_BIN=/path/to/other/mapp-run bench/gpu/prepare_fusion.sh   (a baseline)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build/bin}
@@ -24,6 +25,8 @@ OPT="lr=3e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
 MEM=(-mapp-plan-memory=activation-storage=bf16 -mlir-print-op-on-diagnostic=false)
 rm -rf "$OUT" && mkdir -p "$OUT/plans" "$OUT/bin" "$OUT/configs"
 xz -T2 -6 -c "$BUILD/mapp-run" > "$OUT/bin/mapp-run.xz"
+# BASE_BIN: another commit's mapp-run, a baseline row in kernels.sh.
+[ -n "${BASE_BIN:-}" ] && xz -T2 -6 -c "$BASE_BIN" > "$OUT/bin/mapp-run-base.xz"
 g++ -O2 -std=c++17 -shared -fPIC -I"$CUDA/include" bench/gpu/kernel_census.cpp \
   -L"$CUDA/lib64" -L"$CUDA/lib" -lcupti -Wl,-rpath,'$ORIGIN' \
   -o "$OUT/bin/libmapp-kernel-census.so"
