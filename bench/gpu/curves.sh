@@ -4,9 +4,10 @@
 # the folder bench/gpu/prepare_fusion.sh filled:
 #   gpu/fusion/curves.sh [STEPS]
 # Per model: the initial weights (mapp.reference.GPT, seed 7), mapp-run
-# --backend=cuda of both plans on the same batches (checked equal), then
-# e2e_check.py (one PyTorch bf16-autocast run against both; --no-fp32) and
-# the two plans' median step times. Logs in $OUT (or /tmp); summary last.
+# --backend=cuda of each plan (CURVE_PLANS, default plain fused norms) on
+# the same batches (checked equal), then
+# e2e_check.py (one PyTorch bf16-autocast run against all; --no-fp32) and
+# the plans' median step times. Logs in $OUT (or /tmp); summary last.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 STEPS=${1:-100}
@@ -25,7 +26,7 @@ for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.curve.json | sed 's/\.curve\.
   python3 "$D/e2e_check.py" init "$D/configs/$c.curve.json" $W/$c.init.safetensors \
     || { say "curve $c: init failed"; continue; }
   runs=()
-  for v in plain fused; do
+  for v in ${CURVE_PLANS:-plain fused norms}; do
     if $BIN/mapp-run "$D/plans/$c.curve.$v.mplan" --backend=cuda --data "$D/corpus.jsonl" \
         --tokenizer bytes --steps "$STEPS" --seed 11 --weights $W/$c.init.safetensors \
         --metrics "$LOG/$c.$v.jsonl" --dump-batches $W/$c.$v.batches.jsonl --quiet \
@@ -37,8 +38,9 @@ for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.curve.json | sed 's/\.curve\.
   done
   [ ${#runs[@]} -gt 0 ] || continue
   b=$W/$c.${runs[0]}.batches.jsonl
-  [ ${#runs[@]} = 1 ] || cmp -s $b $W/$c.fused.batches.jsonl \
-    || { say "curve $c: the two runs read different batches"; continue; }
+  same=1
+  for v in "${runs[@]}"; do cmp -s $b $W/$c.$v.batches.jsonl || same=0; done
+  [ $same = 1 ] || { say "curve $c: the runs read different batches"; continue; }
   list=$(for v in "${runs[@]}"; do printf '%s=%s,' "$c.$v" "$LOG/$c.$v.jsonl"; done)
   say "$(timeout 400 python3 "$D/e2e_check.py" "$D/configs/$c.curve.json" $W/$c.init.safetensors \
     "${list%,}" $b --lr 3e-4 --no-fp32 2>&1 | tail -2 | tr '\n' ' ')"

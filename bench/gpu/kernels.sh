@@ -63,6 +63,7 @@ for c in ${FUSION_MODELS:-llama-1b gpt-moe-1b gpt-124m gpt-1.3b}; do
   [ -x $BIN/mapp-run-base ] && pair "$c.mapp-base" base_run "$D/plans/$c.bench.plain.mplan"
   pair "$c.mapp" mapp_run "$D/plans/$c.bench.plain.mplan"
   pair "$c.mapp-fuse" mapp_run "$D/plans/$c.bench.fused.mplan"
+  pair "$c.mapp-norms" mapp_run "$D/plans/$c.bench.norms.mplan"
   # A first run fills inductor's cache: a cold compile launches kernels
   # (its benchmarks) that the warm run of the pair would not, and the
   # difference would go negative.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fills OUT_DIR (default gpu/fusion) for two runs on the GPU machine, over
 # the four benchmark models (GPT 124M, GPT 1.3B, the LLaMA-style 1B, the
-# 1B-active MoE), each plan unfused and with --mapp-fuse:
+# 1B-active MoE), each plan unfused, with --mapp-fuse, and with the norms
+# written with the algebra before it (--mapp-decompose-norms):
 #   curves.sh   100-step bf16 loss curves against PyTorch (issues 35, 37), at
 #               micro-batch 2 (PyTorch's side, mapp.reference.GPT, keeps its
 #               attention scores in memory);
@@ -51,9 +52,13 @@ PY
   case $c in gpt-moe-*) ;; *) passes=(-mapp-autodiff --mapp-recompute=policy=activations "-mapp-optimizer=$OPT") ;; esac
   for use in curve bench; do
     "$BIN/mapp-translate" --import-gpt-config "$OUT/configs/$c.$use.json" -o "$OUT/plans/$c.mlir"
-    for v in plain fused; do
-      fuse=(); [ $v = fused ] && fuse=(-mapp-fuse)
-      "$BIN/mapp-opt" "$OUT/plans/$c.mlir" "${passes[@]}" "${fuse[@]}" "${MEM[@]}" \
+    for v in plain fused norms; do
+      # norms: the norms written with the algebra (--mapp-decompose-norms),
+      # so generated row programs replace the hand-written norm kernels.
+      pre=(); fuse=()
+      [ $v = plain ] || fuse=(-mapp-fuse)
+      [ $v = norms ] && pre=(-mapp-decompose-norms)
+      "$BIN/mapp-opt" "$OUT/plans/$c.mlir" "${pre[@]}" "${passes[@]}" "${fuse[@]}" "${MEM[@]}" \
         -o "$OUT/plans/$c.$use.$v.mlir" 2> /dev/null
       "$BIN/mapp-translate" --mapp-to-plan "$OUT/plans/$c.$use.$v.mlir" -o "$OUT/plans/$c.$use.$v.mplan"
       echo "$c $use $v: $(grep -c 'mapp.fused' "$OUT/plans/$c.$use.$v.mlir" || true) fused ops"

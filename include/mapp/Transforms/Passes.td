@@ -649,6 +649,19 @@ def MappPlanMemory : Pass<"mapp-plan-memory", "::mlir::ModuleOp"> {
   ];
 }
 
+def MappDecomposeNorms : Pass<"mapp-decompose-norms", "::mlir::ModuleOp"> {
+  let summary = "Write rms_norm and layer_norm with the tensor algebra";
+  let description = [{
+    Before --mapp-autodiff: every mapp.rms_norm and mapp.layer_norm becomes
+    the ops the exporter writes for a norm it does not recognize (x², its
+    row sum, the rows' mean, eps and rsqrt, x·r·(gamma + offset); the
+    LayerNorm's two row sums), so autodiff differentiates them and
+    --mapp-fuse makes each norm, forward and backward, one generated row
+    program in place of the runtime's hand-written norm kernels
+    (docs/fusion.md, "Norms from the algebra").
+  }];
+}
+
 def MappFuse : Pass<"mapp-fuse", "::mlir::ModuleOp"> {
   let summary = "Group elementwise chains into mapp.fused ops (one pass over memory each)";
   let description = [{
@@ -660,8 +673,10 @@ def MappFuse : Pass<"mapp-fuse", "::mlir::ModuleOp"> {
     mapp.fused op whose program the backends evaluate without intermediate
     tensors. A value read outside its group (by a GEMM, a collective, a
     probe, a perturbation, another group) is materialized, never recomputed;
-    recomputed ops (--mapp-recompute) and the ops they feed stay in
-    separate groups. An op a GEMM's epilogue takes on the GPU (a linear's
+    open sibling groups loading the same value merge, and an elementwise op
+    after the GEMM that closed a group joins it when it can run before that
+    GEMM; recomputed ops (--mapp-recompute) never share a group with the
+    forward's ops. An op a GEMM's epilogue takes on the GPU (a linear's
     tanh GELU or residual add, a dgrad's gelu_grad, a norm gradient's
     residual add, a weight gradient's bias sum) stays out of regions unless
     `keep-epilogues=false`. docs/fusion.md.
