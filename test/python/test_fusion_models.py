@@ -18,6 +18,7 @@ import torch
 
 from mapp import safetensors
 from conftest import require_tool
+from mapp.export import pick_loss
 from train_harness import compile_and_train, export, plan_losses, run, train_torch_and_compare
 
 STEPS = 20
@@ -107,6 +108,41 @@ def test_maxima_model_fuses_and_trains_like_pytorch(tmp_path):
     print(f"maxout-zloss: {len(programs)} regions; worst relative loss difference to "
           f"PyTorch over {STEPS} steps {worst:.2e}")
 
+
+
+@pytest.mark.parametrize("name,kind", [("meta-llama", "rms_norm"), ("hf-gpt2", "layer_norm")])
+def test_decomposed_norms_train_like_the_norm_kernels(tmp_path, name, kind):
+    """Public-style models whose norms the exporter recognizes (mapp.rms_norm,
+    mapp.layer_norm: the runtime's norm kernels): --mapp-decompose-norms
+    writes them with the algebra again and --mapp-fuse makes every norm,
+    forward and backward, a generated row program. 20 CPU steps like the
+    norm kernels (1e-5 relative) and like PyTorch (losses and step-0
+    gradients, 1e-5)."""
+    from test_export_models import MODELS, SHAPE, build
+    spec, cfg, out, _ = MODELS[name]
+    cfg = {**SHAPE, **cfg}
+    args = dict(module=spec, export_args=["--output", out], pythonpath=[HERE])
+    (tmp_path / "fused").mkdir()
+    (tmp_path / "kernels").mkdir()
+    fused = compile_and_train(tmp_path / "fused", cfg, STEPS, pre_args=["-mapp-decompose-norms"],
+                              opt_args=["-mapp-fuse"], **args)
+    kernels = compile_and_train(tmp_path / "kernels", cfg, STEPS, **args)
+    plain_ops = op_counts((tmp_path / "kernels" / "train.mlir").read_text())
+    fused_text = (tmp_path / "fused" / "train.mlir").read_text()
+    fused_ops = op_counts(fused_text)
+    assert plain_ops[kind] >= 2 and plain_ops[kind + "_grad"] >= 2, plain_ops
+    assert not fused_ops[kind] and not fused_ops[kind + "_grad"], fused_ops
+    # A row program per norm, forward and backward (its row sums over dim 2).
+    rows = re.findall(r'program = "[^"]*reduce_sum\[2\][^"]*"', fused_text)
+    assert len(rows) >= 2 * plain_ops[kind], rows
+    for f, k in zip(fused[0], kernels[0]):
+        assert abs(f["loss"] - k["loss"]) <= 1e-5 * abs(k["loss"]), (f, k)
+    torch.manual_seed(0)
+    weights = safetensors.load(tmp_path / "fused" / "init.safetensors")[0]
+    worst = train_torch_and_compare(build(spec, cfg), weights, *fused, tolerance=1e-5,
+                                    loss_of=lambda o: pick_loss(o, out))
+    print(f"{name}: {plain_ops[kind]} norms decomposed into {len(rows)} row programs; "
+          f"worst relative loss difference to PyTorch {worst:.2e}")
 
 
 def _mistral_two_layers():

@@ -49,13 +49,14 @@ def plan_losses(tmp, name, steps):
 
 
 def compile_and_train(tmp, cfg, steps, module="mapp.reference:GPT", export_args=(),
-                      pythonpath=(), opt_args=()):
+                      pythonpath=(), opt_args=(), pre_args=()):
     """-> (metrics, batches, step-0 grads) of `steps` mapp-run CPU steps;
-    opt_args: passes run after the optimizer (e.g. -mapp-fuse)."""
+    opt_args: passes run after the optimizer (e.g. -mapp-fuse); pre_args:
+    before autodiff (e.g. -mapp-decompose-norms)."""
     export(tmp, cfg, module, export_args, pythonpath)
     opt = (f"lr={LR} beta1={BETAS[0]} beta2={BETAS[1]} eps={EPS} "
            f"weight-decay={WD}")
-    run([require_tool("mapp-opt"), tmp / "model.mlir", "-mapp-autodiff",
+    run([require_tool("mapp-opt"), tmp / "model.mlir", *pre_args, "-mapp-autodiff",
          f"-mapp-optimizer={opt}", *opt_args, "-o", tmp / "train.mlir"])
     run([require_tool("mapp-translate"), "--mapp-to-plan", tmp / "train.mlir",
          "-o", tmp / "model.mplan"])
