@@ -8,7 +8,8 @@
 # warm-up (PyTorch after a run that fills inductor's cache); kernels.py
 # takes the difference (STEPS steady steps) and sorts
 # the kernels into GEMM, attention and the rest. Then, where Nsight Compute
-# is installed (NCU=0 skips it), one steady step of each run again under
+# is installed (NCU=0 skips it; NCU_ROWS, a regex of row names, picks rows),
+# one steady step of each run again under
 # ncu: the run skips the 3-step run's launches and profiles the next
 # step's (DRAM bytes read and written, duration per kernel), so the table
 # adds bytes moved per step by class. Rows and the table in $OUT (or /tmp).
@@ -46,7 +47,7 @@ pair() { # name command-taking-a-step-count...
   local name=$1; shift
   census "$name" 3 "$@" 3 && census "$name" $((3 + STEPS)) "$@" $((3 + STEPS)) || return
   local ncu=()
-  [ -n "$NCU_BIN" ] && ncu=($(bytes "$name" "$@"))
+  [ -n "$NCU_BIN" ] && [[ $name =~ ${NCU_ROWS:-.} ]] && ncu=($(bytes "$name" "$@"))
   python3 "$D/kernels.py" $LOG/$name.$((3 + STEPS)).tsv $LOG/$name.3.tsv $STEPS --name "$name" \
     "${ncu[@]}" --json $LOG/$name.json > /dev/null && ROWS+=($LOG/$name.json)
 }
