@@ -511,7 +511,9 @@ struct FusePass : mapp::impl::MappFuseBase<FusePass> {
           int g = groupOfValue(v);
           if (g >= 0 && g != joined && groups[g].open) {
             groups[g].open = false;
-            groups[g].closedBy = op;
+            // Hoisting places the region before its reader: not before one
+            // that is itself fused (erased when its region is made).
+            groups[g].closedBy = joined < 0 ? op : nullptr;
             groups[g].closedEpoch = effectEpoch;
           }
         }
