@@ -38,8 +38,12 @@ bytes() { # name command-taking-a-step-count...: one steady step under ncu
   local name=$1; shift
   local skip per
   read -r skip per < <(python3 "$D/kernels.py" --window $LOG/$name.$((3 + STEPS)).tsv $LOG/$name.3.tsv $STEPS)
-  "$NCU_BIN" --clock-control none --launch-skip "$skip" --launch-count "$per" --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
-    --csv --page raw --print-units base --log-file $LOG/$name.ncu.csv "$@" 5 > $LOG/$name.ncu.log 2>&1 \
+  # The command is a shell function: ncu runs it through bash and follows
+  # the process it starts (--target-processes all).
+  "$NCU_BIN" --target-processes all --clock-control none --launch-skip "$skip" --launch-count "$per" \
+    --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+    --csv --page raw --print-units base --log-file $LOG/$name.ncu.csv \
+    bash -c '"$@"' _ "$@" 5 > $LOG/$name.ncu.log 2>&1 \
     || { { tail -3 $LOG/$name.ncu.log; echo "$name under ncu failed"; } >&2; return 1; }
   echo "--ncu $LOG/$name.ncu.csv"
 }
@@ -57,6 +61,8 @@ base_run() { # plan steps
   $BIN/mapp-run-base "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --quiet --steps "$2"; }
 torch_run() { # script cfg steps: 3 warm-up steps, then steps - 2 timed (3 and 3 + S: S apart)
   python3 "$D/$1" "$2" --mode compile --warmup 3 --steps $(($3 - 2)); }
+export -f mapp_run base_run torch_run
+export BIN D
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for c in ${FUSION_MODELS:-llama-1b gpt-moe-1b gpt-124m gpt-1.3b}; do
   t=$SECONDS
