@@ -6,6 +6,7 @@
 #   curves.sh   100-step bf16 loss curves against PyTorch (issues 35, 37), at
 #               micro-batch 2 (PyTorch's side, mapp.reference.GPT, keeps its
 #               attention scores in memory);
+#   fusion_call.sh  one call: the CUDA kernel test, then the two below;
 #   kernels.sh  kernels launched and device time per step by class (GEMM,
 #               attention, the rest), mapp against torch.compile, counted by
 #               the same CUPTI census (kernel_census.cpp; issue 37), at the
@@ -26,6 +27,7 @@ OPT="lr=3e-4 beta1=0.9 beta2=0.95 eps=1e-8 weight-decay=0.1"
 MEM=(-mapp-plan-memory=activation-storage=bf16 -mlir-print-op-on-diagnostic=false)
 rm -rf "$OUT" && mkdir -p "$OUT/plans" "$OUT/bin" "$OUT/configs"
 xz -T2 -6 -c "$BUILD/mapp-run" > "$OUT/bin/mapp-run.xz"
+[ -x "$BUILD/mapp-cuda-kernel-test" ] && xz -T2 -6 -c "$BUILD/mapp-cuda-kernel-test" > "$OUT/bin/mapp-cuda-kernel-test.xz"
 # BASE_BIN: another commit's mapp-run, a baseline row in kernels.sh.
 [ -n "${BASE_BIN:-}" ] && xz -T2 -6 -c "$BASE_BIN" > "$OUT/bin/mapp-run-base.xz"
 g++ -O2 -std=c++17 -shared -fPIC -I"$CUDA/include" bench/gpu/kernel_census.cpp \
@@ -33,7 +35,7 @@ g++ -O2 -std=c++17 -shared -fPIC -I"$CUDA/include" bench/gpu/kernel_census.cpp \
   -o "$OUT/bin/libmapp-kernel-census.so"
 cp -L "$(ldd "$OUT/bin/libmapp-kernel-census.so" | awk '/libcupti/ {print $3}')" "$OUT/bin/"
 cp -r python/mapp "$OUT/mapp" && find "$OUT/mapp" -name __pycache__ -prune -exec rm -rf {} +
-cp bench/gpu/common.sh bench/gpu/curves.sh bench/gpu/kernels.sh bench/gpu/kernels.py bench/gpu/e2e_check.py \
+cp bench/gpu/common.sh bench/gpu/fusion_call.sh bench/gpu/curves.sh bench/gpu/kernels.sh bench/gpu/kernels.py bench/gpu/e2e_check.py \
   bench/gpu/moe_check.py bench/gpu/torch_train.py bench/gpu/torch_gpt.py bench/gpu/torch_llama.py \
   bench/gpu/torch_moe.py "$OUT/"
 cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
