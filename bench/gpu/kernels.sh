@@ -13,6 +13,7 @@
 # ncu: the run skips the 3-step run's launches and profiles the next
 # step's (DRAM bytes read and written, duration per kernel), so the table
 # adds bytes moved per step by class. Rows and the table in $OUT (or /tmp).
+# KERNEL_PLANS picks mapp's plans (default: plain fused norms).
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 STEPS=${1:-6}
@@ -68,9 +69,10 @@ for c in ${FUSION_MODELS:-llama-1b gpt-moe-1b gpt-124m gpt-1.3b}; do
   t=$SECONDS
   case $c in llama*) py=torch_llama.py ;; gpt-moe*) py=torch_moe.py ;; *) py=torch_gpt.py ;; esac
   [ -x $BIN/mapp-run-base ] && pair "$c.mapp-base" base_run "$D/plans/$c.bench.plain.mplan"
-  pair "$c.mapp" mapp_run "$D/plans/$c.bench.plain.mplan"
-  pair "$c.mapp-fuse" mapp_run "$D/plans/$c.bench.fused.mplan"
-  pair "$c.mapp-norms" mapp_run "$D/plans/$c.bench.norms.mplan"
+  for v in ${KERNEL_PLANS:-plain fused norms}; do # row names: mapp, mapp-fuse, mapp-norms
+    case $v in plain) row=mapp ;; fused) row=mapp-fuse ;; *) row=mapp-$v ;; esac
+    pair "$c.$row" mapp_run "$D/plans/$c.bench.$v.mplan"
+  done
   # A first run fills inductor's cache: a cold compile launches kernels
   # (its benchmarks) that the warm run of the pair would not, and the
   # difference would go negative.
