@@ -8,6 +8,7 @@
 # the same batches (checked equal), then
 # e2e_check.py (one PyTorch bf16-autocast run against all; --no-fp32) and
 # the plans' median step times. Logs in $OUT (or /tmp); summary last.
+# CURVE_FP32: models whose PyTorch side also runs in fp32.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 STEPS=${1:-100}
@@ -42,8 +43,13 @@ for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.curve.json | sed 's/\.curve\.
   for v in "${runs[@]}"; do cmp -s $b $W/$c.$v.batches.jsonl || same=0; done
   [ $same = 1 ] || { say "curve $c: the runs read different batches"; continue; }
   list=$(for v in "${runs[@]}"; do printf '%s=%s,' "$c.$v" "$LOG/$c.$v.jsonl"; done)
-  say "$(timeout 400 python3 "$D/e2e_check.py" "$D/configs/$c.curve.json" $W/$c.init.safetensors \
-    "${list%,}" $b --lr 3e-4 --no-fp32 2>&1 | tail -2 | tr '\n' ' ')"
+  # PyTorch's fp32 run too for the models in CURVE_FP32 (the bf16 runs'
+  # distance from fp32: the noise floor of the bar).
+  flags=(--lr 3e-4 --losses-out "$LOG/$c.torch.json")
+  [[ " ${CURVE_FP32:-} " == *" $c "* ]] || flags+=(--no-fp32)
+  timeout 400 python3 "$D/e2e_check.py" "$D/configs/$c.curve.json" $W/$c.init.safetensors \
+    "${list%,}" $b "${flags[@]}" > "$LOG/$c.e2e.log" 2>&1
+  say "$(tail -2 "$LOG/$c.e2e.log" | tr '\n' ' ')"
   say "step $c (micro-batch 2, median of steps 3+): $(for v in "${runs[@]}"; do printf '%s %s ms, ' $v "$(median "$LOG/$c.$v.jsonl")"; done)$((SECONDS - t)) s"
   rm -f $W/$c.*
 done

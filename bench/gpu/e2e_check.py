@@ -18,10 +18,20 @@ against one PyTorch run; NAME= labels a run).
 the rest). An MoE config (num_moe_experts) is held step by step over the
 first --early steps and by the mean of the last 10 after them: past the
 first steps a few routing choices flip between any two precisions and the
-curves part by ~2% (docs/moe.md, bench/gpu/moe_check.py).
+curves part by ~2% (docs/moe.md, bench/gpu/moe_check.py); its PyTorch side
+is bench/gpu/torch_moe.py's model (mapp.reference's MoE ops run on the CPU
+only).
+
+The training recipe: the flags above, overridden by the config's
+"_curve_train" object (lr, clip, warmup, total_steps, min_lr), which
+prepare_fusion.sh writes beside the mapp plan's optimizer options from the
+same values: gradient clipping as clip_grad_norm_, and mapp's cosine
+schedule (linear warmup, cosine decay to min_lr) where warmup or
+total_steps is given. --losses-out FILE keeps PyTorch's curves (JSON).
 """
 import argparse
 import json
+import math
 import sys
 
 import torch
@@ -30,22 +40,55 @@ from mapp import safetensors
 from mapp.reference import GPT
 from moe_check import rel as rel_diffs, tracks  # the MoE check's curve rules
 
+DEVICE = "cuda"  # a CPU run of this script (its test) sets "cpu"
+
+
+def scheduled_lr(a, k):
+    """mapp's scheduledLr (runtime/src/plan/KernelSpecs.cpp) at step k."""
+    if not (a.warmup or a.total_steps):
+        return a.lr
+    if k < a.warmup:
+        return a.lr * (k + 1) / a.warmup
+    if k >= a.total_steps:
+        return a.min_lr
+    t = (k - a.warmup) / (a.total_steps - a.warmup)
+    return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1 + math.cos(math.pi * t))
+
+
+def build(cfg, init):
+    """The PyTorch model of the curve on the GPU: mapp.reference.GPT, or for
+    an MoE config torch_moe's (same parameter names)."""
+    torch.manual_seed(0)
+    if cfg.get("num_moe_experts"):
+        import torch_moe
+        torch_moe.probe_grouped_mm()
+        model = torch_moe.GPT(cfg).to(DEVICE)
+    else:
+        model = GPT(cfg).to(DEVICE)
+    missing, unexpected = model.load_state_dict({k: v.to(DEVICE) for k, v in init.items()},
+                                                strict=False)
+    if missing or unexpected:
+        raise SystemExit(f"parameter names differ: missing {missing}, unexpected {unexpected}")
+    return model
+
 
 def train(cfg, init, batches, args, autocast):
-    torch.manual_seed(0)
-    model = GPT(cfg).cuda()
-    model.load_state_dict({k: v.cuda() for k, v in init.items()})
+    model = build(cfg, init)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr,
                             betas=(args.beta1, args.beta2), eps=args.eps,
                             weight_decay=args.wd)
     losses = []
-    for b in batches:
-        tok = torch.tensor(b["tokens"], dtype=torch.long, device="cuda")
-        tgt = torch.tensor(b["targets"], dtype=torch.long, device="cuda")
+    for k, b in enumerate(batches):
+        tok = torch.tensor(b["tokens"], dtype=torch.long, device=DEVICE)
+        tgt = torch.tensor(b["targets"], dtype=torch.long, device=DEVICE)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=autocast):
             loss = model(tok, tgt)
         loss.backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        for g in opt.param_groups:
+            g["lr"] = scheduled_lr(args, k)
         opt.step()
         losses.append(loss.item())
     return losses
@@ -91,8 +134,15 @@ def main():
     p.add_argument("--name", default="")
     p.add_argument("--no-fp32", action="store_true")
     p.add_argument("--early", type=int, default=10)
+    p.add_argument("--clip", type=float, default=0.0)
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--total-steps", type=int, default=0)
+    p.add_argument("--min-lr", type=float, default=0.0)
+    p.add_argument("--losses-out", default="")
     args = p.parse_args()
     cfg = json.load(open(args.cfg))
+    for key, value in cfg.get("_curve_train", {}).items():
+        setattr(args, key, value)
     init = safetensors.load(args.init)[0]
     runs = []
     for item in args.metrics.split(","):
@@ -103,6 +153,8 @@ def main():
         assert len(metrics) == len(batches), (len(metrics), len(batches))
     bf = train(cfg, init, batches, args, True)
     fp = None if args.no_fp32 else train(cfg, init, batches, args, False)
+    if args.losses_out:
+        json.dump({"torch_bf16": bf, "torch_fp32": fp}, open(args.losses_out, "w"))
     fp_note = "fp32 run skipped"
     if fp is not None:
         fp_note = f"torch bf16 vs fp32 {max(rel_diffs(bf, fp)):.2e}"

@@ -16,12 +16,21 @@
 # KERNEL_PLANS picks mapp's plans (default: plain fused norms).
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
+BIN=/tmp/mapp-fusion-bin # this package's binary, not another's left on the machine
+mapp_run() { # plan steps
+  $BIN/mapp-run "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --quiet --steps "$2"; }
+base_run() { # plan steps
+  $BIN/mapp-run-base "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --quiet --steps "$2"; }
+torch_run() { # script cfg steps: 3 warm-up steps, then steps - 2 timed (3 and 3 + S: S apart)
+  python3 "$D/$1" "$2" --mode compile --warmup 3 --steps $(($3 - 2)); }
+# ncu starts a program, not a shell function: it runs this script as
+# `kernels.sh --exec RUNNER ARGS...`.
+if [ "${1:-}" = --exec ]; then shift; "$@"; exit; fi
 STEPS=${1:-6}
 LOG=${OUT:-/tmp/mapp-kernels}
 mkdir -p "$LOG"
 source "$D/common.sh" # unpack, say, with_torch_libs
 with_torch_libs
-BIN=/tmp/mapp-fusion-bin # this package's binary, not another's left on the machine
 mkdir -p $BIN && rm -f $BIN/mapp-run $BIN/mapp-run-base && unpack mapp-run
 # A baseline mapp-run (another commit's, prepare_fusion.sh BASE_BIN=...)
 # runs the unfused plans too: a row of its own, in the same call.
@@ -39,12 +48,11 @@ bytes() { # name command-taking-a-step-count...: one steady step under ncu
   local name=$1; shift
   local skip per
   read -r skip per < <(python3 "$D/kernels.py" --window $LOG/$name.$((3 + STEPS)).tsv $LOG/$name.3.tsv $STEPS)
-  # The command is a shell function: ncu runs it through bash and follows
-  # the process it starts (--target-processes all).
+  # ncu follows the processes the script starts (--target-processes all).
   "$NCU_BIN" --target-processes all --clock-control none --launch-skip "$skip" --launch-count "$per" \
     --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
     --csv --page raw --print-units base --log-file $LOG/$name.ncu.csv \
-    bash -c '"$@"' _ "$@" 5 > $LOG/$name.ncu.log 2>&1 \
+    bash "$D/kernels.sh" --exec "$@" 5 > $LOG/$name.ncu.log 2>&1 \
     || { { tail -3 $LOG/$name.ncu.log; echo "$name under ncu failed"; } >&2; return 1; }
   echo "--ncu $LOG/$name.ncu.csv"
 }
@@ -56,14 +64,6 @@ pair() { # name command-taking-a-step-count...
   python3 "$D/kernels.py" $LOG/$name.$((3 + STEPS)).tsv $LOG/$name.3.tsv $STEPS --name "$name" \
     "${ncu[@]}" --json $LOG/$name.json > /dev/null && ROWS+=($LOG/$name.json)
 }
-mapp_run() { # plan steps
-  $BIN/mapp-run "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --quiet --steps "$2"; }
-base_run() { # plan steps
-  $BIN/mapp-run-base "$1" --backend=cuda --data "$D/corpus.jsonl" --tokenizer bytes --quiet --steps "$2"; }
-torch_run() { # script cfg steps: 3 warm-up steps, then steps - 2 timed (3 and 3 + S: S apart)
-  python3 "$D/$1" "$2" --mode compile --warmup 3 --steps $(($3 - 2)); }
-export -f mapp_run base_run torch_run
-export BIN D
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for c in ${FUSION_MODELS:-llama-1b gpt-moe-1b gpt-124m gpt-1.3b}; do
   t=$SECONDS

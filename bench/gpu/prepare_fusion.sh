@@ -41,18 +41,39 @@ cp bench/gpu/common.sh bench/gpu/fusion_call.sh bench/gpu/curves.sh bench/gpu/ke
 cp data/gpt/news-1k.jsonl "$OUT/corpus.jsonl"
 for c in $MODELS; do
   cp "bench/gpu/configs/$c.json" "$OUT/configs/$c.bench.json"
-  /usr/bin/python3 - "bench/gpu/configs/$c.json" "$OUT/configs/$c.curve.json" <<'PY'
+  # The curves' recipe (CURVE_TRAIN, "none" for a constant lr without
+  # clipping): clipping and a warmup-cosine schedule, as GPT training runs
+  # use; without them the GPT configs spike at lr 3e-4 on 2-sequence
+  # batches and two bf16 runs part there. In the curve config for
+  # e2e_check.py, and as the curve plan's optimizer options.
+  curve_opt=$(/usr/bin/python3 - "bench/gpu/configs/$c.json" "$OUT/configs/$c.curve.json" \
+      "${CURVE_TRAIN:-clip=1.0 warmup=10 total_steps=100 min_lr=3e-5}" <<'PY'
 import json, sys
 cfg = json.load(open(sys.argv[1]))
 cfg["micro_batch_size"] = 2
 cfg["_comment"] = "100-step curve (bench/gpu/curves.sh), micro-batch 2: " + cfg.get("_comment", "")
+train = {} if sys.argv[3] == "none" else {
+    k: float(v) if k in ("clip", "min_lr") else int(v)
+    for k, v in (item.split("=") for item in sys.argv[3].split())}
+if train:
+    cfg["_curve_train"] = train
 json.dump(cfg, open(sys.argv[2], "w"), indent=1)
+opts = []
+if train.get("clip"):
+    opts.append(f"max-grad-norm={train['clip']}")
+if train.get("warmup") or train.get("total_steps"):
+    opts += ["lr-schedule=cosine", f"warmup={train.get('warmup', 0)}",
+             f"total-steps={train.get('total_steps', 0)}", f"min-lr={train.get('min_lr', 0.0)}"]
+print(" ".join(opts))
 PY
+  )
   # The benchmark plans' passes (bench/gpu/prepare.sh, prepare_moe.sh): the
   # dense models recompute GELU outputs; bf16 activation storage.
-  passes=(-mapp-autodiff "-mapp-optimizer=$OPT")
-  case $c in gpt-moe-*) ;; *) passes=(-mapp-autodiff --mapp-recompute=policy=activations "-mapp-optimizer=$OPT") ;; esac
   for use in curve bench; do
+    opt=$OPT
+    [ $use = curve ] && opt="$OPT $curve_opt"
+    passes=(-mapp-autodiff "-mapp-optimizer=$opt")
+    case $c in gpt-moe-*) ;; *) passes=(-mapp-autodiff --mapp-recompute=policy=activations "-mapp-optimizer=$opt") ;; esac
     "$BIN/mapp-translate" --import-gpt-config "$OUT/configs/$c.$use.json" -o "$OUT/plans/$c.mlir"
     for v in plain fused norms; do
       # norms: the norms written with the algebra (--mapp-decompose-norms),
