@@ -476,6 +476,11 @@ std::vector<Case> cases() {
     attn("attention_grad window+softcap D128 saved", 1, 130, 2, 128, true, false, true, true, 0, fam);
     attn("attention partial rotary D64 R16", 2, 40, 2, 64, true, true, false, false, 0, neox);
     attn("attention_grad partial rotary D64 R16", 2, 40, 2, 64, true, true, true, false, 0, neox);
+    // R = 24: not a multiple of 16, so the scalar rotation (the others take
+    // the eight-column one).
+    Attrs neox24;
+    neox24.setInt("rotary_dim", 24);
+    attn("attention_grad partial rotary D64 R24 GQA 4/2", 2, 40, 4, 64, true, true, true, false, 2, neox24);
     attn("attention dropout 0.25 D32", 2, 40, 2, 32, true, false, false, false, 0, drop);
     attn("attention_grad dropout 0.25 D32 saved", 2, 40, 2, 32, true, false, true, true, 0, drop);
   }
