@@ -46,12 +46,13 @@ struct MiniProgram {
   Program p;
   void *pool = nullptr, *arena = nullptr;
 
-  int value(const char *name, ValueKind kind, Shape shape) {
+  int value(const char *name, ValueKind kind, Shape shape,
+            DType dtype = DType::F32) {
     Value v;
     v.name = name;
     v.kind = kind;
-    v.type = {DType::F32, std::move(shape)};
-    v.bytes = v.type.numel() * 4;
+    v.type = {dtype, std::move(shape)};
+    v.bytes = v.type.numel() * dtypeSize(dtype);
     uint64_t &top = inArena(kind) ? p.arenaBytes : p.persistentBytes;
     v.offset = top;
     top += (v.bytes + 255) / 256 * 256;
@@ -117,6 +118,9 @@ run(Backend &gpu, MiniProgram &mp, const char *fuse,
       for (size_t i = 0; i < data.size(); ++i)
         b[i] = floatToBf16(data[i]);
       cudaMemcpy(t.data, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+    } else if (t.type.dtype == DType::I32) { // counts: whole numbers
+      std::vector<int32_t> c(data.begin(), data.end());
+      cudaMemcpy(t.data, c.data(), c.size() * 4, cudaMemcpyHostToDevice);
     } else {
       cudaMemcpy(t.data, data.data(), data.size() * 4, cudaMemcpyHostToDevice);
     }
@@ -410,6 +414,45 @@ void dgradGeluCase(Backend &gpu, Checker &ck) {
   keep.push_back(std::move(mp));
 }
 
+/// moe_grouped_matmul_wgrad → grad_accumulate: each expert's GEMM adds
+/// into the fp32 gradient (beta = 1), the grouped result never written; an
+/// expert without rows leaves its gradient as it was, and rows past the
+/// counts' sum count for no expert.
+void expertWgradCase(Backend &gpu, Checker &ck) {
+  const int64_t E = 3, R = 80, K = 48, N = 64;
+  const std::vector<float> counts = {40, 0, 30};
+  auto mp = std::make_unique<MiniProgram>();
+  int x = mp->value("x", ValueKind::Temp, {R, K});
+  int dy = mp->value("dy", ValueKind::Temp, {R, N});
+  int c = mp->value("counts", ValueKind::Temp, {E}, DType::I32);
+  int part = mp->value("dw.part", ValueKind::Temp, {E, K, N});
+  int gw = mp->value("w.grad", ValueKind::Grad, {E, K, N});
+  mp->instr("moe_grouped_matmul_wgrad", {x, dy, c}, {part});
+  mp->instr("grad_accumulate", {part}, {gw});
+  auto hx = randoms(R * K, true), hdy = randoms(R * N, true);
+  auto hgw = randoms(E * K * N, false);
+  Doubles ref(hgw.begin(), hgw.end());
+  int64_t row = 0;
+  for (int64_t g = 0; g < E; ++g)
+    for (int64_t m = 0; m < counts[g]; ++m, ++row)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n)
+          ref[(g * K + k) * N + n] += double(hx[row * K + k]) * hdy[row * N + n];
+  std::string name = "fused expert wgrad (beta=1)";
+  std::vector<std::pair<int, std::vector<float>>> in = {
+      {x, hx}, {dy, hdy}, {c, counts}, {gw, hgw}};
+  auto [fused, plain] = runPair(gpu, ck, *mp, name, "1", "accumulate", in, {gw}, part);
+  ck.near(name + " vs fp64", fused[0], ref, 1e-2);
+  ck.near(name + " unfused vs fp64", plain[0], ref, 1e-2);
+  ck.near(name + " fused vs unfused", fused[0], widen(plain[0]), 1e-2);
+  // Expert 1 has no rows: its gradient is the initial one, bit for bit.
+  bool kept = std::equal(fused[0].begin() + K * N, fused[0].begin() + 2 * K * N,
+                         hgw.begin() + K * N);
+  ck.check(name + " empty expert", kept, kept ? "unchanged" : "changed");
+  static std::vector<std::unique_ptr<MiniProgram>> keep;
+  keep.push_back(std::move(mp));
+}
+
 /// layer_norm_grad → add of dx and a residual gradient: the norm backward
 /// writes dx + r; dx itself is never written. H = 160 takes the 8-wide
 /// kernel, H = 36 the scalar one.
@@ -688,6 +731,7 @@ FusionTally mapp::test::runFusionCases(Backend &gpu) {
     linearGeluCase(gpu, ck, true);
     linearGeluCase(gpu, ck, false);
     wgradCase(gpu, ck);
+    expertWgradCase(gpu, ck);
     linearAddCase(gpu, ck, true, false);
     linearAddCase(gpu, ck, true, true);
     linearAddCase(gpu, ck, false, false);

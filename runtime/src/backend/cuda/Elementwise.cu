@@ -1,9 +1,8 @@
 //===- Elementwise.cu - dropout, fill, data movement, reduce_sum ---------===//
 //
-// Memory-bound kernels. Each is instantiated per storage type of its operands
-// (fp32 or bf16, chosen by the backend's storage policy), so the inner loops
-// carry no type branches; arithmetic is fp32. The pointwise kernels (add,
-// silu, ...) are generated (FusedKernels.cu).
+// Memory-bound kernels; arithmetic is fp32 whatever the storage type (fp32
+// or bf16, chosen by the backend's storage policy). The pointwise kernels
+// (add, silu, ...) are generated (FusedKernels.cu).
 //
 //===----------------------------------------------------------------------===//
 #include "../cpu/CpuKernels.h"
@@ -17,21 +16,6 @@ using namespace mapp::rt::cuda;
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-template <typename T> __device__ __forceinline__ float ldf(const void *p, int64_t i);
-template <> __device__ __forceinline__ float ldf<float>(const void *p, int64_t i) {
-  return static_cast<const float *>(p)[i];
-}
-template <> __device__ __forceinline__ float ldf<bf16>(const void *p, int64_t i) {
-  return __bfloat162float(static_cast<const bf16 *>(p)[i]);
-}
-template <typename T> __device__ __forceinline__ void stf(void *p, int64_t i, float v);
-template <> __device__ __forceinline__ void stf<float>(void *p, int64_t i, float v) {
-  static_cast<float *>(p)[i] = v;
-}
-template <> __device__ __forceinline__ void stf<bf16>(void *p, int64_t i, float v) {
-  static_cast<bf16 *>(p)[i] = __float2bfloat16(v);
-}
 
 constexpr int kThreads = 256;
 

@@ -1,6 +1,7 @@
 //===- Fusion.cu - fused instruction pairs (see Fusion.h) -----------------===//
 #include "CudaBackend.h"
 #include "Fusion.h"
+#include "MoeInternal.h"
 #include "mapp/rt/KernelVocab.h"
 
 #include <algorithm>
@@ -290,6 +291,45 @@ struct Finder {
     ++t.dgradGelu;
   }
 
+  /// The grad_accumulate that adds GEMM i's only output, and nothing else
+  /// reads, into an fp32 gradient the GEMM does not touch and nothing
+  /// touches in between: the GEMM can add into it with beta = 1. Null when
+  /// there is none.
+  const Instr *accumulation(const Block &b, size_t i) {
+    const Instr &mm = b.instrs[i];
+    int w = mm.outputs[0];
+    if (!on.accumulate || readers[w] != 1)
+      return nullptr;
+    size_t j = findConsumer(b, i, "grad_accumulate", w);
+    if (j == b.instrs.size())
+      return nullptr;
+    const Instr &acc = b.instrs[j];
+    int g = acc.outputs[0];
+    const Value &gv = p.values[g];
+    if (free(acc) && gv.kind == ValueKind::Grad && gv.type.dtype == DType::F32 &&
+        gv.type.numel() == p.values[w].type.numel() && !touches(p, mm, g) &&
+        untouchedBetween(p, b, i, j, g))
+      return &acc;
+    return nullptr;
+  }
+
+  /// The MoE grouped wgrad (x, dy, counts) -> dw [E,K,N] before its
+  /// grad_accumulate: one cuBLASLt call per expert adding into the gradient.
+  void expertWgrad(const Block &b, size_t i) {
+    const Instr &mm = b.instrs[i];
+    if (mm.inputs.size() != 3 || mm.outputs.size() != 1 ||
+        !isF32Temp(p.values[mm.outputs[0]]))
+      return;
+    const Instr *acc = accumulation(b, i);
+    if (!acc)
+      return;
+    FusedOp op{FusedOp::ExpertWgrad, &mm};
+    op.accumulate = acc;
+    t.ops[&mm.attrs] = op;
+    t.ops[&acc->attrs] = {FusedOp::Skip, acc};
+    ++t.accumulate;
+  }
+
   void wgrad(const Block &b, size_t i) {
     const Instr &mm = b.instrs[i];
     if (!mm.attrs.flag("transpose_a") || mm.attrs.flag("transpose_b") ||
@@ -300,19 +340,7 @@ struct Finder {
     if (dyT.rank() != 2 || xT.rank() != 2 || !isF32Temp(p.values[w]))
       return;
     FusedOp op{FusedOp::Wgrad, &mm};
-    if (on.accumulate && readers[w] == 1) {
-      size_t j = findConsumer(b, i, "grad_accumulate", w);
-      if (j < b.instrs.size()) {
-        const Instr &acc = b.instrs[j];
-        int g = acc.outputs[0];
-        const Value &gv = p.values[g];
-        if (free(acc) && gv.kind == ValueKind::Grad &&
-            gv.type.dtype == DType::F32 &&
-            gv.type.numel() == p.values[w].type.numel() && !touches(p, mm, g) &&
-            untouchedBetween(p, b, i, j, g))
-          op.accumulate = &acc;
-      }
-    }
+    op.accumulate = accumulation(b, i);
     if (on.bgrad) {
       // The bias gradient sums the rows of dy, or of the tensor dy is a
       // reshape of (reshape is a row-major copy: same elements, same order).
@@ -379,6 +407,8 @@ FusionTable cuda::planFusions(const Program &p, const FusionSwitches &on) {
       else if (in.kernel == MAPP_KERNEL_NAME(matmul) &&
                (on.bgrad || on.accumulate))
         f.wgrad(b, i);
+      else if (in.kernel == MAPP_KERNEL_NAME(moe_grouped_matmul_wgrad))
+        f.expertWgrad(b, i);
       if (in.kernel == MAPP_KERNEL_NAME(gelu_grad) && on.dgelu && f.free(in))
         f.dgradGelu(b, i);
       if (!f.free(in) || !on.residual)
@@ -456,6 +486,11 @@ bool cuda::runFused(const KernelArgs &a) {
       return true;
     cuda::linear(a); // unfused, in the plan's order
     call(cuda::gelu, f->partner->attrs, {a.out[0]}, {act}, a.ctx);
+    return true;
+  }
+  if (f->kind == FusedOp::ExpertWgrad) {
+    moe::groupedWgrad(be, a.in[0], a.in[1], a.in[2],
+                      partnerValue(f->accumulate->outputs[0]), 1.0f);
     return true;
   }
   Tensor dw = a.out[0];

@@ -10,6 +10,8 @@
 //                                  BGRADB: the bias gradient of a
 //                                  weight-gradient GEMM
 //   matmul → grad_accumulate       beta = 1 straight into the Grad buffer
+//   moe_grouped_matmul_wgrad → grad_accumulate
+//                                  the same, per expert (MoeGemm.cu)
 //   linear → add of its output     beta = 1 with the add's other operand as
 //                                  C (the residual stream), D the sum
 //   matmul → gelu_grad(tanh) of its product
@@ -104,12 +106,13 @@ struct FusedOp {
     OptimGroup,
     LinearAdd,
     NormGradAdd,
-    DgradGelu // at the gelu_grad; partner: the matmul, which is skipped
+    DgradGelu,  // at the gelu_grad; partner: the matmul, which is skipped
+    ExpertWgrad // the MoE grouped wgrad adding into its accumulate's Grad
   } kind = Skip;
   const Instr *self = nullptr;
   const Instr *partner = nullptr;     // LinearGelu: the gelu; *Add: the add
   const Instr *biasGrad = nullptr;    // Wgrad: the reduce_sum it absorbs
-  const Instr *accumulate = nullptr;  // Wgrad: the grad_accumulate
+  const Instr *accumulate = nullptr;  // (Expert)Wgrad: the grad_accumulate
   int group = -1;                     // OptimGroup: its FusionTable index
 };
 

@@ -18,6 +18,9 @@
 //                     varying row count, not per exact shape; the first
 //                     large call of a bucket times the heuristic's
 //                     candidates and keeps the fastest (MAPP_CUDA_GEMM_TUNE).
+//   grouped wgrad     the same per expert; followed by the grad_accumulate
+//                     of its result (Fusion.cu), it adds into the fp32
+//                     gradient with beta = 1 and the result is never written.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
@@ -161,11 +164,11 @@ bool heuristic(CudaBackend &be, cublasLtMatmulDesc_t desc, const Layouts &l,
   return !algos.empty();
 }
 
-/// Column-major D[m,n] = op(A)·op(B), bf16 A and B, fp32 accumulation, D in
-/// bf16 or fp32.
+/// Column-major D[m,n] = op(A)·op(B) + beta·D, bf16 A and B, fp32
+/// accumulation, D in bf16 or fp32.
 void ltGemm(CudaBackend &be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
             const __nv_bfloat16 *A, int64_t lda, const __nv_bfloat16 *B,
-            int64_t ldb, void *D, int64_t ldd, bool dBf16) {
+            int64_t ldb, void *D, int64_t ldd, bool dBf16, float beta = 0.0f) {
   LtKey key{&be, ta, tb, dBf16, bucket(m), bucket(n), bucket(k),
             lda, ldb, ldd, alignOf({A, B, D})};
   Layouts l;
@@ -187,13 +190,16 @@ void ltGemm(CudaBackend &be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
         p->algo = p->candidates[0];
     }
   }
-  float alpha = 1.0f, beta = 0.0f;
+  float alpha = 1.0f, zero = 0.0f;
   cudaStream_t s = be.stream();
-  if (p->ok && !p->tuned && worthTuning(be, p->candidates.size(), m * n * k)) {
-    // beta = 0: the real call below rewrites D. Once per bucket, in the
-    // first steps.
+  // Timing runs write D with beta = 0, which the real call then rewrites:
+  // only a call that overwrites D may tune (an accumulating one keeps the
+  // bucket's first algorithm until a plain call of the bucket tunes it).
+  if (p->ok && !p->tuned && beta == 0.0f &&
+      worthTuning(be, p->candidates.size(), m * n * k)) {
+    // Once per bucket, in the first steps.
     int best = fastestAlgo(s, p->candidates, [&](const cublasLtMatmulAlgo_t &algo) {
-      return cublasLtMatmul(be.lt(), p->desc, &alpha, A, l.a, B, l.b, &beta, D,
+      return cublasLtMatmul(be.lt(), p->desc, &alpha, A, l.a, B, l.b, &zero, D,
                             l.d, D, l.d, &algo, be.ltWorkspace(),
                             be.ltWorkspaceBytes(), s);
     });
@@ -281,12 +287,12 @@ void mapp::rt::cuda::moe_grouped_matmul(const KernelArgs &a) {
                                     0, (rows - off[e]) * nd * ys, be.stream()));
 }
 
-void mapp::rt::cuda::moe_grouped_matmul_wgrad(const KernelArgs &a) {
-  CudaBackend &be = backendOf(a);
-  const Tensor &x = a.in[0], &dy = a.in[1], &dw = a.out[0];
+void mapp::rt::cuda::moe::groupedWgrad(CudaBackend &be, const Tensor &x,
+                                       const Tensor &dy, const Tensor &counts,
+                                       const Tensor &dw, float beta) {
   int64_t rows = x.dim(0), kd = x.dim(1), nd = dy.dim(1), e = dw.dim(0);
   std::vector<int64_t> off =
-      hostOffsets(be, "moe_grouped_matmul_wgrad", a.in[2], rows);
+      hostOffsets(be, "moe_grouped_matmul_wgrad", counts, rows);
   const __nv_bfloat16 *xb = nullptr, *db = nullptr;
   size_t ws = storedSize(dw);
   for (int64_t g = 0; g < e; ++g) {
@@ -295,7 +301,9 @@ void mapp::rt::cuda::moe_grouped_matmul_wgrad(const KernelArgs &a) {
     if (kd == 0 || nd == 0)
       continue;
     if (m == 0) {
-      MAPP_CUDA_CHECK(cudaMemsetAsync(dst, 0, kd * nd * ws, be.stream()));
+      // No rows: a zero gradient, which adds nothing to an accumulation.
+      if (beta == 0.0f)
+        MAPP_CUDA_CHECK(cudaMemsetAsync(dst, 0, kd * nd * ws, be.stream()));
       continue;
     }
     if (!xb) {
@@ -305,7 +313,10 @@ void mapp::rt::cuda::moe_grouped_matmul_wgrad(const KernelArgs &a) {
     // Row-major dw_g[kd, nd] = x_gᵀ·dy_g as column-major
     // dw_gᵀ[nd, kd] = dy_gᵀ[nd, m]·x_g[m, kd] (x_g stored kd×m col-major).
     ltGemm(be, false, true, nd, kd, m, db + off[g] * nd, nd, xb + off[g] * kd,
-           kd, dst, nd, isBf16(dw));
+           kd, dst, nd, isBf16(dw), beta);
   }
 }
 
+void mapp::rt::cuda::moe_grouped_matmul_wgrad(const KernelArgs &a) {
+  moe::groupedWgrad(backendOf(a), a.in[0], a.in[1], a.in[2], a.out[0], 0.0f);
+}

@@ -25,6 +25,10 @@ inline int warpRowsGrid(int64_t rows) {
 /// Queues a copy of moe_assign's `counts` into pinned host memory (and a
 /// device snapshot) behind the kernel, for the grouped GEMMs (MoeGemm.cu).
 void mirrorCounts(CudaBackend &be, const Tensor &counts);
+/// dw[g] = x_gᵀ·dy_g + beta·dw[g] per expert g (rows by `counts`): the
+/// grouped wgrad, accumulating into a gradient with beta = 1 (Fusion.cu).
+void groupedWgrad(CudaBackend &be, const Tensor &x, const Tensor &dy,
+                  const Tensor &counts, const Tensor &dw, float beta);
 
 } // namespace mapp::rt::cuda::moe
 
