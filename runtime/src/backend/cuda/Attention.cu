@@ -75,7 +75,7 @@ __global__ void rotaryKernel(DView src, DView dst, const float2 *tab,
 
 /// rotaryKernel eight columns a thread: 16-byte loads and stores (bf16 or
 /// fp32) and one index division per eight pairs; for R a multiple of 16,
-/// D − R a multiple of 8 and 16-byte aligned src/dst (rotateVectorized).
+/// D − R a multiple of 8 and 16-byte aligned src/dst (`rotate` checks).
 /// The rotation is memory-bound: the scalar kernel reached about a third
 /// of the bandwidth (3.56 ms for 96 launches a LLaMA-1B step, H100).
 __global__ void rotaryKernel8(DView src, DView dst, const float2 *tab,
