@@ -38,7 +38,7 @@ import torch
 
 from mapp import safetensors
 from mapp.reference import GPT
-from moe_check import rel as rel_diffs, tracks  # the MoE check's curve rules
+from moe_check import fast_model, rel as rel_diffs, tracks  # the MoE check's rules and model
 
 DEVICE = "cuda"  # a CPU run of this script (its test) sets "cpu"
 
@@ -56,19 +56,13 @@ def scheduled_lr(a, k):
 
 
 def build(cfg, init):
-    """The PyTorch model of the curve on the GPU: mapp.reference.GPT, or for
-    an MoE config torch_moe's (same parameter names)."""
-    torch.manual_seed(0)
+    """The PyTorch model of the curve: mapp.reference.GPT, or for an MoE
+    config torch_moe's on the GPU (moe_check.fast_model)."""
     if cfg.get("num_moe_experts"):
-        import torch_moe
-        torch_moe.probe_grouped_mm()
-        model = torch_moe.GPT(cfg).to(DEVICE)
-    else:
-        model = GPT(cfg).to(DEVICE)
-    missing, unexpected = model.load_state_dict({k: v.to(DEVICE) for k, v in init.items()},
-                                                strict=False)
-    if missing or unexpected:
-        raise SystemExit(f"parameter names differ: missing {missing}, unexpected {unexpected}")
+        return fast_model(cfg, init)
+    torch.manual_seed(0)
+    model = GPT(cfg).to(DEVICE)
+    model.load_state_dict({k: v.to(DEVICE) for k, v in init.items()})
     return model
 
 

@@ -60,7 +60,9 @@ def train_reference(cfg, init, batches, a):
     return losses
 
 
-def train_fast(cfg, init, batches, a):
+def fast_model(cfg, init):
+    """torch_moe.GPT on the GPU with the initial weights (the reference's
+    parameter names)."""
     import torch_moe
     torch_moe.probe_grouped_mm()
     torch.manual_seed(0)
@@ -69,6 +71,12 @@ def train_fast(cfg, init, batches, a):
                                                 strict=False)
     if missing or unexpected:
         raise SystemExit(f"torch_moe.GPT names differ: missing {missing}, unexpected {unexpected}")
+    return model
+
+
+def train_fast(cfg, init, batches, a):
+    import torch_moe
+    model = fast_model(cfg, init)
     opt = adamw(model.parameters(), a)
     losses = []
     for b in batches:

@@ -69,11 +69,12 @@ PY
   )
   # The benchmark plans' passes (bench/gpu/prepare.sh, prepare_moe.sh): the
   # dense models recompute GELU outputs; bf16 activation storage.
+  recompute=(--mapp-recompute=policy=activations)
+  case $c in gpt-moe-*) recompute=() ;; esac
   for use in curve bench; do
     opt=$OPT
     [ $use = curve ] && opt="$OPT $curve_opt"
-    passes=(-mapp-autodiff "-mapp-optimizer=$opt")
-    case $c in gpt-moe-*) ;; *) passes=(-mapp-autodiff --mapp-recompute=policy=activations "-mapp-optimizer=$opt") ;; esac
+    passes=(-mapp-autodiff "${recompute[@]}" "-mapp-optimizer=$opt")
     "$BIN/mapp-translate" --import-gpt-config "$OUT/configs/$c.$use.json" -o "$OUT/plans/$c.mlir"
     for v in plain fused norms; do
       # norms: the norms written with the algebra (--mapp-decompose-norms),
