@@ -11,7 +11,11 @@
 //     cover a few per cent);
 //   - with tp = 2 (two ranks as threads on the one device, host-staged
 //     all-reduces): causally consistent across ranks, i.e. each all-reduce
-//     ends on every member after it began on every member.
+//     ends on every member after it began on every member;
+//   - all of the one-rank checks again with MAPP_CUDA_GRAPH=on, where the
+//     traced steps are replayed graphs whose marks are event record nodes
+//     (a replay that did not record them again would leave times of an
+//     earlier step, outside the step's window).
 // `--bench` also times marking and resolving per mark on the event pool.
 // Exit 77 without a GPU; 1 on any failure.
 //
@@ -29,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -77,7 +82,7 @@ struct Window {
 /// One rank: executor on its own CUDA backend, traced into `dir`.
 void runRank(const Plan &plan, std::unique_ptr<Communicator> comm,
              const fs::path &dir, int steps, std::vector<Window> &windows,
-             std::string &error) {
+             std::string &error, int64_t *graphReplays) {
   try {
     std::unique_ptr<Backend> gpu = createCudaBackend(0);
     Executor exec(plan, *gpu, *comm);
@@ -100,6 +105,8 @@ void runRank(const Plan &plan, std::unique_ptr<Communicator> comm,
       exec.step(batches(plan.vocabSize, n));
       windows.push_back({b, mapp::MappTraceWriter::nowNs()});
     }
+    if (graphReplays)
+      *graphReplays = exec.stepGraphs() ? exec.stepGraphs()->replays() : 0;
     exec.setTraceWriter(nullptr);
     writer->close();
   } catch (const std::exception &e) {
@@ -191,9 +198,10 @@ fs::path tempDir(const char *name) {
   return d;
 }
 
-/// One rank, a GPU-bound shape: ordering, nesting, host clock, coverage.
-void singleRank() {
-  std::printf("== one rank, GPU-bound MLP\n");
+/// One rank, a GPU-bound shape: ordering, nesting, host clock, coverage;
+/// with `graphs`, the steps captured and replayed (MAPP_CUDA_GRAPH=on).
+void singleRank(bool graphs) {
+  std::printf("== one rank, GPU-bound MLP%s\n", graphs ? ", step graphs" : "");
   MlpOptions o;
   o.vocab = 8192;
   o.hidden = 1024;
@@ -202,12 +210,21 @@ void singleRank() {
   o.seq = 512;
   o.microbatches = 2;
   Plan plan = parse(parallelMlpPlan(o, {1, 1, 1, 1, true}).build());
-  fs::path dir = tempDir("one");
-  const int steps = 5;
+  fs::path dir = tempDir(graphs ? "one-graphs" : "one");
+  const int steps = graphs ? 8 : 5;
   std::vector<Window> win;
   std::string err;
-  runRank(plan, createLocalComm(), dir, steps, win, err);
+  int64_t replays = 0;
+  if (graphs)
+    setenv("MAPP_CUDA_GRAPH", "on", 1);
+  runRank(plan, createLocalComm(), dir, steps, win, err, &replays);
+  unsetenv("MAPP_CUDA_GRAPH");
   check(err.empty(), "run: " + err);
+  // Two mark banks alternate by step: eager, capture, capture, replays.
+  if (graphs)
+    check(replays == steps - 3, "traced steps replayed: " +
+                                    std::to_string(replays) + " of " +
+                                    std::to_string(steps - 3) + " expected");
   if (!err.empty())
     return;
   std::vector<json> ev = readEvents(dir / "rank-0.trace.jsonl");
@@ -245,7 +262,7 @@ void twoRanks() {
   std::vector<std::thread> ts;
   for (int r = 0; r < 2; ++r)
     ts.emplace_back(runRank, std::cref(plan), world->connect(r), dir, steps,
-                    std::ref(win[r]), std::ref(err[r]));
+                    std::ref(win[r]), std::ref(err[r]), nullptr);
   for (auto &t : ts)
     t.join();
   for (int r = 0; r < 2; ++r)
@@ -311,7 +328,7 @@ void bench() {
       cudaMemsetAsync(buf, i, size_t(256) << 20, s);
     uint64_t t0 = cuda::hostNowNs();
     for (size_t i = 0; i < n; ++i)
-      marks[i] = pool.record(s);
+      marks[i] = pool.record(s, false);
     uint64_t t1 = cuda::hostNowNs();
     pool.endStep(s);
     cudaStreamSynchronize(s);
@@ -347,7 +364,8 @@ int main(int argc, char **argv) {
   }
   bool doBench = argc > 1 && std::string(argv[1]) == "--bench";
   try {
-    singleRank();
+    singleRank(false);
+    singleRank(true);
     twoRanks();
     if (doBench)
       bench();

@@ -10,21 +10,29 @@
 // graph input inside a capture fails, as it does on the device. Reference:
 // the same plan on the plain CPU backend, eagerly; losses, gradient norms
 // and parameters must be bit-identical, and the capture counts follow the
-// closed forms of StepGraphTest.cpp.
+// closed forms of StepGraphTest.cpp. With deferred trace marks (as the CUDA
+// backend's events: two banks alternating by step, a captured mark a node
+// that stamps its slot at each launch) a traced run must write the eager
+// CPU run's events, each inside its own step's window.
 //
 //===----------------------------------------------------------------------===//
 #include "TestPlans.h"
+#include "TraceFile.h"
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Plan.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <unistd.h>
 
 using namespace mapp::rt;
 using namespace mapp::rt::test;
@@ -105,9 +113,11 @@ public:
       synchronize();
     capturing_ = true;
     capture_.clear();
+    captureFirstMark_ = used_[bank_];
   }
   void endGraphCapture(uint64_t id) override {
     capturing_ = false;
+    graphMarks_[id] = {bank_, captureFirstMark_, used_[bank_] - captureFirstMark_};
     graphs_[id] = std::move(capture_);
     run(graphs_[id]);
   }
@@ -117,6 +127,11 @@ public:
       return false;
     if (!pendingDst_.empty())
       synchronize();
+    auto [bank, first, n] = graphMarks_.at(id);
+    if (n && (bank != bank_ || used_[bank_] != first))
+      fail("launchGraph: marks of bank ", bank, " from ", first,
+           " in a step of bank ", bank_, " with ", used_[bank_], " taken");
+    used_[bank_] += n;
     run(it->second);
     pendingDst_ = dsts;
     ++launches_;
@@ -125,6 +140,46 @@ public:
   void dropGraph(uint64_t id) override { graphs_.erase(id); }
   /// What the CUDA backend does when a buffer a graph points at must grow.
   void dropGraphs() { graphs_.clear(); }
+
+  // Deferred trace marks (TraceEvents.h's model): handle = bank << 40 |
+  // index; a mark stamps its slot with the host clock plus kMarkShiftNs
+  // when it runs, i.e. at once or at each launch of its graph.
+  static constexpr uint64_t kMarkShiftNs = uint64_t(1) << 40;
+  bool deferredMarks_ = false;
+  bool traceMarksDeferred() const override { return deferredMarks_; }
+  void reserveTraceMarks(size_t) override { armed_ = deferredMarks_; }
+  int traceMarkBank() const override { return armed_ ? bank_ : -1; }
+  void beginStep(int64_t) override {
+    if (!armed_)
+      return;
+    bank_ ^= 1;
+    used_[bank_] = 0;
+  }
+  uint64_t traceMark() override {
+    if (!deferredMarks_)
+      return Backend::traceMark();
+    const int b = bank_;
+    const size_t i = used_[b]++;
+    {
+      std::lock_guard<std::mutex> lock(marksMutex_);
+      if (stamps_[b].size() <= i)
+        stamps_[b].resize(i + 1, 0);
+    }
+    auto stamp = [this, b, i] {
+      std::lock_guard<std::mutex> lock(marksMutex_);
+      stamps_[b][i] = mapp::MappTraceWriter::nowNs() + kMarkShiftNs;
+    };
+    if (capturing_)
+      record(stamp);
+    else
+      stamp();
+    return (static_cast<uint64_t>(b) << 40) | i;
+  }
+  void resolveTraceMarks(uint64_t *m, size_t n) override {
+    std::lock_guard<std::mutex> lock(marksMutex_);
+    for (size_t k = 0; k < n; ++k)
+      m[k] = stamps_[m[k] >> 40].at(m[k] & ((uint64_t(1) << 40) - 1));
+  }
 
   int64_t launches_ = 0;
 
@@ -163,6 +218,13 @@ private:
   std::map<int, std::vector<char>> inputs_;
   std::vector<float *> pendingDst_;
   std::vector<float> slots_ = std::vector<float>(256);
+  bool armed_ = false;
+  int bank_ = 1; // the first step switches to bank 0
+  size_t used_[2] = {0, 0};
+  size_t captureFirstMark_ = 0;
+  std::map<uint64_t, std::tuple<int, size_t, size_t>> graphMarks_;
+  std::mutex marksMutex_; // the trace resolver reads stamps_
+  std::vector<uint64_t> stamps_[2];
 };
 
 Plan parse(const PlanSpec &s) {
@@ -338,4 +400,90 @@ TEST(StepGraphExec, DroppedGraphsFallBackToAnEagerStepAndRecapture) {
   expectIdentical(eager, graph);
   EXPECT_EQ(exec.stepGraphs()->captures(), 2);
   EXPECT_EQ(rec.launches_, steps - 4); // replays at 2-4 and 7-9
+}
+
+namespace {
+
+struct StepWindow {
+  uint64_t begin, end;
+};
+
+/// `steps` traced steps of `spec` on `backend` into `dir`: the steps'
+/// results and host windows; the graph counts in `graphs` when asked.
+std::vector<StepWindow> tracedRun(const PlanSpec &spec, Backend &backend,
+                                  const std::filesystem::path &dir, int steps,
+                                  TrainedRun &out) {
+  Plan plan = parse(spec);
+  auto comm = createLocalComm();
+  Executor exec(plan, backend, *comm);
+  exec.initParams(3);
+  mapp::TraceHeader h;
+  h.device = backend.name();
+  std::string err;
+  auto writer = mapp::MappTraceWriter::open(dir.string(), h, &err);
+  EXPECT_TRUE(writer) << err;
+  exec.setTraceWriter(writer.get());
+  const int n = spec.microBatchSize * spec.seqLength;
+  std::vector<StepWindow> win;
+  for (int s = 0; s < steps; ++s) {
+    uint64_t b = mapp::MappTraceWriter::nowNs();
+    out.steps.push_back(exec.step([&](int64_t st, int mb, int32_t *t, int32_t *g) {
+      batches(st, mb, t, g, n, spec.vocabSize);
+    }));
+    win.push_back({b, mapp::MappTraceWriter::nowNs()});
+  }
+  exec.flushTrace();
+  exec.setTraceWriter(nullptr);
+  writer->close();
+  out.params = exec.saveParams();
+  if (exec.stepGraphs()) {
+    out.launches = exec.stepGraphs()->replays();
+    EXPECT_EQ(exec.stepGraphs()->captures(), 2); // one per mark bank
+    EXPECT_EQ(exec.stepGraphs()->eagerSteps(), 1);
+  }
+  return win;
+}
+
+} // namespace
+
+TEST(StepGraphExec, TracedStepsReplayWithTheirMarksAsGraphNodes) {
+  // Every step traced, marks deferred: E, C (bank 1), C (bank 0), then
+  // replays, each appending its capture's records with the step's number;
+  // its marks are stamped by the replay, so every marked time lies in its
+  // own step's window (a replay that re-used the captured stamps, or the
+  // other bank's, would be a step or two early).
+  const int steps = 7;
+  PlanSpec spec = mlpPlan(opts());
+  namespace fs = std::filesystem;
+  fs::path base = fs::temp_directory_path() /
+                  ("mapp-stepgraph-trace-" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  auto cpu = createCpuBackend(1);
+  TrainedRun eager, graph;
+  tracedRun(spec, *cpu, base / "cpu", steps, eager);
+  RecordingBackend rec;
+  rec.deferredMarks_ = true;
+  std::vector<StepWindow> win = tracedRun(spec, rec, base / "graph", steps, graph);
+  expectIdentical(eager, graph);
+  EXPECT_EQ(graph.launches, steps - 3);
+  EXPECT_EQ(rec.launches_, steps - 3);
+
+  std::vector<nlohmann::json> ce = traceEvents(base / "cpu"),
+                              ge = traceEvents(base / "graph");
+  ASSERT_FALSE(ge.empty());
+  EXPECT_EQ(traceKeyCounts(ce), traceKeyCounts(ge));
+  int replayedMarks = 0;
+  for (const nlohmann::json &e : ge) {
+    int s = e["step"];
+    ASSERT_GE(s, 0);
+    ASSERT_LT(s, steps);
+    uint64_t b = e["b"], en = e["e"];
+    uint64_t shift = e["cat"] == "data" ? 0 : RecordingBackend::kMarkShiftNs;
+    EXPECT_LE(b, en) << e.dump();
+    EXPECT_GE(b, win[s].begin + shift) << e.dump();
+    EXPECT_LE(en, win[s].end + shift) << e.dump();
+    replayedMarks += s >= 3 && shift != 0;
+  }
+  EXPECT_GT(replayedMarks, 0);
+  fs::remove_all(base);
 }

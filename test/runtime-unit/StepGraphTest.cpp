@@ -125,6 +125,31 @@ TEST(StepGraphCache, CapacityOneAlternatingKeysEvictsEachOther) {
             "ECECRRRRRRRR");
 }
 
+TEST(StepGraphCache, TracedStepsCaptureEachMarkBankOnce) {
+  // Traced steps alternate the backend's two mark banks (a graph records
+  // into the events it was captured with): the first bank warms up, the
+  // second is captured at once (same work), the first too when it comes
+  // back. Sampling 3 traced steps in 6: the untraced step is the same work
+  // too, captured at its first step; then every step replays.
+  auto traced = [](int i) {
+    StepGraphKey k = key("static");
+    k.traceBank = i % 6 < 3 ? i % 2 : -1;
+    return k;
+  };
+  StepGraphCache c;
+  EXPECT_EQ(run(c, 18, traced), "ECC" "CRR" "RRR" "RRR" "RRR" "RRR");
+  EXPECT_EQ(c.size(), 3u);
+  EXPECT_EQ(c.eagerSteps(), 1);
+  // Every step traced: E C C then replays.
+  StepGraphCache all;
+  EXPECT_EQ(run(all, 8, [&](int i) { return traced(i % 2); }), "ECCRRRRR");
+  StepGraphKey k = key("a");
+  k.traceBank = 1;
+  EXPECT_NE(k, key("a"));
+  EXPECT_TRUE(k.sameWork(key("a")));
+  EXPECT_EQ(k.str(), "schedule=a switches=[0:0.5] loss_scale=1 trace_bank=1");
+}
+
 TEST(StepGraphCache, ForgetAndClearWarmUpAgain) {
   StepGraphCache c;
   uint64_t id = 0;

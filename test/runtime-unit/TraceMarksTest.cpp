@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestPlans.h"
+#include "TraceFile.h"
 #include "mapp/rt/Backend.h"
 #include "mapp/rt/Comm.h"
 #include "mapp/rt/Error.h"
@@ -24,10 +25,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <mutex>
-#include <tuple>
 #include <unistd.h>
 
 using namespace mapp::rt;
@@ -147,25 +145,6 @@ std::vector<StepWindow> runTraced(const Plan &plan, Backend &backend,
   return windows;
 }
 
-std::vector<nlohmann::json> events(const fs::path &dir) {
-  std::ifstream in(dir / "rank-0.trace.jsonl");
-  std::vector<nlohmann::json> ev;
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (!j.contains("type"))
-      ev.push_back(j);
-  }
-  return ev;
-}
-
-using Key = std::tuple<int, std::string, std::string, int, int, std::string>;
-Key keyOf(const nlohmann::json &e) {
-  return {e.value("step", -1), e["name"].get<std::string>(),
-          e["cat"].get<std::string>(), e.value("mb", -1), e.value("chunk", -1),
-          e.value("op", std::string())};
-}
-
 fs::path tempDir(const char *name) {
   fs::path d = fs::temp_directory_path() /
                (std::string("mapp-tracemarks-") + name + "-" +
@@ -197,13 +176,8 @@ TEST(TraceMarks, DeferredMarksGiveTheCpuEventsAtResolvedTimes) {
 
   // Same events (as a multiset: deferred ones reach the file after the
   // host-timed ones of their step).
-  std::vector<nlohmann::json> ce = events(cpuDir), de = events(devDir);
-  std::map<Key, int> cpuKeys, devKeys;
-  for (auto &e : ce)
-    ++cpuKeys[keyOf(e)];
-  for (auto &e : de)
-    ++devKeys[keyOf(e)];
-  EXPECT_EQ(cpuKeys, devKeys);
+  std::vector<nlohmann::json> ce = traceEvents(cpuDir), de = traceEvents(devDir);
+  EXPECT_EQ(traceKeyCounts(ce), traceKeyCounts(de));
   ASSERT_FALSE(de.empty());
 
   // Marked times are the host times at marking plus the shift, inside their

@@ -6,14 +6,20 @@
 // replayed; the gradient norm, the metrics and the optimizer stay eager
 // (their scalars come from the host every step). What a capture cannot hold
 // (host reads of device data, step-keyed random numbers, collectives,
-// MegaScan marks, probes) makes the executor refuse: for the whole program
-// with one logged reason, or for one step (traced steps, a NaN injection).
+// probes, host-clock trace marks) makes the executor refuse: for the whole
+// program with one logged reason, or for one step (a NaN injection).
+// A traced step's deferred marks (CUDA events) are graph nodes: its graph
+// is keyed by the backend's mark bank, and each replay appends the trace
+// records its capture appended, with the step's number.
 //
 //===----------------------------------------------------------------------===//
 #include "mapp/rt/Executor.h"
 #include "mapp/rt/Error.h"
 #include "mapp/rt/Fbd.h"
 #include "mapp/rt/Probe.h"
+#include "ExecutorInstr.h"
+#include "TraceSink.h"
+#include "mapp/trace/TraceWriter.h"
 
 #include <cstdio>
 
@@ -74,8 +80,8 @@ StepGraphKey Executor::graphKey() const {
   return key;
 }
 
-StepGraphAction Executor::beginStepGraph(uint64_t &id, const BatchFn &batches,
-                                         StepResult &r,
+StepGraphAction Executor::beginStepGraph(uint64_t &id, bool traced,
+                                         const BatchFn &batches, StepResult &r,
                                          std::vector<float> &losses) {
   id = 0;
   if (!graphChecked_) {
@@ -95,17 +101,24 @@ StepGraphAction Executor::beginStepGraph(uint64_t &id, const BatchFn &batches,
         planHasProbes_ |= in.kernel == "probe";
   }
   // Per step: what the host must see or do between the step's kernels.
-  if (!graphs_ || tracing() || nanStep_ == step_ || checkFinite_ ||
-      slowFactor_ > 1 || timeCompute_ || microbatches_ || instrHook_ ||
-      (probe_ && planHasProbes_))
+  // Trace marks can be graph nodes only when the backend defers them (the
+  // host clock is read when the host passes the point).
+  const int bank = traced ? backend_.traceMarkBank() : -1;
+  if (!graphs_ || (traced && (bank < 0 || tracedGraphsOff_)) ||
+      nanStep_ == step_ || checkFinite_ || slowFactor_ > 1 || timeCompute_ ||
+      microbatches_ || instrHook_ || (probe_ && planHasProbes_))
     return StepGraphAction::Eager;
-  StepGraphAction a = graphs_->next(graphKey(), id);
+  StepGraphKey key = graphKey();
+  key.traceBank = bank;
+  StepGraphAction a = graphs_->next(key, id);
   for (uint64_t gone : graphs_->takeEvicted()) {
     backend_.dropGraph(gone);
     graphLossReads_.erase(gone);
+    graphTraces_.erase(gone);
   }
   if (a == StepGraphAction::Capture) {
     graphLossReads_[id].clear();
+    graphTraceFirst_ = traced ? sink_->markedInStep() : 0;
     // The pinned batch buffers the graph's copies read: allocated now, since
     // an allocation inside the capture would end it (the eager warm-up step
     // reads its batches from host vectors, not from these).
@@ -116,11 +129,16 @@ StepGraphAction Executor::beginStepGraph(uint64_t &id, const BatchFn &batches,
     backend_.beginGraphCapture();
   } else if (a == StepGraphAction::Replay) {
     // The graph's copies read each microbatch's batch from its fixed
-    // pinned buffers: fill them all before the launch.
+    // pinned buffers: fill them all before the launch (host work, traced
+    // on the host clock as loadBatch's).
+    std::vector<std::pair<uint64_t, uint64_t>> filled;
     if ((prog_->tokens >= 0 || prog_->targets >= 0) && batches)
       for (int mb = 0; mb < plan_.numMicrobatches; ++mb) {
+        uint64_t t0 = traced ? mapp::MappTraceWriter::nowNs() : 0;
         batches(step_, mb, graphBatch(a, mb, 0), graphBatch(a, mb, 1));
         r.tokens += static_cast<int64_t>(plan_.microBatchSize) * plan_.seqLength;
+        if (traced)
+          filled.push_back({t0, mapp::MappTraceWriter::nowNs()});
       }
     std::vector<float *> dsts;
     for (int mb : graphLossReads_[id])
@@ -131,9 +149,20 @@ StepGraphAction Executor::beginStepGraph(uint64_t &id, const BatchFn &batches,
       r.tokens = 0;
       graphs_->clear();
       graphLossReads_.clear();
+      graphTraces_.clear();
       graphs_->takeEvicted();
-      a = graphs_->next(graphKey(), id);
+      return graphs_->next(key, id);
     }
+    for (size_t mb = 0; mb < filled.size(); ++mb)
+      traceRegion("data", static_cast<int>(mapp::TraceCategory::Data),
+                  static_cast<int>(mb), filled[mb].first, filled[mb].second,
+                  false);
+    auto trace = graphTraces_.find(id);
+    if (traced && trace != graphTraces_.end())
+      for (mapp::TraceRecord rec : trace->second) {
+        rec.step = static_cast<int32_t>(step_);
+        sink_->appendMarked(rec);
+      }
   }
   return a;
 }
@@ -151,7 +180,22 @@ int32_t *Executor::graphBatch(StepGraphAction a, int mb, int which) {
   return static_cast<int32_t *>(p);
 }
 
-void Executor::endStepGraph(StepGraphAction a, uint64_t id) {
-  if (a == StepGraphAction::Capture)
-    backend_.endGraphCapture(id);
+void Executor::endStepGraph(StepGraphAction a, uint64_t id, bool traced) {
+  if (a != StepGraphAction::Capture)
+    return;
+  backend_.endGraphCapture(id);
+  if (!traced)
+    return;
+  if (!open_.empty()) {
+    // A region open across the graph's end would lose its begin at every
+    // replay: traced steps of this run stay eager (this one ran).
+    std::fprintf(stderr,
+                 "mapp: MAPP_CUDA_GRAPH=on: traced steps run eagerly: trace "
+                 "region '%s' stays open after the step's backward\n",
+                 open_.back().begin->region.name.c_str());
+    tracedGraphsOff_ = true;
+    graphs_->forget(id);
+    return;
+  }
+  graphTraces_[id] = sink_->markedSince(graphTraceFirst_);
 }

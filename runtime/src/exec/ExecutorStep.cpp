@@ -83,7 +83,7 @@ void Executor::beginStepRun(StepRun &s) {
   s.slotMb.assign(p.slots, -1);
   s.losses.assign(microbatches(),
                   std::numeric_limits<float>::quiet_NaN());
-  s.graph = beginStepGraph(s.graphId, s.batches, s.r, s.losses);
+  s.graph = beginStepGraph(s.graphId, s.tracing, s.batches, s.r, s.losses);
 
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.values[v].kind == ValueKind::Grad && s.graph != StepGraphAction::Replay)
@@ -163,7 +163,7 @@ void Executor::finishGradients(StepRun &s) {
   if (s.gradsDone)
     return;
   s.gradsDone = true;
-  endStepGraph(s.graph, s.graphId);
+  endStepGraph(s.graph, s.graphId, s.tracing);
   const Program &p = *prog_;
   StepResult &r = s.r;
   // The gradients are read from here on (hook, norm, optimizer; next

@@ -12,6 +12,8 @@ std::string StepGraphKey::str() const {
   for (size_t i = 0; i < switches.size(); ++i)
     os << (i ? "," : "") << switches[i].first << ":" << switches[i].second;
   os << "] loss_scale=" << lossScale;
+  if (traceBank >= 0)
+    os << " trace_bank=" << traceBank;
   return os.str();
 }
 
@@ -29,9 +31,13 @@ StepGraphAction StepGraphCache::next(const StepGraphKey &key, uint64_t &id) {
       warm_ = false; // a later new key warms up again
       return StepGraphAction::Replay;
     }
-  if (warm_ && warmKey_ == key) {
-    // The step before ran eagerly under this key: everything it allocates
-    // lazily exists now, so this one can be captured.
+  bool sameWork = false; // another trace bank of a captured step
+  for (const Entry &e : graphs_)
+    sameWork |= e.key.sameWork(key);
+  if ((warm_ && warmKey_.sameWork(key)) || sameWork) {
+    // The step before ran eagerly under this key (or the same work was
+    // captured): everything it allocates lazily exists now, so this one
+    // can be captured.
     if (graphs_.size() == capacity_) {
       evicted_.push_back(graphs_.back().id);
       graphs_.pop_back();

@@ -41,6 +41,13 @@ void TraceSink::appendMarked(const mapp::TraceRecord &r) {
     buffers_[current_].push_back(r);
 }
 
+std::vector<mapp::TraceRecord> TraceSink::markedSince(size_t first) const {
+  const std::vector<mapp::TraceRecord> &b = buffers_[current_];
+  if (!deferred_ || !inStep_ || first > b.size())
+    return {};
+  return {b.begin() + static_cast<std::ptrdiff_t>(first), b.end()};
+}
+
 void TraceSink::beginStep(int64_t step) {
   if (!deferred_)
     return;

@@ -43,6 +43,13 @@ public:
   uint64_t mark() { return backend_.traceMark(); }
   /// A record whose beginNs/endNs are marks of the current step.
   void appendMarked(const mapp::TraceRecord &r);
+  /// How many marked records the current step holds so far, and a copy of
+  /// those from `first` on (a captured step graph's, appended again at
+  /// each replay).
+  size_t markedInStep() const {
+    return deferred_ && inStep_ ? buffers_[current_].size() : 0;
+  }
+  std::vector<mapp::TraceRecord> markedSince(size_t first) const;
   /// A record whose beginNs/endNs are already host monotonic ns.
   void appendHost(const mapp::TraceRecord &r) { writer_.append(r); }
 

@@ -159,6 +159,12 @@ public:
   /// beginStep two steps later, and this may run on another thread than the
   /// one issuing the following step's work.
   virtual void resolveTraceMarks(uint64_t * /*marks*/, size_t /*n*/) {}
+  /// The bank of deferred marks the current step records into (after
+  /// beginStep), -1 without deferred marks. A step graph captured with
+  /// marks records them again at each launch, into the events of the bank
+  /// it was captured in: the executor keys graphs by bank, and launchGraph
+  /// moves the bank past the marks its capture took.
+  virtual int traceMarkBank() const { return -1; }
 };
 
 /// fp32 reference kernels with `threads` workers (0 = hardware threads).

@@ -34,6 +34,7 @@
 
 namespace mapp {
 class MappTraceWriter;
+struct TraceRecord;
 }
 
 namespace mapp::rt {
@@ -305,16 +306,23 @@ private:
   // Step graphs (ExecutorGraph.cpp; docs/cuda-graphs.md).
   std::string graphRefusal() const;
   StepGraphKey graphKey() const;
-  StepGraphAction beginStepGraph(uint64_t &id, const BatchFn &batches,
-                                 StepResult &r, std::vector<float> &losses);
+  StepGraphAction beginStepGraph(uint64_t &id, bool traced,
+                                 const BatchFn &batches, StepResult &r,
+                                 std::vector<float> &losses);
   /// Host buffer `which` (0 tokens, 1 targets) for microbatch mb's batch:
   /// the graph's pinned input when the step is captured or replayed.
   int32_t *graphBatch(StepGraphAction a, int mb, int which);
-  void endStepGraph(StepGraphAction a, uint64_t id);
+  void endStepGraph(StepGraphAction a, uint64_t id, bool traced);
   std::unique_ptr<StepGraphCache> graphs_; // null: every step eager
   bool graphChecked_ = false, planHasProbes_ = false;
   /// Per graph: the microbatch of each loss read its capture queued.
   std::map<uint64_t, std::vector<int>> graphLossReads_;
+  /// Per graph captured in a traced step: the marked trace records the
+  /// capture appended, appended again (with the step's number) at each
+  /// replay, whose nodes record the marks themselves.
+  std::map<uint64_t, std::vector<mapp::TraceRecord>> graphTraces_;
+  size_t graphTraceFirst_ = 0; // the sink's marked records when capture began
+  bool tracedGraphsOff_ = false; // a region stayed open across a capture
   std::vector<int32_t> batchHost_[2];
 
   const Plan &plan_;

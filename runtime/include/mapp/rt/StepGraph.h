@@ -30,13 +30,23 @@ struct StepGraphKey {
   std::vector<std::pair<int, double>> switches;
   /// The loss scale the backward seed is multiplied by (a kernel argument).
   double lossScale = 1;
+  /// A traced step's bank of deferred trace marks (the CUDA backend's two
+  /// event banks alternate by step; a graph records into the events it was
+  /// captured with), -1 for a step without marks.
+  int traceBank = -1;
 
   bool operator==(const StepGraphKey &o) const {
+    return sameWork(o) && traceBank == o.traceBank;
+  }
+  /// Equal but maybe for the trace bank: the same kernels, so one's eager
+  /// warm-up (or graph) means the other allocates nothing more either.
+  bool sameWork(const StepGraphKey &o) const {
     return schedule == o.schedule && switches == o.switches &&
            lossScale == o.lossScale;
   }
   bool operator!=(const StepGraphKey &o) const { return !(*this == o); }
-  /// One line for logs: "schedule=static switches=[1:0.5] loss_scale=1".
+  /// One line for logs: "schedule=static switches=[1:0.5] loss_scale=1"
+  /// (and " trace_bank=B" for a traced step).
   std::string str() const;
 };
 

@@ -137,7 +137,12 @@ public:
   void notWhileCapturing(const char *what);
   // MegaScan marks: events on the compute stream (TraceEvents.h).
   bool traceMarksDeferred() const override { return true; }
-  uint64_t traceMark() override { return traceEvents_.record(stream_); }
+  uint64_t traceMark() override {
+    return traceEvents_.record(stream_, capturing_);
+  }
+  int traceMarkBank() const override {
+    return traceEvents_.armed() ? traceEvents_.bank() : -1;
+  }
   void reserveTraceMarks(size_t n) override { traceEvents_.reserve(n); }
   void resolveTraceMarks(uint64_t *marks, size_t n) override;
   const TraceEventPool &traceEvents() const { return traceEvents_; }
@@ -288,7 +293,15 @@ private:
   void profReport();
 
   bool capturing_ = false;
-  std::map<uint64_t, GraphExec> graphs_;
+  /// A captured step and the trace marks its nodes record (a range of the
+  /// bank it was captured in; none when the step was not traced).
+  struct StepGraphExec {
+    GraphExec exec;
+    int markBank = 0;
+    size_t firstMark = 0, marks = 0;
+  };
+  std::map<uint64_t, StepGraphExec> graphs_;
+  size_t captureFirstMark_ = 0; // the bank's marks taken when capture began
   std::vector<PinnedBuffer<void>> graphInputs_;
   std::vector<size_t> graphInputBytes_;
 

@@ -74,6 +74,7 @@ void CudaBackend::beginGraphCapture() {
   MAPP_CUDA_CHECK(
       cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
+  captureFirstMark_ = traceEvents_.used();
 }
 
 void CudaBackend::endGraphCapture(uint64_t id) {
@@ -95,7 +96,11 @@ void CudaBackend::endGraphCapture(uint64_t id) {
   MAPP_CUDA_CHECK(e);
   // The capture queued nothing: this step's work runs now.
   MAPP_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-  graphs_[id] = std::move(exec);
+  StepGraphExec &g = graphs_[id];
+  g.exec = std::move(exec);
+  g.markBank = traceEvents_.bank();
+  g.firstMark = captureFirstMark_;
+  g.marks = traceEvents_.used() - captureFirstMark_;
 }
 
 bool CudaBackend::launchGraph(uint64_t id,
@@ -105,7 +110,10 @@ bool CudaBackend::launchGraph(uint64_t id,
     return false; // dropped by dropGraphs
   if (!scalarDst_.empty())
     synchronize();
-  MAPP_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  const StepGraphExec &g = it->second;
+  if (g.marks) // the executor keys traced graphs by the step's bank
+    traceEvents_.take(g.markBank, g.firstMark, g.marks);
+  MAPP_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
   // The graph's copies write pinned slots 0..n-1, as in its capture.
   scalarDst_ = scalarDsts;
   return true;

@@ -78,15 +78,28 @@ void TraceEventPool::beginStep(cudaStream_t s) {
   b.used = 0;
 }
 
-uint64_t TraceEventPool::record(cudaStream_t s) {
+uint64_t TraceEventPool::record(cudaStream_t s, bool capturing) {
   Bank &b = banks_[current_];
   if (b.used == b.events.size()) {
     b.events.push_back(newTimingEvent());
     ++grownMidStep_;
   }
   size_t i = b.used++;
-  MAPP_CUDA_CHECK(cudaEventRecord(b.events[i], s));
+  // In a capture, a plain record would only order the graph's nodes; an
+  // external one is a node that records the event (with its timestamp) at
+  // each launch.
+  MAPP_CUDA_CHECK(cudaEventRecordWithFlags(
+      b.events[i], s, capturing ? cudaEventRecordExternal : 0));
   return (static_cast<uint64_t>(current_) << kBankShift) | i;
+}
+
+void TraceEventPool::take(int bank, size_t first, size_t n) {
+  Bank &b = banks_[current_];
+  if (bank != current_ || b.used != first || first + n > b.events.size())
+    fail("trace: a step graph's marks are [", first, ", ", first + n,
+         ") of bank ", bank, " but the step records into bank ", current_,
+         " with ", b.used, " of ", b.events.size(), " marks taken");
+  b.used = first + n;
 }
 
 void TraceEventPool::endStep(cudaStream_t s) {

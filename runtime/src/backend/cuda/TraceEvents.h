@@ -20,6 +20,10 @@
 // resolved on another thread while step k+1 records into the other bank;
 // the executor's TraceSink waits for step k's resolution before step k+2.
 //
+// Inside a stream capture (MAPP_CUDA_GRAPH) a mark is an external event
+// record node of the graph, which records the same event at each launch;
+// launched, the graph's marks are taken as a range of the bank (take).
+//
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_RT_CUDA_TRACEEVENTS_H
 #define MAPP_RT_CUDA_TRACEEVENTS_H
@@ -45,9 +49,17 @@ public:
   bool armed() const { return armed_; }
   /// First thing in a step: switches bank, records the anchor.
   void beginStep(cudaStream_t s);
-  /// A mark: the next event of the bank, recorded on `s`. When the bank is
-  /// exhausted mid-step one more event is created (counted in grownMidStep).
-  uint64_t record(cudaStream_t s);
+  /// A mark: the next event of the bank, recorded on `s` (as a graph node
+  /// when `s` is capturing). When the bank is exhausted mid-step one more
+  /// event is created (counted in grownMidStep).
+  uint64_t record(cudaStream_t s, bool capturing);
+  /// The current step's bank and how many of its marks are taken.
+  int bank() const { return current_; }
+  size_t used() const { return banks_[current_].used; }
+  /// A launched graph records marks [first, first + n) of `bank`, which
+  /// must be the current step's, with exactly `first` marks taken so far:
+  /// they count as taken.
+  void take(int bank, size_t first, size_t n);
   /// Last thing in a step before its end synchronize.
   void endStep(cudaStream_t s);
   /// Called right after every synchronize of the stream returns: the first
