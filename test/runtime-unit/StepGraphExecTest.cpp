@@ -409,7 +409,8 @@ struct StepWindow {
 };
 
 /// `steps` traced steps of `spec` on `backend` into `dir`: the steps'
-/// results and host windows; the graph counts in `graphs` when asked.
+/// results in `out` (with the replay count when graphs ran), the steps'
+/// host windows returned.
 std::vector<StepWindow> tracedRun(const PlanSpec &spec, Backend &backend,
                                   const std::filesystem::path &dir, int steps,
                                   TrainedRun &out) {
@@ -417,11 +418,7 @@ std::vector<StepWindow> tracedRun(const PlanSpec &spec, Backend &backend,
   auto comm = createLocalComm();
   Executor exec(plan, backend, *comm);
   exec.initParams(3);
-  mapp::TraceHeader h;
-  h.device = backend.name();
-  std::string err;
-  auto writer = mapp::MappTraceWriter::open(dir.string(), h, &err);
-  EXPECT_TRUE(writer) << err;
+  auto writer = openTestTrace(dir, backend.name());
   exec.setTraceWriter(writer.get());
   const int n = spec.microBatchSize * spec.seqLength;
   std::vector<StepWindow> win;

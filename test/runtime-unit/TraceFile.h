@@ -1,23 +1,39 @@
 //===- TraceFile.h - reading a rank's trace file back in tests -*- C++ -*-===//
 //
-// The event lines of `DIR/rank-0.trace.jsonl` (header and footer lines
-// left out) and the fields two runs of one plan must share per event, for
-// comparing their traces as multisets.
+// A rank-0 trace writer into a folder, the event lines of
+// `DIR/rank-0.trace.jsonl` read back (header and footer lines left out),
+// and the fields two runs of one plan must share per event, for comparing
+// their traces as multisets.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MAPP_TEST_RUNTIME_UNIT_TRACEFILE_H
 #define MAPP_TEST_RUNTIME_UNIT_TRACEFILE_H
 
+#include "mapp/trace/TraceWriter.h"
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 namespace mapp::rt::test {
+
+/// A writer of rank 0's trace into `dir` (a failure to open fails the test).
+inline std::unique_ptr<mapp::MappTraceWriter>
+openTestTrace(const std::filesystem::path &dir, const std::string &device) {
+  mapp::TraceHeader h;
+  h.device = device;
+  std::string err;
+  auto writer = mapp::MappTraceWriter::open(dir.string(), h, &err);
+  EXPECT_TRUE(writer) << err;
+  return writer;
+}
 
 inline std::vector<nlohmann::json>
 traceEvents(const std::filesystem::path &dir) {

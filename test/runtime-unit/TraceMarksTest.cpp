@@ -127,11 +127,7 @@ std::vector<StepWindow> runTraced(const Plan &plan, Backend &backend,
   std::unique_ptr<Communicator> comm = createLocalComm();
   Executor exec(plan, backend, *comm);
   exec.initParams(3);
-  mapp::TraceHeader h;
-  h.device = backend.name();
-  std::string err;
-  auto writer = mapp::MappTraceWriter::open(dir.string(), h, &err);
-  EXPECT_TRUE(writer) << err;
+  auto writer = openTestTrace(dir, backend.name());
   exec.setTraceWriter(writer.get());
   std::vector<StepWindow> windows;
   for (int s = 0; s < steps; ++s) {
