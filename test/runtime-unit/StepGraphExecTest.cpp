@@ -248,7 +248,7 @@ struct TrainedRun {
   std::vector<StepResult> steps;
   Safetensors params;
   const StepGraphCache *graphs = nullptr;
-  int64_t launches = 0;
+  int64_t launches = 0, captures = 0, eagerSteps = 0;
 };
 
 /// `steps` steps of `spec` on `backend`; keeps the executor alive in `keep`.
@@ -435,8 +435,8 @@ std::vector<StepWindow> tracedRun(const PlanSpec &spec, Backend &backend,
   out.params = exec.saveParams();
   if (exec.stepGraphs()) {
     out.launches = exec.stepGraphs()->replays();
-    EXPECT_EQ(exec.stepGraphs()->captures(), 2); // one per mark bank
-    EXPECT_EQ(exec.stepGraphs()->eagerSteps(), 1);
+    out.captures = exec.stepGraphs()->captures();
+    out.eagerSteps = exec.stepGraphs()->eagerSteps();
   }
   return win;
 }
@@ -462,6 +462,8 @@ TEST(StepGraphExec, TracedStepsReplayWithTheirMarksAsGraphNodes) {
   rec.deferredMarks_ = true;
   std::vector<StepWindow> win = tracedRun(spec, rec, base / "graph", steps, graph);
   expectIdentical(eager, graph);
+  EXPECT_EQ(graph.eagerSteps, 1);
+  EXPECT_EQ(graph.captures, 2); // one per mark bank
   EXPECT_EQ(graph.launches, steps - 3);
   EXPECT_EQ(rec.launches_, steps - 3);
 
@@ -482,5 +484,52 @@ TEST(StepGraphExec, TracedStepsReplayWithTheirMarksAsGraphNodes) {
     replayedMarks += s >= 3 && shift != 0;
   }
   EXPECT_GT(replayedMarks, 0);
+  fs::remove_all(base);
+}
+
+TEST(StepGraphExec, RegionOpenAcrossTheGraphsEndKeepsTracedStepsEager) {
+  // A trace region opened in the forward and closed in the optimizer block
+  // would lose its begin at every replay: the capture at step 1 is dropped,
+  // traced steps run eagerly, and the run still matches the CPU's, trace
+  // included (the region in every step).
+  const int steps = 5;
+  PlanSpec spec = mlpPlan(opts());
+  Attrs begin, end;
+  begin.setInt("id", 900);
+  begin.setStr("name", "span");
+  begin.setStr("category", "compute");
+  end.setInt("id", 900);
+  for (TBlock &b : spec.blocks)
+    if (b.kind == BlockKind::Forward) {
+      b.instrs.insert(b.instrs.begin(), {"trace_begin", {}, {}, begin});
+      break;
+    }
+  for (TBlock &b : spec.blocks)
+    if (b.kind == BlockKind::Optimizer) {
+      b.instrs.insert(b.instrs.begin(), {"trace_end", {}, {}, end});
+      break;
+    }
+  namespace fs = std::filesystem;
+  fs::path base = fs::temp_directory_path() /
+                  ("mapp-stepgraph-span-" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  auto cpu = createCpuBackend(1);
+  TrainedRun eager, graph;
+  tracedRun(spec, *cpu, base / "cpu", steps, eager);
+  RecordingBackend rec;
+  rec.deferredMarks_ = true;
+  testing::internal::CaptureStderr();
+  tracedRun(spec, rec, base / "graph", steps, graph);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("trace region 'span' stays open"), std::string::npos) << err;
+  expectIdentical(eager, graph);
+  EXPECT_EQ(graph.captures, 1); // step 1's, dropped
+  EXPECT_EQ(rec.launches_, 0);
+  std::map<TraceKey, int> cpuKeys = traceKeyCounts(traceEvents(base / "cpu"));
+  EXPECT_EQ(cpuKeys, traceKeyCounts(traceEvents(base / "graph")));
+  int spans = 0;
+  for (const auto &[key, n] : cpuKeys)
+    spans += std::get<1>(key) == "span" ? n : 0;
+  EXPECT_EQ(spans, steps); // the optimizer closes the innermost one a step
   fs::remove_all(base);
 }

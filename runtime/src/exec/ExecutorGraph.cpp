@@ -111,11 +111,7 @@ StepGraphAction Executor::beginStepGraph(uint64_t &id, bool traced,
   StepGraphKey key = graphKey();
   key.traceBank = bank;
   StepGraphAction a = graphs_->next(key, id);
-  for (uint64_t gone : graphs_->takeEvicted()) {
-    backend_.dropGraph(gone);
-    graphLossReads_.erase(gone);
-    graphTraces_.erase(gone);
-  }
+  dropEvictedGraphs();
   if (a == StepGraphAction::Capture) {
     graphLossReads_[id].clear();
     graphTraceFirst_ = traced ? sink_->markedInStep() : 0;
@@ -167,6 +163,14 @@ StepGraphAction Executor::beginStepGraph(uint64_t &id, bool traced,
   return a;
 }
 
+void Executor::dropEvictedGraphs() {
+  for (uint64_t gone : graphs_->takeEvicted()) {
+    backend_.dropGraph(gone);
+    graphLossReads_.erase(gone);
+    graphTraces_.erase(gone);
+  }
+}
+
 int32_t *Executor::graphBatch(StepGraphAction a, int mb, int which) {
   size_t n = static_cast<size_t>(plan_.microBatchSize) * plan_.seqLength;
   if (a == StepGraphAction::Eager) {
@@ -195,6 +199,7 @@ void Executor::endStepGraph(StepGraphAction a, uint64_t id, bool traced) {
                  open_.back().begin->region.name.c_str());
     tracedGraphsOff_ = true;
     graphs_->forget(id);
+    dropEvictedGraphs();
     return;
   }
   graphTraces_[id] = sink_->markedSince(graphTraceFirst_);

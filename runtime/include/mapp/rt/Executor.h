@@ -313,6 +313,9 @@ private:
   /// the graph's pinned input when the step is captured or replayed.
   int32_t *graphBatch(StepGraphAction a, int mb, int which);
   void endStepGraph(StepGraphAction a, uint64_t id, bool traced);
+  /// The graphs the cache let go, released with what the executor keeps
+  /// for them.
+  void dropEvictedGraphs();
   std::unique_ptr<StepGraphCache> graphs_; // null: every step eager
   bool graphChecked_ = false, planHasProbes_ = false;
   /// Per graph: the microbatch of each loss read its capture queued.
