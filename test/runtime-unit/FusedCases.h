@@ -132,6 +132,13 @@ inline std::vector<Case> builtinCases() {
       "row scale[-0.5](%3); mul(%4, %i0); add(%5, %i1)",
       {3, 4, 6}, {6, 4}, {{3, 4, 6}, {3, 4, 6}, {3, 1, 1}});
   add("exp(%i0); reduce_sum[1](%0); row div(%i1, %1); mul(%0, %2)", {1, 33}, {3}, {{1, 33}, {}});
+  // Operands broadcast in the middle of the kept dims (a weight per batch,
+  // not per token) and of the rows' dims: not row-affine, read by their
+  // coordinates (KernelParams::rowAffine off).
+  add(rms, {2, 3, 40}, {7, 5}, {{2, 3, 40}, {}, {2, 1, 40}});
+  add("row mul(%i2, %i2); mul(%i0, %i1); reduce_sum[1,2](%1); row mul(%2, %0); "
+      "row scale[-0.5](%3); mul(%4, %i0); add(%5, %i1)",
+      {3, 4, 6}, {6, 4}, {{3, 4, 6}, {3, 1, 6}, {3, 1, 1}});
   // Only row results (the CPU evaluator skips the last pass).
   add("mul(%i0, %i0); reduce_sum[1](%0); row sqrt(%1)", {4, 50}, {2, 1}, {{4, 50}});
   // Row programs with a reduce_max (a max pass: maxStep from -inf, a fixed

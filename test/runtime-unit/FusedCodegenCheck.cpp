@@ -212,7 +212,8 @@ int main(int argc, char **argv) {
   KernelFn reference = cpu->lookup("fused");
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(-2.5f, 2.5f);
-  int failures = 0, vecRuns = 0, broadcastVecRuns = 0, columnRuns = 0, rowRuns = 0;
+  int failures = 0, vecRuns = 0, broadcastVecRuns = 0, columnRuns = 0, rowRuns = 0,
+      affineRowRuns = 0;
   for (size_t k = 0; k < all.size(); ++k) {
     const Prepared &p = all[k];
     using Entry = void (*)(const fz::KernelParams *);
@@ -277,7 +278,21 @@ int main(int argc, char **argv) {
       }
     columnRuns += params.columns;
     rowRuns += p.prog.rowDims > 0;
-    if (!compare(params.vec ? " (vector path)" : "") || !params.vec)
+    affineRowRuns += params.rowAffine;
+    if (!compare(params.vec ? " (vector path)" : params.rowAffine ? " (row-affine path)" : ""))
+      continue;
+    if (params.rowAffine) {
+      // Again by the coordinates (KernelParams::rowAffine off), the path of
+      // operands broadcast in the middle of the rows' dims.
+      fz::KernelParams byCoordinates = params;
+      byCoordinates.rowAffine = 0;
+      for (std::vector<uint8_t> &o : outGen)
+        std::fill(o.begin(), o.end(), 0xAB);
+      entry(&byCoordinates);
+      compare(" (row program by coordinates)");
+      continue;
+    }
+    if (!params.vec)
       continue;
     // Again from pointers one element past a 16-byte boundary: the scalar
     // path must take the whole domain (KernelParams::vec off).
@@ -310,16 +325,20 @@ int main(int argc, char **argv) {
     return 1;
   // The built-in cases hold both new loops (an injected expectation: the
   // checks above must have run them).
-  if (vecRuns == 0 || broadcastVecRuns == 0 || columnRuns == 0 || rowRuns == 0) {
+  if (vecRuns == 0 || broadcastVecRuns == 0 || columnRuns == 0 || rowRuns == 0 ||
+      affineRowRuns == 0 || affineRowRuns == rowRuns) {
     std::cout << "FAIL the cases ran " << vecRuns << " kernels on the vector path ("
               << broadcastVecRuns << " with a broadcast), " << columnRuns
-              << " column reductions and " << rowRuns << " row programs (each must be > 0)\n";
+              << " column reductions and " << rowRuns << " row programs, " << affineRowRuns
+              << " of them row-affine (each must be > 0, and some row programs not "
+                 "row-affine)\n";
     return 1;
   }
   std::cout << "PASS: " << all.size() << " generated kernels (" << cases.size()
             << " programs x f32/bf16/mixed storage) bit-equal to the CPU evaluator ("
             << vecRuns << " on the vector path (" << broadcastVecRuns
             << " with a broadcast), also misaligned; " << columnRuns
-            << " column reductions; " << rowRuns << " row programs)\n";
+            << " column reductions; " << rowRuns << " row programs, " << affineRowRuns
+            << " row-affine, also by coordinates)\n";
   return 0;
 }

@@ -2,6 +2,7 @@
 #include "mapp/rt/FusedCodegen.h"
 #include "mapp/rt/Error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -39,11 +40,15 @@ std::string storageName(DType t, const std::string &what) {
 std::string ref(const Ref &r) { return (r.input ? "i" : "s") + std::to_string(r.index); }
 
 /// The element's offset in a tensor of strides <table>: v when the
-/// domain is flat, else Σ c[d]·<table>[d] over its `rank` dims.
-std::string at(int rank, const std::string &table) {
+/// domain is flat, else Σ c[d]·<table>[d] over its `rank` dims; in a row
+/// program (`rowAffine` non-empty: its offset at row o, element j, when
+/// KernelParams::rowAffine) that before the coordinates.
+std::string at(int rank, const std::string &table, const std::string &rowAffine = "") {
   if (rank == 0)
     return "0";
   std::string s = "a.flat ? v : ";
+  if (!rowAffine.empty())
+    s += "a.rowAffine ? " + rowAffine + " : ";
   for (int d = 0; d < rank; ++d)
     s += std::string(d ? " + " : "") + "c[" + std::to_string(d) + "] * " + table + "[" +
          std::to_string(d) + "]";
@@ -51,11 +56,13 @@ std::string at(int rank, const std::string &table) {
 }
 
 /// The element v's coordinates c[], the last dim fastest (not needed when
-/// flat), computed once and shared by every operand; 32-bit when n < 2^31.
-std::string coordinates(int rank) {
+/// flat, nor in a row program (`row`) when rowAffine), computed once and
+/// shared by every operand; 32-bit when n < 2^31.
+std::string coordinates(int rank, bool row = false) {
   std::string s;
   if (rank > 0) {
-    s += "    long long c[" + std::to_string(rank) + "] = {};\n    if (!a.flat) {\n";
+    s += "    long long c[" + std::to_string(rank) + "] = {};\n    if (!a.flat" +
+         std::string(row ? " && !a.rowAffine" : "") + ") {\n";
     for (int wide = 0; wide < 2; ++wide) {
       std::string T = wide ? "long long" : "unsigned";
       s += wide ? "      } else {\n" : "      if (a.idx32) {\n";
@@ -136,6 +143,43 @@ bool vectorMode(KernelParams &a, int k, int rank) {
   return false;
 }
 
+/// Whether strides `st` over the walk dims [from, to) are `unit` times the
+/// row-major strides of those dims (dims of extent 1 aside); `unit` is
+/// found from the first dim that moves (0 when none does).
+bool affineDims(const KernelParams &a, const long long *st, int from, int to, long long &unit) {
+  unit = -1;
+  long long q = 1;
+  for (int p = to - 1; p >= from; --p) {
+    if (a.dom[p] != 1) {
+      if (unit < 0) {
+        if (st[p] % q)
+          return false;
+        unit = st[p] / q;
+      } else if (st[p] != unit * q) {
+        return false;
+      }
+    }
+    q *= a.dom[p];
+  }
+  unit = std::max(unit, 0LL);
+  return true;
+}
+
+/// KernelParams::rowAffine of a row program whose rows are the walk dims
+/// from `rowFrom`: every operand at o * rowStride + j * colStride, and the
+/// results (linStride) at o * inner + j.
+bool rowAffine(KernelParams &a, int rank, int rowFrom, size_t inputs) {
+  long long rs = 0, cs = 0;
+  if (!affineDims(a, a.linStride, 0, rowFrom, rs) || !affineDims(a, a.linStride, rowFrom, rank, cs) ||
+      (a.outer > 1 && rs != a.inner) || (a.inner > 1 && cs != 1))
+    return false;
+  for (size_t k = 0; k < inputs; ++k)
+    if (!affineDims(a, a.inStride[k], 0, rowFrom, a.rowStride[k]) ||
+        !affineDims(a, a.inStride[k], rowFrom, rank, a.colStride[k]))
+      return false;
+  return true;
+}
+
 /// The struct P of a row program (FusedDevice.h, rowProgramLoop): per pass
 /// the statements before its reduction (reduce_sum, reduce_max), the row
 /// statements between the reductions, every statement per element with the
@@ -155,16 +199,23 @@ std::string rowProgramP(const CodegenSpec &spec, const std::vector<std::string> 
   for (int p = 0; p < phases; ++p)
     if (prog.stmts[reduces[p]].op == Op::ReduceMax)
       maxPhases |= 1ull << p;
+  // Row o's element j is the domain's element v = o * inner + j (the walk
+  // order of a row program is the domain's); per-row values are read at
+  // j = 0.
   auto loads = [&](bool perRow) {
     std::string t;
     for (size_t k = 0; k < spec.inputs.size(); ++k)
       if (prog.rowInput[k] == perRow) {
         std::string K = std::to_string(k);
+        std::string affine = "o * a.rowStride[" + K + "]" +
+                             (perRow ? "" : " + j * a.colStride[" + K + "]");
         t += "    const float i" + K + " = load" + inStorage[k] + "(a.in[" + K + "], " +
-             at(rank, "a.inStride[" + K + "]") + ");\n";
+             at(rank, "a.inStride[" + K + "]", affine) + ");\n";
       }
     return t;
   };
+  const std::string element =
+      "    const long long v = o * a.inner + j;\n    (void)v;\n" + coordinates(rank, true);
   auto perElement = [&](int upto) {
     std::string t;
     for (int k = 0; k < upto; ++k)
@@ -177,8 +228,8 @@ std::string rowProgramP(const CodegenSpec &spec, const std::vector<std::string> 
                   std::to_string(maxPhases) + "ull;\n  static constexpr int kStmts = " +
                   std::to_string(n) + ";\n";
   // phase<Ph>: what reduction Ph reduces at element v.
-  s += "  template <int Ph>\n  static MAPP_FUSED_HD float phase(const KernelParams &a, long long v, "
-       "const float *r) {\n    (void)r;\n" + coordinates(rank) + loads(false);
+  s += "  template <int Ph>\n  static MAPP_FUSED_HD float phase(const KernelParams &a, long long o, "
+       "long long j, const float *r) {\n    (void)r;\n" + element + loads(false);
   for (int p = 0; p < phases; ++p) {
     const Ref &x = prog.stmts[reduces[p]].args[0];
     s += "    if constexpr (Ph == " + std::to_string(p) + ") {\n" + perElement(reduces[p]) +
@@ -186,8 +237,9 @@ std::string rowProgramP(const CodegenSpec &spec, const std::vector<std::string> 
   }
   s += "    return 0.f;\n  }\n";
   // rows<Q>: reduction Q-1's value, then the row statements before reduction Q.
-  s += "  template <int Q>\n  static MAPP_FUSED_HD void rows(const KernelParams &a, long long v, "
-       "float *r, float sum) {\n    (void)sum;\n" + coordinates(rank) + loads(true);
+  s += "  template <int Q>\n  static MAPP_FUSED_HD void rows(const KernelParams &a, long long o, "
+       "float *r, float sum) {\n    (void)sum;\n    const long long j = 0;\n    (void)j;\n" +
+       element + loads(true);
   for (int q = 0; q <= phases; ++q) {
     s += "    if constexpr (Q == " + std::to_string(q) + ") {\n";
     if (q > 0)
@@ -199,13 +251,13 @@ std::string rowProgramP(const CodegenSpec &spec, const std::vector<std::string> 
   }
   s += "  }\n";
   // point: every statement per element, the results of the domain's shape.
-  s += "  static MAPP_FUSED_HD void point(const KernelParams &a, long long v, const float *r) {\n"
-       "    (void)r;\n" + coordinates(rank) + loads(false) + perElement(n);
+  s += "  static MAPP_FUSED_HD void point(const KernelParams &a, long long o, long long j, "
+       "const float *r) {\n    (void)r;\n" + element + loads(false) + perElement(n);
   bool any = false;
   for (size_t k = 0; k < spec.outputs.size(); ++k)
     if (!prog.rowValue(spec.outputs[k])) {
       if (!any)
-        s += "    const long long at = " + at(rank, "a.linStride") + ";\n";
+        s += "    const long long at = " + at(rank, "a.linStride", "v") + ";\n";
       any = true;
       s += "    store" + outStorage[k] + "(a.out[" + std::to_string(k) + "], at, s" +
            std::to_string(spec.outputs[k]) + ");\n";
@@ -411,6 +463,9 @@ KernelParams fused::kernelParams(const Program &program, const std::vector<int64
   for (size_t k = 0; vec && k < inputs.size(); ++k)
     vec = vectorMode(a, static_cast<int>(k), rank);
   a.vec = vec;
+  // Row o, element j: the walk's kept dims, then its reduced ones.
+  int kept = static_cast<int>(std::count(reduced.begin(), reduced.end(), false));
+  a.rowAffine = program.rowDims > 0 && rowAffine(a, rank, kept, inputs.size());
   a.idx32 = a.n < (1LL << 31);
   a.columns = program.reduction() && rank > 0 && !reduced[rank - 1];
   return a;

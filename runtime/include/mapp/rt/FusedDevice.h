@@ -345,6 +345,14 @@ struct KernelParams {
   // of W never straddles a period.
   int vecMode[kMaxInputs];
   long long vecPeriod[kMaxInputs];
+  // A row program whose every operand is read at o * rowStride[k] + j *
+  // colStride[k] (row o, element j of the row; 0 strides: broadcast) and
+  // whose results are stored at o * inner + j: the kernel indexes by (o, j)
+  // and skips the coordinate arithmetic of a broadcast operand (a norm's
+  // weight, a row statistic) per element and pass.
+  int rowAffine;
+  long long rowStride[kMaxInputs];
+  long long colStride[kMaxInputs];
   // n < 2^31: the coordinates of the non-flat path in 32-bit arithmetic (a
   // 64-bit division is a long instruction sequence on the GPU).
   int idx32;
@@ -508,11 +516,11 @@ __device__ void rowPhases(const KernelParams &a, long long o, float *r, double *
     constexpr bool kMax = (P::kMaxPhases >> Ph) & 1;
     double s = kMax ? negInf() : 0;
     for (long long j = threadIdx.x; j < a.inner; j += blockDim.x) {
-      float x = P::template phase<Ph>(a, o * a.inner + j, r);
+      float x = P::template phase<Ph>(a, o, j, r);
       s = kMax ? maxStep(static_cast<float>(s), x) : s + x;
     }
     float value = static_cast<float>(blockTree<kMax>(s, part));
-    P::template rows<Ph + 1>(a, o * a.inner, r, value);
+    P::template rows<Ph + 1>(a, o, r, value);
     rowPhases<P, Ph + 1>(a, o, r, part);
   }
 }
@@ -521,10 +529,10 @@ template <class P> __device__ void rowProgramLoop(const KernelParams &a) {
   __shared__ double part[kReduceThreads];
   for (long long o = blockIdx.x; o < a.outer; o += gridDim.x) {
     float r[P::kStmts];
-    P::template rows<0>(a, o * a.inner, r, 0.f);
+    P::template rows<0>(a, o, r, 0.f);
     rowPhases<P, 0>(a, o, r, part);
     for (long long j = threadIdx.x; j < a.inner; j += blockDim.x)
-      P::point(a, o * a.inner + j, r);
+      P::point(a, o, j, r);
     if (threadIdx.x == 0)
       P::storeRow(a, o, r);
   }
@@ -575,7 +583,7 @@ template <class P, int Ph> void hostRowPhases(const KernelParams &a, long long o
     for (int t = 0; t < threads; ++t) {
       part[t] = kMax ? negInf() : 0;
       for (long long j = t; j < a.inner; j += threads) {
-        float x = P::template phase<Ph>(a, o * a.inner + j, r);
+        float x = P::template phase<Ph>(a, o, j, r);
         part[t] = kMax ? maxStep(static_cast<float>(part[t]), x) : part[t] + x;
       }
     }
@@ -583,7 +591,7 @@ template <class P, int Ph> void hostRowPhases(const KernelParams &a, long long o
       for (int t = 0; t < w; ++t)
         part[t] = kMax ? maxStep(static_cast<float>(part[t]), static_cast<float>(part[t + w]))
                        : part[t] + part[t + w];
-    P::template rows<Ph + 1>(a, o * a.inner, r, static_cast<float>(part[0]));
+    P::template rows<Ph + 1>(a, o, r, static_cast<float>(part[0]));
     hostRowPhases<P, Ph + 1>(a, o, r);
   }
 }
@@ -591,10 +599,10 @@ template <class P, int Ph> void hostRowPhases(const KernelParams &a, long long o
 template <class P> void hostRowLoop(const KernelParams &a) {
   for (long long o = 0; o < a.outer; ++o) {
     float r[P::kStmts];
-    P::template rows<0>(a, o * a.inner, r, 0.f);
+    P::template rows<0>(a, o, r, 0.f);
     hostRowPhases<P, 0>(a, o, r);
     for (long long j = 0; j < a.inner; ++j)
-      P::point(a, o * a.inner + j, r);
+      P::point(a, o, j, r);
     P::storeRow(a, o, r);
   }
 }
