@@ -269,15 +269,30 @@ struct AutodiffPass : mapp::impl::MappAutodiffBase<AutodiffPass> {
           addRemat(d);
       remat.insert(def);
     };
+    // A forward value the backward reads is saved, or re-created there:
+    // parameter reads and constants (isRematerializable), and broadcasts,
+    // from their saved (smaller) operand. A saved broadcast would be
+    // materialized at its full size (a norm's row factor: a [B, T, C]
+    // copy of a [B, T, 1] value); re-created, a fused region of the
+    // backward loads through it.
+    auto keep = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      if (isRematerializable(def))
+        addRemat(def);
+      else
+        saved.insert(v);
+    };
     for (Operation *op : backwardOps)
       for (Value v : op->getOperands()) {
         Operation *def = v.getDefiningOp();
         if (def && inBackward.contains(def))
           continue;
-        if (isRematerializable(def))
-          addRemat(def);
-        else
-          saved.insert(v);
+        if (isa_and_nonnull<BroadcastOp>(def)) {
+          keep(def->getOperand(0));
+          remat.insert(def);
+          continue;
+        }
+        keep(v);
       }
 
     OpBuilder b(module.getBody(), module.getBody()->end());
