@@ -441,6 +441,32 @@ std::vector<StepWindow> tracedRun(const PlanSpec &spec, Backend &backend,
   return win;
 }
 
+/// The same traced run eagerly on the CPU backend and with step graphs on
+/// RecordingBackend with deferred marks, into DIR/cpu and DIR/graph.
+struct TracedPair {
+  std::filesystem::path dir;
+  TrainedRun eager, graph;
+  std::vector<StepWindow> windows; // the graph run's steps
+  std::string graphStderr;
+  int64_t launches = 0; // graphs the backend launched
+};
+
+TracedPair tracedPair(const PlanSpec &spec, int steps, const std::string &name) {
+  TracedPair p;
+  p.dir = std::filesystem::temp_directory_path() /
+          ("mapp-stepgraph-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p.dir);
+  auto cpu = createCpuBackend(1);
+  tracedRun(spec, *cpu, p.dir / "cpu", steps, p.eager);
+  RecordingBackend rec;
+  rec.deferredMarks_ = true;
+  testing::internal::CaptureStderr();
+  p.windows = tracedRun(spec, rec, p.dir / "graph", steps, p.graph);
+  p.graphStderr = testing::internal::GetCapturedStderr();
+  p.launches = rec.launches_;
+  return p;
+}
+
 } // namespace
 
 TEST(StepGraphExec, TracedStepsReplayWithTheirMarksAsGraphNodes) {
@@ -450,25 +476,17 @@ TEST(StepGraphExec, TracedStepsReplayWithTheirMarksAsGraphNodes) {
   // own step's window (a replay that re-used the captured stamps, or the
   // other bank's, would be a step or two early).
   const int steps = 7;
-  PlanSpec spec = mlpPlan(opts());
-  namespace fs = std::filesystem;
-  fs::path base = fs::temp_directory_path() /
-                  ("mapp-stepgraph-trace-" + std::to_string(::getpid()));
-  fs::remove_all(base);
-  auto cpu = createCpuBackend(1);
-  TrainedRun eager, graph;
-  tracedRun(spec, *cpu, base / "cpu", steps, eager);
-  RecordingBackend rec;
-  rec.deferredMarks_ = true;
-  std::vector<StepWindow> win = tracedRun(spec, rec, base / "graph", steps, graph);
-  expectIdentical(eager, graph);
+  TracedPair p = tracedPair(mlpPlan(opts()), steps, "trace");
+  const TrainedRun &graph = p.graph;
+  const std::vector<StepWindow> &win = p.windows;
+  expectIdentical(p.eager, graph);
   EXPECT_EQ(graph.eagerSteps, 1);
   EXPECT_EQ(graph.captures, 2); // one per mark bank
   EXPECT_EQ(graph.launches, steps - 3);
-  EXPECT_EQ(rec.launches_, steps - 3);
+  EXPECT_EQ(p.launches, steps - 3);
 
-  std::vector<nlohmann::json> ce = traceEvents(base / "cpu"),
-                              ge = traceEvents(base / "graph");
+  std::vector<nlohmann::json> ce = traceEvents(p.dir / "cpu"),
+                              ge = traceEvents(p.dir / "graph");
   ASSERT_FALSE(ge.empty());
   EXPECT_EQ(traceKeyCounts(ce), traceKeyCounts(ge));
   int replayedMarks = 0;
@@ -484,7 +502,7 @@ TEST(StepGraphExec, TracedStepsReplayWithTheirMarksAsGraphNodes) {
     replayedMarks += s >= 3 && shift != 0;
   }
   EXPECT_GT(replayedMarks, 0);
-  fs::remove_all(base);
+  std::filesystem::remove_all(p.dir);
 }
 
 TEST(StepGraphExec, RegionOpenAcrossTheGraphsEndKeepsTracedStepsEager) {
@@ -509,27 +527,17 @@ TEST(StepGraphExec, RegionOpenAcrossTheGraphsEndKeepsTracedStepsEager) {
       b.instrs.insert(b.instrs.begin(), {"trace_end", {}, {}, end});
       break;
     }
-  namespace fs = std::filesystem;
-  fs::path base = fs::temp_directory_path() /
-                  ("mapp-stepgraph-span-" + std::to_string(::getpid()));
-  fs::remove_all(base);
-  auto cpu = createCpuBackend(1);
-  TrainedRun eager, graph;
-  tracedRun(spec, *cpu, base / "cpu", steps, eager);
-  RecordingBackend rec;
-  rec.deferredMarks_ = true;
-  testing::internal::CaptureStderr();
-  tracedRun(spec, rec, base / "graph", steps, graph);
-  std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("trace region 'span' stays open"), std::string::npos) << err;
-  expectIdentical(eager, graph);
-  EXPECT_EQ(graph.captures, 1); // step 1's, dropped
-  EXPECT_EQ(rec.launches_, 0);
-  std::map<TraceKey, int> cpuKeys = traceKeyCounts(traceEvents(base / "cpu"));
-  EXPECT_EQ(cpuKeys, traceKeyCounts(traceEvents(base / "graph")));
+  TracedPair p = tracedPair(spec, steps, "span");
+  EXPECT_NE(p.graphStderr.find("trace region 'span' stays open"), std::string::npos)
+      << p.graphStderr;
+  expectIdentical(p.eager, p.graph);
+  EXPECT_EQ(p.graph.captures, 1); // step 1's, dropped
+  EXPECT_EQ(p.launches, 0);
+  std::map<TraceKey, int> cpuKeys = traceKeyCounts(traceEvents(p.dir / "cpu"));
+  EXPECT_EQ(cpuKeys, traceKeyCounts(traceEvents(p.dir / "graph")));
   int spans = 0;
   for (const auto &[key, n] : cpuKeys)
     spans += std::get<1>(key) == "span" ? n : 0;
   EXPECT_EQ(spans, steps); // the optimizer closes the innermost one a step
-  fs::remove_all(base);
+  std::filesystem::remove_all(p.dir);
 }
