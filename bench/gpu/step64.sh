@@ -1,48 +1,51 @@
 #!/usr/bin/env bash
-# Issue 37's step-64 departure (docs/benchmarks.md, ninth session): the 124M
-# constant-lr curve, 64 steps on the GPU and on the CPU from the same initial
-# weights; then each backend's loss on batch 64's two rows (one-row text
-# files, micro-batch-1 plan) from each backend's parameters, and the two
-# parameter sets compared tensor by tensor. STEPS (default 64), BACKENDS.
+# Issue 37's step-64 departure (docs/benchmarks.md, ninth and tenth
+# sessions): the 124M constant-lr curve trained 64 steps from the
+# reference's initial weights, once per run in RUNS, then batch 64's two rows
+# (one-row text files, a micro-batch-1 plan) scored from each run's
+# parameters on the CUDA backend and, with SCORE_CPU=1, on the CPU backend;
+# each run's update reduced to per-tensor sketches (param_sketch.py) in
+# $OUT/<run>.sketch.pt, to compare with a run made elsewhere:
+#   param_sketch.py compare OUT/cuda.sketch.pt cpu.sketch.pt
+# RUNS (default "cuda"): cuda, cuda-nofuse (MAPP_CUDA_FUSE=0), cuda-det
+# (MAPP_CUDA_DETERMINISTIC=1), cpu (64 CPU steps: over 280 s on the GPU
+# machine's 16 cores, so on the dev VM). STEPS (default 64).
+# The folder (gpu/step64, git-ignored) holds: bin/mapp-run.xz (a CUDA
+# build), common.sh, e2e_check.py, param_sketch.py, the mapp package
+# (python/mapp), corpus.jsonl, cfg.json (the 124M curve config at micro-
+# batch 2), mb2.mplan and mb1.mplan (`mapp-opt` of that config with the
+# curve's constant-lr optimizer, micro-batch 2 and 1, as prepare_fusion.sh
+# builds gpt-124m.curve.fused), row0.txt and row1.txt (batch 64's rows).
 D=$(cd "$(dirname "$0")" && pwd); cd "$D"
 set -uo pipefail
 source common.sh; with_torch_libs 2>/dev/null || true
 BIN=/tmp/step64-bin; mkdir -p $BIN && rm -f $BIN/mapp-run && unpack mapp-run
-R=${OUT:-/tmp/step64}; mkdir -p $R
+R=/tmp/step64; O=${OUT:-$R}; mkdir -p $R $O
 S=${STEPS:-64}
 python3 e2e_check.py init cfg.json $R/init.safetensors
 run() { $BIN/mapp-run "$@" --tokenizer bytes --quiet; }
-for be in ${BACKENDS:-cuda cpu}; do
+for name in ${RUNS:-cuda}; do
+  env=(); be=cuda
+  case $name in
+    cuda) ;;
+    cuda-nofuse) env=(MAPP_CUDA_FUSE=0) ;;
+    cuda-det) env=(MAPP_CUDA_DETERMINISTIC=1) ;;
+    cpu) be=cpu ;;
+    *) echo "step64.sh: unknown run '$name' (cuda, cuda-nofuse, cuda-det, cpu)"; exit 2 ;;
+  esac
   t=$SECONDS
-  run mb2.mplan --backend=$be --data corpus.jsonl --steps $S --seed 11 \
-    --weights $R/init.safetensors --metrics $R/$be.jsonl --save $R/$be.w.safetensors \
-    > $R/$be.log 2>&1 || { tail -3 $R/$be.log; echo "$be run failed"; }
-  echo "$be: $S steps, $((SECONDS - t)) s, last: $(tail -1 $R/$be.jsonl | cut -c1-90)"
-done
-for w in ${BACKENDS:-cuda cpu}; do
-  for be in ${BACKENDS:-cuda cpu}; do
+  env "${env[@]}" $BIN/mapp-run mb2.mplan --tokenizer bytes --quiet --backend=$be \
+    --data corpus.jsonl --steps $S --seed 11 --weights $R/init.safetensors \
+    --metrics $O/$name.jsonl --save $R/$name.w.safetensors > $R/$name.log 2>&1 \
+    || { tail -3 $R/$name.log; echo "$name run failed"; continue; }
+  echo "$name: $S steps, $((SECONDS - t)) s, last: $(tail -1 $O/$name.jsonl | cut -c1-90)"
+  for score in cuda ${SCORE_CPU:+cpu}; do
     for r in 0 1; do
-      for fuse in 1 0; do
-        [ $be = cpu ] && [ $fuse = 0 ] && continue
-        MAPP_CUDA_FUSE=$fuse run mb1.mplan --backend=$be --data row$r.txt --steps 1 --no-shuffle \
-          --weights $R/$w.w.safetensors --metrics $R/row.jsonl > /dev/null 2>&1
-        echo "row $r, $w's parameters, on $be (fuse=$fuse): $(cut -c1-60 $R/row.jsonl)"
-      done
+      run mb1.mplan --backend=$score --data row$r.txt --steps 1 --no-shuffle \
+        --weights $R/$name.w.safetensors --metrics $R/row.jsonl > /dev/null 2>&1
+      echo "  row $r from $name's parameters, scored on $score: $(cut -c1-60 $R/row.jsonl)"
     done
   done
+  python3 param_sketch.py sketch $R/$name.w.safetensors $R/init.safetensors \
+    $O/$name.sketch.pt --keep wpe.weight
 done
-[ -f $R/cuda.w.safetensors ] && [ -f $R/cpu.w.safetensors ] && python3 - $R <<'PY'
-import sys
-from mapp import safetensors
-a = safetensors.load(sys.argv[1] + "/cuda.w.safetensors")[0]
-b = safetensors.load(sys.argv[1] + "/cpu.w.safetensors")[0]
-rows = []
-for k in a:
-    d = (a[k].double() - b[k].double()).norm() / b[k].double().norm().clamp_min(1e-30)
-    rows.append((float(d), k))
-for d, k in sorted(rows)[::-1][:12]:
-    print(f"{d:.3e} {k}")
-e = (a["wte.weight"] - b["wte.weight"]).double()
-print("wte rows >= 256: %.3e, < 256: %.3e" % (float(e[256:].norm() / b["wte.weight"][256:].double().norm()),
-      float(e[:256].norm() / b["wte.weight"][:256].double().norm())))
-PY
