@@ -45,7 +45,7 @@ def main():
         return
     a, b = torch.load(sys.argv[2]), torch.load(sys.argv[3])
     # The two sides must start from the same initial parameters.
-    worst = max(float((a["init"][n] - b["init"][n]).norm() / b["init"][n].norm())
+    worst = max(float((a["init"][n] - b["init"][n]).norm() / b["init"][n].norm().clamp_min(1e-30))
                 for n in b["init"])
     print(f"initial parameters: worst relative sketch difference {worst:.3e}")
     rows = []
