@@ -31,6 +31,7 @@ LOG=${OUT:-/tmp/mapp-kernels}
 mkdir -p "$LOG"
 source "$D/common.sh" # unpack, say, with_torch_libs
 with_torch_libs
+BIN=/tmp/mapp-fusion-bin # common.sh set its own; the --exec runs above use this one
 mkdir -p $BIN && rm -f $BIN/mapp-run $BIN/mapp-run-base && unpack mapp-run
 # A baseline mapp-run (another commit's, prepare_fusion.sh BASE_BIN=...)
 # runs the unfused plans too: a row of its own, in the same call.

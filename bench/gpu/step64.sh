@@ -8,7 +8,8 @@
 # $OUT/<run>.sketch.pt, to compare with a run made elsewhere:
 #   param_sketch.py compare OUT/cuda.sketch.pt cpu.sketch.pt
 # RUNS (default "cuda"): cuda, cuda-nofuse (MAPP_CUDA_FUSE=0), cuda-det
-# (MAPP_CUDA_DETERMINISTIC=1), cpu (64 CPU steps: over 280 s on the GPU
+# (MAPP_CUDA_DETERMINISTIC=1), cuda-f32 (MAPP_CUDA_STORAGE=f32: fp32
+# activations and GEMMs, no bf16 shadows), cpu (64 CPU steps: over 280 s on the GPU
 # machine's 16 cores, so on the dev VM). STEPS (default 64).
 # The folder (gpu/step64, git-ignored) holds: bin/mapp-run.xz (a CUDA
 # build), common.sh, e2e_check.py, param_sketch.py, the mapp package
@@ -30,8 +31,9 @@ for name in ${RUNS:-cuda}; do
     cuda) ;;
     cuda-nofuse) env=(MAPP_CUDA_FUSE=0) ;;
     cuda-det) env=(MAPP_CUDA_DETERMINISTIC=1) ;;
+    cuda-f32) env=(MAPP_CUDA_STORAGE=f32) ;;
     cpu) be=cpu ;;
-    *) echo "step64.sh: unknown run '$name' (cuda, cuda-nofuse, cuda-det, cpu)"; exit 2 ;;
+    *) echo "step64.sh: unknown run '$name' (cuda, cuda-nofuse, cuda-det, cuda-f32, cpu)"; exit 2 ;;
   esac
   t=$SECONDS
   env "${env[@]}" $BIN/mapp-run mb2.mplan --tokenizer bytes --quiet --backend=$be \
