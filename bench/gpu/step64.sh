@@ -10,8 +10,11 @@
 # RUNS (default "cuda"): cuda, cuda-nofuse (MAPP_CUDA_FUSE=0), cuda-det
 # (MAPP_CUDA_DETERMINISTIC=1), cuda-f32 (MAPP_CUDA_STORAGE=f32: fp32
 # activations and GEMMs, no bf16 shadows), cpu (64 CPU steps: over 280 s on the GPU
-# machine's 16 cores, so on the dev VM). STEPS (default 64).
-# The folder (gpu/step64, git-ignored) holds: bin/mapp-run.xz (a CUDA
+# machine's 16 cores, so on the dev VM). STEPS (default 64). PLAN (default
+# mb2.mplan): sgd1.mplan (plain SGD, lr 1, no decay) with STEPS=1 makes each
+# sketch the first step's gradient, negated, per tensor.
+# The folder (gpu/step64, git-ignored; sgd1.mplan as mb2.mplan with
+# -mapp-optimizer="optimizer=sgd lr=1 weight-decay=0") holds: bin/mapp-run.xz (a CUDA
 # build), common.sh, e2e_check.py, param_sketch.py, the mapp package
 # (python/mapp), corpus.jsonl, cfg.json (the 124M curve config at micro-
 # batch 2), mb2.mplan and mb1.mplan (`mapp-opt` of that config with the
@@ -23,6 +26,7 @@ source common.sh; with_torch_libs 2>/dev/null || true
 BIN=/tmp/step64-bin; mkdir -p $BIN && rm -f $BIN/mapp-run && unpack mapp-run
 R=/tmp/step64; O=${OUT:-$R}; mkdir -p $R $O
 S=${STEPS:-64}
+PLAN=${PLAN:-mb2.mplan}
 python3 e2e_check.py init cfg.json $R/init.safetensors
 run() { $BIN/mapp-run "$@" --tokenizer bytes --quiet; }
 for name in ${RUNS:-cuda}; do
@@ -36,7 +40,7 @@ for name in ${RUNS:-cuda}; do
     *) echo "step64.sh: unknown run '$name' (cuda, cuda-nofuse, cuda-det, cuda-f32, cpu)"; exit 2 ;;
   esac
   t=$SECONDS
-  env "${env[@]}" $BIN/mapp-run mb2.mplan --tokenizer bytes --quiet --backend=$be \
+  env "${env[@]}" $BIN/mapp-run $PLAN --tokenizer bytes --quiet --backend=$be \
     --data corpus.jsonl --steps $S --seed 11 --weights $R/init.safetensors \
     --metrics $O/$name.jsonl --save $R/$name.w.safetensors > $R/$name.log 2>&1 \
     || { tail -3 $R/$name.log; echo "$name run failed"; continue; }
