@@ -2,6 +2,7 @@
 analyze stage): merging the files of a measurement split over calls, and
 judging one table of predicted against measured step times."""
 import json
+import os
 import sys
 
 
@@ -33,6 +34,7 @@ def load_measured(files):
         merged["comms"] = sorted(set(merged["comms"]) | set(m["comms"]))
         merged["models"] += [x for x in m["models"] if x not in merged["models"]]
         merged["complete"] = merged.get("complete") and m.get("complete")
+        merged["calibrate_profile"] = merged.get("calibrate_profile") or m.get("calibrate_profile")
     return merged
 
 
@@ -49,3 +51,40 @@ def criteria(rows):
             "best": best["layout"], "best_ms": best["measured_ms"],
             "chosen_over_best": over, "within_20pct": within, "layouts": len(rows),
             "choice_pass": over <= 0.10, "prediction_pass": within >= 0.9 * len(rows)}
+
+
+def write_tables(results, meas, tag, d):
+    """Prints the criteria table of analyze's results and writes it as
+    markdown to D/table<tag>.md; True when every row passes."""
+    print(f"\n{'model':7} {'comm':5} {'inject':>7} {'layouts':>7} {'chosen (search #1)':34} "
+          f"{'ms':>8} {'best measured':34} {'ms':>8} {'chosen/best':>11} "
+          f"{'pred within 20%':>15}  verdict")
+    md = ["| model | comm | inject | chosen (search #1) | its ms | best measured | its ms "
+          "| chosen / best | predicted within 20% | verdict |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    all_pass = bool(results)
+    for r in results:
+        inj = f"{r['inject_gbps']:g}G" if r["inject_gbps"] else "-"
+        verdict = [("PASS" if r["choice_pass"] else "FAIL") + " choice<=10%",
+                   ("PASS" if r["prediction_pass"] else "FAIL") + " 90%<=20%"]
+        if "choice_changed" in r:
+            verdict.append(("PASS" if r["choice_changed"] else "FAIL") + " choice changes")
+        ok = r["choice_pass"] and r["prediction_pass"] and r.get("choice_changed", True)
+        all_pass &= ok
+        counted = f"{r['within_20pct']}/{r['layouts']}"
+        if r["layouts"] != r["feasible"]:
+            counted += f" (of {r['feasible']})"
+            all_pass = False
+        print(f"{r['model']:7} {r['comm']:5} {inj:>7} {r['layouts']:>7} {r['chosen']:34} "
+              f"{r['chosen_ms']:8.2f} {r['best']:34} {r['best_ms']:8.2f} "
+              f"{100 * r['chosen_over_best']:+10.1f}% {counted:>15}  {', '.join(verdict)}")
+        md.append(f"| {r['model']} | {r['comm']} | {inj} | {r['chosen']} | {r['chosen_ms']:.2f} "
+                  f"| {r['best']} | {r['best_ms']:.2f} | {100 * r['chosen_over_best']:+.1f}% "
+                  f"| {counted} | {', '.join(verdict)} |")
+    host = meas["host"]
+    md.insert(0, f"Measured on {host['node']} ({host['cpus']} CPUs, {host['cpu']}), "
+                 f"{meas['steps']} steps a run, {meas['rounds']} round(s), calibration "
+                 f"{tag[1:] or 'as before'}, commit "
+                 f"{meas['commit']}{'' if meas.get('complete') else ' (INCOMPLETE)'}.\n")
+    open(os.path.join(d, f"table{tag}.md"), "w").write("\n".join(md) + "\n")
+    return all_pass

@@ -43,7 +43,9 @@ analyze: calibrates the profile from the probes as below (shared_cores: the
 Calibration: two single-rank runs of a calibration model of its own
 (bench/autopar/calib.json, micro-batch 2 and 16, one thread) scale the
 GEMM/streaming rate and the per-instruction overhead so that the model
-predicts both exactly; a dp=8 run per communicator fits its latency (MPI:
+predicts both exactly (the rates' shape: the kernels' own, GEMMs by size and
+streaming, from the `mapp-run --calibrate` the measure stage runs on the
+measuring host, or --rates-from; without either, the default profile's); a dp=8 run per communicator fits its latency (MPI:
 busy_wait, its waiting processes poll). The fastest sample of each probe
 counts. The layouts never enter the calibration. Variants, from the same
 measurements (their outputs tagged -load, -bw, -shm): --probe-load takes the
@@ -71,7 +73,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measured import criteria, load_measured  # noqa: E402
+from measured import criteria, load_measured, write_tables  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORLD, BATCH = 8, 16
@@ -360,6 +362,15 @@ def stage_measure(args, d):
         runner.run(plan(manifest["probes"]["mbs2"]), "local", 2)
     except RunFailed as e:
         sys.exit(f"run.py: {runner.mapp_run} does not run here: {e}")
+    # The GEMM rates by size on one core (analyze shapes the profile with
+    # them; the probes still set its level).
+    cal_out = os.path.join(work, "calibrate.json")
+    cal_run = subprocess.run([runner.mapp_run, "--calibrate", "--backend", "cpu", "--threads", "1",
+                              "--calibrate-seconds", "10", "--quiet", "-o", cal_out],
+                             capture_output=True, text=True)
+    calibrate_profile = json.load(open(cal_out)) if cal_run.returncode == 0 else None
+    if calibrate_profile is None:
+        log(f"mapp-run --calibrate failed ({cal_run.returncode}): {cal_run.stderr[-500:]}")
     if "mpi" in comms:
         if not shutil.which("mpirun"):
             sys.exit("run.py: --comm mpi needs mpirun on PATH")
@@ -376,7 +387,7 @@ def stage_measure(args, d):
     out = {"host": host_info(), "steps": args.steps, "rounds": 0,
            "inject_gbps": args.inject_gbps, "comms": comms, "models": models,
            "commit": manifest["commit"], "complete": False,
-           "probes": {}, "layouts": {}}
+           "probes": {}, "layouts": {}, "calibrate_profile": calibrate_profile}
 
     def key(m, c, g):
         return f"{m}/{c}/{g:g}"
@@ -491,6 +502,32 @@ def stage_measure(args, d):
 # analyze (mapp-opt)
 # --------------------------------------------------------------------------
 
+def scale_rates(p, f):
+    """Every GEMM rate of profile dict `p` times `f` (gemm_tflops and the
+    gemm_rates table by size)."""
+    p["gemm_tflops"]["f32"] *= f
+    for pt in p.get("gemm_rates", {}).get("f32", []):
+        pt[1] *= f
+
+
+def peak_of(p):
+    """MFU's denominator and the search's bound: the fastest rate priced."""
+    return max([p["gemm_tflops"]["f32"]] + [r for _, r in p.get("gemm_rates", {}).get("f32", [])])
+
+
+def kernel_rates(args, meas):
+    """The kernels' rates that shape the base profile (GEMMs by size and the
+    streaming bandwidth, relative to each other; the probes fit their common
+    scale): --rates-from's profile, else the one `mapp-run --calibrate`
+    measured on the measuring host (measure stage), else none (the default
+    profile's shape, one GEMM rate for every size)."""
+    prof = json.load(open(args.rates_from)) if args.rates_from else meas.get("calibrate_profile")
+    if not prof or not prof.get("gemm_rates", {}).get("f32"):
+        return None
+    return {"gemm_tflops": {"f32": prof["gemm_tflops"]["f32"]},
+            "gemm_rates": {"f32": prof["gemm_rates"]["f32"]}, "mem_gbps": prof["mem_gbps"]}
+
+
 class Calibration:
     """The profile from the probes' fastest samples: the rate scale and the
     per-op overhead from the two single-rank runs, the communicator's
@@ -499,8 +536,9 @@ class Calibration:
     latency and the bandwidth from the dp=8 runs of two gradient sizes
     (--fit-bandwidth)."""
 
-    def __init__(self, args, work, best, cores):
+    def __init__(self, args, work, best, cores, rates=None):
         self.args, self.work, self.best, self.cores = args, work, best, cores
+        self.rates = rates  # kernel_rates() or None
 
     def predict(self, prof, world, batch, mbs, dp_only=False, cfg=CALIB, want=None):
         f = os.path.join(self.work, "p.json")
@@ -523,6 +561,8 @@ class Calibration:
     def profile(self, comm):
         base = json.loads(json.dumps(BASE_PROFILE))
         base["shared_cores"] = self.cores
+        if self.rates:  # the kernels' rates relative to each other; the fit scales them
+            base.update(json.loads(json.dumps(self.rates)))
         load = "_loaded" if self.args.probe_load else ""
         meas = [self.best["mbs2" + load], self.best["mbs16" + load]]
         a, b = [], []  # ms at the base rates without overhead; ms per us of overhead
@@ -530,12 +570,12 @@ class Calibration:
             p = json.loads(json.dumps(base))
             p.pop("shared_cores")
             p["op_overhead_us"] = 0
-            p["peak_tflops"] = p["gemm_tflops"]["f32"]
+            p["peak_tflops"] = peak_of(p)
             a.append(self.predict(p, 1, mbs, mbs))
             p["op_overhead_us"] = 1
-            p["gemm_tflops"]["f32"] *= 1e6
+            scale_rates(p, 1e6)
             p["mem_gbps"] *= 1e6
-            p["peak_tflops"] = p["gemm_tflops"]["f32"]
+            p["peak_tflops"] = peak_of(p)
             b.append(self.predict(p, 1, mbs, mbs))
         # meas_i = a_i / k + b_i * o  (k: rate scale, o: us per op)
         det = a[0] * b[1] - a[1] * b[0]
@@ -545,10 +585,10 @@ class Calibration:
             inv_k = sum(meas) / (sum(a) + 6 * sum(b))
             o = 6 * inv_k
         prof = json.loads(json.dumps(base))
-        prof["gemm_tflops"]["f32"] = base["gemm_tflops"]["f32"] / inv_k
+        scale_rates(prof, 1 / inv_k)
         prof["mem_gbps"] = base["mem_gbps"] / inv_k
         prof["op_overhead_us"] = o
-        prof["peak_tflops"] = prof["gemm_tflops"]["f32"]  # MFU's denominator
+        prof["peak_tflops"] = peak_of(prof)  # MFU's denominator
         prof["busy_wait"] = comm == "mpi"  # MPI's waiting processes poll
         if self.args.shm_collectives and comm == "local":
             # The thread communicator's collectives: barriers, not ring steps.
@@ -619,12 +659,13 @@ def stage_analyze(args, d):
     work = tempfile.mkdtemp(prefix="autopar-analyze-")
     best_probe = {k: min(v) for k, v in meas["probes"].items()}
     cores = meas["host"]["cpus"]
-    cal = Calibration(args, work, best_probe, cores)
+    cal = Calibration(args, work, best_probe, cores, kernel_rates(args, meas))
     gbps = meas["inject_gbps"]
     # The calibration variant names its outputs (several from one measurement).
     tag = ("-load" if args.probe_load else "") + ("-bw" if args.fit_bandwidth else "") + \
         ("-shm" if args.shm_collectives else "") + \
-        ("-lat" + args.latency_from if args.latency_from != "dp8" else "")
+        ("-lat" + args.latency_from if args.latency_from != "dp8" else "") + \
+        ("-rates" if cal.rates else "")
     pfiles = {}
     for comm in meas["comms"]:
         prof = cal.profile(comm)
@@ -678,37 +719,7 @@ def stage_analyze(args, d):
                           and x["comm"] == r["comm"] and not x["inject_gbps"]), None)
             r["choice_changed"] = plain is not None and plain["chosen"] != r["chosen"]
     write_json(os.path.join(d, f"results{tag}.json"), results)
-    print(f"\n{'model':7} {'comm':5} {'inject':>7} {'layouts':>7} {'chosen (search #1)':34} "
-          f"{'ms':>8} {'best measured':34} {'ms':>8} {'chosen/best':>11} "
-          f"{'pred within 20%':>15}  verdict")
-    md = ["| model | comm | inject | chosen (search #1) | its ms | best measured | its ms "
-          "| chosen / best | predicted within 20% | verdict |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    all_pass = bool(results)
-    for r in results:
-        inj = f"{r['inject_gbps']:g}G" if r["inject_gbps"] else "-"
-        verdict = [("PASS" if r["choice_pass"] else "FAIL") + " choice<=10%",
-                   ("PASS" if r["prediction_pass"] else "FAIL") + " 90%<=20%"]
-        if "choice_changed" in r:
-            verdict.append(("PASS" if r["choice_changed"] else "FAIL") + " choice changes")
-        ok = r["choice_pass"] and r["prediction_pass"] and r.get("choice_changed", True)
-        all_pass &= ok
-        counted = f"{r['within_20pct']}/{r['layouts']}"
-        if r["layouts"] != r["feasible"]:
-            counted += f" (of {r['feasible']})"
-            all_pass = False
-        print(f"{r['model']:7} {r['comm']:5} {inj:>7} {r['layouts']:>7} {r['chosen']:34} "
-              f"{r['chosen_ms']:8.2f} {r['best']:34} {r['best_ms']:8.2f} "
-              f"{100 * r['chosen_over_best']:+10.1f}% {counted:>15}  {', '.join(verdict)}")
-        md.append(f"| {r['model']} | {r['comm']} | {inj} | {r['chosen']} | {r['chosen_ms']:.2f} "
-                  f"| {r['best']} | {r['best_ms']:.2f} | {100 * r['chosen_over_best']:+.1f}% "
-                  f"| {counted} | {', '.join(verdict)} |")
-    host = meas["host"]
-    md.insert(0, f"Measured on {host['node']} ({host['cpus']} CPUs, {host['cpu']}), "
-                 f"{meas['steps']} steps a run, {meas['rounds']} round(s), calibration "
-                 f"{tag[1:] or 'as before'}, commit "
-                 f"{meas['commit']}{'' if meas.get('complete') else ' (INCOMPLETE)'}.\n")
-    open(os.path.join(d, f"table{tag}.md"), "w").write("\n".join(md) + "\n")
+    all_pass = write_tables(results, meas, tag, d)
     shutil.rmtree(work)
     print(f"\nissue 36 CPU criteria: {'PASS' if all_pass else 'FAIL'} "
           f"(calibration{tag or ' as before'}; tables: {d}/results{tag}.json, {d}/table{tag}.md)")
@@ -742,6 +753,9 @@ def main():
     ap.add_argument("--shm-collectives", action="store_true",
                     help="analyze: price the local communicator's collectives as its "
                     "barriers (profile collectives=shared-memory), not a ring's steps")
+    ap.add_argument("--rates-from", help="analyze: a profile from `mapp-run --calibrate "
+                    "--backend cpu --threads 1` whose GEMM rates by size shape the fitted "
+                    "profile (default: the one the measure stage took, if any)")
     ap.add_argument("--latency-from", choices=("dp8", "tp2"), default="dp8",
                     help="analyze: the probe the communicator's latency is fitted on "
                     "(dp8: one gradient all-reduce; tp2: 34 small all-reduces a step)")

@@ -118,7 +118,8 @@ private:
     // auto-parallel search prices a layer's instructions.
     return mapp::cost::Costs(costProfile()).instrNs(
         flopsOf(p, in), bytes, mapp::cost::DType::F32,
-        in.kernel == "attention" || in.kernel == "attention_grad");
+        in.kernel == "attention" || in.kernel == "attention_grad",
+        gemmMinDimOf(p, in));
   }
 
   /// The rates of the instruction model as a cost-model profile.
@@ -128,6 +129,7 @@ private:
       profile.memGBps = c.memGBps;
       profile.opOverheadUs = c.opOverheadUs;
       profile.attentionEfficiency = c.attentionEfficiency;
+      profile.gemmRatesF32 = c.gemmRates;
       profileReady = true;
     }
     return profile;

@@ -28,13 +28,13 @@ double flopsOf(const rt::Program &p, const rt::Instr &in) {
     return x.type.shape.empty() ? 0 : 2.0 * numel(out) * x.type.shape.back();
   }
   if (in.kernel == "matmul") {
-    // a [.., M, K] · b [.., K, N]: K² · batch = |a|·|b| / |out|.
-    double batch = 1;
-    for (size_t d = 0; d + 2 < out.type.shape.size(); ++d)
-      batch *= out.type.shape[d];
-    double k2 = double(numel(val(in.inputs[0]))) * numel(val(in.inputs[1])) /
-                (double(numel(out)) * batch);
-    return 2.0 * numel(out) * std::sqrt(std::max(k2, 0.0));
+    // a [.., M, K] (transpose_a: [.., K, M]) · b: K from a's shape. (Not
+    // |a|·|b| / |out|: a 2-D b shared by every batch row is counted once.)
+    const auto &a = val(in.inputs[0]).type.shape;
+    if (a.size() < 2)
+      return 0;
+    double k = double(in.attrs.flag("transpose_a") ? a[a.size() - 2] : a.back());
+    return 2.0 * numel(out) * k;
   }
   if (in.kernel == "attention" || in.kernel == "attention_grad") {
     const rt::Value &q = val(in.inputs[0]); // [B, T, H]
@@ -44,6 +44,25 @@ double flopsOf(const rt::Program &p, const rt::Instr &in) {
     return (in.kernel == "attention" ? 4.0 : 8.0) * numel(q) * t;
   }
   return 0;
+}
+
+double gemmMinDimOf(const rt::Program &p, const rt::Instr &in) {
+  if ((in.kernel != "linear" && in.kernel != "matmul") || in.outputs.empty())
+    return 0;
+  double flops = flopsOf(p, in);
+  const auto &out = p.values[in.outputs[0]].type.shape;
+  if (flops <= 0 || out.size() < 2)
+    return 0;
+  // out [.., M, N]; the rows of the batch dims are one product's where the
+  // backend makes one call of them (linear; a matmul whose b is shared and
+  // a not transposed: cpu::matmul), else each batch entry is a product. K
+  // from the FLOPs: 2·|out|·K.
+  double all = double(numel(p.values[in.outputs[0]])), n = double(out.back());
+  double m = all / n;
+  if (in.kernel == "matmul" && (p.values[in.inputs[1]].type.shape.size() != 2 ||
+                                in.attrs.flag("transpose_a")))
+    m = double(out[out.size() - 2]);
+  return std::min(m, std::min(n, flops / (2.0 * all)));
 }
 
 bool isCollective(const std::string &k) {

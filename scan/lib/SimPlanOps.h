@@ -22,6 +22,9 @@ int64_t numel(const rt::Value &v);
 /// FLOPs of the instructions that dominate (matrix products, attention);
 /// every other kernel is charged its bytes.
 double flopsOf(const rt::Program &p, const rt::Instr &in);
+/// A matmul's or linear's smallest dimension (its rate in a gemm_rates
+/// profile), 0 for every other instruction.
+double gemmMinDimOf(const rt::Program &p, const rt::Instr &in);
 
 bool isCollective(const std::string &k);
 

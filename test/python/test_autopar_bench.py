@@ -21,11 +21,17 @@ spec.loader.exec_module(autopar)
 # Writes --metrics with one line per step: the plan's base time, +7 ms per
 # --inject flag, the first step at half of it (a step that must not count:
 # the bench takes the fastest step after the first); fails unless --threads 1,
-# and for a plan that says "fail".
+# and for a plan that says "fail"; --calibrate writes a profile of two GEMM
+# rates by size.
 FAKE_RUN = r'''#!{python} -S
 import json, sys
 a = sys.argv[1:]
 assert a[a.index("--threads") + 1] == "1", "every rank one thread"
+if a[0] == "--calibrate":
+    json.dump({"device": "cpu", "gemm_tflops": {"f32": 0.1}, "mem_gbps": 6,
+               "gemm_rates": {"f32": [[32, 0.05], [512, 0.1]]}},
+              open(a[a.index("-o") + 1], "w"))
+    sys.exit(0)
 text = open(a[0]).read()
 if text == "fail":
     sys.exit("a failing layout")
@@ -82,6 +88,10 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
         in r.stderr, r.stderr
     m = json.loads(out.read_text())
     assert m["complete"] and m["rounds"] == 2
+    # The host's kernel rates, once, for analyze to shape the profile with.
+    rates = autopar.kernel_rates(autopar.argparse.Namespace(rates_from=None), m)
+    assert rates == {"gemm_tflops": {"f32": 0.1}, "mem_gbps": 6,
+                     "gemm_rates": {"f32": [[32, 0.05], [512, 0.1]]}}
     # Two rounds, the fastest step after the first.
     assert m["layouts"]["gpt-a/local/0"] == {"tp1 pp1 dp8 mbs2x1 1f1b": [30.0, 30.0],
                                              "tp1 pp2 dp4 mbs2x2 1f1b": [40.0, 40.0]}

@@ -68,6 +68,21 @@ def test_rates_positive_and_sane(profile):
     assert wall < 40, wall
 
 
+def test_gemm_rates_hold_every_class(profile):
+    """gemm_rates: one point per fp32 class measured, at its smallest
+    dimension, in increasing order, each the class's measured rate (the
+    search and mapp-sim price each product at its size's rate from them);
+    the peak bounds them all."""
+    _, p, _ = profile
+    measured = {min(g["m"], g["n"], g["k"]): g["tflops"]
+                for g in p["measured"]["gemm"] if g["dtype"] == "f32"}
+    table = p["gemm_rates"]["f32"]
+    assert [d for d, _ in table] == sorted(measured) == [32, 64, 128, 512, 1024]
+    for d, t in table:
+        assert t == pytest.approx(measured[d])
+        assert 0 < t <= p["peak_tflops"] * (1 + 1e-9)
+
+
 def skinny_f32(p):
     return next(x for x in p["measured"]["gemm"]
                 if x["class"] == "skinny" and x["dtype"] == "f32")

@@ -389,3 +389,74 @@ TEST(CostSearch, CapSlackKeepsLayoutsForThePlannerAndFlagsThem) {
   EXPECT_NE(formatRanking(req, slack).find("the memory planner decides"),
             std::string::npos);
 }
+
+TEST(CostSearch, GemmRatesPriceEachProductAtItsSize) {
+  std::string err;
+  Profile p;
+  ASSERT_TRUE(parseProfile(R"({"device":"cpu","gemm_tflops":{"f32":0.02},
+      "gemm_rates":{"f32":[[32,0.01],[128,0.04]]}})",
+                           "r.json", p, &err))
+      << err;
+  // Log-log between the points, the nearer point's rate outside them, the
+  // flat rate for a dtype without points.
+  EXPECT_DOUBLE_EQ(gemmTflops(p, DType::F32, 16), 0.01);
+  EXPECT_NEAR(gemmTflops(p, DType::F32, 64), 0.02, 1e-15);
+  EXPECT_DOUBLE_EQ(gemmTflops(p, DType::F32, 512), 0.04);
+  EXPECT_DOUBLE_EQ(gemmTflops(p, DType::F32, 0), 0.02);
+  Profile back;
+  ASSERT_TRUE(parseProfile(profileJson(p), "back.json", back, &err)) << err;
+  ASSERT_EQ(back.gemmRatesF32.size(), 2u);
+  EXPECT_DOUBLE_EQ(back.gemmRatesF32[1].dim, 128);
+  EXPECT_DOUBLE_EQ(back.gemmRatesF32[1].tflops, 0.04);
+  scaleGemmRates(back, 0.5);
+  EXPECT_DOUBLE_EQ(gemmTflops(back, DType::F32, 128), 0.02);
+  EXPECT_DOUBLE_EQ(gemmTflops(back, DType::F32), 0.01);
+
+  // A flat table prices every layout as the flat rate does (the layer's
+  // products at their shapes add up to the model's GEMM FLOPs, experts over
+  // ep included); halving the table's rate adds exactly the step's GEMM
+  // FLOPs at the rate once more.
+  ModelDims dense = gpt(4, 64, 4, 32, 256);
+  ModelDims moe = dense;
+  moe.experts = 4;
+  moe.topk = 2;
+  moe.moeFfn = 128;
+  Profile flat, table, half;
+  ASSERT_TRUE(defaultProfile("cpu", flat));
+  flat.opOverheadUs = 0;
+  table = flat;
+  table.gemmRatesF32 = {{1, flat.gemmTflopsF32}, {1e6, flat.gemmTflopsF32}};
+  half = table;
+  half.gemmRatesF32 = {{1, flat.gemmTflopsF32 / 2}, {1e6, flat.gemmTflopsF32 / 2}};
+  Cluster c = node(8, "cpu");
+  for (const ModelDims &m : {dense, moe})
+    for (int ep : {1, 2}) {
+      if (ep > 1 && !m.experts)
+        continue;
+      Layout l;
+      l.microBatch = 2;
+      l.dp = ep;
+      l.ep = ep;
+      l.compute = DType::F32;
+      double f = predict(m, l, c, flat).stepMs;
+      EXPECT_NEAR(predict(m, l, c, table).stepMs, f, 1e-9 * f) << m.experts << ep;
+      double attention = 3.0 * m.layers * 4 * m.seq * m.seq * m.hidden;
+      double gemmFlops = l.microBatch * (m.trainFlopsPerSequence() - attention);
+      EXPECT_NEAR(predict(m, l, c, half).stepMs - f,
+                  gemmFlops / (flat.gemmTflopsF32 * 1e12) * 1e3, 1e-6 * f)
+          << m.experts << ep;
+    }
+
+  for (const char *bad :
+       {R"({"device":"cpu","gemm_rates":{"f32":[[64,1],[32,2]]}})",
+        R"({"device":"cpu","gemm_rates":{"f16":[[64,1]]}})",
+        R"({"device":"cpu","gemm_rates":{"f32":[[64]]}})",
+        R"({"device":"cpu","gemm_rates":{"f32":[[64,-1]]}})",
+        R"({"device":"cpu","gemm_rates":[[64,1]]})"})
+    EXPECT_FALSE(parseProfile(bad, "bad.json", p, &err)) << bad;
+  EXPECT_FALSE(parseProfile(R"({"device":"cpu","gemm_rates":{"f32":[[64,1],[32,2]]}})",
+                            "bad.json", p, &err));
+  EXPECT_NE(err.find("key 'gemm_rates.f32[1]': dimensions must increase"),
+            std::string::npos)
+      << err;
+}

@@ -169,6 +169,8 @@ int main(int argc, char **argv) {
         return fail("--profile " + err);
       r.cluster.deviceTflops =
           prof.gemmTflopsF32 > 0 ? prof.gemmTflopsF32 : prof.gemmTflopsBf16;
+      r.cluster.gemmRates =
+          prof.gemmTflopsF32 > 0 ? prof.gemmRatesF32 : prof.gemmRatesBf16;
       r.cluster.memGBps = prof.memGBps;
       r.cluster.opOverheadUs = prof.opOverheadUs;
       r.cluster.attentionEfficiency = prof.attentionEfficiency;

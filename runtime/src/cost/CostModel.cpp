@@ -73,6 +73,39 @@ struct Reader {
     }
     return true;
   }
+  /// gemm_rates: {"f32": [[dim, tflops], ...], ...}, dims increasing.
+  bool rates(const json &v, const std::string &key, Profile &out) {
+    if (!v.is_object())
+      return fail(key, "expected an object {\"f32\": [[D, T], ...], ...}");
+    for (auto &[d, list] : v.items()) {
+      auto *slot = d == "f32"    ? &out.gemmRatesF32
+                   : d == "bf16" ? &out.gemmRatesBf16
+                   : d == "fp8"  ? &out.gemmRatesFp8
+                                 : nullptr;
+      std::string at = key + "." + d;
+      if (!slot)
+        return fail(at, "unknown dtype (expected f32, bf16, fp8)");
+      if (!list.is_array())
+        return fail(at, "expected a list of [smallest dimension, TFLOP/s]");
+      slot->clear();
+      for (size_t i = 0; i < list.size(); ++i) {
+        std::string item = at + "[" + std::to_string(i) + "]";
+        if (!list[i].is_array() || list[i].size() != 2)
+          return fail(item, "expected [smallest dimension, TFLOP/s], got " +
+                                list[i].dump());
+        Profile::RatePoint pt{};
+        if (!number(list[i][0], item, pt.dim) ||
+            !number(list[i][1], item, pt.tflops))
+          return false;
+        if (!slot->empty() && pt.dim <= slot->back().dim)
+          return fail(item, "dimensions must increase (" +
+                                list[i][0].dump() + " after " +
+                                list[i - 1][0].dump() + ")");
+        slot->push_back(pt);
+      }
+    }
+    return true;
+  }
   bool parse(const std::string &text, json &out) {
     try {
       out = json::parse(text);
@@ -167,6 +200,9 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
         if (!r.number(x, k + "." + d, *slot, false))
           return false;
       }
+    } else if (k == "gemm_rates") {
+      if (!r.rates(v, k, out))
+        return false;
     } else if (k == "peak_tflops") {
       if (!r.number(v, k, out.peakTflops))
         return false;
@@ -229,7 +265,7 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
       }
     } else
       return r.fail(k, "unknown key (expected device, gemm_tflops, "
-                       "peak_tflops, attention_efficiency, mem_gbps, "
+                       "gemm_rates, peak_tflops, attention_efficiency, mem_gbps, "
                        "op_overhead_us, memory_gib, shared_cores, "
                        "busy_wait, collectives, bf16_storage, links, "
                        "measured)");
@@ -337,6 +373,11 @@ std::string mapp::cost::profileJson(const Profile &p) {
                          {"latency_us", p.intra.latencyUs}}},
               {"inter", {{"gbps", p.inter.gbps},
                          {"latency_us", p.inter.latencyUs}}}}}};
+  for (auto [name, list] : {std::pair{"f32", &p.gemmRatesF32},
+                             std::pair{"bf16", &p.gemmRatesBf16},
+                             std::pair{"fp8", &p.gemmRatesFp8}})
+    for (const Profile::RatePoint &pt : *list)
+      j["gemm_rates"][name].push_back({pt.dim, pt.tflops});
   if (p.sharedCores > 0)
     j["shared_cores"] = p.sharedCores;
   if (p.busyWait)
@@ -358,9 +399,53 @@ double mapp::cost::gemmTflops(const Profile &p, DType d) {
                             : p.gemmTflopsFp8;
 }
 
-double Costs::instrNs(double flops, double bytes, DType d,
-                      bool attention) const {
-  double rate = gemmTflops(p, d) * (attention ? p.attentionEfficiency : 1);
+namespace {
+const std::vector<Profile::RatePoint> &ratesOf(const Profile &p, DType d) {
+  return d == DType::F32    ? p.gemmRatesF32
+         : d == DType::BF16 ? p.gemmRatesBf16
+                            : p.gemmRatesFp8;
+}
+} // namespace
+
+double mapp::cost::gemmTflops(const Profile &p, DType d, double minDim) {
+  const auto &pts = ratesOf(p, d);
+  if (pts.empty() || minDim <= 0)
+    return gemmTflops(p, d);
+  if (minDim <= pts.front().dim)
+    return pts.front().tflops;
+  if (minDim >= pts.back().dim)
+    return pts.back().tflops;
+  size_t i = 1;
+  while (pts[i].dim < minDim)
+    ++i;
+  const auto &a = pts[i - 1], &b = pts[i];
+  double f = std::log(minDim / a.dim) / std::log(b.dim / a.dim);
+  return std::exp(std::log(a.tflops) + f * std::log(b.tflops / a.tflops));
+}
+
+void mapp::cost::scaleGemmRates(Profile &p, double f) {
+  p.gemmTflopsF32 *= f;
+  p.gemmTflopsBf16 *= f;
+  p.gemmTflopsFp8 *= f;
+  for (auto *list : {&p.gemmRatesF32, &p.gemmRatesBf16, &p.gemmRatesFp8})
+    for (Profile::RatePoint &pt : *list)
+      pt.tflops *= f;
+}
+
+double Costs::gemmNs(const std::vector<GemmShape> &gemms, DType d) const {
+  double ns = 0;
+  for (const GemmShape &g : gemms) {
+    double rate = gemmTflops(p, d, g.minDim()) * 1e3; // FLOP per ns
+    if (rate > 0 && g.flops() > 0)
+      ns += g.flops() / rate;
+  }
+  return ns;
+}
+
+double Costs::instrNs(double flops, double bytes, DType d, bool attention,
+                      double minDim) const {
+  double rate =
+      gemmTflops(p, d, minDim) * (attention ? p.attentionEfficiency : 1);
   double ns = bytes / p.memGBps;
   if (flops > 0 && rate > 0)
     ns = std::max(ns, flops / (rate * 1e3));

@@ -68,6 +68,29 @@ LayerFlops layerForwardFlops(const ModelDims &m, double tokens) {
   return f;
 }
 
+/// The matrix products of one layer's forward per rank, at their shapes
+/// (their FLOPs add up to layerForwardFlops' gemm / tp): a gemm_rates
+/// profile prices each at its smallest dimension's rate. Experts over ep:
+/// each member runs experts / ep of them on ep times the rows each.
+std::vector<GemmShape> layerGemms(const ModelDims &m, const Layout &l,
+                                  double tokens) {
+  const double h = m.hidden, t = l.tp, n = tokens;
+  const double kv = double(m.kvHeads) * m.headDim();
+  std::vector<GemmShape> g = {{n, (h + 2 * kv) / t, h}, {n, h, h / t}};
+  const double mlpMats = m.llama ? 3 : 2; // gate and up in, down out
+  if (m.experts > 0) {
+    g.push_back({n, double(m.experts) / t, h}); // the router
+    double rows = n * m.topk * l.ep / m.experts;
+    double perRank = double(m.experts) / l.ep;
+    g.push_back({rows, m.moeFfn / t, h, (mlpMats - 1) * perRank});
+    g.push_back({rows, h, m.moeFfn / t, perRank});
+  } else {
+    g.push_back({n, m.ffn / t, h, mlpMats - 1});
+    g.push_back({n, h, m.ffn / t});
+  }
+  return g;
+}
+
 } // namespace
 
 double ModelDims::trainFlopsPerSequence() const {
@@ -273,7 +296,8 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
 
   // --- Compute of one layer, one microbatch (per rank) ------------------
   LayerFlops lf = layerForwardFlops(m, tokens);
-  double gemm = lf.gemm / t, attn = lf.attention / t;
+  double attn = lf.attention / t;
+  double gemmNs = costs.gemmNs(layerGemms(m, l, tokens), l.compute);
   // Experts over ep: balanced routing gives each member the same rows in
   // all, so the per-rank FLOPs do not change with ep.
   // Streamed bytes: norms and residuals (replicated over tp), the tp-split
@@ -285,16 +309,19 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   double fwdBytes = e * (10 * n * h + 6 * n * h / t + 3 * n * width / t) +
                     scoreBytes;
   double fwdOps = m.layerForwardOps;
-  double fwdNs = costs.bulkNs(gemm, attn, fwdBytes, fwdOps, l.compute);
-  double bwdNs = costs.bulkNs(2 * gemm, 2 * attn, 2 * fwdBytes, 2 * fwdOps,
-                              l.compute);
+  double fwdNs = gemmNs + costs.bulkNs(0, attn, fwdBytes, fwdOps, l.compute);
+  double bwdNs = 2 * gemmNs + costs.bulkNs(0, 2 * attn, 2 * fwdBytes,
+                                           2 * fwdOps, l.compute);
   if (l.recompute == Recompute::Full)
     bwdNs += fwdNs;
   else if (l.recompute == Recompute::Selective)
     bwdNs += costs.bulkNs(0, attn, scoreBytes, fwdOps * 0.25, l.compute);
   // Tensor parallelism: 2 all-reduces of [n, h] forward, 2 backward.
+  // Each is an instruction too, beside a copy_to_group (the identity
+  // whose gradient is one of them): 8 instructions per layer, fwd+bwd.
   double tpNs = 4 * costs.collectiveNs(Costs::Coll::AllReduce, e * n * h,
-                                       l.tp, tpIntra);
+                                       l.tp, tpIntra) +
+                (l.tp > 1 ? costs.bulkNs(0, 0, 0, 8, l.compute) : 0);
   // Experts over ep: dispatch and combine, forward and backward.
   double epNs = 0;
   if (m.experts > 0 && l.ep > 1) {
@@ -305,11 +332,12 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   }
   double layerNs = fwdNs + bwdNs + tpNs + epNs;
   // Embedding (first stage) and the head with the loss (last stage).
-  double headFlops = 2.0 * n * h * m.vocab / t;
+  double headGemmNs = costs.gemmNs({{n, m.vocab / t, h}}, l.compute);
   double headNs =
-      costs.bulkNs(headFlops, 0, e * (8 * n * m.vocab / t + 4 * n * h), 12,
+      3 * headGemmNs +
+      costs.bulkNs(0, 0, e * (8 * n * m.vocab / t + 4 * n * h), 12,
                    l.compute) +
-      costs.bulkNs(2 * headFlops, 0, e * (8 * n * m.vocab / t + 4 * n * h), 20,
+      costs.bulkNs(0, 0, e * (8 * n * m.vocab / t + 4 * n * h), 20,
                    l.compute) +
       2 * costs.collectiveNs(Costs::Coll::AllReduce, e * n * h, l.tp, tpIntra);
   double embedNs = costs.bulkNs(0, 0, 6 * e * n * h, 6, l.compute);

@@ -153,7 +153,10 @@ struct GemmClass {
 };
 
 /// The shape classes: a large square product, the transformer layer's
-/// tokens x hidden x 4·hidden, and a small one (launch- or call-bound).
+/// tokens x hidden x 4·hidden, and small ones (launch- or call-bound; on a
+/// CPU core down to the hidden sizes of the small models a CPU trains,
+/// whose rate is a fraction of a large product's). Each class is a point
+/// of the profile's gemm_rates, by its smallest dimension.
 std::vector<GemmClass> gemmClasses(bool device) {
   if (device)
     return {{"large", 8192, 8192, 8192},
@@ -161,7 +164,9 @@ std::vector<GemmClass> gemmClasses(bool device) {
             {"small", 512, 512, 512}};
   return {{"large", 1024, 1024, 1024},
           {"skinny", 512, 2048, 512},
-          {"small", 128, 128, 128}};
+          {"small", 128, 128, 128},
+          {"tiny", 64, 64, 64},
+          {"tinier", 32, 32, 32}};
 }
 
 struct Measured {
@@ -421,6 +426,23 @@ mapp::cost::Profile profileOf(Backend &be, const CalibrateOptions &o,
   p.source = o.out;
   p.gemmTflopsF32 = m.gemmF32;
   p.gemmTflopsBf16 = m.gemmBf16;
+  // Every class measured, by smallest dimension (the faster of two that
+  // share one).
+  for (const json &g : m.gemm) {
+    std::string dt = g["dtype"];
+    auto &list = dt == "f32" ? p.gemmRatesF32
+                 : dt == "bf16" ? p.gemmRatesBf16 : p.gemmRatesFp8;
+    double dim = std::min({g["m"].get<double>(), g["n"].get<double>(),
+                           g["k"].get<double>()});
+    double tflops = g["tflops"];
+    auto at = std::lower_bound(
+        list.begin(), list.end(), dim,
+        [](const Profile::RatePoint &a, double d) { return a.dim < d; });
+    if (at != list.end() && at->dim == dim)
+      at->tflops = std::max(at->tflops, tflops);
+    else
+      list.insert(at, {dim, tflops});
+  }
   if (kind == "cpu") {
     p.gemmTflopsFp8 = 0;
     p.peakTflops = m.peakMeasured;

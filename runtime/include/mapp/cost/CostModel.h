@@ -15,6 +15,7 @@
 #ifndef MAPP_COST_COSTMODEL_H
 #define MAPP_COST_COSTMODEL_H
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,17 @@ struct Profile {
   /// Dense matrix-product rate per device (TFLOP/s) by compute dtype;
   /// 0 = the backend cannot compute in it.
   double gemmTflopsF32 = 0.1, gemmTflopsBf16 = 0, gemmTflopsFp8 = 0;
+  /// GEMM rates by size (`"gemm_rates": {"f32": [[D, T], ...]}`, D
+  /// increasing): T TFLOP/s for a product whose smallest dimension is D.
+  /// A product between two points gets the log-log interpolation, outside
+  /// them the nearer point's rate; a dtype without points, its gemm_tflops
+  /// at every size. Why: a CPU core multiplies hidden-32 matrices at half
+  /// the rate of hidden-128 ones, and one rate cannot price both
+  /// (docs/auto-parallel.md). `mapp-run --calibrate` writes its classes.
+  struct RatePoint {
+    double dim, tflops;
+  };
+  std::vector<RatePoint> gemmRatesF32, gemmRatesBf16, gemmRatesFp8;
   /// The data sheet's dense peak (TFLOP/s, the widest dtype the device
   /// trains in): MFU is measured against it, and a prediction above it is
   /// an error, not a result.
@@ -122,6 +134,18 @@ enum class DType { F32, BF16, FP8 };
 const char *dtypeName(DType d);
 /// The GEMM rate of `d` (TFLOP/s), 0 when the device has none.
 double gemmTflops(const Profile &p, DType d);
+/// The rate of `d` for a product whose smallest dimension is `minDim`
+/// (gemm_rates, else gemmTflops).
+double gemmTflops(const Profile &p, DType d, double minDim);
+/// Scales every GEMM rate of `p` (gemm_tflops and gemm_rates) by `f`.
+void scaleGemmRates(Profile &p, double f);
+
+/// One matrix product of a priced step: m x k times k x n, `count` times.
+struct GemmShape {
+  double m = 0, n = 0, k = 0, count = 1;
+  double flops() const { return 2 * m * n * k * count; }
+  double minDim() const { return std::min(m, std::min(n, k)); }
+};
 
 /// The cost primitives (nanoseconds). `ranksSharing`: ranks computing on
 /// the same cores at once (1 = a device of its own).
@@ -130,8 +154,13 @@ struct Costs {
   explicit Costs(const Profile &p) : p(p) {}
   /// One instruction: max(FLOPs / GEMM rate, bytes / memory bandwidth) +
   /// the per-op overhead (the roofline of each instruction).
+  /// `minDim`: a GEMM's smallest dimension (its rate from gemm_rates); 0:
+  /// the dtype's gemm_tflops.
   double instrNs(double flops, double bytes, DType d = DType::F32,
-                 bool attention = false) const;
+                 bool attention = false, double minDim = 0) const;
+  /// Matrix products at their sizes' rates (no overhead: the caller's
+  /// bulkNs counts the ops).
+  double gemmNs(const std::vector<GemmShape> &gemms, DType d) const;
   /// A class of ops priced in bulk: FLOPs at the GEMM rate plus streamed
   /// bytes at the memory bandwidth plus `ops` overheads.
   double bulkNs(double gemmFlops, double attentionFlops, double bytes,

@@ -16,6 +16,7 @@
 #ifndef MAPP_SCAN_SIMPLAN_H
 #define MAPP_SCAN_SIMPLAN_H
 
+#include "mapp/cost/CostModel.h"
 #include "mapp/rt/Plan.h"
 #include "mapp/scan/Sim.h"
 
@@ -34,6 +35,9 @@ struct PlanCluster {
   /// Per instruction (µs) and attention's share of the GEMM rate: the cost
   /// model's (mapp/cost/CostModel.h); 0 and 1 unless a profile says.
   double opOverheadUs = 0, attentionEfficiency = 1;
+  /// The profile's GEMM rates by size (CostModel.h, gemm_rates): a matmul
+  /// or linear is priced at its smallest dimension's rate.
+  std::vector<mapp::cost::Profile::RatePoint> gemmRates;
   /// Uniform per-task costs in µs (forward, fused backward, backward-input,
   /// backward-weight); < 0: costs from the instructions.
   double forwardUs = -1, backwardUs = -1, backwardInputUs = -1,
