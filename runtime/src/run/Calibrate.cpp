@@ -435,6 +435,8 @@ mapp::cost::Profile profileOf(Backend &be, const CalibrateOptions &o,
     double dim = std::min({g["m"].get<double>(), g["n"].get<double>(),
                            g["k"].get<double>()});
     double tflops = g["tflops"];
+    if (!(tflops > 0) || !std::isfinite(tflops))
+      continue; // a dtype the device has no GEMM for (gemm_tflops 0)
     auto at = std::lower_bound(
         list.begin(), list.end(), dim,
         [](const Profile::RatePoint &a, double d) { return a.dim < d; });
