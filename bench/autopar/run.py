@@ -503,11 +503,13 @@ def stage_measure(args, d):
 # --------------------------------------------------------------------------
 
 def scale_rates(p, f):
-    """Every GEMM rate of profile dict `p` times `f` (gemm_tflops and the
-    gemm_rates table by size)."""
+    """Every compute rate of profile dict `p` times `f` (gemm_tflops, the
+    gemm_rates table by size, the activation functions')."""
     p["gemm_tflops"]["f32"] *= f
     for pt in p.get("gemm_rates", {}).get("f32", []):
         pt[1] *= f
+    if "activation_gelems" in p:
+        p["activation_gelems"] *= f
 
 
 def peak_of(p):
@@ -516,16 +518,18 @@ def peak_of(p):
 
 
 def kernel_rates(args, meas):
-    """The kernels' rates that shape the base profile (GEMMs by size and the
-    streaming bandwidth, relative to each other; the probes fit their common
-    scale): --rates-from's profile, else the one `mapp-run --calibrate`
+    """The kernels' rates that shape the base profile (GEMMs by size, the
+    activation functions and the streaming bandwidth, relative to each
+    other; the probes fit their common scale): --rates-from's profile, else the one `mapp-run --calibrate`
     measured on the measuring host (measure stage), else none (the default
     profile's shape, one GEMM rate for every size)."""
     prof = json.load(open(args.rates_from)) if args.rates_from else meas.get("calibrate_profile")
     if not prof or not prof.get("gemm_rates", {}).get("f32"):
         return None
     return {"gemm_tflops": {"f32": prof["gemm_tflops"]["f32"]},
-            "gemm_rates": {"f32": prof["gemm_rates"]["f32"]}, "mem_gbps": prof["mem_gbps"]}
+            "gemm_rates": {"f32": prof["gemm_rates"]["f32"]}, "mem_gbps": prof["mem_gbps"],
+            **({"activation_gelems": prof["activation_gelems"]}
+               if prof.get("activation_gelems") else {})}
 
 
 class Calibration:

@@ -116,10 +116,14 @@ private:
       bytes += p.values[i].bytes;
     // The cost model's instruction price (mapp/cost), as the
     // auto-parallel search prices a layer's instructions.
-    return mapp::cost::Costs(costProfile()).instrNs(
-        flopsOf(p, in), bytes, mapp::cost::DType::F32,
-        in.kernel == "attention" || in.kernel == "attention_grad",
-        gemmMinDimOf(p, in));
+    mapp::cost::Costs costs(costProfile());
+    double act = isActivation(in.kernel) && !in.outputs.empty()
+                     ? costs.activationNs(numel(p.values[in.outputs[0]]), bytes)
+                     : 0;
+    return act + costs.instrNs(flopsOf(p, in), bytes, mapp::cost::DType::F32,
+                               in.kernel == "attention" ||
+                                   in.kernel == "attention_grad",
+                               gemmMinDimOf(p, in));
   }
 
   /// The rates of the instruction model as a cost-model profile.
@@ -130,6 +134,7 @@ private:
       profile.opOverheadUs = c.opOverheadUs;
       profile.attentionEfficiency = c.attentionEfficiency;
       profile.gemmRatesF32 = c.gemmRates;
+      profile.activationGelems = c.activationGelems;
       profileReady = true;
     }
     return profile;

@@ -65,6 +65,10 @@ double gemmMinDimOf(const rt::Program &p, const rt::Instr &in) {
   return std::min(m, std::min(n, flops / (2.0 * all)));
 }
 
+bool isActivation(const std::string &k) {
+  return k == "gelu" || k == "gelu_grad" || k == "silu" || k == "silu_grad";
+}
+
 bool isCollective(const std::string &k) {
   return k == "all_reduce" || k == "all_gather" || k == "reduce_scatter" ||
          k == "all_to_all" || k == "grad_sync" || k == "param_gather";

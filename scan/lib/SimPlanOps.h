@@ -25,6 +25,9 @@ double flopsOf(const rt::Program &p, const rt::Instr &in);
 /// A matmul's or linear's smallest dimension (its rate in a gemm_rates
 /// profile), 0 for every other instruction.
 double gemmMinDimOf(const rt::Program &p, const rt::Instr &in);
+/// An activation function (a tanh or exp per element: the profile's
+/// activation_gelems prices it).
+bool isActivation(const std::string &kernel);
 
 bool isCollective(const std::string &k);
 

@@ -81,6 +81,10 @@ def test_gemm_rates_hold_every_class(profile):
     for d, t in table:
         assert t == pytest.approx(measured[d])
         assert 0 < t <= p["peak_tflops"] * (1 + 1e-9)
+    # The activation function (tanh GELU reads and writes 8 bytes an
+    # element) never beats the streaming add's bandwidth by more than the
+    # caches could explain.
+    assert 0 < p["activation_gelems"] < 4 * p["mem_gbps"] / 8, p
 
 
 def skinny_f32(p):

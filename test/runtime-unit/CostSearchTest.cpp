@@ -460,3 +460,36 @@ TEST(CostSearch, GemmRatesPriceEachProductAtItsSize) {
             std::string::npos)
       << err;
 }
+
+TEST(CostSearch, ActivationFunctionsCostTheirElementsBeyondTheirBytes) {
+  std::string err;
+  Profile p;
+  ASSERT_TRUE(parseProfile(R"({"device":"cpu","mem_gbps":8,"op_overhead_us":0,
+      "activation_gelems":0.1})",
+                           "a.json", p, &err))
+      << err;
+  Costs c(p);
+  // 1e6 elements at 0.1 G/s: 1e7 ns, less their 8e6 bytes at 8 GB/s.
+  EXPECT_DOUBLE_EQ(c.activationNs(1e6, 8e6), 1e7 - 1e6);
+  EXPECT_DOUBLE_EQ(c.activationNs(1e6, 8e9), 0); // bandwidth-bound
+  Profile back;
+  ASSERT_TRUE(parseProfile(profileJson(p), "back.json", back, &err)) << err;
+  EXPECT_DOUBLE_EQ(back.activationGelems, 0.1);
+  EXPECT_FALSE(parseProfile(R"({"device":"cpu","activation_gelems":-1})",
+                            "bad.json", back, &err));
+  EXPECT_NE(err.find("key 'activation_gelems'"), std::string::npos) << err;
+
+  // One rank, one microbatch: each layer's MLP activation once forward and
+  // once backward (its gradient), each n·ffn elements.
+  ModelDims m = gpt(4, 64, 4, 32, 256);
+  Profile none = p;
+  none.activationGelems = 0;
+  Layout l;
+  l.microBatch = 2;
+  l.compute = DType::F32;
+  Cluster one = node(1, "cpu");
+  double elems = 2.0 * 32 * m.ffn;
+  double perLayerNs = 2 * (elems / 0.1 - 2 * 4 * elems / 8);
+  EXPECT_NEAR((predict(m, l, one, p).stepMs - predict(m, l, one, none).stepMs) * 1e6,
+              m.layers * perLayerNs, 1e-6 * m.layers * perLayerNs);
+}

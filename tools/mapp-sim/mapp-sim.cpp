@@ -172,6 +172,7 @@ int main(int argc, char **argv) {
       r.cluster.gemmRates =
           prof.gemmTflopsF32 > 0 ? prof.gemmRatesF32 : prof.gemmRatesBf16;
       r.cluster.memGBps = prof.memGBps;
+      r.cluster.activationGelems = prof.activationGelems;
       r.cluster.opOverheadUs = prof.opOverheadUs;
       r.cluster.attentionEfficiency = prof.attentionEfficiency;
       r.cluster.intraGbps = prof.intra.gbps;

@@ -216,6 +216,9 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
           (v.get<std::string>() != "memory" && v.get<std::string>() != "on-chip"))
         return r.fail(k, "expected \"memory\" or \"on-chip\"");
       out.attentionScoresInMemory = v.get<std::string>() == "memory";
+    } else if (k == "activation_gelems") {
+      if (!r.number(v, k, out.activationGelems, false))
+        return false;
     } else if (k == "mem_gbps") {
       if (!r.number(v, k, out.memGBps))
         return false;
@@ -266,6 +269,7 @@ bool mapp::cost::parseProfile(const std::string &text, const std::string &name,
     } else
       return r.fail(k, "unknown key (expected device, gemm_tflops, "
                        "gemm_rates, peak_tflops, attention_efficiency, mem_gbps, "
+                       "activation_gelems, "
                        "op_overhead_us, memory_gib, shared_cores, "
                        "busy_wait, collectives, bf16_storage, links, "
                        "measured)");
@@ -378,6 +382,8 @@ std::string mapp::cost::profileJson(const Profile &p) {
                              std::pair{"fp8", &p.gemmRatesFp8}})
     for (const Profile::RatePoint &pt : *list)
       j["gemm_rates"][name].push_back({pt.dim, pt.tflops});
+  if (p.activationGelems > 0)
+    j["activation_gelems"] = p.activationGelems;
   if (p.sharedCores > 0)
     j["shared_cores"] = p.sharedCores;
   if (p.busyWait)
@@ -430,6 +436,12 @@ void mapp::cost::scaleGemmRates(Profile &p, double f) {
   for (auto *list : {&p.gemmRatesF32, &p.gemmRatesBf16, &p.gemmRatesFp8})
     for (Profile::RatePoint &pt : *list)
       pt.tflops *= f;
+}
+
+double Costs::activationNs(double elements, double bytes) const {
+  if (p.activationGelems <= 0)
+    return 0;
+  return std::max(0.0, elements / p.activationGelems - bytes / p.memGBps);
 }
 
 double Costs::gemmNs(const std::vector<GemmShape> &gemms, DType d) const {

@@ -309,9 +309,14 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   double fwdBytes = e * (10 * n * h + 6 * n * h / t + 3 * n * width / t) +
                     scoreBytes;
   double fwdOps = m.layerForwardOps;
-  double fwdNs = gemmNs + costs.bulkNs(0, attn, fwdBytes, fwdOps, l.compute);
-  double bwdNs = 2 * gemmNs + costs.bulkNs(0, 2 * attn, 2 * fwdBytes,
-                                           2 * fwdOps, l.compute);
+  // The MLP's activation function (its gradient costs as much) beyond
+  // its bytes, which fwdBytes holds (in, out; the gradient reads two).
+  double actElems = n * width / t;
+  double actNs = costs.activationNs(actElems, 2 * e * actElems);
+  double fwdNs =
+      gemmNs + actNs + costs.bulkNs(0, attn, fwdBytes, fwdOps, l.compute);
+  double bwdNs = 2 * gemmNs + actNs +
+                 costs.bulkNs(0, 2 * attn, 2 * fwdBytes, 2 * fwdOps, l.compute);
   if (l.recompute == Recompute::Full)
     bwdNs += fwdNs;
   else if (l.recompute == Recompute::Selective)

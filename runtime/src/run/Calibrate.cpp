@@ -173,6 +173,7 @@ struct Measured {
   json gemm = json::array();
   double gemmF32 = 0, gemmBf16 = 0, gemmFp8 = 0, peakMeasured = 0;
   double memGBps = 0;
+  double activationGelems = 0; // the tanh GELU kernel, elements per ns
   ExecOpOverhead op; // op_overhead_us: its slope
   json attention;
   double attentionEfficiency = 0;
@@ -242,6 +243,13 @@ void measureCompute(Backend &be, KernelContext &ctx, bool device,
     add.out = {buf.make({big})};
     double s = bestSeconds(be, add, 0.1 * budgetS);
     m.memGBps = 3.0 * big * 4 / s / 1e9;
+    // The activation function as the plans run it (tanh GELU; a CPU core
+    // computes it far below its streaming rate).
+    KernelCall gelu{kernel(be, "gelu"), {}, {}, {}, &ctx};
+    gelu.attrs.setStr("approximate", "tanh");
+    gelu.in = {add.in[0]};
+    gelu.out = {add.out[0]};
+    m.activationGelems = big / bestSeconds(be, gelu, 0.05 * budgetS) / 1e9;
   }
   // Per-op overhead: what one more instruction adds to an executor step
   // (CalibrateExec.h), not the bare kernel call.
@@ -466,6 +474,7 @@ mapp::cost::Profile profileOf(Backend &be, const CalibrateOptions &o,
   }
   p.bf16Storage = be.storesBf16();
   p.memGBps = m.memGBps;
+  p.activationGelems = m.activationGelems;
   p.opOverheadUs = m.op.perOpS * 1e6;
   p.attentionEfficiency = m.attentionEfficiency;
   if (m.ranks < 2) {
@@ -536,9 +545,11 @@ void printTable(const json &measured, const mapp::cost::Profile &p) {
   }
   std::snprintf(line, sizeof line,
                 "  attention %10.4f TFLOP/s (efficiency %.3f)\n"
-                "  memory    %10.2f GB/s\n  per-op    %10.3f us\n",
+                "  memory    %10.2f GB/s\n  gelu      %10.4f G elements/s\n"
+                "  per-op    %10.3f us\n",
                 measured["attention"]["tflops"].get<double>(),
-                p.attentionEfficiency, p.memGBps, p.opOverheadUs);
+                p.attentionEfficiency, p.memGBps, p.activationGelems,
+                p.opOverheadUs);
   s << line;
   if (measured.contains("comm")) {
     std::snprintf(line, sizeof line,

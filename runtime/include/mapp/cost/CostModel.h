@@ -59,6 +59,11 @@ struct Profile {
   /// "memory"` or `"on-chip"`; default by device kind).
   bool attentionScoresInMemory = true;
   double memGBps = 10;       // streaming (elementwise) bandwidth
+  /// The activation functions' rate (GELU, SiLU and their gradients: a
+  /// tanh or exp per element), G elements/s; 0: their bytes are their
+  /// cost. On a CPU core they are compute-bound (~0.08 G/s on the dev VM,
+  /// 40% of the calibration model's step), on a GPU bandwidth-bound.
+  double activationGelems = 0;
   double opOverheadUs = 5;   // per instruction (dispatch, launch)
   Link intra{50, 10}, inter{10, 20};
   /// Point-to-point messages (pipeline sends) when they travel slower than
@@ -158,6 +163,9 @@ struct Costs {
   /// the dtype's gemm_tflops.
   double instrNs(double flops, double bytes, DType d = DType::F32,
                  bool attention = false, double minDim = 0) const;
+  /// An activation function over `elements` whose `bytes` are priced
+  /// already: what its per-element compute costs beyond them.
+  double activationNs(double elements, double bytes) const;
   /// Matrix products at their sizes' rates (no overhead: the caller's
   /// bulkNs counts the ops).
   double gemmNs(const std::vector<GemmShape> &gemms, DType d) const;

@@ -38,6 +38,9 @@ struct PlanCluster {
   /// The profile's GEMM rates by size (CostModel.h, gemm_rates): a matmul
   /// or linear is priced at its smallest dimension's rate.
   std::vector<mapp::cost::Profile::RatePoint> gemmRates;
+  /// The activation functions' rate (G elements/s, activation_gelems); 0:
+  /// their bytes are their cost.
+  double activationGelems = 0;
   /// Uniform per-task costs in µs (forward, fused backward, backward-input,
   /// backward-weight); < 0: costs from the instructions.
   double forwardUs = -1, backwardUs = -1, backwardInputUs = -1,
