@@ -266,6 +266,22 @@ struct InsertProbesPass
       SmallVector<StringRef> names;
       if (failed(resolveNames(module, after, p.name, p.pos, names)))
         return failure();
+      // A glob means "the matches this probe can record": statistics
+      // over `**` skip the attention probabilities (reduce attn only)
+      // and an attn probe over `layers.*.attn.*` skips the plain values.
+      if (isGlob(p.name)) {
+        bool wantsAttn = llvm::is_contained(p.reduce, "attn");
+        llvm::erase_if(names, [&](StringRef n) {
+          return (after.lookup(n)->kind == TargetKind::AttnProbs) != wantsAttn;
+        });
+        if (names.empty())
+          return mlir::emitError(module.getLoc())
+                 << p.pos.str() << ": '" << p.name << "' matches no value that "
+                 << (wantsAttn ? "reduce \"attn\" can record (the "
+                                 "layers.N.attn.probs targets)"
+                               : "these reductions can record (only "
+                                 "attention probabilities match)");
+      }
       for (StringRef n : names)
         if (failed(insertProbe(module, *after.lookup(n), n, p, id)))
           return failure();
