@@ -43,9 +43,10 @@ analyze: calibrates the profile from the probes as below (shared_cores: the
 Calibration: two single-rank runs of a calibration model of its own
 (bench/autopar/calib.json, micro-batch 2 and 16, one thread) scale the
 GEMM/streaming rate and the per-instruction overhead so that the model
-predicts both exactly (the rates' shape: the kernels' own, GEMMs by size and
-streaming, from the `mapp-run --calibrate` the measure stage runs on the
-measuring host, or --rates-from; without either, the default profile's); a dp=8 run per communicator fits its latency (MPI:
+predicts both exactly (the rates' shape: the kernels' own, GEMMs by size,
+the activation function and streaming, from the `mapp-run --calibrate` the
+measure stage runs on the measuring host, or --rates-from; without either,
+the default profile's); a dp=8 run per communicator fits its latency (MPI:
 busy_wait, its waiting processes poll). The fastest sample of each probe
 counts. The layouts never enter the calibration. Variants, from the same
 measurements (their outputs tagged -load, -bw, -shm): --probe-load takes the
@@ -362,8 +363,9 @@ def stage_measure(args, d):
         runner.run(plan(manifest["probes"]["mbs2"]), "local", 2)
     except RunFailed as e:
         sys.exit(f"run.py: {runner.mapp_run} does not run here: {e}")
-    # The GEMM rates by size on one core (analyze shapes the profile with
-    # them; the probes still set its level).
+    # The host's kernel rates on one core: GEMMs by size, the activation
+    # function, streaming (analyze shapes the profile with them; the probes
+    # still set its level).
     cal_out = os.path.join(work, "calibrate.json")
     cal_run = subprocess.run([runner.mapp_run, "--calibrate", "--backend", "cpu", "--threads", "1",
                               "--calibrate-seconds", "10", "--quiet", "-o", cal_out],
@@ -758,8 +760,8 @@ def main():
                     help="analyze: price the local communicator's collectives as its "
                     "barriers (profile collectives=shared-memory), not a ring's steps")
     ap.add_argument("--rates-from", help="analyze: a profile from `mapp-run --calibrate "
-                    "--backend cpu --threads 1` whose GEMM rates by size shape the fitted "
-                    "profile (default: the one the measure stage took, if any)")
+                    "--backend cpu --threads 1` whose kernel rates (GEMMs by size, the "
+                    "activation, streaming) shape the fitted profile (default: the one the measure stage took, if any)")
     ap.add_argument("--latency-from", choices=("dp8", "tp2"), default="dp8",
                     help="analyze: the probe the communicator's latency is fitted on "
                     "(dp8: one gradient all-reduce; tp2: 34 small all-reduces a step)")

@@ -429,15 +429,6 @@ double mapp::cost::gemmTflops(const Profile &p, DType d, double minDim) {
   return std::exp(std::log(a.tflops) + f * std::log(b.tflops / a.tflops));
 }
 
-void mapp::cost::scaleGemmRates(Profile &p, double f) {
-  p.gemmTflopsF32 *= f;
-  p.gemmTflopsBf16 *= f;
-  p.gemmTflopsFp8 *= f;
-  for (auto *list : {&p.gemmRatesF32, &p.gemmRatesBf16, &p.gemmRatesFp8})
-    for (Profile::RatePoint &pt : *list)
-      pt.tflops *= f;
-}
-
 double Costs::activationNs(double elements, double bytes) const {
   if (p.activationGelems <= 0)
     return 0;

@@ -50,26 +50,8 @@ double ModelDims::totalParams() const {
 
 namespace {
 
-/// Forward FLOPs of one layer for `tokens` tokens of sequence `seq`,
-/// split into matrix products and attention's batched products.
-struct LayerFlops {
-  double gemm = 0, attention = 0;
-};
-LayerFlops layerForwardFlops(const ModelDims &m, double tokens) {
-  double h = m.hidden, kv = double(m.kvHeads) * m.headDim();
-  LayerFlops f;
-  f.gemm = 2 * tokens * h * (h + 2 * kv) + 2 * tokens * h * h;
-  if (m.experts > 0)
-    f.gemm += 2 * tokens * h * m.experts +
-              m.topk * (m.llama ? 6.0 : 4.0) * tokens * h * m.moeFfn;
-  else
-    f.gemm += (m.llama ? 6.0 : 4.0) * tokens * h * m.ffn;
-  f.attention = 4 * tokens * m.seq * h; // scores and values, full square
-  return f;
-}
-
 /// The matrix products of one layer's forward per rank, at their shapes
-/// (their FLOPs add up to layerForwardFlops' gemm / tp): a gemm_rates
+/// (their FLOPs on tp ranks add up to one rank's): a gemm_rates
 /// profile prices each at its smallest dimension's rate. Experts over ep:
 /// each member runs experts / ep of them on ep times the rows each.
 std::vector<GemmShape> layerGemms(const ModelDims &m, const Layout &l,
@@ -89,6 +71,20 @@ std::vector<GemmShape> layerGemms(const ModelDims &m, const Layout &l,
     g.push_back({n, h, m.ffn / t});
   }
   return g;
+}
+
+/// Forward FLOPs of one layer for `tokens` tokens of sequence `seq`:
+/// its matrix products (layerGemms' on one rank) and attention's batched
+/// products.
+struct LayerFlops {
+  double gemm = 0, attention = 0;
+};
+LayerFlops layerForwardFlops(const ModelDims &m, double tokens) {
+  LayerFlops f;
+  for (const GemmShape &g : layerGemms(m, Layout{}, tokens))
+    f.gemm += g.flops();
+  f.attention = 4 * tokens * m.seq * m.hidden; // scores and values, full square
+  return f;
 }
 
 } // namespace

@@ -142,8 +142,6 @@ double gemmTflops(const Profile &p, DType d);
 /// The rate of `d` for a product whose smallest dimension is `minDim`
 /// (gemm_rates, else gemmTflops).
 double gemmTflops(const Profile &p, DType d, double minDim);
-/// Scales every GEMM rate of `p` (gemm_tflops and gemm_rates) by `f`.
-void scaleGemmRates(Profile &p, double f);
 
 /// One matrix product of a priced step: m x k times k x n, `count` times.
 struct GemmShape {
