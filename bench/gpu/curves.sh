@@ -8,7 +8,9 @@
 # the same batches (checked equal), then
 # e2e_check.py (one PyTorch bf16-autocast run against all; --no-fp32) and
 # the plans' median step times. Logs in $OUT (or /tmp); summary last.
-# CURVE_FP32: models whose PyTorch side also runs in fp32.
+# CURVE_FP32: models whose PyTorch side also runs in fp32. A plan name
+# with "+f32" (e.g. fused+f32) runs that plan with MAPP_CUDA_STORAGE=f32
+# (fp32 activations and GEMMs): a curve with bf16 storage ruled out.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 STEPS=${1:-100}
@@ -28,7 +30,8 @@ for c in ${CURVE_MODELS:-$(cd "$D/configs" && ls *.curve.json | sed 's/\.curve\.
     || { say "curve $c: init failed"; continue; }
   runs=()
   for v in ${CURVE_PLANS:-plain fused norms}; do
-    if $BIN/mapp-run "$D/plans/$c.curve.$v.mplan" --backend=cuda --data "$D/corpus.jsonl" \
+    storage=(); [[ $v == *+f32 ]] && storage=(MAPP_CUDA_STORAGE=f32)
+    if env "${storage[@]}" $BIN/mapp-run "$D/plans/$c.curve.${v%+f32}.mplan" --backend=cuda --data "$D/corpus.jsonl" \
         --tokenizer bytes --steps "$STEPS" --seed 11 --weights $W/$c.init.safetensors \
         --metrics "$LOG/$c.$v.jsonl" --dump-batches $W/$c.$v.batches.jsonl --quiet \
         > "$LOG/$c.$v.log" 2>&1; then
