@@ -15,7 +15,9 @@
 //     (FusedFp64.cpp; cases: test/runtime-unit/FusedCases.h);
 //   "det" — attention_grad on a MAPP_CUDA_DETERMINISTIC=1 backend against
 //     the same references, and two-call bit-identity of the formerly atomic
-//     sums (CudaDeterminismTest.cpp).
+//     sums (CudaDeterminismTest.cpp);
+//   "f32gemm" — linear and matmul on a MAPP_CUDA_STORAGE=f32 backend (fp32
+//     operands, an SGEMM) at the fp32 bar.
 // Run in both storage modes of the CUDA backend:
 //   f32  — operands stored fp32 (GEMMs and flash attention still take bf16
 //          operands, so those get bf16 tolerances);
@@ -707,6 +709,27 @@ int main(int argc, char **argv) {
     mapp::test::DeterminismTally d = mapp::test::runDeterminismCases(*det);
     total += d.total;
     failed += d.failed;
+  }
+  // MAPP_CUDA_STORAGE=f32 (read when a backend is created): fp32-stored
+  // GEMM operands stay fp32 (an SGEMM), so linear and matmul meet the fp32
+  // bar against the unrounded fp64 reference.
+  if (only.empty() || only.find("f32gemm") != std::string::npos) {
+    setenv("MAPP_CUDA_STORAGE", "f32", 1);
+    std::unique_ptr<Backend> f32 = createCudaBackend(0);
+    unsetenv("MAPP_CUDA_STORAGE");
+    for (Case c : cases()) {
+      if (c.kernel != "linear" && c.kernel != "matmul")
+        continue;
+      c.name = "f32gemm " + c.name;
+      c.gemm = false;
+      ++total;
+      try {
+        failed += !runCase(c, false, *cpu, *f32);
+      } catch (const std::exception &e) {
+        std::printf("%-34s FAIL %s\n", c.name.c_str(), e.what());
+        ++failed;
+      }
+    }
   }
   ++total;
   failed += !errorCase(*gpu);

@@ -1,7 +1,7 @@
 //===- Gemm.cu - linear and matmul through cuBLASLt -----------------------===//
 //
-// bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F), output in the
-// storage type of the result (bf16 activations, fp32 gradient
+// bf16 operands (fp32 ones under MAPP_CUDA_STORAGE=f32), fp32 accumulation
+// (CUBLAS_COMPUTE_32F), output in the storage type of the result (bf16 activations, fp32 gradient
 // contributions). linear's bias is a cuBLASLt epilogue, and so are the
 // fusions Fusion.cu finds in the plan: bias + GELU writing the pre-activation
 // as the auxiliary output, the bias gradient (BGRADB) of a weight-gradient
@@ -10,9 +10,10 @@
 // Cᵀ[N,M] = op(B)ᵀ·op(A)ᵀ with B first.
 //
 // Descriptors, layouts and the heuristic's algorithm are cached per shape:
-// plans repeat the same few GEMMs every step. gemmF32 is the one fp32 GEMM
-// (the logit lens, compared against a double reference): fp32 operands with
-// CUBLAS_COMPUTE_32F are an SGEMM; TF32 would need CUBLAS_COMPUTE_32F_FAST_TF32.
+// plans repeat the same few GEMMs every step. gemmF32 (the logit lens,
+// compared against a double reference) and the f32 storage mode's GEMMs
+// take fp32 operands: with CUBLAS_COMPUTE_32F an SGEMM (TF32 would need
+// CUBLAS_COMPUTE_32F_FAST_TF32).
 //
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
@@ -271,8 +272,13 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
       addBias(C, *bias, M * batch, N, s);
     return true;
   }
-  const __nv_bfloat16 *a = bf16Operand(be, A, 0), *b = bf16Operand(be, B, 3);
+  // MAPP_CUDA_STORAGE=f32 (a numerics check against the CPU backend):
+  // fp32-stored operands stay fp32 (an SGEMM), else bf16 operands.
+  const bool f32Operands = !be.bf16Storage() && !isBf16(A) && !isBf16(B);
+  const void *a = f32Operands ? A.data : bf16Operand(be, A, 0);
+  const void *b = f32Operands ? B.data : bf16Operand(be, B, 3);
   GemmKey key = rowMajorKey(be, ta, tb, M, N, K);
+  key.f32 = f32Operands;
   key.dBf16 = isBf16(C);
   EpilogueArgs epi;
   if (x.gelu) {
@@ -317,7 +323,7 @@ bool rowMajorGemm(CudaBackend &be, const Tensor &A, bool ta, const Tensor &B,
   }
   if (!p->ok)
     fail("cuBLASLt found no algorithm for a ", M, "x", N, "x", K,
-         " bf16 GEMM (batch ", batch, ")");
+         f32Operands ? " fp32" : " bf16", " GEMM (batch ", batch, ")");
   setEpiloguePointers(p->desc, key.epilogue, epi);
   float alpha = 1.0f, beta = x.addend ? 1.0f : x.beta;
   const void *cIn = x.addend ? x.addend->data : C.data;
