@@ -113,10 +113,14 @@ public:
   }
   /// Names matched by `pattern` in table order. Parameters match only when
   /// `params` is set (storage perturbations), so `layers.*.**` means values.
+  /// Gradients live under `grad:`: only a pattern naming that prefix
+  /// matches them (`**` is every forward value, `grad:**` every gradient).
   SmallVector<StringRef> match(StringRef pattern, bool params) {
     SmallVector<StringRef> out;
+    bool grads = pattern.starts_with("grad:");
     for (auto &kv : targets)
       if ((kv.second.kind == TargetKind::Param) == params &&
+          StringRef(kv.first).starts_with("grad:") == grads &&
           globMatch(pattern, kv.first))
         out.push_back(kv.first);
     return out;
