@@ -672,18 +672,21 @@ int main(int argc, char **argv) {
   std::unique_ptr<Backend> cpu = createCpuBackend(4);
   std::unique_ptr<Backend> gpu = createCudaBackend(0);
   int failed = 0, total = 0;
+  // One case in one storage mode on `backend`; an exception is its failure.
+  auto check = [&](const Case &c, bool bf, Backend &backend) {
+    ++total;
+    try {
+      failed += !runCase(c, bf, *cpu, backend);
+    } catch (const std::exception &e) {
+      std::printf("%-34s FAIL %s\n", c.name.c_str(), e.what());
+      ++failed;
+    }
+  };
   for (const Case &c : cases()) {
     if (!only.empty() && c.name.find(only) == std::string::npos)
       continue;
-    for (bool bf : {false, true}) {
-      ++total;
-      try {
-        failed += !runCase(c, bf, *cpu, *gpu);
-      } catch (const std::exception &e) {
-        std::printf("%-34s FAIL %s\n", c.name.c_str(), e.what());
-        ++failed;
-      }
-    }
+    for (bool bf : {false, true})
+      check(c, bf, *gpu);
   }
   // MAPP_CUDA_DETERMINISTIC=1 (read when a backend is created): the
   // attention gradients through the separate dQ pass against the same
@@ -696,15 +699,8 @@ int main(int argc, char **argv) {
       if (c.kernel != "attention_grad")
         continue;
       c.name = "det " + c.name;
-      for (bool bf : {false, true}) {
-        ++total;
-        try {
-          failed += !runCase(c, bf, *cpu, *det);
-        } catch (const std::exception &e) {
-          std::printf("%-34s FAIL %s\n", c.name.c_str(), e.what());
-          ++failed;
-        }
-      }
+      for (bool bf : {false, true})
+        check(c, bf, *det);
     }
     mapp::test::DeterminismTally d = mapp::test::runDeterminismCases(*det);
     total += d.total;
@@ -722,13 +718,7 @@ int main(int argc, char **argv) {
         continue;
       c.name = "f32gemm " + c.name;
       c.gemm = false;
-      ++total;
-      try {
-        failed += !runCase(c, false, *cpu, *f32);
-      } catch (const std::exception &e) {
-        std::printf("%-34s FAIL %s\n", c.name.c_str(), e.what());
-        ++failed;
-      }
+      check(c, false, *f32);
     }
   }
   ++total;
