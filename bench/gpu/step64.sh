@@ -12,7 +12,12 @@
 # activations and GEMMs, no bf16 shadows), cpu (64 CPU steps: over 280 s on the GPU
 # machine's 16 cores, so on the dev VM). STEPS (default 64). PLAN (default
 # mb2.mplan): sgd1.mplan (plain SGD, lr 1, no decay) with STEPS=1 makes each
-# sketch the first step's gradient, negated, per tensor.
+# sketch the first step's gradient, negated, per tensor. PROBES=1 with a
+# probed PLAN (bench/gpu/probe-all.json: every forward value and gradient,
+# mean/std/absmax; `mapp-opt ... -mapp-insert-probes=spec=probe-all.json`)
+# records each run's probe store $OUT/<run>.sqlite and, when RUNS holds cpu
+# (listed first), names where each CUDA run parts from it
+# (`python3 -m mapp.probe_diff`, THRESHOLD default 1e-4).
 # The folder (gpu/step64, git-ignored; sgd1.mplan as mb2.mplan with
 # -mapp-optimizer="optimizer=sgd lr=1 weight-decay=0") holds: bin/mapp-run.xz (a CUDA
 # build), common.sh, e2e_check.py, param_sketch.py, the mapp package
@@ -40,9 +45,11 @@ for name in ${RUNS:-cuda}; do
     *) echo "step64.sh: unknown run '$name' (cuda, cuda-nofuse, cuda-det, cuda-f32, cpu)"; exit 2 ;;
   esac
   t=$SECONDS
+  rm -f $O/$name.sqlite # a store holds one run
   env "${env[@]}" $BIN/mapp-run $PLAN --tokenizer bytes --quiet --backend=$be \
     --data corpus.jsonl --steps $S --seed 11 --weights $R/init.safetensors \
-    --metrics $O/$name.jsonl --save $R/$name.w.safetensors > $R/$name.log 2>&1 \
+    --metrics $O/$name.jsonl --save $R/$name.w.safetensors \
+    ${PROBES:+--probe-db $O/$name.sqlite} > $R/$name.log 2>&1 \
     || { tail -3 $R/$name.log; echo "$name run failed"; continue; }
   echo "$name: $S steps, $((SECONDS - t)) s, last: $(tail -1 $O/$name.jsonl | cut -c1-90)"
   for score in cuda ${SCORE_CPU:+cpu}; do
@@ -55,3 +62,10 @@ for name in ${RUNS:-cuda}; do
   python3 param_sketch.py sketch $R/$name.w.safetensors $R/init.safetensors \
     $O/$name.sketch.pt --keep wpe.weight
 done
+if [ -n "${PROBES:-}" ] && [ -f $O/cpu.sqlite ]; then
+  for name in ${RUNS:-cuda}; do
+    [ $name = cpu ] && continue
+    echo "-- $name against the CPU, point by point"
+    python3 -m mapp.probe_diff $O/$name.sqlite $O/cpu.sqlite --threshold ${THRESHOLD:-1e-4} | tail -12
+  done
+fi
