@@ -1,13 +1,55 @@
 """bench/autopar's measurement files and issue 36's criteria (run.py's
-analyze stage): merging the files of a measurement split over calls, and
-judging one table of predicted against measured step times."""
+analyze stage): the host's kernel calibration, merging the files of a
+measurement split over calls, and judging one table of predicted against
+measured step times."""
 import json
 import os
+import statistics
+import subprocess
 import sys
 
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
+
+
+def calibrate_kernels(mapp_run, work, copies):
+    """The host's kernel rates on one core (`mapp-run --calibrate --backend
+    cpu --threads 1`: GEMMs by size, the activation function, streaming),
+    alone, then as `copies` copies at once (as many cores busy as the
+    bench's ranks keep): (alone, loaded), None where a run failed; the
+    loaded profile holds each rate's median over the copies."""
+    def start(tag):
+        out = os.path.join(work, f"calibrate{tag}.json")
+        cmd = [mapp_run, "--calibrate", "--backend", "cpu", "--threads", "1",
+               "--calibrate-seconds", "10", "--quiet", "-o", out]
+        return out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def finish(out, proc):
+        err = proc.communicate()[1]
+        if proc.returncode != 0:
+            log(f"mapp-run --calibrate failed ({proc.returncode}): {err[-500:]}")
+            return None
+        return json.load(open(out))
+
+    alone = finish(*start(""))
+    loaded = [finish(*run) for run in [start(f"-loaded{i}") for i in range(copies)]]
+    if not alone or not all(loaded):
+        return alone, None
+    dims = [[d for d, _ in p["gemm_rates"]["f32"]] for p in loaded]
+    if any(d != dims[0] for d in dims):
+        log("mapp-run --calibrate: the loaded copies measured different GEMM classes")
+        return alone, None
+    med = lambda get: statistics.median(get(p) for p in loaded)  # noqa: E731
+    prof = json.loads(json.dumps(loaded[0]))
+    prof["gemm_tflops"]["f32"] = med(lambda p: p["gemm_tflops"]["f32"])
+    prof["mem_gbps"] = med(lambda p: p["mem_gbps"])
+    if all(p.get("activation_gelems") for p in loaded):
+        prof["activation_gelems"] = med(lambda p: p["activation_gelems"])
+    prof["gemm_rates"]["f32"] = [[d, med(lambda p: p["gemm_rates"]["f32"][i][1])]
+                                 for i, d in enumerate(dims[0])]
+    return alone, prof
 
 
 def load_measured(files):
@@ -34,7 +76,8 @@ def load_measured(files):
         merged["comms"] = sorted(set(merged["comms"]) | set(m["comms"]))
         merged["models"] += [x for x in m["models"] if x not in merged["models"]]
         merged["complete"] = merged.get("complete") and m.get("complete")
-        merged["calibrate_profile"] = merged.get("calibrate_profile") or m.get("calibrate_profile")
+        for k in ("calibrate_profile", "calibrate_profile_loaded"):
+            merged[k] = merged.get(k) or m.get(k)
     return merged
 
 

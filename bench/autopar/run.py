@@ -50,7 +50,7 @@ the default profile's); a dp=8 run per communicator fits its latency (MPI:
 busy_wait, its waiting processes poll). The fastest sample of each probe
 counts. The layouts never enter the calibration. Variants, from the same
 measurements (their outputs tagged -load, -bw, -shm): --probe-load takes the
-rates from the single-rank probes run one copy a core at once;
+rates, and the kernels' shape, from runs of one copy a core at once;
 --fit-bandwidth fits latency and bandwidth from the dp=8 probes of
 calib.json and calib-wide.json; --shm-collectives prices the local
 communicator's collectives as its barriers. Choose a variant by the tp2/pp2
@@ -74,7 +74,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measured import criteria, load_measured, write_tables  # noqa: E402
+from measured import calibrate_kernels, criteria, load_measured, write_tables  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORLD, BATCH = 8, 16
@@ -363,16 +363,10 @@ def stage_measure(args, d):
         runner.run(plan(manifest["probes"]["mbs2"]), "local", 2)
     except RunFailed as e:
         sys.exit(f"run.py: {runner.mapp_run} does not run here: {e}")
-    # The host's kernel rates on one core: GEMMs by size, the activation
-    # function, streaming (analyze shapes the profile with them; the probes
-    # still set its level).
-    cal_out = os.path.join(work, "calibrate.json")
-    cal_run = subprocess.run([runner.mapp_run, "--calibrate", "--backend", "cpu", "--threads", "1",
-                              "--calibrate-seconds", "10", "--quiet", "-o", cal_out],
-                             capture_output=True, text=True)
-    calibrate_profile = json.load(open(cal_out)) if cal_run.returncode == 0 else None
-    if calibrate_profile is None:
-        log(f"mapp-run --calibrate failed ({cal_run.returncode}): {cal_run.stderr[-500:]}")
+    # The host's kernel rates on one core, alone and with every rank's core
+    # busy (analyze shapes the profile with them; the probes set its level).
+    copies = min(WORLD, host_info()["cpus"])
+    calibrate_profile, calibrate_loaded = calibrate_kernels(runner.mapp_run, work, copies)
     if "mpi" in comms:
         if not shutil.which("mpirun"):
             sys.exit("run.py: --comm mpi needs mpirun on PATH")
@@ -389,7 +383,8 @@ def stage_measure(args, d):
     out = {"host": host_info(), "steps": args.steps, "rounds": 0,
            "inject_gbps": args.inject_gbps, "comms": comms, "models": models,
            "commit": manifest["commit"], "complete": False,
-           "probes": {}, "layouts": {}, "calibrate_profile": calibrate_profile}
+           "probes": {}, "layouts": {}, "calibrate_profile": calibrate_profile,
+           "calibrate_profile_loaded": calibrate_loaded}
 
     def key(m, c, g):
         return f"{m}/{c}/{g:g}"
@@ -411,7 +406,6 @@ def stage_measure(args, d):
 
     # The single-rank probes also as one copy per rank that a core serves
     # (analyze --probe-load: a core's rate while all ranks compute).
-    copies = min(WORLD, out["host"]["cpus"])
 
     out["failures"] = []
 
@@ -522,10 +516,13 @@ def peak_of(p):
 def kernel_rates(args, meas):
     """The kernels' rates that shape the base profile (GEMMs by size, the
     activation functions and the streaming bandwidth, relative to each
-    other; the probes fit their common scale): --rates-from's profile, else the one `mapp-run --calibrate`
-    measured on the measuring host (measure stage), else none (the default
-    profile's shape, one GEMM rate for every size)."""
-    prof = json.load(open(args.rates_from)) if args.rates_from else meas.get("calibrate_profile")
+    other; the probes fit their common scale): --rates-from's profile, else
+    the one `mapp-run --calibrate` measured on the measuring host (measure
+    stage; with --probe-load, its copies run on every rank's core at once),
+    else none (the default profile's shape, one GEMM rate for every size)."""
+    loaded = getattr(args, "probe_load", False) and meas.get("calibrate_profile_loaded")
+    prof = (json.load(open(args.rates_from)) if args.rates_from
+            else loaded or meas.get("calibrate_profile"))
     if not prof or not prof.get("gemm_rates", {}).get("f32"):
         return None
     return {"gemm_tflops": {"f32": prof["gemm_tflops"]["f32"]},
@@ -755,7 +752,7 @@ def main():
                     help="calibration probes before every Nth run")
     ap.add_argument("--max-layouts", type=int, default=0, help="smoke tests: the first N")
     ap.add_argument("--probe-load", action="store_true",
-                    help="analyze: rates from the single-rank probes run one copy a core at once")
+                    help="analyze: rates and kernel shape from runs of one copy a core at once")
     ap.add_argument("--shm-collectives", action="store_true",
                     help="analyze: price the local communicator's collectives as its "
                     "barriers (profile collectives=shared-memory), not a ring's steps")

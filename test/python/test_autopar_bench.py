@@ -22,15 +22,21 @@ spec.loader.exec_module(autopar)
 # --inject flag, the first step at half of it (a step that must not count:
 # the bench takes the fastest step after the first); fails unless --threads 1,
 # and for a plan that says "fail"; --calibrate writes a profile of two GEMM
-# rates by size.
+# rates by size, the small one divided by the number of calibrations that
+# started within its first two seconds (a marker file each, kept): copies run at
+# once see each other.
 FAKE_RUN = r'''#!{python} -S
-import json, sys
+import glob, json, os, sys, time
 a = sys.argv[1:]
 assert a[a.index("--threads") + 1] == "1", "every rank one thread"
 if a[0] == "--calibrate":
+    o = a[a.index("-o") + 1]
+    open(o + ".running", "w").close()
+    time.sleep(2.0)
+    n = len(glob.glob(os.path.join(os.path.dirname(o), "*.running")))
     json.dump({"device": "cpu", "gemm_tflops": {"f32": 0.1}, "mem_gbps": 6,
-               "gemm_rates": {"f32": [[32, 0.05], [512, 0.1]]}},
-              open(a[a.index("-o") + 1], "w"))
+               "gemm_rates": {"f32": [[32, 0.05 / n], [512, 0.1]]}},
+              open(o, "w"))
     sys.exit(0)
 text = open(a[0]).read()
 if text == "fail":
@@ -92,6 +98,11 @@ def test_measure_stage_with_stand_in_runner(tmp_path):
     rates = autopar.kernel_rates(autopar.argparse.Namespace(rates_from=None), m)
     assert rates == {"gemm_tflops": {"f32": 0.1}, "mem_gbps": 6,
                      "gemm_rates": {"f32": [[32, 0.05], [512, 0.1]]}}
+    # ... and as one copy per rank's core at once, after it (the alone
+    # run's marker stays): --probe-load's shape.
+    copies = min(autopar.WORLD, m["host"]["cpus"])
+    loaded = autopar.kernel_rates(autopar.argparse.Namespace(rates_from=None, probe_load=True), m)
+    assert loaded["gemm_rates"]["f32"] == [[32, 0.05 / (1 + copies)], [512, 0.1]]
     # Two rounds, the fastest step after the first.
     assert m["layouts"]["gpt-a/local/0"] == {"tp1 pp1 dp8 mbs2x1 1f1b": [30.0, 30.0],
                                              "tp1 pp2 dp4 mbs2x2 1f1b": [40.0, 40.0]}
