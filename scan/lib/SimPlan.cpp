@@ -117,9 +117,7 @@ private:
     // The cost model's instruction price (mapp/cost), as the
     // auto-parallel search prices a layer's instructions.
     mapp::cost::Costs costs(costProfile());
-    double act = isActivation(in.kernel) && !in.outputs.empty()
-                     ? costs.activationNs(numel(p.values[in.outputs[0]]), bytes)
-                     : 0;
+    double act = costs.activationNs(activationElements(p, in), bytes);
     return act + costs.instrNs(flopsOf(p, in), bytes, mapp::cost::DType::F32,
                                in.kernel == "attention" ||
                                    in.kernel == "attention_grad",

@@ -2,6 +2,8 @@
 
 #include "SimPlanOps.h"
 
+#include "mapp/rt/FusedProgram.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -65,8 +67,29 @@ double gemmMinDimOf(const rt::Program &p, const rt::Instr &in) {
   return std::min(m, std::min(n, flops / (2.0 * all)));
 }
 
-bool isActivation(const std::string &k) {
-  return k == "gelu" || k == "gelu_grad" || k == "silu" || k == "silu_grad";
+double activationElements(const rt::Program &p, const rt::Instr &in) {
+  auto isActivation = [](const std::string &k) {
+    return k == "gelu" || k == "gelu_grad" || k == "silu" || k == "silu_grad";
+  };
+  if (isActivation(in.kernel))
+    return in.outputs.empty() ? 0 : double(numel(p.values[in.outputs[0]]));
+  if (in.kernel != "fused")
+    return 0;
+  // A region: each elementwise activation statement over the domain (the
+  // plan loader has checked the program).
+  rt::fused::Program prog;
+  if (!rt::fused::parse(in.attrs.getStr("program", ""),
+                        static_cast<int>(in.inputs.size()), prog)
+           .empty())
+    return 0;
+  double domain = 1;
+  for (int64_t d : in.attrs.getInts("domain"))
+    domain *= double(d);
+  double elements = 0;
+  for (const rt::fused::Stmt &st : prog.stmts)
+    if (!st.row && isActivation(rt::fused::info(st.op).name))
+      elements += domain;
+  return elements;
 }
 
 bool isCollective(const std::string &k) {

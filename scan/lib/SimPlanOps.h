@@ -25,9 +25,11 @@ double flopsOf(const rt::Program &p, const rt::Instr &in);
 /// A matmul's or linear's smallest dimension (its rate in a gemm_rates
 /// profile), 0 for every other instruction.
 double gemmMinDimOf(const rt::Program &p, const rt::Instr &in);
-/// An activation function (a tanh or exp per element: the profile's
-/// activation_gelems prices it).
-bool isActivation(const std::string &kernel);
+/// The elements an instruction runs an activation function on (gelu,
+/// silu and their gradients: a tanh or exp per element, which the
+/// profile's activation_gelems prices): its output's for such a kernel, the
+/// domain's per such statement of a `fused` region's program, else 0.
+double activationElements(const rt::Program &p, const rt::Instr &in);
 
 bool isCollective(const std::string &k);
 

@@ -58,7 +58,15 @@ std::vector<GemmShape> layerGemms(const ModelDims &m, const Layout &l,
                                   double tokens) {
   const double h = m.hidden, t = l.tp, n = tokens;
   const double kv = double(m.kvHeads) * m.headDim();
-  std::vector<GemmShape> g = {{n, (h + 2 * kv) / t, h}, {n, h, h / t}};
+  // GPT's attention input is one qkv product; the LLaMA family's q, k
+  // and v are three (k and v at the key/value heads' width).
+  std::vector<GemmShape> g = {{n, h, h / t}};
+  if (m.llama) {
+    g.push_back({n, h / t, h});
+    g.push_back({n, kv / t, h, 2});
+  } else {
+    g.push_back({n, (h + 2 * kv) / t, h});
+  }
   const double mlpMats = m.llama ? 3 : 2; // gate and up in, down out
   if (m.experts > 0) {
     g.push_back({n, double(m.experts) / t, h}); // the router
