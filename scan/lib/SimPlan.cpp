@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <unordered_map>
 
 using namespace mapp::scan;
 using namespace mapp::scan::planops;
@@ -108,7 +109,16 @@ public:
   }
 
 private:
+  /// An instruction's price depends on it and the profile only: priced
+  /// once (a grouped expert product looks through its program).
   double computeNs(const rt::Program &p, const rt::Instr &in) {
+    auto [it, fresh] = computeCache.try_emplace(&in, 0.0);
+    if (fresh)
+      it->second = priceNs(p, in);
+    return it->second;
+  }
+
+  double priceNs(const rt::Program &p, const rt::Instr &in) {
     double bytes = 0;
     for (int i : in.inputs)
       bytes += p.values[i].bytes;
@@ -481,6 +491,7 @@ private:
   bool split = false;
   std::map<std::pair<int, int>, double> forwardScale; // (rank, block)
   std::string groupError;
+  std::unordered_map<const rt::Instr *, double> computeCache;
   std::map<std::vector<int>, int> groupIds;
   std::map<std::pair<int, int>, int64_t> seq;
 };

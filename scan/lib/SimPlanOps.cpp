@@ -20,6 +20,25 @@ int64_t numel(const rt::Value &v) {
 
 /// FLOPs of the instructions that dominate (matrix products, attention);
 /// every other kernel is charged its bytes.
+double routedRows(const rt::Program &p, const rt::Instr &in) {
+  const auto &x = p.values[in.inputs[0]].type.shape;
+  const auto &w = p.values[in.kernel == "moe_grouped_matmul" ? in.inputs[1]
+                                                              : in.outputs[0]]
+                      .type.shape;
+  if (x.size() != 2 || w.size() != 3)
+    return 0;
+  // x's rows are the capacity buffer: under ep, room for every member
+  // routing all its rows here (ep·R). Balanced routing fills the share of
+  // the rank's experts (w's leading dim) among the model's (moe_assign's
+  // num_experts).
+  int64_t experts = w[0];
+  for (const rt::Block &b : p.blocks)
+    for (const rt::Instr &other : b.instrs)
+      if (other.kernel == "moe_assign")
+        experts = std::max(experts, other.attrs.getInt("num_experts", 0));
+  return double(x[0]) * double(w[0]) / double(experts);
+}
+
 double flopsOf(const rt::Program &p, const rt::Instr &in) {
   auto val = [&](int i) -> const rt::Value & { return p.values[i]; };
   if (in.outputs.empty() || in.inputs.size() < 2)
@@ -38,6 +57,14 @@ double flopsOf(const rt::Program &p, const rt::Instr &in) {
     double k = double(in.attrs.flag("transpose_a") ? a[a.size() - 2] : a.back());
     return 2.0 * numel(out) * k;
   }
+  if (in.kernel == "moe_grouped_matmul" || in.kernel == "moe_grouped_matmul_wgrad") {
+    // Every routed row through its expert's [K, N] (the wgrad: x_eᵀ·dy_e
+    // into [E, K, N]): 2·rows·K·N.
+    const rt::Value &y = val(in.inputs[1]);
+    double n = double(in.kernel == "moe_grouped_matmul" ? out.type.shape.back()
+                                                        : y.type.shape.back());
+    return 2.0 * routedRows(p, in) * val(in.inputs[0]).type.shape.back() * n;
+  }
   if (in.kernel == "attention" || in.kernel == "attention_grad") {
     const rt::Value &q = val(in.inputs[0]); // [B, T, H]
     if (q.type.shape.size() != 3)
@@ -49,9 +76,22 @@ double flopsOf(const rt::Program &p, const rt::Instr &in) {
 }
 
 double gemmMinDimOf(const rt::Program &p, const rt::Instr &in) {
-  if ((in.kernel != "linear" && in.kernel != "matmul") || in.outputs.empty())
+  if (in.outputs.empty())
     return 0;
   double flops = flopsOf(p, in);
+  if (in.kernel == "moe_grouped_matmul" || in.kernel == "moe_grouped_matmul_wgrad") {
+    // One product per expert: its share of the rows by K by N. The experts
+    // (E): w's leading dim, the wgrad's result's.
+    const auto &w = p.values[in.kernel == "moe_grouped_matmul" ? in.inputs[1]
+                                                                : in.outputs[0]]
+                        .type.shape;
+    if (flops <= 0 || w.size() != 3)
+      return 0;
+    double rowsPerExpert = routedRows(p, in) / double(w[0]);
+    return std::min(rowsPerExpert, std::min(double(w[1]), double(w[2])));
+  }
+  if (in.kernel != "linear" && in.kernel != "matmul")
+    return 0;
   const auto &out = p.values[in.outputs[0]].type.shape;
   if (flops <= 0 || out.size() < 2)
     return 0;

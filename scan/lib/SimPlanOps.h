@@ -19,11 +19,16 @@ namespace mapp::scan::planops {
 
 int64_t numel(const rt::Value &v);
 
-/// FLOPs of the instructions that dominate (matrix products, attention);
-/// every other kernel is charged its bytes.
+/// The rows a grouped expert product (moe_grouped_matmul, its wgrad)
+/// multiplies under balanced routing: its capacity buffer's share of the
+/// rank's experts among the model's.
+double routedRows(const rt::Program &p, const rt::Instr &in);
+/// FLOPs of the instructions that dominate (matrix products, the MoE's
+/// grouped expert products, attention); every other kernel is charged its
+/// bytes.
 double flopsOf(const rt::Program &p, const rt::Instr &in);
-/// A matmul's or linear's smallest dimension (its rate in a gemm_rates
-/// profile), 0 for every other instruction.
+/// A matmul's, linear's or grouped expert product's smallest dimension
+/// (its rate in a gemm_rates profile), 0 for every other instruction.
 double gemmMinDimOf(const rt::Program &p, const rt::Instr &in);
 /// The elements an instruction runs an activation function on (gelu,
 /// silu and their gradients: a tanh or exp per element, which the

@@ -69,11 +69,13 @@ std::vector<GemmShape> layerGemms(const ModelDims &m, const Layout &l,
   }
   const double mlpMats = m.llama ? 3 : 2; // gate and up in, down out
   if (m.experts > 0) {
-    g.push_back({n, double(m.experts) / t, h}); // the router
+    // The MoE block is whole on every tp rank (the compiler splits
+    // attention over tp, not the router or the experts).
+    g.push_back({n, double(m.experts), h}); // the router
     double rows = n * m.topk * l.ep / m.experts;
     double perRank = double(m.experts) / l.ep;
-    g.push_back({rows, m.moeFfn / t, h, (mlpMats - 1) * perRank});
-    g.push_back({rows, h, m.moeFfn / t, perRank});
+    g.push_back({rows, m.moeFfn, h, (mlpMats - 1) * perRank});
+    g.push_back({rows, h, m.moeFfn, perRank});
   } else {
     g.push_back({n, m.ffn / t, h, mlpMats - 1});
     g.push_back({n, h, m.ffn / t});
@@ -261,8 +263,6 @@ bool mapp::cost::validLayout(const ModelDims &m, const Layout &l, int world,
     return no("tp neither divides nor is a multiple of the key/value heads");
   if (m.vocab % l.tp)
     return no("tp does not divide the vocabulary");
-  if (m.experts > 0 && m.moeFfn % l.tp)
-    return no("tp does not divide the experts' ffn size");
   if (tpInsideNode && l.tp > c.devicesPerNode)
     return no("tp spans nodes");
   if (l.pp * l.chunks > m.layers)
@@ -308,14 +308,19 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   // activations, attention's score rows (where they leave the chip), the
   // MLP's activation.
   double width = m.experts > 0 ? double(m.topk) * m.moeFfn : double(m.ffn);
+  // The MLP's share of a tp rank: a dense MLP's 1/tp, a MoE block whole.
+  // Over ep, the experts' elementwise ops run on the whole capacity buffer
+  // (room for every member routing all its rows here: ep times the routed
+  // rows; the grouped products multiply only the routed ones).
+  const double mlpT = m.experts > 0 ? 1.0 / l.ep : t;
   double scoreBytes =
       p.attentionScoresInMemory ? e * 4 * n * m.seq * m.heads / t : 0;
-  double fwdBytes = e * (10 * n * h + 6 * n * h / t + 3 * n * width / t) +
+  double fwdBytes = e * (10 * n * h + 6 * n * h / t + 3 * n * width / mlpT) +
                     scoreBytes;
   double fwdOps = m.layerForwardOps;
   // The MLP's activation function (its gradient costs as much) beyond
   // its bytes, which fwdBytes holds (in, out; the gradient reads two).
-  double actElems = n * width / t;
+  double actElems = n * width / mlpT;
   double actNs = costs.activationNs(actElems, 2 * e * actElems);
   double fwdNs =
       gemmNs + actNs + costs.bulkNs(0, attn, fwdBytes, fwdOps, l.compute);
@@ -325,18 +330,21 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
     bwdNs += fwdNs;
   else if (l.recompute == Recompute::Selective)
     bwdNs += costs.bulkNs(0, attn, scoreBytes, fwdOps * 0.25, l.compute);
-  // Tensor parallelism: 2 all-reduces of [n, h] forward, 2 backward.
-  // Each is an instruction too, beside a copy_to_group (the identity
-  // whose gradient is one of them): 8 instructions per layer, fwd+bwd.
-  double tpNs = 4 * costs.collectiveNs(Costs::Coll::AllReduce, e * n * h,
+  // Tensor parallelism: 2 all-reduces of [n, h] forward, 2 backward (a
+  // MoE layer: attention's only). Each is an instruction too, beside a
+  // copy_to_group (the identity whose gradient is one of them): 8
+  // instructions per layer, fwd+bwd (a MoE layer: 4).
+  const double tpBlocks = m.experts > 0 ? 1 : 2;
+  double tpNs = 2 * tpBlocks *
+                    costs.collectiveNs(Costs::Coll::AllReduce, e * n * h,
                                        l.tp, tpIntra) +
-                (l.tp > 1 ? costs.bulkNs(0, 0, 0, 8, l.compute) : 0);
+                (l.tp > 1 ? costs.bulkNs(0, 0, 0, 4 * tpBlocks, l.compute) : 0);
   // Experts over ep: dispatch and combine, forward and backward.
   double epNs = 0;
   if (m.experts > 0 && l.ep > 1) {
     bool epIntra = l.tp * l.ep <= c.devicesPerNode;
     epNs = 4 * costs.collectiveNs(Costs::Coll::AllToAll,
-                                  e * n * m.topk * h / t * l.ep, l.ep,
+                                  e * n * m.topk * h * l.ep, l.ep,
                                   epIntra);
   }
   double layerNs = fwdNs + bwdNs + tpNs + epNs;
@@ -392,10 +400,10 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
 
   // --- Data parallelism and the optimizer ----------------------------------
   double stageParams = layersPerStage * m.layerParams() / t;
-  if (m.experts > 0 && l.ep > 1)
+  if (m.experts > 0) // the experts whole on every tp rank, split over ep
     stageParams = layersPerStage *
                   (m.denseLayerParams() / t +
-                   (m.layerParams() - m.denseLayerParams()) / t / l.ep);
+                   (m.layerParams() - m.denseLayerParams()) / l.ep);
   double embedParams = (double(m.vocab) * h / t + (m.llama ? 0 : m.seq * h));
   double firstParams = stageParams + embedParams;
   double lastParams = stageParams + (l.pp > 1 || !m.tiedEmbeddings
@@ -435,14 +443,14 @@ Prediction mapp::cost::predict(const ModelDims &m, const Layout &l,
   if (l.recompute == Recompute::Full)
     savedElems = n * h;
   else if (l.recompute == Recompute::Selective)
-    savedElems = 6 * n * h + 4 * n * h / t + 2 * n * width / t;
+    savedElems = 6 * n * h + 4 * n * h / t + 2 * n * width / mlpT;
   else
-    savedElems = 6 * n * h + 5 * n * h / t + 2 * n * width / t +
+    savedElems = 6 * n * h + 5 * n * h / t + 2 * n * width / mlpT +
                  n * m.heads / t;
   double stash = savedElems * se * layersPerStage;
   // A slot also holds the working set of the widest op sequence: a layer's
   // score rows and MLP activations, or the head's logits and gradient.
-  double layerWork = se * (2 * n * m.seq * m.heads / t + 4 * n * width / t +
+  double layerWork = se * (2 * n * m.seq * m.heads / t + 4 * n * width / mlpT +
                            8 * n * h);
   double headWork = 4 * 3 * n * m.vocab / t;
   double slots = slotsInFlight(l);
