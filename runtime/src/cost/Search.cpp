@@ -51,9 +51,10 @@ double ModelDims::totalParams() const {
 namespace {
 
 /// The matrix products of one layer's forward per rank, at their shapes
-/// (their FLOPs on tp ranks add up to one rank's): a gemm_rates
-/// profile prices each at its smallest dimension's rate. Experts over ep:
-/// each member runs experts / ep of them on ep times the rows each.
+/// (a dense layer's split over tp, a MoE block's whole on every tp rank):
+/// a gemm_rates profile prices each at its smallest dimension's rate.
+/// Experts over ep: each member runs experts / ep of them on ep times the
+/// rows each.
 std::vector<GemmShape> layerGemms(const ModelDims &m, const Layout &l,
                                   double tokens) {
   const double h = m.hidden, t = l.tp, n = tokens;
