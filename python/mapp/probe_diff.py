@@ -26,13 +26,13 @@ class BadStore(Exception):
 
 
 def load(path, step):
-    """{(point, microbatch, reduction): value} and the points in execution
-    order, for `step` of the store's one run."""
+    """{point: {(microbatch, reduction): value}} in execution order (dicts
+    keep insertion order), for `step` of the store's one run."""
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         runs = db.execute("select count(*) from runs").fetchone()[0]
         rows = db.execute(
-            "select p.point, s.microbatch, s.reduction, s.value, s.rowid "
+            "select p.point, s.microbatch, s.reduction, s.value "
             "from samples s join probes p on p.probe_id = s.probe_id "
             "and p.run_id = s.run_id and p.rank = s.rank "
             "where s.step = ? and s.rank = 0 order by s.rowid", (step,)).fetchall()
@@ -40,37 +40,30 @@ def load(path, step):
         raise BadStore(f"{path}: not a MegaScope probe store ({e})")
     if runs != 1:
         raise BadStore(f"{path}: holds {runs} runs; compare stores of one run each")
-    values, order = {}, []
-    for point, mb, red, value, _ in rows:
-        if red not in SCALARS or value is None:
-            continue
-        if point not in order:
-            order.append(point)
-        values[(point, mb, red)] = value
-    if not values:
+    points = {}
+    for point, mb, red, value in rows:
+        if red in SCALARS and value is not None:
+            points.setdefault(point, {})[(mb, red)] = value
+    if not points:
         raise BadStore(f"{path}: no scalar probe samples at step {step}")
-    return values, order
+    return points
 
 
 def compare(a, b):
     """[(point, worst relative difference, its reduction)] in b's order."""
-    va, order_a = a
-    vb, order = b
-    missing = sorted(set(vb) ^ set(va))
+    keys = lambda s: {(p, mb, red) for p, v in s.items() for mb, red in v}  # noqa: E731
+    missing = sorted(keys(a) ^ keys(b))
     if missing:
         point, mb, red = missing[0]
         raise BadStore(f"the stores record different samples ({len(missing)}, e.g. "
                        f"{red} of '{point}' microbatch {mb}): not one plan's runs")
     out = []
-    for point in order:
+    for point, ref in b.items():
         worst, which = 0.0, ""
-        for (p, mb, red), ref in vb.items():
-            if p != point:
-                continue
-            scale = abs(ref)
-            if red == "mean" and (p, mb, "std") in vb:
-                scale = abs(vb[(p, mb, "std")])
-            rel = abs(va[(p, mb, red)] - ref) / max(scale, 1e-30)
+        for (mb, red), r in ref.items():
+            # A mean near zero says nothing relative to itself: its std.
+            scale = abs(ref[(mb, "std")]) if red == "mean" and (mb, "std") in ref else abs(r)
+            rel = abs(a[point][(mb, red)] - r) / max(scale, 1e-30)
             if rel >= worst:
                 worst, which = rel, red
         out.append((point, worst, which))
